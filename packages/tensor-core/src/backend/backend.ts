@@ -1,0 +1,267 @@
+import type { DType, HostArray } from '../dtype.js';
+import type { MemoryStats } from '../memory/caching-allocator.js';
+
+/**
+ * [Note: the kernel contract]
+ *
+ * A backend is a set of kernels over flat storage, nothing more. The ops layer (`src/ops/`)
+ * validates operands, infers output shapes, allocates outputs and records autograd nodes; a kernel
+ * receives operands that are already checked and writes into a preallocated output. So every kernel
+ * here may assume: shapes agree as documented, dtypes are ones it was documented to accept, offsets
+ * and sizes are inside the storage, and outputs do not alias inputs unless documented.
+ *
+ * Every tensor is contiguous (row-major) in its storage starting at an element `offset`: views into
+ * one flat buffer (FSDP's flat parameters) are just tensors with an offset. Non-contiguous access
+ * (permute, slice, expand, concat) goes through `copyStrided`, the one strided kernel.
+ *
+ * Floating point kernels compute in f32 whatever the storage dtype, and round to the output dtype
+ * with round-to-nearest-even (f16, bf16). Kernels on the WebGPU backend are enqueued, not run: a
+ * kernel call returns at once and the work happens in order on the device; `read` and `sync` wait.
+ */
+
+/** Backend-owned memory. `buffer` is an ArrayBuffer on the CPU backend and a GPUBuffer on WebGPU. */
+export interface RawStorage {
+  readonly buffer: unknown;
+  /** Bytes usable by tensors (the allocator may have reserved more). */
+  readonly byteSize: number;
+}
+
+/** A contiguous operand: storage, element offset, dtype and shape. */
+export interface KernelTensor {
+  readonly storage: RawStorage;
+  readonly offset: number;
+  readonly dtype: DType;
+  readonly shape: readonly number[];
+}
+
+/** A strided operand, for `copyStrided`: element (i0, i1, ...) is at `offset + sum(ik * strides[k])`. */
+export interface StridedOperand {
+  readonly storage: RawStorage;
+  readonly offset: number;
+  readonly dtype: DType;
+  readonly strides: readonly number[];
+}
+
+export type UnaryOp =
+  | 'neg'
+  | 'abs'
+  | 'exp'
+  | 'log'
+  | 'sqrt'
+  | 'rsqrt'
+  | 'tanh'
+  | 'sigmoid'
+  | 'relu'
+  /** Exact GELU, 0.5 x (1 + erf(x / sqrt 2)): PyTorch's default. */
+  | 'gelu'
+  /** GELU's tanh approximation (PyTorch `approximate='tanh'`). */
+  | 'geluTanh'
+  | 'square'
+  | 'reciprocal';
+
+export type BinaryOp =
+  | 'add'
+  | 'sub'
+  | 'mul'
+  | 'div'
+  | 'pow'
+  | 'maximum'
+  | 'minimum'
+  /** Comparisons write 1 or 0 in the output dtype. */
+  | 'eq'
+  | 'ne'
+  | 'lt'
+  | 'le'
+  | 'gt'
+  | 'ge'
+  /** Backward helpers, `op(x, dy)`: dy * relu'(x), dy * gelu'(x), dy * geluTanh'(x). */
+  | 'reluGrad'
+  | 'geluGrad'
+  | 'geluTanhGrad';
+
+export type ReduceOp = 'sum' | 'mean' | 'max' | 'min' | 'argmax';
+
+export interface AdamHyper {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  /** 1-based step count after this update (for bias correction). */
+  step: number;
+  /** AdamW's decoupled decay (`param *= 1 - lr * wd`) instead of L2 added to the gradient. */
+  decoupled: boolean;
+  /** Multiply the gradient by this first (loss-scale unscaling, gradient averaging); 1 for none. */
+  gradScale: number;
+}
+
+export interface SgdHyper {
+  lr: number;
+  momentum: number;
+  dampening: number;
+  weightDecay: number;
+  nesterov: boolean;
+  /** On the first step the momentum buffer is set to the gradient (PyTorch), not blended. */
+  firstStep: boolean;
+  gradScale: number;
+}
+
+export type BackendKind = 'cpu' | 'webgpu';
+
+export interface BackendCapabilities {
+  /** The adapter runs WGSL `enable f16;`. Without it f16 is packed storage, computed in f32. */
+  shaderF16: boolean;
+  /** Largest single storage in bytes. */
+  maxStorageBytes: number;
+}
+
+/**
+ * A compute backend. Create one explicitly (`createBackend`); nothing is created on import.
+ * The shapes each kernel accepts are documented on it; the ops layer guarantees them.
+ */
+export interface Backend {
+  readonly kind: BackendKind;
+  readonly capabilities: BackendCapabilities;
+  /** Human-readable description (adapter name, driver). */
+  readonly description: string;
+
+  // ---- memory -----------------------------------------------------------------------------
+  /** Storage of at least `byteSize` bytes from the caching allocator. Throws `OutOfMemoryError`. */
+  allocate(byteSize: number): RawStorage;
+  /** Return storage to the pool. */
+  release(storage: RawStorage): void;
+  memoryStats(): MemoryStats;
+  resetPeakMemoryStats(): void;
+  /** Emulate a smaller device: allocations past `bytes` (allocated, not reserved) throw. */
+  setMemoryLimit(bytes: number | undefined): void;
+  /** Free pooled, unused storage. */
+  emptyCache(): void;
+
+  // ---- transfers --------------------------------------------------------------------------
+  /** Copy host data (of `dst.dtype`'s host array type, see `HostArray`) into `dst`. */
+  write(dst: KernelTensor, data: HostArray): void;
+  /** The tensor's elements on the host, after all queued work that writes them. */
+  read(src: KernelTensor): Promise<HostArray>;
+  /** Wait for all queued work. Rejects with a deferred kernel error (e.g. an out-of-range index). */
+  sync(): Promise<void>;
+  /** Release the device. Using the backend afterwards is an error. */
+  dispose(): void;
+
+  // ---- kernels ----------------------------------------------------------------------------
+  /** out[i] = value (converted to out.dtype). */
+  fill(out: KernelTensor, value: number): void;
+  /** out = src, same dtype and element count. */
+  copy(src: KernelTensor, out: KernelTensor): void;
+  /** out = src converted to out.dtype; floats round to nearest even, float to i32 truncates toward zero. */
+  cast(src: KernelTensor, out: KernelTensor): void;
+  /**
+   * dst[idx] = src[idx] for every idx in `shape`, both strided. Covers permute, slice, expand
+   * (stride 0), concat (dst is a strided window of the output). Same dtype.
+   */
+  copyStrided(src: StridedOperand, dst: StridedOperand, shape: readonly number[]): void;
+  /** out = op(x), same shape, float dtypes (neg, abs, square also i32). */
+  unary(op: UnaryOp, x: KernelTensor, out: KernelTensor): void;
+  /**
+   * out = op(a, b) with NumPy broadcasting: a and b (tensors or scalars) broadcast to out.shape;
+   * a tensor operand's shape is right-aligned with out's and each of its dims equals out's or is 1.
+   * a, b and out share a dtype (i32 supports add, sub, mul, maximum, minimum and comparisons).
+   */
+  binary(op: BinaryOp, a: KernelTensor | number, b: KernelTensor | number, out: KernelTensor): void;
+  /** out = cond != 0 ? a : b, broadcasting all three to out.shape like `binary`. */
+  where(
+    cond: KernelTensor,
+    a: KernelTensor | number,
+    b: KernelTensor | number,
+    out: KernelTensor,
+  ): void;
+  /**
+   * Reduce `x` along `axis`; out has x's shape without that axis. argmax writes i32 (first
+   * maximum wins). x is viewed as [outer, x.shape[axis], inner].
+   */
+  reduce(op: ReduceOp, x: KernelTensor, axis: number, out: KernelTensor): void;
+  /** Softmax (or log-softmax) over the last axis; out has x's shape. */
+  softmax(x: KernelTensor, out: KernelTensor, log: boolean): void;
+  /**
+   * Layer norm over the last axis of x ([rows, cols] after flattening): out = (x - mean) * rstd *
+   * weight + bias. weight and bias are [cols] or null. mean and rstd are f32 [rows], written for backward.
+   */
+  layerNorm(
+    x: KernelTensor,
+    weight: KernelTensor | null,
+    bias: KernelTensor | null,
+    eps: number,
+    out: KernelTensor,
+    mean: KernelTensor,
+    rstd: KernelTensor,
+  ): void;
+  /** Gradients of layerNorm. dWeight and dBias (f32 [cols]) are overwritten, not accumulated; null to skip. */
+  layerNormBackward(
+    dy: KernelTensor,
+    x: KernelTensor,
+    weight: KernelTensor | null,
+    mean: KernelTensor,
+    rstd: KernelTensor,
+    dx: KernelTensor,
+    dWeight: KernelTensor | null,
+    dBias: KernelTensor | null,
+  ): void;
+  /**
+   * Batched matmul. a is [Ba, M, K] ([Ba, K, M] if transposeA), b is [Bb, K, N] ([Bb, N, K] if
+   * transposeB), out is [B, M, N]; Ba and Bb are B or 1 (broadcast). Shapes given are 3-D.
+   */
+  matmul(
+    a: KernelTensor,
+    b: KernelTensor,
+    out: KernelTensor,
+    transposeA: boolean,
+    transposeB: boolean,
+  ): void;
+  /** out[n, :] = table[indices[n], :]. table [V, D], indices i32 [N], out [N, D]. Out-of-range ids are an IndexError (deferred on WebGPU to the next read/sync). */
+  gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void;
+  /** out[indices[n], :] += src[n, :], deterministically. src [N, D], indices i32 [N], out [V, D]. */
+  scatterAdd(src: KernelTensor, indices: KernelTensor, out: KernelTensor): void;
+  /**
+   * Per-row cross entropy: losses[n] = logsumexp(logits[n]) - logits[n, targets[n]], and 0 where
+   * targets[n] == ignoreIndex. logits [N, C] float, targets i32 [N], losses f32 [N].
+   */
+  crossEntropy(
+    logits: KernelTensor,
+    targets: KernelTensor,
+    losses: KernelTensor,
+    ignoreIndex: number,
+  ): void;
+  /** dLogits[n] = dLosses[n] * (softmax(logits[n]) - onehot(targets[n])); 0 rows for ignored targets. dLosses f32 [N]. */
+  crossEntropyBackward(
+    logits: KernelTensor,
+    targets: KernelTensor,
+    dLosses: KernelTensor,
+    dLogits: KernelTensor,
+    ignoreIndex: number,
+  ): void;
+  /** Fused Adam / AdamW step, PyTorch's formulas, in place on f32 param, expAvg, expAvgSq; grad f32/f16/bf16. */
+  adam(
+    param: KernelTensor,
+    grad: KernelTensor,
+    expAvg: KernelTensor,
+    expAvgSq: KernelTensor,
+    hyper: AdamHyper,
+  ): void;
+  /** Fused SGD with momentum, PyTorch's formulas, in place; momentumBuffer null when momentum is 0. */
+  sgd(
+    param: KernelTensor,
+    grad: KernelTensor,
+    momentumBuffer: KernelTensor | null,
+    hyper: SgdHyper,
+  ): void;
+  /** flag (i32 [1]) is set to 1 if any element of x is inf or NaN; left as is otherwise (so several checks can share a flag). */
+  checkFinite(x: KernelTensor, flag: KernelTensor): void;
+  /** y += alpha * x, same shape (y f32/f16/bf16, x any float). */
+  axpy(alpha: number, x: KernelTensor, y: KernelTensor): void;
+  /**
+   * Counter-based random numbers (see `src/random/philox.ts`): element i of out uses Philox4x32-10
+   * with key `seed` and counter `offset + i`, so values depend only on (seed, offset, i): the same
+   * on every backend and every rank.
+   */
+  randomUniform(out: KernelTensor, seed: number, offset: number, low: number, high: number): void;
+  randomNormal(out: KernelTensor, seed: number, offset: number, mean: number, std: number): void;
+}

@@ -1,0 +1,80 @@
+/**
+ * Bit-exact conversions between f32 and the 16-bit float formats, with integer operations only, so
+ * every backend and every rank rounds identically (SwiftShader's `pack2x16float` flushes f16
+ * subnormals; see ANCHORS.md). Rounding is to nearest, ties to even; NaN stays NaN.
+ */
+const f32Buffer = new Float32Array(1);
+const u32View = new Uint32Array(f32Buffer.buffer);
+
+export function f32ToBits(value: number): number {
+  f32Buffer[0] = value;
+  return u32View[0]!;
+}
+
+export function bitsToF32(bits: number): number {
+  u32View[0] = bits >>> 0;
+  return f32Buffer[0]!;
+}
+
+/** f32 to bf16 bits, round to nearest even. */
+export function f32ToBf16Bits(value: number): number {
+  const bits = f32ToBits(value);
+  if ((bits & 0x7f800000) === 0x7f800000 && (bits & 0x007fffff) !== 0) {
+    return ((bits >>> 16) | 0x0040) & 0xffff; // quiet NaN, keep the sign
+  }
+  const lsb = (bits >>> 16) & 1;
+  return ((bits + 0x7fff + lsb) >>> 16) & 0xffff;
+}
+
+export function bf16BitsToF32(bits: number): number {
+  return bitsToF32((bits & 0xffff) << 16);
+}
+
+/** f32 to IEEE half bits, round to nearest even, with subnormals and overflow to infinity. */
+export function f32ToF16Bits(value: number): number {
+  const bits = f32ToBits(value);
+  const sign = (bits >>> 16) & 0x8000;
+  const exp = (bits >>> 23) & 0xff;
+  let mant = bits & 0x007fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant !== 0 ? 0x0200 : 0);
+  // Unbiased exponent, rebias for half (15).
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign; // rounds to zero
+    mant |= 0x00800000; // implicit bit
+    const shift = 14 - e; // 14..24
+    const half = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1);
+    const halfway = 1 << (shift - 1);
+    const rounded = rem > halfway || (rem === halfway && (half & 1) === 1) ? half + 1 : half;
+    return sign | rounded;
+  }
+  const half = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  const rounded = rem > 0x1000 || (rem === 0x1000 && (half & 1) === 1) ? half + 1 : half;
+  return sign | rounded; // a carry into the exponent is the correct rounding (up to infinity)
+}
+
+export function f16BitsToF32(bits: number): number {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exp = (bits >>> 10) & 0x1f;
+  const mant = bits & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 0x1f) return mant !== 0 ? Number.NaN : sign * Number.POSITIVE_INFINITY;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+
+/** Round a number as storing it in `dtype` would (f32: Math.fround; i32: truncate toward zero). */
+export function roundToDType(value: number, dtype: 'f32' | 'f16' | 'bf16' | 'i32'): number {
+  switch (dtype) {
+    case 'f32':
+      return Math.fround(value);
+    case 'f16':
+      return f16BitsToF32(f32ToF16Bits(value));
+    case 'bf16':
+      return bf16BitsToF32(f32ToBf16Bits(value));
+    case 'i32':
+      return Math.trunc(value) | 0;
+  }
+}

@@ -1,0 +1,69 @@
+import type { Tensor } from './tensor.js';
+
+/**
+ * [Note: tensor lifetimes]
+ * JavaScript has no deterministic destructors, so device memory is released explicitly: by
+ * `tensor.free()`, or by `tidy(fn)`, which frees every tensor created inside `fn` except those it
+ * returns and those passed to `keep`. Autograd holds its own references to the storage it saved
+ * for backward, so tensors freed by a scope stay alive for backward exactly as long as needed.
+ * `tidy` is synchronous: an async function's tensors cannot be attributed to one scope.
+ */
+const scopes: Set<Tensor>[] = [];
+
+/** Marks tensor objects, so a scope's result is searched without walking into a tensor's backend. */
+export const tensorMarker = Symbol.for('webshard.tensor');
+
+export function registerInScope(tensor: Tensor): void {
+  scopes[scopes.length - 1]?.add(tensor);
+}
+
+/** Keep `tensor` alive past the enclosing `tidy` scopes. */
+export function keep<T extends Tensor>(tensor: T): T {
+  for (const scope of scopes) scope.delete(tensor);
+  return tensor;
+}
+
+// biome-ignore lint/suspicious/noConfusingVoidType: tidy(() => { ... }) returns void
+type Kept =
+  | Tensor
+  | readonly Kept[]
+  | { readonly [key: string]: Kept }
+  | void
+  | number
+  | string
+  | boolean
+  | null
+  | undefined;
+
+function collect(value: unknown, into: Set<Tensor>, seen = new Set<unknown>()): void {
+  if (value === null || typeof value !== 'object' || seen.has(value)) return;
+  seen.add(value);
+  if (tensorMarker in (value as object)) {
+    into.add(value as Tensor);
+    return;
+  }
+  if (Array.isArray(value)) {
+    for (const v of value) collect(v, into, seen);
+    return;
+  }
+  for (const v of Object.values(value as Record<string, unknown>)) collect(v, into, seen);
+}
+
+/** Run `fn`; free the tensors it created except those reachable from its result or kept. */
+export function tidy<T extends Kept>(fn: () => T): T {
+  const scope = new Set<Tensor>();
+  scopes.push(scope);
+  let result: T;
+  try {
+    result = fn();
+  } finally {
+    scopes.pop();
+  }
+  const survivors = new Set<Tensor>();
+  collect(result, survivors);
+  for (const tensor of scope) {
+    if (survivors.has(tensor)) registerInScope(tensor);
+    else tensor.free();
+  }
+  return result;
+}

@@ -1,0 +1,297 @@
+import type { Backend, KernelTensor, RawStorage } from './backend/backend.js';
+import { bytesPerElement, type DType, type HostArray } from './dtype.js';
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from './dtype-convert.js';
+import { ArgumentError, BackendError, DTypeError, FreedTensorError, ShapeError } from './errors.js';
+import { registerInScope, tensorMarker } from './scope.js';
+
+/**
+ * Reference-counted backend storage. Tensors and views that share it each hold one reference; the
+ * last release returns the memory to the backend's caching allocator.
+ */
+export class Storage {
+  private refs = 1;
+  constructor(
+    readonly backend: Backend,
+    readonly raw: RawStorage,
+  ) {}
+
+  static allocate(backend: Backend, byteSize: number): Storage {
+    return new Storage(backend, backend.allocate(Math.max(byteSize, 4)));
+  }
+
+  get refCount(): number {
+    return this.refs;
+  }
+
+  get isReleased(): boolean {
+    return this.refs === 0;
+  }
+
+  retain(): this {
+    if (this.refs === 0) throw new BackendError('storage', 'retain of released storage');
+    this.refs++;
+    return this;
+  }
+
+  release(): void {
+    if (this.refs === 0) return;
+    this.refs--;
+    if (this.refs === 0) this.backend.release(this.raw);
+  }
+}
+
+/** The minimal view of an autograd node a tensor holds; `src/autograd/` owns the real type. */
+export interface GradNodeLike {
+  readonly name: string;
+}
+
+export function shapeSize(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}
+
+export function checkShape(op: string, shape: readonly number[]): void {
+  for (const d of shape) {
+    if (!Number.isInteger(d) || d < 0) {
+      throw new ShapeError(op, [shape], `dimension ${d} is not a non-negative integer`);
+    }
+  }
+}
+
+let nextTensorId = 1;
+
+/**
+ * An n-dimensional array: contiguous row-major elements at `offset` in a `Storage`.
+ *
+ * [Note: tensor storage and views]
+ * A tensor does not own memory; it holds one reference to a `Storage`. `view` makes another tensor
+ * over the same storage at another offset, which is how FSDP's flat parameter hands out each
+ * parameter. `free()` drops the reference and marks the tensor freed: any later use throws
+ * `FreedTensorError` naming the tensor. `reallocate()` gives a freed (or live) tensor fresh storage
+ * of its size, and `setData(other)` points it at another tensor's storage (FSDP swapping a
+ * parameter between its full and sharded storage). Autograd reads a parameter's storage at the
+ * moment backward needs it, so swapping storage under a graph is allowed.
+ */
+export class Tensor {
+  readonly [tensorMarker] = true;
+  readonly id = nextTensorId++;
+  readonly shape: readonly number[];
+  readonly dtype: DType;
+  readonly size: number;
+  readonly backend: Backend;
+  /** A name for error messages (modules set their parameters' names). */
+  name: string | undefined;
+  /** Whether autograd tracks operations on this tensor. */
+  requiresGrad = false;
+  /** The accumulated gradient of a leaf tensor. */
+  grad: Tensor | null = null;
+  /** The node that produced this tensor, for non-leaf tensors under autograd. */
+  gradFn: GradNodeLike | null = null;
+
+  private storageRef: Storage | null;
+  private storageOffset: number;
+
+  constructor(storage: Storage, offset: number, shape: readonly number[], dtype: DType) {
+    this.backend = storage.backend;
+    this.storageRef = storage;
+    this.storageOffset = offset;
+    this.shape = Object.freeze([...shape]);
+    this.dtype = dtype;
+    this.size = shapeSize(shape);
+    const end = (offset + this.size) * bytesPerElement(dtype);
+    if (offset < 0 || end > storage.raw.byteSize) {
+      throw new ShapeError(
+        'tensor',
+        [shape],
+        `offset ${offset} and ${this.size} ${dtype} elements do not fit in storage of ${storage.raw.byteSize} bytes`,
+      );
+    }
+    registerInScope(this);
+  }
+
+  /** Uninitialized tensor of the given shape on `backend`. */
+  static empty(backend: Backend, shape: readonly number[], dtype: DType = 'f32'): Tensor {
+    checkShape('empty', shape);
+    const storage = Storage.allocate(backend, shapeSize(shape) * bytesPerElement(dtype));
+    return new Tensor(storage, 0, shape, dtype);
+  }
+
+  get rank(): number {
+    return this.shape.length;
+  }
+
+  get isFreed(): boolean {
+    return this.storageRef === null;
+  }
+
+  get isLeaf(): boolean {
+    return this.gradFn === null;
+  }
+
+  /** The storage; throws `FreedTensorError` (naming `op`) when freed. */
+  storage(op = 'storage'): Storage {
+    if (this.storageRef === null) throw new FreedTensorError(op, this.name);
+    return this.storageRef;
+  }
+
+  get offset(): number {
+    return this.storageOffset;
+  }
+
+  /** The operand a kernel receives. Throws `FreedTensorError` naming `op` if freed. */
+  kernel(op: string): KernelTensor {
+    return {
+      storage: this.storage(op).raw,
+      offset: this.storageOffset,
+      dtype: this.dtype,
+      shape: this.shape,
+    };
+  }
+
+  /** Drop this tensor's storage reference. Idempotent. */
+  free(): void {
+    this.storageRef?.release();
+    this.storageRef = null;
+  }
+
+  /** Give the tensor fresh, uninitialized storage of its own size (after `free()`, or to detach it). */
+  reallocate(): this {
+    this.storageRef?.release();
+    this.storageRef = Storage.allocate(this.backend, this.size * bytesPerElement(this.dtype));
+    this.storageOffset = 0;
+    return this;
+  }
+
+  /**
+   * Point this tensor at `source`'s storage (same shape and dtype), like PyTorch's
+   * `param.data = other`. The tensor keeps its identity, name, grad and hooks.
+   */
+  setData(source: Tensor): this {
+    if (source.dtype !== this.dtype) {
+      throw new DTypeError('setData', [this.dtype, source.dtype], 'dtype of the new data differs');
+    }
+    if (
+      source.size !== this.size ||
+      source.rank !== this.rank ||
+      source.shape.some((d, i) => d !== this.shape[i])
+    ) {
+      throw new ShapeError('setData', [this.shape, source.shape], 'shape of the new data differs');
+    }
+    if (source.backend !== this.backend) {
+      throw new BackendError(
+        'setData',
+        `new data is on ${source.backend.kind}, tensor on ${this.backend.kind}`,
+      );
+    }
+    const storage = source.storage('setData').retain();
+    this.storageRef?.release();
+    this.storageRef = storage;
+    this.storageOffset = source.offset;
+    return this;
+  }
+
+  /** A tensor of `shape` over this tensor's storage, starting `offset` elements into this tensor. */
+  view(shape: readonly number[], offset = 0): Tensor {
+    checkShape('view', shape);
+    const size = shapeSize(shape);
+    if (offset < 0 || offset + size > this.size) {
+      throw new ShapeError(
+        'view',
+        [this.shape, shape],
+        `a view of ${size} elements at offset ${offset} does not fit in ${this.size}`,
+      );
+    }
+    const storage = this.storage('view').retain();
+    try {
+      return new Tensor(storage, this.storageOffset + offset, shape, this.dtype);
+    } catch (error) {
+      storage.release();
+      throw error;
+    }
+  }
+
+  /** Another handle on the same storage and shape, without autograd history. */
+  detach(): Tensor {
+    return this.view(this.shape, 0);
+  }
+
+  /** Elements on the host. Floats decode to Float32Array (f16 and bf16 widened); i32 to Int32Array. */
+  async read(): Promise<Float32Array | Int32Array> {
+    const raw = await this.readRaw();
+    if (this.dtype === 'f16' || this.dtype === 'bf16') {
+      const decode = this.dtype === 'f16' ? f16BitsToF32 : bf16BitsToF32;
+      const out = new Float32Array(raw.length);
+      for (let i = 0; i < raw.length; i++) out[i] = decode(raw[i]!);
+      return out;
+    }
+    return raw as Float32Array | Int32Array;
+  }
+
+  /** Elements on the host in storage format (f16 and bf16 as raw bits in a Uint16Array). */
+  readRaw(): Promise<HostArray> {
+    return this.backend.read(this.kernel('read'));
+  }
+
+  /** The single element of a one-element tensor. */
+  async item(): Promise<number> {
+    if (this.size !== 1)
+      throw new ShapeError('item', [this.shape], 'item() needs exactly one element');
+    return (await this.read())[0]!;
+  }
+
+  /**
+   * Overwrite the elements from host data: numbers (converted to the dtype) or a host array in
+   * storage format (`HostArray`).
+   */
+  write(data: ArrayLike<number>): this {
+    if (data.length !== this.size) {
+      throw new ShapeError(
+        'write',
+        [this.shape, [data.length]],
+        `expected ${this.size} elements, got ${data.length}`,
+      );
+    }
+    this.backend.write(this.kernel('write'), toHostArray(data, this.dtype));
+    return this;
+  }
+
+  /** A copy on another backend (or this tensor itself when already there). */
+  async to(backend: Backend): Promise<Tensor> {
+    if (backend === this.backend) return this;
+    const raw = await this.readRaw();
+    const out = Tensor.empty(backend, this.shape, this.dtype);
+    backend.write(out.kernel('to'), raw);
+    return out;
+  }
+
+  toString(): string {
+    return `Tensor(${this.name ? `${this.name}, ` : ''}[${this.shape.join(', ')}], ${this.dtype}, ${this.backend.kind}${this.isFreed ? ', freed' : ''})`;
+  }
+}
+
+/** Numbers in a dtype's host storage format. Host arrays already of that format pass through. */
+export function toHostArray(data: ArrayLike<number>, dtype: DType): HostArray {
+  switch (dtype) {
+    case 'f32':
+      return data instanceof Float32Array ? data : Float32Array.from(data);
+    case 'i32': {
+      if (data instanceof Int32Array) return data;
+      const out = new Int32Array(data.length);
+      for (let i = 0; i < data.length; i++) {
+        const v = data[i]!;
+        if (!Number.isFinite(v))
+          throw new ArgumentError('write', `element ${i} (${v}) is not a finite integer for i32`);
+        out[i] = Math.trunc(v);
+      }
+      return out;
+    }
+    default: {
+      if (data instanceof Uint16Array) return data;
+      const encode = dtype === 'f16' ? f32ToF16Bits : f32ToBf16Bits;
+      const out = new Uint16Array(data.length);
+      for (let i = 0; i < data.length; i++) out[i] = encode(data[i]!);
+      return out;
+    }
+  }
+}

@@ -1,0 +1,97 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+
+/** One measured number, as `pnpm bench` records it in `bench-results/<package>.json`. */
+export interface BenchRow {
+  name: string;
+  metric: string;
+  value: number;
+  unit: string;
+  /** The peer measured in the same run, where there is one (tfjs-backend-webgpu, gloo, memcpy...). */
+  peer?: string;
+  peerValue?: number;
+}
+
+export interface TimingOptions {
+  /** Untimed runs first (pipeline compiles, buffer pools, JIT). */
+  warmup?: number;
+  /** Timed runs; the median is reported. */
+  iterations?: number;
+  /** Stop adding iterations once this many milliseconds were spent timing. */
+  maxMs?: number;
+}
+
+/** Median wall time of `fn` in milliseconds, after warm-up. */
+export async function timeMedian(fn: () => unknown, options: TimingOptions = {}): Promise<number> {
+  const { warmup = 2, iterations = 7, maxMs = 30_000 } = options;
+  for (let i = 0; i < warmup; i++) await fn();
+  const times: number[] = [];
+  const start = performance.now();
+  for (let i = 0; i < iterations; i++) {
+    const t0 = performance.now();
+    await fn();
+    times.push(performance.now() - t0);
+    if (performance.now() - start > maxMs && times.length >= 3) break;
+  }
+  return median(times);
+}
+
+export function median(values: number[]): number {
+  if (values.length === 0) throw new RangeError('median of no values');
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function findRepoRoot(from: string): string {
+  let dir = resolve(from);
+  for (;;) {
+    if (existsSync(join(dir, 'pnpm-workspace.yaml'))) return dir;
+    const parent = dirname(dir);
+    if (parent === dir) return resolve(from);
+    dir = parent;
+  }
+}
+
+function formatNumber(value: number | undefined): string {
+  if (value === undefined || Number.isNaN(value)) return '-';
+  if (Math.abs(value) >= 100) return value.toFixed(0);
+  if (Math.abs(value) >= 1) return value.toFixed(2);
+  return value.toPrecision(3);
+}
+
+/** A Markdown table of rows, with the ratio to the peer where one was measured. */
+export function formatTable(rows: BenchRow[]): string {
+  const lines = [
+    '| benchmark | metric | value | unit | peer | peer value | ratio |',
+    '| --- | --- | --- | --- | --- | --- | --- |',
+  ];
+  for (const row of rows) {
+    const ratio =
+      row.peerValue !== undefined && row.peerValue !== 0
+        ? `${(row.value / row.peerValue).toFixed(2)}x`
+        : '-';
+    lines.push(
+      `| ${row.name} | ${row.metric} | ${formatNumber(row.value)} | ${row.unit} | ${row.peer ?? '-'} | ${formatNumber(row.peerValue)} | ${ratio} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+/**
+ * Prints the table and writes `bench-results/<package>.json` at the repository root.
+ * `packageName` is the short name (`tensor-core`, `collectives`).
+ */
+export function writeBenchResults(
+  packageName: string,
+  rows: BenchRow[],
+  cwd = process.cwd(),
+): string {
+  const dir = join(findRepoRoot(cwd), 'bench-results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `${packageName}.json`);
+  writeFileSync(file, `${JSON.stringify(rows, null, 2)}\n`);
+  console.log(`\n${packageName}\n\n${formatTable(rows)}\n\nwritten to ${file}`);
+  return file;
+}
