@@ -65,9 +65,11 @@ export function f16BitsToF32(bits: number): number {
   return sign * (1 + mant / 1024) * 2 ** (exp - 15);
 }
 
-/** Round a number as storing it in `dtype` would (f32: Math.fround; i32: truncate toward zero). */
-export function roundToDType(value: number, dtype: 'f32' | 'f16' | 'bf16' | 'i32'): number {
+/** Round a number as storing it in `dtype` would (f32: Math.fround; i32: truncate toward zero; f64: as is). */
+export function roundToDType(value: number, dtype: 'f32' | 'f16' | 'bf16' | 'i32' | 'f64'): number {
   switch (dtype) {
+    case 'f64':
+      return value;
     case 'f32':
       return Math.fround(value);
     case 'f16':

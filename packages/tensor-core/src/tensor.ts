@@ -216,8 +216,8 @@ export class Tensor {
     return this.view(this.shape, 0);
   }
 
-  /** Elements on the host. Floats decode to Float32Array (f16 and bf16 widened); i32 to Int32Array. */
-  async read(): Promise<Float32Array | Int32Array> {
+  /** Elements on the host. f32, f16 and bf16 decode to Float32Array; i32 to Int32Array; f64 to Float64Array. */
+  async read(): Promise<Float32Array | Int32Array | Float64Array> {
     const raw = await this.readRaw();
     if (this.dtype === 'f16' || this.dtype === 'bf16') {
       const decode = this.dtype === 'f16' ? f16BitsToF32 : bf16BitsToF32;
@@ -225,7 +225,7 @@ export class Tensor {
       for (let i = 0; i < raw.length; i++) out[i] = decode(raw[i]!);
       return out;
     }
-    return raw as Float32Array | Int32Array;
+    return raw as Float32Array | Int32Array | Float64Array;
   }
 
   /** Elements on the host in storage format (f16 and bf16 as raw bits in a Uint16Array). */
@@ -275,6 +275,8 @@ export function toHostArray(data: ArrayLike<number>, dtype: DType): HostArray {
   switch (dtype) {
     case 'f32':
       return data instanceof Float32Array ? data : Float32Array.from(data);
+    case 'f64':
+      return data instanceof Float64Array ? data : Float64Array.from(data);
     case 'i32': {
       if (data instanceof Int32Array) return data;
       const out = new Int32Array(data.length);
