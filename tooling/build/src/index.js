@@ -1,18 +1,13 @@
-import type { Options } from 'tsup';
-
-/** Options a package may add to the shared build. */
-export interface PackageBuildOptions {
-  /** Entry points besides `src/index.ts` (for example `{ testing: 'src/testing/index.ts' }`). */
-  entry?: Record<string, string>;
-  /** Modules that stay external besides the package's dependencies. */
-  external?: string[];
-}
+// Plain JavaScript with a declaration file beside it: tsup loads its config with Node, which does
+// not run TypeScript from node_modules.
 
 /**
  * The one build every package uses: ESM and CJS with declarations, for Node 20 and browsers.
  * Dependencies are never bundled; tsup reads them from the package's package.json.
+ * @param {import('./index.js').PackageBuildOptions} [options]
+ * @returns {import('tsup').Options}
  */
-export function definePackageConfig(options: PackageBuildOptions = {}): Options {
+export function definePackageConfig(options = {}) {
   return {
     entry: { index: 'src/index.ts', ...options.entry },
     format: ['esm', 'cjs'],

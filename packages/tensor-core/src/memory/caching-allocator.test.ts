@@ -1,0 +1,92 @@
+import { describe, expect, it } from 'vitest';
+import { OutOfMemoryError, WebshardError } from '../errors.js';
+import { CachingAllocator, sizeClass } from './caching-allocator.js';
+
+function countingFactory() {
+  const live = new Set<ArrayBuffer>();
+  let created = 0;
+  return {
+    live,
+    get created() {
+      return created;
+    },
+    create(byteSize: number) {
+      created++;
+      const buffer = new ArrayBuffer(byteSize);
+      live.add(buffer);
+      return buffer;
+    },
+    destroy(buffer: ArrayBuffer) {
+      live.delete(buffer);
+    },
+  };
+}
+
+describe('sizeClass', () => {
+  it('rounds small sizes to powers of two from 256 B and large ones to 2 MiB', () => {
+    expect(sizeClass(0)).toBe(256);
+    expect(sizeClass(257)).toBe(512);
+    expect(sizeClass(1 << 20)).toBe(1 << 20);
+    expect(sizeClass((1 << 20) + 1)).toBe(2 << 20);
+    expect(sizeClass((5 << 20) + 3)).toBe(6 << 20);
+  });
+});
+
+describe('CachingAllocator', () => {
+  it('reuses released blocks of the same size class and accounts allocated, reserved and peak', () => {
+    const factory = countingFactory();
+    const allocator = new CachingAllocator(factory);
+    const a = allocator.allocate(1000);
+    const b = allocator.allocate(3000);
+    expect(allocator.stats()).toMatchObject({
+      allocated: 1024 + 4096,
+      reserved: 1024 + 4096,
+      allocations: 2,
+    });
+    allocator.release(a);
+    expect(allocator.stats()).toMatchObject({
+      allocated: 4096,
+      reserved: 5120,
+      peakAllocated: 5120,
+    });
+    const c = allocator.allocate(900);
+    expect(c.buffer).toBe(a.buffer);
+    expect(factory.created).toBe(2);
+    expect(allocator.stats().poolHits).toBe(1);
+    allocator.release(b);
+    allocator.release(c);
+    allocator.resetPeak();
+    expect(allocator.stats()).toMatchObject({ allocated: 0, peakAllocated: 0, reserved: 5120 });
+    allocator.emptyCache();
+    expect(allocator.stats().reserved).toBe(0);
+    expect(factory.live.size).toBe(0);
+  });
+
+  it('throws OutOfMemoryError past the emulated limit, after emptying the pool', () => {
+    const factory = countingFactory();
+    const allocator = new CachingAllocator(factory, 'cpu');
+    allocator.setLimit(8192);
+    const a = allocator.allocate(4096);
+    allocator.release(allocator.allocate(2048));
+    // 2 KiB pooled + 4 KiB live: a new 4 KiB block fits only once the pool is emptied.
+    const b = allocator.allocate(4096);
+    expect(allocator.stats()).toMatchObject({ allocated: 8192, reserved: 8192 });
+    let error: unknown;
+    try {
+      allocator.allocate(1);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutOfMemoryError);
+    expect(OutOfMemoryError.isInstance(error)).toBe(true);
+    expect(WebshardError.isInstance(error)).toBe(true);
+    expect(error).toMatchObject({ requested: 256, allocated: 8192, limit: 8192, code: 'E_OOM' });
+    expect((error as Error).message).toBe(
+      '[allocate] cpu out of memory: requested 256 bytes with 8192 allocated and a limit of 8192',
+    );
+    allocator.release(a);
+    allocator.release(b);
+    allocator.setLimit(undefined);
+    expect(() => allocator.allocate(1 << 24)).not.toThrow();
+  });
+});
