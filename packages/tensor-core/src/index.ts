@@ -34,6 +34,21 @@ export {
   StateError,
   WebshardError,
 } from './errors.js';
+export {
+  DEFAULT_CHUNK_BYTES,
+  decodeSafetensors,
+  encodeSafetensors,
+  loadSafetensors,
+  readSafetensorsHeader,
+  saveSafetensors,
+} from './io/safetensors.js';
+export type {
+  LoadSafetensorsOptions,
+  SafetensorsContents,
+  SaveSafetensorsOptions,
+} from './io/safetensors.js';
+export { SafetensorsError, safetensorsDType } from './io/safetensors-format.js';
+export type { SafetensorsEntry, SafetensorsHeader } from './io/safetensors-format.js';
 export { CachingAllocator, sizeClass } from './memory/caching-allocator.js';
 export type { Block, BufferFactory, MemoryStats } from './memory/caching-allocator.js';
 export { keep, tidy } from './scope.js';

@@ -1,0 +1,311 @@
+import type { FileHandle } from 'node:fs/promises';
+import type { Backend, KernelTensor } from '../backend/backend.js';
+import { bytesPerElement, type DType, type HostArray } from '../dtype.js';
+import { Tensor } from '../tensor.js';
+import {
+  buildHeader,
+  type HeaderInput,
+  parseHeader,
+  parseHeaderLength,
+  SafetensorsError,
+  type SafetensorsHeader,
+} from './safetensors-format.js';
+
+/**
+ * [Note: streaming safetensors]
+ *
+ * Files are read and written through a file handle in chunks of `chunkBytes` (4 MiB by default),
+ * through one reused host buffer, so a checkpoint larger than any single buffer (or than host
+ * memory) loads and saves. Loading writes each chunk straight into its slice of the tensor's
+ * storage (`backend.write` on a window of the tensor); saving reads each chunk from its slice
+ * (`backend.read` on a window), so no tensor is ever staged whole on the host. The header is
+ * validated completely before the first allocation; if anything fails afterwards (a read error,
+ * an out-of-memory), every tensor allocated so far is freed before the error propagates, so a load
+ * either returns every tensor or none. A save writes to a temporary file beside the target and
+ * renames it into place, so a failed save never leaves a half-written checkpoint at `path`.
+ *
+ * `node:fs/promises` is imported lazily, inside the file functions, so browser bundles that only
+ * use `encodeSafetensors` / `decodeSafetensors` never touch it. Host arrays are little-endian, as
+ * on every platform Node and browsers run on, which is the byte order the format specifies.
+ */
+
+/** Default chunk size for streamed reads and writes. */
+export const DEFAULT_CHUNK_BYTES = 4 << 20;
+
+const MEMORY = '<memory>';
+
+/** What a safetensors file holds: its tensors (in file order) and its metadata. */
+export interface SafetensorsContents {
+  tensors: Record<string, Tensor>;
+  metadata: Record<string, string>;
+}
+
+export interface LoadSafetensorsOptions {
+  /** The backend the tensors are allocated on. */
+  backend: Backend;
+  /** Bytes read per chunk (rounded down to a multiple of 8); 4 MiB by default. */
+  chunkBytes?: number;
+}
+
+export interface SaveSafetensorsOptions {
+  /** Bytes written per chunk (rounded down to a multiple of 8); 4 MiB by default. */
+  chunkBytes?: number;
+}
+
+function chunkSize(chunkBytes: number | undefined): number {
+  const size = Math.floor((chunkBytes ?? DEFAULT_CHUNK_BYTES) / 8) * 8;
+  return Math.max(size, 8);
+}
+
+function hostView(dtype: DType, buffer: ArrayBuffer, byteOffset: number, bytes: number): HostArray {
+  const length = bytes / bytesPerElement(dtype);
+  switch (dtype) {
+    case 'f32':
+      return new Float32Array(buffer, byteOffset, length);
+    case 'i32':
+      return new Int32Array(buffer, byteOffset, length);
+    case 'f64':
+      return new Float64Array(buffer, byteOffset, length);
+    default:
+      return new Uint16Array(buffer, byteOffset, length);
+  }
+}
+
+/** The kernel operand for elements [start, start + count) of a tensor. */
+function window(tensor: Tensor, op: string, start: number, count: number): KernelTensor {
+  const whole = tensor.kernel(op);
+  return { ...whole, offset: whole.offset + start, shape: [count] };
+}
+
+function freeAll(tensors: Record<string, Tensor>): void {
+  for (const tensor of Object.values(tensors)) tensor.free();
+}
+
+async function openFile(
+  path: string,
+  flags: 'r' | 'w',
+  op: string,
+): Promise<{ handle: FileHandle; fs: typeof import('node:fs/promises') }> {
+  const fs = await import('node:fs/promises');
+  try {
+    return { handle: await fs.open(path, flags), fs };
+  } catch (error) {
+    throw new SafetensorsError(op, path, `cannot open: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+}
+
+/** Read exactly `length` bytes at `position` into `target`, or throw `SafetensorsError`. */
+async function readExactly(
+  handle: FileHandle,
+  target: Uint8Array,
+  length: number,
+  position: number,
+  op: string,
+  file: string,
+): Promise<void> {
+  let done = 0;
+  while (done < length) {
+    const { bytesRead } = await handle.read(target, done, length - done, position + done);
+    if (bytesRead === 0) {
+      throw new SafetensorsError(
+        op,
+        file,
+        `truncated: expected ${length} bytes at offset ${position}, the file ended after ${done}`,
+      );
+    }
+    done += bytesRead;
+  }
+}
+
+async function readHeaderFrom(
+  handle: FileHandle,
+  op: string,
+  file: string,
+): Promise<SafetensorsHeader> {
+  const { size } = await handle.stat();
+  const prefix = new Uint8Array(8);
+  if (size >= 8) await readExactly(handle, prefix, 8, 0, op, file);
+  const headerLength = parseHeaderLength(prefix, size, op, file);
+  const headerBytes = new Uint8Array(headerLength);
+  await readExactly(handle, headerBytes, headerLength, 8, op, file);
+  return parseHeader(headerBytes, size, op, file);
+}
+
+/**
+ * The validated header of a safetensors file (names, dtypes, shapes, offsets, metadata), without
+ * reading any tensor data. Throws `SafetensorsError` for a malformed file.
+ */
+export async function readSafetensorsHeader(path: string): Promise<SafetensorsHeader> {
+  const op = 'readSafetensorsHeader';
+  const { handle } = await openFile(path, 'r', op);
+  try {
+    return await readHeaderFrom(handle, op, path);
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Load every tensor of a safetensors file onto `backend`, streaming each one into its storage in
+ * chunks. Tensors keep the file's dtype and get their names as `tensor.name`. Throws
+ * `SafetensorsError` for a malformed file, having allocated nothing (see [Note: streaming
+ * safetensors]).
+ */
+export async function loadSafetensors(
+  path: string,
+  options: LoadSafetensorsOptions,
+): Promise<SafetensorsContents> {
+  const op = 'loadSafetensors';
+  const { backend } = options;
+  const chunk = chunkSize(options.chunkBytes);
+  const { handle } = await openFile(path, 'r', op);
+  const tensors: Record<string, Tensor> = {};
+  try {
+    const header = await readHeaderFrom(handle, op, path);
+    const buffer = new ArrayBuffer(Math.min(chunk, Math.max(header.dataBytes, 8)));
+    const bytes = new Uint8Array(buffer);
+    for (const [name, entry] of header.tensors) {
+      const tensor = Tensor.empty(backend, entry.shape, entry.dtype);
+      tensor.name = name;
+      tensors[name] = tensor;
+      const elementBytes = bytesPerElement(entry.dtype);
+      for (let at = entry.begin; at < entry.end; at += buffer.byteLength) {
+        const length = Math.min(buffer.byteLength, entry.end - at);
+        await readExactly(handle, bytes, length, header.dataStart + at, op, path);
+        const start = (at - entry.begin) / elementBytes;
+        backend.write(
+          window(tensor, op, start, length / elementBytes),
+          hostView(entry.dtype, buffer, 0, length),
+        );
+      }
+    }
+    return { tensors, metadata: { ...header.metadata } };
+  } catch (error) {
+    freeAll(tensors);
+    throw error;
+  } finally {
+    await handle.close();
+  }
+}
+
+function headerInputs(tensors: Record<string, Tensor>, op: string): HeaderInput[] {
+  return Object.entries(tensors).map(([name, tensor]) => {
+    tensor.kernel(op);
+    return { name, dtype: tensor.dtype, shape: tensor.shape };
+  });
+}
+
+/**
+ * Save tensors (any backends, any dtypes) and optional string metadata as a safetensors file,
+ * streaming each tensor from its storage in chunks. The file appears at `path` only once complete.
+ */
+export async function saveSafetensors(
+  path: string,
+  tensors: Record<string, Tensor>,
+  metadata?: Record<string, string>,
+  options: SaveSafetensorsOptions = {},
+): Promise<void> {
+  const op = 'saveSafetensors';
+  const chunk = chunkSize(options.chunkBytes);
+  const header = buildHeader(headerInputs(tensors, op), metadata, op, path);
+  const temporary = `${path}.${Date.now().toString(36)}${Math.random().toString(36).slice(2)}.partial`;
+  const { handle, fs } = await openFile(temporary, 'w', op);
+  let closed = false;
+  try {
+    await handle.write(header.bytes, 0, header.bytes.byteLength, 0);
+    let position = header.bytes.byteLength;
+    for (const entry of header.layout) {
+      const tensor = tensors[entry.name]!;
+      const elementBytes = bytesPerElement(entry.dtype);
+      const perChunk = chunk / elementBytes;
+      for (let start = 0; start < tensor.size; start += perChunk) {
+        const count = Math.min(perChunk, tensor.size - start);
+        const host = await tensor.backend.read(window(tensor, op, start, count));
+        const data = new Uint8Array(host.buffer, host.byteOffset, count * elementBytes);
+        let written = 0;
+        while (written < data.byteLength) {
+          const { bytesWritten } = await handle.write(
+            data,
+            written,
+            data.byteLength - written,
+            position + written,
+          );
+          written += bytesWritten;
+        }
+        position += data.byteLength;
+      }
+    }
+    await handle.close();
+    closed = true;
+    await fs.rename(temporary, path);
+  } catch (error) {
+    if (!closed) await handle.close();
+    await fs.rm(temporary, { force: true });
+    if (error instanceof SafetensorsError) throw error;
+    if (error instanceof Error && 'code' in error && typeof error.code === 'string') {
+      throw new SafetensorsError(op, path, `cannot write: ${error.message}`, { cause: error });
+    }
+    throw error;
+  }
+}
+
+/**
+ * Encode tensors and optional metadata as safetensors bytes, in memory (for browsers, or small
+ * files). The same layout as `saveSafetensors`.
+ */
+export async function encodeSafetensors(
+  tensors: Record<string, Tensor>,
+  metadata?: Record<string, string>,
+): Promise<Uint8Array> {
+  const op = 'encodeSafetensors';
+  const header = buildHeader(headerInputs(tensors, op), metadata, op, MEMORY);
+  const out = new Uint8Array(header.bytes.byteLength + header.dataBytes);
+  out.set(header.bytes, 0);
+  for (const entry of header.layout) {
+    const host = await tensors[entry.name]!.readRaw();
+    out.set(
+      new Uint8Array(host.buffer, host.byteOffset, host.byteLength),
+      header.bytes.byteLength + entry.begin,
+    );
+  }
+  return out;
+}
+
+/**
+ * Decode safetensors bytes onto `backend`. Validates the whole header first; throws
+ * `SafetensorsError` for malformed bytes, having allocated nothing.
+ */
+export function decodeSafetensors(
+  bytes: Uint8Array,
+  options: { backend: Backend },
+): SafetensorsContents {
+  const op = 'decodeSafetensors';
+  const headerLength = parseHeaderLength(bytes, bytes.byteLength, op, MEMORY);
+  const header = parseHeader(bytes.subarray(8, 8 + headerLength), bytes.byteLength, op, MEMORY);
+  const tensors: Record<string, Tensor> = {};
+  try {
+    for (const [name, entry] of header.tensors) {
+      const tensor = Tensor.empty(options.backend, entry.shape, entry.dtype);
+      tensor.name = name;
+      tensors[name] = tensor;
+      if (tensor.size === 0) continue;
+      const at = bytes.byteOffset + header.dataStart + entry.begin;
+      const length = entry.end - entry.begin;
+      // Typed arrays need aligned views, and WebGPU cannot upload from a SharedArrayBuffer: copy
+      // the bytes in either case, view them in place otherwise.
+      const inPlace =
+        bytes.buffer instanceof ArrayBuffer && at % bytesPerElement(entry.dtype) === 0;
+      const start = at - bytes.byteOffset;
+      const host = inPlace
+        ? hostView(entry.dtype, bytes.buffer, at, length)
+        : hostView(entry.dtype, bytes.slice(start, start + length).buffer, 0, length);
+      options.backend.write(tensor.kernel(op), host);
+    }
+  } catch (error) {
+    freeAll(tensors);
+    throw error;
+  }
+  return { tensors, metadata: { ...header.metadata } };
+}
