@@ -1,0 +1,37 @@
+#!/usr/bin/env node
+import { WebshardError } from '@webshard/tensor-core';
+import { launch } from '../launcher/launcher.js';
+import { parseArgs, USAGE } from './parse-args.js';
+
+/** `webshard-run`: torchrun for webshard. See `USAGE`. */
+async function main(argv: readonly string[]): Promise<number> {
+  let options: ReturnType<typeof parseArgs>;
+  try {
+    options = parseArgs(argv);
+  } catch (error) {
+    if (!WebshardError.isInstance(error)) throw error;
+    process.stderr.write(`${(error as Error).message}\n\n${USAGE}\n`);
+    return 2;
+  }
+  if (options === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  const result = await launch(options);
+  if (result.failedRank !== undefined) {
+    process.stderr.write(
+      `[webshard-run] rank ${result.failedRank} failed with exit code ${result.exitCode}; stopped the other ranks\n`,
+    );
+  }
+  return result.exitCode;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(`[webshard-run] ${(error as Error).stack ?? String(error)}\n`);
+    process.exitCode = 1;
+  },
+);

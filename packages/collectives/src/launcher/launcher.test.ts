@@ -1,0 +1,189 @@
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { ArgumentError } from '@webshard/tensor-core';
+import { describe, expect, it } from 'vitest';
+import { parseArgs } from '../cli/parse-args.js';
+import { LinePrefixer, launch } from './launcher.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const fixture = (name: string) => join(here, '__fixtures__', name);
+
+function capture() {
+  const stream = new PassThrough();
+  let text = '';
+  stream.on('data', (chunk: Buffer) => {
+    text += chunk.toString();
+  });
+  return { stream, text: () => text };
+}
+
+describe('launch', () => {
+  it('starts the ranks with torchrun variables and prefixes every line', async () => {
+    const out = capture();
+    const err = capture();
+    const result = await launch({
+      nprocPerNode: 3,
+      script: fixture('print-env.mjs'),
+      args: ['a', 'b'],
+      stdout: out.stream,
+      stderr: err.stream,
+      forwardSignals: false,
+    });
+    expect(result).toEqual({ exitCode: 0, rankExitCodes: [0, 0, 0] });
+    const lines = out.text().trim().split('\n').sort();
+    expect(lines).toEqual([
+      '[rank 0] env 0 0 3 127.0.0.1 true 48 a,b',
+      '[rank 0] second line',
+      '[rank 1] env 1 1 3 127.0.0.1 true 48 a,b',
+      '[rank 1] second line',
+      '[rank 2] env 2 2 3 127.0.0.1 true 48 a,b',
+      '[rank 2] second line',
+    ]);
+    expect(err.text().trim().split('\n').sort()).toEqual([
+      '[rank 0] err 0',
+      '[rank 1] err 1',
+      '[rank 2] err 2',
+    ]);
+  });
+
+  it('numbers ranks by node on a multi-node launch', async () => {
+    const out = capture();
+    const result = await launch({
+      nprocPerNode: 2,
+      nnodes: 3,
+      nodeRank: 2,
+      masterPort: 1234,
+      token: 'shared',
+      script: fixture('print-env.mjs'),
+      stdout: out.stream,
+      stderr: new PassThrough(),
+      forwardSignals: false,
+    });
+    expect(result.exitCode).toBe(0);
+    const envLines = out
+      .text()
+      .split('\n')
+      .filter((line) => line.includes(' env '));
+    expect(envLines.sort()).toEqual([
+      '[rank 4] env 4 0 6 127.0.0.1 true 6 ',
+      '[rank 5] env 5 1 6 127.0.0.1 true 6 ',
+    ]);
+  });
+
+  it('exits with the failed rank code and stops the other ranks', async () => {
+    const result = await launch({
+      nprocPerNode: 3,
+      script: fixture('rank1-exits-3.mjs'),
+      stdout: new PassThrough(),
+      stderr: new PassThrough(),
+      forwardSignals: false,
+    });
+    expect(result).toEqual({ exitCode: 3, failedRank: 1, rankExitCodes: [143, 3, 143] });
+  });
+
+  it('escalates to SIGKILL for a rank that ignores SIGTERM', async () => {
+    const out = capture();
+    const result = await launch({
+      nprocPerNode: 2,
+      script: fixture('ignore-sigterm.mjs'),
+      graceMs: 200,
+      stdout: out.stream,
+      stderr: new PassThrough(),
+      forwardSignals: false,
+    });
+    expect(result).toEqual({ exitCode: 5, failedRank: 1, rankExitCodes: [137, 5] });
+    expect(out.text()).toContain('[rank 0] ignoring SIGTERM');
+  });
+
+  it('refuses several nodes without a shared token', async () => {
+    const saved = process.env.WEBSHARD_TOKEN;
+    delete process.env.WEBSHARD_TOKEN;
+    try {
+      await expect(launch({ nprocPerNode: 1, nnodes: 2, script: 'x.mjs' })).rejects.toThrow(
+        new ArgumentError(
+          'webshard-run',
+          'several nodes need a shared join token: pass --token or set WEBSHARD_TOKEN on every node',
+        ),
+      );
+    } finally {
+      if (saved !== undefined) process.env.WEBSHARD_TOKEN = saved;
+    }
+  });
+});
+
+describe('webshard-run', () => {
+  it('forwards SIGTERM to the ranks and exits 143', async () => {
+    const cli = join(here, '..', 'cli', 'webshard-run.ts');
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', cli, '--nproc-per-node', '2', fixture('wait-for-signal.mjs')],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let text = '';
+    const ready = new Promise<void>((resolve) => {
+      child.stdout.on('data', (chunk: Buffer) => {
+        text += chunk.toString();
+        if (text.includes('[rank 0] ready') && text.includes('[rank 1] ready')) resolve();
+      });
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+    await ready;
+    child.kill('SIGTERM');
+    expect(await exited).toBe(143);
+    expect(text).toContain('[rank 0] got SIGTERM');
+    expect(text).toContain('[rank 1] got SIGTERM');
+  });
+});
+
+describe('parseArgs', () => {
+  it('reads both spellings and leaves the script its arguments', () => {
+    expect(
+      parseArgs([
+        '--nproc_per_node=4',
+        '--nnodes',
+        '2',
+        '--node-rank=1',
+        '--master-addr',
+        '10.0.0.1',
+        '--master_port',
+        '7000',
+        'train.ts',
+        '--lr',
+        '3',
+      ]),
+    ).toEqual({
+      nprocPerNode: 4,
+      nnodes: 2,
+      nodeRank: 1,
+      masterAddr: '10.0.0.1',
+      masterPort: 7000,
+      script: 'train.ts',
+      args: ['--lr', '3'],
+    });
+    expect(parseArgs(['--help'])).toBe('help');
+  });
+
+  it('rejects bad input with the option named', () => {
+    expect(() => parseArgs(['script.mjs'])).toThrow('[webshard-run] --nproc-per-node is required');
+    expect(() => parseArgs(['--nproc-per-node', 'x', 's.mjs'])).toThrow(
+      "[webshard-run] --nproc-per-node needs an integer, got 'x'",
+    );
+    expect(() => parseArgs(['--bogus', '1', 's.mjs'])).toThrow(
+      '[webshard-run] unknown option --bogus',
+    );
+    expect(() => parseArgs(['--nproc-per-node', '2'])).toThrow('[webshard-run] no script given');
+  });
+});
+
+describe('LinePrefixer', () => {
+  it('holds partial lines until their newline', () => {
+    const out = capture();
+    const prefixer = new LinePrefixer('[rank 7] ', out.stream);
+    prefixer.write('ab');
+    prefixer.write('c\nd\ne');
+    prefixer.flush();
+    expect(out.text()).toBe('[rank 7] abc\n[rank 7] d\n[rank 7] e\n');
+  });
+});

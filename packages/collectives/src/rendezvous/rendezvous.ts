@@ -1,0 +1,70 @@
+import { type RendezvousOptions, resolveRendezvousOptions, storeBindAddress } from './env.js';
+import { StoreClient, type WebSocketConstructor } from './store-client.js';
+import type { StoreServer } from './store-server.js';
+
+/** A joined rendezvous: the store client, and on rank 0 the server it hosts. */
+export interface Rendezvous {
+  readonly options: RendezvousOptions;
+  readonly store: StoreClient;
+  /** Leaves the store; rank 0 then waits briefly for the others to leave and stops the server. */
+  close(): Promise<void>;
+}
+
+/**
+ * Joins the rendezvous: rank 0 starts the store server (Node only, loaded lazily), then every
+ * rank connects to it with the token. Options not given come from torchrun's environment.
+ */
+export async function rendezvous(
+  partial: Partial<RendezvousOptions> & { WebSocket?: WebSocketConstructor } = {},
+): Promise<Rendezvous> {
+  const options = resolveRendezvousOptions(partial);
+  let server: StoreServer | undefined;
+  let port = options.masterPort;
+  if (options.rank === 0) {
+    const { StoreServer: Server } = await import('./store-server.js');
+    const tls = options.tls;
+    server = new Server({
+      port: options.masterPort,
+      host: storeBindAddress(options),
+      token: options.token,
+      worldSize: options.worldSize,
+      ...(tls?.cert !== undefined && tls.key !== undefined
+        ? { tls: { cert: tls.cert, key: tls.key } }
+        : {}),
+    });
+    port = await server.listen();
+  }
+  const scheme = options.tls === undefined ? 'ws' : 'wss';
+  const host = options.rank === 0 ? storeBindAddress(options) : options.masterAddr;
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+  let store: StoreClient;
+  try {
+    store = await StoreClient.connect({
+      url: `${scheme}://${urlHost}:${port}`,
+      token: options.token,
+      rank: options.rank,
+      worldSize: options.worldSize,
+      timeoutMs: options.timeoutMs,
+      ...(options.tls?.ca !== undefined ? { ca: options.tls.ca } : {}),
+      ...(partial.WebSocket !== undefined ? { WebSocket: partial.WebSocket } : {}),
+    });
+  } catch (error) {
+    await server?.close();
+    throw error;
+  }
+  const resolved: RendezvousOptions = { ...options, masterPort: port };
+  return {
+    options: resolved,
+    store,
+    async close() {
+      if (server !== undefined) {
+        const deadline = Date.now() + 2000;
+        while (server.joinedRanks().length > 1 && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      }
+      await store.close();
+      await server?.close();
+    },
+  };
+}

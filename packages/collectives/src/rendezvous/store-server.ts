@@ -1,0 +1,278 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { ArgumentError } from '@webshard/tensor-core';
+import { type WebSocket, WebSocketServer } from 'ws';
+import {
+  CLOSE_PROTOCOL,
+  CLOSE_REFUSED,
+  MAX_MESSAGE_BYTES,
+  parseRequest,
+  type StoreRequest,
+  type StoreResponse,
+} from './protocol.js';
+
+/** TLS material for `wss://`: PEM strings or buffers. */
+export interface TlsOptions {
+  cert: string | Buffer;
+  key: string | Buffer;
+}
+
+/** Options of the rendezvous store server that rank 0 hosts. */
+export interface StoreServerOptions {
+  /** Port to listen on; 0 picks a free one (read it back from `listen()`). */
+  port: number;
+  /** Address to bind; `127.0.0.1` unless told otherwise. */
+  host?: string;
+  /** The join token every client must present. Required when `host` is not a loopback address. */
+  token?: string;
+  /** Number of ranks allowed to join; hello messages with another world size are refused. */
+  worldSize: number;
+  /** Serve `wss://` with this certificate and key. */
+  tls?: TlsOptions;
+  /** A client that does not send a valid hello within this time is dropped (default 10 s). */
+  helloTimeoutMs?: number;
+}
+
+type ConnectionState =
+  | { kind: 'awaitingHello'; timer: ReturnType<typeof setTimeout> }
+  | { kind: 'joined'; rank: number }
+  | { kind: 'closed' };
+
+interface Waiter {
+  keys: string[];
+  finish: (missing: string[] | undefined) => void;
+}
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+function digest(text: string): Buffer {
+  return createHash('sha256').update(text, 'utf8').digest();
+}
+
+/**
+ * The rendezvous key-value store, hosted by rank 0 over WebSocket (`ws://` or `wss://`).
+ * Node only. See [Note: the rendezvous protocol] for the wire format.
+ */
+export class StoreServer {
+  private readonly options: StoreServerOptions;
+  private readonly tokenDigest: Buffer;
+  private readonly data = new Map<string, string>();
+  private readonly waiters = new Set<Waiter>();
+  private readonly joined = new Map<number, WebSocket>();
+  private http: HttpServer | undefined;
+  private wss: WebSocketServer | undefined;
+
+  constructor(options: StoreServerOptions) {
+    const host = options.host ?? '127.0.0.1';
+    if (!LOOPBACK.has(host) && !options.token) {
+      throw new ArgumentError(
+        'rendezvous',
+        `binding to ${host} needs a join token (option token or WEBSHARD_TOKEN)`,
+      );
+    }
+    if (!Number.isSafeInteger(options.worldSize) || options.worldSize < 1) {
+      throw new ArgumentError(
+        'rendezvous',
+        `worldSize must be a positive integer, got ${options.worldSize}`,
+      );
+    }
+    this.options = { ...options, host };
+    this.tokenDigest = digest(options.token ?? '');
+  }
+
+  /** Starts listening; resolves with the bound port. */
+  async listen(): Promise<number> {
+    const http = this.options.tls
+      ? createHttpsServer({ cert: this.options.tls.cert, key: this.options.tls.key })
+      : createHttpServer();
+    this.http = http;
+    const wss = new WebSocketServer({ server: http, maxPayload: MAX_MESSAGE_BYTES });
+    this.wss = wss;
+    wss.on('connection', (socket) => this.accept(socket));
+    wss.on('error', () => {});
+    await new Promise<void>((resolve, reject) => {
+      http.once('error', reject);
+      http.listen(this.options.port, this.options.host, () => {
+        http.off('error', reject);
+        resolve();
+      });
+    });
+    http.on('error', () => {});
+    return (http.address() as AddressInfo).port;
+  }
+
+  /** Ranks whose connection is open now. */
+  joinedRanks(): number[] {
+    return [...this.joined.keys()].sort((a, b) => a - b);
+  }
+
+  /** Closes every connection and stops listening. Pending waits fail on the clients. */
+  async close(): Promise<void> {
+    for (const waiter of this.waiters) waiter.finish(waiter.keys);
+    this.waiters.clear();
+    for (const client of this.wss?.clients ?? []) client.terminate();
+    await new Promise<void>((resolve) => (this.wss ? this.wss.close(() => resolve()) : resolve()));
+    await new Promise<void>((resolve) =>
+      this.http ? this.http.close(() => resolve()) : resolve(),
+    );
+    this.http?.closeAllConnections?.();
+  }
+
+  private accept(socket: WebSocket): void {
+    let state: ConnectionState = {
+      kind: 'awaitingHello',
+      timer: setTimeout(
+        () => socket.close(CLOSE_REFUSED, 'no hello'),
+        this.options.helloTimeoutMs ?? 10_000,
+      ),
+    };
+    const send = (message: StoreResponse): void => {
+      if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(message));
+    };
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      if (state.kind === 'awaitingHello') clearTimeout(state.timer);
+      if (state.kind === 'joined' && this.joined.get(state.rank) === socket) {
+        this.joined.delete(state.rank);
+        const lost: StoreResponse = { event: 'rankLost', rank: state.rank };
+        for (const other of this.joined.values()) other.send(JSON.stringify(lost));
+      }
+      state = { kind: 'closed' };
+    });
+    socket.on('message', (data, isBinary) => {
+      if (state.kind === 'closed') return;
+      const request = isBinary ? 'binary message' : parseRequest(data.toString());
+      if (typeof request === 'string') {
+        const id = state.kind === 'joined' ? -1 : 0;
+        send({ id, ok: false, error: { code: 'E_PROTOCOL', message: request } });
+        socket.close(state.kind === 'joined' ? CLOSE_PROTOCOL : CLOSE_REFUSED, request);
+        return;
+      }
+      if (state.kind === 'awaitingHello') {
+        clearTimeout(state.timer);
+        const refusal = this.checkHello(request);
+        if (refusal !== undefined) {
+          send({ id: request.id, ok: false, error: { code: 'E_AUTH', message: refusal } });
+          state = { kind: 'closed' };
+          socket.close(CLOSE_REFUSED, 'refused');
+          return;
+        }
+        const rank = (request as { rank: number }).rank;
+        state = { kind: 'joined', rank };
+        this.joined.set(rank, socket);
+        send({ id: request.id, ok: true, value: null });
+        return;
+      }
+      if (request.op === 'bye') {
+        this.joined.delete(state.rank);
+        state = { kind: 'closed' };
+        send({ id: request.id, ok: true, value: null });
+        socket.close(1000, 'bye');
+        return;
+      }
+      this.handle(request, send);
+    });
+  }
+
+  private checkHello(request: StoreRequest): string | undefined {
+    if (request.op !== 'hello') return 'the first message must be hello';
+    const given = digest(request.token);
+    if (!timingSafeEqual(given, this.tokenDigest)) return 'wrong token';
+    if (request.worldSize !== this.options.worldSize) {
+      return `world size ${request.worldSize} does not match the store's ${this.options.worldSize}`;
+    }
+    if (request.rank < 0 || request.rank >= this.options.worldSize) {
+      return `rank ${request.rank} is outside [0, ${this.options.worldSize})`;
+    }
+    if (this.joined.has(request.rank)) return `rank ${request.rank} has already joined`;
+    return undefined;
+  }
+
+  private handle(request: StoreRequest, send: (message: StoreResponse) => void): void {
+    const { id } = request;
+    switch (request.op) {
+      case 'set':
+        this.data.set(request.key, request.value);
+        this.wake();
+        send({ id, ok: true, value: null });
+        return;
+      case 'add': {
+        const current = Number(this.data.get(request.key) ?? '0');
+        const next = (Number.isFinite(current) ? current : 0) + request.delta;
+        this.data.set(request.key, String(next));
+        this.wake();
+        send({ id, ok: true, value: next });
+        return;
+      }
+      case 'compareSet': {
+        const current = this.data.get(request.key);
+        if ((current === undefined && request.expected === '') || current === request.expected) {
+          this.data.set(request.key, request.desired);
+          this.wake();
+          send({ id, ok: true, value: request.desired });
+        } else {
+          send({ id, ok: true, value: current ?? null });
+        }
+        return;
+      }
+      case 'delete':
+        send({ id, ok: true, value: this.data.delete(request.key) });
+        return;
+      case 'check':
+        send({ id, ok: true, value: request.keys.every((key) => this.data.has(key)) });
+        return;
+      case 'get':
+      case 'wait': {
+        const keys = request.op === 'get' ? [request.key] : request.keys;
+        this.await(keys, request.timeoutMs, (missing) => {
+          if (missing === undefined) {
+            const value = request.op === 'get' ? (this.data.get(request.key) ?? null) : null;
+            send({ id, ok: true, value });
+          } else {
+            send({
+              id,
+              ok: false,
+              error: { code: 'E_TIMEOUT', message: 'timed out', missingKeys: missing },
+            });
+          }
+        });
+        return;
+      }
+      case 'hello':
+        send({ id, ok: false, error: { code: 'E_PROTOCOL', message: 'already joined' } });
+        return;
+      case 'bye':
+        return;
+    }
+  }
+
+  private await(keys: string[], timeoutMs: number, done: (missing?: string[]) => void): void {
+    if (keys.every((key) => this.data.has(key))) {
+      done(undefined);
+      return;
+    }
+    const timer = setTimeout(() => {
+      this.waiters.delete(waiter);
+      done(keys.filter((key) => !this.data.has(key)));
+    }, timeoutMs);
+    const waiter: Waiter = {
+      keys,
+      finish: (missing) => {
+        clearTimeout(timer);
+        done(missing);
+      },
+    };
+    this.waiters.add(waiter);
+  }
+
+  private wake(): void {
+    for (const waiter of this.waiters) {
+      if (waiter.keys.every((key) => this.data.has(key))) {
+        this.waiters.delete(waiter);
+        waiter.finish(undefined);
+      }
+    }
+  }
+}
