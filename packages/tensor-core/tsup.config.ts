@@ -1,4 +1,6 @@
 import { definePackageConfig } from '@webshard/build';
 import { defineConfig } from 'tsup';
 
-export default defineConfig(definePackageConfig());
+export default defineConfig(
+  definePackageConfig({ entry: { testing: 'src/testing/index.ts' }, external: ['vitest'] }),
+);

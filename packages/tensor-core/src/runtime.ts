@@ -1,0 +1,35 @@
+import type { Backend } from './backend/backend.js';
+import { CpuBackend, type CpuBackendOptions } from './backend/cpu/cpu-backend.js';
+import { ArgumentError, BackendError } from './errors.js';
+
+/** A new CPU backend. Backends are created explicitly; importing webshard creates none. */
+export function createCpuBackend(options: CpuBackendOptions = {}): CpuBackend {
+  if (
+    options.memoryLimit !== undefined &&
+    !(Number.isFinite(options.memoryLimit) && options.memoryLimit >= 0)
+  ) {
+    throw new ArgumentError(
+      'createCpuBackend',
+      `memoryLimit ${options.memoryLimit} is not a non-negative number of bytes`,
+    );
+  }
+  return new CpuBackend(options);
+}
+
+let defaultBackend: Backend | undefined;
+
+/** The backend ops use when none is given (`tensor(data)`, `zeros(shape)`). */
+export function setDefaultBackend(backend: Backend | undefined): void {
+  defaultBackend = backend;
+}
+
+/** The default backend; throws `BackendError` when `setDefaultBackend` was never called. */
+export function getDefaultBackend(): Backend {
+  if (defaultBackend === undefined) {
+    throw new BackendError(
+      'getDefaultBackend',
+      'no default backend is set: call setDefaultBackend(createCpuBackend()) (or a WebGPU backend) first, or pass { backend } to the op',
+    );
+  }
+  return defaultBackend;
+}

@@ -1,0 +1,6 @@
+export { backendFactories } from './backends.js';
+export type { BackendFactory } from './backends.js';
+export { describeBackends } from './describe-backends.js';
+export type { BackendContext } from './describe-backends.js';
+export { ClosenessError, expectClose, toleranceFor } from './tolerance.js';
+export type { Tolerance } from './tolerance.js';
