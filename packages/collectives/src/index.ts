@@ -1,1 +1,26 @@
-export {};
+export type { AbortReason, CollectiveErrorFields, Fingerprint } from './errors.js';
+export {
+  CollectiveError,
+  CollectiveMismatchError,
+  CollectiveTimeoutError,
+  errorFromAbortReason,
+  GroupAbortedError,
+  PeerLostError,
+  TransportAbortedError,
+} from './errors.js';
+export type { ReduceOp } from './kernels/reduce.js';
+export { REDUCE_OPS } from './kernels/reduce.js';
+export type { CollectiveData, CommDType, HostData } from './operand.js';
+export type { GroupState, OpOptions, ProcessGroupOptions, ReduceOptions } from './process-group.js';
+export { ProcessGroup, Work } from './process-group.js';
+export type { ShardRange } from './shard.js';
+export { shardRange } from './shard.js';
+export type { Transport } from './transport.js';
+export { AbortState } from './transport.js';
+export { Mailbox } from './transports/mailbox.js';
+export {
+  createLocalGroups,
+  createLocalTransports,
+  LocalHub,
+  LocalTransport,
+} from './transports/local/local-transport.js';

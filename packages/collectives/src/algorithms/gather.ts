@@ -1,0 +1,95 @@
+import { type Comm, mod, segments } from './comm.js';
+
+/**
+ * All-gather of byte chunks in place: on entry `buffer` holds this rank's chunk
+ * (`chunk(rank)`), on return every chunk. Ring schedule: at step k a rank sends chunk `rank - k` to
+ * its right neighbour and receives chunk `rank - k - 1` from its left one, straight into its place;
+ * each segment is forwarded as soon as it has arrived. Bandwidth-optimal: each rank sends
+ * (size - 1) / size of the buffer.
+ */
+export async function ringAllGather(
+  comm: Comm,
+  buffer: Uint8Array,
+  chunk: (index: number) => [number, number],
+  segmentBytes: number,
+): Promise<void> {
+  const { rank, size } = comm;
+  if (size === 1) return;
+  const right = mod(rank + 1, size);
+  const left = mod(rank - 1, size);
+  const sends: Promise<void>[] = [];
+  const view = (piece: [number, number]) => buffer.subarray(piece[0], piece[0] + piece[1]);
+  const [ownStart, ownLength] = chunk(rank);
+  for (const piece of segments(ownStart, ownLength, segmentBytes))
+    sends.push(comm.send(right, view(piece)));
+  const items: { step: number; piece: [number, number]; done: Promise<void> }[] = [];
+  for (let step = 0; step < size - 1; step++) {
+    const [start, length] = chunk(mod(rank - step - 1, size));
+    for (const piece of segments(start, length, segmentBytes)) {
+      items.push({ step, piece, done: comm.recv(left, view(piece)) });
+    }
+  }
+  for (const item of items) {
+    await item.done;
+    if (item.step < size - 2) sends.push(comm.send(right, view(item.piece)));
+  }
+  await Promise.all(sends);
+}
+
+/** All-gather for small messages: every rank sends its chunk to every other rank directly. */
+export async function directAllGather(
+  comm: Comm,
+  buffer: Uint8Array,
+  chunk: (index: number) => [number, number],
+): Promise<void> {
+  const { rank, size } = comm;
+  const [ownStart, ownLength] = chunk(rank);
+  const own = buffer.subarray(ownStart, ownStart + ownLength);
+  const pending: Promise<void>[] = [];
+  for (let offset = 1; offset < size; offset++) {
+    const peer = mod(rank + offset, size);
+    if (ownLength > 0) pending.push(comm.send(peer, own));
+    const [start, length] = chunk(peer);
+    if (length > 0) pending.push(comm.recv(peer, buffer.subarray(start, start + length)));
+  }
+  await Promise.all(pending);
+}
+
+/**
+ * Broadcast from `root`. Small buffers (or two ranks) go from the root to each rank directly;
+ * large ones down a pipelined chain root -> root+1 -> ..., each segment forwarded on arrival, so
+ * the time is about one buffer's transfer plus (size - 2) segments.
+ */
+export async function broadcastBytes(
+  comm: Comm,
+  buffer: Uint8Array,
+  root: number,
+  segmentBytes: number,
+  direct: boolean,
+): Promise<void> {
+  const { rank, size } = comm;
+  if (size === 1 || buffer.byteLength === 0) return;
+  if (direct || size === 2) {
+    if (rank !== root) return comm.recv(root, buffer);
+    const sends: Promise<void>[] = [];
+    for (let peer = 0; peer < size; peer++) if (peer !== root) sends.push(comm.send(peer, buffer));
+    await Promise.all(sends);
+    return;
+  }
+  const position = mod(rank - root, size);
+  const next = mod(rank + 1, size);
+  const previous = mod(rank - 1, size);
+  const pieces = segments(0, buffer.byteLength, segmentBytes);
+  const view = (piece: [number, number]) => buffer.subarray(piece[0], piece[0] + piece[1]);
+  const sends: Promise<void>[] = [];
+  if (position === 0) {
+    for (const piece of pieces) sends.push(comm.send(next, view(piece)));
+  } else {
+    const arrivals = pieces.map((piece) => comm.recv(previous, view(piece)));
+    for (let i = 0; i < pieces.length; i++) {
+      await arrivals[i];
+      if (position < size - 1) sends.push(comm.send(next, view(pieces[i]!)));
+    }
+  }
+  await Promise.all(sends);
+}

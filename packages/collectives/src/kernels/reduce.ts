@@ -1,0 +1,98 @@
+import { ArgumentError } from '@webshard/tensor-core';
+import { reduceWasmBase64 } from './reduce-wasm.generated.js';
+
+/** The elementwise reductions of `allReduce` and `reduceScatter`. `avg` is a sum scaled by 1/size. */
+export type ReduceOp = 'sum' | 'avg' | 'max' | 'min' | 'product';
+
+export const REDUCE_OPS: readonly ReduceOp[] = ['sum', 'avg', 'max', 'min', 'product'];
+
+interface ReduceExports {
+  readonly memory: WebAssembly.Memory;
+  readonly scale_f32: (dst: number, n: number, factor: number) => void;
+  readonly [kernel: string]: unknown;
+}
+
+type Kernel = (dst: number, src: number, n: number) => void;
+
+let compiled: WebAssembly.Module | null = null;
+
+function decodeBase64(text: string): Uint8Array<ArrayBuffer> {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+function wasmModule(): WebAssembly.Module {
+  compiled ??= new WebAssembly.Module(decodeBase64(reduceWasmBase64));
+  return compiled;
+}
+
+/**
+ * A WASM memory that holds one process group's working data, with the SIMD kernels that reduce it
+ * (src/kernels/reduce.wat). The collectives receive straight into regions of this memory and reduce
+ * in place, so no data crosses between JS and WASM on the reduction path. The memory only grows, and
+ * it is reused by every op of the group: no allocation per op or per segment once it is large
+ * enough. Views must be taken after `ensure` (growing detaches the old ones).
+ */
+export class ReduceArena {
+  private readonly exports: ReduceExports;
+
+  constructor() {
+    const instance = new WebAssembly.Instance(wasmModule(), {});
+    this.exports = instance.exports as unknown as ReduceExports;
+  }
+
+  /** Grow the memory to at least `bytes`. */
+  ensure(bytes: number): void {
+    const memory = this.exports.memory;
+    const have = memory.buffer.byteLength;
+    if (bytes <= have) return;
+    memory.grow(Math.ceil((bytes - have) / 65536));
+  }
+
+  get buffer(): ArrayBuffer {
+    return this.exports.memory.buffer;
+  }
+
+  bytes(offset: number, length: number): Uint8Array {
+    return new Uint8Array(this.exports.memory.buffer, offset, length);
+  }
+
+  f32(offset: number, length: number): Float32Array {
+    return new Float32Array(this.exports.memory.buffer, offset, length);
+  }
+
+  i32(offset: number, length: number): Int32Array {
+    return new Int32Array(this.exports.memory.buffer, offset, length);
+  }
+
+  /** `dst[i] = dst[i] op src[i]` for `n` elements at byte offsets (4-byte aligned). */
+  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
+    if (n === 0) return;
+    const name = `${op === 'avg' ? 'sum' : op}_${dtype}`;
+    (this.exports[name] as Kernel)(dst, src, n);
+  }
+
+  /** `dst[i] *= factor` for `n` f32 elements. */
+  scale(dst: number, n: number, factor: number): void {
+    if (n > 0) this.exports.scale_f32(dst, n, factor);
+  }
+}
+
+/** Throws for reductions a dtype does not have (`avg` of integers is not defined). */
+export function checkReduceOp(
+  op: string,
+  reduceOp: string,
+  dtype: string,
+): asserts reduceOp is ReduceOp {
+  if (!(REDUCE_OPS as readonly string[]).includes(reduceOp)) {
+    throw new ArgumentError(
+      op,
+      `unknown reduce op '${reduceOp}' (expected ${REDUCE_OPS.join(', ')})`,
+    );
+  }
+  if (reduceOp === 'avg' && dtype === 'i32') {
+    throw new ArgumentError(op, `reduce op 'avg' is not defined for i32; use 'sum' and divide`);
+  }
+}

@@ -1,0 +1,172 @@
+import {
+  ArgumentError,
+  DTypeError,
+  f16BitsToF32,
+  f32ToBf16Bits,
+  f32ToF16Bits,
+  hostArrayFor,
+  Tensor,
+} from '@webshard/tensor-core';
+
+/** The element types the collectives move and reduce. 16-bit floats are reduced in f32. */
+export type CommDType = 'f32' | 'f16' | 'bf16' | 'i32';
+
+/** Host data a collective accepts: f32, i32, or f16/bf16 raw bits (say which with `dtype`). */
+export type HostData = Float32Array | Int32Array | Uint16Array;
+
+/** A tensor of tensor-core (either backend) or host data. */
+export type CollectiveData = Tensor | HostData;
+
+/** The checked facts about an operand, known at call time. */
+export interface OperandInfo {
+  readonly data: CollectiveData;
+  readonly dtype: CommDType;
+  readonly count: number;
+}
+
+/** Host elements to read or fill, and how to put them back where they came from. */
+export interface HostOperand {
+  readonly dtype: CommDType;
+  readonly host: HostData;
+  /** Write `host` back into the tensor it came from (nothing for host data and direct views). */
+  commit(): void;
+}
+
+/**
+ * Checks an operand when the op is called (so bad input throws there, not in the returned work):
+ * a live tensor of a supported dtype, or a typed array whose dtype is known.
+ */
+export function describeOperand(
+  op: string,
+  data: CollectiveData,
+  dtype?: 'f16' | 'bf16',
+): OperandInfo {
+  if (data instanceof Tensor) {
+    data.kernel(op);
+    if (data.dtype === 'f64') {
+      throw new DTypeError(op, [data.dtype], 'collectives move f32, f16, bf16 and i32 tensors');
+    }
+    return { data, dtype: data.dtype, count: data.size };
+  }
+  if (data instanceof Float32Array) return { data, dtype: 'f32', count: data.length };
+  if (data instanceof Int32Array) return { data, dtype: 'i32', count: data.length };
+  if (data instanceof Uint16Array) {
+    if (dtype !== 'f16' && dtype !== 'bf16') {
+      throw new ArgumentError(
+        op,
+        `a Uint16Array holds f16 or bf16 bits: pass { dtype: 'f16' } or { dtype: 'bf16' }`,
+      );
+    }
+    return { data, dtype, count: data.length };
+  }
+  throw new ArgumentError(op, 'expected a Tensor, Float32Array, Int32Array or Uint16Array');
+}
+
+/**
+ * The host view of a CPU-backend tensor's storage, when the backend keeps it in an ArrayBuffer:
+ * the collective then reads and writes the tensor in place.
+ */
+function directView(tensor: Tensor, dtype: CommDType): HostData | null {
+  if (tensor.backend.kind !== 'cpu') return null;
+  const raw = tensor.kernel('collective').storage.buffer;
+  let buffer: ArrayBufferLike;
+  let byteOffset = 0;
+  if (
+    raw instanceof ArrayBuffer ||
+    (typeof SharedArrayBuffer !== 'undefined' && raw instanceof SharedArrayBuffer)
+  ) {
+    buffer = raw;
+  } else if (ArrayBuffer.isView(raw)) {
+    buffer = raw.buffer;
+    byteOffset = raw.byteOffset;
+  } else {
+    return null;
+  }
+  const host = hostArrayFor(dtype, 0).constructor as new (
+    buffer: ArrayBufferLike,
+    byteOffset: number,
+    length: number,
+  ) => HostData;
+  const element = dtype === 'f16' || dtype === 'bf16' ? 2 : 4;
+  return new host(buffer, byteOffset + tensor.offset * element, tensor.size);
+}
+
+/**
+ * The operand's elements on the host. `fill` (true for outputs that are overwritten whole) skips
+ * reading the tensor. Tensors not viewable in place are read with `readRaw` (a plain ArrayBuffer)
+ * and written back by `commit` with the backend's `write`: never a view on shared memory, which the
+ * `webgpu` package's `queue.writeBuffer` cannot take (ANCHORS.md).
+ */
+export async function hostOperand(
+  op: string,
+  info: OperandInfo,
+  fill: boolean,
+): Promise<HostOperand> {
+  const { data, dtype } = info;
+  if (!(data instanceof Tensor)) return { dtype, host: data, commit: () => {} };
+  const direct = directView(data, dtype);
+  if (direct !== null) return { dtype, host: direct, commit: () => {} };
+  const host = fill
+    ? (hostArrayFor(dtype, data.size) as HostData)
+    : ((await data.readRaw()) as HostData);
+  return {
+    dtype,
+    host,
+    commit: () => data.backend.write(data.kernel(op), host),
+  };
+}
+
+let f16Table: Float32Array | null = null;
+
+/** Decode f16 bits through a 64 Ki-entry table (built once from tensor-core's decoder). */
+function f16Decoder(): Float32Array {
+  if (f16Table === null) {
+    f16Table = new Float32Array(65536);
+    for (let bits = 0; bits < 65536; bits++) f16Table[bits] = f16BitsToF32(bits);
+  }
+  return f16Table;
+}
+
+/** Copy host elements into 4-byte working elements: f32 and i32 as they are, f16/bf16 widened. */
+export function widen(dtype: CommDType, source: HostData, target: Float32Array | Int32Array): void {
+  if (dtype === 'f32' || dtype === 'i32') {
+    (target as Float32Array).set(source as Float32Array);
+    return;
+  }
+  const bits = source as Uint16Array;
+  if (dtype === 'bf16') {
+    const words = new Uint32Array(target.buffer, target.byteOffset, target.length);
+    for (let i = 0; i < bits.length; i++) words[i] = bits[i]! << 16;
+    return;
+  }
+  const table = f16Decoder();
+  for (let i = 0; i < bits.length; i++) target[i] = table[bits[i]!]!;
+}
+
+/**
+ * Copy working elements back into host elements; f16/bf16 round to nearest even with
+ * tensor-core's bit-exact converters, so every rank rounds the same f32 to the same bits.
+ */
+export function narrow(
+  dtype: CommDType,
+  source: Float32Array | Int32Array,
+  target: HostData,
+): void {
+  if (dtype === 'f32' || dtype === 'i32') {
+    (target as Float32Array).set(source as Float32Array);
+    return;
+  }
+  const bits = target as Uint16Array;
+  const encode = dtype === 'bf16' ? f32ToBf16Bits : f32ToF16Bits;
+  for (let i = 0; i < source.length; i++) bits[i] = encode(source[i]!);
+}
+
+/** Bytes of one element as it travels (f16/bf16 travel as their 2-byte bits in gathers). */
+export function elementBytes(dtype: CommDType): number {
+  return dtype === 'f16' || dtype === 'bf16' ? 2 : 4;
+}
+
+/** The bytes of host data, as a view. */
+export function bytesOf(host: HostData): Uint8Array {
+  return new Uint8Array(host.buffer, host.byteOffset, host.byteLength);
+}

@@ -1,0 +1,772 @@
+import { ArgumentError, DTypeError, ShapeError } from '@webshard/tensor-core';
+import type { Comm } from './algorithms/comm.js';
+import { broadcastBytes, directAllGather, ringAllGather } from './algorithms/gather.js';
+import {
+  directReduceScatter,
+  type ReduceLayout,
+  reduceStagingBytes,
+  ringReduceScatter,
+} from './algorithms/reduce.js';
+import {
+  type AbortReason,
+  type CollectiveErrorFields,
+  CollectiveError,
+  CollectiveMismatchError,
+  CollectiveTimeoutError,
+  errorFromAbortReason,
+  GroupAbortedError,
+  TransportAbortedError,
+} from './errors.js';
+import { checkReduceOp, ReduceArena, type ReduceOp } from './kernels/reduce.js';
+import {
+  bytesOf,
+  type CollectiveData,
+  type CommDType,
+  describeOperand,
+  elementBytes,
+  hostOperand,
+  narrow,
+  type OperandInfo,
+  widen,
+} from './operand.js';
+import { shardRange } from './shard.js';
+import type { Transport } from './transport.js';
+
+/** Settings of a process group; sub-groups inherit them. */
+export interface ProcessGroupOptions {
+  /** Deadline of every op in milliseconds, from the moment the op starts running. Default 30 000. */
+  timeoutMs?: number;
+  /** Ring segment size in bytes (rounded down to whole elements). Default 1 MiB. */
+  segmentBytes?: number;
+  /** At or below this many bytes, collectives use direct exchange instead of the ring. Default 64 KiB. */
+  smallMessageBytes?: number;
+}
+
+/** Options of one call. */
+export interface OpOptions {
+  /** This op's deadline, instead of the group's. */
+  timeoutMs?: number;
+  /** The dtype of Uint16Array data: `f16` or `bf16`. Ignored for tensors and other arrays. */
+  dtype?: 'f16' | 'bf16';
+}
+
+/** Options of a reducing call. */
+export interface ReduceOptions extends OpOptions {
+  /** The reduction. Default `sum`. */
+  op?: ReduceOp;
+}
+
+/**
+ * A pending collective. Calls on one group run one after another in issue order, so work can be
+ * issued early and awaited later (communication overlapping computation); awaiting handles out of
+ * order is fine. A failed op rejects its handle with a `CollectiveError`; a handle nobody awaits
+ * does not raise an unhandled rejection.
+ */
+export class Work<T = void> {
+  /** Settles when the op has completed (or failed). */
+  readonly promise: Promise<T>;
+  private settled = false;
+
+  constructor(
+    readonly op: string,
+    readonly seq: number,
+    promise: Promise<T>,
+  ) {
+    this.promise = promise;
+    promise.then(
+      () => {
+        this.settled = true;
+      },
+      () => {
+        this.settled = true;
+      },
+    );
+  }
+
+  /** Wait for the op; rethrows its error. */
+  wait(): Promise<T> {
+    return this.promise;
+  }
+
+  /** Whether the op has finished, successfully or not. */
+  get isCompleted(): boolean {
+    return this.settled;
+  }
+}
+
+/** The lifecycle of a group. `aborted` and `closed` are final. */
+export type GroupState = 'ready' | 'aborted' | 'closed';
+
+const OP_CODES: Record<string, number> = {
+  allReduce: 1,
+  allGather: 2,
+  reduceScatter: 3,
+  broadcast: 4,
+  barrier: 5,
+  send: 6,
+  recv: 6,
+};
+const OP_NAMES = [
+  '?',
+  'allReduce',
+  'allGather',
+  'reduceScatter',
+  'broadcast',
+  'barrier',
+  'send/recv',
+];
+const DTYPE_CODES: Record<string, number> = { none: 0, f32: 1, f16: 2, bf16: 3, i32: 4 };
+const DTYPE_NAMES = ['none', 'f32', 'f16', 'bf16', 'i32'];
+const REDUCE_NAMES = ['sum', 'avg', 'max', 'min', 'product'];
+const FINGERPRINT_MAGIC = 0x57534643; // "WSFC"
+const FINGERPRINT_WORDS = 6;
+
+interface FingerprintInit {
+  readonly op: string;
+  readonly dtype: CommDType | 'none';
+  readonly count: number;
+  /** Reduce op index, root, or 0. */
+  readonly extra: number;
+}
+
+function describeFingerprint(words: Int32Array, offset: number): string {
+  if (words[offset] !== FINGERPRINT_MAGIC) return 'an unrecognized message';
+  const op = OP_NAMES[words[offset + 1]!] ?? '?';
+  const seq = words[offset + 2]!;
+  const dtype = DTYPE_NAMES[words[offset + 3]!] ?? '?';
+  const count = words[offset + 4]!;
+  const extra = words[offset + 5]!;
+  let detail = '';
+  if (op === 'allReduce' || op === 'reduceScatter') detail = `${REDUCE_NAMES[extra] ?? '?'}, `;
+  if (op === 'broadcast') detail = `root ${extra}, `;
+  return `${op}(${detail}${dtype} x ${count}) as op #${seq}`;
+}
+
+interface GroupShared {
+  readonly transport: Transport;
+  /** Tags in use on this transport, with the group path that owns each. */
+  readonly tags: Map<number, string>;
+}
+
+const sharedByTransport = new WeakMap<Transport, GroupShared>();
+
+function tagOf(path: string): number {
+  if (path === '') return 0;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < path.length; i++) {
+    hash ^= path.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return (hash >>> 0) | 1;
+}
+
+const noop = () => {};
+
+/**
+ * The running op's view of the group: its fields for errors, the receives it waits for (for the
+ * timeout message) and its deadline.
+ */
+class OpContext implements Comm {
+  readonly waiting = new Map<number, number>();
+  ownError: CollectiveError | null = null;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(
+    private readonly group: ProcessGroup,
+    readonly fields: CollectiveErrorFields,
+    readonly timeoutMs: number,
+  ) {
+    this.timer = setTimeout(() => this.expire(), timeoutMs);
+  }
+
+  get rank(): number {
+    return this.group.rank;
+  }
+
+  get size(): number {
+    return this.group.size;
+  }
+
+  send(peer: number, data: Uint8Array): Promise<void> {
+    const promise = this.group.transport.send(this.group.ranks[peer]!, this.group.tag, data);
+    promise.catch(noop);
+    return promise;
+  }
+
+  recv(peer: number, dst: Uint8Array): Promise<void> {
+    this.waiting.set(peer, (this.waiting.get(peer) ?? 0) + 1);
+    const promise = this.group.transport
+      .recv(this.group.ranks[peer]!, this.group.tag, dst)
+      .then(() => {
+        const left = (this.waiting.get(peer) ?? 1) - 1;
+        if (left === 0) this.waiting.delete(peer);
+        else this.waiting.set(peer, left);
+      });
+    promise.catch(noop);
+    return promise;
+  }
+
+  private expire(): void {
+    this.timer = null;
+    const waitingFor = [...this.waiting.keys()].sort((a, b) => a - b);
+    const who =
+      waitingFor.length === 0
+        ? 'while sending (the receivers are not draining)'
+        : `waiting for rank${waitingFor.length > 1 ? 's' : ''} ${waitingFor.join(', ')}`;
+    const message = `timed out after ${this.timeoutMs} ms ${who}`;
+    const reason: AbortReason = {
+      kind: 'timeout',
+      origin: this.group.transport.rank,
+      op: this.fields.op,
+      seq: this.fields.seq,
+      peers: waitingFor.map((peer) => this.group.ranks[peer]!),
+      message: `${this.fields.op} #${this.fields.seq} on rank ${this.fields.rank} ${message}`,
+    };
+    this.ownError = new CollectiveTimeoutError(
+      { ...this.fields, peer: waitingFor[0] },
+      this.timeoutMs,
+      waitingFor,
+      message,
+      { reason },
+    );
+    this.group.transport.abort(reason);
+  }
+
+  finish(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}
+
+/**
+ * A group of ranks that run collectives together, on a `Transport`.
+ *
+ * [Note: ordering, deadlines and abort]
+ * Ordering: every call gets the next sequence number of its group when it is made, and runs only
+ * after the group's previous call has finished, so calls complete in issue order and the ranks'
+ * k-th calls meet each other. Before any data moves, each op exchanges a fingerprint (op, sequence
+ * number, dtype, element count, reduce op or root) with every other rank of the group (24 bytes
+ * each, one network latency). A rank whose fingerprints differ from a peer's aborts the transport
+ * with a `mismatch` reason naming both calls; every rank of the group then fails with
+ * `CollectiveMismatchError` before any payload with a wrong size could be exchanged. The all-to-all
+ * fingerprint is also the barrier, and it tells a timed-out barrier exactly which ranks never
+ * arrived. Deadlines: each op arms a timer when it starts; when it fires, the rank aborts the
+ * transport with a `timeout` reason listing the ranks it was still waiting for. Abort: a transport
+ * abort (deadline, mismatch, dead peer, `abort()`) reaches every rank of the transport, and each
+ * pending op turns the shared reason into the same typed error (`errorFromAbortReason`). The
+ * failure is final for every group on the transport (as NCCL aborts a communicator): later calls
+ * reject with `GroupAbortedError`. One failure poisoning all groups is deliberate: after a failed
+ * collective the ranks no longer agree on what has been exchanged, and only a fresh start is safe.
+ */
+export class ProcessGroup {
+  /** This rank in the group, 0 <= rank < size. */
+  readonly rank: number;
+  /** The number of ranks in the group. */
+  readonly size: number;
+  /** The global (transport) rank of each group rank. */
+  readonly ranks: readonly number[];
+  readonly transport: Transport;
+  /** The transport tag of this group's messages. */
+  readonly tag: number;
+
+  private readonly options: Required<ProcessGroupOptions>;
+  private readonly shared: GroupShared;
+  private readonly path: string;
+  private readonly arena = new ReduceArena();
+  private readonly fingerprintOut = new Int32Array(FINGERPRINT_WORDS);
+  private fingerprintIn = new Int32Array(0);
+  private seq = 0;
+  /** Point-to-point sequence numbers per peer, one counter per direction: `send` to / `recv` from. */
+  private readonly p2pSeq = { send: new Map<number, number>(), recv: new Map<number, number>() };
+  private children = 0;
+  private tail: Promise<unknown> = Promise.resolve();
+  private lifecycle: GroupState = 'ready';
+
+  /** The group of all ranks of `transport` (its world). Create one per transport. */
+  static fromTransport(transport: Transport, options: ProcessGroupOptions = {}): ProcessGroup {
+    const ranks = Array.from({ length: transport.size }, (_, i) => i);
+    return new ProcessGroup(transport, ranks, '', options);
+  }
+
+  private constructor(
+    transport: Transport,
+    ranks: readonly number[],
+    path: string,
+    options: ProcessGroupOptions,
+  ) {
+    this.transport = transport;
+    this.ranks = Object.freeze([...ranks]);
+    this.size = ranks.length;
+    this.rank = ranks.indexOf(transport.rank);
+    this.path = path;
+    this.tag = tagOf(path);
+    this.options = {
+      timeoutMs: options.timeoutMs ?? 30_000,
+      segmentBytes: Math.max(16, options.segmentBytes ?? 1 << 20),
+      smallMessageBytes: options.smallMessageBytes ?? 64 << 10,
+    };
+    let shared = sharedByTransport.get(transport);
+    if (shared === undefined) {
+      shared = { transport, tags: new Map() };
+      sharedByTransport.set(transport, shared);
+    }
+    const owner = shared.tags.get(this.tag);
+    if (owner !== undefined && owner !== path) {
+      throw new ArgumentError(
+        'newGroup',
+        `group tag ${this.tag} of '${path}' collides with '${owner}'`,
+      );
+    }
+    if (owner === path) {
+      throw new ArgumentError(
+        'newGroup',
+        `a group '${path || 'world'}' already exists on this transport`,
+      );
+    }
+    shared.tags.set(this.tag, path);
+    this.shared = shared;
+    transport.onAbort(() => {
+      if (this.lifecycle === 'ready') this.lifecycle = 'aborted';
+    });
+  }
+
+  /** `ready` until the transport aborts (`aborted`) or `close()` (`closed`). */
+  get state(): GroupState {
+    if (this.lifecycle === 'ready' && this.transport.abortReason !== null)
+      this.lifecycle = 'aborted';
+    return this.lifecycle;
+  }
+
+  /**
+   * A sub-group of this group's ranks `ranks` (group ranks, ascending, no repeats), for hybrid
+   * sharding. Every rank of THIS group must call `newGroup` with the same arguments in the same
+   * order (no communication happens: the sub-group's tag comes from its position); members get
+   * the new group, the other ranks `null`. Groups run independently, each with its own order.
+   */
+  newGroup(ranks: readonly number[], options: ProcessGroupOptions = {}): ProcessGroup | null {
+    for (let i = 0; i < ranks.length; i++) {
+      const r = ranks[i]!;
+      if (!Number.isInteger(r) || r < 0 || r >= this.size || (i > 0 && r <= ranks[i - 1]!)) {
+        throw new ArgumentError(
+          'newGroup',
+          `ranks must be ascending distinct ranks of a group of ${this.size}, got [${ranks.join(', ')}]`,
+        );
+      }
+    }
+    if (ranks.length === 0) throw new ArgumentError('newGroup', 'a group needs at least one rank');
+    const path = `${this.path}/${this.children++}`;
+    if (!ranks.includes(this.rank)) return null;
+    return new ProcessGroup(
+      this.transport,
+      ranks.map((r) => this.ranks[r]!),
+      path,
+      { ...this.options, ...options },
+    );
+  }
+
+  /**
+   * Reduce `data` over all ranks in place: afterwards every rank holds the same result, bit for
+   * bit. f16 and bf16 are widened to f32, reduced in f32 and rounded to nearest even once at the
+   * end; i32 wraps on overflow; `avg` is the f32 sum times 1/size (not defined for i32).
+   */
+  allReduce(data: CollectiveData, options: ReduceOptions = {}): Work {
+    const info = describeOperand('allReduce', data, options.dtype);
+    const op = options.op ?? 'sum';
+    checkReduceOp('allReduce', op, info.dtype);
+    return this.enqueue(
+      { op: 'allReduce', dtype: info.dtype, count: info.count, extra: REDUCE_NAMES.indexOf(op) },
+      options,
+      async (ctx) => {
+        const operand = await hostOperand('allReduce', info, false);
+        const count = info.count;
+        const direct = count * 4 <= this.options.smallMessageBytes;
+        const layout = this.layout(op, info.dtype, count, direct);
+        const work = this.workView(layout, count);
+        widen(info.dtype, operand.host, work);
+        if (this.size > 1 && count > 0) {
+          if (direct) {
+            await directReduceScatter(ctx, layout, () => [0, count]);
+          } else {
+            const chunk = (c: number): [number, number] => {
+              const range = shardRange(count, this.size, c);
+              return [range.start, range.count];
+            };
+            await ringReduceScatter(ctx, layout, chunk);
+            await ringAllGather(
+              ctx,
+              this.arena.bytes(layout.work, count * 4),
+              (c) => {
+                const [start, length] = chunk(c);
+                return [start * 4, length * 4];
+              },
+              layout.segmentElements * 4,
+            );
+          }
+        }
+        if (op === 'avg') this.arena.scale(layout.work, count, 1 / this.size);
+        narrow(info.dtype, this.workView(layout, count), operand.host);
+        operand.commit();
+      },
+    );
+  }
+
+  /**
+   * Gather every rank's shard into `output` (`count` elements, the same on every rank). Rank r's
+   * `input` is its shard `shardRange(count, size, r)`: `ceil(count / size)` elements, fewer (or
+   * none) for the last ranks when `count` does not divide (PyTorch's flat-parameter padding, with
+   * the padding left out). Any dtype; data is moved bit for bit.
+   */
+  allGather(input: CollectiveData, output: CollectiveData, options: OpOptions = {}): Work {
+    const inInfo = describeOperand('allGather', input, options.dtype);
+    const outInfo = describeOperand('allGather', output, options.dtype);
+    this.checkShard('allGather', inInfo, outInfo, 'input');
+    return this.enqueue(
+      { op: 'allGather', dtype: outInfo.dtype, count: outInfo.count, extra: 0 },
+      options,
+      async (ctx) => {
+        const [source, target] = await Promise.all([
+          hostOperand('allGather', inInfo, false),
+          hostOperand('allGather', outInfo, true),
+        ]);
+        const element = elementBytes(outInfo.dtype);
+        const chunk = (c: number): [number, number] => {
+          const range = shardRange(outInfo.count, this.size, c);
+          return [range.start * element, range.count * element];
+        };
+        const bytes = bytesOf(target.host);
+        bytes.set(bytesOf(source.host), chunk(this.rank)[0]);
+        if (bytes.byteLength <= this.options.smallMessageBytes)
+          await directAllGather(ctx, bytes, chunk);
+        else await ringAllGather(ctx, bytes, chunk, this.segmentBytes(element));
+        target.commit();
+      },
+    );
+  }
+
+  /**
+   * Reduce `input` (`count` elements, the same on every rank) over all ranks and leave this rank's
+   * shard `shardRange(count, size, rank)` of the result in `output` (see `allGather` for uneven
+   * sizes). Reductions as in `allReduce`.
+   */
+  reduceScatter(input: CollectiveData, output: CollectiveData, options: ReduceOptions = {}): Work {
+    const inInfo = describeOperand('reduceScatter', input, options.dtype);
+    const outInfo = describeOperand('reduceScatter', output, options.dtype);
+    this.checkShard('reduceScatter', outInfo, inInfo, 'output');
+    const op = options.op ?? 'sum';
+    checkReduceOp('reduceScatter', op, inInfo.dtype);
+    return this.enqueue(
+      {
+        op: 'reduceScatter',
+        dtype: inInfo.dtype,
+        count: inInfo.count,
+        extra: REDUCE_NAMES.indexOf(op),
+      },
+      options,
+      async (ctx) => {
+        const [source, target] = await Promise.all([
+          hostOperand('reduceScatter', inInfo, false),
+          hostOperand('reduceScatter', outInfo, true),
+        ]);
+        const count = inInfo.count;
+        const direct = count * 4 <= this.options.smallMessageBytes;
+        const layout = this.layout(op, inInfo.dtype, count, direct);
+        widen(inInfo.dtype, source.host, this.workView(layout, count));
+        const chunk = (c: number): [number, number] => {
+          const range = shardRange(count, this.size, c);
+          return [range.start, range.count];
+        };
+        if (this.size > 1 && count > 0) {
+          if (direct) await directReduceScatter(ctx, layout, chunk);
+          else await ringReduceScatter(ctx, layout, chunk);
+        }
+        const [start, length] = chunk(this.rank);
+        if (op === 'avg') this.arena.scale(layout.work + start * 4, length, 1 / this.size);
+        const shard =
+          layout.dtype === 'i32'
+            ? this.arena.i32(layout.work + start * 4, length)
+            : this.arena.f32(layout.work + start * 4, length);
+        narrow(inInfo.dtype, shard, target.host);
+        target.commit();
+      },
+    );
+  }
+
+  /** Copy `data` of rank `root` into `data` on every rank. Any dtype, bit for bit. */
+  broadcast(data: CollectiveData, root: number, options: OpOptions = {}): Work {
+    const info = describeOperand('broadcast', data, options.dtype);
+    this.checkPeer('broadcast', root, true);
+    return this.enqueue(
+      { op: 'broadcast', dtype: info.dtype, count: info.count, extra: root },
+      options,
+      async (ctx) => {
+        const operand = await hostOperand('broadcast', info, this.rank !== root);
+        const bytes = bytesOf(operand.host);
+        await broadcastBytes(
+          ctx,
+          bytes,
+          root,
+          this.segmentBytes(elementBytes(info.dtype)),
+          bytes.byteLength <= this.options.smallMessageBytes,
+        );
+        if (this.rank !== root) operand.commit();
+      },
+    );
+  }
+
+  /**
+   * Wait until every rank of the group has called `barrier`. A barrier that times out lists the
+   * ranks that never arrived.
+   */
+  barrier(options: OpOptions = {}): Work {
+    return this.enqueue(
+      { op: 'barrier', dtype: 'none', count: 0, extra: 0 },
+      options,
+      async () => {},
+    );
+  }
+
+  /**
+   * Send `data` to group rank `peer`, which must call `recv` with the same dtype and element
+   * count. Point-to-point ops take their turn in the group's order like collectives.
+   */
+  send(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
+    const info = describeOperand('send', data, options.dtype);
+    this.checkPeer('send', peer, false);
+    return this.enqueuePeer('send', peer, info, options, async (ctx) => {
+      const operand = await hostOperand('send', info, false);
+      await ctx.send(peer, bytesOf(operand.host));
+    });
+  }
+
+  /** Receive into `data` what group rank `peer` sends with `send`. */
+  recv(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
+    const info = describeOperand('recv', data, options.dtype);
+    this.checkPeer('recv', peer, false);
+    return this.enqueuePeer('recv', peer, info, options, async (ctx) => {
+      const operand = await hostOperand('recv', info, true);
+      await ctx.recv(peer, bytesOf(operand.host));
+      operand.commit();
+    });
+  }
+
+  /**
+   * Abort the group (and every group on its transport) on every rank: pending and later ops fail
+   * with `GroupAbortedError` carrying `message`.
+   */
+  abort(message = 'aborted by the application'): void {
+    this.transport.abort({ kind: 'user', origin: this.transport.rank, message });
+  }
+
+  /**
+   * Wait for the ops already issued, then refuse further ones. Closing the world group (the one
+   * from `fromTransport`) also closes the transport.
+   */
+  async close(): Promise<void> {
+    if (this.lifecycle === 'closed') return;
+    await this.tail;
+    this.lifecycle = 'closed';
+    this.shared.tags.delete(this.tag);
+    if (this.path === '') await this.transport.close();
+  }
+
+  private segmentBytes(element: number): number {
+    return Math.max(element, Math.floor(this.options.segmentBytes / element) * element);
+  }
+
+  private layout(op: ReduceOp, dtype: CommDType, count: number, direct: boolean): ReduceLayout {
+    const segmentElements = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
+    const window = 4;
+    const workBytes = Math.ceil((count * 4) / 16) * 16;
+    const staging = reduceStagingBytes(direct, count, this.size, segmentElements, window);
+    this.arena.ensure(workBytes + staging + 16);
+    return {
+      arena: this.arena,
+      op,
+      dtype: dtype === 'i32' ? 'i32' : 'f32',
+      work: 0,
+      staging: workBytes,
+      segmentElements,
+      window,
+    };
+  }
+
+  private workView(layout: ReduceLayout, count: number): Float32Array | Int32Array {
+    return layout.dtype === 'i32'
+      ? this.arena.i32(layout.work, count)
+      : this.arena.f32(layout.work, count);
+  }
+
+  private checkShard(
+    op: string,
+    shard: OperandInfo,
+    full: OperandInfo,
+    which: 'input' | 'output',
+  ): void {
+    if (shard.dtype !== full.dtype) {
+      throw new DTypeError(op, [shard.dtype, full.dtype], 'input and output dtypes differ');
+    }
+    const expected = shardRange(full.count, this.size, this.rank).count;
+    if (shard.count !== expected) {
+      throw new ShapeError(
+        op,
+        [[shard.count], [full.count]],
+        `rank ${this.rank}: expected ${which} of ${expected} elements (shard ${this.rank} of ${full.count} over ${this.size} ranks), got ${shard.count}`,
+      );
+    }
+  }
+
+  private checkPeer(op: string, peer: number, selfAllowed: boolean): void {
+    if (
+      !Number.isInteger(peer) ||
+      peer < 0 ||
+      peer >= this.size ||
+      (!selfAllowed && peer === this.rank)
+    ) {
+      throw new ArgumentError(
+        op,
+        `rank ${this.rank}: ${peer} is not a ${selfAllowed ? '' : 'peer '}rank of a group of ${this.size}`,
+      );
+    }
+  }
+
+  private enqueue(
+    fingerprint: FingerprintInit,
+    options: OpOptions,
+    body: (ctx: OpContext) => Promise<void>,
+  ): Work {
+    const seq = this.seq++;
+    const peers = Array.from({ length: this.size }, (_, i) => i).filter((r) => r !== this.rank);
+    return this.schedule(fingerprint.op, seq, peers, peers, fingerprint, options, body);
+  }
+
+  private enqueuePeer(
+    op: 'send' | 'recv',
+    peer: number,
+    info: OperandInfo,
+    options: OpOptions,
+    body: (ctx: OpContext) => Promise<void>,
+  ): Work {
+    const counters = this.p2pSeq[op];
+    const seq = counters.get(peer) ?? 0;
+    counters.set(peer, seq + 1);
+    const fingerprint: FingerprintInit = { op, dtype: info.dtype, count: info.count, extra: 0 };
+    const sendTo = op === 'send' ? [peer] : [];
+    const recvFrom = op === 'recv' ? [peer] : [];
+    return this.schedule(op, seq, sendTo, recvFrom, fingerprint, options, body);
+  }
+
+  private schedule(
+    op: string,
+    seq: number,
+    sendTo: readonly number[],
+    recvFrom: readonly number[],
+    fingerprint: FingerprintInit,
+    options: OpOptions,
+    body: (ctx: OpContext) => Promise<void>,
+  ): Work {
+    const fields: CollectiveErrorFields = { op, rank: this.rank, seq };
+    const timeoutMs = options.timeoutMs ?? this.options.timeoutMs;
+    const run = async () => {
+      this.assertUsable(fields);
+      const ctx = new OpContext(this, fields, timeoutMs);
+      try {
+        await this.exchangeFingerprints(ctx, seq, sendTo, recvFrom, fingerprint);
+        await body(ctx);
+      } catch (error) {
+        throw this.translate(error, ctx);
+      } finally {
+        ctx.finish();
+      }
+    };
+    const promise = this.tail.then(run);
+    this.tail = promise.catch(noop);
+    return new Work(op, seq, promise);
+  }
+
+  private assertUsable(fields: CollectiveErrorFields): void {
+    if (this.lifecycle === 'closed') {
+      throw new GroupAbortedError(fields, 'the group is closed');
+    }
+    const reason = this.transport.abortReason;
+    if (reason !== null) {
+      this.lifecycle = 'aborted';
+      throw new GroupAbortedError(
+        fields,
+        `the group was aborted earlier by rank ${reason.origin} (${reason.kind}): ${reason.message}`,
+        { reason },
+      );
+    }
+  }
+
+  private translate(error: unknown, ctx: OpContext): unknown {
+    if (ctx.ownError !== null) return ctx.ownError;
+    if (error instanceof TransportAbortedError)
+      return errorFromAbortReason(ctx.fields, error.reason);
+    if (CollectiveError.isInstance(error)) return error;
+    // Anything else (a bug, a tensor freed mid-op) leaves the ranks out of step: abort them all.
+    const message = error instanceof Error ? error.message : String(error);
+    this.transport.abort({
+      kind: 'error',
+      origin: this.transport.rank,
+      op: ctx.fields.op,
+      seq: ctx.fields.seq,
+      message: `${ctx.fields.op} #${ctx.fields.seq} failed on rank ${ctx.fields.rank}: ${message}`,
+    });
+    return error;
+  }
+
+  private async exchangeFingerprints(
+    ctx: OpContext,
+    seq: number,
+    sendTo: readonly number[],
+    recvFrom: readonly number[],
+    fingerprint: FingerprintInit,
+  ): Promise<void> {
+    if (sendTo.length === 0 && recvFrom.length === 0) return;
+    const out = this.fingerprintOut;
+    out[0] = FINGERPRINT_MAGIC;
+    out[1] = OP_CODES[fingerprint.op]!;
+    out[2] = seq;
+    out[3] = DTYPE_CODES[fingerprint.dtype]!;
+    out[4] = fingerprint.count;
+    out[5] = fingerprint.extra;
+    if (this.fingerprintIn.length < this.size * FINGERPRINT_WORDS) {
+      this.fingerprintIn = new Int32Array(this.size * FINGERPRINT_WORDS);
+    }
+    const incoming = this.fingerprintIn;
+    const outBytes = bytesOf(out);
+    const pending: Promise<void>[] = [];
+    for (const peer of sendTo) pending.push(ctx.send(peer, outBytes));
+    const arrivals = recvFrom.map((peer) =>
+      ctx.recv(
+        peer,
+        new Uint8Array(incoming.buffer, peer * FINGERPRINT_WORDS * 4, FINGERPRINT_WORDS * 4),
+      ),
+    );
+    for (let i = 0; i < recvFrom.length; i++) {
+      await arrivals[i];
+      const peer = recvFrom[i]!;
+      const at = peer * FINGERPRINT_WORDS;
+      let same = true;
+      for (let w = 0; w < FINGERPRINT_WORDS; w++) if (incoming[at + w] !== out[w]) same = false;
+      if (!same)
+        this.mismatch(ctx, peer, describeFingerprint(out, 0), describeFingerprint(incoming, at));
+    }
+    await Promise.all(pending);
+  }
+
+  private mismatch(ctx: OpContext, peer: number, mine: string, theirs: string): never {
+    const message = `rank ${this.rank} called ${mine} but rank ${peer} called ${theirs}`;
+    const reason: AbortReason = {
+      kind: 'mismatch',
+      origin: this.transport.rank,
+      op: ctx.fields.op,
+      seq: ctx.fields.seq,
+      peer: this.ranks[peer],
+      message,
+    };
+    ctx.ownError = new CollectiveMismatchError({ ...ctx.fields, peer }, message, { reason });
+    this.transport.abort(reason);
+    throw ctx.ownError;
+  }
+}
