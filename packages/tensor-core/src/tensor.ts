@@ -2,6 +2,14 @@ import type { Backend, KernelTensor, RawStorage } from './backend/backend.js';
 import { bytesPerElement, type DType, type HostArray } from './dtype.js';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from './dtype-convert.js';
 import { ArgumentError, BackendError, DTypeError, FreedTensorError, ShapeError } from './errors.js';
+import {
+  type BackwardOptions,
+  backward,
+  registerPostAccumulateGradHook,
+  registerTensorHook,
+} from './autograd/engine.js';
+import type { RemovableHandle } from './autograd/hooks.js';
+import type { PostAccumulateGradHook, TensorHook } from './autograd/node.js';
 import { registerInScope, tensorMarker } from './scope.js';
 
 /**
@@ -263,6 +271,24 @@ export class Tensor {
     const out = Tensor.empty(backend, this.shape, this.dtype);
     backend.write(out.kernel('to'), raw);
     return out;
+  }
+
+  /**
+   * Backpropagate from this tensor (see `backward` in `autograd/engine.ts`): `gradient` may be
+   * omitted for a one-element tensor. Resolves after every hook and queued callback has run.
+   */
+  backward(gradient?: Tensor | null, options?: BackwardOptions): Promise<void> {
+    return backward(this, gradient ?? null, options);
+  }
+
+  /** Hook on this tensor's gradient; may return a replacement, may be async. */
+  registerHook(hook: TensorHook): RemovableHandle {
+    return registerTensorHook(this, hook);
+  }
+
+  /** Hook that runs after this leaf's gradient was accumulated into `.grad`; may be async. */
+  registerPostAccumulateGradHook(hook: PostAccumulateGradHook): RemovableHandle {
+    return registerPostAccumulateGradHook(this, hook);
   }
 
   toString(): string {

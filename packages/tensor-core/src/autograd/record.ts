@@ -1,4 +1,9 @@
 import type { Tensor } from '../tensor.js';
+import { gradientEdge, setGradFn } from './engine.js';
+import { AutogradError } from './errors.js';
+import { gradients } from './gradients.js';
+import { isGradEnabled } from './grad-mode.js';
+import { noteView, OpNode } from './node.js';
 
 /**
  * [Note: the autograd seam]
@@ -15,10 +20,58 @@ export interface OpRecord {
   readonly attrs: Readonly<Record<string, unknown>>;
 }
 
-/** Called by each differentiable op. Replaced by the autograd engine's recorder. */
+/**
+ * Set while a checkpointed function runs its forward without recording: any op with an input that
+ * requires grad marks it, so `checkpoint` knows whether its outputs need a backward node even when
+ * only parameters inside the function (not its inputs) require grad.
+ */
+let probe: { sawRequiresGrad: boolean } | null = null;
+
+/** Run `fn` (under noGrad) and report whether any op saw an input that requires grad. */
+export function probeRequiresGrad<T>(fn: () => T): { result: T; sawRequiresGrad: boolean } {
+  const previous = probe;
+  const current = { sawRequiresGrad: false };
+  probe = current;
+  try {
+    const result = fn();
+    return { result, sawRequiresGrad: current.sawRequiresGrad };
+  } finally {
+    probe = previous;
+    if (previous && current.sawRequiresGrad) previous.sawRequiresGrad = true;
+  }
+}
+
+/** Called by each differentiable op. Records a node when grad mode is on and an input requires grad. */
 export function recordOp(
-  _op: string,
-  _inputs: readonly (Tensor | null)[],
-  _outputs: Tensor | readonly Tensor[],
-  _attrs: Readonly<Record<string, unknown>> = {},
-): void {}
+  op: string,
+  inputs: readonly (Tensor | null)[],
+  outputs: Tensor | readonly Tensor[],
+  attrs: Readonly<Record<string, unknown>> = {},
+): void {
+  let needed = false;
+  for (const t of inputs) {
+    if (t?.requiresGrad) {
+      needed = true;
+      break;
+    }
+  }
+  if (!needed) return;
+  if (probe) probe.sawRequiresGrad = true;
+  if (!isGradEnabled()) return;
+  const def = gradients[op];
+  if (def === undefined) {
+    throw new AutogradError(op, `no gradient is defined for op '${op}' (add it to gradients.ts)`);
+  }
+  const all = Array.isArray(outputs) ? (outputs as readonly Tensor[]) : [outputs as Tensor];
+  // Integer outputs carry no gradient (PyTorch: a cast to an integer type does not require grad).
+  if (all.every((t) => t.dtype === 'i32')) return;
+  const outs = all;
+  for (const out of outs) {
+    for (const input of inputs) if (input) noteView(out, input);
+  }
+  const next = inputs.map((t) => (t ? gradientEdge(t) : null));
+  const node = new OpNode(op, def, inputs, outs, attrs, next);
+  outs.forEach((t, i) => {
+    if (t.dtype !== 'i32') setGradFn(t, node, i);
+  });
+}
