@@ -1,0 +1,116 @@
+import { describe, expect, it } from 'vitest';
+import { DTypeError, FreedTensorError, ShapeError } from './errors.js';
+import { createCpuBackend } from './runtime.js';
+import { keep, tidy } from './scope.js';
+import { Storage, Tensor } from './tensor.js';
+
+describe('Tensor storage and views', () => {
+  it('views share storage at an element offset, like a flat parameter', async () => {
+    const backend = createCpuBackend();
+    const flat = Tensor.empty(backend, [10]).write([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    const weight = flat.view([2, 3], 1);
+    const bias = flat.view([2], 7);
+    expect(Array.from(await weight.read())).toEqual([1, 2, 3, 4, 5, 6]);
+    bias.write([70, 80]);
+    expect(Array.from(await flat.read())).toEqual([0, 1, 2, 3, 4, 5, 6, 70, 80, 9]);
+    expect(weight.offset).toBe(1);
+    expect(() => flat.view([4], 7)).toThrow(ShapeError);
+  });
+
+  it('frees storage with the last reference and reuses it from the pool', () => {
+    const backend = createCpuBackend();
+    const a = Tensor.empty(backend, [256]);
+    const view = a.view([128], 128);
+    expect(backend.memoryStats().allocated).toBe(1024);
+    a.free();
+    expect(backend.memoryStats().allocated).toBe(1024); // the view still holds it
+    view.free();
+    expect(backend.memoryStats().allocated).toBe(0);
+    Tensor.empty(backend, [200]);
+    expect(backend.memoryStats().poolHits).toBe(1);
+  });
+
+  it('a freed tensor throws FreedTensorError naming the op and the tensor', async () => {
+    const backend = createCpuBackend();
+    const t = Tensor.empty(backend, [3]);
+    t.name = 'fc1.weight';
+    t.free();
+    expect(t.isFreed).toBe(true);
+    expect(() => t.kernel('matmul')).toThrow(new FreedTensorError('matmul', 'fc1.weight').message);
+    await expect(t.read()).rejects.toBeInstanceOf(FreedTensorError);
+    t.reallocate().write([1, 2, 3]);
+    expect(Array.from(await t.read())).toEqual([1, 2, 3]);
+  });
+
+  it('setData points a tensor at other storage of the same shape and dtype', async () => {
+    const backend = createCpuBackend();
+    const param = Tensor.empty(backend, [2]).write([1, 2]);
+    const flat = Tensor.empty(backend, [5]).write([0, 0, 5, 6, 0]);
+    param.setData(flat.view([2], 2));
+    expect(Array.from(await param.read())).toEqual([5, 6]);
+    expect(() => param.setData(Tensor.empty(backend, [3]))).toThrow(ShapeError);
+    expect(() => param.setData(Tensor.empty(backend, [2], 'i32'))).toThrow(DTypeError);
+  });
+
+  it('writes and reads f16, bf16 and i32 in their storage formats', async () => {
+    const backend = createCpuBackend();
+    const h = Tensor.empty(backend, [3], 'f16').write([1.00146484375, 65520, -0.1]);
+    expect(Array.from(await h.readRaw())).toEqual([15362, 31744, 44646]);
+    expect(Array.from(await h.read())).toEqual([
+      1.001953125,
+      Number.POSITIVE_INFINITY,
+      -0.0999755859375,
+    ]);
+    const b = Tensor.empty(backend, [1], 'bf16').write([2051]);
+    expect(await b.item()).toBe(2048);
+    const i = Tensor.empty(backend, [2], 'i32').write([3.9, -3.9]);
+    expect(Array.from(await i.read())).toEqual([3, -3]);
+    expect(() => i.write([1])).toThrow(ShapeError);
+  });
+
+  it('moves between backends with to()', async () => {
+    const a = createCpuBackend();
+    const b = createCpuBackend();
+    const t = Tensor.empty(a, [2], 'bf16').write([1.5, -2]);
+    const u = await t.to(b);
+    expect(u.backend).toBe(b);
+    expect(Array.from(await u.read())).toEqual([1.5, -2]);
+    expect(await t.to(a)).toBe(t);
+  });
+
+  it('storage release is idempotent and retain after release is an error', () => {
+    const backend = createCpuBackend();
+    const storage = Storage.allocate(backend, 16);
+    storage.release();
+    storage.release();
+    expect(storage.isReleased).toBe(true);
+    expect(() => storage.retain()).toThrow('[storage] retain of released storage');
+  });
+});
+
+describe('tidy', () => {
+  it('frees the tensors a scope created except its result and kept tensors', () => {
+    const backend = createCpuBackend();
+    let inner: Tensor | undefined;
+    let kept: Tensor | undefined;
+    const result = tidy(() => {
+      inner = Tensor.empty(backend, [64]);
+      kept = keep(Tensor.empty(backend, [64]));
+      return { out: Tensor.empty(backend, [64]) };
+    });
+    expect(inner?.isFreed).toBe(true);
+    expect(kept?.isFreed).toBe(false);
+    expect(result.out.isFreed).toBe(false);
+    expect(backend.memoryStats().allocated).toBe(512);
+  });
+
+  it('nested scopes hand their result to the enclosing scope', () => {
+    const backend = createCpuBackend();
+    let fromInner: Tensor | undefined;
+    tidy(() => {
+      fromInner = tidy(() => Tensor.empty(backend, [4]));
+      expect(fromInner.isFreed).toBe(false);
+    });
+    expect(fromInner?.isFreed).toBe(true);
+  });
+});
