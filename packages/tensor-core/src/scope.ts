@@ -23,11 +23,11 @@ export function keep<T extends Tensor>(tensor: T): T {
   return tensor;
 }
 
-// biome-ignore lint/suspicious/noConfusingVoidType: tidy(() => { ... }) returns void
 type Kept =
   | Tensor
   | readonly Kept[]
   | { readonly [key: string]: Kept }
+  // biome-ignore lint/suspicious/noConfusingVoidType: tidy(() => { ... }) returns void
   | void
   | number
   | string
