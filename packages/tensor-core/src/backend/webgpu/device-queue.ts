@@ -1,0 +1,263 @@
+/// <reference types="@webgpu/types" />
+import { BackendError, IndexError } from '../../errors.js';
+import { BufferUsage } from './gpu-runtime.js';
+import type { Launch } from './program.js';
+
+/**
+ * [Note: the command queue]
+ *
+ * Kernel calls are synchronous and return at once; pipelines compile asynchronously
+ * (`createComputePipelineAsync`, up to 3 s on SwiftShader). So every call appends a command to a
+ * queue, and the queue is encoded into the open command encoder as far as the pipelines allow: a
+ * dispatch whose pipeline is still compiling stops encoding there, and later commands wait behind it
+ * (order is what matters, not when). The encoder is submitted every `SUBMIT_EVERY` dispatches and on
+ * `flush`, which first awaits the pipelines the queue waits on. Host writes go through the same
+ * queue (a `queue.writeBuffer` runs on the queue timeline at once, so it must not overtake kernels
+ * still waiting to be encoded).
+ *
+ * Buffers released while commands that use them are queued may be handed out again by the
+ * allocator: the new owner's commands come later in the same queue, so they see the right data.
+ * Destroying one must wait until the queue has been submitted (`destroyLater`).
+ *
+ * [Note: deferred index errors]
+ *
+ * gather, scatterAdd and the cross-entropy kernels check their indices on the device: an index out
+ * of range sets a small error-flag buffer ([op code, index, bound]) and the kernel carries on with a
+ * clamped (in-bounds) index. Like CUDA's device-side asserts, the error surfaces later: every
+ * `read` and `sync` copies the flag back with its data and throws an `IndexError` naming the op,
+ * then clears the flag. Checking on the host instead would need a read-back per kernel.
+ */
+type PipelineEntry =
+  | { state: 'compiling'; promise: Promise<void> }
+  | { state: 'ready'; pipeline: GPUComputePipeline }
+  | { state: 'failed'; error: Error };
+
+type Command =
+  | {
+      kind: 'dispatch';
+      key: string;
+      name: string;
+      buffers: GPUBuffer[];
+      workgroups: [number, number, number];
+    }
+  | {
+      kind: 'copy';
+      src: GPUBuffer;
+      srcOffset: number;
+      dst: GPUBuffer;
+      dstOffset: number;
+      size: number;
+    }
+  | { kind: 'write'; dst: GPUBuffer; byteOffset: number; data: ArrayBuffer }
+  | { kind: 'release'; action: () => void };
+
+const SUBMIT_EVERY = 64;
+const PARAM_BYTES = 256;
+
+export const ERROR_OPS = ['', 'gather', 'scatterAdd', 'crossEntropy', 'crossEntropyBackward'];
+
+export class DeviceQueue {
+  private readonly pipelines = new Map<string, PipelineEntry>();
+  private readonly commands: Command[] = [];
+  private encoder: GPUCommandEncoder | undefined;
+  private pass: GPUComputePassEncoder | undefined;
+  private encodedDispatches = 0;
+  /** Param buffers used by the open encoder, returned to `freeParams` on submit. */
+  private usedParams: GPUBuffer[] = [];
+  private readonly freeParams: GPUBuffer[] = [];
+  private readonly pendingDestroy: GPUBuffer[] = [];
+  private deviceError: Error | undefined;
+  readonly errorFlag: GPUBuffer;
+
+  constructor(readonly device: GPUDevice) {
+    this.errorFlag = device.createBuffer({
+      size: 16,
+      usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
+    });
+    device.addEventListener('uncapturederror', (event) => {
+      const e = (event as GPUUncapturedErrorEvent).error;
+      this.deviceError ??= new BackendError('webgpu', `device error: ${e.message}`);
+    });
+  }
+
+  /** Enqueue a program launch. */
+  launch(launch: Launch, buffers: GPUBuffer[]): void {
+    const { program } = launch;
+    const key = program.key;
+    if (!this.pipelines.has(key)) this.compile(key, program.wgsl(launch.dtypes));
+    const params = this.freeParams.pop() ?? this.createParamBuffer();
+    this.device.queue.writeBuffer(params, 0, launch.params);
+    this.usedParams.push(params);
+    const all = [...buffers, params];
+    if (launch.usesError) all.push(this.errorFlag);
+    this.commands.push({
+      kind: 'dispatch',
+      key,
+      name: program.name,
+      buffers: all,
+      workgroups: program.dispatch(launch.shape),
+    });
+    this.pump();
+  }
+
+  copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, size: number): void {
+    this.commands.push({ kind: 'copy', src, srcOffset, dst, dstOffset, size });
+    this.pump();
+  }
+
+  write(dst: GPUBuffer, byteOffset: number, data: ArrayBuffer): void {
+    this.commands.push({ kind: 'write', dst, byteOffset, data });
+    this.pump();
+  }
+
+  /** Run `action` once every command queued so far is submitted. */
+  afterSubmit(action: () => void): void {
+    this.commands.push({ kind: 'release', action });
+    this.pump();
+  }
+
+  destroyLater(buffer: GPUBuffer): void {
+    if (this.commands.length === 0 && this.encoder === undefined) buffer.destroy();
+    else this.pendingDestroy.push(buffer);
+  }
+
+  /** Encode and submit everything queued, waiting for pipelines still compiling. */
+  async flush(): Promise<void> {
+    for (;;) {
+      const waiting = this.blockingPipeline();
+      if (waiting === undefined) break;
+      await waiting;
+    }
+    this.pump();
+    this.submit();
+    if (this.deviceError) {
+      const error = this.deviceError;
+      this.deviceError = undefined;
+      throw error;
+    }
+  }
+
+  /** Throws the deferred index error recorded in `flag` (4 u32 words), if any. */
+  static checkErrorFlag(flag: Uint32Array): void {
+    const code = flag[0] ?? 0;
+    if (code === 0) return;
+    const op = ERROR_OPS[code] ?? 'webgpu';
+    throw new IndexError(
+      op,
+      flag[1]! | 0,
+      flag[2] ?? 0,
+      'raised on the device by an earlier kernel',
+    );
+  }
+
+  clearErrorFlag(): void {
+    this.write(this.errorFlag, 0, new ArrayBuffer(16));
+  }
+
+  private blockingPipeline(): Promise<void> | undefined {
+    for (const c of this.commands) {
+      if (c.kind !== 'dispatch') continue;
+      const entry = this.pipelines.get(c.key);
+      if (entry?.state === 'compiling') return entry.promise;
+    }
+    return undefined;
+  }
+
+  private createParamBuffer(): GPUBuffer {
+    return this.device.createBuffer({
+      size: PARAM_BYTES,
+      usage: BufferUsage.STORAGE | BufferUsage.COPY_DST,
+    });
+  }
+
+  private compile(key: string, code: string): void {
+    const module = this.device.createShaderModule({ code, label: key });
+    const promise = this.device
+      .createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: 'main' } })
+      .then(
+        (pipeline) => {
+          this.pipelines.set(key, { state: 'ready', pipeline });
+          this.pump();
+        },
+        (error: unknown) => {
+          this.pipelines.set(key, {
+            state: 'failed',
+            error: new BackendError('webgpu', `pipeline ${key} failed to compile`, {
+              cause: error,
+            }),
+          });
+          this.pump();
+        },
+      );
+    this.pipelines.set(key, { state: 'compiling', promise });
+  }
+
+  private pump(): void {
+    while (this.commands.length > 0) {
+      const c = this.commands[0]!;
+      if (c.kind === 'dispatch') {
+        const entry = this.pipelines.get(c.key);
+        if (entry === undefined || entry.state === 'compiling') return;
+        this.commands.shift();
+        if (entry.state === 'failed') {
+          this.deviceError ??= entry.error;
+          continue;
+        }
+        this.encodeDispatch(entry.pipeline, c.buffers, c.workgroups);
+      } else if (c.kind === 'copy') {
+        this.commands.shift();
+        this.endPass();
+        this.openEncoder().copyBufferToBuffer(c.src, c.srcOffset, c.dst, c.dstOffset, c.size);
+      } else if (c.kind === 'write') {
+        this.commands.shift();
+        this.submit();
+        this.device.queue.writeBuffer(c.dst, c.byteOffset, c.data);
+      } else {
+        this.commands.shift();
+        this.submit();
+        c.action();
+      }
+    }
+  }
+
+  private openEncoder(): GPUCommandEncoder {
+    this.encoder ??= this.device.createCommandEncoder();
+    return this.encoder;
+  }
+
+  private endPass(): void {
+    this.pass?.end();
+    this.pass = undefined;
+  }
+
+  private encodeDispatch(
+    pipeline: GPUComputePipeline,
+    buffers: GPUBuffer[],
+    workgroups: [number, number, number],
+  ): void {
+    const bindGroup = this.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })),
+    });
+    this.pass ??= this.openEncoder().beginComputePass();
+    this.pass.setPipeline(pipeline);
+    this.pass.setBindGroup(0, bindGroup);
+    this.pass.dispatchWorkgroups(workgroups[0], workgroups[1], workgroups[2]);
+    this.encodedDispatches++;
+    if (this.encodedDispatches >= SUBMIT_EVERY) this.submit();
+  }
+
+  private submit(): void {
+    this.endPass();
+    if (this.encoder !== undefined) {
+      this.device.queue.submit([this.encoder.finish()]);
+      this.encoder = undefined;
+    }
+    this.encodedDispatches = 0;
+    this.freeParams.push(...this.usedParams);
+    this.usedParams = [];
+    if (this.commands.length === 0) {
+      for (const b of this.pendingDestroy.splice(0)) b.destroy();
+    }
+  }
+}

@@ -1,0 +1,260 @@
+import type { DType } from '../../dtype.js';
+import type { Dense } from './kernels.js';
+import { input, type Launch, output, Params, type Program } from './program.js';
+import { CONVERT, declare, loader, paramsDecl } from './wgsl.js';
+
+/**
+ * [Note: two matmul kernels]
+ *
+ * SwiftShader runs a workgroup as SIMD lanes on a CPU core; barriers and shared memory are costly
+ * there, while registers are plentiful. So on CPU adapters each invocation computes an 8x8 output
+ * tile in 16 named vec4 accumulators, fully unrolled, reading A and B straight from storage with no
+ * shared memory and no barriers (ANCHORS.md: 3x the shared-memory kernel on SwiftShader). Loads
+ * clamp their row and column to the matrix (kernels stay in bounds without Dawn's robustness) and
+ * stores are guarded, so any M, N, K work. The k loop is unrolled by 4 with a scalar tail.
+ *
+ * On real GPUs the classic kernel wins: a 64x64 output tile per 16x16 workgroup, 16-deep slices of
+ * A and B staged in workgroup memory, 4x4 outputs per invocation. The backend picks per adapter
+ * (`isCpuAdapter`); `WEBSHARD_MATMUL=tiled|shared` overrides it.
+ *
+ * Params: [M, N, K, aOffset, bOffset, outOffset, aBatchStride, bBatchStride]; the batch is the z
+ * workgroup index (a batch stride of 0 broadcasts an operand of batch 1).
+ */
+export type MatmulKernel = 'registerTiled' | 'sharedMemory';
+
+const TM = 8;
+const TN = 8;
+const RWG: [number, number, number] = [8, 8, 1];
+
+function indexExprs(transposeA: boolean, transposeB: boolean) {
+  return {
+    a: (m: string, k: string) => (transposeA ? `aBase + (${k}) * M + ${m}` : `${m} * K + (${k})`),
+    b: (k: string, n: string) => (transposeB ? `${n} * K + (${k})` : `bBase + (${k}) * N + ${n}`),
+  };
+}
+
+function registerTiledWgsl(a: DType, b: DType, transposeA: boolean, transposeB: boolean): string {
+  const L: string[] = [];
+  const rows = Array.from({ length: TM }, (_, r) => r);
+  const groups = Array.from({ length: TN / 4 }, (_, j) => j);
+  const cols = Array.from({ length: TN }, (_, c) => c);
+  L.push(
+    CONVERT,
+    declare(0, 'A', a, 'read'),
+    loader('A', a),
+    declare(1, 'B', b, 'read'),
+    loader('B', b),
+  );
+  L.push('@group(0) @binding(2) var<storage, read_write> C: array<f32>;', paramsDecl(3));
+  L.push(`@compute @workgroup_size(${RWG[0]}, ${RWG[1]}, 1)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let M = prm[0];
+  let N = prm[1];
+  let K = prm[2];
+  let row0 = g.y * ${TM}u;
+  let col0 = g.x * ${TN}u;
+  if (row0 >= M || col0 >= N) { return; }
+  let aBase = prm[3] + g.z * prm[6];
+  let bBase = prm[4] + g.z * prm[7];`);
+  for (const r of rows) {
+    L.push(`  let m${r} = min(row0 + ${r}u, M - 1u);`);
+    if (!transposeA) L.push(`  let ar${r} = aBase + m${r} * K;`);
+  }
+  for (const c of cols) {
+    L.push(`  let n${c} = min(col0 + ${c}u, N - 1u);`);
+    if (transposeB) L.push(`  let bc${c} = bBase + n${c} * K;`);
+  }
+  for (const r of rows) for (const j of groups) L.push(`  var acc${r}_${j} = vec4f(0.0);`);
+  const ix = indexExprs(transposeA, transposeB);
+  const aAt = (r: number, k: string) =>
+    transposeA ? `ld_A(${ix.a(`m${r}`, k)})` : `ld_A(ar${r} + ${k})`;
+  const bAt = (k: string, c: number) =>
+    transposeB ? `ld_B(bc${c} + ${k})` : `ld_B(${ix.b(k, `n${c}`)})`;
+  L.push('  let K4 = K & ~3u;');
+  L.push('  for (var k = 0u; k < K4; k += 4u) {');
+  for (const r of rows) {
+    L.push(
+      `    let a${r} = vec4f(${[0, 1, 2, 3].map((q) => aAt(r, q === 0 ? 'k' : `k + ${q}u`)).join(', ')});`,
+    );
+  }
+  for (const q of [0, 1, 2, 3]) {
+    const k = q === 0 ? 'k' : `k + ${q}u`;
+    for (const j of groups) {
+      L.push(
+        `    let b${q}_${j} = vec4f(${[0, 1, 2, 3].map((c) => bAt(k, j * 4 + c)).join(', ')});`,
+      );
+    }
+  }
+  for (const r of rows) {
+    for (const j of groups) {
+      L.push(
+        `    acc${r}_${j} = acc${r}_${j} + a${r}.x * b0_${j} + a${r}.y * b1_${j} + a${r}.z * b2_${j} + a${r}.w * b3_${j};`,
+      );
+    }
+  }
+  L.push('  }');
+  L.push('  for (var k = K4; k < K; k++) {');
+  for (const j of groups) {
+    L.push(`    let b_${j} = vec4f(${[0, 1, 2, 3].map((c) => bAt('k', j * 4 + c)).join(', ')});`);
+  }
+  for (const r of rows) {
+    L.push(`    let a${r} = ${aAt(r, 'k')};`);
+    for (const j of groups) L.push(`    acc${r}_${j} = acc${r}_${j} + a${r} * b_${j};`);
+  }
+  L.push('  }');
+  L.push('  let cBase = prm[5] + g.z * M * N;');
+  for (const r of rows) {
+    L.push(`  if (row0 + ${r}u < M) {`);
+    L.push(`    let cr = cBase + (row0 + ${r}u) * N + col0;`);
+    for (const j of groups) {
+      for (const c of [0, 1, 2, 3]) {
+        const col = j * 4 + c;
+        const comp = ['x', 'y', 'z', 'w'][c];
+        L.push(`    if (col0 + ${col}u < N) { C[cr + ${col}u] = acc${r}_${j}.${comp}; }`);
+      }
+    }
+    L.push('  }');
+  }
+  L.push('}');
+  return L.join('\n');
+}
+
+function sharedMemoryWgsl(a: DType, b: DType, transposeA: boolean, transposeB: boolean): string {
+  const ix = indexExprs(transposeA, transposeB);
+  // Thread e of 256 loads 4 elements of each 16x64 slice; the mapping follows the contiguous axis.
+  const aMap = transposeA
+    ? 'let kk = e / 64u; let mm = e % 64u;'
+    : 'let mm = e / 16u; let kk = e % 16u;';
+  const bMap = transposeB
+    ? 'let nn = e / 16u; let kk = e % 16u;'
+    : 'let kk = e / 64u; let nn = e % 64u;';
+  const aIdx = transposeA ? ix.a('gm', 'gk') : `aBase + ${ix.a('gm', 'gk')}`;
+  const bIdx = transposeB ? `bBase + ${ix.b('gk', 'gn')}` : ix.b('gk', 'gn');
+  return `${CONVERT}
+${declare(0, 'A', a, 'read')}
+${loader('A', a)}
+${declare(1, 'B', b, 'read')}
+${loader('B', b)}
+@group(0) @binding(2) var<storage, read_write> C: array<f32>;
+${paramsDecl(3)}
+var<workgroup> As: array<f32, 1024>;
+var<workgroup> Bs: array<f32, 1024>;
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u) {
+  let M = prm[0];
+  let N = prm[1];
+  let K = prm[2];
+  let aBase = prm[3] + w.z * prm[6];
+  let bBase = prm[4] + w.z * prm[7];
+  let tid = l.y * 16u + l.x;
+  let m0 = w.y * 64u;
+  let n0 = w.x * 64u;
+  var acc0 = vec4f(0.0);
+  var acc1 = vec4f(0.0);
+  var acc2 = vec4f(0.0);
+  var acc3 = vec4f(0.0);
+  for (var k0 = 0u; k0 < K; k0 += 16u) {
+    for (var q = 0u; q < 4u; q++) {
+      let e = tid + q * 256u;
+      {
+        ${aMap}
+        let gm = min(m0 + mm, M - 1u);
+        let gk = min(k0 + kk, K - 1u);
+        As[kk * 64u + mm] = select(0.0, ld_A(${aIdx}), m0 + mm < M && k0 + kk < K);
+      }
+      {
+        ${bMap}
+        let gn = min(n0 + nn, N - 1u);
+        let gk = min(k0 + kk, K - 1u);
+        Bs[kk * 64u + nn] = select(0.0, ld_B(${bIdx}), n0 + nn < N && k0 + kk < K);
+      }
+    }
+    workgroupBarrier();
+    for (var kk = 0u; kk < 16u; kk++) {
+      let ab = kk * 64u + l.y * 4u;
+      let bb = kk * 64u + l.x * 4u;
+      let av = vec4f(As[ab], As[ab + 1u], As[ab + 2u], As[ab + 3u]);
+      let bv = vec4f(Bs[bb], Bs[bb + 1u], Bs[bb + 2u], Bs[bb + 3u]);
+      acc0 = acc0 + av.x * bv;
+      acc1 = acc1 + av.y * bv;
+      acc2 = acc2 + av.z * bv;
+      acc3 = acc3 + av.w * bv;
+    }
+    workgroupBarrier();
+  }
+  let cBase = prm[5] + w.z * M * N;
+  let accs = array<vec4f, 4>(acc0, acc1, acc2, acc3);
+  for (var r = 0u; r < 4u; r++) {
+    let row = m0 + l.y * 4u + r;
+    if (row < M) {
+      for (var c = 0u; c < 4u; c++) {
+        let col = n0 + l.x * 4u + c;
+        if (col < N) { C[cBase + row * N + col] = accs[r][c]; }
+      }
+    }
+  }
+}`;
+}
+
+export interface MatmulShape {
+  batch: number;
+  m: number;
+  n: number;
+  k: number;
+  aBatch: number;
+  bBatch: number;
+}
+
+/** out (f32, contiguous [batch, M, N]) = A x B. */
+export function matmulLaunch(
+  kernel: MatmulKernel,
+  a: Dense,
+  b: Dense,
+  out: Dense,
+  transposeA: boolean,
+  transposeB: boolean,
+  s: MatmulShape,
+): Launch {
+  const key = `matmul:${kernel}:${a.dtype}:${b.dtype}:${transposeA}:${transposeB}`;
+  const program: Program =
+    kernel === 'registerTiled'
+      ? {
+          name: 'matmul',
+          key,
+          workgroupSize: RWG,
+          dispatch: (sh) => [
+            Math.ceil((sh[1] ?? 1) / (TN * RWG[0])),
+            Math.ceil((sh[0] ?? 1) / (TM * RWG[1])),
+            sh[2] ?? 1,
+          ],
+          wgsl: () => registerTiledWgsl(a.dtype, b.dtype, transposeA, transposeB),
+        }
+      : {
+          name: 'matmul',
+          key,
+          workgroupSize: [16, 16, 1],
+          dispatch: (sh) => [
+            Math.ceil((sh[1] ?? 1) / 64),
+            Math.ceil((sh[0] ?? 1) / 64),
+            sh[2] ?? 1,
+          ],
+          wgsl: () => sharedMemoryWgsl(a.dtype, b.dtype, transposeA, transposeB),
+        };
+  const params = new Params()
+    .u(s.m)
+    .u(s.n)
+    .u(s.k)
+    .u(a.offset)
+    .u(b.offset)
+    .u(out.offset)
+    .u(s.aBatch === 1 ? 0 : s.m * s.k)
+    .u(s.bBatch === 1 ? 0 : s.k * s.n);
+  return {
+    program,
+    dtypes: [a.dtype, b.dtype, 'f32'],
+    bindings: [input(a, a.size), input(b, b.size), output(out, out.size)],
+    params: params.toArray(),
+    shape: [s.m, s.n, s.batch],
+    usesError: false,
+  };
+}
