@@ -4,3 +4,12 @@ export { describeBackends } from './describe-backends.js';
 export type { BackendContext } from './describe-backends.js';
 export { ClosenessError, expectClose, toleranceFor } from './tolerance.js';
 export type { Tolerance } from './tolerance.js';
+export {
+  broadcastIndex,
+  broadcastReference,
+  matmulReference,
+  roundValues,
+  seededValues,
+  stridesOf,
+  unravel,
+} from './reference.js';

@@ -1,0 +1,159 @@
+import { describe, expect, it } from 'vitest';
+import { BackendError, OutOfMemoryError } from '../../errors.js';
+import { tensor, zeros } from '../../ops/creation.js';
+import { createCpuBackend } from '../../runtime.js';
+import { Tensor } from '../../tensor.js';
+import { expectClose } from '../../testing/tolerance.js';
+import { matmulReference, roundValues, seededValues } from '../../testing/reference.js';
+
+describe('CpuBackend matmul', () => {
+  it('matches a float64 triple loop across the k and n block edges', async () => {
+    const backend = createCpuBackend();
+    // k = 131 crosses two 64-wide k blocks with an odd tail; n = 517 crosses the 512-wide n block.
+    for (const [m, k, n] of [
+      [3, 131, 517],
+      [67, 65, 5],
+      [1, 1, 1025],
+    ] as const) {
+      const av = roundValues(seededValues(m * k, 5, -1, 1), 'f32');
+      const bv = roundValues(seededValues(k * n, 6, -1, 1), 'f32');
+      const out = Tensor.empty(backend, [1, m, n], 'f32');
+      backend.matmul(
+        tensor(av, { backend, shape: [1, m, k] }).kernel('t'),
+        tensor(bv, { backend, shape: [1, k, n] }).kernel('t'),
+        out.kernel('t'),
+        false,
+        false,
+      );
+      const expected = matmulReference(av, bv, m, k, n);
+      expectClose(await out.read(), expected, { rtol: 1e-6, atol: 1e-6 });
+    }
+  });
+
+  it('is exact in f64 and broadcasts a batch of 1', async () => {
+    const backend = createCpuBackend();
+    const [m, k, n] = [4, 9, 3];
+    const av = seededValues(m * k, 1);
+    const bv = seededValues(2 * k * n, 2);
+    const out = Tensor.empty(backend, [2, m, n], 'f64');
+    backend.matmul(
+      tensor(av, { backend, dtype: 'f64', shape: [1, m, k] }).kernel('t'),
+      tensor(bv, { backend, dtype: 'f64', shape: [2, k, n] }).kernel('t'),
+      out.kernel('t'),
+      false,
+      false,
+    );
+    const expected = [
+      ...matmulReference(av, bv.slice(0, k * n), m, k, n),
+      ...matmulReference(av, bv.slice(k * n), m, k, n),
+    ];
+    expectClose(await out.read(), expected, { rtol: 1e-14, atol: 1e-14 });
+  });
+});
+
+describe('CpuBackend memory', () => {
+  it('accounts allocations through the caching allocator and reuses freed blocks', () => {
+    const backend = createCpuBackend();
+    const a = zeros([1000], { backend });
+    expect(backend.memoryStats().allocated).toBe(4096);
+    a.free();
+    expect(backend.memoryStats().allocated).toBe(0);
+    expect(backend.memoryStats().reserved).toBe(4096);
+    const b = zeros([900], { backend });
+    expect(backend.memoryStats().poolHits).toBe(1);
+    b.free();
+    backend.emptyCache();
+    expect(backend.memoryStats().reserved).toBe(0);
+  });
+
+  it('throws OutOfMemoryError past the emulated limit', () => {
+    const backend = createCpuBackend({ memoryLimit: 8192 });
+    const a = zeros([1024], { backend });
+    expect(() => zeros([2048], { backend })).toThrow(OutOfMemoryError);
+    expect(() => zeros([2048], { backend })).toThrow(
+      '[allocate] cpu out of memory: requested 8192 bytes with 4096 allocated and a limit of 8192',
+    );
+    a.free();
+    backend.setMemoryLimit(undefined);
+    expect(zeros([2048], { backend }).size).toBe(2048);
+    expect(backend.memoryStats().peakAllocated).toBe(8192);
+  });
+
+  it('refuses work after dispose', async () => {
+    const backend = createCpuBackend();
+    const a = zeros([4], { backend });
+    backend.dispose();
+    expect(() => zeros([4], { backend })).toThrow(BackendError);
+    expect(() => zeros([4], { backend })).toThrow('[allocate] the cpu backend was disposed');
+    await expect(a.read()).rejects.toThrow('[read] the cpu backend was disposed');
+  });
+});
+
+describe('CpuBackend kernels', () => {
+  it('copyStrided writes a strided window (concat into the middle of a row)', async () => {
+    const backend = createCpuBackend();
+    const src = tensor([1, 2, 3, 4], { backend, shape: [2, 2] });
+    const dst = zeros([2, 4], { backend });
+    const s = src.kernel('t');
+    const d = dst.kernel('t');
+    backend.copyStrided(
+      { storage: s.storage, offset: 0, dtype: 'f32', strides: [1, 2] },
+      { storage: d.storage, offset: 1, dtype: 'f32', strides: [4, 1] },
+      [2, 2],
+    );
+    expect([...(await dst.read())]).toEqual([0, 1, 3, 0, 0, 2, 4, 0]);
+  });
+
+  it('layerNormBackward matches finite differences in f64', async () => {
+    const backend = createCpuBackend();
+    const [rows, cols] = [2, 5];
+    const xv = seededValues(rows * cols, 3);
+    const wv = seededValues(cols, 4, 0.5, 1.5);
+    const dyv = seededValues(rows * cols, 5);
+    const run = (x: number[]) => {
+      const out = Tensor.empty(backend, [rows, cols], 'f64');
+      const mean = Tensor.empty(backend, [rows], 'f64');
+      const rstd = Tensor.empty(backend, [rows], 'f64');
+      const xt = tensor(x, { backend, dtype: 'f64', shape: [rows, cols] });
+      const wt = tensor(wv, { backend, dtype: 'f64' });
+      backend.layerNorm(
+        xt.kernel('t'),
+        wt.kernel('t'),
+        null,
+        1e-5,
+        out.kernel('t'),
+        mean.kernel('t'),
+        rstd.kernel('t'),
+      );
+      return { xt, wt, out, mean, rstd };
+    };
+    const base = run(xv);
+    const dx = Tensor.empty(backend, [rows, cols], 'f64');
+    const dw = Tensor.empty(backend, [cols], 'f64');
+    const dyt = tensor(dyv, { backend, dtype: 'f64', shape: [rows, cols] });
+    backend.layerNormBackward(
+      dyt.kernel('t'),
+      base.xt.kernel('t'),
+      base.wt.kernel('t'),
+      base.mean.kernel('t'),
+      base.rstd.kernel('t'),
+      dx.kernel('t'),
+      dw.kernel('t'),
+      null,
+    );
+    const loss = async (x: number[]) => {
+      const y = await run(x).out.read();
+      return Array.from(y).reduce((s, v, i) => s + v * dyv[i]!, 0);
+    };
+    const h = 1e-6;
+    const numeric: number[] = [];
+    for (let i = 0; i < xv.length; i++) {
+      const plus = [...xv];
+      const minus = [...xv];
+      plus[i]! += h;
+      minus[i]! -= h;
+      numeric.push(((await loss(plus)) - (await loss(minus))) / (2 * h));
+    }
+    expectClose(await dx.read(), numeric, { rtol: 1e-6, atol: 1e-7 });
+  });
+});

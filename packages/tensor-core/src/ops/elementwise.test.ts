@@ -1,0 +1,251 @@
+import { expect, it } from 'vitest';
+import { createCpuBackend } from '../runtime.js';
+import type { DType } from '../dtype.js';
+import { BackendError, DTypeError, FreedTensorError, ShapeError } from '../errors.js';
+import { describeBackends, expectClose, toleranceFor } from '../testing/index.js';
+import { broadcastReference, roundValues, seededValues } from '../testing/reference.js';
+import type { Tensor } from '../tensor.js';
+import { tensor } from './creation.js';
+import * as ops from './elementwise.js';
+
+function erf(x: number): number {
+  // Float64 reference by numerically integrating 2/sqrt(pi) exp(-t^2) (Simpson, 2000 steps).
+  const steps = 2000;
+  const h = x / steps;
+  let acc = 0;
+  for (let i = 0; i <= steps; i++) {
+    const w = i === 0 || i === steps ? 1 : i % 2 === 1 ? 4 : 2;
+    acc += w * Math.exp(-((i * h) ** 2));
+  }
+  return ((acc * h) / 3) * (2 / Math.sqrt(Math.PI));
+}
+
+const unaryCases: [string, (x: Tensor) => Tensor, (x: number) => number, number, number][] = [
+  ['neg', ops.neg, (x) => -x, -3, 3],
+  ['abs', ops.abs, Math.abs, -3, 3],
+  ['exp', ops.exp, Math.exp, -3, 3],
+  ['log', ops.log, Math.log, 0.01, 5],
+  ['sqrt', ops.sqrt, Math.sqrt, 0, 5],
+  ['rsqrt', ops.rsqrt, (x) => 1 / Math.sqrt(x), 0.05, 5],
+  ['tanh', ops.tanh, Math.tanh, -4, 4],
+  ['sigmoid', ops.sigmoid, (x) => 1 / (1 + Math.exp(-x)), -8, 8],
+  ['relu', ops.relu, (x) => Math.max(0, x), -3, 3],
+  ['square', ops.square, (x) => x * x, -3, 3],
+  ['reciprocal', ops.reciprocal, (x) => 1 / x, 0.1, 3],
+  ['gelu', (x) => ops.gelu(x), (x) => 0.5 * x * (1 + erf(x / Math.SQRT2)), -5, 5],
+  [
+    'gelu tanh',
+    (x) => ops.gelu(x, { approximate: 'tanh' }),
+    (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3))),
+    -5,
+    5,
+  ],
+];
+
+describeBackends('unary ops', (ctx) => {
+  for (const [name, op, ref, low, high] of unaryCases) {
+    it(`${name} matches a float64 reference in every float dtype`, async () => {
+      for (const dtype of ctx.floatDTypes) {
+        const data = roundValues(seededValues(37, name.length, low, high), dtype);
+        const x = tensor(data, { dtype, backend: ctx.backend, shape: [37] });
+        const y = op(x);
+        expect(y.dtype).toBe(dtype);
+        expect(y.shape).toEqual([37]);
+        // f64: the erf reference is itself a quadrature, good to ~1e-12.
+        const tol = dtype === 'f64' ? { rtol: 1e-10, atol: 1e-10 } : toleranceFor(dtype);
+        expectClose(await y.read(), data.map(ref), tol);
+      }
+    });
+  }
+
+  it('keeps shapes of size 1, zero-size and rank 0', async () => {
+    const scalar = tensor(-2, { backend: ctx.backend });
+    expect(scalar.shape).toEqual([]);
+    expect([...(await ops.abs(scalar).read())]).toEqual([2]);
+    const emptyT = tensor([], { backend: ctx.backend, shape: [0, 3] });
+    expect(ops.exp(emptyT).shape).toEqual([0, 3]);
+  });
+
+  it('supports neg, abs and square on i32 and rejects exp', async () => {
+    const x = tensor(new Int32Array([-3, 0, 7]), { backend: ctx.backend });
+    expect([...(await ops.neg(x).read())]).toEqual([3, 0, -7]);
+    expect([...(await ops.square(x).read())]).toEqual([9, 0, 49]);
+    expect(() => ops.exp(x)).toThrow(DTypeError);
+    expect(() => ops.exp(x)).toThrow(/^\[exp\] needs a floating point tensor/);
+  });
+});
+
+const binaryCases: [
+  string,
+  (a: Tensor | number, b: Tensor | number) => Tensor,
+  (a: number, b: number) => number,
+][] = [
+  ['add', ops.add, (a, b) => a + b],
+  ['sub', ops.sub, (a, b) => a - b],
+  ['mul', ops.mul, (a, b) => a * b],
+  ['div', ops.div, (a, b) => a / b],
+  ['maximum', ops.maximum, Math.max],
+  ['minimum', ops.minimum, Math.min],
+];
+
+const broadcastShapes: [number[], number[], number[]][] = [
+  [[7], [7], [7]],
+  [[3, 5], [5], [3, 5]],
+  [
+    [3, 1],
+    [1, 13],
+    [3, 13],
+  ],
+  [
+    [2, 1, 5],
+    [3, 1],
+    [2, 3, 5],
+  ],
+  [[1], [4, 17], [4, 17]],
+  [[], [2, 3], [2, 3]],
+  [[0, 3], [3], [0, 3]],
+];
+
+describeBackends('binary ops', (ctx) => {
+  for (const [name, op, ref] of binaryCases) {
+    it(`${name} broadcasts like NumPy`, async () => {
+      for (const [sa, sb, so] of broadcastShapes) {
+        const na = sa.reduce((p, d) => p * d, 1);
+        const nb = sb.reduce((p, d) => p * d, 1);
+        const av = roundValues(seededValues(na, 1, 0.5, 3), 'f32');
+        const bv = roundValues(seededValues(nb, 2, 0.5, 3), 'f32');
+        const a = tensor(av, { backend: ctx.backend, shape: sa });
+        const b = tensor(bv, { backend: ctx.backend, shape: sb });
+        const y = op(a, b);
+        expect(y.shape).toEqual(so);
+        expectClose(await y.read(), broadcastReference([sa, sb], [av, bv], so, ref));
+      }
+    });
+
+    it(`${name} takes a number on either side and rounds in f16/bf16`, async () => {
+      for (const dtype of ['f16', 'bf16', 'f32'] as DType[]) {
+        const av = roundValues(seededValues(11, 3, 0.5, 3), dtype);
+        const a = tensor(av, { dtype, backend: ctx.backend, shape: [11] });
+        expectClose(
+          await op(a, 1.5).read(),
+          av.map((v) => ref(v, 1.5)),
+          toleranceFor(dtype),
+        );
+        expectClose(
+          await op(2.5, a).read(),
+          av.map((v) => ref(2.5, v)),
+          toleranceFor(dtype),
+        );
+      }
+    });
+  }
+
+  it('pow matches Math.pow for tensor and number exponents', async () => {
+    const base = roundValues(seededValues(9, 4, 0.1, 3), 'f32');
+    const exps = roundValues(seededValues(9, 5, -2, 2), 'f32');
+    const a = tensor(base, { backend: ctx.backend });
+    const b = tensor(exps, { backend: ctx.backend });
+    expectClose(
+      await ops.pow(a, b).read(),
+      base.map((v, i) => v ** exps[i]!),
+    );
+    expectClose(
+      await ops.pow(a, 2).read(),
+      base.map((v) => v ** 2),
+    );
+  });
+
+  it('comparisons write 1/0 in the input dtype, with broadcasting', async () => {
+    const a = tensor([[1, 2, 3]], { backend: ctx.backend });
+    const b = tensor([[2], [1]], { backend: ctx.backend });
+    const cases: [(x: Tensor, y: Tensor) => Tensor, number[]][] = [
+      [ops.eq, [0, 1, 0, 1, 0, 0]],
+      [ops.ne, [1, 0, 1, 0, 1, 1]],
+      [ops.lt, [1, 0, 0, 0, 0, 0]],
+      [ops.le, [1, 1, 0, 1, 0, 0]],
+      [ops.gt, [0, 0, 1, 0, 1, 1]],
+      [ops.ge, [0, 1, 1, 1, 1, 1]],
+    ];
+    for (const [op, expected] of cases) {
+      const y = op(a, b);
+      expect(y.dtype).toBe('f32');
+      expect(y.shape).toEqual([2, 3]);
+      expect([...(await y.read())]).toEqual(expected);
+    }
+    const i = tensor(new Int32Array([1, 5]), { backend: ctx.backend });
+    const gt = ops.gt(i, 2);
+    expect(gt.dtype).toBe('i32');
+    expect([...(await gt.read())]).toEqual([0, 1]);
+  });
+
+  it('i32 add/sub/mul wrap like int32 and div is rejected', async () => {
+    const a = tensor(new Int32Array([2147483647, -7, 65536]), { backend: ctx.backend });
+    expect([...(await ops.add(a, 1).read())]).toEqual([-2147483648, -6, 65537]);
+    expect([...(await ops.mul(a, 65536).read())]).toEqual([-65536, -458752, 0]);
+    expect(() => ops.div(a, 2)).toThrow(/^\[div\] is not defined for i32 tensors/);
+  });
+
+  it('where and maskedFill broadcast cond, a and b', async () => {
+    const cond = tensor([[1], [0]], { backend: ctx.backend });
+    const a = tensor([1, 2, 3], { backend: ctx.backend });
+    const b = tensor(
+      [
+        [10, 20, 30],
+        [40, 50, 60],
+      ],
+      { backend: ctx.backend },
+    );
+    expect([...(await ops.where(cond, a, b).read())]).toEqual([1, 2, 3, 40, 50, 60]);
+    expect([...(await ops.where(cond, a, -1).read())]).toEqual([1, 2, 3, -1, -1, -1]);
+    const mask = tensor([0, 1, 0], { backend: ctx.backend });
+    expect([...(await ops.maskedFill(b, mask, -9).read())]).toEqual([10, -9, 30, 40, -9, 60]);
+  });
+
+  it("activationGrad computes dy * f'(x)", async () => {
+    const xv = roundValues(seededValues(13, 6, -3, 3), 'f32');
+    const dyv = roundValues(seededValues(13, 7, -1, 1), 'f32');
+    const x = tensor(xv, { backend: ctx.backend });
+    const dy = tensor(dyv, { backend: ctx.backend });
+    expectClose(
+      await ops.activationGrad('relu', x, dy).read(),
+      xv.map((v, i) => (v > 0 ? dyv[i]! : 0)),
+    );
+    const h = 1e-4;
+    const gelu = (v: number) => 0.5 * v * (1 + erf(v / Math.SQRT2));
+    expectClose(
+      await ops.activationGrad('gelu', x, dy).read(),
+      xv.map((v, i) => (dyv[i]! * (gelu(v + h) - gelu(v - h))) / (2 * h)),
+      { rtol: 1e-4, atol: 1e-5 },
+    );
+  });
+
+  it('rejects shapes that do not broadcast, mixed dtypes and freed tensors', () => {
+    const a = tensor([1, 2, 3], { backend: ctx.backend });
+    const b = tensor([1, 2], { backend: ctx.backend });
+    expect(() => ops.add(a, b)).toThrow(ShapeError);
+    expect(() => ops.add(a, b)).toThrow(
+      '[add] shapes do not broadcast at dimension 0 (shapes [3] and [2])',
+    );
+    const h = tensor([1, 2, 3], { dtype: 'f16', backend: ctx.backend });
+    expect(() => ops.mul(a, h)).toThrow(DTypeError);
+    expect(() => ops.mul(a, h)).toThrow(
+      '[mul] operands must share a dtype (cast one first) (dtypes f32, f16)',
+    );
+    const freed = tensor([1], { backend: ctx.backend });
+    freed.name = 'w';
+    freed.free();
+    expect(() => ops.exp(freed)).toThrow(FreedTensorError);
+    expect(() => ops.exp(freed)).toThrow("[exp] tensor 'w' was used after its storage was freed");
+    expect(() => ops.gelu(a, { approximate: 'fast' as never })).toThrow(
+      "[gelu] approximate must be 'none' or 'tanh', got 'fast'",
+    );
+  });
+
+  it('rejects tensors on two backends', () => {
+    const other = createCpuBackend();
+    const a = tensor([1], { backend: ctx.backend });
+    const b = tensor([1], { backend: other });
+    expect(() => ops.add(a, b)).toThrow(BackendError);
+    expect(() => ops.add(a, b)).toThrow(/^\[add\] operands are on two backends/);
+  });
+});
