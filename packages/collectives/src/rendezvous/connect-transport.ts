@@ -1,0 +1,104 @@
+import type { AbortReason } from '../errors.js';
+import type { Transport } from '../transport.js';
+import type { RendezvousOptions } from './env.js';
+import { type Rendezvous, rendezvous } from './rendezvous.js';
+import type { WebSocketConstructor } from './store-client.js';
+
+/** Which network transport to run over the rendezvous. */
+export type NetworkBackend = 'tcp' | 'ws';
+
+/** Options of `connectNetworkTransport`: the rendezvous (torchrun environment by default) and more. */
+export interface NetworkTransportOptions extends Partial<RendezvousOptions> {
+  backend: NetworkBackend;
+  /** Address this rank's data listener binds to and advertises (default `127.0.0.1`). */
+  host?: string;
+  /** Largest message accepted from a peer, in bytes (default 2^32). */
+  maxMessageBytes?: number;
+  /** `ws` only: accept connections (default: true in Node, false in browsers). */
+  listen?: boolean;
+  /** Overrides the WebSocket used for the rendezvous (browsers: the native one by default). */
+  WebSocket?: WebSocketConstructor;
+}
+
+/**
+ * Creates the data transport of `backend` on a rendezvous that is already joined. The transport
+ * modules are loaded lazily, so a browser that asks for `ws` never loads `node:net`.
+ */
+export async function createNetworkTransport(
+  backend: NetworkBackend,
+  joined: Rendezvous,
+  options: Pick<NetworkTransportOptions, 'host' | 'maxMessageBytes' | 'listen'> = {},
+): Promise<Transport> {
+  const common = {
+    store: joined.store,
+    token: joined.options.token,
+    timeoutMs: joined.options.timeoutMs,
+    ...(options.host !== undefined ? { host: options.host } : {}),
+    ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
+  };
+  if (backend === 'tcp') {
+    const { TcpTransport } = await import('../transports/tcp/tcp-transport.js');
+    return TcpTransport.create(common);
+  }
+  const { WsTransport } = await import('../transports/ws/ws-transport.js');
+  return WsTransport.create({
+    ...common,
+    ...(options.listen !== undefined ? { listen: options.listen } : {}),
+  });
+}
+
+/**
+ * Joins the rendezvous (rank 0 hosts the store) and connects the `tcp` or `ws` transport to every
+ * other rank. Closing the returned transport also leaves the rendezvous.
+ */
+export async function connectNetworkTransport(
+  options: NetworkTransportOptions,
+): Promise<Transport> {
+  const { backend, host, maxMessageBytes, listen, ...rest } = options;
+  const joined = await rendezvous(rest);
+  let transport: Transport;
+  try {
+    transport = await createNetworkTransport(backend, joined, { host, maxMessageBytes, listen });
+  } catch (error) {
+    await joined.close();
+    throw error;
+  }
+  return new JoinedTransport(transport, joined);
+}
+
+/** A transport that owns its rendezvous: closing it leaves the store too. */
+class JoinedTransport implements Transport {
+  private closing: Promise<void> | null = null;
+  constructor(
+    private readonly inner: Transport,
+    private readonly joined: Rendezvous,
+  ) {}
+  get rank(): number {
+    return this.inner.rank;
+  }
+  get size(): number {
+    return this.inner.size;
+  }
+  get kind(): string {
+    return this.inner.kind;
+  }
+  get abortReason(): AbortReason | null {
+    return this.inner.abortReason;
+  }
+  send(peer: number, tag: number, data: Uint8Array): Promise<void> {
+    return this.inner.send(peer, tag, data);
+  }
+  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+    return this.inner.recv(peer, tag, dst);
+  }
+  abort(reason: AbortReason): void {
+    this.inner.abort(reason);
+  }
+  onAbort(listener: (reason: AbortReason) => void): () => void {
+    return this.inner.onAbort(listener);
+  }
+  close(): Promise<void> {
+    this.closing ??= this.inner.close().then(() => this.joined.close());
+    return this.closing;
+  }
+}

@@ -1,0 +1,18 @@
+// One rank of the shared collective suite in its own process: joins through the torchrun
+// environment, runs the job given as JSON, prints its report, and dies by SIGKILL when told.
+import { ProcessGroup } from '../../../process-group.js';
+import {
+  connectNetworkTransport,
+  type NetworkBackend,
+} from '../../../rendezvous/connect-transport.js';
+import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../../testing/suite.js';
+
+const [backend, jobText] = process.argv.slice(2) as [NetworkBackend, string];
+const job = JSON.parse(jobText) as SuiteJob;
+const transport = await connectNetworkTransport({ backend, timeoutMs: 20_000 });
+const group = ProcessGroup.fromTransport(transport, SUITE_GROUP_OPTIONS);
+const report = await runSuiteJob(group, job, { die: () => process.kill(process.pid, 'SIGKILL') });
+process.stdout.write(`@@report ${JSON.stringify(report)}\n`);
+await group.close();
+await transport.close();
+process.exit(0);

@@ -1,0 +1,149 @@
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../../launcher/launcher.js';
+import { createNetworkTransport, type NetworkBackend } from '../../rendezvous/connect-transport.js';
+import type { Rendezvous } from '../../rendezvous/rendezvous.js';
+import { StoreClient } from '../../rendezvous/store-client.js';
+import { StoreServer } from '../../rendezvous/store-server.js';
+import { ProcessGroup } from '../../process-group.js';
+import {
+  type RankReport,
+  runSuiteJob,
+  SUITE_GROUP_OPTIONS,
+  type SuiteJob,
+} from '../../testing/suite.js';
+import type { Transport } from '../../transport.js';
+
+/** `size` ranks of a network transport in this process, over real sockets (tests, benchmarks). */
+export interface NetworkWorld {
+  readonly transports: Transport[];
+  readonly stores: StoreClient[];
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+/** Starts a store and `size` transports of `backend` in this process. */
+export async function createNetworkWorld(
+  backend: NetworkBackend,
+  size: number,
+  token = 'test-token',
+): Promise<NetworkWorld> {
+  const server = new StoreServer({ port: 0, worldSize: size, token });
+  const port = await server.listen();
+  const stores = await Promise.all(
+    Array.from({ length: size }, (_, rank) =>
+      StoreClient.connect({
+        url: `ws://127.0.0.1:${port}`,
+        rank,
+        worldSize: size,
+        token,
+        timeoutMs: 10_000,
+      }),
+    ),
+  );
+  const transports = await Promise.all(
+    stores.map((store) => {
+      const joined: Rendezvous = {
+        store,
+        options: {
+          rank: store.rank,
+          worldSize: size,
+          masterAddr: '127.0.0.1',
+          masterPort: port,
+          localRank: store.rank,
+          token,
+          timeoutMs: 10_000,
+        },
+        close: () => store.close(),
+      };
+      return createNetworkTransport(backend, joined);
+    }),
+  );
+  return {
+    transports,
+    stores,
+    port,
+    async close() {
+      await Promise.all(transports.map((transport) => transport.close()));
+      await Promise.all(stores.map((store) => store.close()));
+      await server.close();
+    },
+  };
+}
+
+/** Runs a suite job on `size` ranks in this process. */
+export async function runJobInProcess(
+  backend: NetworkBackend,
+  size: number,
+  job: SuiteJob,
+): Promise<RankReport[]> {
+  const world = await createNetworkWorld(backend, size);
+  try {
+    const groups = world.transports.map((t) => ProcessGroup.fromTransport(t, SUITE_GROUP_OPTIONS));
+    return await Promise.all(
+      groups.map((group) =>
+        runSuiteJob(group, job, {
+          die: () => {
+            throw new Error('in-process ranks cannot die; run the kill scenario in children');
+          },
+        }),
+      ),
+    );
+  } finally {
+    await world.close();
+  }
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+const REPORT_MARK = '@@report ';
+
+/**
+ * Runs a suite job on `size` ranks as child processes (`node --import tsx`), joined through the
+ * torchrun environment; a rank's `die()` is SIGKILL. Ranks that die report null.
+ */
+export async function runJobInChildren(
+  backend: NetworkBackend,
+  size: number,
+  job: SuiteJob,
+): Promise<(RankReport | null)[]> {
+  const port = await freePort();
+  const script = join(here, '__fixtures__', 'suite-rank.ts');
+  const ranks = Array.from({ length: size }, (_, rank) => {
+    const child = spawn(
+      process.execPath,
+      ['--conditions=@webshard/source', '--import', 'tsx', script, backend, JSON.stringify(job)],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: {
+          ...process.env,
+          RANK: String(rank),
+          WORLD_SIZE: String(size),
+          LOCAL_RANK: String(rank),
+          MASTER_ADDR: '127.0.0.1',
+          MASTER_PORT: String(port),
+          WEBSHARD_TOKEN: 'child-token',
+        },
+      },
+    );
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      err += chunk.toString();
+    });
+    return new Promise<RankReport | null>((resolve, reject) => {
+      child.on('close', (code, signal) => {
+        const line = out.split('\n').find((l) => l.startsWith(REPORT_MARK));
+        if (line !== undefined) resolve(JSON.parse(line.slice(REPORT_MARK.length)) as RankReport);
+        else if (signal === 'SIGKILL') resolve(null);
+        else reject(new Error(`rank ${rank} exited ${code ?? signal} without a report:\n${err}`));
+      });
+    });
+  });
+  return Promise.all(ranks);
+}
+
+export { REPORT_MARK };

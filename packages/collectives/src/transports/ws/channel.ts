@@ -1,0 +1,92 @@
+/**
+ * A message channel to one peer: what the `ws` transport needs from a WebSocket, with one
+ * implementation over the browser's native `WebSocket` here (browser-safe) and one over the `ws`
+ * package in `ws-node.ts` (Node only, loaded lazily).
+ */
+export interface Channel {
+  /** Sends one binary message; `done` runs once `bytes` may be reused. */
+  send(bytes: Uint8Array, done?: (error?: Error) => void): void;
+  /** Closes gracefully (pending messages go out first). */
+  close(): void;
+  /** Drops the connection now. */
+  destroy(): void;
+  /** Binary messages (text messages arrive as strings and are protocol violations). */
+  onMessage: (bytes: Uint8Array | string) => void;
+  /** Called once when the connection is gone, with a short description. */
+  onClose: (detail: string) => void;
+}
+
+/** A listening endpoint that accepts channels (Node only). */
+export interface Listener {
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/** Opens and accepts channels. */
+export interface ChannelFactory {
+  dial(url: string): Promise<Channel>;
+  /** Absent where this rank cannot accept connections (browsers). */
+  listen?: (
+    host: string,
+    maxMessageBytes: number,
+    accept: (channel: Channel) => void,
+  ) => Promise<Listener>;
+  /** Constant-time token check for hellos (only needed where `listen` exists). */
+  tokenMatches?: (given: Uint8Array, expected: string) => boolean;
+}
+
+interface NativeWebSocket {
+  binaryType: string;
+  readonly bufferedAmount: number;
+  send(data: ArrayBufferView | ArrayBuffer): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((event: unknown) => void) | null;
+  onmessage: ((event: { data: unknown }) => void) | null;
+  onclose: ((event: { code: number; reason: string }) => void) | null;
+  onerror: ((event: unknown) => void) | null;
+}
+
+type NativeWebSocketConstructor = new (url: string) => NativeWebSocket;
+
+/**
+ * Channels over the native `WebSocket` (browsers). Views on a `SharedArrayBuffer` cannot be sent
+ * by a browser, so those are copied into a reused staging buffer first.
+ */
+export function nativeChannels(WebSocketImpl: NativeWebSocketConstructor): ChannelFactory {
+  return {
+    dial(url) {
+      return new Promise((resolve, reject) => {
+        const socket = new WebSocketImpl(url);
+        socket.binaryType = 'arraybuffer';
+        let staging = new Uint8Array(0);
+        const channel: Channel = {
+          send(bytes, done) {
+            let view = bytes;
+            if (bytes.buffer instanceof ArrayBuffer === false) {
+              if (staging.byteLength < bytes.byteLength) staging = new Uint8Array(bytes.byteLength);
+              staging.set(bytes);
+              view = staging.subarray(0, bytes.byteLength);
+            }
+            try {
+              socket.send(view);
+              done?.();
+            } catch (error) {
+              done?.(error as Error);
+            }
+          },
+          close: () => socket.close(1000, 'bye'),
+          destroy: () => socket.close(4000, 'destroyed'),
+          onMessage: () => {},
+          onClose: () => {},
+        };
+        socket.onopen = () => resolve(channel);
+        socket.onerror = () => reject(new Error(`could not connect to ${url}`));
+        socket.onmessage = (event) => {
+          const data = event.data;
+          channel.onMessage(typeof data === 'string' ? data : new Uint8Array(data as ArrayBuffer));
+        };
+        socket.onclose = (event) => channel.onClose(`its WebSocket closed (${event.code})`);
+      });
+    },
+  };
+}

@@ -1,0 +1,203 @@
+import { type AbortReason, TransportAbortedError } from '../../errors.js';
+
+/** A receive posted by `recv`. */
+interface PostedRecv {
+  readonly dst: Uint8Array;
+  readonly resolve: () => void;
+  readonly reject: (error: Error) => void;
+}
+
+/** A message arrived before its receive, kept in a pooled buffer. */
+interface Stashed {
+  readonly buffer: ArrayBuffer;
+  readonly length: number;
+}
+
+interface Slot {
+  readonly arrived: Stashed[];
+  readonly waiting: PostedRecv[];
+}
+
+/** One incoming message being filled: straight into a posted receive, or into a pooled stash. */
+export interface Incoming {
+  readonly peer: number;
+  readonly tag: number;
+  /** Where the payload bytes go, exactly `length` long. */
+  readonly target: Uint8Array;
+  readonly recv: PostedRecv | null;
+  readonly stash: ArrayBuffer | null;
+}
+
+const MIN_POOLED = 4096;
+const MAX_POOLED_BYTES = 512 << 20;
+
+function sizeClass(length: number): number {
+  return length <= MIN_POOLED ? MIN_POOLED : 2 ** Math.ceil(Math.log2(length));
+}
+
+/**
+ * Matches network messages to receives per `(peer, tag)`, in order (rules 1 to 3 of
+ * [Note: the transport contract]). A message whose receive is already posted is written straight
+ * into the receive's buffer (`Incoming.target`); one that comes first goes into a buffer from a
+ * pool by power-of-two size class, returned when a receive consumes it, so a steady stream of
+ * same-sized messages allocates nothing. Browser-safe.
+ */
+export class Inbox {
+  private readonly slots = new Map<number, Map<number, Slot>>();
+  private readonly pool = new Map<number, ArrayBuffer[]>();
+  private pooledBytes = 0;
+  private readonly inflight = new Set<Incoming>();
+  private abortError: TransportAbortedError | null = null;
+
+  constructor(
+    private readonly rank: number,
+    private readonly onViolation: (reason: AbortReason) => void,
+  ) {}
+
+  private slot(peer: number, tag: number): Slot {
+    let byTag = this.slots.get(peer);
+    if (byTag === undefined) {
+      byTag = new Map();
+      this.slots.set(peer, byTag);
+    }
+    let slot = byTag.get(tag);
+    if (slot === undefined) {
+      slot = { arrived: [], waiting: [] };
+      byTag.set(tag, slot);
+    }
+    return slot;
+  }
+
+  /** Posts a receive: filled at once from a stashed message, or queued. */
+  post(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+    if (this.abortError !== null) return Promise.reject(this.abortError);
+    return new Promise<void>((resolve, reject) => {
+      const slot = this.slot(peer, tag);
+      const arrived = slot.arrived.shift();
+      if (arrived === undefined) {
+        slot.waiting.push({ dst, resolve, reject });
+        return;
+      }
+      const ok = arrived.length === dst.byteLength;
+      if (ok) dst.set(new Uint8Array(arrived.buffer, 0, arrived.length));
+      this.release(arrived.buffer);
+      if (ok) resolve();
+      else this.violate(peer, tag, arrived.length, dst.byteLength, reject);
+    });
+  }
+
+  /**
+   * Starts an incoming message of `length` bytes from `peer` on `tag`. Returns null after a
+   * length mismatch with the posted receive (the violation is already reported).
+   */
+  begin(peer: number, tag: number, length: number): Incoming | null {
+    const recv = this.slot(peer, tag).waiting.shift() ?? null;
+    if (recv !== null) {
+      if (recv.dst.byteLength !== length) {
+        this.violate(peer, tag, length, recv.dst.byteLength, recv.reject);
+        return null;
+      }
+      const incoming: Incoming = { peer, tag, target: recv.dst, recv, stash: null };
+      this.inflight.add(incoming);
+      return incoming;
+    }
+    const stash = this.acquire(length);
+    const incoming: Incoming = {
+      peer,
+      tag,
+      target: new Uint8Array(stash, 0, length),
+      recv: null,
+      stash,
+    };
+    this.inflight.add(incoming);
+    return incoming;
+  }
+
+  /** Finishes a message whose `target` is full. */
+  complete(incoming: Incoming): void {
+    if (!this.inflight.delete(incoming)) return;
+    if (incoming.recv !== null) {
+      incoming.recv.resolve();
+      return;
+    }
+    const slot = this.slot(incoming.peer, incoming.tag);
+    const waiting = slot.waiting.shift();
+    if (waiting === undefined) {
+      slot.arrived.push({ buffer: incoming.stash!, length: incoming.target.byteLength });
+      return;
+    }
+    const length = incoming.target.byteLength;
+    if (waiting.dst.byteLength !== length) {
+      this.release(incoming.stash!);
+      this.violate(incoming.peer, incoming.tag, length, waiting.dst.byteLength, waiting.reject);
+      return;
+    }
+    waiting.dst.set(incoming.target);
+    this.release(incoming.stash!);
+    waiting.resolve();
+  }
+
+  /** Whether a receive from `peer` is posted or being filled. */
+  hasPending(peer: number): boolean {
+    for (const incoming of this.inflight) if (incoming.peer === peer && incoming.recv) return true;
+    for (const slot of this.slots.get(peer)?.values() ?? [])
+      if (slot.waiting.length > 0) return true;
+    return false;
+  }
+
+  /** Rejects every posted receive, now and later; drops stashed messages. */
+  abort(reason: AbortReason): void {
+    if (this.abortError !== null) return;
+    this.abortError = new TransportAbortedError(reason);
+    for (const incoming of this.inflight) incoming.recv?.reject(this.abortError);
+    this.inflight.clear();
+    for (const byTag of this.slots.values()) {
+      for (const slot of byTag.values()) {
+        for (const waiting of slot.waiting.splice(0)) waiting.reject(this.abortError);
+        slot.arrived.length = 0;
+      }
+    }
+    this.pool.clear();
+    this.pooledBytes = 0;
+  }
+
+  private violate(
+    peer: number,
+    tag: number,
+    got: number,
+    expected: number,
+    reject: (error: Error) => void,
+  ): void {
+    const reason: AbortReason = {
+      kind: 'error',
+      origin: this.rank,
+      peer,
+      message: `rank ${this.rank} expected a message of ${expected} bytes from rank ${peer} on tag ${tag}, got ${got}`,
+    };
+    reject(new TransportAbortedError(reason));
+    this.onViolation(reason);
+  }
+
+  private acquire(length: number): ArrayBuffer {
+    const size = sizeClass(length);
+    const free = this.pool.get(size);
+    const buffer = free?.pop();
+    if (buffer !== undefined) {
+      this.pooledBytes -= size;
+      return buffer;
+    }
+    return new ArrayBuffer(size);
+  }
+
+  private release(buffer: ArrayBuffer): void {
+    if (this.abortError !== null) return;
+    if (this.pooledBytes + buffer.byteLength > MAX_POOLED_BYTES) return;
+    let free = this.pool.get(buffer.byteLength);
+    if (free === undefined) {
+      free = [];
+      this.pool.set(buffer.byteLength, free);
+    }
+    free.push(buffer);
+    this.pooledBytes += buffer.byteLength;
+  }
+}

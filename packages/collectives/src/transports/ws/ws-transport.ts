@@ -1,0 +1,518 @@
+import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import { RendezvousError } from '../../rendezvous/errors.js';
+import type { StoreClient } from '../../rendezvous/store-client.js';
+import { AbortState, type Transport } from '../../transport.js';
+import { type Channel, type ChannelFactory, type Listener, nativeChannels } from './channel.js';
+import {
+  decodeHello,
+  encodeFrame,
+  encodeHello,
+  type FrameHeader,
+  FrameKind,
+  HEADER_BYTES,
+  readHeader,
+  writeHeader,
+} from './frame.js';
+import { type Incoming, Inbox } from './inbox.js';
+
+/** Options of the `ws` transport. */
+export interface WsTransportOptions {
+  /** The joined rendezvous store; URLs are exchanged through it. */
+  store: StoreClient;
+  /** The join token; connections without it are dropped. */
+  token: string;
+  /**
+   * Accept connections from other ranks (default: true in Node, false in browsers, which
+   * cannot). Two ranks that both cannot listen cannot be connected.
+   */
+  listen?: boolean;
+  /** Address to listen on and advertise (default `127.0.0.1`). */
+  host?: string;
+  /** Largest data message accepted, in bytes (default 2^32). */
+  maxMessageBytes?: number;
+  /** Store key prefix (default `ws`). */
+  prefix?: string;
+  /** Deadline for connecting to every peer (default: the store's timeout). */
+  timeoutMs?: number;
+  /** Overrides how channels are made (tests; custom WebSocket implementations). */
+  channels?: ChannelFactory;
+}
+
+type PeerState = 'connecting' | 'open' | 'closed' | 'dead';
+
+type Expect =
+  | { kind: 'header' }
+  | { kind: 'payload'; header: FrameHeader; incoming: Incoming | null };
+
+class WsPeer {
+  state: PeerState = 'connecting';
+  channel: Channel | null = null;
+  readonly sendSeq = new Map<number, number>();
+  readonly recvSeq = new Map<number, number>();
+  readonly freeHeaders: Uint8Array[] = [];
+  expect: Expect = { kind: 'header' };
+  byeReceived = false;
+  stopped = false;
+  constructor(readonly rank: number) {}
+}
+
+const HELLO_TIMEOUT_MS = 10_000;
+const BYE_WAIT_MS = 2000;
+
+function isNode(): boolean {
+  return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
+}
+
+async function defaultChannels(): Promise<ChannelFactory> {
+  if (isNode()) {
+    const { nodeChannels } = await import('./ws-node.js');
+    return nodeChannels();
+  }
+  const native = (globalThis as { WebSocket?: unknown }).WebSocket;
+  return nativeChannels(native as Parameters<typeof nativeChannels>[0]);
+}
+
+/**
+ * The `ws` transport: one WebSocket per pair of ranks, binary messages, for processes on one or
+ * many machines and for browsers (which join with the native `WebSocket`; this module imports no
+ * Node module at its top level).
+ *
+ * [Note: ws connections]
+ * Every rank that can listen (Node) publishes its URL in the store; a browser publishes none. For
+ * a pair i < j, j dials i when i listens, else i dials j; two browsers cannot be paired (there is
+ * no relay). The dialer says hello (rank, world size, token) and the listener answers with its
+ * own hello once the token checks out. Frames are those of the tcp transport ([Note: network
+ * frames]): the 32-byte header as one message, then a non-empty payload as the next, so the
+ * payload is sent from the caller's view without a copy. Node clients mask with zeros, which lets
+ * `ws` skip masking.
+ */
+export class WsTransport implements Transport {
+  readonly kind = 'ws';
+  readonly rank: number;
+  readonly size: number;
+  /** Connections dropped before a valid hello (wrong token, garbage): counted, never fatal. */
+  rejectedConnections = 0;
+  private readonly abortState = new AbortState();
+  private readonly inbox: Inbox;
+  private readonly peers: (WsPeer | null)[];
+  private readonly pendingSends = new Set<(error: Error) => void>();
+  private readonly maxMessageBytes: number;
+  private phase: 'running' | 'closing' = 'running';
+  private closing: Promise<void> | null = null;
+  private listener: Listener | null = null;
+  private channels: ChannelFactory | null = null;
+  private unsubscribe: () => void = () => {};
+
+  private constructor(private readonly options: WsTransportOptions) {
+    this.rank = options.store.rank;
+    this.size = options.store.worldSize;
+    this.maxMessageBytes = options.maxMessageBytes ?? 2 ** 32;
+    this.inbox = new Inbox(this.rank, (reason) => this.abort(reason));
+    this.peers = Array.from({ length: this.size }, (_, rank) =>
+      rank === this.rank ? null : new WsPeer(rank),
+    );
+    this.abortState.on((reason) => this.onAborted(reason));
+  }
+
+  /** Listens (where it can), publishes its URL, connects every pair and waits until all are open. */
+  static async create(options: WsTransportOptions): Promise<WsTransport> {
+    const transport = new WsTransport(options);
+    try {
+      await transport.connectAll();
+    } catch (error) {
+      await transport.close();
+      throw error;
+    }
+    return transport;
+  }
+
+  get abortReason(): AbortReason | null {
+    return this.abortState.reason;
+  }
+
+  onAbort(listener: (reason: AbortReason) => void): () => void {
+    return this.abortState.on(listener);
+  }
+
+  abort(reason: AbortReason): void {
+    this.abortState.trigger(reason);
+  }
+
+  send(peer: number, groupTag: number, data: Uint8Array): Promise<void> {
+    const tag = groupTag >>> 0;
+    const target = this.peerFor(peer, 'send');
+    if (target instanceof Error) return Promise.reject(target);
+    const channel = target.channel!;
+    const header = target.freeHeaders.pop() ?? new Uint8Array(HEADER_BYTES);
+    writeHeader(header, {
+      kind: FrameKind.data,
+      tag,
+      seq: (() => {
+        const seq = target.sendSeq.get(tag) ?? 0;
+        target.sendSeq.set(tag, (seq + 1) >>> 0);
+        return seq;
+      })(),
+      length: data.byteLength,
+      sender: this.rank,
+    });
+    return new Promise<void>((resolve, reject) => {
+      this.pendingSends.add(reject);
+      let outstanding = data.byteLength === 0 ? 1 : 2;
+      let failed: Error | undefined;
+      const done = (error?: Error) => {
+        failed ??= error;
+        if (--outstanding > 0) return;
+        target.freeHeaders.push(header);
+        if (!this.pendingSends.delete(reject)) return;
+        if (failed !== undefined) reject(this.abortErrorOr(failed));
+        else resolve();
+      };
+      channel.send(header, done);
+      if (data.byteLength > 0) channel.send(data, done);
+    });
+  }
+
+  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+    const source = this.peerFor(peer, 'recv');
+    if (source instanceof Error) return Promise.reject(source);
+    // Tags are uint32 on the wire; a negative int32 tag names the same group.
+    return this.inbox.post(peer, tag >>> 0, dst);
+  }
+
+  close(): Promise<void> {
+    if (this.closing === null) {
+      this.phase = 'closing';
+      this.closing = this.shutdown();
+    }
+    return this.closing;
+  }
+
+  private abortErrorOr(error: Error): Error {
+    const reason = this.abortState.reason;
+    return reason === null ? error : new TransportAbortedError(reason);
+  }
+
+  private peerFor(peer: number, op: string): WsPeer | Error {
+    const reason = this.abortState.reason;
+    if (reason !== null) return new TransportAbortedError(reason);
+    const target = Number.isInteger(peer) ? this.peers[peer] : undefined;
+    if (target === undefined || target === null) {
+      return new TransportAbortedError({
+        kind: 'error',
+        origin: this.rank,
+        message: `[${op}] rank ${this.rank} cannot use rank ${peer} as a peer in a world of ${this.size}`,
+      });
+    }
+    if (target.state !== 'open') {
+      this.abort({
+        kind: 'peer-lost',
+        origin: this.rank,
+        peer,
+        message: `rank ${peer} is gone: it closed its ws transport before rank ${this.rank}'s ${op}`,
+      });
+      return new TransportAbortedError(this.abortState.reason!);
+    }
+    return target;
+  }
+
+  private async connectAll(): Promise<void> {
+    const { store } = this.options;
+    const prefix = this.options.prefix ?? 'ws';
+    const timeoutMs = this.options.timeoutMs ?? store.timeoutMs;
+    const channels = this.options.channels ?? (await defaultChannels());
+    this.channels = channels;
+    const canListen = (this.options.listen ?? isNode()) && channels.listen !== undefined;
+    if (canListen) {
+      this.listener = await channels.listen!(
+        this.options.host ?? '127.0.0.1',
+        this.maxMessageBytes,
+        (channel) => this.accept(channel),
+      );
+    }
+    await store.set(`${prefix}/url/${this.rank}`, JSON.stringify(this.listener?.url ?? null));
+    this.unsubscribe = store.onRankLost((rank) => {
+      const peer = this.peers[rank];
+      if (peer) this.peerDied(peer, 'it left the rendezvous store');
+    });
+    await Promise.all(
+      this.peers.map(async (peer) => {
+        if (peer === null) return;
+        const url = JSON.parse(await store.get(`${prefix}/url/${peer.rank}`, timeoutMs)) as
+          | string
+          | null;
+        const [low, high] = peer.rank < this.rank ? [peer.rank, this.rank] : [this.rank, peer.rank];
+        const lowListens = low === this.rank ? this.listener !== null : url !== null;
+        const iDial = lowListens ? this.rank === high : this.rank === low;
+        if (!iDial) return;
+        if (url === null) {
+          throw new RendezvousError(
+            'ws',
+            `ranks ${this.rank} and ${peer.rank} can both not accept connections (browsers); one of them must run in Node`,
+            { rank: this.rank },
+          );
+        }
+        const channel = await channels.dial(url);
+        this.attach(peer, channel, 'dialed');
+        channel.send(
+          encodeFrame(
+            { kind: FrameKind.hello, tag: 0, seq: 0, sender: this.rank },
+            encodeHello(this.rank, this.size, this.options.token),
+          ),
+        );
+      }),
+    );
+    const deadline = Date.now() + timeoutMs;
+    while (this.peers.some((peer) => peer !== null && peer.state === 'connecting')) {
+      if (this.abortState.reason !== null) throw new TransportAbortedError(this.abortState.reason);
+      if (Date.now() > deadline) {
+        const missing = this.peers.filter((p) => p !== null && p.state === 'connecting');
+        throw new RendezvousError(
+          'ws',
+          `timed out after ${timeoutMs} ms connecting to ranks ${missing.map((p) => p!.rank).join(', ')}`,
+          { rank: this.rank, code: 'E_TIMEOUT', missingRanks: missing.map((p) => p!.rank) },
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+  }
+
+  /** Wires a channel to a known peer: after the hello exchange, messages go to `onMessage`. */
+  private attach(peer: WsPeer, channel: Channel, side: 'dialed' | 'accepted'): void {
+    peer.channel = channel;
+    channel.onMessage = (bytes) => {
+      if (peer.state === 'connecting' && side === 'dialed') {
+        const hello = this.parseHello(bytes);
+        if (hello === undefined || hello.rank !== peer.rank) {
+          this.violation(peer, 'bad hello answer');
+          return;
+        }
+        peer.state = 'open';
+        return;
+      }
+      this.onMessage(peer, bytes);
+    };
+    channel.onClose = (detail) => this.peerDied(peer, detail);
+  }
+
+  private parseHello(bytes: Uint8Array | string): { rank: number; token: Uint8Array } | undefined {
+    if (typeof bytes === 'string') return undefined;
+    const header = readHeader(bytes, 0);
+    if (typeof header === 'string' || header.kind !== FrameKind.hello) return undefined;
+    if (bytes.byteLength !== HEADER_BYTES + header.length) return undefined;
+    const hello = decodeHello(bytes.subarray(HEADER_BYTES));
+    if (typeof hello === 'string' || hello.size !== this.size || hello.rank !== header.sender) {
+      return undefined;
+    }
+    return hello;
+  }
+
+  /** An incoming connection: the first message must be a hello with the right token. */
+  private accept(channel: Channel): void {
+    const timer = setTimeout(() => reject(), HELLO_TIMEOUT_MS);
+    const reject = () => {
+      clearTimeout(timer);
+      this.rejectedConnections++;
+      channel.onMessage = () => {};
+      channel.onClose = () => {};
+      channel.destroy();
+    };
+    channel.onClose = () => clearTimeout(timer);
+    channel.onMessage = (bytes) => {
+      const hello = this.parseHello(bytes);
+      const peer = hello === undefined ? undefined : this.peers[hello.rank];
+      if (
+        hello === undefined ||
+        peer === undefined ||
+        peer === null ||
+        peer.channel !== null ||
+        !this.channels!.tokenMatches!(hello.token, this.options.token)
+      ) {
+        reject();
+        return;
+      }
+      clearTimeout(timer);
+      this.attach(peer, channel, 'accepted');
+      channel.send(
+        encodeFrame(
+          { kind: FrameKind.hello, tag: 0, seq: 0, sender: this.rank },
+          encodeHello(this.rank, this.size, ''),
+        ),
+      );
+      peer.state = 'open';
+    };
+  }
+
+  private onMessage(peer: WsPeer, bytes: Uint8Array | string): void {
+    if (peer.stopped) return;
+    if (typeof bytes === 'string') {
+      this.violation(peer, 'text message');
+      return;
+    }
+    const expect = peer.expect;
+    if (expect.kind === 'payload') {
+      peer.expect = { kind: 'header' };
+      if (bytes.byteLength !== expect.header.length) {
+        this.violation(
+          peer,
+          `payload of ${bytes.byteLength} bytes after a header announcing ${expect.header.length}`,
+        );
+        return;
+      }
+      if (expect.header.kind === FrameKind.abort) {
+        this.onAbortFrame(peer, bytes);
+        return;
+      }
+      expect.incoming!.target.set(bytes);
+      this.inbox.complete(expect.incoming!);
+      return;
+    }
+    if (bytes.byteLength !== HEADER_BYTES) {
+      this.violation(peer, `expected a ${HEADER_BYTES}-byte header, got ${bytes.byteLength} bytes`);
+      return;
+    }
+    const header = readHeader(bytes, this.maxMessageBytes);
+    if (typeof header === 'string') {
+      this.violation(peer, header);
+      return;
+    }
+    if (header.sender !== peer.rank) {
+      this.violation(peer, `frame claims to come from rank ${header.sender}`);
+      return;
+    }
+    switch (header.kind) {
+      case FrameKind.data: {
+        const expected = peer.recvSeq.get(header.tag) ?? 0;
+        if (header.seq !== expected) {
+          this.violation(
+            peer,
+            `frame ${header.seq} on tag ${header.tag} out of order (expected ${expected})`,
+          );
+          return;
+        }
+        peer.recvSeq.set(header.tag, (expected + 1) >>> 0);
+        const incoming = this.inbox.begin(peer.rank, header.tag, header.length);
+        if (incoming === null) {
+          peer.stopped = true;
+          return;
+        }
+        if (header.length === 0) this.inbox.complete(incoming);
+        else peer.expect = { kind: 'payload', header, incoming };
+        return;
+      }
+      case FrameKind.abort:
+        if (header.length === 0) {
+          this.violation(peer, 'empty abort frame');
+          return;
+        }
+        peer.expect = { kind: 'payload', header, incoming: null };
+        return;
+      case FrameKind.bye:
+        peer.byeReceived = true;
+        if (peer.state === 'open') peer.state = 'closed';
+        if (this.inbox.hasPending(peer.rank)) {
+          this.abort({
+            kind: 'peer-lost',
+            origin: this.rank,
+            peer: peer.rank,
+            message: `rank ${peer.rank} closed its transport while rank ${this.rank} was still receiving from it`,
+          });
+        }
+        return;
+      default:
+        this.violation(peer, 'unexpected hello frame');
+    }
+  }
+
+  private onAbortFrame(peer: WsPeer, payload: Uint8Array): void {
+    let reason: unknown;
+    try {
+      reason = JSON.parse(new TextDecoder().decode(payload));
+    } catch {
+      this.violation(peer, 'abort frame is not JSON');
+      return;
+    }
+    const r = reason as Partial<AbortReason> | null;
+    const kinds = ['timeout', 'mismatch', 'peer-lost', 'user', 'error'];
+    if (
+      typeof r !== 'object' ||
+      r === null ||
+      !kinds.includes(r.kind as string) ||
+      !Number.isInteger(r.origin) ||
+      typeof r.message !== 'string'
+    ) {
+      this.violation(peer, 'abort frame has no valid reason');
+      return;
+    }
+    this.abort(r as AbortReason);
+  }
+
+  private violation(peer: WsPeer, detail: string): void {
+    peer.stopped = true;
+    this.abort({
+      kind: 'error',
+      origin: this.rank,
+      peer: peer.rank,
+      message: `[ws] rank ${this.rank}: malformed frame from rank ${peer.rank}: ${detail}`,
+    });
+    peer.channel?.destroy();
+  }
+
+  private peerDied(peer: WsPeer, how: string): void {
+    if (this.phase === 'closing' || peer.state === 'closed' || peer.byeReceived) return;
+    const wasLive = peer.state === 'open' || peer.state === 'connecting';
+    peer.state = 'dead';
+    if (!wasLive) return;
+    this.abort({
+      kind: 'peer-lost',
+      origin: this.rank,
+      peer: peer.rank,
+      message: `rank ${peer.rank} is gone: ${how} (seen by rank ${this.rank} over ws)`,
+    });
+  }
+
+  private onAborted(reason: AbortReason): void {
+    this.inbox.abort(reason);
+    const error = new TransportAbortedError(reason);
+    for (const reject of this.pendingSends) reject(error);
+    this.pendingSends.clear();
+    if (this.phase === 'closing') return;
+    const frame = encodeFrame(
+      { kind: FrameKind.abort, tag: 0, seq: 0, sender: this.rank },
+      new TextEncoder().encode(JSON.stringify(reason)),
+    );
+    for (const peer of this.peers) {
+      if (peer?.channel && peer.state === 'open') {
+        peer.channel.send(frame.subarray(0, HEADER_BYTES));
+        peer.channel.send(frame.subarray(HEADER_BYTES));
+      }
+    }
+  }
+
+  private async shutdown(): Promise<void> {
+    const wasAborted = this.abortState.reason !== null;
+    this.abortState.trigger({
+      kind: 'user',
+      origin: this.rank,
+      message: `rank ${this.rank} closed its ws transport`,
+    });
+    if (!wasAborted) {
+      const bye = encodeFrame(
+        { kind: FrameKind.bye, tag: 0, seq: 0, sender: this.rank },
+        new Uint8Array(0),
+      );
+      for (const peer of this.peers) {
+        if (peer?.channel && peer.state === 'open') peer.channel.send(bye);
+      }
+      const deadline = Date.now() + BYE_WAIT_MS;
+      while (
+        Date.now() < deadline &&
+        this.peers.some((p) => p !== null && p.state === 'open' && !p.byeReceived)
+      ) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    }
+    this.unsubscribe();
+    for (const peer of this.peers) peer?.channel?.destroy();
+    await this.listener?.close();
+  }
+}
