@@ -27,7 +27,7 @@ import {
   type Values,
 } from './cpu-storage.js';
 import { gelu, geluDerivative, geluTanh, geluTanhDerivative, sigmoid } from './math.js';
-import { matmulBlock, transposeCopy } from './matmul.js';
+import { matmulBlock, toRowMajor } from './matmul.js';
 
 /** Options of `createCpuBackend`. */
 export interface CpuBackendOptions {
@@ -548,26 +548,19 @@ export class CpuBackend implements Backend {
     const batchA = a.shape[0]!;
     const batchB = b.shape[0]!;
     const acc = new Float64Array(m * n);
-    const aT = transposeA ? new Float64Array(m * k) : null;
-    const bT = transposeB ? new Float64Array(k * n) : null;
+    const aMat = new Float64Array(m * k);
+    const bMat = new Float64Array(k * n);
     for (let p = 0; p < batch; p++) {
-      const aOff = (batchA === 1 ? 0 : p) * m * k;
-      const bOff = (batchB === 1 ? 0 : p) * k * n;
-      let aMat: Values | Float64Array = av;
-      let aStart = aOff;
-      if (aT) {
-        if (p === 0 || batchA !== 1) transposeCopy(av, aOff, k, m, aT);
-        aMat = aT;
-        aStart = 0;
+      // A [M, K] is stored [K, M] when transposeA; B [K, N] is stored [N, K] when transposeB.
+      if (p === 0 || batchA !== 1) {
+        const [rows, cols] = transposeA ? [k, m] : [m, k];
+        toRowMajor(av, (batchA === 1 ? 0 : p) * m * k, rows, cols, transposeA, aMat);
       }
-      let bMat: Values | Float64Array = bv;
-      let bStart = bOff;
-      if (bT) {
-        if (p === 0 || batchB !== 1) transposeCopy(bv, bOff, n, k, bT);
-        bMat = bT;
-        bStart = 0;
+      if (p === 0 || batchB !== 1) {
+        const [rows, cols] = transposeB ? [n, k] : [k, n];
+        toRowMajor(bv, (batchB === 1 ? 0 : p) * k * n, rows, cols, transposeB, bMat);
       }
-      matmulBlock(aMat, aStart, bMat, bStart, acc, m, k, n);
+      matmulBlock(aMat, bMat, acc, m, k, n);
       o.values.set(acc, p * m * n);
     }
     o.commit();

@@ -1,21 +1,20 @@
 import type { Values } from './cpu-storage.js';
 
-const BLOCK_K = 64;
-const BLOCK_N = 512;
+const BLOCK_K = 128;
+const BLOCK_N = 256;
 
 /**
  * [Note: the CPU matmul]
- * C[M, N] = A[M, K] B[K, N] for one batch element, accumulating in a Float64Array. The loop order
- * is i-k-j (the innermost loop streams a row of B and a row of C, so V8 keeps it tight and
- * cache-friendly), blocked over k and j so that the BLOCK_K x BLOCK_N panel of B stays in L2
- * while every row of A passes over it. Transposed operands are copied to row-major first; that
- * costs O(MK + KN) against the O(MNK) product.
+ * C[M, N] = A[M, K] B[K, N] for one batch element. Both operands are first copied into row-major
+ * Float64Arrays (transposing on the way when asked), so the hot loop sees one element kind and
+ * stays monomorphic; that copy is O(MK + KN) against the O(MNK) product. The loop order is i-k-j:
+ * the innermost loop streams a row of B into a row of C. It is blocked over k and j, so the
+ * BLOCK_K x BLOCK_N panel of B (256 KiB) stays in L2 while every row of A passes over it, and
+ * unrolled over four rows of B, which quarters the loads and stores of C.
  */
 export function matmulBlock(
-  a: Values,
-  aOffset: number,
-  b: Values,
-  bOffset: number,
+  a: Float64Array,
+  b: Float64Array,
   acc: Float64Array,
   m: number,
   k: number,
@@ -28,21 +27,29 @@ export function matmulBlock(
       const j1 = Math.min(n, j0 + BLOCK_N);
       for (let i = 0; i < m; i++) {
         const cRow = i * n;
-        const aRow = aOffset + i * k;
+        const aRow = i * k;
         let kk = k0;
-        // Two rows of B per pass halves the loads and stores of C.
-        for (; kk + 1 < k1; kk += 2) {
+        for (; kk + 3 < k1; kk += 4) {
           const a0 = a[aRow + kk]!;
           const a1 = a[aRow + kk + 1]!;
-          const b0 = bOffset + kk * n;
+          const a2 = a[aRow + kk + 2]!;
+          const a3 = a[aRow + kk + 3]!;
+          const b0 = kk * n;
           const b1 = b0 + n;
+          const b2 = b1 + n;
+          const b3 = b2 + n;
           for (let j = j0; j < j1; j++) {
-            acc[cRow + j] = acc[cRow + j]! + a0 * b[b0 + j]! + a1 * b[b1 + j]!;
+            acc[cRow + j] =
+              acc[cRow + j]! +
+              a0 * b[b0 + j]! +
+              a1 * b[b1 + j]! +
+              a2 * b[b2 + j]! +
+              a3 * b[b3 + j]!;
           }
         }
-        if (kk < k1) {
+        for (; kk < k1; kk++) {
           const a0 = a[aRow + kk]!;
-          const b0 = bOffset + kk * n;
+          const b0 = kk * n;
           for (let j = j0; j < j1; j++) acc[cRow + j] = acc[cRow + j]! + a0 * b[b0 + j]!;
         }
       }
@@ -50,14 +57,22 @@ export function matmulBlock(
   }
 }
 
-/** Row-major copy of the transpose of a [rows, cols] matrix at `offset`: [cols, rows]. */
-export function transposeCopy(
+/**
+ * Copy a [rows, cols] matrix at `offset` into `into` as doubles: row-major as is, or its
+ * transpose ([cols, rows]) when `transpose`.
+ */
+export function toRowMajor(
   src: Values,
   offset: number,
   rows: number,
   cols: number,
+  transpose: boolean,
   into: Float64Array,
 ): Float64Array {
+  if (!transpose) {
+    for (let i = 0; i < rows * cols; i++) into[i] = src[offset + i]!;
+    return into;
+  }
   for (let r = 0; r < rows; r++) {
     const base = offset + r * cols;
     for (let c = 0; c < cols; c++) into[c * rows + r] = src[base + c]!;
