@@ -308,9 +308,11 @@ export class TcpTransport implements Transport {
     let buffered = Buffer.alloc(0);
     let peer: TcpPeer | null = null;
     const timer = setTimeout(() => reject(), HELLO_TIMEOUT_MS);
+    let rejected = false;
     const reject = () => {
       clearTimeout(timer);
-      if (peer === null) this.rejectedConnections++;
+      if (peer === null && !rejected) this.rejectedConnections++;
+      rejected = true;
       socket.destroy();
     };
     socket.on('data', (chunk: Buffer) => {
