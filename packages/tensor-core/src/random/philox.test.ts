@@ -60,6 +60,23 @@ describe('philoxUniform / philoxNormal', () => {
     expect(b[0]).toBe((words[0]! >>> 8) / 2 ** 24);
   });
 
+  it('scales in f32 with a rounding after the multiply and after the add', () => {
+    const f32 = new Float64Array(50);
+    const f64 = new Float64Array(50);
+    philoxUniform(f32, 2, 0, -0.3, 0.7);
+    philoxUniform(f64, 2, 0, -0.3, 0.7, 'f64');
+    const words = new Uint32Array(4);
+    let differ = 0;
+    for (let i = 0; i < 50; i++) {
+      philox4x32(i, 0, 0, 0, 2, 0, words);
+      const u = (words[0]! >>> 8) / 2 ** 24;
+      expect(f32[i]).toBe(Math.fround(Math.fround(-0.3) + Math.fround(Math.fround(1) * u)));
+      expect(f64[i]).toBe(-0.3 + 1 * u);
+      if (f32[i] !== f64[i]) differ++;
+    }
+    expect(differ).toBeGreaterThan(0);
+  });
+
   it('scales uniform values into [low, high)', () => {
     const out = new Float64Array(2000);
     philoxUniform(out, 1, 0, -2, 3);

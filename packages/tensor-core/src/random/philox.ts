@@ -9,9 +9,11 @@
  * so consecutive draws never reuse a counter.
  *
  * These functions are the reference the WGSL kernels are ported from. The uniform value is
- * bit-identical on every backend (it only needs u32 arithmetic, `* 2^-24` is exact, and the final
- * `low + (high - low) * u` is one f32 rounding of a double on the CPU); the normal value goes
- * through log/cos and agrees within a few f32 ulps.
+ * bit-identical on every backend: u = (x0 >>> 8) * 2^-24 is exact in f32, and the scaling is
+ * defined as f32 arithmetic with two roundings, `f32(low) + f32(f32(high - low) * u)` (a WGSL
+ * port must keep the multiply and the add separate, not fused into an fma; with low 0 and high 1
+ * both roundings are exact). Only f64 outputs scale in double. The normal value goes through
+ * log/cos and agrees within a few f32 ulps.
  */
 
 const M0 = 0xd2511f53;
@@ -84,9 +86,10 @@ export function isValidCounter(value: number): boolean {
 }
 
 /**
- * Fills `out` with uniform values in [low, high): element i is
- * `low + (high - low) * ((x0 >>> 8) * 2^-24)` where x0 is the first Philox word of counter
- * `offset + i`. Values are in double precision; storing into an f32 array rounds them once.
+ * Fills `out` with uniform values in [low, high): element i is `low + (high - low) * u` with
+ * u = (x0 >>> 8) * 2^-24, x0 the first Philox word of counter `offset + i`. With precision 'f32'
+ * (the default, and what f32/f16/bf16 tensors use) the scaling is f32 arithmetic, rounded after
+ * the multiply and after the add, exactly as the WGSL kernel computes it; with 'f64' it is double.
  */
 export function philoxUniform(
   out: { length: number; [i: number]: number },
@@ -94,14 +97,18 @@ export function philoxUniform(
   offset: number,
   low = 0,
   high = 1,
+  precision: 'f32' | 'f64' = 'f32',
 ): void {
   const [k0, k1] = splitU64(seed);
   const words = new Uint32Array(4);
-  const span = high - low;
+  const f32 = precision === 'f32';
+  const lo = f32 ? Math.fround(low) : low;
+  const span = f32 ? Math.fround(high - low) : high - low;
   for (let i = 0; i < out.length; i++) {
     const [c0, c1] = splitU64(offset + i);
     philox4x32(c0, c1, 0, 0, k0, k1, words);
-    out[i] = low + span * ((words[0]! >>> 8) * TWO_POW_MINUS_24);
+    const u = (words[0]! >>> 8) * TWO_POW_MINUS_24;
+    out[i] = f32 ? Math.fround(lo + Math.fround(span * u)) : lo + span * u;
   }
 }
 

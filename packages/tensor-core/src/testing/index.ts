@@ -13,3 +13,4 @@ export {
   stridesOf,
   unravel,
 } from './reference.js';
+export { catchDeferred } from './deferred.js';

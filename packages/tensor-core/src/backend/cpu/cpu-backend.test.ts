@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { BackendError, OutOfMemoryError } from '../../errors.js';
+import { BackendError, IndexError, OutOfMemoryError } from '../../errors.js';
+import { crossEntropy, embedding } from '../../ops/nn.js';
 import { tensor, zeros } from '../../ops/creation.js';
 import { createCpuBackend } from '../../runtime.js';
 import { Tensor } from '../../tensor.js';
@@ -90,6 +91,28 @@ describe('CpuBackend memory', () => {
 });
 
 describe('CpuBackend kernels', () => {
+  it('throws index errors at once, naming the position of the bad id', () => {
+    const backend = createCpuBackend();
+    const table = tensor(
+      [
+        [0, 1],
+        [10, 11],
+      ],
+      { backend },
+    );
+    const bad = tensor(new Int32Array([0, 2]), { backend });
+    expect(() => embedding(table, bad)).toThrow(IndexError);
+    expect(() => embedding(table, bad)).toThrow(
+      '[gather] index 2 is out of range [0, 2): indices[1]',
+    );
+    const logits = zeros([2, 3], { backend });
+    expect(() => crossEntropy(logits, tensor(new Int32Array([1, -2]), { backend }))).toThrow(
+      '[crossEntropy] index -2 is out of range [0, 3): targets[1]',
+    );
+    // The output allocated before the kernel threw is released again.
+    expect(backend.memoryStats().allocations).toBe(4);
+  });
+
   it('copyStrided writes a strided window (concat into the middle of a row)', async () => {
     const backend = createCpuBackend();
     const src = tensor([1, 2, 3, 4], { backend, shape: [2, 2] });

@@ -748,7 +748,7 @@ export class CpuBackend implements Backend {
   randomUniform(out: KernelTensor, seed: number, offset: number, low: number, high: number): void {
     this.live('randomUniform');
     const o = outputValues(out);
-    philoxUniform(o.values, seed, offset, low, high);
+    philoxUniform(o.values, seed, offset, low, high, out.dtype === 'f64' ? 'f64' : 'f32');
     o.commit();
   }
 
