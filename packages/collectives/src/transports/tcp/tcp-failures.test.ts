@@ -110,7 +110,7 @@ describe('tcp transport under hostile input', () => {
       'a flipped bit',
       () => {
         const bytes = header({ length: 4 });
-        bytes[16] ^= 1;
+        bytes[16] = bytes[16]! ^ 1;
         return bytes;
       },
       'header check word does not match',
