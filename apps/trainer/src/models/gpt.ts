@@ -1,0 +1,220 @@
+import {
+  add,
+  arange,
+  type Backend,
+  CausalSelfAttention,
+  copy_,
+  crossEntropy,
+  Dropout,
+  Embedding,
+  GELU,
+  keep,
+  type Generator,
+  LayerNorm,
+  Linear,
+  Module,
+  ModuleDict,
+  ModuleList,
+  randn,
+  reshape,
+  ShapeError,
+  type Tensor,
+  tidy,
+} from '@webshard/tensor-core';
+
+/** nanoGPT's `GPTConfig`, in camelCase. */
+export interface GPTConfig {
+  vocabSize: number;
+  blockSize: number;
+  nLayer: number;
+  nHead: number;
+  nEmbd: number;
+  /** Dropout everywhere nanoGPT has it. 0 for the PyTorch comparisons. */
+  dropout: number;
+  /** Biases in the Linears and LayerNorms. */
+  bias: boolean;
+}
+
+/** Where the model lives and which random stream initializes it. */
+export interface GPTOptions {
+  backend: Backend;
+  generator?: Generator;
+}
+
+/** nanoGPT's `MLP`: c_fc (C -> 4C), exact GELU, c_proj (4C -> C), dropout. */
+class FeedForward extends Module<[Tensor], Tensor> {
+  readonly cFc: Linear;
+  readonly gelu = new GELU();
+  readonly cProj: Linear;
+  readonly dropout: Dropout;
+
+  constructor(config: GPTConfig, options: GPTOptions) {
+    super();
+    const layer = { ...options, bias: config.bias };
+    this.cFc = this.registerModule('c_fc', new Linear(config.nEmbd, 4 * config.nEmbd, layer));
+    this.registerModule('gelu', this.gelu);
+    this.cProj = this.registerModule('c_proj', new Linear(4 * config.nEmbd, config.nEmbd, layer));
+    this.dropout = this.registerModule('dropout', new Dropout(config.dropout, options));
+  }
+
+  forward(x: Tensor): Tensor {
+    return tidy(() => this.dropout.call(this.cProj.call(this.gelu.call(this.cFc.call(x)))));
+  }
+}
+
+/** nanoGPT's `Block`: x + attn(ln_1(x)), then x + mlp(ln_2(x)). */
+class Block extends Module<[Tensor], Tensor> {
+  readonly ln1: LayerNorm;
+  readonly attn: CausalSelfAttention;
+  readonly ln2: LayerNorm;
+  readonly mlp: FeedForward;
+
+  constructor(config: GPTConfig, options: GPTOptions) {
+    super();
+    const norm = { ...options, bias: config.bias };
+    this.ln1 = this.registerModule('ln_1', new LayerNorm(config.nEmbd, norm));
+    this.attn = this.registerModule(
+      'attn',
+      new CausalSelfAttention({
+        ...options,
+        nEmbd: config.nEmbd,
+        nHead: config.nHead,
+        bias: config.bias,
+        dropout: config.dropout,
+      }),
+    );
+    this.ln2 = this.registerModule('ln_2', new LayerNorm(config.nEmbd, norm));
+    this.mlp = this.registerModule('mlp', new FeedForward(config, options));
+  }
+
+  forward(x: Tensor): Tensor {
+    return tidy(() => {
+      const h = add(x, this.attn.call(this.ln1.call(x)));
+      return add(h, this.mlp.call(this.ln2.call(h)));
+    });
+  }
+}
+
+/** What `GPT.forward` returns: logits [B, T, vocab] and, given targets, the mean loss. */
+export interface GPTOutput {
+  logits: Tensor;
+  loss: Tensor | null;
+}
+
+/**
+ * nanoGPT's GPT (Karpathy), with PyTorch's parameter names, so its checkpoints load as they are:
+ * `transformer.wte.weight`, `transformer.wpe.weight`, `transformer.h.{i}.ln_1.weight`,
+ * `transformer.h.{i}.attn.c_attn.weight`, ..., `transformer.ln_f.weight`, and `lm_head.weight`,
+ * which is the same tensor as `transformer.wte.weight` (weight tying).
+ *
+ * Initialized as nanoGPT: every Linear and Embedding weight N(0, 0.02), biases zero, LayerNorms
+ * ones and zeros, and each residual projection (`c_proj.weight`) N(0, 0.02 / sqrt(2 nLayer)).
+ */
+export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
+  readonly config: GPTConfig;
+  readonly wte: Embedding;
+  readonly wpe: Embedding;
+  readonly drop: Dropout;
+  readonly blocks: ModuleList<Block>;
+  readonly lnF: LayerNorm;
+  readonly lmHead: Linear;
+  private readonly positions = new Map<number, Tensor>();
+
+  constructor(config: GPTConfig, options: GPTOptions) {
+    super();
+    this.config = { ...config };
+    this.wte = new Embedding(config.vocabSize, config.nEmbd, options);
+    this.wpe = new Embedding(config.blockSize, config.nEmbd, options);
+    this.drop = new Dropout(config.dropout, options);
+    this.blocks = new ModuleList(
+      Array.from({ length: config.nLayer }, () => new Block(config, options)),
+    );
+    this.lnF = new LayerNorm(config.nEmbd, { ...options, bias: config.bias });
+    this.registerModule(
+      'transformer',
+      new ModuleDict<Module>({
+        wte: this.wte,
+        wpe: this.wpe,
+        drop: this.drop,
+        h: this.blocks,
+        ln_f: this.lnF,
+      }),
+    );
+    this.lmHead = this.registerModule(
+      'lm_head',
+      new Linear(config.nEmbd, config.vocabSize, { ...options, bias: false }),
+    );
+    // Weight tying, as nanoGPT: `self.transformer.wte.weight = self.lm_head.weight`.
+    const untied = this.wte.weight;
+    this.wte.weight = this.lmHead.weight;
+    untied.free();
+    this.initWeights(options);
+    this.nameTensors();
+  }
+
+  private initWeights(options: GPTOptions): void {
+    const residualStd = 0.02 / Math.sqrt(2 * this.config.nLayer);
+    for (const [name, p] of this.namedParameters()) {
+      const isNorm = /\.ln_(1|2|f)\./.test(name);
+      if (isNorm) continue;
+      if (name.endsWith('.bias')) {
+        p.backend.fill(p.kernel('GPT.init'), 0);
+        continue;
+      }
+      const std = name.endsWith('c_proj.weight') ? residualStd : 0.02;
+      const values = randn(p.shape, {
+        backend: options.backend,
+        std,
+        generator: options.generator,
+      });
+      copy_(p, values);
+      values.free();
+    }
+  }
+
+  /** Number of parameters (each tied tensor once), optionally without the position embeddings. */
+  numParameters(options: { nonEmbedding?: boolean } = {}): number {
+    let n = 0;
+    for (const p of this.parameters()) n += p.size;
+    return options.nonEmbedding ? n - this.wpe.weight.size : n;
+  }
+
+  /** The cached position ids 0..t-1 (i32) on the model's backend. */
+  private positionIds(t: number, backend: Backend): Tensor {
+    let pos = this.positions.get(t);
+    if (pos === undefined || pos.backend !== backend) {
+      pos = arange(t, undefined, 1, { backend });
+      this.positions.set(t, pos);
+      return keep(pos);
+    }
+    return pos;
+  }
+
+  /**
+   * idx: token ids i32 [B, T] with T <= blockSize; targets: i32 [B, T] or null. The loss is the
+   * mean cross entropy over all positions, targets of -1 ignored (nanoGPT's `ignore_index=-1`).
+   */
+  forward(idx: Tensor, targets: Tensor | null = null): GPTOutput {
+    if (idx.rank !== 2 || idx.shape[1]! > this.config.blockSize) {
+      throw new ShapeError(
+        'GPT',
+        [idx.shape],
+        `expected ids [B, T] with T <= ${this.config.blockSize}`,
+      );
+    }
+    const [b, t] = idx.shape as [number, number];
+    const pos = this.positionIds(t, idx.backend);
+    return tidy(() => {
+      let x = this.drop.call(add(this.wte.call(idx), this.wpe.call(pos)));
+      for (const block of this.blocks) x = block.call(x);
+      const logits = this.lmHead.call(this.lnF.call(x));
+      if (targets === null) return { logits, loss: null };
+      const loss = crossEntropy(
+        reshape(logits, [b * t, this.config.vocabSize]),
+        reshape(targets, [b * t]),
+        { ignoreIndex: -1 },
+      );
+      return { logits, loss };
+    });
+  }
+}

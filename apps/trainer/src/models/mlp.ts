@@ -1,0 +1,46 @@
+import {
+  type Backend,
+  GELU,
+  type Generator,
+  Linear,
+  Module,
+  mseLoss,
+  type Tensor,
+  tidy,
+} from '@webshard/tensor-core';
+
+/** The sizes of the two-layer MLP. */
+export interface MLPConfig {
+  nIn: number;
+  nHidden: number;
+  nOut: number;
+}
+
+/**
+ * Two Linears with an exact GELU between them, `fc1` and `fc2` as in the PyTorch fixture
+ * (`fc1.weight`, `fc1.bias`, `fc2.weight`, `fc2.bias`). Initialized as `torch.nn.Linear`.
+ */
+export class MLP extends Module<[Tensor], Tensor> {
+  readonly fc1: Linear;
+  readonly gelu = new GELU();
+  readonly fc2: Linear;
+
+  constructor(
+    readonly config: MLPConfig,
+    options: { backend: Backend; generator?: Generator },
+  ) {
+    super();
+    this.fc1 = this.registerModule('fc1', new Linear(config.nIn, config.nHidden, options));
+    this.fc2 = this.registerModule('fc2', new Linear(config.nHidden, config.nOut, options));
+    this.nameTensors();
+  }
+
+  forward(x: Tensor): Tensor {
+    return tidy(() => this.fc2.call(this.gelu.call(this.fc1.call(x))));
+  }
+
+  /** Mean squared error of the output against `target`, the fixture's loss. */
+  loss(x: Tensor, target: Tensor): Tensor {
+    return tidy(() => mseLoss(this.call(x), target));
+  }
+}
