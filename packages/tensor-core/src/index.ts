@@ -1,3 +1,30 @@
+export { checkpoint, checkpointWith } from './autograd/checkpoint.js';
+export type { CheckpointOptions, CheckpointResult } from './autograd/checkpoint.js';
+export {
+  backward,
+  gradientEdge,
+  isBackwardRunning,
+  queueCallback,
+  registerPostAccumulateGradHook,
+  registerTensorHook,
+} from './autograd/engine.js';
+export type { BackwardOptions } from './autograd/engine.js';
+export { AutogradError } from './autograd/errors.js';
+export { gradcheck } from './autograd/gradcheck.js';
+export type { GradcheckOptions, GradcheckResult } from './autograd/gradcheck.js';
+export { gradients, reduceTo } from './autograd/gradients.js';
+export { enableGrad, isGradEnabled, noGrad, setGradEnabled } from './autograd/grad-mode.js';
+export type { RemovableHandle } from './autograd/hooks.js';
+export { AccumulateGrad, isParameter, markParameter, Node } from './autograd/node.js';
+export type {
+  Edge,
+  GradContext,
+  GradientDef,
+  PostAccumulateGradHook,
+  TensorHook,
+} from './autograd/node.js';
+export { recordOp } from './autograd/record.js';
+export type { OpRecord } from './autograd/record.js';
 export type {
   AdamHyper,
   Backend,
@@ -13,6 +40,13 @@ export type {
 } from './backend/backend.js';
 export { CpuBackend } from './backend/cpu/cpu-backend.js';
 export type { CpuBackendOptions } from './backend/cpu/cpu-backend.js';
+export { createBackend } from './backend/create.js';
+export type { CreateBackendOptions } from './backend/create.js';
+export { isCpuAdapter, webGpuLikelyAvailable } from './backend/webgpu/gpu-runtime.js';
+export type { AdapterOptions } from './backend/webgpu/gpu-runtime.js';
+export type { MatmulKernel } from './backend/webgpu/matmul.js';
+export { createWebGpuBackend, WebGpuBackend } from './backend/webgpu/webgpu-backend.js';
+export type { WebGpuBackendOptions } from './backend/webgpu/webgpu-backend.js';
 export { bytesPerElement, DTYPES, hostArrayFor, isFloatDType } from './dtype.js';
 export type { DType, HostArray } from './dtype.js';
 export {
@@ -53,6 +87,33 @@ export { SafetensorsError, safetensorsDType } from './io/safetensors-format.js';
 export type { SafetensorsEntry, SafetensorsHeader } from './io/safetensors-format.js';
 export { CachingAllocator, sizeClass } from './memory/caching-allocator.js';
 export type { Block, BufferFactory, MemoryStats } from './memory/caching-allocator.js';
+export { CausalSelfAttention } from './nn/attention.js';
+export type { CausalSelfAttentionOptions } from './nn/attention.js';
+export { ModuleDict, ModuleList, Sequential } from './nn/containers.js';
+export {
+  constantInit,
+  kaimingUniformBound,
+  normalInit,
+  uniformInit,
+} from './nn/init.js';
+export type { LayerOptions } from './nn/init.js';
+export {
+  CrossEntropyLoss,
+  Dropout,
+  Embedding,
+  GELU,
+  LayerNorm,
+  Linear,
+  MSELoss,
+  ReLU,
+} from './nn/layers.js';
+export { Module, StateDictError } from './nn/module.js';
+export type {
+  ForwardHook,
+  ForwardPreHook,
+  ShapeMismatch,
+  StateDictInput,
+} from './nn/module.js';
 export {
   abs,
   activationGrad,
@@ -145,6 +206,20 @@ export type {
   ReduceOptions,
   SliceRange,
 } from './ops/index.js';
+export { Adam, AdamW } from './optim/adam.js';
+export type { AdamHyperparameters, AdamState } from './optim/adam.js';
+export { clipGradNorm, partialNorm } from './optim/clip-grad-norm.js';
+export type { ClipGradNormOptions } from './optim/clip-grad-norm.js';
+export { Optimizer, zeroGrads } from './optim/optimizer.js';
+export type {
+  OptimizerParamState,
+  OptimizerStateDict,
+  ParamGroup,
+  ParamGroupInput,
+  StepOptions,
+} from './optim/optimizer.js';
+export { SGD } from './optim/sgd.js';
+export type { SgdHyperparameters, SgdState } from './optim/sgd.js';
 export { Generator, getDefaultGenerator, manualSeed } from './random/generator.js';
 export {
   isValidCounter,

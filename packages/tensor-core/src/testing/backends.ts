@@ -1,4 +1,6 @@
 import type { Backend, BackendKind } from '../backend/backend.js';
+import { createWebGpuBackend } from '../backend/webgpu/webgpu-backend.js';
+import { webGpuLikelyAvailable } from '../backend/webgpu/gpu-runtime.js';
 import { createCpuBackend } from '../runtime.js';
 
 /** How the cross-backend tests create one backend kind. */
@@ -18,4 +20,5 @@ export interface BackendFactory {
  */
 export const backendFactories: readonly BackendFactory[] = [
   { kind: 'cpu', available: () => true, create: () => createCpuBackend() },
+  { kind: 'webgpu', available: webGpuLikelyAvailable, create: () => createWebGpuBackend() },
 ];

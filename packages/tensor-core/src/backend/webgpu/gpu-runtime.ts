@@ -177,3 +177,30 @@ export const BufferUsage = {
 } as const;
 
 export const MapMode = { READ: 0x0001 } as const;
+
+/**
+ * A quick synchronous guess whether `createWebGpuBackend` can succeed here: in browsers, whether
+ * `navigator.gpu` exists; in Node, whether the `webgpu` package resolves and a Vulkan driver
+ * manifest or a SwiftShader ICD is installed (or `VK_ICD_FILENAMES` is set). Test suites use it to
+ * decide whether to run on WebGPU.
+ */
+export function webGpuLikelyAvailable(): boolean {
+  const isNode = typeof process !== 'undefined' && process.versions?.node !== undefined;
+  if (!isNode)
+    return (globalThis as { navigator?: { gpu?: unknown } }).navigator?.gpu !== undefined;
+  const getBuiltin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
+  if (!getBuiltin) return false;
+  const fs = getBuiltin('node:fs') as typeof import('node:fs');
+  const nodeModule = getBuiltin('node:module') as typeof import('node:module');
+  try {
+    nodeModule.createRequire(import.meta.url).resolve('webgpu');
+  } catch {
+    return false;
+  }
+  if (process.env.VK_ICD_FILENAMES !== undefined)
+    return fs.existsSync(process.env.VK_ICD_FILENAMES);
+  const driver = DRIVER_ICD_DIRS.some(
+    (dir) => fs.existsSync(dir) && fs.readdirSync(dir).some((e) => e.endsWith('.json')),
+  );
+  return driver || SWIFTSHADER_ICD_PATHS.some((p) => fs.existsSync(p));
+}

@@ -475,9 +475,13 @@ export function reduceLaunch(
     op === 'sum' || op === 'mean'
       ? 'acc += v;'
       : op === 'max'
-        ? 'acc = max(acc, v);'
+        ? t === 'f32'
+          ? 'if (!is_nan(acc)) { acc = select(max(acc, v), v, is_nan(v)); }'
+          : 'acc = max(acc, v);'
         : op === 'min'
-          ? 'acc = min(acc, v);'
+          ? t === 'f32'
+            ? 'if (!is_nan(acc)) { acc = select(min(acc, v), v, is_nan(v)); }'
+            : 'acc = min(acc, v);'
           : 'if (v > acc) { acc = v; best = j; }';
   const result =
     op === 'mean'

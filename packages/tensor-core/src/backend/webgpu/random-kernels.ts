@@ -53,7 +53,7 @@ function randomLaunch(
     ? `let u1 = f32((r.x >> 8u) + 1u) * 5.9604644775390625e-8;
   let u2 = to_unit(r.y);
   return pf(6u) + pf(7u) * (sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));`
-    : 'return pf(6u) + (pf(7u) - pf(6u)) * to_unit(r.x);';
+    : 'return fma(pf(8u), to_unit(r.x), pf(6u));';
   const program = elementwiseProgram({
     name: normal ? 'randomNormal' : 'randomUniform',
     key: '',
@@ -73,7 +73,8 @@ fn outv(i: u32) -> f32 {
     .u(seed % 2 ** 32)
     .u(Math.floor(seed / 2 ** 32))
     .f(a)
-    .f(b);
+    .f(b)
+    .f(b - a);
   const dtypes: DType[] = [out.dtype];
   return {
     program,

@@ -192,6 +192,7 @@ fn gelu_tanh_grad(x: f32) -> f32 {
   let t = tanh_safe(u);
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.79788456080286536 * (1.0 + 3.0 * 0.044715 * x * x);
 }
+fn is_nan(x: f32) -> bool { let b = bitcast<u32>(x); return (b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu) != 0u; }
 fn bits_f32(b: u32) -> f32 { var v = b; return bitcast<f32>(v); }
 fn pow_real(x: f32, y: f32) -> f32 {
   if (y == 0.0) { return 1.0; }

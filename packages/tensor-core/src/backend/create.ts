@@ -1,0 +1,55 @@
+/// <reference types="@webgpu/types" />
+import { ArgumentError, NoAdapterError } from '../errors.js';
+import { createCpuBackend } from '../runtime.js';
+import type { Backend } from './backend.js';
+
+/** Options of `createBackend`. */
+export interface CreateBackendOptions {
+  /**
+   * Which backend: 'webgpu', 'cpu', or 'auto' (WebGPU where an adapter exists, else the CPU).
+   * Defaults to the `WEBSHARD_BACKEND` environment variable, else 'auto'.
+   */
+  kind?: 'auto' | 'cpu' | 'webgpu';
+  /** Emulated device memory limit in bytes. */
+  memoryLimit?: number;
+  /** Adapter preference for WebGPU. */
+  powerPreference?: GPUPowerPreference;
+}
+
+type Kind = NonNullable<CreateBackendOptions['kind']>;
+
+function chooseKind(option: CreateBackendOptions['kind']): Kind {
+  if (option !== undefined) return option;
+  const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_BACKEND : undefined;
+  if (env === undefined || env === '') return 'auto';
+  if (env === 'auto' || env === 'cpu' || env === 'webgpu') return env;
+  throw new ArgumentError(
+    'createBackend',
+    `WEBSHARD_BACKEND=${env} is not one of auto, cpu, webgpu`,
+  );
+}
+
+/**
+ * Creates a backend. The `kind` option wins, else `WEBSHARD_BACKEND`, else 'auto': WebGPU where
+ * an adapter exists, the CPU backend otherwise. 'webgpu' throws `NoAdapterError` when there is no
+ * adapter. The `webgpu` package is only imported here, when a WebGPU backend is asked for.
+ */
+export async function createBackend(options: CreateBackendOptions = {}): Promise<Backend> {
+  const kind = chooseKind(options.kind);
+  const memoryLimit = options.memoryLimit;
+  if (kind === 'cpu') return createCpuBackend(memoryLimit === undefined ? {} : { memoryLimit });
+  const { createWebGpuBackend } = await import('./webgpu/webgpu-backend.js');
+  const gpuOptions = {
+    ...(memoryLimit === undefined ? {} : { memoryLimit }),
+    ...(options.powerPreference === undefined ? {} : { powerPreference: options.powerPreference }),
+  };
+  if (kind === 'webgpu') return createWebGpuBackend(gpuOptions);
+  try {
+    return await createWebGpuBackend(gpuOptions);
+  } catch (error) {
+    if (NoAdapterError.isInstance(error)) {
+      return createCpuBackend(memoryLimit === undefined ? {} : { memoryLimit });
+    }
+    throw error;
+  }
+}
