@@ -21,24 +21,25 @@ export interface OpRecord {
 }
 
 /**
- * Set while a checkpointed function runs its forward without recording: any op with an input that
- * requires grad marks it, so `checkpoint` knows whether its outputs need a backward node even when
- * only parameters inside the function (not its inputs) require grad.
+ * Probes are active while a checkpointed function runs its forward without recording: any op with
+ * an input that requires grad marks them, so `checkpoint` knows whether its outputs need a backward
+ * node even when only parameters inside the function (not its inputs) require grad.
  */
-let probe: { sawRequiresGrad: boolean } | null = null;
+export interface RequiresGradProbe {
+  sawRequiresGrad: boolean;
+}
 
-/** Run `fn` (under noGrad) and report whether any op saw an input that requires grad. */
-export function probeRequiresGrad<T>(fn: () => T): { result: T; sawRequiresGrad: boolean } {
-  const previous = probe;
-  const current = { sawRequiresGrad: false };
-  probe = current;
-  try {
-    const result = fn();
-    return { result, sawRequiresGrad: current.sawRequiresGrad };
-  } finally {
-    probe = previous;
-    if (previous && current.sawRequiresGrad) previous.sawRequiresGrad = true;
-  }
+const probes = new Set<RequiresGradProbe>();
+
+/** Start noting whether ops see inputs that require grad; end with `endProbe`. */
+export function startProbe(): RequiresGradProbe {
+  const probe = { sawRequiresGrad: false };
+  probes.add(probe);
+  return probe;
+}
+
+export function endProbe(probe: RequiresGradProbe): void {
+  probes.delete(probe);
 }
 
 /** Called by each differentiable op. Records a node when grad mode is on and an input requires grad. */
@@ -56,7 +57,7 @@ export function recordOp(
     }
   }
   if (!needed) return;
-  if (probe) probe.sawRequiresGrad = true;
+  for (const probe of probes) probe.sawRequiresGrad = true;
   if (!isGradEnabled()) return;
   const def = gradients[op];
   if (def === undefined) {
