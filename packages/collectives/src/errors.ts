@@ -22,6 +22,8 @@ export interface AbortReason {
   readonly op?: string;
   /** That op's sequence number in its group. */
   readonly seq?: number;
+  /** The transport tag of that op's group (added after the first version; optional). */
+  readonly tag?: number;
   /** The rank that is dead or was waited for (`peer-lost`, point-to-point). */
   readonly peer?: number;
   /** Ranks the origin was still waiting for (`timeout`). */

@@ -24,3 +24,12 @@ export {
   LocalHub,
   LocalTransport,
 } from './transports/local/local-transport.js';
+export type {
+  LaunchOptions,
+  ShmRankOutcome,
+  ShmWorkerData,
+} from './transports/shm/launch-threads.js';
+export { joinShm, launchThreads, runShmWorker } from './transports/shm/launch-threads.js';
+export type { ShmHandle } from './transports/shm/shm-layout.js';
+export { createShmHandle } from './transports/shm/shm-layout.js';
+export { ShmTransport } from './transports/shm/shm-transport.js';

@@ -157,7 +157,7 @@ function tagOf(path: string): number {
     hash ^= path.charCodeAt(i);
     hash = Math.imul(hash, 0x01000193);
   }
-  return (hash >>> 0) | 1;
+  return (hash | 1) >>> 0;
 }
 
 const noop = () => {};
@@ -690,6 +690,10 @@ export class ProcessGroup {
     const reason = this.transport.abortReason;
     if (reason !== null) {
       this.lifecycle = 'aborted';
+      // A rank that reaches a mismatched call after a peer detected it shares the mismatch error.
+      if (reason.kind === 'mismatch' && reason.tag === this.tag && reason.seq === fields.seq) {
+        throw errorFromAbortReason(fields, reason);
+      }
       throw new GroupAbortedError(
         fields,
         `the group was aborted earlier by rank ${reason.origin} (${reason.kind}): ${reason.message}`,
@@ -762,6 +766,7 @@ export class ProcessGroup {
       origin: this.transport.rank,
       op: ctx.fields.op,
       seq: ctx.fields.seq,
+      tag: this.tag,
       peer: this.ranks[peer],
       message,
     };

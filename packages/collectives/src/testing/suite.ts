@@ -459,7 +459,8 @@ async function runFailure(
   const { rank, size } = group;
   const last = size - 1;
   const options = { timeoutMs: FAILURE_TIMEOUT_MS };
-  await group.allReduce(new Float32Array([1, 2, 3]), options).wait();
+  // A first op with a long deadline: ranks that start at different times (workers, processes) meet.
+  await group.allReduce(new Float32Array([1, 2, 3]), { timeoutMs: 30_000 }).wait();
   let error: ErrorReport | null = null;
   switch (scenario) {
     case 'mismatch-op':

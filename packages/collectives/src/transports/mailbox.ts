@@ -1,6 +1,7 @@
 import { type AbortReason, TransportAbortedError } from '../errors.js';
 
-interface PendingRecv {
+/** A receive waiting for its message. */
+export interface PendingRecv {
   readonly dst: Uint8Array;
   readonly resolve: () => void;
   readonly reject: (error: Error) => void;
@@ -77,6 +78,18 @@ export class Mailbox {
     waiting.reject(new TransportAbortedError(reason));
     this.onViolation(reason);
     return false;
+  }
+
+  /** Deliver a message the caller hands over (no copy when nobody waits: it is kept as is). */
+  deliverOwned(peer: number, tag: number, data: Uint8Array): void {
+    const waiting = this.takeWaiting(peer, tag);
+    if (waiting === null) {
+      this.stash(peer, tag, data);
+      return;
+    }
+    if (!this.checkLength(peer, tag, data.byteLength, waiting)) return;
+    waiting.dst.set(data);
+    waiting.resolve();
   }
 
   /** Post a receive: filled at once from a stashed message, or queued. */

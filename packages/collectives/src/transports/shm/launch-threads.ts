@@ -1,0 +1,145 @@
+import { ArgumentError } from '@webshard/tensor-core';
+import { parentPort, Worker, workerData } from 'node:worker_threads';
+import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
+import { createShmHandle, type ShmHandle, writeShmAbort } from './shm-layout.js';
+import { ShmTransport } from './shm-transport.js';
+
+/** What `launchThreads` gives each worker in `workerData`. */
+export interface ShmWorkerData<T = unknown> {
+  readonly handle: ShmHandle;
+  readonly rank: number;
+  readonly data: T;
+  readonly options: ProcessGroupOptions;
+}
+
+/** How one rank's worker ended. */
+export type ShmRankOutcome<R> =
+  | { readonly rank: number; readonly status: 'fulfilled'; readonly value: R }
+  | {
+      readonly rank: number;
+      readonly status: 'rejected';
+      readonly error: { name: string; message: string };
+    }
+  | { readonly rank: number; readonly status: 'exited'; readonly exitCode: number };
+
+export interface LaunchOptions {
+  /** Options of every rank's world group (deadlines, segment sizes). */
+  group?: ProcessGroupOptions;
+  /** Bytes per channel ring (see `createShmHandle`). */
+  capacity?: number;
+  /** Passed to each `Worker` (e.g. `['--conditions=...']`). */
+  execArgv?: string[];
+  /** Run `workerFile` as code (`eval: true`), e.g. a bootstrap that registers a TypeScript loader. */
+  eval?: boolean;
+}
+
+type WorkerMessage<R> =
+  | { type: 'result'; value: R }
+  | { type: 'error'; name: string; message: string };
+
+/**
+ * Run `size` ranks as worker threads on one shared-memory world and collect what each returns.
+ * `workerFile` must call `runShmWorker`. A worker that throws, or exits before returning (crash,
+ * `process.exit`, `terminate()`), aborts the world: the parent publishes the abort in shared memory
+ * (`peer-lost` naming the rank, or `error` with the exception), so every other rank fails its
+ * pending op within milliseconds instead of waiting for its deadline.
+ */
+export async function launchThreads<T, R>(
+  size: number,
+  workerFile: string | URL,
+  data: T,
+  options: LaunchOptions = {},
+): Promise<ShmRankOutcome<R>[]> {
+  const handle = createShmHandle(size, options.capacity);
+  const outcomes = Array.from(
+    { length: size },
+    (_, rank) =>
+      new Promise<ShmRankOutcome<R>>((resolve) => {
+        const init: ShmWorkerData<T> = { handle, rank, data, options: options.group ?? {} };
+        const worker = new Worker(workerFile, {
+          workerData: init,
+          eval: options.eval ?? false,
+          execArgv: options.execArgv ?? [],
+        });
+        let outcome: ShmRankOutcome<R> | null = null;
+        worker.on('message', (message: WorkerMessage<R>) => {
+          if (message.type === 'result') {
+            outcome = { rank, status: 'fulfilled', value: message.value };
+          } else {
+            outcome = {
+              rank,
+              status: 'rejected',
+              error: { name: message.name, message: message.message },
+            };
+            writeShmAbort(handle, {
+              kind: 'error',
+              origin: rank,
+              message: `rank ${rank}'s worker failed: ${message.name}: ${message.message}`,
+            });
+          }
+        });
+        worker.on('error', (error) => {
+          outcome ??= {
+            rank,
+            status: 'rejected',
+            error: { name: error.name, message: error.message },
+          };
+          writeShmAbort(handle, {
+            kind: 'error',
+            origin: rank,
+            message: `rank ${rank}'s worker threw: ${error.message}`,
+          });
+        });
+        worker.on('exit', (exitCode) => {
+          if (outcome === null) {
+            outcome = { rank, status: 'exited', exitCode };
+            writeShmAbort(handle, {
+              kind: 'peer-lost',
+              origin: rank,
+              peer: rank,
+              message: `rank ${rank}'s worker exited (code ${exitCode}) before finishing`,
+            });
+          }
+          resolve(outcome);
+        });
+      }),
+  );
+  return Promise.all(outcomes);
+}
+
+/** Attach rank `rank` of a shared-memory world and return its world group. */
+export function joinShm(
+  handle: ShmHandle,
+  rank: number,
+  options: ProcessGroupOptions = {},
+): ProcessGroup {
+  return ProcessGroup.fromTransport(new ShmTransport(handle, rank), options);
+}
+
+/**
+ * The body of a worker started by `launchThreads`: joins the world, runs `main(group, data)`,
+ * posts its result to the parent and closes the group. An exception is posted as a failure (the
+ * parent aborts the other ranks).
+ */
+export async function runShmWorker<T, R>(
+  main: (group: ProcessGroup, data: T) => Promise<R>,
+): Promise<void> {
+  const init = workerData as ShmWorkerData<T>;
+  if (parentPort === null || init === null || typeof init !== 'object') {
+    throw new ArgumentError('runShmWorker', 'must run in a worker started by launchThreads');
+  }
+  const group = joinShm(init.handle, init.rank, init.options);
+  try {
+    const value = await main(group, init.data);
+    parentPort.postMessage({ type: 'result', value });
+  } catch (error) {
+    const e = error as Error;
+    parentPort.postMessage({
+      type: 'error',
+      name: e?.name ?? 'Error',
+      message: e?.message ?? String(error),
+    });
+  } finally {
+    await group.close();
+  }
+}

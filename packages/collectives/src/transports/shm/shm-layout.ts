@@ -1,0 +1,116 @@
+import type { AbortReason } from '../../errors.js';
+
+/**
+ * What every rank (and the parent thread) needs to attach to one shared-memory world. Structured-
+ * cloneable: pass it to workers in `workerData`; the SharedArrayBuffer is shared, not copied.
+ */
+export interface ShmHandle {
+  readonly buffer: SharedArrayBuffer;
+  readonly size: number;
+  /** Bytes of each one-directional channel's ring. */
+  readonly capacity: number;
+}
+
+/**
+ * [Note: shared-memory layout]
+ * One SharedArrayBuffer holds, as Int32 words: the abort word (0 none, 1 being written, 2 ready)
+ * and the reason's length; one doorbell per rank (each on its own 64-byte line), a counter that
+ * anyone who gives that rank work (data to read, ring space to write into, an abort) increments and
+ * `Atomics.notify`s, so a rank sleeps on a single word whatever it waits for; the abort reason as
+ * JSON; and one single-producer single-consumer byte ring per ordered pair of ranks, with its write
+ * and read positions (byte counts modulo 2^32) on separate lines. Frames in a ring are an 8-byte
+ * header (tag, byte length) and the payload; a frame may wrap around the ring's end and may be
+ * written and read in pieces, so messages of any size stream through a ring of fixed capacity.
+ */
+const LINE_WORDS = 16;
+const ABORT_STATE = 0;
+const ABORT_LENGTH = 1;
+const ABORT_TEXT_BYTES = 8192;
+
+export interface ShmOffsets {
+  /** Int32 index of rank r's doorbell. */
+  bell(rank: number): number;
+  /** Int32 index of the write position of the channel src -> dst (the read position is + LINE_WORDS). */
+  control(src: number, dst: number): number;
+  /** Byte offset of the ring of the channel src -> dst. */
+  ring(src: number, dst: number): number;
+  readonly abortText: number;
+}
+
+export function shmOffsets(size: number, capacity: number): ShmOffsets & { total: number } {
+  const bells = LINE_WORDS;
+  const controls = bells + size * LINE_WORDS;
+  const channel = (src: number, dst: number) => src * size + dst;
+  const abortText = (controls + size * size * 2 * LINE_WORDS) * 4;
+  const rings = abortText + ABORT_TEXT_BYTES;
+  return {
+    bell: (rank) => bells + rank * LINE_WORDS,
+    control: (src, dst) => controls + channel(src, dst) * 2 * LINE_WORDS,
+    ring: (src, dst) => rings + channel(src, dst) * capacity,
+    abortText,
+    total: rings + size * size * capacity,
+  };
+}
+
+export const READ_OFFSET = LINE_WORDS;
+
+/**
+ * A fresh world of `size` ranks. `capacity` per channel defaults to 64 MiB spread over the
+ * size * (size - 1) channels, between 64 KiB and 4 MiB each.
+ */
+export function createShmHandle(size: number, capacity?: number): ShmHandle {
+  const pairs = Math.max(1, size * (size - 1));
+  const bytes = capacity ?? Math.min(4 << 20, Math.max(64 << 10, Math.floor((64 << 20) / pairs)));
+  const rounded = Math.max(64, Math.floor(bytes / 64) * 64);
+  const { total } = shmOffsets(size, rounded);
+  return { buffer: new SharedArrayBuffer(total), size, capacity: rounded };
+}
+
+/** Ring every rank's doorbell. */
+export function ringAllBells(handle: ShmHandle): void {
+  const words = new Int32Array(handle.buffer);
+  const offsets = shmOffsets(handle.size, handle.capacity);
+  for (let rank = 0; rank < handle.size; rank++) {
+    Atomics.add(words, offsets.bell(rank), 1);
+    Atomics.notify(words, offsets.bell(rank));
+  }
+}
+
+/** The world's abort reason, once one is complete; null while none (or while one is being written). */
+export function readShmAbort(handle: ShmHandle): AbortReason | null {
+  const words = new Int32Array(handle.buffer);
+  if (Atomics.load(words, ABORT_STATE) !== 2) return null;
+  const length = Atomics.load(words, ABORT_LENGTH);
+  const offsets = shmOffsets(handle.size, handle.capacity);
+  const text = new TextDecoder().decode(
+    new Uint8Array(handle.buffer, offsets.abortText, length).slice(),
+  );
+  return JSON.parse(text) as AbortReason;
+}
+
+/**
+ * Publish an abort to every rank: the first writer wins and the others adopt its reason. Safe from
+ * any thread, the parent included (that is how a dead worker is reported). Returns the reason in
+ * force.
+ */
+export function writeShmAbort(handle: ShmHandle, reason: AbortReason): AbortReason {
+  const words = new Int32Array(handle.buffer);
+  if (Atomics.compareExchange(words, ABORT_STATE, 0, 1) === 0) {
+    const offsets = shmOffsets(handle.size, handle.capacity);
+    let encoded = new TextEncoder().encode(JSON.stringify(reason));
+    if (encoded.length > ABORT_TEXT_BYTES) {
+      encoded = new TextEncoder().encode(
+        JSON.stringify({ ...reason, message: reason.message.slice(0, ABORT_TEXT_BYTES / 4) }),
+      );
+    }
+    new Uint8Array(handle.buffer, offsets.abortText, encoded.length).set(encoded);
+    Atomics.store(words, ABORT_LENGTH, encoded.length);
+    Atomics.store(words, ABORT_STATE, 2);
+    ringAllBells(handle);
+    return reason;
+  }
+  while (Atomics.load(words, ABORT_STATE) !== 2) {
+    // Another thread is writing its reason: a few hundred bytes, wait for it.
+  }
+  return readShmAbort(handle)!;
+}

@@ -1,0 +1,51 @@
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { type RankReport, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../testing/suite.js';
+import { runTransportSuite } from '../../testing/transport-suite.js';
+import { launchThreads } from './launch-threads.js';
+
+// Workers run the TypeScript sources through tsx, registered by a one-line bootstrap.
+const tsx = pathToFileURL(
+  createRequire(import.meta.url)
+    .resolve('tsx/esm/api')
+    .replace(/\.cjs$/, '.mjs'),
+).href;
+const worker = pathToFileURL(new URL('./shm-suite-worker.ts', import.meta.url).pathname).href;
+const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
+
+async function run(size: number, job: SuiteJob): Promise<(RankReport | null)[]> {
+  const outcomes = await launchThreads<SuiteJob, RankReport>(size, bootstrap, job, {
+    eval: true,
+    execArgv: ['--conditions=@webshard/source'],
+    group: SUITE_GROUP_OPTIONS,
+    capacity: 4096,
+  });
+  return outcomes.map((outcome) => (outcome.status === 'fulfilled' ? outcome.value : null));
+}
+
+runTransportSuite('shm', { sizes: [1, 2, 3, 4], failureSizes: [3], run });
+
+describe('launchThreads', () => {
+  it('reports a worker that throws as rejected and aborts the others with its message', async () => {
+    const code = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(
+      pathToFileURL(new URL('./shm-throw-worker.ts', import.meta.url).pathname).href,
+    )}); })`;
+    const outcomes = await launchThreads<null, string>(3, code, null, {
+      eval: true,
+      execArgv: ['--conditions=@webshard/source'],
+      group: { timeoutMs: 20_000 },
+    });
+    expect(outcomes[2]).toEqual({
+      rank: 2,
+      status: 'rejected',
+      error: { name: 'RangeError', message: 'rank 2 gives up' },
+    });
+    for (const outcome of outcomes.slice(0, 2)) {
+      expect(outcome.status).toBe('fulfilled');
+      expect((outcome as { value: string }).value).toMatch(
+        /^GroupAbortedError: \[allReduce\] rank [01] \(seq [01]\): group aborted: rank 2's worker failed: RangeError: rank 2 gives up \(reported by rank 2\)$/,
+      );
+    }
+  });
+});

@@ -1,0 +1,318 @@
+import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import { AbortState, type Transport } from '../../transport.js';
+import { Mailbox, type PendingRecv } from '../mailbox.js';
+import {
+  READ_OFFSET,
+  readShmAbort,
+  type ShmHandle,
+  shmOffsets,
+  writeShmAbort,
+} from './shm-layout.js';
+
+interface OutgoingFrame {
+  readonly tag: number;
+  readonly data: Uint8Array;
+  /** Bytes of header + payload written so far. */
+  written: number;
+  readonly resolve: () => void;
+  readonly reject: (error: Error) => void;
+}
+
+interface IncomingState {
+  readonly header: Uint8Array;
+  headerFill: number;
+  tag: number;
+  /** Where the payload goes: a posted receive's buffer, or a fresh buffer to stash. */
+  target: Uint8Array | null;
+  waiting: PendingRecv | null;
+  fill: number;
+}
+
+/** Polls of the doorbell before sleeping on it: a wake-up costs tens of microseconds. */
+const SPIN_POLLS = 2000;
+const HEADER_BYTES = 8;
+
+/** `Atomics.waitAsync` (Node 16+, ES2024; the repo's lib is ES2023). */
+const waitAsync = (
+  Atomics as unknown as {
+    waitAsync(
+      words: Int32Array,
+      index: number,
+      value: number,
+    ): { async: false; value: string } | { async: true; value: Promise<string> };
+  }
+).waitAsync;
+
+function yieldToEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/**
+ * One rank of a shared-memory world (ranks as worker threads of one process). See
+ * [Note: shared-memory layout] in shm-layout.ts. A pump drains every incoming ring as data arrives
+ * (straight into a posted receive's buffer, else into a stash) and writes queued frames as ring
+ * space frees, so two ranks that send to each other before receiving never block each other
+ * (rule 4 of the transport contract). It sleeps with `Atomics.waitAsync` on this rank's doorbell,
+ * keeping the thread's event loop free for the application.
+ */
+export class ShmTransport implements Transport {
+  readonly kind = 'shm';
+  readonly size: number;
+  private readonly words: Int32Array;
+  private readonly bytes: Uint8Array;
+  private readonly offsets: ReturnType<typeof shmOffsets>;
+  private readonly capacity: number;
+  private readonly mailbox: Mailbox;
+  private readonly abortState = new AbortState();
+  private readonly outgoing: OutgoingFrame[][] = [];
+  private readonly incoming: IncomingState[] = [];
+  private readonly headerScratch = new Uint8Array(HEADER_BYTES);
+  private readonly headerView = new DataView(this.headerScratch.buffer);
+  private state: 'open' | 'closed' = 'open';
+  private pumping = false;
+
+  constructor(
+    private readonly handle: ShmHandle,
+    readonly rank: number,
+  ) {
+    this.size = handle.size;
+    this.capacity = handle.capacity;
+    this.words = new Int32Array(handle.buffer);
+    this.bytes = new Uint8Array(handle.buffer);
+    this.offsets = shmOffsets(handle.size, handle.capacity);
+    this.mailbox = new Mailbox(rank, (reason) => this.abort(reason));
+    for (let peer = 0; peer < this.size; peer++) {
+      this.outgoing.push([]);
+      this.incoming.push({
+        header: new Uint8Array(HEADER_BYTES),
+        headerFill: 0,
+        tag: 0,
+        target: null,
+        waiting: null,
+        fill: 0,
+      });
+    }
+    this.abortState.on((reason) => {
+      this.mailbox.abort(reason);
+      const error = new TransportAbortedError(reason);
+      for (const queue of this.outgoing) for (const frame of queue.splice(0)) frame.reject(error);
+    });
+    void this.pump();
+  }
+
+  get abortReason(): AbortReason | null {
+    this.pollAbort();
+    return this.abortState.reason;
+  }
+
+  onAbort(listener: (reason: AbortReason) => void): () => void {
+    return this.abortState.on(listener);
+  }
+
+  abort(reason: AbortReason): void {
+    if (this.abortState.reason !== null) return;
+    this.abortState.trigger(writeShmAbort(this.handle, reason));
+  }
+
+  send(peer: number, tag: number, data: Uint8Array): Promise<void> {
+    const failed = this.refuse(peer);
+    if (failed !== null) return failed;
+    return new Promise<void>((resolve, reject) => {
+      const queue = this.outgoing[peer]!;
+      queue.push({ tag, data, written: 0, resolve, reject });
+      if (queue.length === 1) this.writeQueued(peer);
+    });
+  }
+
+  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+    const failed = this.refuse(peer);
+    if (failed !== null) return failed;
+    return this.mailbox.recv(peer, tag, dst);
+  }
+
+  async close(): Promise<void> {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    const bell = this.offsets.bell(this.rank);
+    Atomics.add(this.words, bell, 1);
+    Atomics.notify(this.words, bell);
+    this.mailbox.abort({ kind: 'user', origin: this.rank, message: 'transport closed' });
+  }
+
+  private refuse(peer: number): Promise<void> | null {
+    const reason = this.abortReason;
+    if (reason !== null) return Promise.reject(new TransportAbortedError(reason));
+    if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || peer === this.rank) {
+      return Promise.reject(
+        new TransportAbortedError({
+          kind: 'error',
+          origin: this.rank,
+          message: `rank ${this.rank} cannot exchange with rank ${peer} of ${this.size}`,
+        }),
+      );
+    }
+    return null;
+  }
+
+  private pollAbort(): void {
+    if (this.abortState.reason !== null) return;
+    const reason = readShmAbort(this.handle);
+    if (reason !== null) this.abortState.trigger(reason);
+  }
+
+  private ring(bell: number): void {
+    Atomics.add(this.words, bell, 1);
+    Atomics.notify(this.words, bell);
+  }
+
+  /** Write as much of `peer`'s queue as its ring has room for; returns whether anything moved. */
+  private writeQueued(peer: number): boolean {
+    const queue = this.outgoing[peer]!;
+    if (queue.length === 0) return false;
+    const control = this.offsets.control(this.rank, peer);
+    const ringStart = this.offsets.ring(this.rank, peer);
+    const capacity = this.capacity;
+    let writePos = Atomics.load(this.words, control) >>> 0;
+    const readPos = Atomics.load(this.words, control + READ_OFFSET) >>> 0;
+    let free = capacity - ((writePos - readPos) >>> 0);
+    let moved = false;
+    const put = (source: Uint8Array, from: number, length: number) => {
+      let done = 0;
+      while (done < length) {
+        const at = writePos % capacity;
+        const piece = Math.min(length - done, capacity - at);
+        this.bytes.set(source.subarray(from + done, from + done + piece), ringStart + at);
+        done += piece;
+        writePos = (writePos + piece) >>> 0;
+      }
+    };
+    while (queue.length > 0 && free > 0) {
+      const frame = queue[0]!;
+      if (frame.written < HEADER_BYTES) {
+        this.headerView.setUint32(0, frame.tag, true);
+        this.headerView.setUint32(4, frame.data.byteLength, true);
+        const length = Math.min(HEADER_BYTES - frame.written, free);
+        put(this.headerScratch, frame.written, length);
+        frame.written += length;
+        free -= length;
+        moved = true;
+      }
+      const payloadDone = Math.max(0, frame.written - HEADER_BYTES);
+      const length = Math.min(frame.data.byteLength - payloadDone, free);
+      if (length > 0 && frame.written >= HEADER_BYTES) {
+        put(frame.data, payloadDone, length);
+        frame.written += length;
+        free -= length;
+        moved = true;
+      }
+      if (frame.written === HEADER_BYTES + frame.data.byteLength) {
+        queue.shift();
+        frame.resolve();
+      } else {
+        break;
+      }
+    }
+    if (moved) {
+      Atomics.store(this.words, control, writePos | 0);
+      this.ring(this.offsets.bell(peer));
+    }
+    return moved;
+  }
+
+  /** Consume what `peer` has written; returns whether anything moved. */
+  private readIncoming(peer: number): boolean {
+    const control = this.offsets.control(peer, this.rank);
+    const ringStart = this.offsets.ring(peer, this.rank);
+    const capacity = this.capacity;
+    const writePos = Atomics.load(this.words, control) >>> 0;
+    let readPos = Atomics.load(this.words, control + READ_OFFSET) >>> 0;
+    let available = (writePos - readPos) >>> 0;
+    if (available === 0) return false;
+    while (available > 0) {
+      const at = readPos % capacity;
+      const piece = Math.min(available, capacity - at);
+      const used = this.consume(peer, this.bytes.subarray(ringStart + at, ringStart + at + piece));
+      readPos = (readPos + used) >>> 0;
+      available -= used;
+      if (used < piece) break;
+    }
+    Atomics.store(this.words, control + READ_OFFSET, readPos | 0);
+    this.ring(this.offsets.bell(peer));
+    return true;
+  }
+
+  /** Feed ring bytes to `peer`'s frame parser; returns how many it took. */
+  private consume(peer: number, chunk: Uint8Array): number {
+    const state = this.incoming[peer]!;
+    let used = 0;
+    while (used < chunk.length) {
+      if (state.headerFill < HEADER_BYTES) {
+        const length = Math.min(HEADER_BYTES - state.headerFill, chunk.length - used);
+        state.header.set(chunk.subarray(used, used + length), state.headerFill);
+        state.headerFill += length;
+        used += length;
+        if (state.headerFill < HEADER_BYTES) break;
+        const view = new DataView(state.header.buffer);
+        state.tag = view.getUint32(0, true);
+        const size = view.getUint32(4, true);
+        state.waiting = this.mailbox.takeWaiting(peer, state.tag);
+        if (
+          state.waiting !== null &&
+          !this.mailbox.checkLength(peer, state.tag, size, state.waiting)
+        ) {
+          return chunk.length;
+        }
+        state.target = state.waiting?.dst ?? new Uint8Array(size);
+        state.fill = 0;
+        if (size === 0) {
+          this.complete(peer, state);
+          continue;
+        }
+      }
+      const target = state.target!;
+      const length = Math.min(target.byteLength - state.fill, chunk.length - used);
+      target.set(chunk.subarray(used, used + length), state.fill);
+      state.fill += length;
+      used += length;
+      if (state.fill === target.byteLength) this.complete(peer, state);
+    }
+    return used;
+  }
+
+  private complete(peer: number, state: IncomingState): void {
+    if (state.waiting !== null) state.waiting.resolve();
+    else this.mailbox.deliverOwned(peer, state.tag, state.target!);
+    state.headerFill = 0;
+    state.target = null;
+    state.waiting = null;
+  }
+
+  private async pump(): Promise<void> {
+    if (this.pumping) return;
+    this.pumping = true;
+    const bell = this.offsets.bell(this.rank);
+    while (this.state === 'open') {
+      const seen = Atomics.load(this.words, bell);
+      this.pollAbort();
+      if (this.abortState.reason !== null) break;
+      let moved = false;
+      for (let peer = 0; peer < this.size; peer++) {
+        if (peer === this.rank) continue;
+        if (this.readIncoming(peer)) moved = true;
+        if (this.writeQueued(peer)) moved = true;
+      }
+      if (moved) {
+        // Let the continuations of the receives just completed run (and post the next ones).
+        await yieldToEventLoop();
+        continue;
+      }
+      let polls = 0;
+      while (polls < SPIN_POLLS && Atomics.load(this.words, bell) === seen) polls++;
+      if (Atomics.load(this.words, bell) !== seen) continue;
+      const wait = waitAsync(this.words, bell, seen);
+      if (wait.async) await wait.value;
+      else await Promise.resolve();
+    }
+    this.pumping = false;
+  }
+}
