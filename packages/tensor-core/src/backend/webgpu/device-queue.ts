@@ -105,9 +105,21 @@ export class DeviceQueue {
     this.pump();
   }
 
+  /** `data` is a plain ArrayBuffer owned by the queue from now on (it may wait there). */
   write(dst: GPUBuffer, byteOffset: number, data: ArrayBuffer): void {
     this.commands.push({ kind: 'write', dst, byteOffset, data });
     this.pump();
+  }
+
+  /** True when nothing waits to be encoded, so a host write may go straight to the device queue. */
+  get idle(): boolean {
+    return this.commands.length === 0;
+  }
+
+  /** Writes a (non-shared) view now; only when `idle`. */
+  writeNow(dst: GPUBuffer, byteOffset: number, view: ArrayBufferView<ArrayBuffer>): void {
+    this.submit();
+    this.device.queue.writeBuffer(dst, byteOffset, view);
   }
 
   /** Run `action` once every command queued so far is submitted. */

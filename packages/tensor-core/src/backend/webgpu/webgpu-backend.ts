@@ -190,6 +190,12 @@ export class WebGpuBackend implements Backend {
     const buffer = dst.storage.buffer as GPUBuffer;
     const byteOffset = dst.offset * bpe;
     if (byteOffset % 4 === 0 && (size * bpe) % 4 === 0) {
+      // Straight from the caller's memory when nothing is queued and it is not shared; a copy
+      // otherwise (see plainCopy).
+      if (this.queue.idle && data.buffer instanceof ArrayBuffer) {
+        this.queue.writeNow(buffer, byteOffset, data as ArrayBufferView<ArrayBuffer>);
+        return;
+      }
       this.queue.write(buffer, byteOffset, plainCopy(data));
       return;
     }
