@@ -1,3 +1,11 @@
+export { GradScaler } from './amp/grad-scaler.js';
+export type {
+  GradScalerOptions,
+  GradScalerStateDict,
+  ScalableOptimizer,
+} from './amp/grad-scaler.js';
+export { MixedPrecision } from './amp/mixed-precision.js';
+export type { MixedPrecisionOptions } from './amp/mixed-precision.js';
 export { checkpoint, checkpointWith } from './autograd/checkpoint.js';
 export type { CheckpointOptions, CheckpointResult } from './autograd/checkpoint.js';
 export {
