@@ -201,6 +201,33 @@ describe('parameter storage under FSDP-style swapping', () => {
     expect(await values(w.grad)).toEqual([1, 1, 1, 1]);
   });
 
+  it('accumulates in place into a .grad that is a view of a flat buffer', async () => {
+    const flat = tensor([0, 0, 0, 0, 0]);
+    const a = leaf([1, 2]);
+    const b = leaf([3, 4, 5]);
+    a.grad = flat.view([2], 0);
+    b.grad = flat.view([3], 2);
+    const loss = () => add(sum(mul(a, 2)), sum(mul(b, b)));
+    await loss().backward();
+    await loss().backward();
+    expect(await values(flat)).toEqual([4, 4, 12, 16, 20]);
+  });
+
+  it('saves a frozen parameter by reference too, so it can be freed after forward', async () => {
+    const lin = new Linear(2, 1, { bias: false });
+    lin.weight.requiresGrad = false;
+    lin.weight.write([2, 3]);
+    const x = leaf([1, 1], [1, 2]);
+    const y = lin.call(x);
+    const stored = Tensor.empty(backend, [1, 2]).write([5, 7]);
+    lin.weight.free();
+    lin.weight.setData(stored);
+    await sum(y).backward();
+    // The storage of backward time, not of forward time.
+    expect(await values(x.grad)).toEqual([5, 7]);
+    expect(lin.weight.grad).toBeNull();
+  });
+
   it('releases saved activations during backward (visible in memoryStats)', async () => {
     const own = createCpuBackend();
     const w = Tensor.empty(own, [64]).write(new Float32Array(64).fill(0.1));

@@ -49,6 +49,14 @@ export function recordOp(
   outputs: Tensor | readonly Tensor[],
   attrs: Readonly<Record<string, unknown>> = {},
 ): void {
+  const all = Array.isArray(outputs) ? (outputs as readonly Tensor[]) : [outputs as Tensor];
+  // Views of parameters are tracked even when nothing here requires grad (a frozen weight): a
+  // later recorded op may save them, and must then save them by reference.
+  if (isGradEnabled()) {
+    for (const out of all) {
+      for (const input of inputs) if (input) noteView(out, input);
+    }
+  }
   let needed = false;
   for (const t of inputs) {
     if (t?.requiresGrad) {
@@ -63,16 +71,11 @@ export function recordOp(
   if (def === undefined) {
     throw new AutogradError(op, `no gradient is defined for op '${op}' (add it to gradients.ts)`);
   }
-  const all = Array.isArray(outputs) ? (outputs as readonly Tensor[]) : [outputs as Tensor];
   // Integer outputs carry no gradient (PyTorch: a cast to an integer type does not require grad).
   if (all.every((t) => t.dtype === 'i32')) return;
-  const outs = all;
-  for (const out of outs) {
-    for (const input of inputs) if (input) noteView(out, input);
-  }
   const next = inputs.map((t) => (t ? gradientEdge(t) : null));
-  const node = new OpNode(op, def, inputs, outs, attrs, next);
-  outs.forEach((t, i) => {
+  const node = new OpNode(op, def, inputs, all, attrs, next);
+  all.forEach((t, i) => {
     if (t.dtype !== 'i32') setGradFn(t, node, i);
   });
 }
