@@ -43,7 +43,8 @@ interface PendingSend {
   reject: (error: Error) => void;
 }
 
-const SCRATCH_BYTES = 256 << 10;
+/** Small on purpose: payload bytes that land in scratch are copied; the rest is read in place. */
+const SCRATCH_BYTES = 32 << 10;
 /** Below this many remaining payload bytes a read goes to scratch and is copied (cheaper). */
 const DIRECT_READ_MIN = 16 << 10;
 const HELLO_TIMEOUT_MS = 10_000;
@@ -83,7 +84,7 @@ class TcpPeer {
  * Rank A reads from B on the socket A opened to B (and sends to B on the one B opened to A), so
  * every socket we read is one we created, with `onread`: Node reads into a buffer we choose. That
  * buffer is the posted receive's destination while a payload is in flight (the kernel copies
- * straight into it), or a per-peer 256 KiB scratch buffer for headers and small tails. Messages
+ * straight into it), or a per-peer 32 KiB scratch buffer for headers and small tails. Messages
  * that arrive before their receive go into pooled buffers (`Inbox`). Sends write the 32-byte
  * header (from a per-peer free list) and the caller's view, corked together, with TCP_NODELAY:
  * nothing is copied or allocated per message in steady state. See [Note: network frames] for the

@@ -1,0 +1,117 @@
+// The collectives benchmark: bus bandwidth (nccl-tests formulas) of all-reduce, all-gather,
+// reduce-scatter and broadcast at 1, 16 and 64 MiB on 2 and 4 ranks over shm, ws and tcp, beside
+// PyTorch gloo measured in the same run. `pnpm bench` (or `tsx bench/index.ts --worlds 2
+// --transports tcp --sizes 1` for a quick look).
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { type BenchRow, writeBenchResults } from '@webshard/bench';
+import { freePort } from '../src/launcher/launcher.js';
+import { launchThreads } from '../src/transports/shm/launch-threads.js';
+import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
+import { BENCH_OPS, type BenchPlan, type BenchResult, busFactor } from './plan.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repoRoot = resolve(here, '..', '..', '..');
+const MiB = 1 << 20;
+
+function option(name: string, fallback: string): string[] {
+  const index = process.argv.indexOf(`--${name}`);
+  return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
+}
+
+const transports = option('transports', 'shm,ws,tcp');
+const worlds = option('worlds', '2,4').map(Number);
+const sizesMiB = option('sizes', '1,16,64').map(Number);
+const plan: BenchPlan = { ops: BENCH_OPS, sizesMiB, warmup: 3 };
+
+async function runNetwork(backend: string, world: number): Promise<BenchResult[]> {
+  const port = await freePort();
+  const script = join(here, 'net-rank.ts');
+  const children = Array.from({ length: world }, (_, rank) => {
+    const child = spawn(
+      process.execPath,
+      ['--conditions=@webshard/source', '--import', 'tsx', script, backend, JSON.stringify(plan)],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+        env: {
+          ...process.env,
+          RANK: String(rank),
+          LOCAL_RANK: String(rank),
+          WORLD_SIZE: String(world),
+          MASTER_ADDR: '127.0.0.1',
+          MASTER_PORT: String(port),
+          WEBSHARD_TOKEN: 'bench',
+        },
+      },
+    );
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    return new Promise<string>((resolve, reject) =>
+      child.on('close', (code) =>
+        code === 0 ? resolve(out) : reject(new Error(`${backend} rank ${rank} exited ${code}`)),
+      ),
+    );
+  });
+  const outputs = await Promise.all(children);
+  const line = outputs[0]!.split('\n').find((l) => l.startsWith('@@results '));
+  if (line === undefined) throw new Error(`${backend}: rank 0 printed no results`);
+  return JSON.parse(line.slice('@@results '.length)) as BenchResult[];
+}
+
+async function runShm(world: number): Promise<BenchResult[]> {
+  const tsx = pathToFileURL(
+    createRequire(import.meta.url)
+      .resolve('tsx/esm/api')
+      .replace(/\.cjs$/, '.mjs'),
+  ).href;
+  const worker = pathToFileURL(join(here, 'shm-rank.ts')).href;
+  const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
+  const outcomes = await launchThreads<BenchPlan, BenchResult[]>(world, bootstrap, plan, {
+    eval: true,
+    execArgv: ['--conditions=@webshard/source'],
+    group: { timeoutMs: 120_000 },
+  });
+  const first = outcomes[0]!;
+  if (first.status !== 'fulfilled') throw new Error(`shm rank 0: ${JSON.stringify(first)}`);
+  return first.value;
+}
+
+const glooProblem = glooUnavailable(repoRoot);
+if (glooProblem !== null) console.log(`gloo peer skipped: ${glooProblem}`);
+
+const rows: BenchRow[] = [];
+for (const world of worlds) {
+  let gloo: GlooResults | null = null;
+  if (glooProblem === null) {
+    console.log(`gloo, ${world} ranks...`);
+    gloo = await runGloo(repoRoot, world, await freePort(), sizesMiB);
+  }
+  for (const transport of transports) {
+    console.log(`${transport}, ${world} ranks...`);
+    const results = transport === 'shm' ? await runShm(world) : await runNetwork(transport, world);
+    for (const result of results) {
+      const bytes = result.sizeMiB * MiB;
+      const busbw = (bytes / (result.medianMs / 1e3) / 1e6) * busFactor(result.op, world);
+      // gloo 1.13 has no reduce-scatter: compare with its all-reduce, which a data-parallel
+      // library on gloo would use instead.
+      const peerOp = result.op === 'reduceScatter' ? 'allReduce' : result.op;
+      const peerValue = gloo?.get(glooKey(peerOp, result.sizeMiB));
+      const row: BenchRow = {
+        name: `${result.op} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
+        metric: 'busbw',
+        value: Math.round(busbw),
+        unit: 'MB/s',
+      };
+      if (peerValue !== undefined) {
+        row.peer = result.op === 'reduceScatter' ? 'gloo all_reduce' : `gloo ${result.op}`;
+        row.peerValue = peerValue;
+      }
+      rows.push(row);
+    }
+  }
+}
+writeBenchResults('collectives', rows);
