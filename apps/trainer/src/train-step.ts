@@ -2,6 +2,8 @@ import {
   type AdamHyperparameters,
   backward,
   clipGradNorm,
+  type GradScaler,
+  type MixedPrecision,
   type Module,
   type Optimizer,
   type ParamGroupInput,
@@ -11,13 +13,14 @@ import {
 
 /**
  * nanoGPT's two parameter groups: weight decay on every tensor of two or more dimensions (matmul
- * weights and embeddings), none on biases and LayerNorm parameters.
+ * weights and embeddings), none on biases and LayerNorm parameters. Takes a model or a list of
+ * tensors (a `MixedPrecision`'s f32 masters).
  */
 export function decayGroups(
-  model: Module,
+  model: Module | readonly Tensor[],
   weightDecay: number,
 ): ParamGroupInput<AdamHyperparameters>[] {
-  const params = model.parameters();
+  const params = Array.isArray(model) ? model : (model as Module).parameters();
   return [
     { params: params.filter((p) => p.rank >= 2), weightDecay },
     { params: params.filter((p) => p.rank < 2), weightDecay: 0 },
@@ -52,6 +55,45 @@ export async function trainStep(
     optimizer.zeroGrad();
     return { loss: value, gradNorm };
   } finally {
+    loss.free();
+  }
+}
+
+/** What a mixed-precision step measured, and whether the loss scaler let the update through. */
+export interface MixedStepResult extends StepResult {
+  /** False when a gradient overflowed and the scaler skipped the update (f16). */
+  stepped: boolean;
+}
+
+/**
+ * One mixed-precision step (see [Note: mixed precision] in tensor-core): the model computes in
+ * f16 or bf16 with f32 masters; the loss is multiplied by the scaler's scale before backward, the
+ * 16-bit gradients are cast into the masters' f32 gradients, unscaled and checked for overflow,
+ * clipped, and the f32 update (skipped on overflow) is cast back into the compute copies.
+ * `optimizer` must hold `mixed.masterParams()`.
+ */
+export async function mixedPrecisionStep(
+  mixed: MixedPrecision,
+  optimizer: Optimizer<object, object>,
+  scaler: GradScaler,
+  computeLoss: () => Tensor,
+  options: { clip: number },
+): Promise<MixedStepResult> {
+  const loss = tidy(computeLoss);
+  const scaled = scaler.scale(loss);
+  try {
+    await backward(scaled);
+    const value = await loss.item();
+    mixed.gradsToMasters();
+    await scaler.unscale(optimizer);
+    const gradNorm = await clipGradNorm(mixed.masterParams(), options.clip);
+    const stepped = await scaler.step(optimizer);
+    scaler.update();
+    mixed.mastersToCompute();
+    mixed.zeroGrad();
+    return { loss: value, gradNorm, stepped };
+  } finally {
+    if (scaled !== loss) scaled.free();
     loss.free();
   }
 }

@@ -1,5 +1,6 @@
 import {
   type Backend,
+  cast,
   GELU,
   type Generator,
   Linear,
@@ -39,8 +40,15 @@ export class MLP extends Module<[Tensor], Tensor> {
     return tidy(() => this.fc2.call(this.gelu.call(this.fc1.call(x))));
   }
 
-  /** Mean squared error of the output against `target`, the fixture's loss. */
+  /**
+   * Mean squared error of the output against `target`, the fixture's loss. A 16-bit output (mixed
+   * precision) is cast to the target's dtype first, as PyTorch's autocast runs `mse_loss` in f32:
+   * the loss and its gradient's start are then computed in f32, and only the layers run in 16 bits.
+   */
   loss(x: Tensor, target: Tensor): Tensor {
-    return tidy(() => mseLoss(this.call(x), target));
+    return tidy(() => {
+      const out = this.call(x);
+      return mseLoss(out.dtype === target.dtype ? out : cast(out, target.dtype), target);
+    });
   }
 }
