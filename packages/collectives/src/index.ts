@@ -33,3 +33,22 @@ export { joinShm, launchThreads, runShmWorker } from './transports/shm/launch-th
 export type { ShmHandle } from './transports/shm/shm-layout.js';
 export { createShmHandle } from './transports/shm/shm-layout.js';
 export { ShmTransport } from './transports/shm/shm-transport.js';
+export type {
+  NetworkBackend,
+  NetworkTransportOptions,
+} from './rendezvous/connect-transport.js';
+export {
+  connectNetworkTransport,
+  createNetworkTransport,
+} from './rendezvous/connect-transport.js';
+export type { RendezvousOptions } from './rendezvous/env.js';
+export { resolveRendezvousOptions } from './rendezvous/env.js';
+export { RendezvousError } from './rendezvous/errors.js';
+export type { InitProcessGroupOptions } from './rendezvous/init-process-group.js';
+export { initProcessGroup } from './rendezvous/init-process-group.js';
+export type { Rendezvous } from './rendezvous/rendezvous.js';
+export { rendezvous } from './rendezvous/rendezvous.js';
+export type { StoreClientOptions, WebSocketConstructor } from './rendezvous/store-client.js';
+export { StoreClient } from './rendezvous/store-client.js';
+export type { WsTransportOptions } from './transports/ws/ws-transport.js';
+export { WsTransport } from './transports/ws/ws-transport.js';

@@ -2,6 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
+import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
 import { AbortState, type Transport } from '../../transport.js';
 import {
@@ -247,7 +248,13 @@ export class TcpTransport implements Transport {
     await Promise.all(
       this.peers.map(async (peer) => {
         if (peer === null) return;
-        const text = await store.get(`${prefix}/addr/${peer.rank}`, timeoutMs);
+        const text = await publishedBy(
+          store,
+          `${prefix}/addr/${peer.rank}`,
+          peer.rank,
+          timeoutMs,
+          'tcp',
+        );
         const { host: peerHost, port: peerPort } = JSON.parse(text) as {
           host: string;
           port: number;

@@ -1,5 +1,6 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
+import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { type Channel, type ChannelFactory, type Listener, nativeChannels } from './channel.js';
@@ -237,9 +238,9 @@ export class WsTransport implements Transport {
     await Promise.all(
       this.peers.map(async (peer) => {
         if (peer === null) return;
-        const url = JSON.parse(await store.get(`${prefix}/url/${peer.rank}`, timeoutMs)) as
-          | string
-          | null;
+        const url = JSON.parse(
+          await publishedBy(store, `${prefix}/url/${peer.rank}`, peer.rank, timeoutMs, 'ws'),
+        ) as string | null;
         const [low, high] = peer.rank < this.rank ? [peer.rank, this.rank] : [this.rank, peer.rank];
         const lowListens = low === this.rank ? this.listener !== null : url !== null;
         const iDial = lowListens ? this.rank === high : this.rank === low;

@@ -1,0 +1,64 @@
+import { describe, expect, it } from 'vitest';
+import { freePort } from '../launcher/launcher.js';
+import { RendezvousError } from './errors.js';
+import { initProcessGroup } from './init-process-group.js';
+
+describe('initProcessGroup', () => {
+  for (const backend of ['tcp', 'ws'] as const) {
+    it(`joins ${backend} ranks through the rendezvous and reduces across them`, async () => {
+      const masterPort = await freePort();
+      const groups = await Promise.all(
+        [0, 1, 2].map((rank) =>
+          initProcessGroup({
+            backend,
+            rank,
+            worldSize: 3,
+            masterPort,
+            token: 'init',
+            timeoutMs: 10_000,
+          }),
+        ),
+      );
+      const data = groups.map((g) => Float32Array.from([g.rank, 0.5, -g.rank * 2]));
+      await Promise.all(groups.map((g, i) => g.allReduce(data[i]!).wait()));
+      for (const d of data) expect(Array.from(d)).toEqual([3, 1.5, -6]);
+      expect(groups.map((g) => [g.rank, g.size])).toEqual([
+        [0, 3],
+        [1, 3],
+        [2, 3],
+      ]);
+      await Promise.all(groups.map((g) => g.close()));
+    });
+  }
+
+  it('refuses a rank with the wrong token', async () => {
+    const masterPort = await freePort();
+    const host = initProcessGroup({
+      backend: 'tcp',
+      rank: 0,
+      worldSize: 2,
+      masterPort,
+      token: 'right',
+      timeoutMs: 2000,
+    });
+    const intruder = await initProcessGroup({
+      backend: 'tcp',
+      rank: 1,
+      worldSize: 2,
+      masterPort,
+      token: 'wrong',
+      timeoutMs: 2000,
+    }).catch((e: unknown) => e);
+    expect(intruder).toBeInstanceOf(RendezvousError);
+    expect((intruder as RendezvousError).code).toBe('E_AUTH');
+    expect((intruder as Error).message).toBe(
+      `[rendezvous] rank 1: join refused by ws://127.0.0.1:${masterPort}: [hello] rank 1: wrong token`,
+    );
+    const error = (await host.catch((e: unknown) => e)) as RendezvousError;
+    expect(error).toBeInstanceOf(RendezvousError);
+    expect(error.message).toBe(
+      '[tcp] rank 0: rank 1 never published its address within 2000 ms (did it start, with the same token?)',
+    );
+    expect(error.missingRanks).toEqual([1]);
+  });
+});
