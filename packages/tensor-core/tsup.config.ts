@@ -2,5 +2,8 @@ import { definePackageConfig } from '@webshard/build';
 import { defineConfig } from 'tsup';
 
 export default defineConfig(
-  definePackageConfig({ entry: { testing: 'src/testing/index.ts' }, external: ['vitest'] }),
+  definePackageConfig({
+    entry: { testing: 'src/testing/index.ts' },
+    external: ['vitest', 'webgpu'],
+  }),
 );
