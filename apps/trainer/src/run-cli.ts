@@ -55,8 +55,8 @@ const SOFTWARE_ADAPTER = /swiftshader|llvmpipe|lavapipe|warp|software/i;
  * `auto` means WebGPU on a real GPU and the CPU backend otherwise. An adapter that is a software
  * rasterizer (SwiftShader, which Dawn finds on a machine without a GPU) counts as no GPU: on the
  * 2-core reference machine the CPU backend trains the default model (2 layers, 64 wide, 512 tokens
- * a step) 2.6x as fast as WebGPU on SwiftShader (202 vs 528 ms a step) (`bench/backends.ts` measures both), and
- * the two give the same losses. `--backend webgpu` forces WebGPU anyway.
+ * a step) 2.6x as fast as WebGPU on SwiftShader, 202 against 528 ms a step (`bench/backends.ts`
+ * measures both in one run), and the two give the same losses. `--backend webgpu` forces WebGPU.
  */
 async function chooseBackend(kind: 'auto' | 'cpu' | 'webgpu', io: CliIO): Promise<Backend> {
   const backend = await createBackend({ kind });
