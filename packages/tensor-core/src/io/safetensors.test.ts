@@ -2,6 +2,7 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Backend } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import type { DType, HostArray } from '../dtype.js';
 import { FreedTensorError, OutOfMemoryError, WebshardError } from '../errors.js';
@@ -13,6 +14,7 @@ import {
   readSafetensorsHeader,
   saveSafetensors,
 } from './safetensors.js';
+import { describeBackends } from '../testing/describe-backends.js';
 import { SafetensorsError } from './safetensors-format.js';
 
 const fixtures = join(import.meta.dirname, '__fixtures__');
@@ -26,13 +28,13 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function tensorOf(dtype: DType, shape: number[], raw: HostArray): Tensor {
-  const t = Tensor.empty(backend, shape, dtype);
-  backend.write(t.kernel('test'), raw);
+function tensorOf(dtype: DType, shape: number[], raw: HostArray, on: Backend = backend): Tensor {
+  const t = Tensor.empty(on, shape, dtype);
+  on.write(t.kernel('test'), raw);
   return t;
 }
 
-function sample(): Record<string, Tensor> {
+function sample(on: Backend = backend): Record<string, Tensor> {
   const n = 37;
   const f32 = new Float32Array(n * 3).map((_, i) => Math.sin(i) * 1e3);
   const f16 = new Uint16Array(n).map((_, i) => (i * 2654435761) & 0xffff);
@@ -40,13 +42,14 @@ function sample(): Record<string, Tensor> {
   const i32 = new Int32Array(n).map((_, i) => (i * 2654435761) | 0);
   const f64 = new Float64Array(n).map((_, i) => Math.PI ** (i - 18));
   return {
-    'layer.weight': tensorOf('f32', [n, 3], f32),
-    half: tensorOf('f16', [n], f16),
-    brain: tensorOf('bf16', [1, n], bf16),
-    ids: tensorOf('i32', [n], i32),
-    double: tensorOf('f64', [n], f64),
-    scalar: tensorOf('f32', [], new Float32Array([-0])),
-    empty: tensorOf('f32', [0, 4], new Float32Array(0)),
+    'layer.weight': tensorOf('f32', [n, 3], f32, on),
+    half: tensorOf('f16', [n], f16, on),
+    brain: tensorOf('bf16', [1, n], bf16, on),
+    ids: tensorOf('i32', [n], i32, on),
+    // f64 exists on the CPU backend only.
+    ...(on.kind === 'cpu' ? { double: tensorOf('f64', [n], f64, on) } : {}),
+    scalar: tensorOf('f32', [], new Float32Array([-0]), on),
+    empty: tensorOf('f32', [0, 4], new Float32Array(0), on),
   };
 }
 
@@ -168,6 +171,22 @@ describe('safetensors round trips', () => {
         0, -0, 3.3895313892515355e38, 1.0010069081221042e-38, 0.10009765625, -1.5, 256, 2.71875,
       ]),
     );
+  });
+});
+
+describeBackends('safetensors streams through device storage', (ctx) => {
+  it('loads and saves in chunks that split tensors at odd 16-bit element offsets', async () => {
+    // 6-byte chunks: three f16 elements, so chunk windows start at element offsets 0, 3, 6, ...
+    // (byte offsets 0, 6, 12: not 4-byte aligned, which WebGPU copies must handle).
+    const tensors = sample(ctx.backend);
+    const path = join(dir, `device-${ctx.kind}.safetensors`);
+    await saveSafetensors(path, tensors, undefined, { chunkBytes: 6 });
+    const loaded = await loadSafetensors(path, { backend: ctx.backend, chunkBytes: 6 });
+    await expectSame(loaded.tensors, tensors);
+    const reloaded = decodeSafetensors(await encodeSafetensors(loaded.tensors), {
+      backend: ctx.backend,
+    });
+    await expectSame(reloaded.tensors, tensors);
   });
 });
 
