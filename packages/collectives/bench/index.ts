@@ -92,7 +92,14 @@ for (const world of worlds) {
   }
   for (const transport of transports) {
     console.log(`${transport}, ${world} ranks...`);
-    const results = transport === 'shm' ? await runShm(world) : await runNetwork(transport, world);
+    let results: BenchResult[];
+    try {
+      results = transport === 'shm' ? await runShm(world) : await runNetwork(transport, world);
+    } catch (error) {
+      // One transport failing must not lose the others' rows: say so and go on.
+      console.error(`${transport}, ${world} ranks failed: ${(error as Error).message}`);
+      continue;
+    }
     for (const result of results) {
       const bytes = result.sizeMiB * MiB;
       const busbw = (bytes / (result.medianMs / 1e3) / 1e6) * busFactor(result.op, world);
