@@ -2,6 +2,13 @@ import { ArgumentError, DTypeError, ShapeError } from '@webshard/tensor-core';
 import type { Comm } from './algorithms/comm.js';
 import { broadcastBytes, directAllGather, ringAllGather } from './algorithms/gather.js';
 import {
+  type SharedStep,
+  sharedAllGather,
+  sharedAllReduce,
+  sharedBroadcast,
+  sharedReduceScatter,
+} from './algorithms/shared.js';
+import {
   directReduceScatter,
   type ReduceLayout,
   reduceStagingBytes,
@@ -30,6 +37,7 @@ import {
   widen,
 } from './operand.js';
 import { shardRange } from './shard.js';
+import type { SharedArena } from './shared-arena.js';
 import type { Transport } from './transport.js';
 
 /** Settings of a process group; sub-groups inherit them. */
@@ -40,6 +48,11 @@ export interface ProcessGroupOptions {
   segmentBytes?: number;
   /** At or below this many bytes, collectives use direct exchange instead of the ring. Default 64 KiB. */
   smallMessageBytes?: number;
+  /**
+   * Run the world group's collectives through the transport's shared arena when it has one (shm);
+   * `false` keeps them on point-to-point messages. Default true. Sub-groups always use messages.
+   */
+  sharedMemory?: boolean;
 }
 
 /** Options of one call. */
@@ -206,6 +219,12 @@ class OpContext implements Comm {
     return promise;
   }
 
+  /** Record the ranks a shared-memory barrier waits for (for the deadline's message). */
+  waitFor(ranks: readonly number[]): void {
+    this.waiting.clear();
+    for (const rank of ranks) this.waiting.set(rank, 1);
+  }
+
   private expire(): void {
     this.timer = null;
     const waitingFor = [...this.waiting.keys()].sort((a, b) => a - b);
@@ -304,6 +323,7 @@ export class ProcessGroup {
       timeoutMs: options.timeoutMs ?? 30_000,
       segmentBytes: Math.max(16, options.segmentBytes ?? 1 << 20),
       smallMessageBytes: options.smallMessageBytes ?? 64 << 10,
+      sharedMemory: options.sharedMemory ?? true,
     };
     let shared = sharedByTransport.get(transport);
     if (shared === undefined) {
@@ -379,6 +399,12 @@ export class ProcessGroup {
       async (ctx) => {
         const operand = await hostOperand('allReduce', info, false);
         const count = info.count;
+        const step = this.sharedStep(ctx);
+        if (step !== null) {
+          await sharedAllReduce(step, info.dtype, operand.host, op);
+          operand.commit();
+          return;
+        }
         const direct = count * 4 <= this.options.smallMessageBytes;
         const layout = this.layout(op, info.dtype, count, direct);
         const work = this.workView(layout, count);
@@ -435,7 +461,9 @@ export class ProcessGroup {
         };
         const bytes = bytesOf(target.host);
         bytes.set(bytesOf(source.host), chunk(this.rank)[0]);
-        if (bytes.byteLength <= this.options.smallMessageBytes)
+        const step = this.sharedStep(ctx);
+        if (step !== null) await sharedAllGather(step, bytesOf(source.host), bytes, chunk);
+        else if (bytes.byteLength <= this.options.smallMessageBytes)
           await directAllGather(ctx, bytes, chunk);
         else await ringAllGather(ctx, bytes, chunk, this.segmentBytes(element));
         target.commit();
@@ -468,6 +496,12 @@ export class ProcessGroup {
           hostOperand('reduceScatter', outInfo, true),
         ]);
         const count = inInfo.count;
+        const step = this.sharedStep(ctx);
+        if (step !== null) {
+          await sharedReduceScatter(step, inInfo.dtype, source.host, target.host, op);
+          target.commit();
+          return;
+        }
         const direct = count * 4 <= this.options.smallMessageBytes;
         const layout = this.layout(op, inInfo.dtype, count, direct);
         widen(inInfo.dtype, source.host, this.workView(layout, count));
@@ -501,13 +535,16 @@ export class ProcessGroup {
       async (ctx) => {
         const operand = await hostOperand('broadcast', info, this.rank !== root);
         const bytes = bytesOf(operand.host);
-        await broadcastBytes(
-          ctx,
-          bytes,
-          root,
-          this.segmentBytes(elementBytes(info.dtype)),
-          bytes.byteLength <= this.options.smallMessageBytes,
-        );
+        const step = this.sharedStep(ctx);
+        if (step !== null) await sharedBroadcast(step, bytes, root);
+        else
+          await broadcastBytes(
+            ctx,
+            bytes,
+            root,
+            this.segmentBytes(elementBytes(info.dtype)),
+            bytes.byteLength <= this.options.smallMessageBytes,
+          );
         if (this.rank !== root) operand.commit();
       },
     );
@@ -567,6 +604,22 @@ export class ProcessGroup {
     this.lifecycle = 'closed';
     this.shared.tags.delete(this.tag);
     if (this.path === '') await this.transport.close();
+  }
+
+  /** The shared-memory schedule's view of the op, when this group runs collectives that way. */
+  private sharedStep(ctx: OpContext): SharedStep | null {
+    const arena: SharedArena | undefined = this.transport.sharedArena;
+    if (arena === undefined || !this.options.sharedMemory || this.path !== '' || this.size === 1)
+      return null;
+    return {
+      rank: this.rank,
+      size: this.size,
+      arena,
+      barrier: async () => {
+        await arena.barrier((ranks) => ctx.waitFor(ranks));
+        ctx.waitFor([]);
+      },
+    };
   }
 
   private segmentBytes(element: number): number {

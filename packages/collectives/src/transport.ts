@@ -1,4 +1,5 @@
 import type { AbortReason } from './errors.js';
+import type { SharedArena } from './shared-arena.js';
 
 /**
  * The abstract transport every process group runs on: `size` ranks that exchange ordered byte
@@ -54,6 +55,11 @@ export interface Transport {
   readonly size: number;
   /** A short name for messages and benchmarks (`local`, `shm`, `tcp`, `ws`). */
   readonly kind: string;
+  /**
+   * Optional: memory shared by all ranks, which the world group's collectives use instead of
+   * messages (`shm`). Transports without it leave it undefined.
+   */
+  readonly sharedArena?: SharedArena;
 
   /** Send `data` to `peer` on `tag` (a uint32). Resolves when `data` may be reused. */
   send(peer: number, tag: number, data: Uint8Array): Promise<void>;

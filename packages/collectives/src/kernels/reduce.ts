@@ -1,20 +1,24 @@
 import { ArgumentError } from '@webshard/tensor-core';
-import { reduceWasmBase64 } from './reduce-wasm.generated.js';
+import { reduceSharedWasmBase64, reduceWasmBase64 } from './reduce-wasm.generated.js';
 
 /** The elementwise reductions of `allReduce` and `reduceScatter`. `avg` is a sum scaled by 1/size. */
 export type ReduceOp = 'sum' | 'avg' | 'max' | 'min' | 'product';
 
 export const REDUCE_OPS: readonly ReduceOp[] = ['sum', 'avg', 'max', 'min', 'product'];
 
-interface ReduceExports {
-  readonly memory: WebAssembly.Memory;
+interface KernelExports {
   readonly scale_f32: (dst: number, n: number, factor: number) => void;
   readonly [kernel: string]: unknown;
+}
+
+interface ReduceExports extends KernelExports {
+  readonly memory: WebAssembly.Memory;
 }
 
 type Kernel = (dst: number, src: number, n: number) => void;
 
 let compiled: WebAssembly.Module | null = null;
+let compiledShared: WebAssembly.Module | null = null;
 
 function decodeBase64(text: string): Uint8Array<ArrayBuffer> {
   const binary = atob(text);
@@ -26,6 +30,35 @@ function decodeBase64(text: string): Uint8Array<ArrayBuffer> {
 function wasmModule(): WebAssembly.Module {
   compiled ??= new WebAssembly.Module(decodeBase64(reduceWasmBase64));
   return compiled;
+}
+
+function kernelName(op: ReduceOp, dtype: 'f32' | 'i32'): string {
+  return `${op === 'avg' ? 'sum' : op}_${dtype}`;
+}
+
+/**
+ * The reduction kernels over a shared `WebAssembly.Memory` (`shared: true`) that several threads
+ * map: the shm transport's arena, where each rank reduces its slice reading the other ranks' slots
+ * in place. Offsets are byte offsets into that memory.
+ */
+export class SharedReducer {
+  private readonly exports: KernelExports;
+
+  constructor(readonly memory: WebAssembly.Memory) {
+    compiledShared ??= new WebAssembly.Module(decodeBase64(reduceSharedWasmBase64));
+    const instance = new WebAssembly.Instance(compiledShared, { env: { memory } });
+    this.exports = instance.exports as unknown as KernelExports;
+  }
+
+  /** `dst[i] = dst[i] op src[i]` for `n` elements at byte offsets (4-byte aligned). */
+  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
+    if (n > 0) (this.exports[kernelName(op, dtype)] as Kernel)(dst, src, n);
+  }
+
+  /** `dst[i] *= factor` for `n` f32 elements. */
+  scale(dst: number, n: number, factor: number): void {
+    if (n > 0) this.exports.scale_f32(dst, n, factor);
+  }
 }
 
 /**
@@ -69,9 +102,7 @@ export class ReduceArena {
 
   /** `dst[i] = dst[i] op src[i]` for `n` elements at byte offsets (4-byte aligned). */
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
-    if (n === 0) return;
-    const name = `${op === 'avg' ? 'sum' : op}_${dtype}`;
-    (this.exports[name] as Kernel)(dst, src, n);
+    if (n > 0) (this.exports[kernelName(op, dtype)] as Kernel)(dst, src, n);
   }
 
   /** `dst[i] *= factor` for `n` f32 elements. */

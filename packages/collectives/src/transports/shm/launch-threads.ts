@@ -1,4 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
+import { availableParallelism } from 'node:os';
 import { parentPort, Worker, workerData } from 'node:worker_threads';
 import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import { createShmHandle, type ShmHandle, writeShmAbort } from './shm-layout.js';
@@ -27,6 +28,8 @@ export interface LaunchOptions {
   group?: ProcessGroupOptions;
   /** Bytes per channel ring (see `createShmHandle`). */
   capacity?: number;
+  /** Bytes of each rank's slot in the collectives' arena (see `createShmHandle`). */
+  slotBytes?: number;
   /** Passed to each `Worker` (e.g. `['--conditions=...']`). */
   execArgv?: string[];
   /** Run `workerFile` as code (`eval: true`), e.g. a bootstrap that registers a TypeScript loader. */
@@ -50,7 +53,11 @@ export async function launchThreads<T, R>(
   data: T,
   options: LaunchOptions = {},
 ): Promise<ShmRankOutcome<R>[]> {
-  const handle = createShmHandle(size, options.capacity);
+  const handle = createShmHandle(size, {
+    capacity: options.capacity,
+    slotBytes: options.slotBytes,
+    cores: availableParallelism(),
+  });
   const outcomes = Array.from(
     { length: size },
     (_, rank) =>

@@ -9,6 +9,21 @@ export interface ShmHandle {
   readonly size: number;
   /** Bytes of each one-directional channel's ring. */
   readonly capacity: number;
+  /** The collectives' arena: two sets of `size` slots of `slotBytes` (see `SharedArena`). */
+  readonly arena: WebAssembly.Memory;
+  readonly slotBytes: number;
+  /** Polls of a barrier before sleeping: short when ranks outnumber cores (they share them). */
+  readonly spinPolls: number;
+}
+
+/** Options of `createShmHandle`. */
+export interface ShmHandleOptions {
+  /** Bytes per channel ring; defaults to 64 MiB spread over the channels, 64 KiB to 4 MiB each. */
+  capacity?: number;
+  /** Bytes of each rank's arena slot (rounded to 64, at least 64 per rank). Default 1 MiB. */
+  slotBytes?: number;
+  /** Cores the ranks share; fewer cores than ranks means barriers barely spin. Default: plenty. */
+  cores?: number;
 }
 
 /**
@@ -21,6 +36,10 @@ export interface ShmHandle {
  * and read positions (byte counts modulo 2^32) on separate lines. Frames in a ring are an 8-byte
  * header (tag, byte length) and the payload; a frame may wrap around the ring's end and may be
  * written and read in pieces, so messages of any size stream through a ring of fixed capacity.
+ * The collectives' barrier adds, per rank, the last barrier epoch it arrived at and a gate (a
+ * doorbell of its own, so a barrier does not wake the ring pump); aborts ring every gate too. The
+ * collectives' data lives in a separate shared `WebAssembly.Memory` (the arena), so that the
+ * reduction kernels read and write it in place.
  */
 const LINE_WORDS = 16;
 const ABORT_STATE = 0;
@@ -30,6 +49,10 @@ const ABORT_TEXT_BYTES = 8192;
 export interface ShmOffsets {
   /** Int32 index of rank r's doorbell. */
   bell(rank: number): number;
+  /** Int32 index of rank r's barrier gate (its doorbell for barriers). */
+  gate(rank: number): number;
+  /** Int32 index of the last barrier epoch rank r arrived at. */
+  arrival(rank: number): number;
   /** Int32 index of the write position of the channel src -> dst (the read position is + LINE_WORDS). */
   control(src: number, dst: number): number;
   /** Byte offset of the ring of the channel src -> dst. */
@@ -39,12 +62,16 @@ export interface ShmOffsets {
 
 export function shmOffsets(size: number, capacity: number): ShmOffsets & { total: number } {
   const bells = LINE_WORDS;
-  const controls = bells + size * LINE_WORDS;
+  const gates = bells + size * LINE_WORDS;
+  const arrivals = gates + size * LINE_WORDS;
+  const controls = arrivals + size * LINE_WORDS;
   const channel = (src: number, dst: number) => src * size + dst;
   const abortText = (controls + size * size * 2 * LINE_WORDS) * 4;
   const rings = abortText + ABORT_TEXT_BYTES;
   return {
     bell: (rank) => bells + rank * LINE_WORDS,
+    gate: (rank) => gates + rank * LINE_WORDS,
+    arrival: (rank) => arrivals + rank * LINE_WORDS,
     control: (src, dst) => controls + channel(src, dst) * 2 * LINE_WORDS,
     ring: (src, dst) => rings + channel(src, dst) * capacity,
     abortText,
@@ -54,25 +81,38 @@ export function shmOffsets(size: number, capacity: number): ShmOffsets & { total
 
 export const READ_OFFSET = LINE_WORDS;
 
-/**
- * A fresh world of `size` ranks. `capacity` per channel defaults to 64 MiB spread over the
- * size * (size - 1) channels, between 64 KiB and 4 MiB each.
- */
-export function createShmHandle(size: number, capacity?: number): ShmHandle {
+/** Barrier polls before sleeping when every rank has a core, and when they share cores. */
+const SPIN_POLLS_DEDICATED = 2000;
+const SPIN_POLLS_SHARED = 50;
+
+/** A fresh world of `size` ranks (see `ShmHandleOptions` for the sizes). */
+export function createShmHandle(size: number, options: ShmHandleOptions = {}): ShmHandle {
   const pairs = Math.max(1, size * (size - 1));
-  const bytes = capacity ?? Math.min(4 << 20, Math.max(64 << 10, Math.floor((64 << 20) / pairs)));
+  const bytes =
+    options.capacity ?? Math.min(4 << 20, Math.max(64 << 10, Math.floor((64 << 20) / pairs)));
   const rounded = Math.max(64, Math.floor(bytes / 64) * 64);
   const { total } = shmOffsets(size, rounded);
-  return { buffer: new SharedArrayBuffer(total), size, capacity: rounded };
+  const slotBytes = Math.max(64 * size, Math.floor((options.slotBytes ?? 1 << 20) / 64) * 64);
+  const pages = Math.max(1, Math.ceil((2 * size * slotBytes) / 65536));
+  return {
+    buffer: new SharedArrayBuffer(total),
+    size,
+    capacity: rounded,
+    arena: new WebAssembly.Memory({ initial: pages, maximum: pages, shared: true }),
+    slotBytes,
+    spinPolls: (options.cores ?? size) < size ? SPIN_POLLS_SHARED : SPIN_POLLS_DEDICATED,
+  };
 }
 
-/** Ring every rank's doorbell. */
+/** Ring every rank's doorbell and barrier gate. */
 export function ringAllBells(handle: ShmHandle): void {
   const words = new Int32Array(handle.buffer);
   const offsets = shmOffsets(handle.size, handle.capacity);
   for (let rank = 0; rank < handle.size; rank++) {
-    Atomics.add(words, offsets.bell(rank), 1);
-    Atomics.notify(words, offsets.bell(rank));
+    for (const index of [offsets.bell(rank), offsets.gate(rank)]) {
+      Atomics.add(words, index, 1);
+      Atomics.notify(words, index);
+    }
   }
 }
 

@@ -1,4 +1,6 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import { type ReduceOp, SharedReducer } from '../../kernels/reduce.js';
+import type { SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox, type PendingRecv } from '../mailbox.js';
 import {
@@ -70,6 +72,7 @@ export class ShmTransport implements Transport {
   private readonly headerView = new DataView(this.headerScratch.buffer);
   private state: 'open' | 'closed' = 'open';
   private pumping = false;
+  readonly sharedArena: SharedArena;
 
   constructor(
     private readonly handle: ShmHandle,
@@ -97,6 +100,7 @@ export class ShmTransport implements Transport {
       const error = new TransportAbortedError(reason);
       for (const queue of this.outgoing) for (const frame of queue.splice(0)) frame.reject(error);
     });
+    this.sharedArena = new ShmArena(this, handle, this.words, this.offsets);
     void this.pump();
   }
 
@@ -314,5 +318,78 @@ export class ShmTransport implements Transport {
       else await Promise.resolve();
     }
     this.pumping = false;
+  }
+}
+
+/**
+ * The shm transport's `SharedArena`: the handle's shared WebAssembly memory with the reduction
+ * kernels instantiated over it, and a barrier on per-rank arrival epochs. A rank arrives by storing
+ * the barrier's epoch and ringing every other rank's gate; it then polls the arrivals (a short
+ * spin: a cross-thread wake-up costs tens of microseconds) and sleeps on its own gate with
+ * `Atomics.waitAsync`, so its event loop (deadline timers, the ring pump) keeps running. An abort
+ * rings every gate, so a sleeping barrier fails at once.
+ */
+class ShmArena implements SharedArena {
+  readonly slotBytes: number;
+  readonly buffer: SharedArrayBuffer;
+  private readonly reducer: SharedReducer;
+  private round = 0;
+  private epoch = 0;
+
+  constructor(
+    private readonly transport: ShmTransport,
+    private readonly handle: ShmHandle,
+    private readonly words: Int32Array,
+    private readonly offsets: ReturnType<typeof shmOffsets>,
+  ) {
+    this.slotBytes = handle.slotBytes;
+    this.buffer = handle.arena.buffer as unknown as SharedArrayBuffer;
+    this.reducer = new SharedReducer(handle.arena);
+  }
+
+  nextRound(): number {
+    const set = this.round;
+    this.round ^= 1;
+    return set * this.handle.size * this.slotBytes;
+  }
+
+  async barrier(waiting: (ranks: readonly number[]) => void): Promise<void> {
+    const { words, offsets, transport } = this;
+    const { rank, size } = transport;
+    this.epoch = (this.epoch + 1) | 0;
+    const epoch = this.epoch;
+    Atomics.store(words, offsets.arrival(rank), epoch);
+    for (let peer = 0; peer < size; peer++) {
+      if (peer === rank) continue;
+      Atomics.add(words, offsets.gate(peer), 1);
+      Atomics.notify(words, offsets.gate(peer));
+    }
+    const gate = offsets.gate(rank);
+    let polls = 0;
+    let from = 0;
+    for (;;) {
+      const seen = Atomics.load(words, gate);
+      while (from < size && ((Atomics.load(words, offsets.arrival(from)) - epoch) | 0) >= 0) from++;
+      // A barrier every rank reached has completed, even if the world aborts right after.
+      if (from === size) return;
+      const reason = transport.abortReason;
+      if (reason !== null) throw new TransportAbortedError(reason);
+      if (polls++ < this.handle.spinPolls) continue;
+      const missing: number[] = [];
+      for (let peer = from; peer < size; peer++) {
+        if (((Atomics.load(words, offsets.arrival(peer)) - epoch) | 0) < 0) missing.push(peer);
+      }
+      waiting(missing);
+      const wait = waitAsync(words, gate, seen);
+      if (wait.async) await wait.value;
+    }
+  }
+
+  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
+    this.reducer.reduce(op, dtype, dst, src, n);
+  }
+
+  scale(dst: number, n: number, factor: number): void {
+    this.reducer.scale(dst, n, factor);
   }
 }

@@ -1,0 +1,164 @@
+import type { ReduceOp } from '../kernels/reduce.js';
+import { type CommDType, type HostData, narrow, widen } from '../operand.js';
+import { shardRange } from '../shard.js';
+import type { SharedArena } from '../shared-arena.js';
+
+/**
+ * [Note: shared-memory collectives]
+ * When every rank maps the same memory (the shm transport's `SharedArena`), a collective needs no
+ * messages at all, only copies and barriers. Data goes in rounds of at most one slot per rank:
+ *
+ * - all-reduce: each rank widens its piece of the input into its own slot; barrier; each rank
+ *   reduces its 1/n slice of the piece in place in slot 0, reading every other slot in rank order
+ *   (0, 1, 2, ...) with the WASM SIMD kernel; barrier; each rank narrows the whole piece out of
+ *   slot 0. Every element is reduced by exactly one rank, so the result is bit-identical on all
+ *   ranks, and the work is split evenly whatever the size.
+ * - reduce-scatter: a round carries one piece of EVERY shard (each slot holds n pieces), so each
+ *   rank reduces its own shard's piece every round (no rank idles while another reduces); one
+ *   barrier per round.
+ * - all-gather: each rank copies its shard's piece into its slot; barrier; each rank copies every
+ *   slot out.
+ * - broadcast: the root copies a piece of a whole set (n slots) in; barrier; the others copy out.
+ *
+ * Rounds alternate between the arena's two sets, which is what makes one barrier per round enough:
+ * a rank writes a set again only two rounds later, after the barrier of the round in between,
+ * which every rank reaches only once it has finished reading that set. The round counter and the
+ * barrier epochs continue across ops, so the same holds from one op to the next. The arena's size
+ * is fixed by the transport (2 * n slots), whatever the message size.
+ */
+export interface SharedStep {
+  readonly rank: number;
+  readonly size: number;
+  readonly arena: SharedArena;
+  /** The arena's barrier, reporting to the op's deadline who is missing. */
+  barrier(): Promise<void>;
+}
+
+function work(
+  dtype: 'f32' | 'i32',
+  buffer: SharedArrayBuffer,
+  offset: number,
+  length: number,
+): Float32Array | Int32Array {
+  return dtype === 'i32'
+    ? new Int32Array(buffer, offset, length)
+    : new Float32Array(buffer, offset, length);
+}
+
+function clamp(length: number, at: number, per: number): number {
+  return Math.max(0, Math.min(per, length - at));
+}
+
+/** All-reduce `host` in place through the arena (see the note). */
+export async function sharedAllReduce(
+  step: SharedStep,
+  dtype: CommDType,
+  host: HostData,
+  op: ReduceOp,
+): Promise<void> {
+  const { arena, rank, size } = step;
+  const kind = dtype === 'i32' ? 'i32' : 'f32';
+  const { buffer, slotBytes } = arena;
+  const per = slotBytes / 4;
+  for (let start = 0; start < host.length; start += per) {
+    const length = Math.min(per, host.length - start);
+    const piece = host.subarray(start, start + length);
+    const base = arena.nextRound();
+    widen(dtype, piece, work(kind, buffer, base + rank * slotBytes, length));
+    await step.barrier();
+    const slice = shardRange(length, size, rank);
+    if (slice.count > 0) {
+      const dst = base + slice.start * 4;
+      for (let peer = 1; peer < size; peer++)
+        arena.reduce(op, kind, dst, dst + peer * slotBytes, slice.count);
+      if (op === 'avg') arena.scale(dst, slice.count, 1 / size);
+    }
+    await step.barrier();
+    narrow(dtype, work(kind, buffer, base, length), piece);
+  }
+}
+
+/** Reduce-scatter `input` into this rank's shard `output` through the arena (see the note). */
+export async function sharedReduceScatter(
+  step: SharedStep,
+  dtype: CommDType,
+  input: HostData,
+  output: HostData,
+  op: ReduceOp,
+): Promise<void> {
+  const { arena, rank, size } = step;
+  const kind = dtype === 'i32' ? 'i32' : 'f32';
+  const { buffer, slotBytes } = arena;
+  const shards = Array.from({ length: size }, (_, r) => shardRange(input.length, size, r));
+  const per = Math.floor(slotBytes / 4 / size);
+  const own = shards[rank]!;
+  for (let at = 0; at < shards[0]!.count; at += per) {
+    const base = arena.nextRound();
+    const mine = base + rank * slotBytes;
+    for (let s = 0; s < size; s++) {
+      const shard = shards[s]!;
+      const length = clamp(shard.count, at, per);
+      if (length === 0) continue;
+      const from = shard.start + at;
+      widen(
+        dtype,
+        input.subarray(from, from + length),
+        work(kind, buffer, mine + s * per * 4, length),
+      );
+    }
+    await step.barrier();
+    const length = clamp(own.count, at, per);
+    if (length === 0) continue;
+    const dst = base + rank * per * 4;
+    for (let peer = 1; peer < size; peer++)
+      arena.reduce(op, kind, dst, dst + peer * slotBytes, length);
+    if (op === 'avg') arena.scale(dst, length, 1 / size);
+    narrow(dtype, work(kind, buffer, dst, length), output.subarray(at, at + length));
+  }
+}
+
+/**
+ * All-gather bytes through the arena: `input` is this rank's shard (already in place in `output`),
+ * `output` receives shard r at `shard(r)` (`[byteOffset, byteLength]`).
+ */
+export async function sharedAllGather(
+  step: SharedStep,
+  input: Uint8Array,
+  output: Uint8Array,
+  shard: (rank: number) => [number, number],
+): Promise<void> {
+  const { arena, rank, size } = step;
+  const { buffer, slotBytes } = arena;
+  const longest = shard(0)[1];
+  for (let at = 0; at < longest; at += slotBytes) {
+    const base = arena.nextRound();
+    const length = clamp(input.byteLength, at, slotBytes);
+    if (length > 0)
+      new Uint8Array(buffer, base + rank * slotBytes, length).set(input.subarray(at, at + length));
+    await step.barrier();
+    for (let peer = 0; peer < size; peer++) {
+      if (peer === rank) continue;
+      const [start, bytes] = shard(peer);
+      const piece = clamp(bytes, at, slotBytes);
+      if (piece > 0) output.set(new Uint8Array(buffer, base + peer * slotBytes, piece), start + at);
+    }
+  }
+}
+
+/** Broadcast `bytes` of rank `root` through the arena, a whole set per round. */
+export async function sharedBroadcast(
+  step: SharedStep,
+  bytes: Uint8Array,
+  root: number,
+): Promise<void> {
+  const { arena, rank, size } = step;
+  const per = arena.slotBytes * size;
+  for (let at = 0; at < bytes.byteLength; at += per) {
+    const base = arena.nextRound();
+    const length = Math.min(per, bytes.byteLength - at);
+    const window = new Uint8Array(arena.buffer, base, length);
+    if (rank === root) window.set(bytes.subarray(at, at + length));
+    await step.barrier();
+    if (rank !== root) bytes.set(window, at);
+  }
+}

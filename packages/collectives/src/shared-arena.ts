@@ -1,0 +1,31 @@
+import type { ReduceOp } from './kernels/reduce.js';
+
+/**
+ * An optional capability of a transport whose ranks share memory (the `shm` transport): an arena
+ * every rank maps, a barrier over all ranks, and the reduction kernels over the arena. The world
+ * group uses it for its collectives instead of point-to-point messages (see
+ * [Note: shared-memory collectives] in algorithms/shared.ts).
+ *
+ * The arena holds two sets of `size` slots of `slotBytes` each; rank r's slot of a set starts at
+ * `base + r * slotBytes`, so a set is also one contiguous run of `size * slotBytes` bytes. Rounds
+ * alternate between the sets: whatever a rank wrote into a set stays untouched until every rank
+ * has passed the next round's first barrier.
+ */
+export interface SharedArena {
+  /** Bytes of one rank's slot in one set, a multiple of 64. */
+  readonly slotBytes: number;
+  /** The shared memory of the arena (views must be taken from it, offsets are into it). */
+  readonly buffer: SharedArrayBuffer;
+  /** Start the next round; returns the byte offset of its set (slot 0). */
+  nextRound(): number;
+  /**
+   * Arrive at the next barrier and wait until every rank has. Before each sleep `waiting` is told
+   * the ranks that have not arrived (for a deadline's message). Rejects with
+   * `TransportAbortedError` as soon as the transport aborts.
+   */
+  barrier(waiting: (ranks: readonly number[]) => void): Promise<void>;
+  /** `dst[i] = dst[i] op src[i]` for `n` 4-byte elements at byte offsets into `buffer`. */
+  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
+  /** `dst[i] *= factor` for `n` f32 elements at a byte offset into `buffer`. */
+  scale(dst: number, n: number, factor: number): void;
+}
