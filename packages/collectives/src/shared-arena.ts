@@ -24,6 +24,12 @@ export interface SharedArena {
    * `TransportAbortedError` as soon as the transport aborts.
    */
   barrier(waiting: (ranks: readonly number[]) => void): Promise<void>;
+  /**
+   * All-gather a few words (at most 16) per rank through the arena, with one barrier: returns every
+   * rank's words, rank r's at `r * 16`. The view stays valid until the exchange after next (the
+   * collectives' fingerprints). `waiting` and rejection as for `barrier`.
+   */
+  exchange(words: Int32Array, waiting: (ranks: readonly number[]) => void): Promise<Int32Array>;
   /** `dst[i] = dst[i] op src[i]` for `n` 4-byte elements at byte offsets into `buffer`. */
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
   /** `dst[i] *= factor` for `n` f32 elements at a byte offset into `buffer`. */

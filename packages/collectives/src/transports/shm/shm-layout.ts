@@ -9,7 +9,10 @@ export interface ShmHandle {
   readonly size: number;
   /** Bytes of each one-directional channel's ring. */
   readonly capacity: number;
-  /** The collectives' arena: two sets of `size` slots of `slotBytes` (see `SharedArena`). */
+  /**
+   * The collectives' arena: a header of two sets of per-rank 64-byte exchange slots, then two sets
+   * of `size` slots of `slotBytes` (see `SharedArena`).
+   */
   readonly arena: WebAssembly.Memory;
   readonly slotBytes: number;
   /** Polls of a barrier before sleeping: short when ranks outnumber cores (they share them). */
@@ -81,6 +84,14 @@ export function shmOffsets(size: number, capacity: number): ShmOffsets & { total
 
 export const READ_OFFSET = LINE_WORDS;
 
+/** Bytes of a rank's slot for `SharedArena.exchange`. */
+export const EXCHANGE_SLOT_BYTES = 64;
+
+/** Bytes before the arena's data slots: two sets of exchange slots. */
+export function arenaHeaderBytes(size: number): number {
+  return 2 * size * EXCHANGE_SLOT_BYTES;
+}
+
 /** Barrier polls before sleeping when every rank has a core, and when they share cores. */
 const SPIN_POLLS_DEDICATED = 2000;
 const SPIN_POLLS_SHARED = 50;
@@ -93,7 +104,7 @@ export function createShmHandle(size: number, options: ShmHandleOptions = {}): S
   const rounded = Math.max(64, Math.floor(bytes / 64) * 64);
   const { total } = shmOffsets(size, rounded);
   const slotBytes = Math.max(64 * size, Math.floor((options.slotBytes ?? 1 << 20) / 64) * 64);
-  const pages = Math.max(1, Math.ceil((2 * size * slotBytes) / 65536));
+  const pages = Math.max(1, Math.ceil((arenaHeaderBytes(size) + 2 * size * slotBytes) / 65536));
   return {
     buffer: new SharedArrayBuffer(total),
     size,

@@ -4,6 +4,8 @@ import type { SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox, type PendingRecv } from '../mailbox.js';
 import {
+  arenaHeaderBytes,
+  EXCHANGE_SLOT_BYTES,
   READ_OFFSET,
   readShmAbort,
   type ShmHandle,
@@ -334,6 +336,7 @@ class ShmArena implements SharedArena {
   readonly buffer: SharedArrayBuffer;
   private readonly reducer: SharedReducer;
   private round = 0;
+  private exchanges = 0;
   private epoch = 0;
 
   constructor(
@@ -350,7 +353,24 @@ class ShmArena implements SharedArena {
   nextRound(): number {
     const set = this.round;
     this.round ^= 1;
-    return set * this.handle.size * this.slotBytes;
+    return arenaHeaderBytes(this.handle.size) + set * this.handle.size * this.slotBytes;
+  }
+
+  async exchange(
+    words: Int32Array,
+    waiting: (ranks: readonly number[]) => void,
+  ): Promise<Int32Array> {
+    const { size, rank } = this.transport;
+    const stride = EXCHANGE_SLOT_BYTES / 4;
+    if (words.length > stride) {
+      throw new RangeError(`[exchange] at most ${stride} words per rank, got ${words.length}`);
+    }
+    const set = this.exchanges;
+    this.exchanges ^= 1;
+    const all = new Int32Array(this.buffer, set * size * EXCHANGE_SLOT_BYTES, size * stride);
+    all.set(words, rank * stride);
+    await this.barrier(waiting);
+    return all;
   }
 
   async barrier(waiting: (ranks: readonly number[]) => void): Promise<void> {
