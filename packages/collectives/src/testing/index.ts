@@ -1,0 +1,19 @@
+// The `@webshard/collectives/testing` entry: the one collective suite every transport runs, and its
+// helpers. Test-only (it imports vitest).
+export { createHostBackend } from './host-backend.js';
+export type {
+  CaseReport,
+  ErrorReport,
+  FailureScenario,
+  RankReport,
+  SuiteEnvironment,
+  SuiteJob,
+} from './suite.js';
+export {
+  FAILURE_SCENARIOS,
+  FAILURE_TIMEOUT_MS,
+  runSuiteJob,
+  SUITE_GROUP_OPTIONS,
+} from './suite.js';
+export type { SuiteTransport } from './transport-suite.js';
+export { runTransportSuite } from './transport-suite.js';
