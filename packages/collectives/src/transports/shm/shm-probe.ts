@@ -1,5 +1,5 @@
 // A quick look at shm collective bus bandwidth (not a test, not the benchmark):
-//   npx tsx --conditions=@webshard/source src/transports/shm/shm-probe.ts [worlds] [sizesMiB] [ops]
+//   npx tsx --conditions=@webshard/source src/transports/shm/shm-probe.ts [worlds] [sizesMiB] [ops] [slotKiB]
 // Each iteration: barrier, the op, then an all-reduce(max) of the durations (the slowest rank).
 // Every op is timed twice, interleaved: on the world group (the shared-memory schedules) and on a
 // sub-group of all ranks (point-to-point messages through the rings, as before them), so a busy
@@ -70,6 +70,7 @@ if (isMainThread) {
   const worlds = (process.argv[2] ?? '2,4').split(',').map(Number);
   const sizesMiB = (process.argv[3] ?? '1,16,64').split(',').map(Number);
   const ops = (process.argv[4] ?? 'allReduce,reduceScatter,allGather,broadcast').split(',');
+  const slotBytes = process.argv[5] === undefined ? undefined : Number(process.argv[5]) * 1024;
   const tsx = pathToFileURL(
     createRequire(import.meta.url)
       .resolve('tsx/esm/api')

@@ -1,8 +1,13 @@
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { type RankReport, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../testing/suite.js';
-import { runTransportSuite } from '../../testing/transport-suite.js';
+// Through the package's `./testing` entry, as another transport's tests would.
+import {
+  type RankReport,
+  runTransportSuite,
+  SUITE_GROUP_OPTIONS,
+  type SuiteJob,
+} from '@webshard/collectives/testing';
 import { launchThreads } from './launch-threads.js';
 
 // Workers run the TypeScript sources through tsx, registered by a one-line bootstrap.
@@ -26,7 +31,7 @@ async function run(size: number, job: SuiteJob): Promise<(RankReport | null)[]> 
   return outcomes.map((outcome) => (outcome.status === 'fulfilled' ? outcome.value : null));
 }
 
-runTransportSuite('shm', { sizes: [1, 2, 3, 4], failureSizes: [3], run });
+runTransportSuite('shm', { sizes: [1, 2, 3, 4], failureSizes: [2, 3, 4], run });
 
 describe('launchThreads', () => {
   it('reports a worker that throws as rejected and aborts the others with its message', async () => {

@@ -329,12 +329,14 @@ export class ShmTransport implements Transport {
  * the barrier's epoch and ringing every other rank's gate; it then polls the arrivals (a short
  * spin: a cross-thread wake-up costs tens of microseconds) and sleeps on its own gate with
  * `Atomics.waitAsync`, so its event loop (deadline timers, the ring pump) keeps running. An abort
- * rings every gate, so a sleeping barrier fails at once.
+ * rings every gate (and ends this rank's sleep directly), so a sleeping barrier fails at once.
  */
 class ShmArena implements SharedArena {
   readonly slotBytes: number;
   readonly buffer: SharedArrayBuffer;
   private readonly reducer: SharedReducer;
+  /** Ends the barrier's current sleep; the transport's abort calls it. */
+  private wake: (() => void) | null = null;
   private round = 0;
   private exchanges = 0;
   private epoch = 0;
@@ -348,6 +350,7 @@ class ShmArena implements SharedArena {
     this.slotBytes = handle.slotBytes;
     this.buffer = handle.arena.buffer as unknown as SharedArrayBuffer;
     this.reducer = new SharedReducer(handle.arena);
+    transport.onAbort(() => this.wake?.());
   }
 
   nextRound(): number {
@@ -400,8 +403,16 @@ class ShmArena implements SharedArena {
         if (((Atomics.load(words, offsets.arrival(peer)) - epoch) | 0) < 0) missing.push(peer);
       }
       waiting(missing);
+      // An abort rings the gate, but when this thread aborts itself (its deadline timer) nothing
+      // else may keep its event loop alive until the wake-up arrives: Node does not count a
+      // pending waitAsync, and a worker would exit. So the abort also wakes the barrier directly.
       const wait = waitAsync(words, gate, seen);
-      if (wait.async) await wait.value;
+      if (!wait.async) continue;
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        void wait.value.then(() => resolve());
+      });
+      this.wake = null;
     }
   }
 
