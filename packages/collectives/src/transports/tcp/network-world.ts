@@ -23,11 +23,21 @@ export interface NetworkWorld {
   close(): Promise<void>;
 }
 
+/** How the ranks of a test world connect. */
+export interface WorldShape {
+  /**
+   * `ws` only: which ranks accept connections. The others behave as browsers do: they dial, and
+   * pairs of them talk through the lowest listening rank.
+   */
+  listens?: (rank: number) => boolean;
+}
+
 /** Starts a store and `size` transports of `backend` in this process. */
 export async function createNetworkWorld(
   backend: NetworkBackend,
   size: number,
   token = 'test-token',
+  shape: WorldShape = {},
 ): Promise<NetworkWorld> {
   const server = new StoreServer({ port: 0, worldSize: size, token });
   const port = await server.listen();
@@ -57,7 +67,8 @@ export async function createNetworkWorld(
         },
         close: () => store.close(),
       };
-      return createNetworkTransport(backend, joined);
+      const listen = shape.listens?.(store.rank);
+      return createNetworkTransport(backend, joined, listen === undefined ? {} : { listen });
     }),
   );
   return {
@@ -77,8 +88,9 @@ export async function runJobInProcess(
   backend: NetworkBackend,
   size: number,
   job: SuiteJob,
+  shape: WorldShape = {},
 ): Promise<RankReport[]> {
-  const world = await createNetworkWorld(backend, size);
+  const world = await createNetworkWorld(backend, size, 'test-token', shape);
   try {
     const groups = world.transports.map((t) => ProcessGroup.fromTransport(t, SUITE_GROUP_OPTIONS));
     return await Promise.all(
@@ -100,19 +112,29 @@ const REPORT_MARK = '@@report ';
 
 /**
  * Runs a suite job on `size` ranks as child processes (`node --import tsx`), joined through the
- * torchrun environment; a rank's `die()` is SIGKILL. Ranks that die report null.
+ * torchrun environment; a rank's `die()` is SIGKILL. Ranks that die report null. With
+ * `relayed`, only rank 0 listens (ws): the other ranks pair up through it, as browsers would.
  */
 export async function runJobInChildren(
   backend: NetworkBackend,
   size: number,
   job: SuiteJob,
+  relayed = false,
 ): Promise<(RankReport | null)[]> {
   const port = await freePort();
   const script = join(here, '__fixtures__', 'suite-rank.ts');
   const ranks = Array.from({ length: size }, (_, rank) => {
     const child = spawn(
       process.execPath,
-      ['--conditions=@webshard/source', '--import', 'tsx', script, backend, JSON.stringify(job)],
+      [
+        '--conditions=@webshard/source',
+        '--import',
+        'tsx',
+        script,
+        backend,
+        JSON.stringify(job),
+        relayed ? 'relayed' : 'mesh',
+      ],
       {
         stdio: ['ignore', 'pipe', 'pipe'],
         env: {

@@ -10,6 +10,7 @@ import {
   encodeFrame,
   encodeHello,
   FrameKind,
+  frameKindName,
   HEADER_BYTES,
   readHeader,
   writeHeader,
@@ -513,7 +514,7 @@ export class TcpTransport implements Transport {
         }
         return;
       default:
-        this.violation(peer, 'unexpected hello frame');
+        this.violation(peer, `unexpected ${frameKindName(header.kind)} frame`);
         return;
     }
   }

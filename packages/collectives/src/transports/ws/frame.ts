@@ -15,7 +15,9 @@
  * validates every field before it trusts the length, and a frame that fails is a protocol
  * violation naming the peer: it aborts the transport, it never throws into the socket's callback.
  * Over TCP the payload follows the header on the stream; over WebSocket the header is one binary
- * message and a non-empty payload the next one.
+ * message and a non-empty payload the next one. `relay`/`relayed` frames (ws only) carry a whole
+ * inner frame as their payload, for ranks that reach each other through a third ([Note: ws
+ * connections]); over TCP they are violations.
  */
 
 export const FRAME_MAGIC = 0x44485357;
@@ -32,8 +34,18 @@ export const FrameKind = {
   abort: 3,
   /** The sender closed its transport cleanly; its sockets closing next is not a failure. */
   bye: 4,
+  /** ws only: forward the frame in the payload to rank `tag` (a browser talking to a browser). */
+  relay: 5,
+  /** ws only: a frame relayed from rank `tag`; the payload is that rank's frame. */
+  relayed: 6,
 } as const;
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
+
+/** The name of a frame kind, for messages. */
+export function frameKindName(kind: number): string {
+  const entry = Object.entries(FrameKind).find(([, value]) => value === kind);
+  return entry === undefined ? `kind ${kind}` : entry[0];
+}
 
 /** Largest hello or abort payload accepted. */
 export const MAX_CONTROL_BYTES = 64 << 10;
@@ -91,11 +103,16 @@ export function readHeader(
     return 'header check word does not match';
   }
   const kind = view.getUint8(5);
-  if (kind < FrameKind.data || kind > FrameKind.bye) return `unknown frame kind ${kind}`;
+  if (kind < FrameKind.data || kind > FrameKind.relayed) return `unknown frame kind ${kind}`;
   if (view.getUint16(6, true) !== 0) return 'reserved header bits are set';
   const high = view.getUint32(20, true);
   const length = high * 0x1_0000_0000 + view.getUint32(16, true);
-  const limit = kind === FrameKind.data ? maxLength : MAX_CONTROL_BYTES;
+  const limit =
+    kind === FrameKind.data
+      ? maxLength
+      : kind === FrameKind.relay || kind === FrameKind.relayed
+        ? maxLength + HEADER_BYTES
+        : MAX_CONTROL_BYTES;
   if (high >= 1 << 21 || length > limit) {
     return `frame length ${length} exceeds the limit of ${limit} bytes`;
   }

@@ -97,6 +97,16 @@ describe('ws transport under hostile input', () => {
       (f) => f.send(header({ seq: 3 })),
       'frame 3 on tag 0 out of order (expected 0)',
     ],
+    [
+      'a relay request for a rank it reaches directly',
+      (f) => f.send(header({ kind: FrameKind.relay, length: 40 })),
+      'relay frame for rank 0 is not allowed',
+    ],
+    [
+      'a relayed frame from a rank it reaches directly',
+      (f) => f.send(header({ kind: FrameKind.relayed, length: 40 })),
+      'relayed frame for rank 0 is not allowed',
+    ],
   ];
   for (const [what, act, detail] of hostile) {
     it(`aborts naming the peer on ${what}`, async () => {

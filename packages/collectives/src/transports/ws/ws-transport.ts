@@ -10,6 +10,7 @@ import {
   encodeHello,
   type FrameHeader,
   FrameKind,
+  frameKindName,
   HEADER_BYTES,
   readHeader,
   writeHeader,
@@ -54,6 +55,8 @@ class WsPeer {
   expect: Expect = { kind: 'header' };
   byeReceived = false;
   stopped = false;
+  /** The rank that relays this pair's frames when neither side can listen (two browsers). */
+  via: WsPeer | null = null;
   constructor(readonly rank: number) {}
 }
 
@@ -80,8 +83,10 @@ async function defaultChannels(): Promise<ChannelFactory> {
  *
  * [Note: ws connections]
  * Every rank that can listen (Node) publishes its URL in the store; a browser publishes none. For
- * a pair i < j, j dials i when i listens, else i dials j; two browsers cannot be paired (there is
- * no relay). The dialer says hello (rank, world size, token) and the listener answers with its
+ * a pair i < j, j dials i when i listens, else i dials j. Two browsers talk through the lowest
+ * listening rank (normally rank 0, which hosts the store and so runs in Node): a `relay` frame
+ * carries the whole inner frame to it, and it passes the frame on unchanged behind a `relayed`
+ * header, so the receiver validates it as if it came straight from the sender. The dialer says hello (rank, world size, token) and the listener answers with its
  * own hello once the token checks out. Frames are those of the tcp transport ([Note: network
  * frames]): the 32-byte header as one message, then a non-empty payload as the next, so the
  * payload is sent from the caller's view without a copy. Node clients mask with zeros, which lets
@@ -143,19 +148,13 @@ export class WsTransport implements Transport {
     const tag = groupTag >>> 0;
     const target = this.peerFor(peer, 'send');
     if (target instanceof Error) return Promise.reject(target);
+    const seq = target.sendSeq.get(tag) ?? 0;
+    target.sendSeq.set(tag, (seq + 1) >>> 0);
+    const frame = { kind: FrameKind.data, tag, seq, length: data.byteLength, sender: this.rank };
+    if (target.via !== null) return this.sendRelayed(target, frame, data);
     const channel = target.channel!;
     const header = target.freeHeaders.pop() ?? new Uint8Array(HEADER_BYTES);
-    writeHeader(header, {
-      kind: FrameKind.data,
-      tag,
-      seq: (() => {
-        const seq = target.sendSeq.get(tag) ?? 0;
-        target.sendSeq.set(tag, (seq + 1) >>> 0);
-        return seq;
-      })(),
-      length: data.byteLength,
-      sender: this.rank,
-    });
+    writeHeader(header, frame);
     return new Promise<void>((resolve, reject) => {
       this.pendingSends.add(reject);
       let outstanding = data.byteLength === 0 ? 1 : 2;
@@ -170,6 +169,34 @@ export class WsTransport implements Transport {
       };
       channel.send(header, done);
       if (data.byteLength > 0) channel.send(data, done);
+    });
+  }
+
+  /**
+   * A frame for a peer reached through a relay: one `relay` header naming the destination, then
+   * the whole inner frame as one message (a copy: this is the browser-to-browser path).
+   */
+  private sendRelayed(target: WsPeer, frame: FrameHeader, data: Uint8Array): Promise<void> {
+    const inner = new Uint8Array(HEADER_BYTES + data.byteLength);
+    writeHeader(inner, frame);
+    inner.set(data, HEADER_BYTES);
+    const outer = new Uint8Array(HEADER_BYTES);
+    writeHeader(outer, {
+      kind: FrameKind.relay,
+      tag: target.rank,
+      seq: 0,
+      length: inner.byteLength,
+      sender: this.rank,
+    });
+    const channel = target.via!.channel!;
+    return new Promise<void>((resolve, reject) => {
+      this.pendingSends.add(reject);
+      channel.send(outer);
+      channel.send(inner, (error) => {
+        if (!this.pendingSends.delete(reject)) return;
+        if (error) reject(this.abortErrorOr(error));
+        else resolve();
+      });
     });
   }
 
@@ -235,24 +262,34 @@ export class WsTransport implements Transport {
       const peer = this.peers[rank];
       if (peer) this.peerDied(peer, 'it left the rendezvous store');
     });
+    const urls = await Promise.all(
+      this.peers.map(async (peer) =>
+        peer === null
+          ? (this.listener?.url ?? null)
+          : (JSON.parse(
+              await publishedBy(store, `${prefix}/url/${peer.rank}`, peer.rank, timeoutMs, 'ws'),
+            ) as string | null),
+      ),
+    );
+    const relay = urls.findIndex((url) => url !== null);
     await Promise.all(
       this.peers.map(async (peer) => {
         if (peer === null) return;
-        const url = JSON.parse(
-          await publishedBy(store, `${prefix}/url/${peer.rank}`, peer.rank, timeoutMs, 'ws'),
-        ) as string | null;
         const [low, high] = peer.rank < this.rank ? [peer.rank, this.rank] : [this.rank, peer.rank];
-        const lowListens = low === this.rank ? this.listener !== null : url !== null;
-        const iDial = lowListens ? this.rank === high : this.rank === low;
-        if (!iDial) return;
-        if (url === null) {
-          throw new RendezvousError(
-            'ws',
-            `ranks ${this.rank} and ${peer.rank} can both not accept connections (browsers); one of them must run in Node`,
-            { rank: this.rank },
-          );
+        const lowListens = urls[low] !== null;
+        if (!lowListens && urls[high] === null) {
+          if (relay < 0) {
+            throw new RendezvousError(
+              'ws',
+              `no rank accepts connections (all are browsers?): ranks ${this.rank} and ${peer.rank} cannot be connected`,
+              { rank: this.rank },
+            );
+          }
+          peer.via = this.peers[relay]!;
+          return;
         }
-        const channel = await channels.dial(url);
+        if (lowListens ? this.rank !== high : this.rank !== low) return;
+        const channel = await channels.dial(urls[peer.rank]!);
         this.attach(peer, channel, 'dialed');
         channel.send(
           encodeFrame(
@@ -264,6 +301,9 @@ export class WsTransport implements Transport {
     );
     const deadline = Date.now() + timeoutMs;
     while (this.peers.some((peer) => peer !== null && peer.state === 'connecting')) {
+      for (const peer of this.peers) {
+        if (peer?.via?.state === 'open' && peer.state === 'connecting') peer.state = 'open';
+      }
       if (this.abortState.reason !== null) throw new TransportAbortedError(this.abortState.reason);
       if (Date.now() > deadline) {
         const missing = this.peers.filter((p) => p !== null && p.state === 'connecting');
@@ -363,6 +403,14 @@ export class WsTransport implements Transport {
         this.onAbortFrame(peer, bytes);
         return;
       }
+      if (expect.header.kind === FrameKind.relay) {
+        this.forward(peer, expect.header.tag, bytes);
+        return;
+      }
+      if (expect.header.kind === FrameKind.relayed) {
+        this.deliverRelayed(this.peers[expect.header.tag]!, bytes);
+        return;
+      }
       expect.incoming!.target.set(bytes);
       this.inbox.complete(expect.incoming!);
       return;
@@ -419,8 +467,67 @@ export class WsTransport implements Transport {
           });
         }
         return;
+      case FrameKind.relay:
+      case FrameKind.relayed: {
+        const other = this.peers[header.tag];
+        const ok =
+          peer.via === null &&
+          other !== undefined &&
+          other !== null &&
+          other !== peer &&
+          (header.kind === FrameKind.relay
+            ? other.via === null && other.channel !== null
+            : other.via === peer);
+        if (!ok) {
+          this.violation(
+            peer,
+            `${frameKindName(header.kind)} frame for rank ${header.tag} is not allowed`,
+          );
+          return;
+        }
+        peer.expect = { kind: 'payload', header, incoming: null };
+        return;
+      }
       default:
-        this.violation(peer, 'unexpected hello frame');
+        this.violation(peer, `unexpected ${frameKindName(header.kind)} frame`);
+    }
+  }
+
+  /** This rank relays: pass `frame` from `from` on to `to`, unchanged, behind a `relayed` header. */
+  private forward(from: WsPeer, to: number, frame: Uint8Array): void {
+    const target = this.peers[to];
+    // A closed target still gets frames: the goodbye of the rank relayed to it comes after its own.
+    if (!target?.channel || target.state === 'dead') return;
+    const header = new Uint8Array(HEADER_BYTES);
+    writeHeader(header, {
+      kind: FrameKind.relayed,
+      tag: from.rank,
+      seq: 0,
+      length: frame.byteLength,
+      sender: this.rank,
+    });
+    target.channel.send(header);
+    target.channel.send(frame);
+  }
+
+  /** A frame `source` sent through the relay: handled as if it came on a channel from `source`. */
+  private deliverRelayed(source: WsPeer, frame: Uint8Array): void {
+    if (frame.byteLength < HEADER_BYTES) {
+      this.violation(source, `relayed frame of ${frame.byteLength} bytes has no header`);
+      return;
+    }
+    const header = frame.subarray(0, HEADER_BYTES);
+    const parsed = readHeader(header, this.maxMessageBytes);
+    if (typeof parsed !== 'string' && parsed.length !== frame.byteLength - HEADER_BYTES) {
+      this.violation(
+        source,
+        `relayed frame announces ${parsed.length} bytes but carries ${frame.byteLength - HEADER_BYTES}`,
+      );
+      return;
+    }
+    this.onMessage(source, header);
+    if (frame.byteLength > HEADER_BYTES && source.expect.kind === 'payload') {
+      this.onMessage(source, frame.subarray(HEADER_BYTES));
     }
   }
 
@@ -503,6 +610,18 @@ export class WsTransport implements Transport {
       );
       for (const peer of this.peers) {
         if (peer?.channel && peer.state === 'open') peer.channel.send(bye);
+        if (peer?.via?.channel && peer.state === 'open') {
+          const outer = new Uint8Array(HEADER_BYTES);
+          writeHeader(outer, {
+            kind: FrameKind.relay,
+            tag: peer.rank,
+            seq: 0,
+            length: bye.byteLength,
+            sender: this.rank,
+          });
+          peer.via.channel.send(outer);
+          peer.via.channel.send(bye);
+        }
       }
       const deadline = Date.now() + BYE_WAIT_MS;
       while (

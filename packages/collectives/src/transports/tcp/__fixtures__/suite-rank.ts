@@ -7,9 +7,11 @@ import {
 } from '../../../rendezvous/connect-transport.js';
 import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../../testing/suite.js';
 
-const [backend, jobText] = process.argv.slice(2) as [NetworkBackend, string];
+const [backend, jobText, shape] = process.argv.slice(2) as [NetworkBackend, string, string];
 const job = JSON.parse(jobText) as SuiteJob;
-const transport = await connectNetworkTransport({ backend, timeoutMs: 20_000 });
+// 'relayed': only rank 0 accepts connections, the others pair up through it (as browsers do).
+const listen = shape === 'relayed' ? process.env.RANK === '0' : undefined;
+const transport = await connectNetworkTransport({ backend, timeoutMs: 20_000, listen });
 const group = ProcessGroup.fromTransport(transport, SUITE_GROUP_OPTIONS);
 const report = await runSuiteJob(group, job, { die: () => process.kill(process.pid, 'SIGKILL') });
 process.stdout.write(`@@report ${JSON.stringify(report)}\n`);
