@@ -15,8 +15,12 @@ export interface ShmHandle {
    */
   readonly arena: WebAssembly.Memory;
   readonly slotBytes: number;
-  /** Polls of a barrier before sleeping: short when ranks outnumber cores (they share them). */
-  readonly spinPolls: number;
+  /**
+   * Microseconds a barrier polls before sleeping: a sleep and wake-up through `Atomics.waitAsync`
+   * costs about 100 us, but when ranks outnumber cores a spinning rank takes the core the rank it
+   * waits for needs, so then it barely spins.
+   */
+  readonly spinMicros: number;
 }
 
 /** Options of `createShmHandle`. */
@@ -92,9 +96,9 @@ export function arenaHeaderBytes(size: number): number {
   return 2 * size * EXCHANGE_SLOT_BYTES;
 }
 
-/** Barrier polls before sleeping when every rank has a core, and when they share cores. */
-const SPIN_POLLS_DEDICATED = 2000;
-const SPIN_POLLS_SHARED = 50;
+/** Barrier spin before sleeping when every rank has a core, and when they share cores. */
+const SPIN_MICROS_DEDICATED = 50;
+const SPIN_MICROS_SHARED = 2;
 
 /** A fresh world of `size` ranks (see `ShmHandleOptions` for the sizes). */
 export function createShmHandle(size: number, options: ShmHandleOptions = {}): ShmHandle {
@@ -111,7 +115,7 @@ export function createShmHandle(size: number, options: ShmHandleOptions = {}): S
     capacity: rounded,
     arena: new WebAssembly.Memory({ initial: pages, maximum: pages, shared: true }),
     slotBytes,
-    spinPolls: (options.cores ?? size) < size ? SPIN_POLLS_SHARED : SPIN_POLLS_DEDICATED,
+    spinMicros: (options.cores ?? size) < size ? SPIN_MICROS_SHARED : SPIN_MICROS_DEDICATED,
   };
 }
 

@@ -87,6 +87,7 @@ if (isMainThread) {
         eval: true,
         execArgv: ['--conditions=@webshard/source'],
         group: { timeoutMs: 120_000 },
+        slotBytes,
       },
     );
     const first = outcomes[0]!;

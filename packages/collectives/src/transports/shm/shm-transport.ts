@@ -388,6 +388,7 @@ class ShmArena implements SharedArena {
       Atomics.notify(words, offsets.gate(peer));
     }
     const gate = offsets.gate(rank);
+    const spinUntil = performance.now() + this.handle.spinMicros / 1000;
     let polls = 0;
     let from = 0;
     for (;;) {
@@ -397,7 +398,7 @@ class ShmArena implements SharedArena {
       if (from === size) return;
       const reason = transport.abortReason;
       if (reason !== null) throw new TransportAbortedError(reason);
-      if (polls++ < this.handle.spinPolls) continue;
+      if ((++polls & 63) !== 0 || performance.now() < spinUntil) continue;
       const missing: number[] = [];
       for (let peer = from; peer < size; peer++) {
         if (((Atomics.load(words, offsets.arrival(peer)) - epoch) | 0) < 0) missing.push(peer);
