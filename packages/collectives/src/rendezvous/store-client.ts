@@ -24,14 +24,13 @@ export type WebSocketConstructor = new (
 ) => WebSocketLike;
 
 /**
- * The native WebSocket where there is one (browsers, Node 22+), else the `ws` package, loaded
- * lazily so a browser bundle never evaluates a Node-only module.
+ * The `ws` package in Node (it takes a CA for self-signed `wss://`), loaded lazily, and the native
+ * WebSocket everywhere else, so a browser bundle never evaluates a Node-only module.
  */
 export async function defaultWebSocket(): Promise<WebSocketConstructor> {
+  const inNode = typeof process !== 'undefined' && typeof process.versions?.node === 'string';
   const native = (globalThis as { WebSocket?: unknown }).WebSocket;
-  if (typeof native === 'function' && typeof process === 'undefined') {
-    return native as WebSocketConstructor;
-  }
+  if (!inNode && typeof native === 'function') return native as WebSocketConstructor;
   const module = await import('ws');
   return module.WebSocket as unknown as WebSocketConstructor;
 }

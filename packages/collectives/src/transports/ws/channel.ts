@@ -50,7 +50,7 @@ type NativeWebSocketConstructor = new (url: string) => NativeWebSocket;
 
 /**
  * Channels over the native `WebSocket` (browsers). Views on a `SharedArrayBuffer` cannot be sent
- * by a browser, so those are copied into a reused staging buffer first.
+ * by a browser, so those are copied first.
  */
 export function nativeChannels(WebSocketImpl: NativeWebSocketConstructor): ChannelFactory {
   return {
@@ -58,15 +58,10 @@ export function nativeChannels(WebSocketImpl: NativeWebSocketConstructor): Chann
       return new Promise((resolve, reject) => {
         const socket = new WebSocketImpl(url);
         socket.binaryType = 'arraybuffer';
-        let staging = new Uint8Array(0);
         const channel: Channel = {
           send(bytes, done) {
-            let view = bytes;
-            if (bytes.buffer instanceof ArrayBuffer === false) {
-              if (staging.byteLength < bytes.byteLength) staging = new Uint8Array(bytes.byteLength);
-              staging.set(bytes);
-              view = staging.subarray(0, bytes.byteLength);
-            }
+            // A browser's send() copies, but refuses views on a SharedArrayBuffer: copy those.
+            const view = bytes.buffer instanceof ArrayBuffer ? bytes : bytes.slice();
             try {
               socket.send(view);
               done?.();

@@ -1,7 +1,14 @@
 import { describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
+import { ProcessGroup } from '../../process-group.js';
+import { StoreClient } from '../../rendezvous/store-client.js';
+import { StoreServer } from '../../rendezvous/store-server.js';
+import { shardRange } from '../../shard.js';
+import { SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
 import { runTransportSuite } from '../../testing/transport-suite.js';
 import { createNetworkWorld, runJobInChildren, runJobInProcess } from '../tcp/network-world.js';
-import type { WsTransport } from './ws-transport.js';
+import { nativeChannels } from './channel.js';
+import { WsTransport } from './ws-transport.js';
 
 // Only rank 0 accepts connections; ranks 1.. behave as browsers do (they dial, and every pair of
 // them talks through rank 0's relay).
@@ -45,5 +52,56 @@ describe('ws relay', () => {
     expect((error as Error).message).toBe(
       '[ws] rank 0: no rank accepts connections (all are browsers?): ranks 0 and 1 cannot be connected',
     );
+  });
+});
+
+describe('ws ranks on the browser code path', () => {
+  it('runs collectives with ranks 1 and 2 on nativeChannels (browser WebSocket API), relayed', async () => {
+    const server = new StoreServer({ port: 0, worldSize: 3, token: 'b' });
+    const port = await server.listen();
+    const stores = await Promise.all(
+      [0, 1, 2].map((rank) =>
+        StoreClient.connect({ url: `ws://127.0.0.1:${port}`, rank, worldSize: 3, token: 'b' }),
+      ),
+    );
+    // `ws` stands in for the browser's WebSocket: only its standard API is used (onopen,
+    // onmessage with ArrayBuffer data, send, close).
+    const browser = nativeChannels(WebSocket as unknown as Parameters<typeof nativeChannels>[0]);
+    const transports = await Promise.all(
+      stores.map((store) =>
+        WsTransport.create(
+          store.rank === 0
+            ? { store, token: 'b' }
+            : { store, token: 'b', listen: false, channels: browser },
+        ),
+      ),
+    );
+    try {
+      const groups = transports.map((t) => ProcessGroup.fromTransport(t, SUITE_GROUP_OPTIONS));
+      const data = groups.map((g) => {
+        const shared = new Float32Array(new SharedArrayBuffer(4 * 3000));
+        for (let i = 0; i < 3000; i++) shared[i] = (g.rank + 1) * i;
+        return shared;
+      });
+      await Promise.all(groups.map((g, r) => g.allReduce(data[r]!).wait()));
+      for (const d of data) {
+        expect(d[0]).toBe(0);
+        expect(d[1]).toBe(6);
+        expect(d[2999]).toBe(6 * 2999);
+      }
+      const gathered = groups.map(() => new Int32Array(7));
+      await Promise.all(
+        groups.map((g, r) => {
+          const shard = shardRange(7, 3, r);
+          const input = Int32Array.from({ length: shard.count }, (_, i) => 100 * r + i);
+          return g.allGather(input, gathered[r]!).wait();
+        }),
+      );
+      for (const out of gathered) expect(Array.from(out)).toEqual([0, 1, 2, 100, 101, 102, 200]);
+    } finally {
+      await Promise.all(transports.map((t) => t.close()));
+      await Promise.all(stores.map((s) => s.close()));
+      await server.close();
+    }
   });
 });
