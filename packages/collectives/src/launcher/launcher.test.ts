@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { ArgumentError } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { parseArgs } from '../cli/parse-args.js';
-import { LinePrefixer, launch } from './launcher.js';
+import { freePort, LinePrefixer, launch } from './launcher.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const fixture = (name: string) => join(here, '__fixtures__', name);
@@ -110,6 +110,58 @@ describe('launch', () => {
     } finally {
       if (saved !== undefined) process.env.WEBSHARD_TOKEN = saved;
     }
+  });
+});
+
+describe('launch with initProcessGroup', () => {
+  // The ranks read sibling packages from source, as the tests do.
+  const env = { NODE_OPTIONS: '--conditions=@webshard/source' };
+
+  it('runs a TypeScript script whose ranks all-reduce over tcp', async () => {
+    const out = capture();
+    const result = await launch({
+      nprocPerNode: 3,
+      script: fixture('all-reduce.ts'),
+      args: ['tcp'],
+      env,
+      stdout: out.stream,
+      stderr: new PassThrough(),
+      forwardSignals: false,
+    });
+    expect(result.exitCode).toBe(0);
+    expect(out.text().trim().split('\n').sort()).toEqual([
+      '[rank 0] rank 0 of 3: sum 6, count 3',
+      '[rank 1] rank 1 of 3: sum 6, count 3',
+      '[rank 2] rank 2 of 3: sum 6, count 3',
+    ]);
+  });
+
+  it('joins two launches as two nodes of one ws world', async () => {
+    const masterPort = await freePort();
+    const outs = [capture(), capture()];
+    const results = await Promise.all(
+      [0, 1].map((nodeRank) =>
+        launch({
+          nprocPerNode: 2,
+          nnodes: 2,
+          nodeRank,
+          masterPort,
+          token: 'two-nodes',
+          script: fixture('all-reduce.ts'),
+          args: ['ws'],
+          env,
+          stdout: outs[nodeRank]!.stream,
+          stderr: new PassThrough(),
+          forwardSignals: false,
+        }),
+      ),
+    );
+    expect(results.map((r) => r.exitCode)).toEqual([0, 0]);
+    expect(outs[1]!.text().trim().split('\n').sort()).toEqual([
+      '[rank 2] rank 2 of 4: sum 10, count 4',
+      '[rank 3] rank 3 of 4: sum 10, count 4',
+    ]);
+    expect(outs[0]!.text()).toContain('[rank 0] rank 0 of 4: sum 10, count 4');
   });
 });
 
