@@ -1,8 +1,8 @@
 import { bytesPerElement } from '../../dtype.js';
 import type { HostArray } from '../../dtype.js';
-import { BackendError, IndexError } from '../../errors.js';
+import { IndexError } from '../../errors.js';
+import { PooledBackend } from '../pooled-backend.js';
 import { CachingAllocator } from '../../memory/caching-allocator.js';
-import type { Block, MemoryStats } from '../../memory/caching-allocator.js';
 import { philoxNormal, philoxUniform } from '../../random/philox.js';
 import type {
   AdamHyper,
@@ -10,7 +10,6 @@ import type {
   BackendCapabilities,
   BinaryOp,
   KernelTensor,
-  RawStorage,
   ReduceOp,
   SgdHyper,
   StridedOperand,
@@ -34,8 +33,6 @@ export interface CpuBackendOptions {
   /** Emulated device memory in bytes: allocations past it throw `OutOfMemoryError`. */
   memoryLimit?: number;
 }
-
-type Lifecycle = 'live' | 'disposed';
 
 type Scalar2 = (x: number, y: number) => number;
 
@@ -129,88 +126,58 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
  * Floats compute in doubles and round once on store (see [Note: CPU stores round once per dtype]).
  * f64 is supported here only, for gradient checks.
  */
-export class CpuBackend implements Backend {
+export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   readonly kind = 'cpu' as const;
   readonly capabilities: BackendCapabilities = { shaderF16: false, maxStorageBytes: 2 ** 31 };
   readonly description = 'CPU (TypeScript kernels)';
-  private readonly allocator = new CachingAllocator<ArrayBuffer>(
-    { create: (byteSize) => new ArrayBuffer(byteSize), destroy: () => {} },
-    'cpu',
-  );
-  private state: Lifecycle = 'live';
 
   constructor(options: CpuBackendOptions = {}) {
+    super(
+      new CachingAllocator<ArrayBuffer>(
+        { create: (byteSize) => new ArrayBuffer(byteSize), destroy: () => {} },
+        'cpu',
+      ),
+      'cpu',
+    );
     this.allocator.setLimit(options.memoryLimit);
-  }
-
-  private live(op: string): void {
-    if (this.state === 'disposed') throw new BackendError(op, 'the cpu backend was disposed');
-  }
-
-  // ---- memory -----------------------------------------------------------------------------
-  allocate(byteSize: number): RawStorage {
-    this.live('allocate');
-    const block: CpuStorage = this.allocator.allocate(byteSize);
-    return block;
-  }
-
-  release(storage: RawStorage): void {
-    if (this.state === 'disposed') return;
-    this.allocator.release(storage as Block<ArrayBuffer>);
-  }
-
-  memoryStats(): MemoryStats {
-    return this.allocator.stats();
-  }
-
-  resetPeakMemoryStats(): void {
-    this.allocator.resetPeak();
-  }
-
-  setMemoryLimit(bytes: number | undefined): void {
-    this.allocator.setLimit(bytes);
-  }
-
-  emptyCache(): void {
-    this.allocator.emptyCache();
   }
 
   // ---- transfers --------------------------------------------------------------------------
   write(dst: KernelTensor, data: HostArray): void {
-    this.live('write');
+    this.assertLive('write');
     rawView(dst).set(data as never);
   }
 
   read(src: KernelTensor): Promise<HostArray> {
-    this.live('read');
+    this.assertLive('read');
     return Promise.resolve(rawView(src).slice());
   }
 
   sync(): Promise<void> {
-    this.live('sync');
+    this.assertLive('sync');
     return Promise.resolve();
   }
 
   dispose(): void {
     this.allocator.emptyCache();
-    this.state = 'disposed';
+    this.lifecycle = 'disposed';
   }
 
   // ---- kernels ----------------------------------------------------------------------------
   fill(out: KernelTensor, value: number): void {
-    this.live('fill');
+    this.assertLive('fill');
     const o = outputValues(out);
     o.values.fill(value);
     o.commit();
   }
 
   copy(src: KernelTensor, out: KernelTensor): void {
-    this.live('copy');
+    this.assertLive('copy');
     rawView(out).set(rawView(src) as never);
   }
 
   cast(src: KernelTensor, out: KernelTensor): void {
-    this.live('cast');
+    this.assertLive('cast');
     if (src.dtype === out.dtype) {
       this.copy(src, out);
       return;
@@ -230,7 +197,7 @@ export class CpuBackend implements Backend {
   }
 
   copyStrided(src: StridedOperand, dst: StridedOperand, shape: readonly number[]): void {
-    this.live('copyStrided');
+    this.assertLive('copyStrided');
     const size = shapeCount(shape);
     if (size === 0) return;
     const bpe = bytesPerElement(src.dtype);
@@ -255,7 +222,7 @@ export class CpuBackend implements Backend {
   }
 
   unary(op: UnaryOp, x: KernelTensor, out: KernelTensor): void {
-    this.live('unary');
+    this.assertLive('unary');
     const f = unaryFunctions[op];
     const xv = readValues(x);
     const o = outputValues(out);
@@ -270,7 +237,7 @@ export class CpuBackend implements Backend {
     b: KernelTensor | number,
     out: KernelTensor,
   ): void {
-    this.live('binary');
+    this.assertLive('binary');
     const f =
       out.dtype === 'i32' && op === 'mul'
         ? (x: number, y: number) => Math.imul(x, y)
@@ -284,7 +251,7 @@ export class CpuBackend implements Backend {
     b: KernelTensor | number,
     out: KernelTensor,
   ): void {
-    this.live('where');
+    this.assertLive('where');
     this.broadcastMap([cond, a, b], out, (values) => (values[0] !== 0 ? values[1]! : values[2]!));
   }
 
@@ -356,7 +323,7 @@ export class CpuBackend implements Backend {
   }
 
   reduce(op: ReduceOp, x: KernelTensor, axis: number, out: KernelTensor): void {
-    this.live('reduce');
+    this.assertLive('reduce');
     const shape = x.shape;
     let outer = 1;
     for (let i = 0; i < axis; i++) outer *= shape[i]!;
@@ -409,7 +376,7 @@ export class CpuBackend implements Backend {
   }
 
   softmax(x: KernelTensor, out: KernelTensor, log: boolean): void {
-    this.live('softmax');
+    this.assertLive('softmax');
     const xv = readValues(x);
     const o = outputValues(out);
     const v = o.values;
@@ -442,7 +409,7 @@ export class CpuBackend implements Backend {
     mean: KernelTensor,
     rstd: KernelTensor,
   ): void {
-    this.live('layerNorm');
+    this.assertLive('layerNorm');
     const xv = readValues(x);
     const w = weight ? readValues(weight) : null;
     const bv = bias ? readValues(bias) : null;
@@ -486,7 +453,7 @@ export class CpuBackend implements Backend {
     dWeight: KernelTensor | null,
     dBias: KernelTensor | null,
   ): void {
-    this.live('layerNormBackward');
+    this.assertLive('layerNormBackward');
     const dyv = readValues(dy);
     const xv = readValues(x);
     const w = weight ? readValues(weight) : null;
@@ -539,7 +506,7 @@ export class CpuBackend implements Backend {
     transposeA: boolean,
     transposeB: boolean,
   ): void {
-    this.live('matmul');
+    this.assertLive('matmul');
     const [batch, m, n] = out.shape as [number, number, number];
     const k = transposeA ? a.shape[1]! : a.shape[2]!;
     const av = readValues(a);
@@ -567,7 +534,7 @@ export class CpuBackend implements Backend {
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {
-    this.live('gather');
+    this.assertLive('gather');
     const [rows, dim] = table.shape as [number, number];
     const t = rawView(table);
     const ids = rawView(indices) as Int32Array;
@@ -580,7 +547,7 @@ export class CpuBackend implements Backend {
   }
 
   scatterAdd(src: KernelTensor, indices: KernelTensor, out: KernelTensor): void {
-    this.live('scatterAdd');
+    this.assertLive('scatterAdd');
     const [rows, dim] = out.shape as [number, number];
     const ids = rawView(indices) as Int32Array;
     for (let n = 0; n < ids.length; n++) {
@@ -605,7 +572,7 @@ export class CpuBackend implements Backend {
     losses: KernelTensor,
     ignoreIndex: number,
   ): void {
-    this.live('crossEntropy');
+    this.assertLive('crossEntropy');
     const [rows, classes] = logits.shape as [number, number];
     const t = rawView(targets) as Int32Array;
     this.checkTargets(t, classes, ignoreIndex);
@@ -630,7 +597,7 @@ export class CpuBackend implements Backend {
     dLogits: KernelTensor,
     ignoreIndex: number,
   ): void {
-    this.live('crossEntropyBackward');
+    this.assertLive('crossEntropyBackward');
     const [rows, classes] = logits.shape as [number, number];
     const t = rawView(targets) as Int32Array;
     this.checkTargets(t, classes, ignoreIndex);
@@ -669,7 +636,7 @@ export class CpuBackend implements Backend {
     expAvgSq: KernelTensor,
     hyper: AdamHyper,
   ): void {
-    this.live('adam');
+    this.assertLive('adam');
     const p = inoutValues(param);
     const g = readValues(grad);
     const m = inoutValues(expAvg);
@@ -705,7 +672,7 @@ export class CpuBackend implements Backend {
     momentumBuffer: KernelTensor | null,
     hyper: SgdHyper,
   ): void {
-    this.live('sgd');
+    this.assertLive('sgd');
     const p = inoutValues(param);
     const g = readValues(grad);
     const buf = momentumBuffer ? inoutValues(momentumBuffer) : null;
@@ -726,7 +693,7 @@ export class CpuBackend implements Backend {
   }
 
   checkFinite(x: KernelTensor, flag: KernelTensor): void {
-    this.live('checkFinite');
+    this.assertLive('checkFinite');
     const xv = readValues(x);
     for (let i = 0; i < xv.length; i++) {
       if (!Number.isFinite(xv[i]!)) {
@@ -737,7 +704,7 @@ export class CpuBackend implements Backend {
   }
 
   axpy(alpha: number, x: KernelTensor, y: KernelTensor): void {
-    this.live('axpy');
+    this.assertLive('axpy');
     const xv = readValues(x);
     const o = inoutValues(y);
     const v = o.values;
@@ -746,14 +713,14 @@ export class CpuBackend implements Backend {
   }
 
   randomUniform(out: KernelTensor, seed: number, offset: number, low: number, high: number): void {
-    this.live('randomUniform');
+    this.assertLive('randomUniform');
     const o = outputValues(out);
     philoxUniform(o.values, seed, offset, low, high, out.dtype === 'f64' ? 'f64' : 'f32');
     o.commit();
   }
 
   randomNormal(out: KernelTensor, seed: number, offset: number, mean: number, std: number): void {
-    this.live('randomNormal');
+    this.assertLive('randomNormal');
     const o = outputValues(out);
     philoxNormal(o.values, seed, offset, mean, std);
     o.commit();

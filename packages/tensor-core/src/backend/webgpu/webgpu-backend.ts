@@ -1,7 +1,8 @@
 /// <reference types="@webgpu/types" />
 import { bytesPerElement, type DType, type HostArray, hostArrayFor } from '../../dtype.js';
-import { BackendError, DTypeError, OutOfMemoryError } from '../../errors.js';
-import { CachingAllocator, type MemoryStats } from '../../memory/caching-allocator.js';
+import { DTypeError, OutOfMemoryError } from '../../errors.js';
+import { CachingAllocator } from '../../memory/caching-allocator.js';
+import { PooledBackend } from '../pooled-backend.js';
 import type {
   AdamHyper,
   Backend,
@@ -94,16 +95,14 @@ function plainCopy(data: HostArray): ArrayBuffer {
  * order (see [Note: the command queue]), f16/bf16 as packed storage (see [Note: packed 16-bit
  * storage]). Create it with `createWebGpuBackend`.
  */
-export class WebGpuBackend implements Backend {
+export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   readonly kind = 'webgpu' as const;
   readonly capabilities: BackendCapabilities;
   readonly description: string;
   /** The matmul kernel in use on this adapter. */
   readonly matmulKernel: MatmulKernel;
-  private readonly allocator: CachingAllocator<GPUBuffer>;
   private readonly queue: DeviceQueue;
   private readonly staging: Staging[] = [];
-  private disposed = false;
 
   /** @internal Use `createWebGpuBackend`. */
   constructor(
@@ -113,6 +112,25 @@ export class WebGpuBackend implements Backend {
     readonly device: GPUDevice,
     options: WebGpuBackendOptions,
   ) {
+    const maxBytes = Math.min(
+      device.limits.maxBufferSize,
+      device.limits.maxStorageBufferBindingSize,
+    );
+    const queue = new DeviceQueue(device);
+    const allocator: CachingAllocator<GPUBuffer> = new CachingAllocator<GPUBuffer>(
+      {
+        create: (size) => {
+          if (size > maxBytes) {
+            throw new OutOfMemoryError(size, allocator.stats().allocated, maxBytes, 'webgpu');
+          }
+          return device.createBuffer({ size, usage: USAGE() });
+        },
+        destroy: (buffer) => queue.destroyLater(buffer),
+      },
+      'webgpu',
+    );
+    super(allocator, 'WebGPU');
+    this.queue = queue;
     const cpu = isCpuAdapter(adapter);
     const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_MATMUL : undefined;
     this.matmulKernel =
@@ -126,57 +144,10 @@ export class WebGpuBackend implements Backend {
             : 'sharedMemory');
     this.capabilities = {
       shaderF16: device.features.has('shader-f16'),
-      maxStorageBytes: Math.min(
-        device.limits.maxBufferSize,
-        device.limits.maxStorageBufferBindingSize,
-      ),
+      maxStorageBytes: maxBytes,
     };
     this.description = `webgpu: ${describeAdapter(adapter)}`;
-    this.queue = new DeviceQueue(device);
-    const maxBytes = this.capabilities.maxStorageBytes;
-    this.allocator = new CachingAllocator<GPUBuffer>(
-      {
-        create: (size) => {
-          if (size > maxBytes) {
-            throw new OutOfMemoryError(size, this.allocator.stats().allocated, maxBytes, 'webgpu');
-          }
-          return device.createBuffer({ size, usage: USAGE() });
-        },
-        destroy: (buffer) => this.queue.destroyLater(buffer),
-      },
-      'webgpu',
-    );
     if (options.memoryLimit !== undefined) this.allocator.setLimit(options.memoryLimit);
-  }
-
-  // ---- memory -----------------------------------------------------------------------------
-
-  allocate(byteSize: number): RawStorage {
-    this.assertLive('allocate');
-    const block = this.allocator.allocate(byteSize);
-    const storage: GpuStorage = { buffer: block.buffer, byteSize: block.byteSize };
-    return storage;
-  }
-
-  release(storage: RawStorage): void {
-    if (this.disposed) return;
-    this.allocator.release({ buffer: storage.buffer as GPUBuffer, byteSize: storage.byteSize });
-  }
-
-  memoryStats(): MemoryStats {
-    return this.allocator.stats();
-  }
-
-  resetPeakMemoryStats(): void {
-    this.allocator.resetPeak();
-  }
-
-  setMemoryLimit(bytes: number | undefined): void {
-    this.allocator.setLimit(bytes);
-  }
-
-  emptyCache(): void {
-    this.allocator.emptyCache();
   }
 
   // ---- transfers --------------------------------------------------------------------------
@@ -254,8 +225,8 @@ export class WebGpuBackend implements Backend {
   }
 
   dispose(): void {
-    if (this.disposed) return;
-    this.disposed = true;
+    if (this.lifecycle === 'disposed') return;
+    this.lifecycle = 'disposed';
     for (const s of this.staging) s.buffer.destroy();
     this.device.destroy();
   }
@@ -282,10 +253,6 @@ export class WebGpuBackend implements Backend {
     }
     s.busy = true;
     return s;
-  }
-
-  private assertLive(op: string): void {
-    if (this.disposed) throw new BackendError(op, 'the WebGPU backend was disposed');
   }
 
   private checkDType(op: string, dtype: DType): void {
