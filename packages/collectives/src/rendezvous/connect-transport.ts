@@ -10,7 +10,10 @@ export type NetworkBackend = 'tcp' | 'ws';
 /** Options of `connectNetworkTransport`: the rendezvous (torchrun environment by default) and more. */
 export interface NetworkTransportOptions extends Partial<RendezvousOptions> {
   backend: NetworkBackend;
-  /** Address this rank's data listener binds to and advertises (default `127.0.0.1`). */
+  /**
+   * Address this rank's data listener binds to and advertises (`WEBSHARD_HOST_ADDR`; default
+   * `127.0.0.1` when the master is on loopback, else this machine's address toward the master).
+   */
   host?: string;
   /** Largest message accepted from a peer, in bytes (default 2^32). */
   maxMessageBytes?: number;
@@ -18,6 +21,25 @@ export interface NetworkTransportOptions extends Partial<RendezvousOptions> {
   listen?: boolean;
   /** Overrides the WebSocket used for the rendezvous (browsers: the native one by default). */
   WebSocket?: WebSocketConstructor;
+}
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+/**
+ * Where this rank's data listener binds and what it advertises, unless told (`host` option or
+ * `WEBSHARD_HOST_ADDR`): loopback when the master is on loopback, else the address of the
+ * interface that routes toward the master, so ranks on other machines can reach it. Undefined in
+ * browsers, which do not listen.
+ */
+async function defaultDataHost(joined: Rendezvous): Promise<string | undefined> {
+  if (typeof process === 'undefined' || typeof process.versions?.node !== 'string')
+    return undefined;
+  const fromEnv = process.env.WEBSHARD_HOST_ADDR;
+  if (fromEnv) return fromEnv;
+  const { masterAddr, masterPort } = joined.options;
+  if (LOOPBACK.has(masterAddr)) return '127.0.0.1';
+  const { localAddressToward } = await import('../transports/tcp/local-address.js');
+  return localAddressToward(masterAddr, masterPort || 29500);
 }
 
 /**
@@ -29,11 +51,12 @@ export async function createNetworkTransport(
   joined: Rendezvous,
   options: Pick<NetworkTransportOptions, 'host' | 'maxMessageBytes' | 'listen'> = {},
 ): Promise<Transport> {
+  const host = options.host ?? (await defaultDataHost(joined));
   const common = {
     store: joined.store,
     token: joined.options.token,
     timeoutMs: joined.options.timeoutMs,
-    ...(options.host !== undefined ? { host: options.host } : {}),
+    ...(host !== undefined ? { host } : {}),
     ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
   };
   if (backend === 'tcp') {

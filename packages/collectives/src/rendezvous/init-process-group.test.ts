@@ -1,3 +1,4 @@
+import { networkInterfaces } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../launcher/launcher.js';
 import { RendezvousError } from './errors.js';
@@ -30,6 +31,31 @@ describe('initProcessGroup', () => {
       await Promise.all(groups.map((g) => g.close()));
     });
   }
+
+  it('joins through a non-loopback master address, data listeners on that interface', async () => {
+    const external = Object.values(networkInterfaces())
+      .flat()
+      .find((entry) => entry !== undefined && !entry.internal && entry.family === 'IPv4');
+    expect(external, 'this machine has no non-loopback IPv4 address').toBeDefined();
+    const masterAddr = external!.address;
+    const masterPort = await freePort();
+    const groups = await Promise.all(
+      [0, 1].map((rank) =>
+        initProcessGroup({
+          backend: 'tcp',
+          rank,
+          worldSize: 2,
+          masterAddr,
+          masterPort,
+          token: 'lan',
+        }),
+      ),
+    );
+    const data = groups.map((g) => Int32Array.from([g.rank + 5]));
+    await Promise.all(groups.map((g, i) => g.allReduce(data[i]!).wait()));
+    expect(data.map((d) => d[0])).toEqual([11, 11]);
+    await Promise.all(groups.map((g) => g.close()));
+  });
 
   it('refuses a rank with the wrong token', async () => {
     const masterPort = await freePort();
