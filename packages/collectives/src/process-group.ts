@@ -12,7 +12,7 @@ import {
   directReduceScatter,
   type ReduceLayout,
   reduceStagingBytes,
-  ringReduceScatter,
+  ringReduce,
 } from './algorithms/reduce.js';
 import {
   type AbortReason,
@@ -407,31 +407,39 @@ export class ProcessGroup {
           operand.commit();
           return;
         }
+        if (this.size === 1 || count === 0) {
+          operand.commit();
+          return;
+        }
         const direct = count * 4 <= this.options.smallMessageBytes;
         const layout = this.layout(op, info.dtype, count, direct);
-        const work = this.workView(layout, count);
-        widen(info.dtype, operand.host, work);
-        if (this.size > 1 && count > 0) {
-          if (direct) {
-            await directReduceScatter(ctx, layout, () => [0, count]);
-          } else {
-            const chunk = (c: number): [number, number] => {
-              const range = shardRange(count, this.size, c);
-              return [range.start, range.count];
-            };
-            await ringReduceScatter(ctx, layout, chunk);
-            await ringAllGather(
-              ctx,
-              this.arena.bytes(layout.work, count * 4),
-              (c) => {
-                const [start, length] = chunk(c);
-                return [start * 4, length * 4];
-              },
-              layout.segmentElements * 4,
-            );
-          }
+        const scale = op === 'avg' ? 1 / this.size : null;
+        if (!direct && (info.dtype === 'f32' || info.dtype === 'i32')) {
+          // [Note: the fused ring]: the user's buffer is read, reduced into and gathered in place.
+          const bytes = bytesOf(operand.host);
+          await ringReduce(ctx, layout, this.elementChunk(count), {
+            input: bytes,
+            result: bytes,
+            resultBase: 0,
+            gather: bytes,
+            scale,
+          });
+          operand.commit();
+          return;
         }
-        if (op === 'avg') this.arena.scale(layout.work, count, 1 / this.size);
+        widen(info.dtype, operand.host, this.workView(layout, count));
+        if (direct) {
+          await directReduceScatter(ctx, layout, () => [0, count]);
+          if (scale !== null) this.arena.scale(layout.work, count, scale);
+        } else {
+          await ringReduce(ctx, layout, this.elementChunk(count), {
+            input: null,
+            result: null,
+            resultBase: 0,
+            gather: this.arena.bytes(layout.work, count * 4),
+            scale,
+          });
+        }
         narrow(info.dtype, this.workView(layout, count), operand.host);
         operand.commit();
       },
@@ -506,17 +514,37 @@ export class ProcessGroup {
         }
         const direct = count * 4 <= this.options.smallMessageBytes;
         const layout = this.layout(op, inInfo.dtype, count, direct);
-        widen(inInfo.dtype, source.host, this.workView(layout, count));
-        const chunk = (c: number): [number, number] => {
-          const range = shardRange(count, this.size, c);
-          return [range.start, range.count];
-        };
-        if (this.size > 1 && count > 0) {
-          if (direct) await directReduceScatter(ctx, layout, chunk);
-          else await ringReduceScatter(ctx, layout, chunk);
-        }
+        const chunk = this.elementChunk(count);
         const [start, length] = chunk(this.rank);
-        if (op === 'avg') this.arena.scale(layout.work + start * 4, length, 1 / this.size);
+        const scale = op === 'avg' ? 1 / this.size : null;
+        if (!direct && this.size > 1 && (inInfo.dtype === 'f32' || inInfo.dtype === 'i32')) {
+          await ringReduce(ctx, layout, chunk, {
+            input: bytesOf(source.host),
+            result: bytesOf(target.host),
+            resultBase: start,
+            gather: null,
+            scale,
+          });
+          target.commit();
+          return;
+        }
+        widen(inInfo.dtype, source.host, this.workView(layout, count));
+        if (this.size > 1 && count > 0) {
+          if (direct) {
+            await directReduceScatter(ctx, layout, chunk);
+            if (scale !== null) this.arena.scale(layout.work + start * 4, length, scale);
+          } else {
+            await ringReduce(ctx, layout, chunk, {
+              input: null,
+              result: null,
+              resultBase: 0,
+              gather: null,
+              scale,
+            });
+          }
+        } else if (scale !== null) {
+          this.arena.scale(layout.work + start * 4, length, scale);
+        }
         const shard =
           layout.dtype === 'i32'
             ? this.arena.i32(layout.work + start * 4, length)
@@ -628,9 +656,21 @@ export class ProcessGroup {
     return Math.max(element, Math.floor(this.options.segmentBytes / element) * element);
   }
 
+  /**
+   * The arena layout of one reducing op.
+   *
+   * [Note: ring segments and window]
+   * Segments are the configured size, but at most a quarter of a chunk (and at least 16 KiB), so
+   * even a 1 MiB all-reduce on two ranks streams four segments through the pipe instead of one
+   * chunk at a time. Up to 16 reduce-scatter receives are posted ahead into staging slots: enough
+   * that a peer's burst of sends lands in its slots (received in place) rather than in the
+   * transport's copy of unexpected messages.
+   */
   private layout(op: ReduceOp, dtype: CommDType, count: number, direct: boolean): ReduceLayout {
-    const segmentElements = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
-    const window = 4;
+    const configured = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
+    const quarterChunk = Math.ceil(Math.ceil(count / this.size) / 16) * 4;
+    const segmentElements = Math.min(configured, Math.max(4096, quarterChunk));
+    const window = 16;
     const workBytes = Math.ceil((count * 4) / 16) * 16;
     const staging = reduceStagingBytes(direct, count, this.size, segmentElements, window);
     this.arena.ensure(workBytes + staging + 16);
@@ -642,6 +682,14 @@ export class ProcessGroup {
       staging: workBytes,
       segmentElements,
       window,
+    };
+  }
+
+  /** Chunk `c` of `count` elements as `[start, length]` in elements (`shardRange`). */
+  private elementChunk(count: number): (c: number) => [number, number] {
+    return (c) => {
+      const range = shardRange(count, this.size, c);
+      return [range.start, range.count];
     };
   }
 

@@ -17,20 +17,50 @@ export interface ReduceLayout {
 }
 
 /**
- * Ring reduce-scatter in place: on return, the elements of chunk `rank` (`chunk(rank)`, in
- * elements) hold the reduction over all ranks; the other chunks hold partial results.
- *
- * Step k sends chunk `rank - k - 1` and receives chunk `rank - k - 2` into a staging slot, reduces
- * it into place with the WASM kernel and forwards each segment to the right as soon as it is
- * reduced, so segments stream around the ring. Up to `window` receives are posted ahead; the staging
- * slots are reused in turn. Each chunk is reduced in a fixed order around the ring and its final
- * value computed by exactly one rank, which makes the all-reduce built on it bit-identical on all
- * ranks.
+ * Where a ring reduction reads this rank's contribution and puts its results. Offsets are in
+ * 4-byte elements of the whole operand (`count` elements).
  */
-export async function ringReduceScatter(
+export interface RingOperands {
+  /**
+   * This rank's contribution (`count * 4` bytes, any memory), or null when it already lies in the
+   * arena at `layout.work` (f16/bf16 widened there). Pieces are copied into the arena only where
+   * they are reduced, segment by segment.
+   */
+  readonly input: Uint8Array | null;
+  /**
+   * Where the reduced elements of chunk `rank` go, or null to leave them at `layout.work`.
+   * `result[0]` is element `resultBase` of the operand.
+   */
+  readonly result: Uint8Array | null;
+  readonly resultBase: number;
+  /** All-reduce: gather every chunk's result here (`count * 4` bytes); null for reduce-scatter. */
+  readonly gather: Uint8Array | null;
+  /** Multiply the final elements by this (avg), or null. */
+  readonly scale: number | null;
+}
+
+/**
+ * Ring reduce-scatter, and for an all-reduce the ring all-gather fused behind it.
+ *
+ * [Note: the fused ring]
+ * Step k of the reduce-scatter sends chunk `rank - k - 1` and receives chunk `rank - k - 2` into
+ * a staging slot of the arena; this rank's own contribution to the piece is copied into the
+ * arena's work region only then (not the whole operand up front), reduced with the WASM kernel,
+ * and the segment is forwarded to the right as soon as it is reduced, so segments stream around
+ * the ring. At the last step the piece is final: it is scaled (avg), written to `result`, and for
+ * an all-reduce sent on at once as the all-gather's first segment, instead of after the whole
+ * reduce-scatter. On two ranks this is the direct exchange of halves, pipelined per segment. The
+ * all-gather receives go straight into `gather` (the user's buffer for f32/i32); they are posted
+ * right after the last reduce-scatter receive, so the transport matches them in order. Up to
+ * `window` reduce-scatter receives are posted ahead; staging slots are reused in turn. Each chunk
+ * is reduced in a fixed order around the ring and its final value computed by exactly one rank,
+ * which makes the all-reduce bit-identical on all ranks.
+ */
+export async function ringReduce(
   comm: Comm,
   layout: ReduceLayout,
   chunk: (index: number) => [number, number],
+  io: RingOperands,
 ): Promise<void> {
   const { rank, size } = comm;
   if (size === 1) return;
@@ -39,16 +69,32 @@ export async function ringReduceScatter(
   const left = mod(rank - 1, size);
   const workBytes = (piece: [number, number]) =>
     arena.bytes(layout.work + piece[0] * 4, piece[1] * 4);
+  const { input, result, gather } = io;
+  const inputBytes = (piece: [number, number]) =>
+    input === null ? workBytes(piece) : input.subarray(piece[0] * 4, (piece[0] + piece[1]) * 4);
+  const gatherBytes = (piece: [number, number]) =>
+    gather!.subarray(piece[0] * 4, (piece[0] + piece[1]) * 4);
   const sends: Promise<void>[] = [];
   const [firstStart, firstLength] = chunk(mod(rank - 1, size));
   for (const piece of segments(firstStart, firstLength, segmentElements)) {
-    sends.push(comm.send(right, workBytes(piece)));
+    sends.push(comm.send(right, inputBytes(piece)));
   }
   const items: { step: number; piece: [number, number] }[] = [];
   for (let step = 0; step < size - 1; step++) {
     const [start, length] = chunk(mod(rank - step - 2, size));
     for (const piece of segments(start, length, segmentElements)) items.push({ step, piece });
   }
+  const gathers: { step: number; piece: [number, number]; done: Promise<void> | null }[] = [];
+  if (gather !== null) {
+    for (let step = 0; step < size - 1; step++) {
+      const [start, length] = chunk(mod(rank - step - 1, size));
+      for (const piece of segments(start, length, segmentElements))
+        gathers.push({ step, piece, done: null });
+    }
+  }
+  const postGathers = () => {
+    for (const item of gathers) item.done = comm.recv(left, gatherBytes(item.piece));
+  };
   const slotBytes = segmentElements * 4;
   const posted: Promise<void>[] = [];
   const post = (i: number) => {
@@ -58,22 +104,35 @@ export async function ringReduceScatter(
       left,
       arena.bytes(layout.staging + slot * slotBytes, item.piece[1] * 4),
     );
+    if (i === items.length - 1) postGathers();
   };
+  if (items.length === 0) postGathers();
   for (let i = 0; i < Math.min(window, items.length); i++) post(i);
   for (let i = 0; i < items.length; i++) {
     const item = items[i]!;
     const slot = i % window;
     await posted[slot];
     const [start, length] = item.piece;
-    arena.reduce(
-      layout.op,
-      layout.dtype,
-      layout.work + start * 4,
-      layout.staging + slot * slotBytes,
-      length,
-    );
-    if (item.step < size - 2) sends.push(comm.send(right, workBytes(item.piece)));
+    const at = layout.work + start * 4;
+    if (input !== null) arena.bytes(at, length * 4).set(inputBytes(item.piece));
+    arena.reduce(layout.op, layout.dtype, at, layout.staging + slot * slotBytes, length);
     if (i + window < items.length) post(i + window);
+    if (item.step < size - 2) {
+      sends.push(comm.send(right, workBytes(item.piece)));
+      continue;
+    }
+    if (io.scale !== null) arena.scale(at, length, io.scale);
+    let final = workBytes(item.piece);
+    if (result !== null) {
+      const offset = (start - io.resultBase) * 4;
+      result.set(final, offset);
+      final = result.subarray(offset, offset + length * 4);
+    }
+    if (gather !== null) sends.push(comm.send(right, final));
+  }
+  for (const item of gathers) {
+    await item.done;
+    if (item.step < size - 2) sends.push(comm.send(right, gatherBytes(item.piece)));
   }
   await Promise.all(sends);
 }

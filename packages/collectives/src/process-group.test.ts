@@ -1,0 +1,21 @@
+import { describe, expect, it } from 'vitest';
+import { createLocalGroups } from './transports/local/local-transport.js';
+
+describe('ProcessGroup tags', () => {
+  it('gives sub-groups unsigned 32-bit tags, as the transport contract says', () => {
+    const [world] = createLocalGroups(1);
+    const tags = Array.from({ length: 64 }, () => world!.newGroup([0])!.tag);
+    expect(world!.tag).toBe(0);
+    for (const tag of tags) {
+      expect(Number.isInteger(tag)).toBe(true);
+      expect(tag).toBeGreaterThanOrEqual(1);
+      expect(tag).toBeLessThan(2 ** 32);
+      expect(tag % 2).toBe(1);
+    }
+    // FNV-1a hashes with the top bit set are common: they must stay positive, not wrap to int32.
+    expect(tags.some((tag) => tag >= 2 ** 31)).toBe(true);
+    expect(new Set(tags).size).toBe(tags.length);
+    // FNV-1a of '/0' is 0x9fd2622b (odd already): above 2^31, where `hash | 1` alone is negative.
+    expect(tags[0]).toBe(0x9fd2622b);
+  });
+});
