@@ -1,10 +1,19 @@
 import { definePackageConfig } from '@webshard/build';
 import { defineConfig } from 'tsup';
 
-export default defineConfig(
-  definePackageConfig({
-    entry: { 'cli/webshard-run': 'src/cli/webshard-run.ts', testing: 'src/testing/index.ts' },
+export default defineConfig({
+  ...definePackageConfig({
+    entry: {
+      'cli/webshard-run': 'src/cli/webshard-run.ts',
+      node: 'src/node.ts',
+      testing: 'src/testing/index.ts',
+    },
     // The testing entry runs inside the user's vitest.
     external: ['vitest'],
   }),
-);
+  // Code shared by the entries goes in common chunks, so `./node`'s workers build the main entry's
+  // ProcessGroup and throw its error classes (not a second copy that fails `instanceof`), and the
+  // Node-only modules the main entry loads with `import()` stay out of its static graph (inlined,
+  // their `node:` imports would sit at the top of dist/index.js). See [Note: the node entry].
+  splitting: true,
+});

@@ -1,3 +1,16 @@
+/**
+ * [Note: the node entry]
+ * This entry loads in browsers: nothing it reaches through static imports imports a `node:` module
+ * or `ws` (index.test.ts follows the graph). What only runs in Node lives behind
+ * `@webshard/collectives/node` (the shm launcher: `launchThreads` starts `node:worker_threads`
+ * workers, `runShmWorker` reads `workerData`), or behind dynamic `import()` where one API serves
+ * both (`initProcessGroup` and `connectNetworkTransport` load the tcp transport, the rendezvous
+ * store server and the `ws` package only when asked to; the launcher is the `webshard-run` bin).
+ * A subpath rather than dynamic imports for the launcher: its API is synchronous-looking setup
+ * code a browser never calls, and a separate entry makes that visible in the import itself.
+ * `joinShm`, `createShmHandle` and `ShmTransport` stay here: they only need SharedArrayBuffer and
+ * Atomics, so a cross-origin-isolated page can run shm ranks in its own Web Workers.
+ */
 export type { AbortReason, CollectiveErrorFields, Fingerprint } from './errors.js';
 export {
   CollectiveError,
@@ -24,12 +37,7 @@ export {
   LocalHub,
   LocalTransport,
 } from './transports/local/local-transport.js';
-export type {
-  LaunchOptions,
-  ShmRankOutcome,
-  ShmWorkerData,
-} from './transports/shm/launch-threads.js';
-export { joinShm, launchThreads, runShmWorker } from './transports/shm/launch-threads.js';
+export { joinShm } from './transports/shm/join-shm.js';
 export type { ShmHandle } from './transports/shm/shm-layout.js';
 export { createShmHandle } from './transports/shm/shm-layout.js';
 export { ShmTransport } from './transports/shm/shm-transport.js';

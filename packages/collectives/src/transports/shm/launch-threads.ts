@@ -1,9 +1,9 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { availableParallelism } from 'node:os';
 import { parentPort, Worker, workerData } from 'node:worker_threads';
-import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
+import type { ProcessGroup, ProcessGroupOptions } from '../../process-group.js';
+import { joinShm } from './join-shm.js';
 import { createShmHandle, type ShmHandle, writeShmAbort } from './shm-layout.js';
-import { ShmTransport } from './shm-transport.js';
 
 /** What `launchThreads` gives each worker in `workerData`. */
 export interface ShmWorkerData<T = unknown> {
@@ -112,15 +112,6 @@ export async function launchThreads<T, R>(
       }),
   );
   return Promise.all(outcomes);
-}
-
-/** Attach rank `rank` of a shared-memory world and return its world group. */
-export function joinShm(
-  handle: ShmHandle,
-  rank: number,
-  options: ProcessGroupOptions = {},
-): ProcessGroup {
-  return ProcessGroup.fromTransport(new ShmTransport(handle, rank), options);
 }
 
 /**

@@ -47,8 +47,14 @@ const waitAsync = (
   }
 ).waitAsync;
 
+/** `setImmediate` where it exists (Node), else a zero-delay timer (browsers' Web Workers). */
+const immediate: (run: () => void) => void =
+  typeof globalThis.setImmediate === 'function'
+    ? (run) => globalThis.setImmediate(run)
+    : (run) => setTimeout(run, 0);
+
 function yieldToEventLoop(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
+  return new Promise((resolve) => immediate(resolve));
 }
 
 /**

@@ -1,0 +1,65 @@
+import { readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/**
+ * Every module the file reaches through static value imports and re-exports (not `import type`,
+ * not dynamic `import()`), following relative specifiers; returns the bare/`node:` specifiers seen
+ * and the files visited.
+ */
+function staticGraph(entry: string): { files: Set<string>; external: string[] } {
+  const files = new Set<string>();
+  const external: string[] = [];
+  const visit = (file: string) => {
+    if (files.has(file)) return;
+    files.add(file);
+    const source = readFileSync(file, 'utf8');
+    for (const match of source.matchAll(
+      /^(?:import|export)\s+(?!type\b)[^;]*?from\s+'([^']+)'/gm,
+    )) {
+      const specifier = match[1]!;
+      if (specifier.startsWith('.'))
+        visit(resolve(dirname(file), specifier.replace(/\.js$/, '.ts')));
+      else external.push(`${file.slice(here.length + 1)}: ${specifier}`);
+    }
+    for (const match of source.matchAll(/^import\s+'([^']+)'/gm)) {
+      external.push(`${file.slice(here.length + 1)}: ${match[1]!}`);
+    }
+  };
+  visit(entry);
+  return { files, external };
+}
+
+describe('package entries', () => {
+  it('the main entry reaches no Node-only module through static imports (browsers load it)', () => {
+    const { files, external } = staticGraph(join(here, 'index.ts'));
+    const nodeOnly = external.filter((line) => / (node:|ws$)/.test(line));
+    expect(nodeOnly).toEqual([]);
+    // The walk really followed the graph: the process group, the shm transport and the
+    // rendezvous client are in it, and tensor-core is its only package dependency.
+    expect(files.has(join(here, 'process-group.ts'))).toBe(true);
+    expect(files.has(join(here, 'transports', 'shm', 'shm-transport.ts'))).toBe(true);
+    expect(files.has(join(here, 'rendezvous', 'store-client.ts'))).toBe(true);
+    expect(new Set(external.map((line) => line.split(': ')[1]))).toEqual(
+      new Set(['@webshard/tensor-core']),
+    );
+  });
+
+  it('the walk catches a Node-only import (the node entry has them)', () => {
+    const { external } = staticGraph(join(here, 'node.ts'));
+    expect(external).toContain('transports/shm/launch-threads.ts: node:worker_threads');
+  });
+
+  it('the main entry loads and exports the collectives, the node entry the shm launcher', async () => {
+    const main = await import('./index.js');
+    expect(typeof main.ProcessGroup).toBe('function');
+    expect(typeof main.joinShm).toBe('function');
+    expect('launchThreads' in main).toBe(false);
+    const node = await import('./node.js');
+    expect(typeof node.launchThreads).toBe('function');
+    expect(typeof node.runShmWorker).toBe('function');
+  });
+});

@@ -1,0 +1,9 @@
+// The `@webshard/collectives/node` entry: the parts that only run in Node (they import `node:`
+// modules), kept out of the main entry so that a browser can load `@webshard/collectives`.
+// See [Note: the node entry] in index.ts.
+export type {
+  LaunchOptions,
+  ShmRankOutcome,
+  ShmWorkerData,
+} from './transports/shm/launch-threads.js';
+export { launchThreads, runShmWorker } from './transports/shm/launch-threads.js';

@@ -1,0 +1,16 @@
+import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
+import type { ShmHandle } from './shm-layout.js';
+import { ShmTransport } from './shm-transport.js';
+
+/**
+ * Attach rank `rank` of a shared-memory world and return its world group. Works in any thread
+ * that received the handle (a Node worker, or a browser Web Worker given the handle by
+ * `postMessage` on a cross-origin-isolated page).
+ */
+export function joinShm(
+  handle: ShmHandle,
+  rank: number,
+  options: ProcessGroupOptions = {},
+): ProcessGroup {
+  return ProcessGroup.fromTransport(new ShmTransport(handle, rank), options);
+}
