@@ -96,8 +96,18 @@ export function arenaHeaderBytes(size: number): number {
   return 2 * size * EXCHANGE_SLOT_BYTES;
 }
 
-/** Barrier spin before sleeping when every rank has a core, and when they share cores. */
-const SPIN_MICROS_DEDICATED = 50;
+/**
+ * Barrier spin before sleeping when every rank has a core, and when they share cores.
+ *
+ * [Note: barrier spin length]
+ * A sleep through `Atomics.waitAsync` costs about 100 us from the notify to the continuation, and
+ * that lateness feeds itself: the rank that slept arrives late at the next barrier, so its peer
+ * waits past its spin and sleeps too. With a 50 us spin a 2-rank 1 MiB all-reduce slept 1.5 times
+ * per op and took 450-600 us; with 300 us or more it slept 0.02 times per op and took 100 us
+ * (16 MiB: 6.2 ms -> 1.8 ms). 500 us is past that knee with room for a loaded machine, and costs at
+ * most that much CPU per barrier when a peer is really late (then the sleep follows).
+ */
+const SPIN_MICROS_DEDICATED = 500;
 const SPIN_MICROS_SHARED = 2;
 
 /** A fresh world of `size` ranks (see `ShmHandleOptions` for the sizes). */
