@@ -19,3 +19,20 @@ describe('ProcessGroup tags', () => {
     expect(tags[0]).toBe(0x9fd2622b);
   });
 });
+
+describe('ProcessGroup direct all-reduce', () => {
+  it('sizes its staging for every rank’s whole operand (64 KiB on 4 ranks as the first op)', async () => {
+    const size = 4;
+    const count = 16384; // 64 KiB: the default smallMessageBytes, so direct exchange
+    const groups = createLocalGroups(size);
+    const inputs = groups.map((_, r) =>
+      Float32Array.from({ length: count }, (_, i) => ((i * 7 + r * 13) % 101) - 50),
+    );
+    const expected = Float32Array.from({ length: count }, (_, i) =>
+      inputs.reduce((acc, input) => Math.fround(acc + input[i]!), 0),
+    );
+    await Promise.all(groups.map((group, r) => group.allReduce(inputs[r]!).wait()));
+    for (const input of inputs) expect(input).toEqual(expected);
+    await Promise.all(groups.map((group) => group.close()));
+  });
+});

@@ -177,12 +177,20 @@ function tagOf(path: string): number {
 
 const noop = () => {};
 
+/** A receive of the op's body waiting for the peer's fingerprint to be checked. */
+interface HeldRecv {
+  readonly dst: Uint8Array;
+  readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
+}
+
 /**
  * The running op's view of the group: its fields for errors, the receives it waits for (for the
  * timeout message) and its deadline.
  */
 class OpContext implements Comm {
   readonly waiting = new Map<number, number>();
+  private readonly gated = new Map<number, HeldRecv[]>();
   ownError: CollectiveError | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
 
@@ -210,15 +218,40 @@ class OpContext implements Comm {
 
   recv(peer: number, dst: Uint8Array): Promise<void> {
     this.waiting.set(peer, (this.waiting.get(peer) ?? 0) + 1);
-    const promise = this.group.transport
-      .recv(this.group.ranks[peer]!, this.group.tag, dst)
-      .then(() => {
-        const left = (this.waiting.get(peer) ?? 1) - 1;
-        if (left === 0) this.waiting.delete(peer);
-        else this.waiting.set(peer, left);
-      });
+    const queue = this.gated.get(peer);
+    const received =
+      queue === undefined
+        ? this.group.transport.recv(this.group.ranks[peer]!, this.group.tag, dst)
+        : new Promise<void>((resolve, reject) => queue.push({ dst, resolve, reject }));
+    const promise = received.then(() => {
+      const left = (this.waiting.get(peer) ?? 1) - 1;
+      if (left === 0) this.waiting.delete(peer);
+      else this.waiting.set(peer, left);
+    });
     promise.catch(noop);
     return promise;
+  }
+
+  /** Hold the op's receives from `peer` until `open(peer)`: its fingerprint is not checked yet. */
+  gate(peer: number): void {
+    this.gated.set(peer, []);
+  }
+
+  /** `peer`'s fingerprint matched: post its held receives, in the order the op made them. */
+  open(peer: number): void {
+    const queue = this.gated.get(peer);
+    if (queue === undefined) return;
+    this.gated.delete(peer);
+    const source = this.group.ranks[peer]!;
+    for (const held of queue) {
+      this.group.transport.recv(source, this.group.tag, held.dst).then(held.resolve, held.reject);
+    }
+  }
+
+  /** The fingerprint exchange failed: fail the held receives with its error. */
+  failGated(error: unknown): void {
+    for (const queue of this.gated.values()) for (const held of queue) held.reject(error);
+    this.gated.clear();
   }
 
   /** Record the ranks a shared-memory barrier waits for (for the deadline's message). */
@@ -265,11 +298,12 @@ class OpContext implements Comm {
  * [Note: ordering, deadlines and abort]
  * Ordering: every call gets the next sequence number of its group when it is made, and runs only
  * after the group's previous call has finished, so calls complete in issue order and the ranks'
- * k-th calls meet each other. Before any data moves, each op exchanges a fingerprint (op, sequence
- * number, dtype, element count, reduce op or root) with every other rank of the group (24 bytes
- * each, one network latency). A rank whose fingerprints differ from a peer's aborts the transport
- * with a `mismatch` reason naming both calls; every rank of the group then fails with
- * `CollectiveMismatchError` before any payload with a wrong size could be exchanged. The all-to-all
+ * k-th calls meet each other. Each op first sends a fingerprint (op, sequence number, dtype,
+ * element count, reduce op or root) to every other rank of the group (24 bytes each), and accepts
+ * no data from a peer before that peer's fingerprint has matched (see [Note: fingerprints ahead of
+ * the data]). A rank whose fingerprints differ from a peer's aborts the transport with a
+ * `mismatch` reason naming both calls; every rank of the group then fails with
+ * `CollectiveMismatchError` before any payload with a wrong size could be received. The all-to-all
  * fingerprint is also the barrier, and it tells a timed-out barrier exactly which ranks never
  * arrived. Deadlines: each op arms a timer when it starts; when it fires, the rank aborts the
  * transport with a `timeout` reason listing the ranks it was still waiting for. Abort: a transport
@@ -412,7 +446,7 @@ export class ProcessGroup {
           return;
         }
         const direct = count * 4 <= this.options.smallMessageBytes;
-        const layout = this.layout(op, info.dtype, count, direct);
+        const layout = this.layout(op, info.dtype, count, direct ? count : 0);
         const scale = op === 'avg' ? 1 / this.size : null;
         if (!direct && (info.dtype === 'f32' || info.dtype === 'i32')) {
           // [Note: the fused ring]: the user's buffer is read, reduced into and gathered in place.
@@ -513,7 +547,12 @@ export class ProcessGroup {
           return;
         }
         const direct = count * 4 <= this.options.smallMessageBytes;
-        const layout = this.layout(op, inInfo.dtype, count, direct);
+        const layout = this.layout(
+          op,
+          inInfo.dtype,
+          count,
+          direct ? Math.ceil(count / this.size) : 0,
+        );
         const chunk = this.elementChunk(count);
         const [start, length] = chunk(this.rank);
         const scale = op === 'avg' ? 1 / this.size : null;
@@ -666,13 +705,19 @@ export class ProcessGroup {
    * that a peer's burst of sends lands in its slots (received in place) rather than in the
    * transport's copy of unexpected messages.
    */
-  private layout(op: ReduceOp, dtype: CommDType, count: number, direct: boolean): ReduceLayout {
+  private layout(
+    op: ReduceOp,
+    dtype: CommDType,
+    count: number,
+    directElements: number,
+  ): ReduceLayout {
     const configured = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
     const quarterChunk = Math.ceil(Math.ceil(count / this.size) / 16) * 4;
     const segmentElements = Math.min(configured, Math.max(4096, quarterChunk));
     const window = 16;
     const workBytes = Math.ceil((count * 4) / 16) * 16;
-    const staging = reduceStagingBytes(direct, count, this.size, segmentElements, window);
+    const direct = directElements > 0;
+    const staging = reduceStagingBytes(direct, directElements, this.size, segmentElements, window);
     this.arena.ensure(workBytes + staging + 16);
     return {
       arena: this.arena,
@@ -773,8 +818,16 @@ export class ProcessGroup {
       this.assertUsable(fields);
       const ctx = new OpContext(this, fields, timeoutMs);
       try {
-        await this.exchangeFingerprints(ctx, seq, sendTo, recvFrom, fingerprint);
-        await body(ctx);
+        if (this.fingerprintsShared(fingerprint)) {
+          await this.exchangeFingerprints(ctx, seq, sendTo, recvFrom, fingerprint);
+          await body(ctx);
+        } else {
+          // See [Note: fingerprints ahead of the data].
+          await Promise.all([
+            this.exchangeFingerprints(ctx, seq, sendTo, recvFrom, fingerprint),
+            body(ctx),
+          ]);
+        }
       } catch (error) {
         throw this.translate(error, ctx);
       } finally {
@@ -822,6 +875,27 @@ export class ProcessGroup {
     return error;
   }
 
+  /** Whether an op's fingerprints go through the shared arena (one barrier) instead of messages. */
+  private fingerprintsShared(fingerprint: FingerprintInit): boolean {
+    if (fingerprint.op === 'send' || fingerprint.op === 'recv') return false;
+    return (
+      this.transport.sharedArena !== undefined &&
+      this.options.sharedMemory &&
+      this.path === '' &&
+      this.size > 1
+    );
+  }
+
+  /**
+   * [Note: fingerprints ahead of the data]
+   * Over messages the fingerprint is the first message of an op to each peer, and the op's body
+   * starts at once instead of a round trip later: its sends follow the fingerprint on the wire, and
+   * its receives from a peer are held (`OpContext.gate`) until that peer's fingerprint has arrived
+   * and matched, then posted in order. A mismatched peer's data therefore never meets a posted
+   * receive (it waits in the transport until the abort discards it), so a wrong count still fails
+   * as `CollectiveMismatchError`, never as a length error. The shared-memory exchange is a barrier
+   * and still runs before the body.
+   */
   private async exchangeFingerprints(
     ctx: OpContext,
     seq: number,
@@ -837,8 +911,7 @@ export class ProcessGroup {
     out[3] = DTYPE_CODES[fingerprint.dtype]!;
     out[4] = fingerprint.count;
     out[5] = fingerprint.extra;
-    const step =
-      fingerprint.op === 'send' || fingerprint.op === 'recv' ? null : this.sharedStep(ctx);
+    const step = this.fingerprintsShared(fingerprint) ? this.sharedStep(ctx) : null;
     if (step !== null) {
       // Every rank's fingerprint through shared memory: one barrier instead of n - 1 messages.
       const all = await step.arena.exchange(out, (ranks) => ctx.waitFor(ranks));
@@ -860,22 +933,34 @@ export class ProcessGroup {
     const outBytes = bytesOf(out);
     const pending: Promise<void>[] = [];
     for (const peer of sendTo) pending.push(ctx.send(peer, outBytes));
-    const arrivals = recvFrom.map((peer) =>
-      ctx.recv(
-        peer,
-        new Uint8Array(incoming.buffer, peer * FINGERPRINT_WORDS * 4, FINGERPRINT_WORDS * 4),
-      ),
+    const checks = recvFrom.map((peer) =>
+      ctx
+        .recv(
+          peer,
+          new Uint8Array(incoming.buffer, peer * FINGERPRINT_WORDS * 4, FINGERPRINT_WORDS * 4),
+        )
+        .then(() => {
+          const at = peer * FINGERPRINT_WORDS;
+          for (let w = 0; w < FINGERPRINT_WORDS; w++) {
+            if (incoming[at + w] !== out[w])
+              this.mismatch(
+                ctx,
+                peer,
+                describeFingerprint(out, 0),
+                describeFingerprint(incoming, at),
+              );
+          }
+          ctx.open(peer);
+        }),
     );
-    for (let i = 0; i < recvFrom.length; i++) {
-      await arrivals[i];
-      const peer = recvFrom[i]!;
-      const at = peer * FINGERPRINT_WORDS;
-      let same = true;
-      for (let w = 0; w < FINGERPRINT_WORDS; w++) if (incoming[at + w] !== out[w]) same = false;
-      if (!same)
-        this.mismatch(ctx, peer, describeFingerprint(out, 0), describeFingerprint(incoming, at));
+    // The body's receives from a peer wait for that peer's fingerprint (posted after it).
+    for (const peer of recvFrom) ctx.gate(peer);
+    try {
+      await Promise.all([...checks, ...pending]);
+    } catch (error) {
+      ctx.failGated(error);
+      throw error;
     }
-    await Promise.all(pending);
   }
 
   private mismatch(ctx: OpContext, peer: number, mine: string, theirs: string): never {

@@ -173,14 +173,17 @@ export async function directReduceScatter(
     arena.reduce(layout.op, layout.dtype, own, slot(peer), ownLength);
 }
 
-/** Staging bytes the reduce-scatters need for `count` elements over `size` ranks. */
+/**
+ * Staging bytes the reduce-scatters need: the direct one keeps every rank's `ownElements`
+ * (the whole operand for an all-reduce, a chunk for a reduce-scatter), the ring `window` segments.
+ */
 export function reduceStagingBytes(
   direct: boolean,
-  count: number,
+  ownElements: number,
   size: number,
   segmentElements: number,
   window: number,
 ): number {
-  if (direct) return Math.ceil(count / size) * size * 4;
+  if (direct) return Math.ceil(ownElements / 4) * 4 * size * 4;
   return segmentElements * 4 * window;
 }

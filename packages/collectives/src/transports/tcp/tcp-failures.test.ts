@@ -253,6 +253,26 @@ describe('tcp transport under hostile input', () => {
     });
   });
 
+  it('delivers a message that came before the sender closed, then fails the next receive', async () => {
+    const world = await createNetworkWorld('tcp', 2, TOKEN);
+    cleanups.push(() => world.close());
+    const [t0, t1] = world.transports;
+    await t1!.send(0, 5, new Uint8Array([7, 8, 9]));
+    const closing = t1!.close();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const dst = new Uint8Array(3);
+    await t0!.recv(1, 5, dst);
+    expect(Array.from(dst)).toEqual([7, 8, 9]);
+    const error = (await t0!.recv(1, 5, dst).catch((e: unknown) => e)) as TransportAbortedError;
+    expect(error.reason).toEqual({
+      kind: 'peer-lost',
+      origin: 0,
+      peer: 1,
+      message: "rank 1 is gone: it closed its tcp transport before rank 0's recv",
+    });
+    await closing;
+  });
+
   it('closes cleanly on both sides without a failure', async () => {
     const world = await createNetworkWorld('tcp', 3, TOKEN);
     const reasons = world.transports.map((t) => new Promise<AbortReason>((r) => t.onAbort(r)));

@@ -201,10 +201,18 @@ export class WsTransport implements Transport {
   }
 
   recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+    // Tags are uint32 on the wire; a negative int32 tag names the same group.
+    const wireTag = tag >>> 0;
+    const closed = Number.isInteger(peer) ? this.peers[peer] : undefined;
+    if (this.abortState.reason === null && closed?.state === 'closed' && closed.byeReceived) {
+      // A message that came before the peer's bye is still delivered (see TcpTransport.recv).
+      const received = this.inbox.post(peer, wireTag, dst);
+      if (this.inbox.hasPending(peer)) this.peerFor(peer, 'recv');
+      return received;
+    }
     const source = this.peerFor(peer, 'recv');
     if (source instanceof Error) return Promise.reject(source);
-    // Tags are uint32 on the wire; a negative int32 tag names the same group.
-    return this.inbox.post(peer, tag >>> 0, dst);
+    return this.inbox.post(peer, wireTag, dst);
   }
 
   close(): Promise<void> {
