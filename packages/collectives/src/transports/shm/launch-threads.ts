@@ -30,6 +30,8 @@ export interface LaunchOptions {
   capacity?: number;
   /** Bytes of each rank's slot in the collectives' arena (see `createShmHandle`). */
   slotBytes?: number;
+  /** Barrier spin before sleeping, in microseconds (see `createShmHandle`). */
+  spinMicros?: number;
   /** Passed to each `Worker` (e.g. `['--conditions=...']`). */
   execArgv?: string[];
   /** Run `workerFile` as code (`eval: true`), e.g. a bootstrap that registers a TypeScript loader. */
@@ -57,6 +59,7 @@ export async function launchThreads<T, R>(
     capacity: options.capacity,
     slotBytes: options.slotBytes,
     cores: availableParallelism(),
+    spinMicros: options.spinMicros,
   });
   const outcomes = Array.from(
     { length: size },

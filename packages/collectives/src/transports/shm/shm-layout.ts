@@ -31,6 +31,11 @@ export interface ShmHandleOptions {
   slotBytes?: number;
   /** Cores the ranks share; fewer cores than ranks means barriers barely spin. Default: plenty. */
   cores?: number;
+  /**
+   * Microseconds a barrier polls before sleeping, overriding the choice made from `cores` (500
+   * with a core per rank, 2 when they share; see [Note: barrier spin length]).
+   */
+  spinMicros?: number;
 }
 
 /**
@@ -125,7 +130,9 @@ export function createShmHandle(size: number, options: ShmHandleOptions = {}): S
     capacity: rounded,
     arena: new WebAssembly.Memory({ initial: pages, maximum: pages, shared: true }),
     slotBytes,
-    spinMicros: (options.cores ?? size) < size ? SPIN_MICROS_SHARED : SPIN_MICROS_DEDICATED,
+    spinMicros:
+      options.spinMicros ??
+      ((options.cores ?? size) < size ? SPIN_MICROS_SHARED : SPIN_MICROS_DEDICATED),
   };
 }
 

@@ -1,0 +1,21 @@
+import { describe, expect, it } from 'vitest';
+import { arenaHeaderBytes, createShmHandle } from './shm-layout.js';
+
+describe('createShmHandle', () => {
+  it('spins 500 us with a core per rank, 2 us when ranks share cores, or as told', () => {
+    expect(createShmHandle(2).spinMicros).toBe(500);
+    expect(createShmHandle(2, { cores: 2 }).spinMicros).toBe(500);
+    expect(createShmHandle(4, { cores: 2 }).spinMicros).toBe(2);
+    expect(createShmHandle(4, { cores: 2, spinMicros: 40 }).spinMicros).toBe(40);
+    expect(createShmHandle(2, { spinMicros: 0 }).spinMicros).toBe(0);
+  });
+
+  it('sizes the arena for the header and two sets of per-rank slots, rounded to 64 bytes', () => {
+    const handle = createShmHandle(3, { slotBytes: 1000 });
+    expect(handle.slotBytes).toBe(960);
+    const bytes = arenaHeaderBytes(3) + 2 * 3 * 960;
+    expect(handle.arena.buffer.byteLength).toBe(Math.ceil(bytes / 65536) * 65536);
+    // At least 64 bytes per rank, so a reduce-scatter round carries a piece of every shard.
+    expect(createShmHandle(4, { slotBytes: 16 }).slotBytes).toBe(256);
+  });
+});
