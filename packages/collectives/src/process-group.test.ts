@@ -23,7 +23,7 @@ describe('ProcessGroup tags', () => {
 describe('ProcessGroup direct all-reduce', () => {
   it('sizes its staging for every rank’s whole operand (64 KiB on 4 ranks as the first op)', async () => {
     const size = 4;
-    const count = 16384; // 64 KiB: the default smallMessageBytes, so direct exchange
+    const count = 16384; // 64 KiB: under the default smallMessageBytes, so direct exchange
     const groups = createLocalGroups(size);
     const inputs = groups.map((_, r) =>
       Float32Array.from({ length: count }, (_, i) => ((i * 7 + r * 13) % 101) - 50),

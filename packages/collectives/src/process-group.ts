@@ -46,7 +46,11 @@ export interface ProcessGroupOptions {
   timeoutMs?: number;
   /** Ring segment size in bytes (rounded down to whole elements). Default 1 MiB. */
   segmentBytes?: number;
-  /** At or below this many bytes, collectives use direct exchange instead of the ring. Default 64 KiB. */
+  /**
+   * At or below this many bytes, collectives use direct exchange (one round) instead of the ring.
+   * Default 256 KiB: on loopback tcp a 2-rank 256 KiB all-reduce took about 190 us direct against
+   * 270 us over the ring, and on 4 ranks 0.96 ms against 1.6 ms.
+   */
   smallMessageBytes?: number;
   /**
    * Run the world group's collectives through the transport's shared arena when it has one (shm);
@@ -358,7 +362,7 @@ export class ProcessGroup {
     this.options = {
       timeoutMs: options.timeoutMs ?? 30_000,
       segmentBytes: Math.max(16, options.segmentBytes ?? 1 << 20),
-      smallMessageBytes: options.smallMessageBytes ?? 64 << 10,
+      smallMessageBytes: options.smallMessageBytes ?? 256 << 10,
       sharedMemory: options.sharedMemory ?? true,
     };
     let shared = sharedByTransport.get(transport);
