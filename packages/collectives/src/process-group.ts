@@ -703,11 +703,12 @@ export class ProcessGroup {
    * The arena layout of one reducing op.
    *
    * [Note: ring segments and window]
-   * Segments are the configured size, but at most a quarter of a chunk (and at least 16 KiB), so
-   * even a 1 MiB all-reduce on two ranks streams four segments through the pipe instead of one
-   * chunk at a time. Up to 16 reduce-scatter receives are posted ahead into staging slots: enough
-   * that a peer's burst of sends lands in its slots (received in place) rather than in the
-   * transport's copy of unexpected messages.
+   * Segments are the configured size (1 MiB by default). Smaller segments for small ops (a quarter
+   * of a chunk, so a 1 MiB all-reduce on two ranks would stream four 128 KiB segments) measured
+   * slower on loopback tcp, 0.95-1.6 ms against 0.3-0.9 ms: each message costs a wake-up of a
+   * process that shares its core. Up to 16 reduce-scatter receives are posted ahead into staging
+   * slots: enough that a peer's burst of sends lands in its slots (received in place) rather than in
+   * the transport's copy of unexpected messages.
    */
   private layout(
     op: ReduceOp,
@@ -715,10 +716,9 @@ export class ProcessGroup {
     count: number,
     directElements: number,
   ): ReduceLayout {
-    const configured = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
-    const quarterChunk = Math.ceil(Math.ceil(count / this.size) / 16) * 4;
-    const segmentElements = Math.min(configured, Math.max(4096, quarterChunk));
-    const window = 16;
+    const segmentElements = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
+    const segmentsPerChunk = Math.ceil(Math.ceil(count / this.size) / segmentElements);
+    const window = Math.max(1, Math.min(16, (this.size - 1) * segmentsPerChunk));
     const workBytes = Math.ceil((count * 4) / 16) * 16;
     const direct = directElements > 0;
     const staging = reduceStagingBytes(direct, directElements, this.size, segmentElements, window);
