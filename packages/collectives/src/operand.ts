@@ -170,3 +170,12 @@ export function elementBytes(dtype: CommDType): number {
 export function bytesOf(host: HostData): Uint8Array {
   return new Uint8Array(host.buffer, host.byteOffset, host.byteLength);
 }
+
+/** Whether two views share bytes (then an op must not write one while it still reads the other). */
+export function overlaps(a: Uint8Array, b: Uint8Array): boolean {
+  return (
+    a.buffer === b.buffer &&
+    a.byteOffset < b.byteOffset + b.byteLength &&
+    b.byteOffset < a.byteOffset + a.byteLength
+  );
+}

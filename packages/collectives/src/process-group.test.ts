@@ -36,3 +36,28 @@ describe('ProcessGroup direct all-reduce', () => {
     await Promise.all(groups.map((group) => group.close()));
   });
 });
+
+describe('ProcessGroup reduceScatter', () => {
+  it('reduces correctly when the output is a view overlapping the input', async () => {
+    // 16-element ring segments and no direct exchange, so the ring reads the input piece by piece.
+    const groups = createLocalGroups(2, { segmentBytes: 64, smallMessageBytes: 0 });
+    const count = 96;
+    const inputs = groups.map((_, r) =>
+      Float32Array.from({ length: count }, (_, i) => i * (r + 1) + 0.5),
+    );
+    // Rank 0's shard is [0, 48); its output starts 8 elements into its own input.
+    const outputs = [inputs[0]!.subarray(8, 56), new Float32Array(48)];
+    const expected = [0, 1].map((r) =>
+      Float32Array.from({ length: 48 }, (_, i) => {
+        const at = r * 48 + i;
+        return Math.fround(Math.fround(at + 0.5) + Math.fround(at * 2 + 0.5));
+      }),
+    );
+    await Promise.all(
+      groups.map((group, r) => group.reduceScatter(inputs[r]!, outputs[r]!).wait()),
+    );
+    expect(Array.from(outputs[0]!)).toEqual(Array.from(expected[0]!));
+    expect(Array.from(outputs[1]!)).toEqual(Array.from(expected[1]!));
+    await Promise.all(groups.map((group) => group.close()));
+  });
+});

@@ -34,6 +34,7 @@ import {
   hostOperand,
   narrow,
   type OperandInfo,
+  overlaps,
   widen,
 } from './operand.js';
 import { shardRange } from './shard.js';
@@ -560,10 +561,18 @@ export class ProcessGroup {
         const chunk = this.elementChunk(count);
         const [start, length] = chunk(this.rank);
         const scale = op === 'avg' ? 1 / this.size : null;
-        if (!direct && this.size > 1 && (inInfo.dtype === 'f32' || inInfo.dtype === 'i32')) {
+        const input = bytesOf(source.host);
+        const output = bytesOf(target.host);
+        if (
+          !direct &&
+          this.size > 1 &&
+          (inInfo.dtype === 'f32' || inInfo.dtype === 'i32') &&
+          !overlaps(input, output)
+        ) {
+          // Reads `input` piece by piece while writing `output`: only for separate buffers.
           await ringReduce(ctx, layout, chunk, {
-            input: bytesOf(source.host),
-            result: bytesOf(target.host),
+            input,
+            result: output,
             resultBase: start,
             gather: null,
             scale,
