@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { arenaHeaderBytes, createShmHandle } from './shm-layout.js';
 
 describe('createShmHandle', () => {
-  it('spins 500 us with a core per rank, 2 us when ranks share cores, or as told', () => {
-    expect(createShmHandle(2).spinMicros).toBe(500);
-    expect(createShmHandle(2, { cores: 2 }).spinMicros).toBe(500);
+  it('spins 30 us with a core per rank, 2 us when ranks share cores, or as told', () => {
+    expect(createShmHandle(2).spinMicros).toBe(30);
+    expect(createShmHandle(2, { cores: 2 }).spinMicros).toBe(30);
     expect(createShmHandle(4, { cores: 2 }).spinMicros).toBe(2);
     expect(createShmHandle(4, { cores: 2, spinMicros: 40 }).spinMicros).toBe(40);
     expect(createShmHandle(2, { spinMicros: 0 }).spinMicros).toBe(0);

@@ -16,9 +16,9 @@ export interface ShmHandle {
   readonly arena: WebAssembly.Memory;
   readonly slotBytes: number;
   /**
-   * Microseconds a barrier polls before sleeping: a sleep and wake-up through `Atomics.waitAsync`
-   * costs about 100 us, but when ranks outnumber cores a spinning rank takes the core the rank it
-   * waits for needs, so then it barely spins.
+   * Microseconds a barrier polls before blocking (see [Note: barrier waits] in shm-transport.ts):
+   * when ranks outnumber cores a spinning rank takes the core the rank it waits for needs, so then
+   * it barely spins.
    */
   readonly spinMicros: number;
 }
@@ -32,8 +32,8 @@ export interface ShmHandleOptions {
   /** Cores the ranks share; fewer cores than ranks means barriers barely spin. Default: plenty. */
   cores?: number;
   /**
-   * Microseconds a barrier polls before sleeping, overriding the choice made from `cores` (500
-   * with a core per rank, 2 when they share; see [Note: barrier spin length]).
+   * Microseconds a barrier polls before blocking, overriding the choice made from `cores` (30
+   * with a core per rank, 2 when they share; see [Note: barrier waits] in shm-transport.ts).
    */
   spinMicros?: number;
 }
@@ -102,17 +102,10 @@ export function arenaHeaderBytes(size: number): number {
 }
 
 /**
- * Barrier spin before sleeping when every rank has a core, and when they share cores.
- *
- * [Note: barrier spin length]
- * A sleep through `Atomics.waitAsync` costs about 100 us from the notify to the continuation, and
- * that lateness feeds itself: the rank that slept arrives late at the next barrier, so its peer
- * waits past its spin and sleeps too. With a 50 us spin a 2-rank 1 MiB all-reduce slept 1.5 times
- * per op and took 450-600 us; with 300 us or more it slept 0.02 times per op and took 100 us
- * (16 MiB: 6.2 ms -> 1.8 ms). 500 us is past that knee with room for a loaded machine, and costs at
- * most that much CPU per barrier when a peer is really late (then the sleep follows).
+ * Barrier spin before blocking when every rank has a core, and when they share cores (see
+ * [Note: barrier waits] in shm-transport.ts).
  */
-const SPIN_MICROS_DEDICATED = 500;
+const SPIN_MICROS_DEDICATED = 30;
 const SPIN_MICROS_SHARED = 2;
 
 /** A fresh world of `size` ranks (see `ShmHandleOptions` for the sizes). */
@@ -146,6 +139,11 @@ export function ringAllBells(handle: ShmHandle): void {
       Atomics.notify(words, index);
     }
   }
+}
+
+/** Whether an abort reason is published in `words` (the handle's buffer as Int32): no allocation. */
+export function shmAbortPublished(words: Int32Array): boolean {
+  return Atomics.load(words, ABORT_STATE) === 2;
 }
 
 /** The world's abort reason, once one is complete; null while none (or while one is being written). */

@@ -9,6 +9,7 @@ import {
   READ_OFFSET,
   readShmAbort,
   type ShmHandle,
+  shmAbortPublished,
   shmOffsets,
   writeShmAbort,
 } from './shm-layout.js';
@@ -110,6 +111,11 @@ export class ShmTransport implements Transport {
     });
     this.sharedArena = new ShmArena(this, handle, this.words, this.offsets);
     void this.pump();
+  }
+
+  /** Whether this rank has adopted an abort (cheap; `abortReason` also polls shared memory). */
+  get aborted(): boolean {
+    return this.abortState.reason !== null;
   }
 
   get abortReason(): AbortReason | null {
@@ -329,13 +335,51 @@ export class ShmTransport implements Transport {
   }
 }
 
+/** Where a barrier is in its wait: polling, blocked in `Atomics.wait`, asleep in `waitAsync`. */
+type BarrierPhase = 'spin' | 'block' | 'sleep';
+
+/**
+ * [Note: barrier waits]
+ * Waiting at a barrier has three phases. Spin: poll the arrivals for the handle's `spinMicros`
+ * (30 us with a core per rank, 2 us when ranks outnumber cores), the fastest hand-off when the last
+ * rank is running on another core. Block: `Atomics.wait` on this rank's gate for up to
+ * BLOCK_MICROS, which gives the core up (to the very rank being waited for, when the ranks or
+ * other processes share the cores) and wakes within tens of microseconds; it holds this thread's
+ * event loop, hence the bound. Sleep: `Atomics.waitAsync`, which keeps the event loop running
+ * (deadline timers, the ring pump) but costs about 100 us per wake-up. Where `Atomics.wait` is not
+ * allowed (a browser's main thread) the block phase is skipped.
+ *
+ * Measured on 2 ranks on this 2-core machine, 1 MiB all-reduce. Spin then waitAsync: a 50 us spin
+ * took 450-600 us (each late wake-up made the next barrier wait past its spin too, 1.5 sleeps per
+ * op); a 500 us spin took 100 us while the cores were free, but 2.4 ms (and 2.2 ms for 4 bytes)
+ * while other processes kept them busy, every barrier spinning out while the rank it waited for
+ * had no core. Spin then block, interleaved in one run on the busy machine: no spin 270 us, 30 us
+ * 290 us, 100 us 440 us; 16 MiB 4.3 / 5.0 / 5.1 ms.
+ */
+const BLOCK_MICROS = 2000;
+
+let blockingAllowed: boolean | null = null;
+
+/** Whether this thread may block in `Atomics.wait` (not on a browser's main thread). */
+function canBlock(): boolean {
+  if (blockingAllowed === null) {
+    try {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 1, 0);
+      blockingAllowed = true;
+    } catch {
+      blockingAllowed = false;
+    }
+  }
+  return blockingAllowed;
+}
+
 /**
  * The shm transport's `SharedArena`: the handle's shared WebAssembly memory with the reduction
  * kernels instantiated over it, and a barrier on per-rank arrival epochs. A rank arrives by storing
- * the barrier's epoch and ringing every other rank's gate; it then polls the arrivals (a short
- * spin: a cross-thread wake-up costs tens of microseconds) and sleeps on its own gate with
- * `Atomics.waitAsync`, so its event loop (deadline timers, the ring pump) keeps running. An abort
- * rings every gate (and ends this rank's sleep directly), so a sleeping barrier fails at once.
+ * the barrier's epoch and ringing every other rank's gate; it then polls the arrivals, blocks on
+ * its own gate with `Atomics.wait` for at most 2 ms, and sleeps with `Atomics.waitAsync`, so its
+ * event loop (deadline timers, the ring pump) runs again ([Note: barrier waits]). An abort
+ * rings every gate (and ends this rank's sleep directly), so a waiting barrier fails at once.
  */
 class ShmArena implements SharedArena {
   readonly slotBytes: number;
@@ -395,6 +439,8 @@ class ShmArena implements SharedArena {
     }
     const gate = offsets.gate(rank);
     const spinUntil = performance.now() + this.handle.spinMicros / 1000;
+    let blockUntil = 0;
+    let phase: BarrierPhase = 'spin';
     let polls = 0;
     let from = 0;
     for (;;) {
@@ -402,14 +448,24 @@ class ShmArena implements SharedArena {
       while (from < size && ((Atomics.load(words, offsets.arrival(from)) - epoch) | 0) >= 0) from++;
       // A barrier every rank reached has completed, even if the world aborts right after.
       if (from === size) return;
-      const reason = transport.abortReason;
-      if (reason !== null) throw new TransportAbortedError(reason);
-      if ((++polls & 63) !== 0 || performance.now() < spinUntil) continue;
-      const missing: number[] = [];
-      for (let peer = from; peer < size; peer++) {
-        if (((Atomics.load(words, offsets.arrival(peer)) - epoch) | 0) < 0) missing.push(peer);
+      if (shmAbortPublished(words) || transport.aborted) {
+        throw new TransportAbortedError(transport.abortReason!);
       }
-      waiting(missing);
+      if (phase === 'spin') {
+        if ((++polls & 63) !== 0 || performance.now() < spinUntil) continue;
+        waiting(this.missing(from, epoch));
+        phase = canBlock() ? 'block' : 'sleep';
+        blockUntil = performance.now() + BLOCK_MICROS / 1000;
+      }
+      if (phase === 'block') {
+        const left = blockUntil - performance.now();
+        if (left > 0) {
+          Atomics.wait(words, gate, seen, left);
+          continue;
+        }
+        phase = 'sleep';
+      }
+      waiting(this.missing(from, epoch));
       // An abort rings the gate, but when this thread aborts itself (its deadline timer) nothing
       // else may keep its event loop alive until the wake-up arrives: Node does not count a
       // pending waitAsync, and a worker would exit. So the abort also wakes the barrier directly.
@@ -421,6 +477,16 @@ class ShmArena implements SharedArena {
       });
       this.wake = null;
     }
+  }
+
+  /** The ranks from `from` on that have not arrived at barrier `epoch`. */
+  private missing(from: number, epoch: number): number[] {
+    const { words, offsets } = this;
+    const missing: number[] = [];
+    for (let peer = from; peer < this.transport.size; peer++) {
+      if (((Atomics.load(words, offsets.arrival(peer)) - epoch) | 0) < 0) missing.push(peer);
+    }
+    return missing;
   }
 
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
