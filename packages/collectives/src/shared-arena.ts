@@ -6,11 +6,14 @@ import type { ReduceOp } from './kernels/reduce.js';
  * group uses it for its collectives instead of point-to-point messages (see
  * [Note: shared-memory collectives] in algorithms/shared.ts).
  *
- * The arena holds two sets of `size` slots of `slotBytes` each; rank r's slot of a set starts at
- * `base + r * slotBytes`, so a set is also one contiguous run of `size * slotBytes` bytes. Rounds
- * alternate between the sets: whatever a rank wrote into a set stays untouched until every rank
- * has passed the next round's first barrier.
+ * The arena holds `SHARED_ARENA_SETS` (3) sets of `size` slots of `slotBytes` each; rank r's slot
+ * of a set starts at `base + r * slotBytes`, so a set is also one contiguous run of
+ * `size * slotBytes` bytes. Rounds cycle through the sets: whatever a rank wrote into a set stays
+ * untouched until every rank has passed the barrier after the next round's first one.
  */
+/** Sets of slots in a `SharedArena`: rounds cycle through them (see sharedAllReduce's pipeline). */
+export const SHARED_ARENA_SETS = 3;
+
 export interface SharedArena {
   /** Bytes of one rank's slot in one set, a multiple of 64. */
   readonly slotBytes: number;

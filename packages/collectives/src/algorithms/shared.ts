@@ -12,7 +12,11 @@ import type { SharedArena } from '../shared-arena.js';
  *   reduces its 1/n slice of the piece in place in slot 0, reading every other slot in rank order
  *   (0, 1, 2, ...) with the WASM SIMD kernel; barrier; each rank narrows the whole piece out of
  *   slot 0. Every element is reduced by exactly one rank, so the result is bit-identical on all
- *   ranks, and the work is split evenly whatever the size.
+ *   ranks, and the work is split evenly whatever the size. Messages of several rounds run as a
+ *   pipeline with one barrier per round instead of two: between two barriers a rank reduces its
+ *   slice of round k, widens round k + 1's piece into the next set, and after the barrier narrows
+ *   round k's result out while the next slices are reduced (rounds + 1 barriers in all; under
+ *   load every barrier is a wake-up, so halving them matters more than the copies).
  * - reduce-scatter: a round carries one piece of EVERY shard (each slot holds n pieces), so each
  *   rank reduces its own shard's piece every round (no rank idles while another reduces); one
  *   barrier per round.
@@ -20,11 +24,13 @@ import type { SharedArena } from '../shared-arena.js';
  *   slot out.
  * - broadcast: the root copies a piece of a whole set (n slots) in; barrier; the others copy out.
  *
- * Rounds alternate between the arena's two sets, which is what makes one barrier per round enough:
- * a rank writes a set again only two rounds later, after the barrier of the round in between,
- * which every rank reaches only once it has finished reading that set. The round counter and the
- * barrier epochs continue across ops, so the same holds from one op to the next. The arena's size
- * is fixed by the transport (2 * n slots), whatever the message size.
+ * Rounds cycle through the arena's three sets (`SHARED_ARENA_SETS`). A phase (the work between two
+ * barriers) touches at most three consecutive sets: it reads the set of the round before (the
+ * all-reduce's narrowing), works in the current one and writes the next. A set is written again
+ * three rounds later, so every rank that read it has passed a barrier in between; with the
+ * one-barrier-per-round schedules (reduce-scatter, all-gather, broadcast) two sets would do. The
+ * round counter and the barrier epochs continue across ops, so the same holds from one op to the
+ * next. The arena's size is fixed by the transport (3 * n slots), whatever the message size.
  */
 export interface SharedStep {
   readonly rank: number;
@@ -49,7 +55,7 @@ function clamp(length: number, at: number, per: number): number {
   return Math.max(0, Math.min(per, length - at));
 }
 
-/** All-reduce `host` in place through the arena (see the note). */
+/** All-reduce `host` in place through the arena (see the note: a pipeline of rounds). */
 export async function sharedAllReduce(
   step: SharedStep,
   dtype: CommDType,
@@ -60,12 +66,14 @@ export async function sharedAllReduce(
   const kind = dtype === 'i32' ? 'i32' : 'f32';
   const { buffer, slotBytes } = arena;
   const per = slotBytes / 4;
-  for (let start = 0; start < host.length; start += per) {
-    const length = Math.min(per, host.length - start);
-    const piece = host.subarray(start, start + length);
-    const base = arena.nextRound();
-    widen(dtype, piece, work(kind, buffer, base + rank * slotBytes, length));
-    await step.barrier();
+  const rounds = Math.ceil(host.length / per);
+  if (rounds === 0) return;
+  const piece = (k: number) => host.subarray(k * per, Math.min(host.length, (k + 1) * per));
+  let base = arena.nextRound();
+  widen(dtype, piece(0), work(kind, buffer, base + rank * slotBytes, piece(0).length));
+  await step.barrier();
+  for (let k = 0; k < rounds; k++) {
+    const length = piece(k).length;
     const slice = shardRange(length, size, rank);
     if (slice.count > 0) {
       const dst = base + slice.start * 4;
@@ -73,8 +81,15 @@ export async function sharedAllReduce(
         arena.reduce(op, kind, dst, dst + peer * slotBytes, slice.count);
       if (op === 'avg') arena.scale(dst, slice.count, 1 / size);
     }
+    const reduced = base;
+    if (k + 1 < rounds) {
+      base = arena.nextRound();
+      const next = piece(k + 1);
+      widen(dtype, next, work(kind, buffer, base + rank * slotBytes, next.length));
+    }
+    // Every slice of round k is reduced and every piece of round k + 1 is in.
     await step.barrier();
-    narrow(dtype, work(kind, buffer, base, length), piece);
+    narrow(dtype, work(kind, buffer, reduced, length), piece(k));
   }
 }
 

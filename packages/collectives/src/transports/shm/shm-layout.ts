@@ -1,4 +1,5 @@
 import type { AbortReason } from '../../errors.js';
+import { SHARED_ARENA_SETS } from '../../shared-arena.js';
 
 /**
  * What every rank (and the parent thread) needs to attach to one shared-memory world. Structured-
@@ -10,7 +11,7 @@ export interface ShmHandle {
   /** Bytes of each one-directional channel's ring. */
   readonly capacity: number;
   /**
-   * The collectives' arena: a header of two sets of per-rank 64-byte exchange slots, then two sets
+   * The collectives' arena: a header of two sets of per-rank 64-byte exchange slots, then three sets
    * of `size` slots of `slotBytes` (see `SharedArena`).
    */
   readonly arena: WebAssembly.Memory;
@@ -116,7 +117,8 @@ export function createShmHandle(size: number, options: ShmHandleOptions = {}): S
   const rounded = Math.max(64, Math.floor(bytes / 64) * 64);
   const { total } = shmOffsets(size, rounded);
   const slotBytes = Math.max(64 * size, Math.floor((options.slotBytes ?? 1 << 20) / 64) * 64);
-  const pages = Math.max(1, Math.ceil((arenaHeaderBytes(size) + 2 * size * slotBytes) / 65536));
+  const data = SHARED_ARENA_SETS * size * slotBytes;
+  const pages = Math.max(1, Math.ceil((arenaHeaderBytes(size) + data) / 65536));
   return {
     buffer: new SharedArrayBuffer(total),
     size,

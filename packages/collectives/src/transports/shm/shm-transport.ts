@@ -1,6 +1,6 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { type ReduceOp, SharedReducer } from '../../kernels/reduce.js';
-import type { SharedArena } from '../../shared-arena.js';
+import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox, type PendingRecv } from '../mailbox.js';
 import {
@@ -405,7 +405,7 @@ class ShmArena implements SharedArena {
 
   nextRound(): number {
     const set = this.round;
-    this.round ^= 1;
+    this.round = (this.round + 1) % SHARED_ARENA_SETS;
     return arenaHeaderBytes(this.handle.size) + set * this.handle.size * this.slotBytes;
   }
 
