@@ -19,7 +19,8 @@ export type ShmRankOutcome<R> =
   | {
       readonly rank: number;
       readonly status: 'rejected';
-      readonly error: { name: string; message: string };
+      /** What the worker threw; `stack` where it had one, so the failing line is on record. */
+      readonly error: { name: string; message: string; stack?: string };
     }
   | { readonly rank: number; readonly status: 'exited'; readonly exitCode: number };
 
@@ -40,7 +41,7 @@ export interface LaunchOptions {
 
 type WorkerMessage<R> =
   | { type: 'result'; value: R }
-  | { type: 'error'; name: string; message: string };
+  | { type: 'error'; name: string; message: string; stack?: string };
 
 /**
  * Run `size` ranks as worker threads on one shared-memory world and collect what each returns.
@@ -79,7 +80,7 @@ export async function launchThreads<T, R>(
             outcome = {
               rank,
               status: 'rejected',
-              error: { name: message.name, message: message.message },
+              error: errorRecord(message.name, message.message, message.stack),
             };
             writeShmAbort(handle, {
               kind: 'error',
@@ -92,7 +93,7 @@ export async function launchThreads<T, R>(
           outcome ??= {
             rank,
             status: 'rejected',
-            error: { name: error.name, message: error.message },
+            error: errorRecord(error.name, error.message, error.stack),
           };
           writeShmAbort(handle, {
             kind: 'error',
@@ -117,6 +118,14 @@ export async function launchThreads<T, R>(
   return Promise.all(outcomes);
 }
 
+function errorRecord(
+  name: string,
+  message: string,
+  stack: string | undefined,
+): { name: string; message: string; stack?: string } {
+  return stack === undefined ? { name, message } : { name, message, stack };
+}
+
 /**
  * The body of a worker started by `launchThreads`: joins the world, runs `main(group, data)`,
  * posts its result to the parent and closes the group. An exception is posted as a failure (the
@@ -129,8 +138,9 @@ export async function runShmWorker<T, R>(
   if (parentPort === null || init === null || typeof init !== 'object') {
     throw new ArgumentError('runShmWorker', 'must run in a worker started by launchThreads');
   }
-  const group = joinShm(init.handle, init.rank, init.options);
+  let group: ProcessGroup | null = null;
   try {
+    group = joinShm(init.handle, init.rank, init.options);
     const value = await main(group, init.data);
     parentPort.postMessage({ type: 'result', value });
   } catch (error) {
@@ -139,8 +149,9 @@ export async function runShmWorker<T, R>(
       type: 'error',
       name: e?.name ?? 'Error',
       message: e?.message ?? String(error),
+      stack: typeof e?.stack === 'string' ? e.stack : undefined,
     });
   } finally {
-    await group.close();
+    await group?.close();
   }
 }

@@ -46,7 +46,14 @@ describe('launchThreads', () => {
     expect(outcomes[2]).toEqual({
       rank: 2,
       status: 'rejected',
-      error: { name: 'RangeError', message: 'rank 2 gives up' },
+      error: {
+        name: 'RangeError',
+        message: 'rank 2 gives up',
+        // The stack comes along, so a failure's line is on record (the bench prints outcomes).
+        stack: expect.stringMatching(
+          /^RangeError: rank 2 gives up\n\s+at .*shm-throw-worker\.ts:7/,
+        ),
+      },
     });
     for (const outcome of outcomes.slice(0, 2)) {
       expect(outcome.status).toBe('fulfilled');

@@ -110,7 +110,16 @@ export class ShmTransport implements Transport {
       for (const queue of this.outgoing) for (const frame of queue.splice(0)) frame.reject(error);
     });
     this.sharedArena = new ShmArena(this, handle, this.words, this.offsets);
-    void this.pump();
+    // A bug in the pump must fail the world with its message, not end the thread with an
+    // unhandled rejection that the other ranks only see as a lost peer.
+    this.pump().catch((error: unknown) => {
+      const e = error instanceof Error ? error : new Error(String(error));
+      this.abort({
+        kind: 'error',
+        origin: rank,
+        message: `[shm] rank ${rank}: the ring pump failed: ${e.name}: ${e.message} (${e.stack?.split('\n')[1]?.trim() ?? 'no stack'})`,
+      });
+    });
   }
 
   /** Whether this rank has adopted an abort (cheap; `abortReason` also polls shared memory). */
