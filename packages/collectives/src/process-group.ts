@@ -470,16 +470,36 @@ export class ProcessGroup {
         if (direct) {
           await directReduceScatter(ctx, layout, () => [0, count]);
           if (scale !== null) this.arena.scale(layout.work, count, scale);
-        } else {
-          await ringReduce(ctx, layout, this.elementChunk(count), {
-            input: null,
-            result: null,
-            resultBase: 0,
-            gather: this.arena.bytes(layout.work, count * 4),
-            scale,
-          });
+          narrow(info.dtype, this.workView(layout, count), operand.host);
+          operand.commit();
+          return;
         }
-        narrow(info.dtype, this.workView(layout, count), operand.host);
+        // f16/bf16: reduce-scatter in f32, round this rank's chunk once, and gather the 16-bit
+        // results (half the bytes of gathering f32); every rank gets the owner's rounding.
+        const chunk = this.elementChunk(count);
+        await ringReduce(ctx, layout, chunk, {
+          input: null,
+          result: null,
+          resultBase: 0,
+          gather: null,
+          scale,
+        });
+        const [start, length] = chunk(this.rank);
+        const bits = operand.host as Uint16Array;
+        narrow(
+          info.dtype,
+          this.arena.f32(layout.work + start * 4, length),
+          bits.subarray(start, start + length),
+        );
+        await ringAllGather(
+          ctx,
+          bytesOf(bits),
+          (c) => {
+            const [first, size] = chunk(c);
+            return [first * 2, size * 2];
+          },
+          this.segmentBytes(2),
+        );
         operand.commit();
       },
     );
