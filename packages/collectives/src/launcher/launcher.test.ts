@@ -170,17 +170,32 @@ describe('webshard-run', () => {
     const cli = join(here, '..', 'cli', 'webshard-run.ts');
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', cli, '--nproc-per-node', '2', fixture('wait-for-signal.mjs')],
+      [
+        '--conditions=@webshard/source',
+        '--import',
+        'tsx',
+        cli,
+        '--nproc-per-node',
+        '2',
+        fixture('wait-for-signal.mjs'),
+      ],
+      // The source condition lets the CLI run from a fresh clone, before any build.
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let text = '';
-    const ready = new Promise<void>((resolve) => {
+    let errors = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      errors += chunk.toString();
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+    const ready = new Promise<void>((resolve, reject) => {
       child.stdout.on('data', (chunk: Buffer) => {
         text += chunk.toString();
         if (text.includes('[rank 0] ready') && text.includes('[rank 1] ready')) resolve();
       });
+      // A launcher that dies before its ranks are ready fails the test now, with its stderr.
+      void exited.then((code) => reject(new Error(`webshard-run exited ${code}: ${errors}`)));
     });
-    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
     await ready;
     child.kill('SIGTERM');
     expect(await exited).toBe(143);
