@@ -19,6 +19,12 @@ import type { Launch } from './program.js';
  * allocator: the new owner's commands come later in the same queue, so they see the right data.
  * Destroying one must wait until the queue has been submitted (`destroyLater`).
  *
+ * Uniform params are the exception: a launch writes them at once (`queue.writeBuffer`, on the
+ * queue timeline now), into a small pooled buffer the dispatch command carries. That buffer goes
+ * back to the pool only when a submit has taken the dispatch's encoding with it; the params of a
+ * dispatch still waiting behind a compiling pipeline stay with it through earlier submits, or a
+ * later launch would overwrite them before the dispatch runs.
+ *
  * [Note: deferred index errors]
  *
  * gather, scatterAdd and the cross-entropy kernels check their indices on the device: an index out
@@ -38,6 +44,8 @@ type Command =
       key: string;
       name: string;
       buffers: GPUBuffer[];
+      /** This dispatch's params buffer (also the last but one or last of `buffers`). */
+      params: GPUBuffer;
       workgroups: [number, number, number];
     }
   | {
@@ -62,7 +70,10 @@ export class DeviceQueue {
   private encoder: GPUCommandEncoder | undefined;
   private pass: GPUComputePassEncoder | undefined;
   private encodedDispatches = 0;
-  /** Param buffers used by the open encoder, returned to `freeParams` on submit. */
+  /**
+   * Param buffers of the dispatches encoded into the open encoder, returned to `freeParams` on
+   * submit (not those of dispatches still queued; see [Note: the command queue]).
+   */
   private usedParams: GPUBuffer[] = [];
   private readonly freeParams: GPUBuffer[] = [];
   private readonly pendingDestroy: GPUBuffer[] = [];
@@ -87,7 +98,6 @@ export class DeviceQueue {
     if (!this.pipelines.has(key)) this.compile(key, program.wgsl(launch.dtypes));
     const params = this.freeParams.pop() ?? this.createParamBuffer();
     this.device.queue.writeBuffer(params, 0, launch.params);
-    this.usedParams.push(params);
     const all = [...buffers, params];
     if (launch.usesError) all.push(this.errorFlag);
     this.commands.push({
@@ -95,6 +105,7 @@ export class DeviceQueue {
       key,
       name: program.name,
       buffers: all,
+      params,
       workgroups: program.dispatch(launch.shape),
     });
     this.pump();
@@ -212,9 +223,12 @@ export class DeviceQueue {
         if (entry === undefined || entry.state === 'compiling') return;
         this.commands.shift();
         if (entry.state === 'failed') {
+          // Never encoded: no command reads its params, and later writes come after on the queue.
+          this.freeParams.push(c.params);
           this.deviceError ??= entry.error;
           continue;
         }
+        this.usedParams.push(c.params);
         this.encodeDispatch(entry.pipeline, c.buffers, c.workgroups);
       } else if (c.kind === 'copy') {
         this.commands.shift();
