@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DTypeError, FreedTensorError, ShapeError } from './errors.js';
+import { BackendError, DTypeError, FreedTensorError, ShapeError } from './errors.js';
 import { createCpuBackend } from './runtime.js';
 import { keep, tidy } from './scope.js';
 import { Storage, Tensor } from './tensor.js';
@@ -50,6 +50,69 @@ describe('Tensor storage and views', () => {
     expect(Array.from(await param.read())).toEqual([5, 6]);
     expect(() => param.setData(Tensor.empty(backend, [3]))).toThrow(ShapeError);
     expect(() => param.setData(Tensor.empty(backend, [2], 'i32'))).toThrow(DTypeError);
+  });
+
+  it('data reads as a detached tensor over the same storage, as PyTorch', async () => {
+    const backend = createCpuBackend();
+    const flat = Tensor.empty(backend, [5]).write([0, 1, 2, 3, 4]);
+    const param = flat.view([2], 2);
+    param.requiresGrad = true;
+    param.name = 'fc.bias';
+    const data = param.data;
+    expect(data).not.toBe(param);
+    expect(data.requiresGrad).toBe(false);
+    expect(data.isLeaf).toBe(true);
+    expect(data.storage()).toBe(param.storage());
+    expect(data.offset).toBe(2);
+    expect(data.shape).toEqual([2]);
+    data.write([20, 30]);
+    expect(Array.from(await param.read())).toEqual([20, 30]);
+    // The handle holds its own reference: freeing it leaves the parameter alone.
+    const refs = param.storage().refCount;
+    data.free();
+    expect(param.storage().refCount).toBe(refs - 1);
+    param.free();
+    expect(() => param.data).toThrow(new FreedTensorError('data', 'fc.bias').message);
+  });
+
+  it('data = other swaps storage like setData, with the same typed errors', async () => {
+    const backend = createCpuBackend();
+    const param = Tensor.empty(backend, [2]).write([1, 2]);
+    param.name = 'w';
+    param.requiresGrad = true;
+    const flat = Tensor.empty(backend, [5]).write([0, 0, 5, 6, 0]);
+    const old = param.storage();
+    param.data = flat.view([2], 2);
+    expect(param.storage()).toBe(flat.storage());
+    expect(param.offset).toBe(2);
+    expect(old.isReleased).toBe(true);
+    expect(param.requiresGrad).toBe(true);
+    expect(param.name).toBe('w');
+    expect(Array.from(await param.read())).toEqual([5, 6]);
+    const shape = () => {
+      param.data = Tensor.empty(backend, [3]);
+    };
+    expect(shape).toThrow(ShapeError);
+    expect(shape).toThrow(
+      /^\[data\] shape of the new data for Tensor\(w, \[2\], f32, cpu\) differs/,
+    );
+    expect(() => {
+      param.data = Tensor.empty(backend, [2], 'i32');
+    }).toThrow(DTypeError);
+    expect(() => {
+      param.data = Tensor.empty(createCpuBackend(), [2]);
+    }).toThrow(BackendError);
+    const freed = Tensor.empty(backend, [2]);
+    freed.free();
+    expect(() => {
+      param.data = freed;
+    }).toThrow(FreedTensorError);
+    // A failed assignment leaves the tensor as it was.
+    expect(Array.from(await param.read())).toEqual([5, 6]);
+    // A freed tensor (FSDP's resharded parameter) can be given storage again.
+    param.free();
+    param.data = Tensor.empty(backend, [2]).write([7, 8]);
+    expect(Array.from(await param.read())).toEqual([7, 8]);
   });
 
   it('writes and reads f16, bf16 and i32 in their storage formats', async () => {

@@ -77,9 +77,10 @@ let nextTensorId = 1;
  * over the same storage at another offset, which is how FSDP's flat parameter hands out each
  * parameter. `free()` drops the reference and marks the tensor freed: any later use throws
  * `FreedTensorError` naming the tensor. `reallocate()` gives a freed (or live) tensor fresh storage
- * of its size, and `setData(other)` points it at another tensor's storage (FSDP swapping a
- * parameter between its full and sharded storage). Autograd reads a parameter's storage at the
- * moment backward needs it, so swapping storage under a graph is allowed.
+ * of its size, and `setData(other)` (or `t.data = other`, as in PyTorch) points it at another
+ * tensor's storage (FSDP swapping a parameter between its full and sharded storage). Autograd
+ * reads a parameter's storage at the moment backward needs it, so swapping storage under a graph
+ * is allowed.
  */
 export class Tensor {
   readonly [tensorMarker] = true;
@@ -172,27 +173,63 @@ export class Tensor {
   }
 
   /**
-   * Point this tensor at `source`'s storage (same shape and dtype), like PyTorch's
-   * `param.data = other`. The tensor keeps its identity, name, grad and hooks.
+   * Point this tensor at `source`'s storage (same shape, dtype and backend), like PyTorch's
+   * `param.data = other`. The tensor keeps its identity, name, grad and hooks. Same as the `data`
+   * setter.
    */
   setData(source: Tensor): this {
+    return this.swapStorage('setData', source);
+  }
+
+  /**
+   * PyTorch's `param.data`. Reading it gives a new tensor over this tensor's storage that does not
+   * require grad and has no autograd history (like `detach()`; it holds one storage reference:
+   * free it, or read it inside `tidy`). Assigning it is `setData`: the tensor keeps its identity,
+   * name, grad and hooks and from then on uses the assigned tensor's storage, also in a backward
+   * already recorded (see [Note: saved tensors] in `autograd/node.ts`). Throws `ShapeError`,
+   * `DTypeError` or `BackendError` when the new data does not match, `FreedTensorError` when it
+   * (or, when read, this tensor) is freed.
+   */
+  get data(): Tensor {
+    const storage = this.storage('data').retain();
+    try {
+      return new Tensor(storage, this.storageOffset, this.shape, this.dtype);
+    } catch (error) {
+      storage.release();
+      throw error;
+    }
+  }
+
+  set data(source: Tensor) {
+    this.swapStorage('data', source);
+  }
+
+  private swapStorage(op: string, source: Tensor): this {
     if (source.dtype !== this.dtype) {
-      throw new DTypeError('setData', [this.dtype, source.dtype], 'dtype of the new data differs');
+      throw new DTypeError(
+        op,
+        [this.dtype, source.dtype],
+        `dtype of the new data for ${this} differs`,
+      );
     }
     if (
       source.size !== this.size ||
       source.rank !== this.rank ||
       source.shape.some((d, i) => d !== this.shape[i])
     ) {
-      throw new ShapeError('setData', [this.shape, source.shape], 'shape of the new data differs');
+      throw new ShapeError(
+        op,
+        [this.shape, source.shape],
+        `shape of the new data for ${this} differs`,
+      );
     }
     if (source.backend !== this.backend) {
       throw new BackendError(
-        'setData',
-        `new data is on ${source.backend.kind}, tensor on ${this.backend.kind}`,
+        op,
+        `new data is on ${source.backend.kind}, ${this} on ${this.backend.kind}`,
       );
     }
-    const storage = source.storage('setData').retain();
+    const storage = source.storage(op).retain();
     this.storageRef?.release();
     this.storageRef = storage;
     this.storageOffset = source.offset;

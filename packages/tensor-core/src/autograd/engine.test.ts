@@ -201,6 +201,35 @@ describe('parameter storage under FSDP-style swapping', () => {
     expect(await values(w.grad)).toEqual([1, 1, 1, 1]);
   });
 
+  it('backward reads the storage assigned with param.data = view (a flat buffer)', async () => {
+    const lin = new Linear(2, 2);
+    const w = lin.weight;
+    const b = lin.bias!;
+    w.write([1, 2, 3, 4]);
+    b.write([0, 0]);
+    const x = leaf([1, 1], [1, 2]);
+    const y = lin.call(x);
+    // Reshard after forward, then unshard into views at nonzero offsets of one flat buffer that
+    // holds other values: backward must read them, not the storage of forward time.
+    w.free();
+    b.free();
+    const flat = tensor([9, 10, 20, 30, 40, 50, 60, 9]);
+    w.data = flat.view([2, 2], 1);
+    b.data = flat.view([2], 5);
+    await sum(y).backward();
+    expect(await values(x.grad)).toEqual([40, 60]);
+    expect(await values(w.grad)).toEqual([1, 1, 1, 1]);
+    expect(await values(b.grad)).toEqual([1, 1]);
+    expect(w.storage()).toBe(flat.storage());
+    expect(w.offset).toBe(1);
+    expect(w.requiresGrad).toBe(true);
+    // data reads back a detached view of the flat buffer.
+    const data = w.data;
+    expect(data.requiresGrad).toBe(false);
+    expect(data.offset).toBe(1);
+    expect(await values(data)).toEqual([10, 20, 30, 40]);
+  });
+
   it('accumulates in place into a .grad that is a view of a flat buffer', async () => {
     const flat = tensor([0, 0, 0, 0, 0]);
     const a = leaf([1, 2]);
