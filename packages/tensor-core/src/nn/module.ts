@@ -89,6 +89,18 @@ function validName(kind: string, name: string): void {
  * Layers expose their parameters as accessors over the registry, so `lmHead.weight = wte.weight`
  * ties them as in PyTorch; a tied tensor is yielded once by `namedParameters` and under every key by
  * `stateDict`.
+ *
+ * [Note: tensor names]
+ * Error messages name tensors by `tensor.name` (a parameter freed at backward:
+ * `[matmul backward] tensor 'transformer.h.0.attn.c_attn.weight' was used after its storage was
+ * freed`), so a module names what it registers. `registerParameter` / `registerBuffer` set an
+ * unnamed tensor's name to its own name (`weight`); `registerModule` prefixes the child's tensors
+ * whose name is still their path inside the child (`weight` -> `c_attn.weight`), and since models
+ * are built bottom-up (children constructed, then registered), every tensor ends up with its full
+ * path from the outermost module, PyTorch's `named_parameters()` name. A tensor named by hand, or
+ * already named elsewhere (a tied weight keeps its first name), is left alone. A tensor registered
+ * into a child after that child was registered keeps its short name: `nameTensors()` renames
+ * everything from the root.
  */
 export abstract class Module<Args extends unknown[] = unknown[], Out = unknown> {
   /** Training mode (dropout active); set with `train()` / `eval()`. */
@@ -189,13 +201,22 @@ export abstract class Module<Args extends unknown[] = unknown[], Out = unknown> 
     return tensor;
   }
 
-  /** Register (or replace) a child module under `name`. Returns the child. */
+  /**
+   * Register (or replace) a child module under `name`. Returns the child. The child's parameters
+   * and buffers that are named by their path inside the child get `name.` in front, so that names
+   * are full dotted paths (see [Note: tensor names]).
+   */
   registerModule<M extends Module | null>(name: string, module: M): M {
     validName('Module', name);
     if (this.params.has(name) || this.buffersByName.has(name)) {
       throw new ArgumentError('registerModule', `'${name}' is already a parameter or buffer`);
     }
     this.childModules.set(name, module);
+    if (module !== null) {
+      for (const [path, t] of [...module.namedParameters(), ...module.namedBuffers()]) {
+        if (t.name === path) t.name = `${name}.${path}`;
+      }
+    }
     return module;
   }
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ArgumentError } from '../errors.js';
+import { ArgumentError, FreedTensorError } from '../errors.js';
 import { mul, square, sum, tensor } from '../ops/index.js';
 import { Generator } from '../random/generator.js';
 import { createCpuBackend, setDefaultBackend } from '../runtime.js';
@@ -166,6 +166,40 @@ describe('Module', () => {
     m.registerBuffer('buf', tensor([1]));
     expect(() => m.registerParameter('buf', tensor([1]))).toThrow(
       "[registerParameter] 'buf' is already a buffer or module",
+    );
+  });
+
+  it('names its tensors by their full path as it is built, so a freed one is named so', async () => {
+    const model = new Toy();
+    // No nameTensors(): registering each child prefixed the names built below it.
+    for (const [name, t] of model.namedParameters()) expect(t.name).toBe(name);
+    const block = (model.transformer.get('h') as ModuleList<Block>).at(0);
+    const weight = block.attn.cAttn.weight;
+    expect(weight.name).toBe('transformer.h.0.attn.c_attn.weight');
+    // The tied lm_head keeps the name it got first, as PyTorch's named_parameters() does.
+    expect(model.lmHead.weight.name).toBe('transformer.wte.weight');
+    // A name given by hand is left alone.
+    const lin = new Linear(2, 2);
+    lin.weight.name = 'mine';
+    new Sequential(lin);
+    expect(lin.weight.name).toBe('mine');
+    expect(lin.bias!.name).toBe('0.bias');
+
+    // FSDP frees the parameter after forward and fails to rebuild it before its gradient.
+    const y = block.call(
+      tensor(
+        Array.from({ length: 12 }, (_, i) => Math.sin(i)),
+        { shape: [1, 3, 4] },
+      ),
+    );
+    weight.free();
+    const error = await sum(square(y))
+      .backward()
+      .catch((e: unknown) => e);
+    expect(FreedTensorError.isInstance(error)).toBe(true);
+    expect((error as FreedTensorError).tensorName).toBe('transformer.h.0.attn.c_attn.weight');
+    expect((error as Error).message).toMatch(
+      /^\[\w+ backward\] tensor 'transformer\.h\.0\.attn\.c_attn\.weight' was used after its storage was freed$/,
     );
   });
 });
