@@ -12,8 +12,24 @@
  * bit-identical on every backend: u = (x0 >>> 8) * 2^-24 is exact in f32, and the scaling is
  * defined as f32 arithmetic with two roundings, `f32(low) + f32(f32(high - low) * u)` (a WGSL
  * port must keep the multiply and the add separate, not fused into an fma; with low 0 and high 1
- * both roundings are exact). Only f64 outputs scale in double. The normal value goes through
- * log/cos and agrees within a few f32 ulps.
+ * both roundings are exact). Only f64 outputs scale in double. The normal value is bit-identical
+ * too, because every backend computes it with `philoxNormal` on the host: see
+ * [Note: normals on the host].
+ *
+ * [Note: normals on the host]
+ *
+ * Box-Muller needs log and cos, and WGSL promises neither to the last bit (cos only to 2^-11
+ * absolute, log to 2^-21), so a WGSL normal kernel differed from the CPU backend in most elements
+ * (by up to about 1e-3 for std 1). Same seed and offset must give the same values on every backend
+ * and rank, so the WebGPU backend does not draw normals on the device: it runs `philoxNormal` into
+ * an f32 array on the host (the CPU backend's code; 16-bit outputs then encode with the integer
+ * round-to-nearest-even of dtype-convert.ts, as CPU stores do) and uploads it. The cost is host
+ * time, about 0.2 us per element on one core, plus one upload: fine for weight initialisation,
+ * which is what normals are drawn for. Uniform values (dropout masks, every step) stay on the
+ * device. ECMAScript does not require `Math.log` and `Math.cos` to be correctly rounded, but V8
+ * computes them in software with code it bundles (fdlibm ports, glibc's sin/cos), not the
+ * platform's libm, so processes on the same Node version (every rank of a job) agree; another
+ * JavaScript engine may differ in the last bit.
  */
 
 const M0 = 0xd2511f53;

@@ -1,7 +1,9 @@
 /// <reference types="@webgpu/types" />
 import { bytesPerElement, type DType, type HostArray, hostArrayFor } from '../../dtype.js';
+import { f32ToBf16Bits, f32ToF16Bits } from '../../dtype-convert.js';
 import { DTypeError, OutOfMemoryError } from '../../errors.js';
 import { CachingAllocator } from '../../memory/caching-allocator.js';
+import { philoxNormal } from '../../random/philox.js';
 import { PooledBackend } from '../pooled-backend.js';
 import type {
   AdamHyper,
@@ -48,7 +50,7 @@ import {
 } from './kernels.js';
 import { type MatmulKernel, matmulLaunch } from './matmul.js';
 import type { Launch } from './program.js';
-import { randomNormalLaunch, randomUniformLaunch } from './random-kernels.js';
+import { randomUniformLaunch } from './random-kernels.js';
 
 /** Options of `createWebGpuBackend`. */
 export interface WebGpuBackendOptions extends AdapterOptions {
@@ -80,6 +82,16 @@ function denseShaped(t: KernelTensor): Dense & { shape: readonly number[] } {
 
 function operand(v: KernelTensor | number): BroadcastOperand {
   return typeof v === 'number' ? v : denseShaped(v);
+}
+
+/** f32 values in `dtype`'s storage format, rounded as the CPU backend's stores round them. */
+function hostArrayFromF32(values: Float32Array, dtype: DType): HostArray {
+  if (dtype === 'f32') return values;
+  if (dtype !== 'f16' && dtype !== 'bf16') {
+    throw new DTypeError('randomNormal', [dtype], 'normal values need a float dtype');
+  }
+  const encode = dtype === 'f16' ? f32ToF16Bits : f32ToBf16Bits;
+  return Uint16Array.from(values, encode);
 }
 
 function plainCopy(data: HostArray): ArrayBuffer {
@@ -528,8 +540,13 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     this.run(randomUniformLaunch(dense(out), seed, offset, low, high));
   }
 
+  /** Drawn on the host and uploaded: see [Note: normals on the host]. */
   randomNormal(out: KernelTensor, seed: number, offset: number, mean: number, std: number): void {
-    this.run(randomNormalLaunch(dense(out), seed, offset, mean, std));
+    this.assertLive('randomNormal');
+    this.checkDType('randomNormal', out.dtype);
+    const values = new Float32Array(shapeSize(out.shape));
+    philoxNormal(values, seed, offset, mean, std);
+    this.write(out, hostArrayFromF32(values, out.dtype));
   }
 }
 
