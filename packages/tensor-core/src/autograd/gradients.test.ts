@@ -44,6 +44,7 @@ import {
 import { createCpuBackend } from '../runtime.js';
 import type { Tensor } from '../tensor.js';
 import { gradcheck } from './gradcheck.js';
+import { noGrad } from './grad-mode.js';
 import { gradients } from './gradients.js';
 
 const backend = createCpuBackend();
@@ -65,9 +66,16 @@ function ids(values: number[], shape = [values.length]): Tensor {
   return tensor(new Int32Array(values), { backend, shape });
 }
 
+/** The full Jacobian of `fn` (every output element against every input element) is checked. */
 async function check(fn: (...xs: Tensor[]) => Tensor, inputs: Tensor[]): Promise<void> {
-  const { checked } = await gradcheck(fn, inputs);
-  expect(checked).toBe(inputs.filter((x) => x.requiresGrad).reduce((p, x) => p + x.size, 0));
+  const out = noGrad(() => fn(...inputs));
+  const outputs = out.size;
+  out.free();
+  const { checked, mode } = await gradcheck(fn, inputs);
+  expect(mode).toBe('jacobian');
+  expect(checked).toBe(
+    outputs * inputs.filter((x) => x.requiresGrad).reduce((p, x) => p + x.size, 0),
+  );
 }
 
 const cases: Record<string, () => Promise<void>> = {
@@ -210,8 +218,43 @@ describe('gradients vs central finite differences (f64, cpu)', () => {
       return y;
     };
     await expect(gradcheck(doubled, [input([2], 86)])).rejects.toThrow(
-      /\[gradcheck\] input 0 element 0: analytic/,
+      /\[gradcheck\] input 0 element 0, output element 0: analytic/,
     );
+  });
+
+  /** exp, with a gradient that also sends output 0's gradient to input 2 (a misplaced index). */
+  const leaky = (x: Tensor): Tensor => {
+    const y = exp(x);
+    if (y.requiresGrad) {
+      const route = tensor([1, 0, 1, 0, 1, 0, 0, 0, 1], { dtype: 'f64', backend, shape: [3, 3] });
+      y.registerHook((g) => reshape(matmul(reshape(g, [1, 3]), route), [3]));
+    }
+    return y;
+  };
+
+  it('compares every Jacobian entry and names the wrong one', async () => {
+    await expect(gradcheck(leaky, [input([3], 87)])).rejects.toThrow(
+      /^\[gradcheck\] input 0 element 2, output element 0: analytic [\d.]+ vs numeric 0 /,
+    );
+    const { checked, mode, maxAbsError } = await gradcheck(exp, [input([3], 87)]);
+    expect([checked, mode]).toEqual([9, 'jacobian']);
+    expect(maxAbsError).toBeLessThan(1e-8);
+  });
+
+  it('checks large outputs through several seeded random projections', async () => {
+    const options = { maxJacobianOutputs: 2, projections: 3 };
+    const x = input([2, 3], 88);
+    const result = await gradcheck((a) => softmax(a!), [x], options);
+    expect([result.mode, result.checked]).toEqual(['projections', 3 * 6]);
+    await expect(gradcheck(leaky, [input([3], 87)], options)).rejects.toThrow(
+      /^\[gradcheck\] input 0 element 2, projection 0: /,
+    );
+    await expect(gradcheck(exp, [x], { projections: 0 })).rejects.toThrow(
+      '[gradcheck] projections 0 is not a positive integer',
+    );
+    const f32 = tensor([1, 2], { backend });
+    f32.requiresGrad = true;
+    await expect(gradcheck(exp, [f32])).rejects.toThrow(/must be f64 for finite differences/);
   });
 
   it('splits ties evenly for max, maximum and minimum (as PyTorch)', async () => {
