@@ -65,6 +65,28 @@ export function f16BitsToF32(bits: number): number {
   return sign * (1 + mant / 1024) * 2 ** (exp - 15);
 }
 
+/**
+ * [Note: cast semantics]
+ *
+ * `cast` between f32, f16, bf16 and i32 (and f64 on the CPU) gives the same bits on every backend:
+ * - float to float: through f32, rounding to nearest even at each narrowing (f64 to f16 rounds to
+ *   f32 first, as f16 to bf16 goes through its exact f32 value); widening is exact.
+ * - i32 to float: to f32 rounding to nearest even (16777217 -> 16777216, 16777219 -> 16777220),
+ *   then to f16/bf16 as above: two roundings, as PyTorch's int-to-half goes through float. The
+ *   WGSL kernel rounds with integer code (`i32_to_f32`) instead of trusting `f32(i32)`, whose
+ *   rounding WGSL leaves to the implementation.
+ * - float to i32: truncate toward zero, then saturate to [-2^31, 2^31 - 1]; NaN gives 0 (Rust's
+ *   `as`, and what WGSL's `i32(f32)` does except that its NaN result is unspecified, hence the
+ *   explicit check in `f32_to_i32`). So inf -> 2147483647, -3e9 -> -2147483648, 2^31 -> 2147483647.
+ * - NaN stays NaN between floats; its sign and payload are not specified.
+ */
+export function saturateToI32(value: number): number {
+  if (Number.isNaN(value)) return 0;
+  if (value >= 2147483647) return 2147483647;
+  if (value <= -2147483648) return -2147483648;
+  return Math.trunc(value) | 0;
+}
+
 /** Round a number as storing it in `dtype` would (f32: Math.fround; i32: truncate toward zero; f64: as is). */
 export function roundToDType(value: number, dtype: 'f32' | 'f16' | 'bf16' | 'i32' | 'f64'): number {
   switch (dtype) {

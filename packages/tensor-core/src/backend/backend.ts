@@ -152,7 +152,11 @@ export interface Backend {
   fill(out: KernelTensor, value: number): void;
   /** out = src, same dtype and element count. */
   copy(src: KernelTensor, out: KernelTensor): void;
-  /** out = src converted to out.dtype; floats round to nearest even, float to i32 truncates toward zero. */
+  /**
+   * out = src converted to out.dtype, bit-identical on every backend (see [Note: cast semantics] in
+   * dtype-convert.ts): floats round to nearest even; float to i32 truncates toward zero and
+   * saturates, NaN to 0.
+   */
   cast(src: KernelTensor, out: KernelTensor): void;
   /**
    * dst[idx] = src[idx] for every idx in `shape`, both strided. Covers permute, slice, expand

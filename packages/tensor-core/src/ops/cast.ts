@@ -7,8 +7,10 @@ import { backendOf, sameShape } from './validate.js';
 const DTYPE_NAMES: readonly DType[] = ['f32', 'f16', 'bf16', 'i32', 'f64'];
 
 /**
- * x converted to `dtype` (a copy even when the dtype is the same). Floats round to nearest even;
- * float to i32 truncates toward zero. Primitive `cast` (attrs: `from`, the input dtype).
+ * x converted to `dtype` (a copy even when the dtype is the same), the same bits on every backend.
+ * Floats round to nearest even (i32 to f16/bf16 through f32); float to i32 truncates toward zero
+ * and saturates to the i32 range, NaN to 0 (see [Note: cast semantics]). Primitive `cast` (attrs:
+ * `from`, the input dtype).
  */
 export function cast(x: Tensor, dtype: DType): Tensor {
   backendOf('cast', [x]);

@@ -1,5 +1,6 @@
 import { bytesPerElement } from '../../dtype.js';
 import type { HostArray } from '../../dtype.js';
+import { saturateToI32 } from '../../dtype-convert.js';
 import { IndexError } from '../../errors.js';
 import { PooledBackend } from '../pooled-backend.js';
 import { CachingAllocator } from '../../memory/caching-allocator.js';
@@ -186,7 +187,8 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     const o = outputValues(out);
     const v = o.values;
     if (out.dtype === 'i32') {
-      for (let i = 0; i < x.length; i++) v[i] = Math.trunc(x[i]!);
+      // See [Note: cast semantics]: truncate, saturate, NaN -> 0.
+      for (let i = 0; i < x.length; i++) v[i] = saturateToI32(x[i]!);
     } else if (out.dtype === 'f16' || out.dtype === 'bf16') {
       // Through f32 first: the contract computes in f32 and rounds f32 to the 16-bit format.
       for (let i = 0; i < x.length; i++) v[i] = Math.fround(x[i]!);

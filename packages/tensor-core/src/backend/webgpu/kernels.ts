@@ -89,9 +89,10 @@ export function copyLaunch(src: Dense, out: Dense): Launch {
   );
 }
 
+/** See [Note: cast semantics] (dtype-convert.ts). */
 function castBody(from: DType, to: DType): string {
-  if (to === 'i32') return 'fn outv(i: u32) -> i32 { return i32(trunc(ld_x(prm[2] + i))); }';
-  if (from === 'i32') return 'fn outv(i: u32) -> f32 { return f32(ld_x(prm[2] + i)); }';
+  if (to === 'i32') return 'fn outv(i: u32) -> i32 { return f32_to_i32(ld_x(prm[2] + i)); }';
+  if (from === 'i32') return 'fn outv(i: u32) -> f32 { return i32_to_f32(ld_x(prm[2] + i)); }';
   return 'fn outv(i: u32) -> f32 { return ld_x(prm[2] + i); }';
 }
 

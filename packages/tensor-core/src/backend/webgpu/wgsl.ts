@@ -102,7 +102,10 @@ export function storeAccess(dtype: DType): Access {
   return is16(dtype) ? 'atomic' : 'read_write';
 }
 
-/** Integer conversions, bit-identical to src/dtype-convert.ts. */
+/**
+ * Integer conversions, bit-identical to src/dtype-convert.ts; `f32_to_i32` and `i32_to_f32` follow
+ * [Note: cast semantics] there.
+ */
 export const CONVERT = /* wgsl */ `
 fn f32_to_f16(v: f32) -> u32 {
   let bits = bitcast<u32>(v);
@@ -134,6 +137,26 @@ fn f32_to_bf16(v: f32) -> u32 {
   }
   let lsb = (bits >> 16u) & 1u;
   return ((bits + 0x7fffu + lsb) >> 16u) & 0xffffu;
+}
+fn f32_to_i32(v: f32) -> i32 {
+  let bits = bitcast<u32>(v);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu) != 0u) { return 0; }
+  if (v >= 2147483648.0) { return 2147483647; }
+  if (v <= -2147483648.0) { return -2147483647 - 1; }
+  return i32(v);
+}
+fn i32_to_f32(v: i32) -> f32 {
+  let neg = v < 0;
+  let b = bitcast<u32>(v);
+  let a = select(b, 0u - b, neg);
+  if (a < 0x1000000u) { return f32(v); }
+  let shift = 8u - countLeadingZeros(a);
+  var m = a >> shift;
+  let rem = a & ((1u << shift) - 1u);
+  let halfway = 1u << (shift - 1u);
+  if (rem > halfway || (rem == halfway && (m & 1u) == 1u)) { m = m + 1u; }
+  let mag = ldexp(f32(m), i32(shift));
+  return select(mag, -mag, neg);
 }
 fn f16_to_f32(h: u32) -> f32 {
   let sign = (h & 0x8000u) << 16u;
