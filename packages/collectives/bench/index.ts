@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { type BenchRow, writeBenchResults } from '@webshard/bench';
+import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
 import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
@@ -84,6 +84,19 @@ const glooProblem = glooUnavailable(repoRoot);
 if (glooProblem !== null) console.log(`gloo peer skipped: ${glooProblem}`);
 
 const rows: BenchRow[] = [];
+// The machine's memory bandwidth, measured in the same run: every transport here is bound by copies
+// (the shm arena's, the kernel's on loopback), and these machines differ by more than 2x in it.
+for (const sizeMiB of [16, 64]) {
+  const from = new Uint8Array(sizeMiB * MiB).fill(1);
+  const to = new Uint8Array(sizeMiB * MiB);
+  const ms = await timeMedian(() => to.set(from), { warmup: 2, iterations: 15 });
+  rows.push({
+    name: `memcpy ${sizeMiB} MiB (TypedArray.set, one thread)`,
+    metric: 'bandwidth',
+    value: Math.round((sizeMiB * MiB) / (ms / 1e3) / 1e6),
+    unit: 'MB/s',
+  });
+}
 for (const world of worlds) {
   let gloo: GlooResults | null = null;
   if (glooProblem === null) {
