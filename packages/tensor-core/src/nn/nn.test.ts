@@ -223,6 +223,42 @@ describe('layers', () => {
     expect(await values(ln.bias!)).toEqual([0, 0, 0]);
   });
 
+  it("Linear's weight and bias are U(-1/sqrt(in), 1/sqrt(in)) as PyTorch's, statistically", async () => {
+    /**
+     * Checks of a sample against U(-b, b): every value in [-b, b), the extremes near +-b, mean
+     * and variance (b^2 / 3) within 5 standard errors, and 8 equal-width bins each within 5
+     * standard deviations of n / 8. A wrong bound (1/sqrt(out), kaiming's sqrt(6 / in)) or a
+     * normal instead of a uniform fails at least one of them.
+     */
+    const expectUniform = (v: number[], b: number): void => {
+      const n = v.length;
+      const lo = v.reduce((p, x) => Math.min(p, x), Number.POSITIVE_INFINITY);
+      const hi = v.reduce((p, x) => Math.max(p, x), Number.NEGATIVE_INFINITY);
+      expect(lo).toBeGreaterThanOrEqual(-b);
+      expect(hi).toBeLessThan(b);
+      // P(no value beyond 0.97 b on one side) = 0.985^n: below 1e-3 from n = 460.
+      expect(hi).toBeGreaterThan(0.97 * b);
+      expect(lo).toBeLessThan(-0.97 * b);
+      const mean = v.reduce((p, x) => p + x, 0) / n;
+      const variance = v.reduce((p, x) => p + (x - mean) ** 2, 0) / n;
+      expect(Math.abs(mean)).toBeLessThan((5 * b) / Math.sqrt(3 * n));
+      // The variance of (x - mean)^2 for U(-b, b) is 4 b^4 / 45.
+      expect(Math.abs(variance - (b * b) / 3)).toBeLessThan((5 * 2 * b * b) / Math.sqrt(45 * n));
+      const bins = new Array<number>(8).fill(0);
+      for (const x of v) bins[Math.min(7, Math.floor(((x + b) / (2 * b)) * 8))]!++;
+      const sd = Math.sqrt(n * (1 / 8) * (7 / 8));
+      for (const count of bins) expect(Math.abs(count - n / 8)).toBeLessThan(5 * sd);
+    };
+    const lin = new Linear(64, 1024, { generator: new Generator(5) });
+    const bound = 1 / Math.sqrt(64); // from in_features: 1/sqrt(out) would be 1/32
+    expectUniform(await values(lin.weight), bound);
+    expectUniform(await values(lin.bias!), bound);
+    // Weight and bias are different draws.
+    expect((await values(lin.bias!)).slice(0, 8)).not.toEqual(
+      (await values(lin.weight)).slice(0, 8),
+    );
+  });
+
   it('Dropout: seeded mask, 1/(1-p) scaling, identity in eval', async () => {
     const drop = new Dropout(0.5, { generator: new Generator(7) });
     const x = tensor(Array.from({ length: 64 }, () => 1));
