@@ -2,9 +2,9 @@ import { expect, it } from 'vitest';
 import { createCpuBackend } from '../runtime.js';
 import type { DType } from '../dtype.js';
 import { BackendError, DTypeError, FreedTensorError, ShapeError } from '../errors.js';
-import { describeBackends, expectClose, toleranceFor } from '../testing/index.js';
+import { ClosenessError, describeBackends, expectClose, toleranceFor } from '../testing/index.js';
 import { broadcastReference, roundValues, seededValues } from '../testing/reference.js';
-import type { Tensor } from '../tensor.js';
+import { Tensor } from '../tensor.js';
 import { tensor } from './creation.js';
 import * as ops from './elementwise.js';
 
@@ -247,5 +247,69 @@ describeBackends('binary ops', (ctx) => {
     const b = tensor([1], { backend: other });
     expect(() => ops.add(a, b)).toThrow(BackendError);
     expect(() => ops.add(a, b)).toThrow(/^\[add\] operands are on two backends/);
+  });
+});
+
+describeBackends('elementwise ops across workgroups', (ctx) => {
+  // WebGPU runs 64 invocations per workgroup, one per element (one per u32 word for f16/bf16).
+  const sizes = [1, 37, 64 * 3 + 1, 10007];
+  const cases = unaryCases.filter(([name]) => ['neg', 'exp', 'tanh', 'relu'].includes(name));
+
+  it('unary ops on sizes that end inside a workgroup, read from a view at an odd offset', async () => {
+    for (const [name, op, ref, low, high] of cases) {
+      for (const dtype of ctx.floatDTypes) {
+        for (const size of sizes) {
+          const data = roundValues(seededValues(size, size + name.length, low, high), dtype);
+          const flat = Tensor.empty(ctx.backend, [size + 2], dtype);
+          const x = flat.view([size], 1).write(data);
+          try {
+            expectClose(await op(x).read(), data.map(ref), toleranceFor(dtype));
+          } catch (error) {
+            throw new ClosenessError(`${name} ${dtype} size ${size}: ${(error as Error).message}`);
+          }
+        }
+      }
+    }
+  });
+
+  it('runs past 65535 workgroups (the dispatch spills into y)', async () => {
+    // 65535 * 64 invocations is the most one dispatch row holds: go past it by a partial group.
+    const n = 65535 * 64 + 4097;
+    const x = tensor(
+      Float32Array.from({ length: n }, (_, i) => (i % 4099) - 2000),
+      { backend: ctx.backend, shape: [n] },
+    );
+    const negated = await ops.neg(x).read();
+    let bad = 0;
+    for (let i = 0; i < n; i++) if (negated[i] !== 2000 - (i % 4099)) bad++;
+    expect(bad, 'wrong elements of neg').toBe(0);
+    x.free();
+
+    // A broadcast binary op over a [4097, 1025] grid (4,199,425 elements).
+    const rows = 4097;
+    const cols = 1025;
+    const a = tensor(
+      Float32Array.from({ length: rows * cols }, (_, i) => i % 1000),
+      { backend: ctx.backend, shape: [rows, cols] },
+    );
+    const b = tensor(
+      Float32Array.from({ length: cols }, (_, j) => j * 0.5),
+      { backend: ctx.backend, shape: [cols] },
+    );
+    const sum = await ops.add(a, b).read();
+    bad = 0;
+    for (let i = 0; i < rows * cols; i++) if (sum[i] !== (i % 1000) + (i % cols) * 0.5) bad++;
+    expect(bad, 'wrong elements of add').toBe(0);
+    a.free();
+
+    // bf16 runs one invocation per word: twice the elements to spill.
+    const m = 2 * 65535 * 64 + 4099;
+    const bits = Uint16Array.from({ length: m }, (_, i) => 0x3f80 + (i % 127));
+    const h = tensor(bits, { dtype: 'bf16', backend: ctx.backend, shape: [m] });
+    const raw = await ops.neg(h).readRaw();
+    bad = 0;
+    for (let i = 0; i < m; i++) if (raw[i] !== (bits[i]! ^ 0x8000)) bad++;
+    expect(bad, 'wrong elements of bf16 neg').toBe(0);
+    h.free();
   });
 });

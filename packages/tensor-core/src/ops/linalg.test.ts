@@ -1,6 +1,6 @@
 import { expect, it } from 'vitest';
 import { ArgumentError, DTypeError, ShapeError } from '../errors.js';
-import { describeBackends, expectClose, toleranceFor } from '../testing/index.js';
+import { ClosenessError, describeBackends, expectClose, toleranceFor } from '../testing/index.js';
 import { matmulReference, roundValues, seededValues } from '../testing/reference.js';
 import { tensor } from './creation.js';
 import { matmul } from './linalg.js';
@@ -43,6 +43,56 @@ describeBackends('matmul', (ctx) => {
         rtol: 1e-5,
         atol: 1e-5,
       });
+    }
+  });
+
+  it('M, N and K crossing the 64x64 output tile and the k unroll, batched, with transposes', async () => {
+    // WebGPU tiles: 64x64 outputs per workgroup, 8x8 per invocation, k unrolled by 4 (register
+    // tiled) or staged 16 deep (shared memory). 1, 65, 130 and the primes 67, 131 cross them.
+    const shapes: [number, number, number][] = [
+      [1, 130, 65],
+      [65, 1, 130],
+      [130, 65, 1],
+      [67, 131, 129],
+      [131, 67, 65],
+    ];
+    for (const [m, k, n] of shapes) {
+      for (const [transposeA, transposeB] of [
+        [false, false],
+        [true, true],
+        [false, true],
+      ] as const) {
+        const batch = 2;
+        const av = roundValues(seededValues(batch * m * k, m + 2 * k, -1, 1), 'f32');
+        const bv = roundValues(seededValues(batch * k * n, n + 3 * k, -1, 1), 'f32');
+        const expected: number[] = [];
+        const aStored: number[] = [];
+        const bStored: number[] = [];
+        for (let i = 0; i < batch; i++) {
+          const ai = av.slice(i * m * k, (i + 1) * m * k);
+          const bi = bv.slice(i * k * n, (i + 1) * k * n);
+          expected.push(...matmulReference(ai, bi, m, k, n));
+          aStored.push(...(transposeA ? transpose2d(ai, m, k) : ai));
+          bStored.push(...(transposeB ? transpose2d(bi, k, n) : bi));
+        }
+        const a = tensor(aStored, {
+          backend: ctx.backend,
+          shape: transposeA ? [batch, k, m] : [batch, m, k],
+        });
+        const b = tensor(bStored, {
+          backend: ctx.backend,
+          shape: transposeB ? [batch, n, k] : [batch, k, n],
+        });
+        const y = matmul(a, b, { transposeA, transposeB });
+        expect(y.shape).toEqual([batch, m, n]);
+        try {
+          expectClose(await y.read(), expected, { rtol: 1e-5, atol: 2e-5 });
+        } catch (error) {
+          throw new ClosenessError(
+            `[${m}, ${k}] @ [${k}, ${n}] transposeA ${transposeA} transposeB ${transposeB}: ${(error as Error).message}`,
+          );
+        }
+      }
     }
   });
 

@@ -130,6 +130,10 @@ describe('WebGpuBackend', () => {
       [3, 13, 9, 17, 3, true, false],
       [2, 11, 31, 8, 1, true, true],
       [1, 33, 66, 65, 1, false, false],
+      // M, N and K past the 64x64 tile, K past the 16-deep shared-memory slice.
+      [2, 67, 131, 130, 2, false, true],
+      [1, 130, 1, 65, 1, true, false],
+      [1, 1, 129, 67, 1, false, false],
     ];
     for (const backend of [gpu, shared]) {
       for (const [ba, m, k, n, bb, ta, tb] of cases) {
