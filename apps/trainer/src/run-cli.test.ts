@@ -2,6 +2,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ArgumentError, loadSafetensors } from '@webshard/tensor-core';
+import { describeBackends } from '@webshard/tensor-core/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatStep, runCli } from './run-cli.js';
 import { learningRate } from './train.js';
@@ -54,6 +55,9 @@ describe('webshard-train', () => {
     await expect(runCli(['--backend', 'tpu'], quiet)).rejects.toThrow(
       new ArgumentError('webshard-train', '--backend tpu is not one of auto, cpu, webgpu'),
     );
+    await expect(runCli(['--sample-length=-1'], quiet)).rejects.toThrow(
+      new ArgumentError('webshard-train', '--sample-length -1 is not a non-negative integer'),
+    );
     await expect(runCli(['--stepz', '3'], quiet)).rejects.toThrow("Unknown option '--stepz'");
   });
 
@@ -75,6 +79,45 @@ describe('webshard-train', () => {
         tokensPerSecond: 5493.1,
       }),
     ).toBe('step   7/200 | loss 2.3457 | lr 3.00e-3 | 5493 tok/s | 93.2 ms');
+  });
+});
+
+/*
+ * The CLI on each backend the tensor-core suites run on, named explicitly with --backend (so the
+ * WebGPU one runs on SwiftShader too, which `auto` would pass over: [Note: the trainer's default
+ * backend]). The WebGPU suite is declared only where `describeBackends` finds an adapter (and
+ * WEBSHARD_BACKENDS allows it), as every other WebGPU test.
+ */
+describeBackends('webshard-train --backend <kind>', (ctx) => {
+  it('trains a few steps, printing a progress line per step, with a finite, falling loss', async () => {
+    const lines: string[] = [];
+    const ran = await runCli(
+      [
+        ...['--backend', ctx.kind, '--steps', '4', '--seed', '3', '--batch-size', '4'],
+        ...['--sample-length', '0', '--out', out],
+      ],
+      { log: (line) => lines.push(line) },
+    );
+    const { result, backend } = ran!;
+    try {
+      expect(backend.kind).toBe(ctx.kind);
+      expect(lines[0]).toMatch(new RegExp(`^backend: ${ctx.kind} \\(.+\\)$`));
+      const steps = lines.filter((l) => l.startsWith('step '));
+      expect(steps).toHaveLength(4);
+      steps.forEach((line, i) => {
+        expect(line).toMatch(
+          new RegExp(
+            `^step ${i + 1}/4 \\| loss \\d\\.\\d{4} \\| lr \\d\\.\\d\\de-\\d \\| \\d+ tok/s \\| \\d+\\.\\d ms$`,
+          ),
+        );
+      });
+      const losses = result.records.map((r) => r.loss);
+      expect(losses.every(Number.isFinite)).toBe(true);
+      expect(Number.isFinite(result.validationLoss)).toBe(true);
+      expect(losses.at(-1)!).toBeLessThan(losses[0]!);
+    } finally {
+      backend.dispose();
+    }
   });
 });
 

@@ -21,6 +21,7 @@ Options:
   --lr <x>                     peak learning rate (default 3e-3)
   --data <file>                training text (default: the shipped sonnets, ${DEFAULT_CORPUS_PATH})
   --out <dir>                  where model.safetensors and sample.txt go (default: out/ in the app)
+  --sample-length <n>          characters to sample after training (default 200; 0 for none)
   --help                       this text
 `;
 
@@ -43,6 +44,15 @@ function positiveInteger(name: string, value: string | undefined, fallback: numb
   const n = Number(value);
   if (!Number.isSafeInteger(n) || n <= 0) {
     throw new ArgumentError('webshard-train', `--${name} ${value} is not a positive integer`);
+  }
+  return n;
+}
+
+function nonNegativeInteger(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isSafeInteger(n) || n < 0) {
+    throw new ArgumentError('webshard-train', `--${name} ${value} is not a non-negative integer`);
   }
   return n;
 }
@@ -98,6 +108,7 @@ export async function runCli(
       lr: { type: 'string' },
       data: { type: 'string' },
       out: { type: 'string' },
+      'sample-length': { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -114,6 +125,7 @@ export async function runCli(
   const batchSize = positiveInteger('batch-size', values['batch-size'], 16);
   const lr = values.lr === undefined ? 3e-3 : Number(values.lr);
   if (!(lr > 0)) throw new ArgumentError('webshard-train', `--lr ${values.lr} is not positive`);
+  const sampleLength = nonNegativeInteger('sample-length', values['sample-length'], 200);
   const out = values.out ?? join(dirname(DEFAULT_CORPUS_PATH), '..', 'out');
 
   const text = await loadCorpus(values.data);
@@ -139,9 +151,9 @@ export async function runCli(
   await mkdir(out, { recursive: true });
   const checkpoint = join(out, 'model.safetensors');
   await saveCheckpoint(checkpoint, result, { steps: String(steps), seed: String(seed) });
-  const text200 = await sample(result.model, result.tokenizer, { seed, length: 200 });
-  await writeFile(join(out, 'sample.txt'), text200);
+  const sampled = await sample(result.model, result.tokenizer, { seed, length: sampleLength });
+  await writeFile(join(out, 'sample.txt'), sampled);
   io.log(`checkpoint: ${checkpoint}`);
-  io.log(`sample:\n${text200}`);
-  return { result, backend, seconds, checkpoint, sample: text200 };
+  io.log(`sample:\n${sampled}`);
+  return { result, backend, seconds, checkpoint, sample: sampled };
 }
