@@ -250,7 +250,10 @@ export interface Backend {
     expAvgSq: KernelTensor,
     hyper: AdamHyper,
   ): void;
-  /** Fused SGD with momentum, PyTorch's formulas, in place; momentumBuffer null when momentum is 0. */
+  /**
+   * Fused SGD with momentum, PyTorch's formulas, in place on f32 param and momentumBuffer (null
+   * when momentum is 0); grad f32/f16/bf16.
+   */
   sgd(
     param: KernelTensor,
     grad: KernelTensor,

@@ -3,6 +3,7 @@ import type { AdamHyper, SgdHyper } from '../backend/backend.js';
 import { ArgumentError, DTypeError, ShapeError } from '../errors.js';
 import { describeBackends, expectClose } from '../testing/index.js';
 import { roundValues, seededValues } from '../testing/reference.js';
+import type { Tensor } from '../tensor.js';
 import { tensor } from './creation.js';
 import { adamStep, axpy_, checkFinite, sgdStep } from './optim.js';
 
@@ -107,6 +108,97 @@ describeBackends('fused optimizer kernels', (ctx) => {
     }
   });
 
+  it('adamStep and sgdStep update views inside flat buffers and nothing around them (FSDP shards)', async () => {
+    // A shard of 1000 elements (several workgroups) at offset 5 of a flat f32 parameter buffer;
+    // expAvg and expAvgSq are two views of one flat state buffer; the gradient is a bf16 view at an
+    // odd offset (packed halves on WebGPU). The same step on standalone tensors gives the same bits.
+    const n = 1000;
+    const sentinel = (count: number) => roundValues(seededValues(count, 99, 50, 60), 'f32');
+    const adamHyper = (step: number): AdamHyper => ({
+      lr: 0.01,
+      beta1: 0.9,
+      beta2: 0.999,
+      eps: 1e-8,
+      weightDecay: 0.1,
+      step,
+      decoupled: true,
+      gradScale: 0.5,
+    });
+    const p0 = roundValues(seededValues(n, 41), 'f32');
+    const grads = [1, 2].map((s) => roundValues(seededValues(n, 50 + s), 'bf16'));
+
+    const paramFlat = tensor(sentinel(n + 9), { backend: ctx.backend });
+    const stateFlat = tensor(sentinel(2 * n + 7), { backend: ctx.backend });
+    const gradFlat = tensor(sentinel(n + 6), { dtype: 'bf16', backend: ctx.backend });
+    const param = paramFlat.view([n], 5).write(p0);
+    const expAvg = stateFlat.view([n], 2).write(new Array<number>(n).fill(0));
+    const expAvgSq = stateFlat.view([n], n + 4).write(new Array<number>(n).fill(0));
+    const grad = gradFlat.view([n], 3);
+    const alone = {
+      param: tensor(p0, { backend: ctx.backend }),
+      expAvg: tensor(new Array<number>(n).fill(0), { backend: ctx.backend }),
+      expAvgSq: tensor(new Array<number>(n).fill(0), { backend: ctx.backend }),
+    };
+    const p = [...p0];
+    const m = new Array<number>(n).fill(0);
+    const v = new Array<number>(n).fill(0);
+    for (const [k, g] of grads.entries()) {
+      grad.write(g);
+      adamStep(param, grad, expAvg, expAvgSq, adamHyper(k + 1));
+      const gAlone = tensor(g, { dtype: 'bf16', backend: ctx.backend });
+      adamStep(alone.param, gAlone, alone.expAvg, alone.expAvgSq, adamHyper(k + 1));
+      adamReference(p, g, m, v, adamHyper(k + 1));
+    }
+    expect([...(await param.read())]).toEqual([...(await alone.param.read())]);
+    expect([...(await expAvg.read())]).toEqual([...(await alone.expAvg.read())]);
+    expect([...(await expAvgSq.read())]).toEqual([...(await alone.expAvgSq.read())]);
+    expectClose(await param.read(), p, { rtol: 1e-5, atol: 1e-6 });
+    const untouched = async (flat: Tensor, inside: (i: number) => boolean) => {
+      const before = sentinel(flat.size).map((x) => roundValues([x], flat.dtype)[0]!);
+      const after = await flat.read();
+      const changed = before.filter((x, i) => !inside(i) && after[i] !== x).length;
+      expect(changed, `elements outside the views of a ${flat.dtype} flat buffer changed`).toBe(0);
+    };
+    await untouched(paramFlat, (i) => i >= 5 && i < 5 + n);
+    await untouched(stateFlat, (i) => (i >= 2 && i < 2 + n) || (i >= n + 4 && i < 2 * n + 4));
+    await untouched(gradFlat, (i) => i >= 3 && i < 3 + n);
+
+    // SGD with momentum: the parameter and its momentum buffer share one flat buffer, with a gap
+    // and back to back.
+    const sgdHyper = (firstStep: boolean): SgdHyper => ({
+      lr: 0.1,
+      momentum: 0.9,
+      dampening: 0,
+      weightDecay: 0.01,
+      nesterov: true,
+      firstStep,
+      gradScale: 1,
+    });
+    for (const gap of [2, 0]) {
+      const flat = tensor(sentinel(2 * n + 11), { backend: ctx.backend });
+      const sgdParam = flat.view([n], 7).write(p0);
+      const buffer = flat.view([n], 7 + n + gap);
+      const sgdAlone = tensor(p0, { backend: ctx.backend });
+      const bufferAlone = tensor(new Array<number>(n).fill(0), { backend: ctx.backend });
+      for (const [k, g] of grads.entries()) {
+        grad.write(g);
+        sgdStep(sgdParam, grad, buffer, sgdHyper(k === 0));
+        sgdStep(
+          sgdAlone,
+          tensor(g, { dtype: 'bf16', backend: ctx.backend }),
+          bufferAlone,
+          sgdHyper(k === 0),
+        );
+      }
+      expect([...(await sgdParam.read())], `gap ${gap}`).toEqual([...(await sgdAlone.read())]);
+      expect([...(await buffer.read())], `gap ${gap}`).toEqual([...(await bufferAlone.read())]);
+      await untouched(
+        flat,
+        (i) => (i >= 7 && i < 7 + n) || (i >= 7 + n + gap && i < 7 + 2 * n + gap),
+      );
+    }
+  });
+
   it('checkFinite raises a shared flag only for inf or NaN', async () => {
     const ok = tensor([1, 2, 3], { backend: ctx.backend });
     const flag = checkFinite([ok, tensor([0], { dtype: 'f16', backend: ctx.backend })]);
@@ -144,6 +236,21 @@ describeBackends('fused optimizer kernels', (ctx) => {
     );
     const i = tensor(new Int32Array([0, 0]), { backend: ctx.backend });
     expect(() => adamStep(p, p, i, p, hyper)).toThrow(DTypeError);
+    // The parameter and momentum buffer are f32 state (the WebGPU kernel updates f32 words).
+    const half = tensor([1, 2], { dtype: 'f16', backend: ctx.backend });
+    const sgdHyper: SgdHyper = {
+      lr: 0.1,
+      momentum: 0.9,
+      dampening: 0,
+      weightDecay: 0,
+      nesterov: false,
+      firstStep: true,
+      gradScale: 1,
+    };
+    expect(() => sgdStep(half, p, p, sgdHyper)).toThrow(
+      '[sgdStep] parameter must be f32 or f64 (dtypes f16)',
+    );
+    expect(() => sgdStep(p, p, half, sgdHyper)).toThrow(DTypeError);
     expect(() => adamStep(p, p, p, p, { ...hyper, step: 0 })).toThrow(
       '[adamStep] step 0 must be an integer >= 1',
     );

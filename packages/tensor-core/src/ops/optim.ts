@@ -52,7 +52,10 @@ export function adamStep(
   );
 }
 
-/** One fused SGD (momentum, dampening, Nesterov, weight decay) step in place. Not recorded. */
+/**
+ * One fused SGD (momentum, dampening, Nesterov, weight decay) step in place over flat buffers:
+ * param and momentumBuffer are f32 (f64 on the CPU), grad any float dtype. Not recorded.
+ */
 export function sgdStep(
   param: Tensor,
   grad: Tensor,
@@ -60,9 +63,9 @@ export function sgdStep(
   hyper: SgdHyper,
 ): void {
   const backend = backendOf('sgdStep', [param, grad, momentumBuffer]);
-  requireFloat('sgdStep', param);
+  requireDType('sgdStep', param, ['f32', 'f64'], 'parameter');
   requireFloat('sgdStep', grad);
-  if (momentumBuffer) requireFloat('sgdStep', momentumBuffer);
+  if (momentumBuffer) requireDType('sgdStep', momentumBuffer, ['f32', 'f64'], 'momentum buffer');
   requireSameSize('sgdStep', [param, grad, momentumBuffer]);
   requireHyper('sgdStep', hyper);
   if (hyper.momentum !== 0 && momentumBuffer === null) {

@@ -84,6 +84,18 @@ function operand(v: KernelTensor | number): BroadcastOperand {
   return typeof v === 'number' ? v : denseShaped(v);
 }
 
+/** The fused optimizer kernels read and write their state as f32 words. */
+function requireF32State(op: string, state: readonly KernelTensor[]): void {
+  const other = state.find((t) => t.dtype !== 'f32');
+  if (other) {
+    throw new DTypeError(
+      op,
+      [other.dtype],
+      'the WebGPU optimizer kernels update f32 parameters and state (keep an f32 master copy)',
+    );
+  }
+}
+
 /** f32 values in `dtype`'s storage format, rounded as the CPU backend's stores round them. */
 function hostArrayFromF32(values: Float32Array, dtype: DType): HostArray {
   if (dtype === 'f32') return values;
@@ -278,9 +290,13 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   }
 
   /**
-   * Enqueue a launch. Read-only operands that live in a buffer the launch also writes are copied
-   * to a temporary first: WebGPU forbids a buffer bound as writable storage from being bound again
-   * in the same dispatch, and views of one flat buffer (FSDP) would otherwise hit that.
+   * Enqueue a launch. WebGPU forbids a buffer bound as writable storage from being bound again in
+   * the same dispatch, as read-only storage or as another writable binding (Dawn rejects aliasing
+   * writable bindings whose ranges overlap, and a binding here is the whole buffer). Views of one
+   * flat buffer (FSDP's flat parameters, an optimizer's state) would hit both, so: a read-only
+   * operand in a buffer the launch also writes is copied to a temporary first; a second writable
+   * operand in one buffer runs on a temporary copy of its range, copied back into its view after
+   * the kernel by an element-wise copy (which keeps neighbouring 16-bit halves).
    */
   private run(launch: Launch): void {
     this.assertLive(launch.program.name);
@@ -289,10 +305,15 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const writable = new Set(
       launch.bindings.filter((b) => b.writable).map((b) => b.storage.buffer),
     );
+    const boundWritable = new Set<unknown>();
     const temps: RawStorage[] = [];
-    const buffers: GPUBuffer[] = [];
+    const copyBacks: Launch[] = [];
     const bindings = launch.bindings.map((b) => {
-      if (b.writable || !writable.has(b.storage.buffer)) return b;
+      if (b.writable && !boundWritable.has(b.storage.buffer)) {
+        boundWritable.add(b.storage.buffer);
+        return b;
+      }
+      if (!b.writable && !writable.has(b.storage.buffer)) return b;
       // Same byte positions in the temporary, so the operand's offset (in the params) still holds.
       const bpe = bytesPerElement(b.dtype);
       const start = Math.floor((b.offset * bpe) / 4) * 4;
@@ -306,10 +327,15 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
         start,
         end - start,
       );
+      if (b.writable) {
+        const view = { offset: b.offset, dtype: b.dtype, size: b.extent };
+        copyBacks.push(copyLaunch({ ...view, storage: tmp }, { ...view, storage: b.storage }));
+      }
       return { ...b, storage: tmp };
     });
-    for (const b of bindings) buffers.push(b.storage.buffer as GPUBuffer);
+    const buffers = bindings.map((b) => b.storage.buffer as GPUBuffer);
     this.queue.launch(launch, buffers);
+    for (const c of copyBacks) this.run(c);
     for (const t of temps) this.release(t);
   }
 
@@ -503,6 +529,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     expAvgSq: KernelTensor,
     h: AdamHyper,
   ): void {
+    requireF32State('adam', [param, expAvg, expAvgSq]);
     this.run(
       adamLaunch(dense(param), dense(grad), dense(expAvg), dense(expAvgSq), {
         lr: h.lr,
@@ -524,6 +551,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     momentumBuffer: KernelTensor | null,
     h: SgdHyper,
   ): void {
+    requireF32State('sgd', momentumBuffer ? [param, momentumBuffer] : [param]);
     const buffer = h.momentum !== 0 && momentumBuffer ? dense(momentumBuffer) : null;
     this.run(sgdLaunch(dense(param), dense(grad), buffer, h));
   }
