@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import type { DType, HostArray } from './dtype.js';
 import { BackendError, DTypeError, FreedTensorError, ShapeError } from './errors.js';
 import { createCpuBackend } from './runtime.js';
 import { keep, tidy } from './scope.js';
 import { Storage, Tensor } from './tensor.js';
+import { describeBackends } from './testing/index.js';
 
 describe('Tensor storage and views', () => {
   it('views share storage at an element offset, like a flat parameter', async () => {
@@ -175,5 +177,54 @@ describe('tidy', () => {
       expect(fromInner.isFreed).toBe(false);
     });
     expect(fromInner?.isFreed).toBe(true);
+  });
+});
+
+describeBackends('to() between backends', (ctx) => {
+  /** Raw elements of a dtype, bit patterns chosen to catch any conversion on the way. */
+  function rawData(dtype: DType): HostArray {
+    switch (dtype) {
+      case 'f32':
+        // Signed zero, a subnormal, a NaN with a payload, infinity, an ordinary value.
+        return new Float32Array(
+          Uint32Array.from([
+            0x80000000, 0x00000001, 0x7fc00123, 0xff800000, 0x3f9e0419, 0x7f7fffff, 5,
+          ]).buffer,
+        );
+      case 'f64':
+        return Float64Array.from([-0, 5e-324, Number.NaN, -Infinity, 0.1, 1e308, 3]);
+      case 'i32':
+        return Int32Array.from([-2147483648, 2147483647, -1, 0, 1, 123456789, 7]);
+      default:
+        return Uint16Array.from([0x8000, 0x0001, 0x7e01, 0xfc00, 0x3555, 0x7bff, 0x7f80]);
+    }
+  }
+
+  const bytes = (a: HostArray) => [...new Uint8Array(a.buffer, a.byteOffset, a.byteLength)];
+
+  it('moves every dtype from the CPU and back bit for bit, from views at odd offsets', async () => {
+    const cpu = createCpuBackend();
+    for (const dtype of [...ctx.floatDTypes, 'i32'] as const) {
+      const raw = rawData(dtype);
+      const onCpu = Tensor.empty(cpu, [raw.length], dtype).write(raw);
+      const there = await onCpu.to(ctx.backend);
+      expect(there.backend).toBe(ctx.backend);
+      expect(there.dtype).toBe(dtype);
+      expect(there.shape).toEqual([raw.length]);
+      expect(bytes(await there.readRaw()), `${dtype} cpu -> ${ctx.kind}`).toEqual(bytes(raw));
+      const back = await there.to(cpu);
+      expect(back.backend).toBe(cpu);
+      expect(bytes(await back.readRaw()), `${dtype} ${ctx.kind} -> cpu`).toEqual(bytes(raw));
+      // A view at an odd element offset on this backend, and into a view on the CPU.
+      const flat = Tensor.empty(ctx.backend, [raw.length + 4], dtype);
+      const view = flat.view([raw.length], 3).write(raw);
+      const fromView = await view.to(cpu);
+      expect(bytes(await fromView.readRaw()), `${dtype} view -> cpu`).toEqual(bytes(raw));
+      expect(fromView.offset).toBe(0);
+      const cpuFlat = Tensor.empty(cpu, [raw.length + 2], dtype);
+      const cpuView = cpuFlat.view([raw.length], 1).write(raw);
+      expect(bytes(await (await cpuView.to(ctx.backend)).readRaw())).toEqual(bytes(raw));
+    }
+    cpu.dispose();
   });
 });
