@@ -1,9 +1,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ArgumentError } from '../errors.js';
 import { Tensor } from '../tensor.js';
-import { describeBackends } from '../testing/index.js';
+import { describeBackends, webGpuTestsEnabled } from '../testing/index.js';
 import { createBackend } from './create.js';
-import { webGpuLikelyAvailable } from './webgpu/gpu-runtime.js';
 
 describe('createBackend', () => {
   afterEach(() => {
@@ -33,7 +32,7 @@ describe('createBackend', () => {
     );
   });
 
-  it.runIf(webGpuLikelyAvailable())(
+  it.runIf(webGpuTestsEnabled())(
     'creates WebGPU for WEBSHARD_BACKEND=webgpu, kind webgpu and auto where an adapter exists',
     async () => {
       vi.stubEnv('WEBSHARD_BACKEND', 'webgpu');

@@ -1,12 +1,50 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import type { Backend, BackendKind } from '../backend/backend.js';
+import { moduleLocation, webGpuUnavailableReason } from '../backend/webgpu/gpu-runtime.js';
 import { createWebGpuBackend } from '../backend/webgpu/webgpu-backend.js';
-import { webGpuLikelyAvailable } from '../backend/webgpu/gpu-runtime.js';
+import { BackendError } from '../errors.js';
 import { createCpuBackend } from '../runtime.js';
+
+/**
+ * [Note: requiring WebGPU in tests]
+ * Where no adapter is likely (no `webgpu` package, no Vulkan driver, no SwiftShader), the WebGPU
+ * suites are skipped, so a laptop without Vulkan still runs the CPU suites. CI must not pass by
+ * skipping: with `WEBSHARD_REQUIRE_WEBGPU=1` the check throws instead, and the test file fails at
+ * collection with the reason. The check imports node:fs statically (this entry is for Node test
+ * runners; vitest is imported too), so it works on every Node 20, where the library's own
+ * `webGpuLikelyAvailable` needs `process.getBuiltinModule` (Node >= 20.16) under ESM.
+ */
+export function webGpuTestsEnabled(): boolean {
+  const reason = webGpuUnavailableReason({
+    existsSync,
+    readdirSync: (path) => readdirSync(path),
+    webgpuResolves: () => {
+      try {
+        createRequire(moduleLocation()).resolve('webgpu');
+        return true;
+      } catch {
+        return false;
+      }
+    },
+  });
+  if (reason === undefined) return true;
+  if (process.env.WEBSHARD_REQUIRE_WEBGPU === '1') {
+    throw new BackendError(
+      'describeBackends',
+      `WEBSHARD_REQUIRE_WEBGPU=1, but WebGPU cannot run here: ${reason}`,
+    );
+  }
+  return false;
+}
 
 /** How the cross-backend tests create one backend kind. */
 export interface BackendFactory {
   readonly kind: BackendKind;
-  /** Whether this machine can run it (checked once, synchronously, when suites are declared). */
+  /**
+   * Whether this machine can run it (checked synchronously when suites are declared). May throw
+   * where the kind is required (see [Note: requiring WebGPU in tests]).
+   */
   available(): boolean;
   /** Create the backend (once per test file; it is shared by that file's suites). */
   create(): Backend | Promise<Backend>;
@@ -16,9 +54,10 @@ export interface BackendFactory {
  * [Note: backend registration point]
  * The backends `describeBackends` runs every suite on, in order. The CPU backend always runs.
  * The WebGPU backend adds its entry here (and nowhere else): `{ kind: 'webgpu', available, create }`.
- * `WEBSHARD_BACKENDS=cpu,webgpu` limits a run to the listed kinds.
+ * `WEBSHARD_BACKENDS=cpu,webgpu` limits a run to the listed kinds (a kind left out is not
+ * checked, so `WEBSHARD_BACKENDS=cpu` with `WEBSHARD_REQUIRE_WEBGPU=1` runs the CPU only).
  */
 export const backendFactories: readonly BackendFactory[] = [
   { kind: 'cpu', available: () => true, create: () => createCpuBackend() },
-  { kind: 'webgpu', available: webGpuLikelyAvailable, create: () => createWebGpuBackend() },
+  { kind: 'webgpu', available: webGpuTestsEnabled, create: () => createWebGpuBackend() },
 ];

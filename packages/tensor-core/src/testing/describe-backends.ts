@@ -27,7 +27,9 @@ function selectedFactories(): BackendFactory[] {
 }
 
 /**
- * Declare `suite` once per available backend, as `describe('<title> [<kind>]')`. The backend is
+ * Declare `suite` once per available backend, as `describe('<title> [<kind>]')`. WebGPU suites are
+ * skipped where no adapter is likely, or throw with the reason under `WEBSHARD_REQUIRE_WEBGPU=1`
+ * (see [Note: requiring WebGPU in tests]). The backend is
  * created once per test file and kind (before the suite's tests) and shared by its suites; a suite
  * that changes backend-wide state (a memory limit) should create its own backend.
  */

@@ -1,4 +1,4 @@
-export { backendFactories } from './backends.js';
+export { backendFactories, webGpuTestsEnabled } from './backends.js';
 export type { BackendFactory } from './backends.js';
 export { describeBackends } from './describe-backends.js';
 export type { BackendContext } from './describe-backends.js';

@@ -178,29 +178,90 @@ export const BufferUsage = {
 
 export const MapMode = { READ: 0x0001 } as const;
 
+/** What the synchronous WebGPU availability check reads from Node (fs and module resolution). */
+export interface AvailabilityProbe {
+  existsSync(path: string): boolean;
+  readdirSync(path: string): string[];
+  /** Whether the optional `webgpu` package resolves from tensor-core. */
+  webgpuResolves(): boolean;
+}
+
 /**
- * A quick synchronous guess whether `createWebGpuBackend` can succeed here: in browsers, whether
- * `navigator.gpu` exists; in Node, whether the `webgpu` package resolves and a Vulkan driver
- * manifest or a SwiftShader ICD is installed (or `VK_ICD_FILENAMES` is set). Test suites use it to
- * decide whether to run on WebGPU.
+ * Why `createWebGpuBackend` would fail here, by a quick synchronous look, or undefined when it
+ * likely succeeds: in browsers, whether `navigator.gpu` exists; in Node (through `probe`), whether
+ * the `webgpu` package resolves and a Vulkan driver manifest or a SwiftShader ICD is installed (or
+ * `VK_ICD_FILENAMES` names an existing file). It does not load Vulkan, so a missing libvulkan
+ * still fails at creation.
+ */
+export function webGpuUnavailableReason(probe: AvailabilityProbe | undefined): string | undefined {
+  const isNode = typeof process !== 'undefined' && process.versions?.node !== undefined;
+  if (!isNode) {
+    const gpu = (globalThis as { navigator?: { gpu?: unknown } }).navigator?.gpu;
+    return gpu !== undefined ? undefined : 'this browser does not expose navigator.gpu';
+  }
+  if (probe === undefined) {
+    return `Node ${process.versions.node} gives no synchronous access to node:fs here (process.getBuiltinModule needs Node >= 20.16; use @webshard/tensor-core/testing's check)`;
+  }
+  if (!probe.webgpuResolves()) {
+    return "the optional dependency 'webgpu' is not installed (npm install webgpu)";
+  }
+  const userIcd = process.env.VK_ICD_FILENAMES;
+  if (userIcd !== undefined) {
+    return probe.existsSync(userIcd) ? undefined : `VK_ICD_FILENAMES=${userIcd} does not exist`;
+  }
+  const driver = DRIVER_ICD_DIRS.some(
+    (dir) => probe.existsSync(dir) && probe.readdirSync(dir).some((e) => e.endsWith('.json')),
+  );
+  if (driver) return undefined;
+  if (envFlag('WEBSHARD_NO_SWIFTSHADER')) {
+    return `no Vulkan driver manifest in ${DRIVER_ICD_DIRS.join(' or ')}, and WEBSHARD_NO_SWIFTSHADER=1`;
+  }
+  if (SWIFTSHADER_ICD_PATHS.some((p) => probe.existsSync(p))) return undefined;
+  return `no Vulkan driver manifest in ${DRIVER_ICD_DIRS.join(' or ')} and no SwiftShader ICD at ${SWIFTSHADER_ICD_PATHS.join(', ')}. ${INSTALL_HINT}`;
+}
+
+/** Where module resolution starts from: this file, in the ESM build, the CJS build and tests. */
+export function moduleLocation(): string {
+  return typeof __filename === 'string' ? __filename : import.meta.url;
+}
+
+/**
+ * Node's builtins without a static import (this module also runs in browsers):
+ * `process.getBuiltinModule` (Node >= 20.16), else a CommonJS `require` in scope (the CJS build).
+ * ESM on an older Node 20 has neither.
+ */
+function nodeBuiltins(): ((id: string) => unknown) | undefined {
+  const getBuiltin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
+  if (getBuiltin) return (id) => getBuiltin(id);
+  if (typeof require === 'function') return (id) => require(id) as unknown;
+  return undefined;
+}
+
+/**
+ * A quick synchronous guess whether `createWebGpuBackend` can succeed here (see
+ * `webGpuUnavailableReason`). In Node it needs synchronous access to node:fs: Node >= 20.16, or
+ * the CJS build; under ESM on an older Node 20 it answers false. Tests decide with the testing
+ * entry's check instead, which imports node:fs statically and works on every Node 20.
  */
 export function webGpuLikelyAvailable(): boolean {
   const isNode = typeof process !== 'undefined' && process.versions?.node !== undefined;
-  if (!isNode)
-    return (globalThis as { navigator?: { gpu?: unknown } }).navigator?.gpu !== undefined;
-  const getBuiltin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
-  if (!getBuiltin) return false;
-  const fs = getBuiltin('node:fs') as typeof import('node:fs');
-  const nodeModule = getBuiltin('node:module') as typeof import('node:module');
-  try {
-    nodeModule.createRequire(import.meta.url).resolve('webgpu');
-  } catch {
-    return false;
-  }
-  if (process.env.VK_ICD_FILENAMES !== undefined)
-    return fs.existsSync(process.env.VK_ICD_FILENAMES);
-  const driver = DRIVER_ICD_DIRS.some(
-    (dir) => fs.existsSync(dir) && fs.readdirSync(dir).some((e) => e.endsWith('.json')),
+  if (!isNode) return webGpuUnavailableReason(undefined) === undefined;
+  const load = nodeBuiltins();
+  if (load === undefined) return false;
+  const fs = load('node:fs') as typeof import('node:fs');
+  const nodeModule = load('node:module') as typeof import('node:module');
+  return (
+    webGpuUnavailableReason({
+      existsSync: (path) => fs.existsSync(path),
+      readdirSync: (path) => fs.readdirSync(path),
+      webgpuResolves: () => {
+        try {
+          nodeModule.createRequire(moduleLocation()).resolve('webgpu');
+          return true;
+        } catch {
+          return false;
+        }
+      },
+    }) === undefined
   );
-  return driver || SWIFTSHADER_ICD_PATHS.some((p) => fs.existsSync(p));
 }

@@ -6,21 +6,24 @@ import { f32ToBf16Bits, f32ToF16Bits } from '../../dtype-convert.js';
 import { DTypeError, IndexError, OutOfMemoryError } from '../../errors.js';
 import { philoxUniform } from '../../random/philox.js';
 import { createCpuBackend } from '../../runtime.js';
+import { webGpuTestsEnabled } from '../../testing/backends.js';
 import type { Backend, KernelTensor } from '../backend.js';
 import { createWebGpuBackend, type WebGpuBackend } from './webgpu-backend.js';
 
 // One device per file: SwiftShader pipeline compiles take up to 3 s each.
+const enabled = webGpuTestsEnabled();
 let gpu: WebGpuBackend;
 let shared: WebGpuBackend;
 const cpu = createCpuBackend();
 
 beforeAll(async () => {
+  if (!enabled) return;
   gpu = await createWebGpuBackend();
   shared = await createWebGpuBackend({ matmulKernel: 'sharedMemory' });
 });
 afterAll(() => {
-  gpu.dispose();
-  shared.dispose();
+  gpu?.dispose();
+  shared?.dispose();
 });
 
 function make(backend: Backend, shape: number[], dtype: DType = 'f32', offset = 0): KernelTensor {
@@ -68,7 +71,7 @@ const EDGES = Float32Array.from(
   ].map((v) => v),
 );
 
-describe('WebGpuBackend', () => {
+describe.runIf(enabled)('WebGpuBackend', () => {
   it('casts f32 to f16 and bf16 bit-identically to dtype-convert on edge values', async () => {
     const src = make(gpu, [EDGES.length]);
     gpu.write(src, EDGES);
