@@ -1,14 +1,18 @@
 /**
  * tensor-core benchmarks: f32 matmul GFLOP/s on WebGPU beside tfjs-backend-webgpu on the same
  * adapter in the same run (tfjs gets `navigator.gpu` from the backend's own `webgpu` instance), the
- * CPU backend, and host <-> device transfer GB/s for 64 MiB. Run: `pnpm --filter @webshard/tensor-core bench`.
+ * CPU backend at the same sizes, and host <-> device transfer GB/s for 64 MiB. Where no WebGPU
+ * adapter exists, the WebGPU, tfjs and transfer rows are skipped with a message and the CPU rows
+ * still run. Run: `pnpm --filter @webshard/tensor-core bench`.
  */
 import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
-import { createWebGpuBackend } from '../src/backend/webgpu/webgpu-backend.js';
+import { createWebGpuBackend, type WebGpuBackend } from '../src/backend/webgpu/webgpu-backend.js';
+import { NoAdapterError } from '../src/errors.js';
+import { createCpuBackend } from '../src/runtime.js';
 
 const SIZES = [256, 512, 1024];
-const CPU_SIZES = [256, 512];
+const CPU_SIZES = [256, 512, 1024];
 
 function tensor(backend: Backend, shape: number[]): KernelTensor {
   const n = shape.reduce((a, b) => a * b, 1);
@@ -41,22 +45,39 @@ async function matmulMs(backend: Backend, n: number): Promise<number> {
 const gflops = (n: number, ms: number) => (2 * n * n * n) / (ms * 1e6);
 
 const rows: BenchRow[] = [];
-const gpu = await createWebGpuBackend();
-console.log(`${gpu.description}, matmul kernel ${gpu.matmulKernel}`);
 
-// tfjs-backend-webgpu on the same `webgpu` instance (it needs the GPU* globals and navigator.gpu).
-const webgpuModule = (await import('webgpu')) as unknown as { globals: object };
-Object.assign(globalThis, webgpuModule.globals);
-Object.defineProperty(globalThis, 'navigator', {
-  value: { gpu: gpu.gpu, userAgent: 'node' },
-  configurable: true,
-});
-const tf = await import('@tensorflow/tfjs-core');
-await import('@tensorflow/tfjs-backend-webgpu');
-await tf.setBackend('webgpu');
-await tf.ready();
+async function webGpuOrSkip(): Promise<WebGpuBackend | undefined> {
+  try {
+    return await createWebGpuBackend();
+  } catch (error) {
+    if (!NoAdapterError.isInstance(error)) throw error;
+    console.log(
+      `skipping the WebGPU rows (webgpu matmul, tfjs-backend-webgpu, transfers): ${(error as Error).message}`,
+    );
+    return undefined;
+  }
+}
 
-async function tfjsMs(n: number): Promise<number> {
+const gpu = await webGpuOrSkip();
+type Tfjs = typeof import('@tensorflow/tfjs-core');
+let tf: Tfjs | undefined;
+
+if (gpu) {
+  console.log(`${gpu.description}, matmul kernel ${gpu.matmulKernel}`);
+  // tfjs-backend-webgpu on the same `webgpu` instance (it needs the GPU* globals and navigator.gpu).
+  const webgpuModule = (await import('webgpu')) as unknown as { globals: object };
+  Object.assign(globalThis, webgpuModule.globals);
+  Object.defineProperty(globalThis, 'navigator', {
+    value: { gpu: gpu.gpu, userAgent: 'node' },
+    configurable: true,
+  });
+  tf = await import('@tensorflow/tfjs-core');
+  await import('@tensorflow/tfjs-backend-webgpu');
+  await tf.setBackend('webgpu');
+  await tf.ready();
+}
+
+async function tfjsMs(tf: Tfjs, n: number): Promise<number> {
   const a = tf.tensor2d(randomData(n * n), [n, n]);
   const b = tf.tensor2d(randomData(n * n), [n, n]);
   const ms = await timeMedian(
@@ -72,69 +93,67 @@ async function tfjsMs(n: number): Promise<number> {
   return ms;
 }
 
-for (const n of SIZES) {
-  const ours = gflops(n, await matmulMs(gpu, n));
-  const peer = gflops(n, await tfjsMs(n));
-  console.log(
-    `matmul n=${n}: webgpu ${ours.toFixed(2)} GFLOP/s, tfjs-backend-webgpu ${peer.toFixed(2)}`,
-  );
-  rows.push({
-    name: `matmul f32 n=${n} (webgpu)`,
-    metric: 'throughput',
-    value: ours,
-    unit: 'GFLOP/s',
-    peer: 'tfjs-backend-webgpu 4.22',
-    peerValue: peer,
-  });
-}
-
-// The CPU backend, where it exists in this checkout.
-const runtimePath = '../src/runtime.js';
-const runtime = (await import(runtimePath).catch(() => undefined)) as
-  | { createCpuBackend?: () => Backend | Promise<Backend> }
-  | undefined;
-if (runtime?.createCpuBackend) {
-  const cpu = await runtime.createCpuBackend();
-  for (const n of CPU_SIZES) {
-    const value = gflops(n, await matmulMs(cpu, n));
-    console.log(`matmul n=${n}: cpu ${value.toFixed(2)} GFLOP/s`);
+if (gpu && tf) {
+  for (const n of SIZES) {
+    const ours = gflops(n, await matmulMs(gpu, n));
+    const peer = gflops(n, await tfjsMs(tf, n));
+    console.log(
+      `matmul n=${n}: webgpu ${ours.toFixed(2)} GFLOP/s, tfjs-backend-webgpu ${peer.toFixed(2)}`,
+    );
     rows.push({
-      name: `matmul f32 n=${n} (cpu backend)`,
+      name: `matmul f32 n=${n} (webgpu)`,
       metric: 'throughput',
-      value,
+      value: ours,
       unit: 'GFLOP/s',
+      peer: 'tfjs-backend-webgpu 4.22',
+      peerValue: peer,
     });
   }
-  cpu.dispose();
 }
 
+// The CPU backend (plain TypeScript), at the same sizes.
+const cpu = createCpuBackend();
+for (const n of CPU_SIZES) {
+  const value = gflops(n, await matmulMs(cpu, n));
+  console.log(`matmul n=${n}: cpu ${value.toFixed(2)} GFLOP/s`);
+  rows.push({
+    name: `matmul f32 n=${n} (cpu backend)`,
+    metric: 'throughput',
+    value,
+    unit: 'GFLOP/s',
+  });
+}
+cpu.dispose();
+
 // Transfers, 64 MiB.
-const bytes = 64 << 20;
-const big = tensor(gpu, [bytes / 4]);
-const host = randomData(bytes / 4);
-const h2d = await timeMedian(
-  async () => {
-    gpu.write(big, host);
-    await gpu.sync();
-  },
-  { warmup: 1, iterations: 5 },
-);
-const d2h = await timeMedian(() => gpu.read(big), { warmup: 1, iterations: 5 });
-rows.push({
-  name: 'host to device 64 MiB (write + sync)',
-  metric: 'bandwidth',
-  value: bytes / h2d / 1e6,
-  unit: 'GB/s',
-});
-rows.push({
-  name: 'device to host 64 MiB (read)',
-  metric: 'bandwidth',
-  value: bytes / d2h / 1e6,
-  unit: 'GB/s',
-});
-gpu.release(big.storage);
+if (gpu) {
+  const bytes = 64 << 20;
+  const big = tensor(gpu, [bytes / 4]);
+  const host = randomData(bytes / 4);
+  const h2d = await timeMedian(
+    async () => {
+      gpu.write(big, host);
+      await gpu.sync();
+    },
+    { warmup: 1, iterations: 5 },
+  );
+  const d2h = await timeMedian(() => gpu.read(big), { warmup: 1, iterations: 5 });
+  rows.push({
+    name: 'host to device 64 MiB (write + sync)',
+    metric: 'bandwidth',
+    value: bytes / h2d / 1e6,
+    unit: 'GB/s',
+  });
+  rows.push({
+    name: 'device to host 64 MiB (read)',
+    metric: 'bandwidth',
+    value: bytes / d2h / 1e6,
+    unit: 'GB/s',
+  });
+  gpu.release(big.storage);
+}
 
 writeBenchResults('tensor-core', rows);
-tf.engine().reset();
-gpu.dispose();
+tf?.engine().reset();
+gpu?.dispose();
 process.exit(0);
