@@ -105,7 +105,7 @@ export class ShmTransport implements Transport {
       });
     }
     this.abortState.on((reason) => {
-      this.mailbox.abort(reason);
+      this.failReceives(reason);
       const error = new TransportAbortedError(reason);
       for (const queue of this.outgoing) for (const frame of queue.splice(0)) frame.reject(error);
     });
@@ -163,7 +163,23 @@ export class ShmTransport implements Transport {
     const bell = this.offsets.bell(this.rank);
     Atomics.add(this.words, bell, 1);
     Atomics.notify(this.words, bell);
-    this.mailbox.abort({ kind: 'user', origin: this.rank, message: 'transport closed' });
+    this.failReceives({ kind: 'user', origin: this.rank, message: 'transport closed' });
+  }
+
+  /**
+   * Rejects every pending receive: those the mailbox holds, and the one a peer's frame was being
+   * read into (it left the mailbox when its header arrived; a peer that dies mid-frame never
+   * completes it).
+   */
+  private failReceives(reason: AbortReason): void {
+    this.mailbox.abort(reason);
+    const error = new TransportAbortedError(reason);
+    for (const state of this.incoming) {
+      state.waiting?.reject(error);
+      state.waiting = null;
+      state.target = null;
+      state.headerFill = 0;
+    }
   }
 
   private refuse(peer: number): Promise<void> | null {
