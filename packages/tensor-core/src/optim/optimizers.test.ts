@@ -153,6 +153,10 @@ describe('Adam and AdamW', () => {
     expect(() => new Adam([{ params: [p] }, { params: [p] }])).toThrow(ArgumentError);
     const half = Tensor.empty(backend, [2], 'f16');
     expect(() => new AdamW([half])).toThrow(DTypeError);
+    expect(() => new SGD([half], { lr: 0.1 })).toThrow(DTypeError);
+    expect(() => new SGD([Tensor.empty(backend, [2], 'i32')], { lr: 0.1 })).toThrow(
+      /\[SGD\] .*must be f32/,
+    );
     const opt = new Adam([p]);
     await expect(
       opt.loadStateDict({ state: {}, param_groups: [{ params: [0, 1] }] }),

@@ -1,4 +1,4 @@
-import { ArgumentError } from '../errors.js';
+import { ArgumentError, DTypeError } from '../errors.js';
 import { Tensor } from '../tensor.js';
 import {
   Optimizer,
@@ -52,6 +52,17 @@ export class SGD extends Optimizer<SgdHyperparameters, SgdState> {
     }
     if (group.nesterov && (group.momentum <= 0 || group.dampening !== 0)) {
       throw new ArgumentError('SGD', 'nesterov momentum needs a momentum and zero dampening');
+    }
+    for (const p of group.params) {
+      // The fused kernel keeps its momentum in the parameter's dtype: 16-bit state would lose the
+      // update (and the WebGPU kernel refuses it), so a 16-bit model steps on an f32 master.
+      if (p.dtype !== 'f32' && p.dtype !== 'f64') {
+        throw new DTypeError(
+          'SGD',
+          [p.dtype],
+          `parameter ${p} must be f32 (keep an f32 master, see MixedPrecision)`,
+        );
+      }
     }
   }
 
