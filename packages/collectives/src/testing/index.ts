@@ -12,7 +12,9 @@ export type {
 export {
   FAILURE_SCENARIOS,
   FAILURE_TIMEOUT_MS,
+  killsARank,
   runSuiteJob,
+  STALL_LIMIT_MS,
   SUITE_GROUP_OPTIONS,
 } from './suite.js';
 export type { SuiteTransport } from './transport-suite.js';

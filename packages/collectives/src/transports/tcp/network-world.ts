@@ -114,6 +114,9 @@ const REPORT_MARK = '@@report ';
  * Runs a suite job on `size` ranks as child processes (`node --import tsx`), joined through the
  * torchrun environment; a rank's `die()` is SIGKILL. Ranks that die report null. With
  * `relayed`, only rank 0 listens (ws): the other ranks pair up through it, as browsers would.
+ * A rank that reported stays connected until every rank has reported or died (then its stdin is
+ * closed): a survivor that left at once could otherwise be reported gone by a slower survivor in
+ * place of the rank that died.
  */
 export async function runJobInChildren(
   backend: NetworkBackend,
@@ -123,6 +126,11 @@ export async function runJobInChildren(
 ): Promise<(RankReport | null)[]> {
   const port = await freePort();
   const script = join(here, '__fixtures__', 'suite-rank.ts');
+  let settled = 0;
+  const children: ReturnType<typeof spawn>[] = [];
+  const settle = () => {
+    if (++settled === size) for (const child of children) child.stdin?.end();
+  };
   const ranks = Array.from({ length: size }, (_, rank) => {
     const child = spawn(
       process.execPath,
@@ -136,7 +144,7 @@ export async function runJobInChildren(
         relayed ? 'relayed' : 'mesh',
       ],
       {
-        stdio: ['ignore', 'pipe', 'pipe'],
+        stdio: ['pipe', 'pipe', 'pipe'],
         env: {
           ...process.env,
           RANK: String(rank),
@@ -148,16 +156,27 @@ export async function runJobInChildren(
         },
       },
     );
+    children.push(child);
+    child.stdin.on('error', () => {});
     let out = '';
     let err = '';
+    let reported = false;
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk.toString();
+      if (!reported && out.includes(REPORT_MARK)) {
+        reported = true;
+        settle();
+      }
     });
     child.stderr.on('data', (chunk: Buffer) => {
       err += chunk.toString();
     });
     return new Promise<RankReport | null>((resolve, reject) => {
       child.on('close', (code, signal) => {
+        if (!reported) {
+          reported = true;
+          settle();
+        }
         const line = out.split('\n').find((l) => l.startsWith(REPORT_MARK));
         if (line !== undefined) resolve(JSON.parse(line.slice(REPORT_MARK.length)) as RankReport);
         else if (signal === 'SIGKILL') resolve(null);

@@ -1,14 +1,16 @@
+import { killsARank } from '../../testing/suite.js';
 import { runTransportSuite } from '../../testing/transport-suite.js';
 import { runJobInChildren, runJobInProcess } from './network-world.js';
 
 // The cases and most failures run with every rank in this process (real sockets, one event
-// loop: fast); the kill scenario runs ranks as child processes so a rank can be SIGKILLed.
+// loop: fast); the kill scenarios run ranks as child processes so a rank can be SIGKILLed.
 runTransportSuite('tcp', {
   sizes: [1, 2, 3, 4],
   failureSizes: [2, 3],
+  // Child processes take seconds to start: the newer kill scenarios run at one size.
+  scenarioSizes: { 'kill-mid-ring': [3], 'kill-rank-0': [3] },
   run(size, job) {
-    if (job.kind === 'failure' && job.scenario === 'kill')
-      return runJobInChildren('tcp', size, job);
+    if (killsARank(job)) return runJobInChildren('tcp', size, job);
     return runJobInProcess('tcp', size, job);
   },
 });

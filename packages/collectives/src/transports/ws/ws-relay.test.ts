@@ -4,7 +4,7 @@ import { ProcessGroup } from '../../process-group.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { shardRange } from '../../shard.js';
-import { SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
+import { killsARank, SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
 import { runTransportSuite } from '../../testing/transport-suite.js';
 import { createNetworkWorld, runJobInChildren, runJobInProcess } from '../tcp/network-world.js';
 import { nativeChannels } from './channel.js';
@@ -18,9 +18,7 @@ runTransportSuite('ws with browser-like ranks relayed through rank 0', {
   sizes: [3, 4],
   failureSizes: [3],
   run(size, job) {
-    if (job.kind === 'failure' && job.scenario === 'kill') {
-      return runJobInChildren('ws', size, job, true);
-    }
+    if (killsARank(job)) return runJobInChildren('ws', size, job, true);
     return runJobInProcess('ws', size, job, onlyRankZeroListens);
   },
 });

@@ -1,5 +1,6 @@
 // One rank of the shared collective suite in its own process: joins through the torchrun
-// environment, runs the job given as JSON, prints its report, and dies by SIGKILL when told.
+// environment, runs the job given as JSON, prints its report, and dies by SIGKILL when told. It
+// closes once its stdin closes.
 import { ProcessGroup } from '../../../process-group.js';
 import {
   connectNetworkTransport,
@@ -15,6 +16,10 @@ const transport = await connectNetworkTransport({ backend, timeoutMs: 20_000, li
 const group = ProcessGroup.fromTransport(transport, SUITE_GROUP_OPTIONS);
 const report = await runSuiteJob(group, job, { die: () => process.kill(process.pid, 'SIGKILL') });
 process.stdout.write(`@@report ${JSON.stringify(report)}\n`);
+// Stay connected until the parent closes stdin (every rank has reported): a survivor that closed
+// at once could be seen gone by a slower survivor before the death it is meant to report.
+process.stdin.resume();
+await new Promise((resolve) => process.stdin.once('close', resolve));
 await group.close();
 await transport.close();
 process.exit(0);
