@@ -1,3 +1,4 @@
+import { ArgumentError } from '@webshard/tensor-core';
 import type { AbortReason } from '../errors.js';
 import type { Transport } from '../transport.js';
 import type { RendezvousOptions } from './env.js';
@@ -43,6 +44,19 @@ async function defaultDataHost(joined: Rendezvous): Promise<string | undefined> 
 }
 
 /**
+ * The tcp transport has no TLS: with `tls` its frames and its hello (which carries the join
+ * token) would cross the network in the clear, so the combination is refused.
+ */
+function checkTls(backend: NetworkBackend, tls: RendezvousOptions['tls']): void {
+  if (backend === 'tcp' && tls !== undefined) {
+    throw new ArgumentError(
+      'tcp',
+      "the tcp transport has no TLS (its data and join token would travel in the clear): use backend 'ws' with tls",
+    );
+  }
+}
+
+/**
  * Creates the data transport of `backend` on a rendezvous that is already joined. The transport
  * modules are loaded lazily, so a browser that asks for `ws` never loads `node:net`.
  */
@@ -51,6 +65,7 @@ export async function createNetworkTransport(
   joined: Rendezvous,
   options: Pick<NetworkTransportOptions, 'host' | 'maxMessageBytes' | 'listen'> = {},
 ): Promise<Transport> {
+  checkTls(backend, joined.options.tls);
   const host = options.host ?? (await defaultDataHost(joined));
   const common = {
     store: joined.store,
@@ -67,6 +82,7 @@ export async function createNetworkTransport(
   return WsTransport.create({
     ...common,
     ...(options.listen !== undefined ? { listen: options.listen } : {}),
+    ...(joined.options.tls !== undefined ? { tls: joined.options.tls } : {}),
   });
 }
 
@@ -78,6 +94,7 @@ export async function connectNetworkTransport(
   options: NetworkTransportOptions,
 ): Promise<Transport> {
   const { backend, host, maxMessageBytes, listen, ...rest } = options;
+  checkTls(backend, rest.tls);
   const joined = await rendezvous(rest);
   let transport: Transport;
   try {

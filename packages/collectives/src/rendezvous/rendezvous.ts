@@ -1,3 +1,4 @@
+import { ArgumentError } from '@webshard/tensor-core';
 import { type RendezvousOptions, resolveRendezvousOptions, storeBindAddress } from './env.js';
 import { StoreClient, type WebSocketConstructor } from './store-client.js';
 import type { StoreServer } from './store-server.js';
@@ -21,8 +22,11 @@ export async function rendezvous(
   let server: StoreServer | undefined;
   let port = options.masterPort;
   if (options.rank === 0) {
-    const { StoreServer: Server } = await import('./store-server.js');
     const tls = options.tls;
+    if (tls !== undefined && (tls.cert === undefined || tls.key === undefined)) {
+      throw new ArgumentError('rendezvous', 'rank 0 hosts the store: tls needs cert and key there');
+    }
+    const { StoreServer: Server } = await import('./store-server.js');
     server = new Server({
       port: options.masterPort,
       host: storeBindAddress(options),

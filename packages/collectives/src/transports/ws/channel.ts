@@ -1,3 +1,8 @@
+import type { RendezvousOptions } from '../../rendezvous/env.js';
+
+/** TLS material of the `ws` transport: the rendezvous' `tls` option (PEM strings or buffers). */
+export type WsTlsOptions = NonNullable<RendezvousOptions['tls']>;
+
 /**
  * A message channel to one peer: what the `ws` transport needs from a WebSocket, with one
  * implementation over the browser's native `WebSocket` here (browser-safe) and one over the `ws`

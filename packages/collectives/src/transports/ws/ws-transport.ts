@@ -3,7 +3,13 @@ import { RendezvousError } from '../../rendezvous/errors.js';
 import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
 import { AbortState, type Transport } from '../../transport.js';
-import { type Channel, type ChannelFactory, type Listener, nativeChannels } from './channel.js';
+import {
+  type Channel,
+  type ChannelFactory,
+  type Listener,
+  nativeChannels,
+  type WsTlsOptions,
+} from './channel.js';
 import {
   decodeHello,
   encodeFrame,
@@ -36,6 +42,11 @@ export interface WsTransportOptions {
   prefix?: string;
   /** Deadline for connecting to every peer (default: the store's timeout). */
   timeoutMs?: number;
+  /**
+   * Node: listen on `wss://` with `cert` and `key`, dial only `wss://` peers, trust `ca` (see
+   * [Note: ws over TLS]). Browsers dial the `wss://` URLs with their own trust store.
+   */
+  tls?: WsTlsOptions;
   /** Overrides how channels are made (tests; custom WebSocket implementations). */
   channels?: ChannelFactory;
 }
@@ -67,10 +78,21 @@ function isNode(): boolean {
   return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
 }
 
-async function defaultChannels(): Promise<ChannelFactory> {
+/**
+ * [Note: ws over TLS]
+ * With `tls` (the rendezvous' option, so `initProcessGroup({ backend: 'ws', tls })` covers the
+ * store and the data connections alike), every Node rank serves its listener over HTTPS and
+ * advertises a `wss://` URL; the certificate must be valid for the address the rank advertises
+ * (`host` / `WEBSHARD_HOST_ADDR`, 127.0.0.1 on one machine) and signed by a CA every rank trusts
+ * (`tls.ca`, else Node's default CAs). A rank with `tls` dials only `wss://` URLs: a peer started
+ * without TLS is refused before the hello, so the join token never crosses the network in the
+ * clear. The token check, frames and relaying are the same as without TLS; TLS costs a handshake
+ * per pair and encryption on the data path (the tcp transport has no TLS).
+ */
+async function defaultChannels(tls: WsTlsOptions | undefined): Promise<ChannelFactory> {
   if (isNode()) {
     const { nodeChannels } = await import('./ws-node.js');
-    return nodeChannels();
+    return nodeChannels(tls);
   }
   const native = (globalThis as { WebSocket?: unknown }).WebSocket;
   return nativeChannels(native as Parameters<typeof nativeChannels>[0]);
@@ -255,7 +277,7 @@ export class WsTransport implements Transport {
     const { store } = this.options;
     const prefix = this.options.prefix ?? 'ws';
     const timeoutMs = this.options.timeoutMs ?? store.timeoutMs;
-    const channels = this.options.channels ?? (await defaultChannels());
+    const channels = this.options.channels ?? (await defaultChannels(this.options.tls));
     this.channels = channels;
     const canListen = (this.options.listen ?? isNode()) && channels.listen !== undefined;
     if (canListen) {
