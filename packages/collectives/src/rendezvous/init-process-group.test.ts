@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { freePort } from '../launcher/launcher.js';
 import { RendezvousError } from './errors.js';
 import { initProcessGroup } from './init-process-group.js';
+import { rendezvous } from './rendezvous.js';
 
 describe('initProcessGroup', () => {
   for (const backend of ['tcp', 'ws'] as const) {
@@ -56,6 +57,33 @@ describe('initProcessGroup', () => {
     expect(data.map((d) => d[0])).toEqual([11, 11]);
     await Promise.all(groups.map((g) => g.close()));
   });
+
+  for (const backend of ['tcp', 'ws'] as const) {
+    it(`refuses a ${backend} rank that joins with no token, saying so`, async () => {
+      const masterPort = await freePort();
+      const host = await rendezvous({ rank: 0, worldSize: 2, masterPort, token: 'right' });
+      const saved = process.env.WEBSHARD_TOKEN;
+      delete process.env.WEBSHARD_TOKEN;
+      try {
+        const intruder = await initProcessGroup({
+          backend,
+          rank: 1,
+          worldSize: 2,
+          masterPort,
+          timeoutMs: 2000,
+        }).catch((e: unknown) => e);
+        expect(intruder).toBeInstanceOf(RendezvousError);
+        expect((intruder as RendezvousError).code).toBe('E_AUTH');
+        expect((intruder as Error).message).toBe(
+          `[rendezvous] rank 1: join refused by ws://127.0.0.1:${masterPort}: [hello] rank 1: no join token given, and this store requires one (token option or WEBSHARD_TOKEN)`,
+        );
+        expect(host.store.rank).toBe(0);
+      } finally {
+        if (saved !== undefined) process.env.WEBSHARD_TOKEN = saved;
+        await host.close();
+      }
+    });
+  }
 
   it('refuses a rank with the wrong token', async () => {
     const masterPort = await freePort();

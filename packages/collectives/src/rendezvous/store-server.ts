@@ -179,7 +179,11 @@ export class StoreServer {
   private checkHello(request: StoreRequest): string | undefined {
     if (request.op !== 'hello') return 'the first message must be hello';
     const given = digest(request.token);
-    if (!timingSafeEqual(given, this.tokenDigest)) return 'wrong token';
+    if (!timingSafeEqual(given, this.tokenDigest)) {
+      return request.token === ''
+        ? 'no join token given, and this store requires one (token option or WEBSHARD_TOKEN)'
+        : 'wrong token';
+    }
     if (request.worldSize !== this.options.worldSize) {
       return `world size ${request.worldSize} does not match the store's ${this.options.worldSize}`;
     }

@@ -192,13 +192,14 @@ describe('tcp transport under hostile input', () => {
     }
   });
 
-  it('drops unauthenticated connections (wrong token, random bytes) and keeps working', async () => {
+  it('drops unauthenticated connections (wrong or no token, random bytes) and keeps working', async () => {
     const world = await createNetworkWorld('tcp', 2, TOKEN);
     cleanups.push(() => world.close());
     const [t0, t1] = world.transports as [TcpTransport, TcpTransport];
     const { port } = JSON.parse(await world.stores[0]!.get('tcp/addr/0')) as { port: number };
     const attempts: Uint8Array[] = [
       encodeFrame({ kind: FrameKind.hello, tag: 0, seq: 0, sender: 1 }, encodeHello(1, 2, 'wrong')),
+      encodeFrame({ kind: FrameKind.hello, tag: 0, seq: 0, sender: 1 }, encodeHello(1, 2, '')),
       encodeFrame({ kind: FrameKind.hello, tag: 0, seq: 0, sender: 1 }, encodeHello(7, 2, TOKEN)),
       header({ kind: FrameKind.data }),
     ];

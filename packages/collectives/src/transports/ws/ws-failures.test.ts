@@ -137,13 +137,14 @@ describe('ws transport under hostile input', () => {
     }
   });
 
-  it('drops connections with a wrong token or garbage and keeps working', async () => {
+  it('drops connections with a wrong or no token or garbage and keeps working', async () => {
     const world = await createNetworkWorld('ws', 2, TOKEN);
     cleanups.push(() => world.close());
     const [t0, t1] = world.transports as [WsTransport, WsTransport];
     const url = JSON.parse(await world.stores[0]!.get('ws/url/0')) as string;
     const attempts: (Uint8Array | string)[] = [
       hello(1, 'wrong'),
+      hello(1, ''),
       hello(5, TOKEN),
       'text',
       header({}),
