@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
@@ -166,8 +168,56 @@ describe('launch with initProcessGroup', () => {
 });
 
 describe('webshard-run', () => {
+  const cli = join(here, '..', 'cli', 'webshard-run.ts');
+
+  it('stops the other ranks when one exits non-zero and exits with its code', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'webshard-run-'));
+    try {
+      const child = spawn(
+        process.execPath,
+        [
+          '--conditions=@webshard/source',
+          '--import',
+          'tsx',
+          cli,
+          '--nproc-per-node',
+          '3',
+          '--grace-ms',
+          '10000',
+          fixture('fail-when-peers-ready.mjs'),
+          dir,
+        ],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let out = '';
+      let errors = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString();
+      });
+      child.stderr.on('data', (chunk: Buffer) => {
+        errors += chunk.toString();
+      });
+      const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+      expect(code, errors).toBe(7);
+      expect(errors).toContain(
+        '[webshard-run] rank 1 failed with exit code 7; stopped the other ranks',
+      );
+      // The others got SIGTERM (well within the grace period) and are gone.
+      expect(out.trim().split('\n').sort()).toEqual([
+        '[rank 0] got SIGTERM',
+        '[rank 1] failing',
+        '[rank 2] got SIGTERM',
+      ]);
+      for (const rank of [0, 2]) {
+        const pid = Number(readFileSync(join(dir, `ready-${rank}`), 'utf8'));
+        expect(() => process.kill(pid, 0), `rank ${rank} (pid ${pid})`).toThrow(/ESRCH/);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('forwards SIGTERM to the ranks and exits 143', async () => {
-    const cli = join(here, '..', 'cli', 'webshard-run.ts');
     const child = spawn(
       process.execPath,
       [
