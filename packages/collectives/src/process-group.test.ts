@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { createLocalGroups } from './transports/local/local-transport.js';
+import { CollectiveTimeoutError, GroupAbortedError } from './errors.js';
+import { ProcessGroup } from './process-group.js';
+import type { Transport } from './transport.js';
+import { createLocalGroups, createLocalTransports } from './transports/local/local-transport.js';
 
 describe('ProcessGroup tags', () => {
   it('gives sub-groups unsigned 32-bit tags, as the transport contract says', () => {
@@ -58,6 +61,41 @@ describe('ProcessGroup reduceScatter', () => {
     );
     expect(Array.from(outputs[0]!)).toEqual(Array.from(expected[0]!));
     expect(Array.from(outputs[1]!)).toEqual(Array.from(expected[1]!));
+    await Promise.all(groups.map((group) => group.close()));
+  });
+});
+
+describe('ProcessGroup deadline backstop', () => {
+  it('settles an op at its deadline even when the transport never rejects its receive', async () => {
+    const [zero, one] = createLocalTransports(2);
+    // Rank 1's receives hang forever, abort or not: a transport that breaks rule 5 of its contract.
+    const stuck: Transport = new Proxy(one!, {
+      get(target, key, receiver) {
+        if (key === 'recv') return () => new Promise<void>(() => {});
+        const value = Reflect.get(target, key, receiver);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const groups = [
+      ProcessGroup.fromTransport(zero!, { timeoutMs: 200 }),
+      ProcessGroup.fromTransport(stuck, { timeoutMs: 200 }),
+    ];
+    const started = performance.now();
+    const results = await Promise.allSettled(
+      groups.map((group) => group.allReduce(new Float32Array(8).fill(1)).wait()),
+    );
+    const elapsed = performance.now() - started;
+    // Rank 1 times out (its receives never complete); rank 0 got everything it needed from rank 1.
+    const errors = results.map((r) => (r.status === 'rejected' ? (r.reason as Error) : null));
+    expect(errors[1]).toBeInstanceOf(CollectiveTimeoutError);
+    expect(errors[1]!.message).toBe(
+      '[allReduce] rank 1 (seq 0): timed out after 200 ms waiting for rank 0',
+    );
+    expect(errors[0]).toBeNull();
+    expect(elapsed).toBeLessThan(5000);
+    // The abort reached rank 0 too: both groups refuse further use.
+    for (const group of groups)
+      await expect(group.barrier().wait()).rejects.toBeInstanceOf(GroupAbortedError);
     await Promise.all(groups.map((group) => group.close()));
   });
 });

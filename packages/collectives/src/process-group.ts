@@ -197,13 +197,25 @@ class OpContext implements Comm {
   readonly waiting = new Map<number, number>();
   private readonly gated = new Map<number, HeldRecv[]>();
   ownError: CollectiveError | null = null;
+  /**
+   * Rejects once the transport is aborted (by this op's deadline or anything else), whatever the
+   * op's body is waiting for: see [Note: ordering, deadlines and abort], the backstop.
+   */
+  readonly aborted: Promise<never>;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  private unsubscribe: () => void = noop;
 
   constructor(
     private readonly group: ProcessGroup,
     readonly fields: CollectiveErrorFields,
     readonly timeoutMs: number,
   ) {
+    this.aborted = new Promise<never>((_, reject) => {
+      this.unsubscribe = group.transport.onAbort((reason) =>
+        reject(new TransportAbortedError(reason)),
+      );
+    });
+    this.aborted.catch(noop);
     this.timer = setTimeout(() => this.expire(), timeoutMs);
   }
 
@@ -294,6 +306,7 @@ class OpContext implements Comm {
   finish(): void {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
+    this.unsubscribe();
   }
 }
 
@@ -315,7 +328,10 @@ class OpContext implements Comm {
  * abort (deadline, mismatch, dead peer, `abort()`) reaches every rank of the transport, and each
  * pending op turns the shared reason into the same typed error (`errorFromAbortReason`). The
  * failure is final for every group on the transport (as NCCL aborts a communicator): later calls
- * reject with `GroupAbortedError`. One failure poisoning all groups is deliberate: after a failed
+ * reject with `GroupAbortedError`. The backstop: a pending op settles when the transport aborts,
+ * even if its body still waits on a send or receive that the transport failed to reject (a
+ * transport bug, or a user buffer the body is stuck on), so no op outlives its deadline; a body left
+ * running after that only touches a transport that refuses all further use. One failure poisoning all groups is deliberate: after a failed
  * collective the ranks no longer agree on what has been exchanged, and only a fresh start is safe.
  */
 export class ProcessGroup {
@@ -850,7 +866,7 @@ export class ProcessGroup {
     const run = async () => {
       this.assertUsable(fields);
       const ctx = new OpContext(this, fields, timeoutMs);
-      try {
+      const exchange = async () => {
         if (this.fingerprintsShared(fingerprint)) {
           await this.exchangeFingerprints(ctx, seq, sendTo, recvFrom, fingerprint);
           await body(ctx);
@@ -861,6 +877,9 @@ export class ProcessGroup {
             body(ctx),
           ]);
         }
+      };
+      try {
+        await Promise.race([exchange(), ctx.aborted]);
       } catch (error) {
         throw this.translate(error, ctx);
       } finally {
