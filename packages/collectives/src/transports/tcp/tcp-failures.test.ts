@@ -295,3 +295,27 @@ describe('tcp transport under hostile input', () => {
     }
   });
 });
+
+describe('tcp transport, a peer that aborts and closes', () => {
+  // [Note: which rank died]: the peer's send-side close must not be blamed on it before its abort
+  // frame, on the other socket, has been read.
+  it('takes the reason from its abort frame even when the socket we send on closes first', async () => {
+    const { real, fakeSend, fakeDial } = await realAndFake();
+    const reason: AbortReason = {
+      kind: 'peer-lost',
+      origin: 1,
+      peer: 2,
+      message: 'rank 2 is gone: its socket closed (seen by rank 1 over tcp)',
+    };
+    const aborted = new Promise<AbortReason>((resolve) => real.onAbort(resolve));
+    fakeDial.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    fakeSend.end(
+      encodeFrame(
+        { kind: FrameKind.abort, tag: 0, seq: 0, sender: 1 },
+        new TextEncoder().encode(JSON.stringify(reason)),
+      ),
+    );
+    expect(await aborted).toEqual(reason);
+  });
+});

@@ -51,6 +51,10 @@ const SCRATCH_BYTES = 32 << 10;
 const DIRECT_READ_MIN = 16 << 10;
 const HELLO_TIMEOUT_MS = 10_000;
 const BYE_WAIT_MS = 2000;
+/** How long an aborted transport lets its abort frames drain before closing (see `shutdown`). */
+const ABORT_FLUSH_MS = 500;
+/** How long a closed send socket waits for the same peer's frames on the other socket. */
+const PEER_CLOSE_GRACE_MS = 250;
 
 function digest(bytes: Uint8Array | string): Buffer {
   return createHash('sha256').update(bytes).digest();
@@ -376,9 +380,7 @@ export class TcpTransport implements Transport {
       peer = candidate;
       peer.sendSocket = socket;
       socket.setKeepAlive(true, 5000);
-      socket.on('close', (hadError) =>
-        this.peerDied(candidate, hadError ? 'its socket errored' : 'its socket closed'),
-      );
+      socket.on('close', (hadError) => this.sendSocketClosed(candidate, hadError));
       this.markOpen(peer);
     });
     socket.on('close', () => {
@@ -576,6 +578,26 @@ export class TcpTransport implements Transport {
     });
   }
 
+  /**
+   * [Note: which rank died]
+   * A peer's frames (data, abort, bye) come on the socket we read; the socket we send on closes
+   * when the peer closes the one it reads. When the peer aborts because a third rank died, it sends
+   * its abort frame (naming that rank) and closes both: the close of our send socket can be seen
+   * before the abort frame is read from the other socket, and blaming the peer then would name the
+   * wrong rank. So a closed send socket declares the peer dead only once its read socket has closed
+   * too (which comes after every frame on it was parsed), or after a short grace.
+   */
+  private sendSocketClosed(peer: TcpPeer, hadError: boolean): void {
+    const how = hadError ? 'its socket errored' : 'its socket closed';
+    const recv = peer.recvSocket;
+    if (recv === null || recv.destroyed) {
+      this.peerDied(peer, how);
+      return;
+    }
+    const timer = setTimeout(() => this.peerDied(peer, how), PEER_CLOSE_GRACE_MS);
+    recv.once('close', () => clearTimeout(timer));
+  }
+
   private onAborted(reason: AbortReason): void {
     this.inbox.abort(reason);
     const error = new TransportAbortedError(reason);
@@ -603,7 +625,19 @@ export class TcpTransport implements Transport {
       origin: this.rank,
       message: `rank ${this.rank} closed its tcp transport`,
     });
-    if (!wasAborted) {
+    if (wasAborted) {
+      // The abort frames (`onAborted`) may still sit in the sockets' buffers: destroying them now
+      // would drop the frames and leave the peers to guess who failed.
+      const deadline = Date.now() + ABORT_FLUSH_MS;
+      while (
+        Date.now() < deadline &&
+        this.peers.some(
+          (p) => p?.sendSocket != null && !p.sendSocket.destroyed && !p.sendSocket.writableFinished,
+        )
+      ) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    } else {
       for (const peer of this.peers) {
         const socket = peer?.sendSocket;
         if (socket && !socket.destroyed) socket.end(bye);
