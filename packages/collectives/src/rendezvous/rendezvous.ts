@@ -12,6 +12,32 @@ export interface Rendezvous {
 }
 
 /**
+ * TLS files named by `WEBSHARD_TLS_CERT`, `WEBSHARD_TLS_KEY` and `WEBSHARD_TLS_CA` (PEM paths), so
+ * ranks started by `webshard-run` can join over `wss://` without code. Node only; an unreadable
+ * file is an `ArgumentError` naming the variable.
+ */
+async function tlsFromEnvironment(): Promise<RendezvousOptions['tls']> {
+  if (typeof process === 'undefined' || typeof process.versions?.node !== 'string') return undefined;
+  const names = { cert: 'WEBSHARD_TLS_CERT', key: 'WEBSHARD_TLS_KEY', ca: 'WEBSHARD_TLS_CA' };
+  const given = Object.entries(names).filter(([, name]) => process.env[name]);
+  if (given.length === 0) return undefined;
+  const { readFile } = await import('node:fs/promises');
+  const tls: NonNullable<RendezvousOptions['tls']> = {};
+  for (const [field, name] of given) {
+    const path = process.env[name]!;
+    try {
+      tls[field as keyof typeof names] = await readFile(path);
+    } catch (error) {
+      throw new ArgumentError(
+        'rendezvous',
+        `${name}=${path} cannot be read: ${(error as Error).message}`,
+      );
+    }
+  }
+  return tls;
+}
+
+/**
  * Joins the rendezvous: rank 0 starts the store server (Node only, loaded lazily), then every
  * rank connects to it with the token. Options not given come from torchrun's environment.
  */
@@ -19,6 +45,10 @@ export async function rendezvous(
   partial: Partial<RendezvousOptions> & { WebSocket?: WebSocketConstructor } = {},
 ): Promise<Rendezvous> {
   const options = resolveRendezvousOptions(partial);
+  if (options.tls === undefined) {
+    const tls = await tlsFromEnvironment();
+    if (tls !== undefined) options.tls = tls;
+  }
   let server: StoreServer | undefined;
   let port = options.masterPort;
   if (options.rank === 0) {

@@ -204,3 +204,47 @@ describe('ws transport over TLS', () => {
     );
   });
 });
+
+describe('TLS from the environment (as webshard-run passes it to its ranks)', () => {
+  const names = ['WEBSHARD_TLS_CERT', 'WEBSHARD_TLS_KEY', 'WEBSHARD_TLS_CA'] as const;
+  afterEach(() => {
+    for (const name of names) delete process.env[name];
+  });
+
+  it('joins over wss:// with the PEM files named by WEBSHARD_TLS_*', async () => {
+    process.env.WEBSHARD_TLS_CERT = join(dir, 'cert.pem');
+    process.env.WEBSHARD_TLS_KEY = join(dir, 'key.pem');
+    process.env.WEBSHARD_TLS_CA = join(dir, 'cert.pem');
+    const masterPort = await freePort();
+    const joined = await Promise.all(
+      [0, 1].map((rank) =>
+        rendezvous({ rank, worldSize: 2, masterPort, token: 'tls', timeoutMs: 10_000 }),
+      ),
+    );
+    const transports = await Promise.all(joined.map((j) => createNetworkTransport('ws', j)));
+    cleanups.push(async () => {
+      await Promise.all(transports.map((t) => t.close()));
+      await Promise.all(joined.map((j) => j.close()));
+    });
+    for (const j of joined) expect(j.options.tls?.ca).toEqual(cert);
+    const groups = transports.map((t) => ProcessGroup.fromTransport(t));
+    const data = groups.map((g) => new Float32Array([g.rank + 1, 10]));
+    await Promise.all(groups.map((g, r) => g.allReduce(data[r]!).wait()));
+    for (const d of data) expect(Array.from(d)).toEqual([3, 20]);
+  });
+
+  it('names the variable when its file cannot be read', async () => {
+    process.env.WEBSHARD_TLS_CA = join(dir, 'missing.pem');
+    const error = await rendezvous({
+      rank: 1,
+      worldSize: 2,
+      masterPort: await freePort(),
+      token: 'tls',
+      timeoutMs: 1000,
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ArgumentError);
+    expect((error as Error).message).toContain(
+      `[rendezvous] WEBSHARD_TLS_CA=${join(dir, 'missing.pem')} cannot be read: ENOENT`,
+    );
+  });
+});
