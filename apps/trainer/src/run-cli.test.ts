@@ -47,6 +47,37 @@ describe('webshard-train', () => {
     expect(sample).toHaveLength(201);
   });
 
+  it('stops at the --max-seconds budget, saying so, and saves what it trained', async () => {
+    const lines: string[] = [];
+    const ran = await runCli(
+      [
+        '--backend',
+        'cpu',
+        '--steps',
+        '1000',
+        '--max-seconds',
+        '1',
+        '--sample-length',
+        '0',
+        '--out',
+        out,
+      ],
+      { log: (line) => lines.push(line) },
+    );
+    const trained = ran!.result.records.length;
+    expect(trained).toBeGreaterThan(0);
+    expect(trained).toBeLessThan(1000);
+    expect(lines).toContain(
+      `stopped after step ${trained} of 1000: the 1 s budget is spent (--max-seconds 0 trains every step)`,
+    );
+    expect(lines.find((l) => l.startsWith('trained '))).toMatch(
+      new RegExp(`^trained ${trained} steps in \\d+\\.\\d s`),
+    );
+    await expect(runCli(['--max-seconds', 'soon'], { log: () => {} })).rejects.toThrow(
+      new ArgumentError('webshard-train', '--max-seconds soon is not a non-negative integer'),
+    );
+  });
+
   it('rejects bad options with the option in the message', async () => {
     const quiet = { log: () => {} };
     await expect(runCli(['--steps', '0'], quiet)).rejects.toThrow(

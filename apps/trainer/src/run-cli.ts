@@ -22,6 +22,8 @@ Options:
   --data <file>                training text (default: the shipped sonnets, ${DEFAULT_CORPUS_PATH})
   --out <dir>                  where model.safetensors and sample.txt go (default: out/ in the app)
   --sample-length <n>          characters to sample after training (default 200; 0 for none)
+  --max-seconds <n>            stop training after the step that passes n seconds (default 100;
+                               0 for no limit), so the default run ends in under 2 minutes
   --help                       this text
 `;
 
@@ -109,6 +111,7 @@ export async function runCli(
       data: { type: 'string' },
       out: { type: 'string' },
       'sample-length': { type: 'string' },
+      'max-seconds': { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -126,6 +129,7 @@ export async function runCli(
   const lr = values.lr === undefined ? 3e-3 : Number(values.lr);
   if (!(lr > 0)) throw new ArgumentError('webshard-train', `--lr ${values.lr} is not positive`);
   const sampleLength = nonNegativeInteger('sample-length', values['sample-length'], 200);
+  const maxSeconds = nonNegativeInteger('max-seconds', values['max-seconds'], 100);
   const out = values.out ?? join(dirname(DEFAULT_CORPUS_PATH), '..', 'out');
 
   const text = await loadCorpus(values.data);
@@ -141,16 +145,23 @@ export async function runCli(
     batchSize,
     lr,
     onStep: (record) => io.log(formatStep(record)),
+    ...(maxSeconds > 0 ? { maxSeconds } : {}),
   });
   const seconds = (performance.now() - start) / 1000;
   const first = result.records[0]!.loss;
   const last = result.records.at(-1)!.loss;
+  const trained = result.records.length;
+  if (trained < steps) {
+    io.log(
+      `stopped after step ${trained} of ${steps}: the ${maxSeconds} s budget is spent (--max-seconds 0 trains every step)`,
+    );
+  }
   io.log(
-    `trained ${steps} steps in ${seconds.toFixed(1)} s: loss ${first.toFixed(4)} -> ${last.toFixed(4)}, validation loss ${result.validationLoss.toFixed(4)} (${result.model.numParameters()} parameters)`,
+    `trained ${trained} steps in ${seconds.toFixed(1)} s: loss ${first.toFixed(4)} -> ${last.toFixed(4)}, validation loss ${result.validationLoss.toFixed(4)} (${result.model.numParameters()} parameters)`,
   );
   await mkdir(out, { recursive: true });
   const checkpoint = join(out, 'model.safetensors');
-  await saveCheckpoint(checkpoint, result, { steps: String(steps), seed: String(seed) });
+  await saveCheckpoint(checkpoint, result, { steps: String(trained), seed: String(seed) });
   const sampled = await sample(result.model, result.tokenizer, { seed, length: sampleLength });
   await writeFile(join(out, 'sample.txt'), sampled);
   io.log(`checkpoint: ${checkpoint}`);

@@ -41,6 +41,11 @@ export interface TrainOptions {
   clip?: number;
   /** Called after every step. */
   onStep?: (record: StepRecord) => void;
+  /**
+   * Stop after the step during which this many seconds of training have passed (the learning-rate
+   * schedule still spans `steps`). Default: none.
+   */
+  maxSeconds?: number;
 }
 
 /** One step as the trainer reports it. */
@@ -112,6 +117,8 @@ export async function trainGpt(options: TrainOptions): Promise<TrainResult> {
     eps: 1e-8,
   });
   const records: StepRecord[] = [];
+  const started = performance.now();
+  const budgetMs = (options.maxSeconds ?? Number.POSITIVE_INFINITY) * 1000;
   for (let step = 0; step < steps; step++) {
     const stepLr = learningRate(step, steps, lr, warmupSteps);
     for (const group of optimizer.paramGroups) group.lr = stepLr;
@@ -141,6 +148,7 @@ export async function trainGpt(options: TrainOptions): Promise<TrainResult> {
     };
     records.push(record);
     options.onStep?.(record);
+    if (performance.now() - started >= budgetMs) break;
   }
   const validationLoss = await evaluate(model, validation, 4);
   return { model, tokenizer, records, validationLoss };
