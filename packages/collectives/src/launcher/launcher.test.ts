@@ -169,26 +169,23 @@ describe('launch with initProcessGroup', () => {
 
 describe('webshard-run', () => {
   const cli = join(here, '..', 'cli', 'webshard-run.ts');
+  // The source condition lets the CLI run from a fresh clone, before any build.
+  const spawnCli = (args: string[]) =>
+    spawn(process.execPath, ['--conditions=@webshard/source', '--import', 'tsx', cli, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
 
   it('stops the other ranks when one exits non-zero and exits with its code', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'webshard-run-'));
     try {
-      const child = spawn(
-        process.execPath,
-        [
-          '--conditions=@webshard/source',
-          '--import',
-          'tsx',
-          cli,
-          '--nproc-per-node',
-          '3',
-          '--grace-ms',
-          '10000',
-          fixture('fail-when-peers-ready.mjs'),
-          dir,
-        ],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
-      );
+      const child = spawnCli([
+        '--nproc-per-node',
+        '3',
+        '--grace-ms',
+        '10000',
+        fixture('fail-when-peers-ready.mjs'),
+        dir,
+      ]);
       let out = '';
       let errors = '';
       child.stdout.on('data', (chunk: Buffer) => {
@@ -218,20 +215,7 @@ describe('webshard-run', () => {
   });
 
   it('forwards SIGTERM to the ranks and exits 143', async () => {
-    const child = spawn(
-      process.execPath,
-      [
-        '--conditions=@webshard/source',
-        '--import',
-        'tsx',
-        cli,
-        '--nproc-per-node',
-        '2',
-        fixture('wait-for-signal.mjs'),
-      ],
-      // The source condition lets the CLI run from a fresh clone, before any build.
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const child = spawnCli(['--nproc-per-node', '2', fixture('wait-for-signal.mjs')]);
     let text = '';
     let errors = '';
     child.stderr.on('data', (chunk: Buffer) => {

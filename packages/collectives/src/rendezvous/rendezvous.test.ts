@@ -1,7 +1,3 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { ArgumentError } from '@webshard/tensor-core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
@@ -10,6 +6,7 @@ import { RendezvousError } from './errors.js';
 import { rendezvous } from './rendezvous.js';
 import { StoreClient } from './store-client.js';
 import { StoreServer } from './store-server.js';
+import { makeTestCertificate } from '../test-support/certificate.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -156,31 +153,8 @@ describe('rendezvous store', () => {
   });
 
   it('serves wss:// with a self-signed certificate made by openssl', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'webshard-tls-'));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'rsa:2048',
-        '-nodes',
-        '-days',
-        '1',
-        '-subj',
-        '/CN=127.0.0.1',
-        '-addext',
-        'subjectAltName=IP:127.0.0.1',
-        '-keyout',
-        'key.pem',
-        '-out',
-        'cert.pem',
-      ],
-      { stdio: 'ignore', cwd: dir },
-    );
-    const cert = readFileSync(join(dir, 'cert.pem'));
-    const key = readFileSync(join(dir, 'key.pem'));
+    const { cert, key, remove } = makeTestCertificate();
+    cleanups.push(async () => remove());
     const r0 = await rendezvous({
       rank: 0,
       worldSize: 1,

@@ -17,7 +17,8 @@ export interface Rendezvous {
  * file is an `ArgumentError` naming the variable.
  */
 async function tlsFromEnvironment(): Promise<RendezvousOptions['tls']> {
-  if (typeof process === 'undefined' || typeof process.versions?.node !== 'string') return undefined;
+  if (typeof process === 'undefined' || typeof process.versions?.node !== 'string')
+    return undefined;
   const names = { cert: 'WEBSHARD_TLS_CERT', key: 'WEBSHARD_TLS_KEY', ca: 'WEBSHARD_TLS_CA' };
   const given = Object.entries(names).filter(([, name]) => process.env[name]);
   if (given.length === 0) return undefined;

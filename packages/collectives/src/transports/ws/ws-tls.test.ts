@@ -1,6 +1,3 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ArgumentError } from '@webshard/tensor-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,48 +10,26 @@ import { type Rendezvous, rendezvous } from '../../rendezvous/rendezvous.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { shardRange } from '../../shard.js';
+import { makeTestCertificate, type TestCertificate } from '../../test-support/certificate.js';
 import type { Transport } from '../../transport.js';
 import { WsTransport } from './ws-transport.js';
 
 // [Note: ws over TLS], end to end: the store and every data connection over wss://, with a
 // self-signed certificate for 127.0.0.1 that openssl makes for this file (EC P-256: fast).
+let certificate: TestCertificate | undefined;
 let dir = '';
 let cert: Buffer;
 let key: Buffer;
 let tls: { cert: Buffer; key: Buffer; ca: Buffer };
 
 beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), 'webshard-wss-'));
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-days',
-      '1',
-      '-subj',
-      '/CN=127.0.0.1',
-      '-addext',
-      'subjectAltName=IP:127.0.0.1',
-      '-keyout',
-      'key.pem',
-      '-out',
-      'cert.pem',
-    ],
-    { stdio: 'ignore', cwd: dir },
-  );
-  cert = readFileSync(join(dir, 'cert.pem'));
-  key = readFileSync(join(dir, 'key.pem'));
+  certificate = makeTestCertificate();
+  dir = certificate.dir;
+  cert = certificate.cert;
+  key = certificate.key;
   tls = { cert, key, ca: cert };
 });
-afterAll(() => {
-  if (dir !== '') rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => certificate?.remove());
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
