@@ -70,7 +70,8 @@ async function runShm(world: number): Promise<BenchResult[]> {
   ).href;
   const worker = pathToFileURL(join(here, 'shm-rank.ts')).href;
   const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
-  const outcomes = await launchThreads<BenchPlan, BenchResult[]>(world, bootstrap, plan, {
+  const shmPlan: BenchPlan = { ...plan, ops: [...plan.ops, 'allReduceRegistered'] };
+  const outcomes = await launchThreads<BenchPlan, BenchResult[]>(world, bootstrap, shmPlan, {
     eval: true,
     execArgv: ['--conditions=@webshard/source'],
     group: { timeoutMs: 120_000 },
@@ -118,16 +119,20 @@ for (const world of worlds) {
       const busbw = (bytes / (result.medianMs / 1e3) / 1e6) * busFactor(result.op, world);
       // gloo 1.13 has no reduce-scatter: compare with its all-reduce, which a data-parallel
       // library on gloo would use instead.
-      const peerOp = result.op === 'reduceScatter' ? 'allReduce' : result.op;
+      const peerOp =
+        result.op === 'reduceScatter' || result.op === 'allReduceRegistered'
+          ? 'allReduce'
+          : result.op;
       const peerValue = gloo?.get(glooKey(peerOp, result.sizeMiB));
+      const label = result.op === 'allReduceRegistered' ? 'allReduce (registered)' : result.op;
       const row: BenchRow = {
-        name: `${result.op} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
+        name: `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
         metric: 'busbw',
         value: Math.round(busbw),
         unit: 'MB/s',
       };
       if (peerValue !== undefined) {
-        row.peer = result.op === 'reduceScatter' ? 'gloo all_reduce' : `gloo ${result.op}`;
+        row.peer = result.op === 'reduceScatter' ? 'gloo all_reduce' : `gloo ${peerOp}`;
         row.peerValue = peerValue;
       }
       rows.push(row);

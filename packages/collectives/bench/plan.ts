@@ -3,7 +3,11 @@ import { shardRange } from '../src/shard.js';
 
 /** The collectives the benchmark times. */
 export const BENCH_OPS = ['allReduce', 'allGather', 'reduceScatter', 'broadcast'] as const;
-export type BenchOp = (typeof BENCH_OPS)[number];
+/**
+ * The ops, and an all-reduce of a registered buffer (`ProcessGroup.allocate`), which runs in
+ * place on shm's world group and like `allReduce` elsewhere.
+ */
+export type BenchOp = (typeof BENCH_OPS)[number] | 'allReduceRegistered';
 
 /** What every rank runs: each op at each size (MiB, nccl-tests sizing). */
 export interface BenchPlan {
@@ -31,7 +35,7 @@ export function iterationsFor(bytes: number): number {
 
 /** The nccl-tests bus-bandwidth factor of an op on `n` ranks. */
 export function busFactor(op: BenchOp, n: number): number {
-  if (op === 'allReduce') return (2 * (n - 1)) / n;
+  if (op === 'allReduce' || op === 'allReduceRegistered') return (2 * (n - 1)) / n;
   if (op === 'broadcast') return 1;
   return (n - 1) / n;
 }
@@ -56,11 +60,16 @@ export async function runBenchPlan(group: ProcessGroup, plan: BenchPlan): Promis
     const count = (sizeMiB * MiB) / 4;
     const full = new Float32Array(count).fill(1);
     const shard = new Float32Array(Math.ceil(count / n)).fill(1);
+    const registered = plan.ops.includes('allReduceRegistered')
+      ? group.allocate('f32', count).fill(1)
+      : null;
     for (const op of plan.ops) {
       const run = () => {
         switch (op) {
           case 'allReduce':
             return group.allReduce(full).wait();
+          case 'allReduceRegistered':
+            return group.allReduce(registered!).wait();
           case 'allGather':
             return group
               .allGather(shard.subarray(0, shardRange(count, n, group.rank).count), full)
@@ -85,9 +94,11 @@ export async function runBenchPlan(group: ProcessGroup, plan: BenchPlan): Promis
         times.push(slowest[0]);
         // Keep all-reduce inputs finite: repeated sums of ones grow by n each time.
         if (op === 'allReduce') full.fill(1);
+        if (op === 'allReduceRegistered') registered!.fill(1);
       }
       results.push({ op, world: n, sizeMiB, medianMs: median(times), iterations });
     }
+    if (registered !== null) group.free(registered);
   }
   return results;
 }

@@ -99,3 +99,21 @@ describe('ProcessGroup deadline backstop', () => {
     await Promise.all(groups.map((group) => group.close()));
   });
 });
+
+describe('ProcessGroup.allocate', () => {
+  it('gives ordinary zeroed arrays where there is no shared arena, and names bad counts', async () => {
+    const groups = createLocalGroups(2);
+    const f32 = groups[0]!.allocate('f32', 5);
+    const i32 = groups[0]!.allocate('i32', 3);
+    const bf16 = groups[0]!.allocate('bf16', 4);
+    expect(f32).toEqual(new Float32Array(5));
+    expect(i32).toEqual(new Int32Array(3));
+    expect(bf16).toEqual(new Uint16Array(4));
+    expect(f32.buffer).toBeInstanceOf(ArrayBuffer);
+    groups[0]!.free(f32);
+    expect(() => groups[0]!.allocate('f32', -1)).toThrow(
+      '[allocate] count must be a non-negative integer, got -1',
+    );
+    await Promise.all(groups.map((group) => group.close()));
+  });
+});

@@ -1,10 +1,11 @@
-import { ArgumentError, DTypeError, ShapeError } from '@webshard/tensor-core';
+import { ArgumentError, DTypeError, ShapeError, Tensor } from '@webshard/tensor-core';
 import type { Comm } from './algorithms/comm.js';
 import { broadcastBytes, directAllGather, ringAllGather } from './algorithms/gather.js';
 import {
   type SharedStep,
   sharedAllGather,
   sharedAllReduce,
+  sharedAllReduceRegistered,
   sharedBroadcast,
   sharedReduceScatter,
 } from './algorithms/shared.js';
@@ -147,6 +148,11 @@ interface FingerprintInit {
   readonly count: number;
   /** Reduce op index, root, or 0. */
   readonly extra: number;
+  /**
+   * Byte offset of the operand in the shared arena when it is a registered buffer, else -1: sent
+   * beside the fingerprint through the arena, not compared (see [Note: registered buffers]).
+   */
+  readonly registered?: number;
 }
 
 function describeFingerprint(words: Int32Array, offset: number): string {
@@ -197,6 +203,8 @@ class OpContext implements Comm {
   readonly waiting = new Map<number, number>();
   private readonly gated = new Map<number, HeldRecv[]>();
   ownError: CollectiveError | null = null;
+  /** Every rank's words of the shared-memory fingerprint exchange, when the op had one. */
+  sharedWords: Int32Array | null = null;
   /**
    * Rejects once the transport is aborted (by this op's deadline or anything else), whatever the
    * op's body is waiting for: see [Note: ordering, deadlines and abort], the backstop.
@@ -350,6 +358,9 @@ export class ProcessGroup {
   private readonly path: string;
   private readonly arena = new ReduceArena();
   private readonly fingerprintOut = new Int32Array(FINGERPRINT_WORDS);
+  private readonly sharedFingerprintOut = new Int32Array(FINGERPRINT_WORDS + 1);
+  /** Registered buffers this rank allocated (for `free`), by the array handed out. */
+  private readonly registered = new WeakMap<object, { offset: number; bytes: number }>();
   private fingerprintIn = new Int32Array(0);
   private seq = 0;
   /** Point-to-point sequence numbers per peer, one counter per direction: `send` to / `recv` from. */
@@ -442,6 +453,83 @@ export class ProcessGroup {
   }
 
   /**
+   * [Note: registered buffers]
+   * A buffer for this group's collectives, like NCCL's `ncclMemAlloc`. On the `shm` transport's
+   * world group it lies in the shared arena that every rank maps, so an all-reduce whose operands
+   * are registered buffers on every rank runs in place: each rank reduces its 1/n slice straight
+   * from every rank's buffer into rank 0's (in rank order, as the copying schedule does, so the
+   * bits are the same) and copies the result into the others', with no copy into or out of the
+   * arena (`sharedAllReduceRegistered`); the ranks learn each other's offsets with the
+   * fingerprint. Elsewhere (other transports, sub-groups, a single rank) it is an ordinary typed
+   * array, so code that allocates its buckets here runs on every transport. Release it with
+   * `free`; using it after that is undefined, as with any freed memory.
+   */
+  allocate(dtype: 'f32', count: number): Float32Array;
+  allocate(dtype: 'i32', count: number): Int32Array;
+  allocate(dtype: 'f16' | 'bf16', count: number): Uint16Array;
+  allocate(dtype: 'f32' | 'i32', count: number): Float32Array | Int32Array;
+  allocate(dtype: CommDType, count: number): Float32Array | Int32Array | Uint16Array;
+  allocate(dtype: CommDType, count: number): Float32Array | Int32Array | Uint16Array {
+    if (!Number.isSafeInteger(count) || count < 0) {
+      throw new ArgumentError('allocate', `count must be a non-negative integer, got ${count}`);
+    }
+    const element = dtype === 'f16' || dtype === 'bf16' ? 2 : 4;
+    const make = (buffer: ArrayBufferLike, offset: number) =>
+      element === 2
+        ? new Uint16Array(buffer, offset, count)
+        : dtype === 'i32'
+          ? new Int32Array(buffer, offset, count)
+          : new Float32Array(buffer, offset, count);
+    const arena = this.registeredArena();
+    if (arena === null) return make(new ArrayBuffer(count * element), 0);
+    const bytes = count * element;
+    const offset = arena.allocate(bytes);
+    const array = make(arena.buffer, offset);
+    array.fill(0);
+    this.registered.set(array, { offset, bytes });
+    return array;
+  }
+
+  /** Releases a buffer from `allocate` (a no-op for ordinary arrays). */
+  free(buffer: Float32Array | Int32Array | Uint16Array): void {
+    const entry = this.registered.get(buffer);
+    const arena = this.registeredArena();
+    if (entry === undefined || arena === null) return;
+    this.registered.delete(buffer);
+    arena.release(entry.offset, entry.bytes);
+  }
+
+  /** The arena registered buffers live in, when this group runs collectives through one. */
+  private registeredArena(): SharedArena | null {
+    const arena = this.transport.sharedArena;
+    if (arena === undefined || !this.options.sharedMemory || this.path !== '' || this.size === 1)
+      return null;
+    return arena;
+  }
+
+  /** The operand's byte offset in the shared arena, or -1 when it is not registered memory. */
+  private registeredOffset(info: OperandInfo): number {
+    const arena = this.registeredArena();
+    const { data } = info;
+    if (arena === null || data instanceof Tensor) return -1;
+    if (info.dtype !== 'f32' && info.dtype !== 'i32') return -1;
+    return arena.owns(data.buffer) ? data.byteOffset : -1;
+  }
+
+  /** Every rank's registered offset from the op's fingerprint exchange, or null unless all are. */
+  private registeredOffsets(ctx: OpContext): number[] | null {
+    const words = ctx.sharedWords;
+    if (words === null) return null;
+    const offsets: number[] = [];
+    for (let peer = 0; peer < this.size; peer++) {
+      const offset = words[peer * SHARED_EXCHANGE_STRIDE + FINGERPRINT_WORDS]!;
+      if (offset < 0) return null;
+      offsets.push(offset);
+    }
+    return offsets;
+  }
+
+  /**
    * Reduce `data` over all ranks in place: afterwards every rank holds the same result, bit for
    * bit. f16 and bf16 are widened to f32, reduced in f32 and rounded to nearest even once at the
    * end; i32 wraps on overflow; `avg` is the f32 sum times 1/size (not defined for i32).
@@ -451,12 +539,23 @@ export class ProcessGroup {
     const op = options.op ?? 'sum';
     checkReduceOp('allReduce', op, info.dtype);
     return this.enqueue(
-      { op: 'allReduce', dtype: info.dtype, count: info.count, extra: REDUCE_NAMES.indexOf(op) },
+      {
+        op: 'allReduce',
+        dtype: info.dtype,
+        count: info.count,
+        extra: REDUCE_NAMES.indexOf(op),
+        registered: this.registeredOffset(info),
+      },
       options,
       async (ctx) => {
         const operand = await hostOperand('allReduce', info, false);
         const count = info.count;
         const step = this.sharedStep(ctx);
+        const offsets = this.registeredOffsets(ctx);
+        if (step !== null && offsets !== null) {
+          await sharedAllReduceRegistered(step, info.dtype as 'f32' | 'i32', offsets, count, op);
+          return;
+        }
         if (step !== null) {
           await sharedAllReduce(step, info.dtype, operand.host, op);
           operand.commit();
@@ -966,8 +1065,12 @@ export class ProcessGroup {
     const step = this.fingerprintsShared(fingerprint) ? this.sharedStep(ctx) : null;
     if (step !== null) {
       // Every rank's fingerprint through shared memory: one barrier instead of n - 1 messages.
-      const all = await step.arena.exchange(out, (ranks) => ctx.waitFor(ranks));
+      const shared = this.sharedFingerprintOut;
+      shared.set(out);
+      shared[FINGERPRINT_WORDS] = fingerprint.registered ?? -1;
+      const all = await step.arena.exchange(shared, (ranks) => ctx.waitFor(ranks));
       ctx.waitFor([]);
+      ctx.sharedWords = all;
       for (let peer = 0; peer < this.size; peer++) {
         if (peer === this.rank) continue;
         const at = peer * SHARED_EXCHANGE_STRIDE;

@@ -17,8 +17,21 @@ export const SHARED_ARENA_SETS = 3;
 export interface SharedArena {
   /** Bytes of one rank's slot in one set, a multiple of 64. */
   readonly slotBytes: number;
-  /** The shared memory of the arena (views must be taken from it, offsets are into it). */
+  /**
+   * The shared memory of the arena as it is now (views must be taken from it, offsets are into
+   * it). It grows as registered buffers are allocated; views taken earlier stay valid.
+   */
   readonly buffer: SharedArrayBuffer;
+  /**
+   * Allocates `bytes` of registered memory for this rank (64-byte aligned; see
+   * [Note: registered buffers]); returns the byte offset. Throws `RangeError` when the arena's
+   * reserved address space is spent.
+   */
+  allocate(bytes: number): number;
+  /** Returns a registered allocation of this rank for reuse. */
+  release(offset: number, bytes: number): void;
+  /** Whether `buffer` is (a view of) this arena's memory, as this thread has seen it. */
+  owns(buffer: ArrayBufferLike): boolean;
   /** Start the next round; returns the byte offset of its set (slot 0). */
   nextRound(): number;
   /**

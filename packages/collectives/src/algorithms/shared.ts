@@ -93,6 +93,39 @@ export async function sharedAllReduce(
   }
 }
 
+/** Elements reduced and copied out per piece of the registered all-reduce (256 KiB: in cache). */
+const REGISTERED_PIECE = 1 << 16;
+
+/**
+ * All-reduce of registered buffers in place (see [Note: registered buffers] in process-group.ts):
+ * `offsets[r]` is rank r's operand in the arena. The fingerprint exchange was the barrier that
+ * says every operand is ready; each rank then owns its 1/n slice of every operand, so it reduces
+ * the slice into rank 0's operand (in rank order, as `sharedAllReduce` does) and copies it into
+ * the others' without any other rank touching those bytes. One barrier at the end.
+ */
+export async function sharedAllReduceRegistered(
+  step: SharedStep,
+  dtype: 'f32' | 'i32',
+  offsets: readonly number[],
+  count: number,
+  op: ReduceOp,
+): Promise<void> {
+  const { arena, rank, size } = step;
+  const slice = shardRange(count, size, rank);
+  const bytes = new Uint8Array(arena.buffer);
+  for (let at = 0; at < slice.count; at += REGISTERED_PIECE) {
+    const length = Math.min(REGISTERED_PIECE, slice.count - at);
+    const from = (slice.start + at) * 4;
+    const dst = offsets[0]! + from;
+    for (let peer = 1; peer < size; peer++)
+      arena.reduce(op, dtype, dst, offsets[peer]! + from, length);
+    if (op === 'avg') arena.scale(dst, length, 1 / size);
+    for (let peer = 1; peer < size; peer++)
+      bytes.copyWithin(offsets[peer]! + from, dst, dst + length * 4);
+  }
+  await step.barrier();
+}
+
 /** Reduce-scatter `input` into this rank's shard `output` through the arena (see the note). */
 export async function sharedReduceScatter(
   step: SharedStep,

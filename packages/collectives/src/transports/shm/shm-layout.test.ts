@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { arenaHeaderBytes, createShmHandle } from './shm-layout.js';
+import {
+  arenaAllocatorWord,
+  arenaHeaderBytes,
+  arenaRegisteredStart,
+  createShmHandle,
+} from './shm-layout.js';
 
 describe('createShmHandle', () => {
   it('spins 30 us with a core per rank, 2 us when ranks share cores, or as told', () => {
@@ -14,9 +19,13 @@ describe('createShmHandle', () => {
     expect(createShmHandle(3, { slotBytes: 1000 }).slotBytes).toBe(960);
     const handle = createShmHandle(3, { slotBytes: 40_000 });
     expect(handle.slotBytes).toBe(40_000);
-    // 384 header bytes + 3 sets x 3 ranks x 40000 = 360384 bytes: 6 pages of 64 KiB.
-    expect(arenaHeaderBytes(3)).toBe(384);
+    // 384 bytes of exchange slots and the allocator's 64-byte line, then 3 sets x 3 ranks x 40000
+    // = 360448 bytes: 6 pages of 64 KiB. Registered buffers start right after the slots.
+    expect(arenaHeaderBytes(3)).toBe(448);
     expect(handle.arena.buffer.byteLength).toBe(6 * 65536);
+    const words = new Int32Array(handle.arena.buffer);
+    expect(words[arenaAllocatorWord(3)]! * 64).toBe(arenaRegisteredStart(3, 40_000));
+    expect(arenaRegisteredStart(3, 40_000)).toBe(360_448);
     // At least 64 bytes per rank, so a reduce-scatter round carries a piece of every shard.
     expect(createShmHandle(4, { slotBytes: 16 }).slotBytes).toBe(256);
   });

@@ -30,6 +30,11 @@ export interface ShmHandleOptions {
   capacity?: number;
   /** Bytes of each rank's arena slot (rounded to 64, at least 64 per rank). Default 1 MiB. */
   slotBytes?: number;
+  /**
+   * Bytes the ranks together may hold in registered buffers (`ProcessGroup.allocate`), reserved as
+   * address space and committed as they are allocated. Default: up to the arena's 2 GiB.
+   */
+  registeredBytes?: number;
   /** Cores the ranks share; fewer cores than ranks means barriers barely spin. Default: plenty. */
   cores?: number;
   /**
@@ -97,10 +102,27 @@ export const READ_OFFSET = LINE_WORDS;
 /** Bytes of a rank's slot for `SharedArena.exchange`. */
 export const EXCHANGE_SLOT_BYTES = 64;
 
-/** Bytes before the arena's data slots: two sets of exchange slots. */
+/** Bytes before the arena's data slots: two sets of exchange slots, then the allocator's line. */
 export function arenaHeaderBytes(size: number): number {
-  return 2 * size * EXCHANGE_SLOT_BYTES;
+  return 2 * size * EXCHANGE_SLOT_BYTES + 64;
 }
+
+/** Int32 index, in the arena, of the registered-buffer allocator's next free 64-byte unit. */
+export function arenaAllocatorWord(size: number): number {
+  return (2 * size * EXCHANGE_SLOT_BYTES) / 4;
+}
+
+/** Byte offset where registered buffers start: after the three sets of data slots. */
+export function arenaRegisteredStart(size: number, slotBytes: number): number {
+  return arenaHeaderBytes(size) + SHARED_ARENA_SETS * size * slotBytes;
+}
+
+/**
+ * The most the arena grows to: 2 GiB (32768 pages), so every byte offset stays a non-negative i32
+ * in the WASM kernels (a shared memory could address 4 GiB).
+ */
+export const ARENA_MAX_BYTES = 2 ** 31;
+const MAX_PAGES = ARENA_MAX_BYTES / 65536;
 
 /**
  * Barrier spin before blocking when every rank has a core, and when they share cores (see
@@ -117,13 +139,17 @@ export function createShmHandle(size: number, options: ShmHandleOptions = {}): S
   const rounded = Math.max(64, Math.floor(bytes / 64) * 64);
   const { total } = shmOffsets(size, rounded);
   const slotBytes = Math.max(64 * size, Math.floor((options.slotBytes ?? 1 << 20) / 64) * 64);
-  const data = SHARED_ARENA_SETS * size * slotBytes;
-  const pages = Math.max(1, Math.ceil((arenaHeaderBytes(size) + data) / 65536));
+  const registeredStart = arenaRegisteredStart(size, slotBytes);
+  const pages = Math.max(1, Math.ceil(registeredStart / 65536));
+  const registeredPages = Math.ceil((options.registeredBytes ?? MAX_PAGES * 65536) / 65536);
+  const maximum = Math.min(MAX_PAGES, pages + registeredPages);
+  const arena = new WebAssembly.Memory({ initial: pages, maximum, shared: true });
+  new Int32Array(arena.buffer)[arenaAllocatorWord(size)] = registeredStart / 64;
   return {
     buffer: new SharedArrayBuffer(total),
     size,
     capacity: rounded,
-    arena: new WebAssembly.Memory({ initial: pages, maximum: pages, shared: true }),
+    arena,
     slotBytes,
     spinMicros:
       options.spinMicros ??

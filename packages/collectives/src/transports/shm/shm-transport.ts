@@ -4,6 +4,8 @@ import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox, type PendingRecv } from '../mailbox.js';
 import {
+  ARENA_MAX_BYTES,
+  arenaAllocatorWord,
   arenaHeaderBytes,
   EXCHANGE_SLOT_BYTES,
   READ_OFFSET,
@@ -408,8 +410,11 @@ function canBlock(): boolean {
  */
 class ShmArena implements SharedArena {
   readonly slotBytes: number;
-  readonly buffer: SharedArrayBuffer;
   private readonly reducer: SharedReducer;
+  /** Every SharedArrayBuffer object this thread has seen for the arena (one per growth). */
+  private readonly seen = new WeakSet<ArrayBufferLike>();
+  /** This rank's released registered allocations, by size in bytes. */
+  private readonly free = new Map<number, number[]>();
   /** Ends the barrier's current sleep; the transport's abort calls it. */
   private wake: (() => void) | null = null;
   private round = 0;
@@ -423,9 +428,58 @@ class ShmArena implements SharedArena {
     private readonly offsets: ReturnType<typeof shmOffsets>,
   ) {
     this.slotBytes = handle.slotBytes;
-    this.buffer = handle.arena.buffer as unknown as SharedArrayBuffer;
     this.reducer = new SharedReducer(handle.arena);
     transport.onAbort(() => this.wake?.());
+  }
+
+  get buffer(): SharedArrayBuffer {
+    const buffer = this.handle.arena.buffer as unknown as SharedArrayBuffer;
+    this.seen.add(buffer);
+    return buffer;
+  }
+
+  owns(buffer: ArrayBufferLike): boolean {
+    if (this.seen.has(buffer)) return true;
+    // A buffer from before this thread's last look can still be the arena's (another growth).
+    return buffer === this.buffer;
+  }
+
+  allocate(bytes: number): number {
+    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
+    const reused = this.free.get(size)?.pop();
+    if (reused !== undefined) return reused;
+    const memory = this.handle.arena;
+    const words = new Int32Array(this.buffer);
+    const unit = Atomics.add(words, arenaAllocatorWord(this.handle.size), size / 64);
+    const offset = unit * 64;
+    const end = offset + size;
+    if (unit < 0 || end > ARENA_MAX_BYTES) {
+      throw new RangeError(
+        `[allocate] rank ${this.transport.rank}: ${size} bytes of registered memory do not fit the shared arena (2 GiB in all)`,
+      );
+    }
+    // Any rank may grow the shared memory; growing past what another rank already grew is harmless.
+    while (memory.buffer.byteLength < end) {
+      try {
+        memory.grow(Math.ceil((end - memory.buffer.byteLength) / 65536));
+      } catch (error) {
+        if (memory.buffer.byteLength >= end) break;
+        throw new RangeError(
+          `[allocate] rank ${this.transport.rank}: ${size} bytes of registered memory exceed the shared arena's reserve: ${(error as Error).message}`,
+        );
+      }
+    }
+    return offset;
+  }
+
+  release(offset: number, bytes: number): void {
+    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
+    let list = this.free.get(size);
+    if (list === undefined) {
+      list = [];
+      this.free.set(size, list);
+    }
+    list.push(offset);
   }
 
   nextRound(): number {
