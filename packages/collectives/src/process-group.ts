@@ -4,10 +4,12 @@ import { broadcastBytes, directAllGather, ringAllGather } from './algorithms/gat
 import {
   type SharedStep,
   sharedAllGather,
+  sharedAllGatherRegistered,
   sharedAllReduce,
   sharedAllReduceRegistered,
   sharedBroadcast,
   sharedReduceScatter,
+  sharedReduceScatterRegistered,
 } from './algorithms/shared.js';
 import {
   directReduceScatter,
@@ -460,7 +462,10 @@ export class ProcessGroup {
    * from every rank's buffer into rank 0's (in rank order, as the copying schedule does, so the
    * bits are the same) and copies the result into the others', with no copy into or out of the
    * arena (`sharedAllReduceRegistered`); the ranks learn each other's offsets with the
-   * fingerprint. Elsewhere (other transports, sub-groups, a single rank) it is an ordinary typed
+   * fingerprint. A reduce-scatter of registered inputs sums this rank's shard straight from every
+   * input (into the output when that is registered too), and an all-gather into registered outputs
+   * writes each rank's shard straight into the others' outputs; an output inside its own input
+   * falls back to copying. Elsewhere (other transports, sub-groups, a single rank) it is an ordinary typed
    * array, so code that allocates its buckets here runs on every transport. Release it with
    * `free`; using it after that is undefined, as with any freed memory.
    */
@@ -507,12 +512,15 @@ export class ProcessGroup {
     return arena;
   }
 
-  /** The operand's byte offset in the shared arena, or -1 when it is not registered memory. */
-  private registeredOffset(info: OperandInfo): number {
+  /**
+   * The operand's byte offset in the shared arena, or -1 when it is not registered memory (or, for
+   * the reductions, not of a 4-byte dtype the kernels reduce in place).
+   */
+  private registeredOffset(info: OperandInfo, anyDtype = false): number {
     const arena = this.registeredArena();
     const { data } = info;
     if (arena === null || data instanceof Tensor) return -1;
-    if (info.dtype !== 'f32' && info.dtype !== 'i32') return -1;
+    if (!anyDtype && info.dtype !== 'f32' && info.dtype !== 'i32') return -1;
     return arena.owns(data.buffer) ? data.byteOffset : -1;
   }
 
@@ -631,7 +639,13 @@ export class ProcessGroup {
     const outInfo = describeOperand('allGather', output, options.dtype);
     this.checkShard('allGather', inInfo, outInfo, 'input');
     return this.enqueue(
-      { op: 'allGather', dtype: outInfo.dtype, count: outInfo.count, extra: 0 },
+      {
+        op: 'allGather',
+        dtype: outInfo.dtype,
+        count: outInfo.count,
+        extra: 0,
+        registered: this.registeredOffset(outInfo, true),
+      },
       options,
       async (ctx) => {
         const [source, target] = await Promise.all([
@@ -646,7 +660,10 @@ export class ProcessGroup {
         const bytes = bytesOf(target.host);
         bytes.set(bytesOf(source.host), chunk(this.rank)[0]);
         const step = this.sharedStep(ctx);
-        if (step !== null) await sharedAllGather(step, bytesOf(source.host), bytes, chunk);
+        const offsets = this.registeredOffsets(ctx);
+        if (step !== null && offsets !== null)
+          await sharedAllGatherRegistered(step, bytesOf(source.host), offsets, chunk);
+        else if (step !== null) await sharedAllGather(step, bytesOf(source.host), bytes, chunk);
         else if (bytes.byteLength <= this.options.smallMessageBytes)
           await directAllGather(ctx, bytes, chunk);
         else await ringAllGather(ctx, bytes, chunk, this.segmentBytes(element));
@@ -672,6 +689,13 @@ export class ProcessGroup {
         dtype: inInfo.dtype,
         count: inInfo.count,
         extra: REDUCE_NAMES.indexOf(op),
+        // An output inside the input would be written while other ranks read it: copy instead.
+        registered:
+          inInfo.data instanceof Tensor ||
+          outInfo.data instanceof Tensor ||
+          overlaps(bytesOf(inInfo.data), bytesOf(outInfo.data))
+            ? -1
+            : this.registeredOffset(inInfo),
       },
       options,
       async (ctx) => {
@@ -681,6 +705,21 @@ export class ProcessGroup {
         ]);
         const count = inInfo.count;
         const step = this.sharedStep(ctx);
+        const offsets = this.registeredOffsets(ctx);
+        if (step !== null && offsets !== null) {
+          const outputOffset = this.registeredOffset(outInfo);
+          await sharedReduceScatterRegistered(
+            step,
+            inInfo.dtype as 'f32' | 'i32',
+            offsets,
+            count,
+            target.host,
+            outputOffset,
+            op,
+          );
+          target.commit();
+          return;
+        }
         if (step !== null) {
           await sharedReduceScatter(step, inInfo.dtype, source.host, target.host, op);
           target.commit();

@@ -126,6 +126,58 @@ export async function sharedAllReduceRegistered(
   await step.barrier();
 }
 
+/**
+ * Reduce-scatter of registered inputs (`offsets[r]`, rank r's, each `count` elements): this rank
+ * sums its shard of every input in rank order straight into `output` when that is registered too
+ * (`outputOffset`), or piece by piece in its own arena slot and copies each piece out. The inputs
+ * are only read; the final barrier keeps every rank from reusing its input before all have read it.
+ */
+export async function sharedReduceScatterRegistered(
+  step: SharedStep,
+  dtype: 'f32' | 'i32',
+  offsets: readonly number[],
+  count: number,
+  output: HostData,
+  outputOffset: number,
+  op: ReduceOp,
+): Promise<void> {
+  const { arena, rank, size } = step;
+  const own = shardRange(count, size, rank);
+  const scratch = outputOffset < 0 ? arena.nextRound() + rank * arena.slotBytes : -1;
+  const piece = outputOffset < 0 ? arena.slotBytes / 4 : REGISTERED_PIECE;
+  const bytes = new Uint8Array(arena.buffer);
+  for (let at = 0; at < own.count; at += piece) {
+    const length = Math.min(piece, own.count - at);
+    const from = (own.start + at) * 4;
+    const dst = outputOffset < 0 ? scratch : outputOffset + at * 4;
+    bytes.copyWithin(dst, offsets[0]! + from, offsets[0]! + from + length * 4);
+    for (let peer = 1; peer < size; peer++)
+      arena.reduce(op, dtype, dst, offsets[peer]! + from, length);
+    if (op === 'avg') arena.scale(dst, length, 1 / size);
+    if (outputOffset < 0) output.set(work(dtype, arena.buffer, dst, length), at);
+  }
+  await step.barrier();
+}
+
+/**
+ * All-gather into registered outputs (`offsets[r]`, rank r's): this rank writes its shard straight
+ * into every other rank's output; one barrier. `shard(r)` is `[byteOffset, byteLength]`.
+ */
+export async function sharedAllGatherRegistered(
+  step: SharedStep,
+  input: Uint8Array,
+  offsets: readonly number[],
+  shard: (rank: number) => [number, number],
+): Promise<void> {
+  const { arena, rank, size } = step;
+  const bytes = new Uint8Array(arena.buffer);
+  const [start] = shard(rank);
+  for (let peer = 0; peer < size; peer++) {
+    if (peer !== rank) bytes.set(input, offsets[peer]! + start);
+  }
+  await step.barrier();
+}
+
 /** Reduce-scatter `input` into this rank's shard `output` through the arena (see the note). */
 export async function sharedReduceScatter(
   step: SharedStep,

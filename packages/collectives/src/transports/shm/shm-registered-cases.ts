@@ -23,3 +23,17 @@ export function inputValue(dtype: 'f32' | 'i32', rank: number, i: number): numbe
     ? ((i * 7919 + rank * 104729) % 2001) - 1000
     : Math.fround(Math.sin(i + rank * 1.7) * 1e3 + rank / 3);
 }
+
+/** A reduce-scatter or all-gather of registered buffers beside the same op on ordinary arrays. */
+export interface RegisteredShardCase {
+  op:
+    | 'reduceScatter sum'
+    | 'reduceScatter avg, output registered'
+    | 'reduceScatter, output inside the input'
+    | 'allGather f32'
+    | 'allGather bf16';
+  count: number;
+  result: Float32Array | Int32Array | Uint16Array;
+  copied: Float32Array | Int32Array | Uint16Array;
+  rounds: number;
+}

@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { launchThreads } from './launch-threads.js';
-import { inputValue, type RegisteredCase, type RegisteredJob } from './shm-registered-cases.js';
+import {
+  inputValue,
+  type RegisteredCase,
+  type RegisteredJob,
+  type RegisteredShardCase,
+} from './shm-registered-cases.js';
 import { tsxBootstrap } from './shm-suite-run.js';
 
 // [Note: registered buffers]: all-reduces of buffers from `ProcessGroup.allocate` run in place in
@@ -29,12 +34,13 @@ function reference(c: RegisteredCase, size: number): number[] {
 
 describe('registered buffers on shm', () => {
   for (const size of [2, 3, 4]) {
-    it(`all-reduce in place on ${size} ranks, bit-identical to the copying schedule`, async () => {
-      // 1, a prime, and more than one piece (65536 elements) of a rank's slice.
-      const job: RegisteredJob = { counts: [1, 1009, 65536 * size + 7] };
+    it(`all-reduce, reduce-scatter and all-gather in place on ${size} ranks, bit-identical to the copying schedules`, async () => {
+      // 1, a prime, and (on 2 ranks, to keep the test short) more than one 65536-element piece of
+      // a rank's slice.
+      const job: RegisteredJob = { counts: size === 2 ? [1, 1009, 65536 * 2 + 7] : [1, 1009] };
       const outcomes = await launchThreads<
         RegisteredJob,
-        { cases: RegisteredCase[]; reused: boolean; zeroed: boolean }
+        { cases: RegisteredCase[]; shards: RegisteredShardCase[]; reused: boolean; zeroed: boolean }
       >(size, worker, job, {
         eval: true,
         execArgv: ['--conditions=@webshard/source'],
@@ -44,10 +50,26 @@ describe('registered buffers on shm', () => {
       for (const outcome of outcomes) {
         expect(outcome.status, JSON.stringify(outcome)).toBe('fulfilled');
         const { cases, reused, zeroed } = (
-          outcome as { value: { cases: RegisteredCase[]; reused: boolean; zeroed: boolean } }
+          outcome as {
+            value: {
+              cases: RegisteredCase[];
+              shards: RegisteredShardCase[];
+              reused: boolean;
+              zeroed: boolean;
+            };
+          }
         ).value;
         expect(reused).toBe(true);
         expect(zeroed).toBe(true);
+        for (const c of (outcome as { value: { shards: RegisteredShardCase[] } }).value.shards) {
+          const label = `${c.op} x ${c.count}`;
+          expect(difference(c.result, c.copied), label).toBeNull();
+          // In place unless the output lies inside the input (then every rank copies).
+          if (c.op === 'reduceScatter, output inside the input')
+            expect(c.rounds, label).toBeGreaterThan(0);
+          else if (c.op === 'reduceScatter sum') expect(c.rounds, label).toBe(1);
+          else expect(c.rounds, label).toBe(0);
+        }
         for (const c of cases) {
           const label = `${c.dtype} ${c.op} x ${c.count}, registered on ${c.registered}`;
           expect(difference(c.result, c.copied), label).toBeNull();
