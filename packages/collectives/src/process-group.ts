@@ -340,9 +340,10 @@ class OpContext implements Comm {
  * failure is final for every group on the transport (as NCCL aborts a communicator): later calls
  * reject with `GroupAbortedError`. The backstop: a pending op settles when the transport aborts,
  * even if its body still waits on a send or receive that the transport failed to reject (a
- * transport bug, or a user buffer the body is stuck on), so no op outlives its deadline; a body left
- * running after that only touches a transport that refuses all further use. One failure poisoning all groups is deliberate: after a failed
- * collective the ranks no longer agree on what has been exchanged, and only a fresh start is safe.
+ * transport bug, or a user buffer the body is stuck on), so no op outlives its deadline; a body
+ * left running after that only touches a transport that refuses all further use. One failure
+ * poisoning all groups is deliberate: after a failed collective the ranks no longer agree on what
+ * has been exchanged, and only a fresh start is safe.
  */
 export class ProcessGroup {
   /** This rank in the group, 0 <= rank < size. */
@@ -465,9 +466,9 @@ export class ProcessGroup {
    * fingerprint. A reduce-scatter of registered inputs sums this rank's shard straight from every
    * input (into the output when that is registered too), and an all-gather into registered outputs
    * writes each rank's shard straight into the others' outputs; an output inside its own input
-   * falls back to copying. Elsewhere (other transports, sub-groups, a single rank) it is an ordinary typed
-   * array, so code that allocates its buckets here runs on every transport. Release it with
-   * `free`; using it after that is undefined, as with any freed memory.
+   * falls back to copying. Elsewhere (other transports, sub-groups, a single rank) it is an
+   * ordinary typed array, so code that allocates its buckets here runs on every transport. Release
+   * it with `free`; using it after that is undefined, as with any freed memory.
    */
   allocate(dtype: 'f32', count: number): Float32Array;
   allocate(dtype: 'i32', count: number): Int32Array;

@@ -11,8 +11,9 @@ export interface ShmHandle {
   /** Bytes of each one-directional channel's ring. */
   readonly capacity: number;
   /**
-   * The collectives' arena: a header of two sets of per-rank 64-byte exchange slots, then three sets
-   * of `size` slots of `slotBytes` (see `SharedArena`).
+   * The collectives' arena: a header of two sets of per-rank 64-byte exchange slots and the
+   * registered-buffer allocator's line, then three sets of `size` slots of `slotBytes` (see
+   * `SharedArena`), then registered buffers, which grow the memory as they are allocated.
    */
   readonly arena: WebAssembly.Memory;
   readonly slotBytes: number;

@@ -108,11 +108,11 @@ async function defaultChannels(tls: WsTlsOptions | undefined): Promise<ChannelFa
  * a pair i < j, j dials i when i listens, else i dials j. Two browsers talk through the lowest
  * listening rank (normally rank 0, which hosts the store and so runs in Node): a `relay` frame
  * carries the whole inner frame to it, and it passes the frame on unchanged behind a `relayed`
- * header, so the receiver validates it as if it came straight from the sender. The dialer says hello (rank, world size, token) and the listener answers with its
- * own hello once the token checks out. Frames are those of the tcp transport ([Note: network
- * frames]): the 32-byte header as one message, then a non-empty payload as the next, so the
- * payload is sent from the caller's view without a copy. Node clients mask with zeros, which lets
- * `ws` skip masking.
+ * header, so the receiver validates it as if it came straight from the sender. The dialer says
+ * hello (rank, world size, token) and the listener answers with its own hello once the token checks
+ * out. Frames are those of the tcp transport ([Note: network frames]): the 32-byte header as one
+ * message, then a non-empty payload as the next, so the payload is sent from the caller's view
+ * without a copy. Node clients mask with zeros, which lets `ws` skip masking.
  */
 export class WsTransport implements Transport {
   readonly kind = 'ws';
