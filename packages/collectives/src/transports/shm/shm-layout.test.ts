@@ -5,6 +5,7 @@ import {
   arenaRegisteredStart,
   createShmHandle,
 } from './shm-layout.js';
+import { joinShm } from './join-shm.js';
 
 describe('createShmHandle', () => {
   it('spins 30 us with a core per rank, 2 us when ranks share cores, or as told', () => {
@@ -28,5 +29,23 @@ describe('createShmHandle', () => {
     expect(arenaRegisteredStart(3, 40_000)).toBe(360_448);
     // At least 64 bytes per rank, so a reduce-scatter round carries a piece of every shard.
     expect(createShmHandle(4, { slotBytes: 16 }).slotBytes).toBe(256);
+  });
+});
+
+describe('registered buffers in the arena', () => {
+  it('grow the shared memory as they are allocated and fail with a RangeError past the reserve', () => {
+    // Both ranks attach in this thread: allocation needs no peer, only the shared allocator word.
+    const handle = createShmHandle(2, { slotBytes: 4096, registeredBytes: 3 * 65536 });
+    const [zero, one] = [0, 1].map((rank) => joinShm(handle, rank));
+    const before = handle.arena.buffer.byteLength;
+    const a = zero!.allocate('f32', 20_000); // 80000 bytes: past the slots, so the memory grows
+    const b = one!.allocate('i32', 10);
+    expect(a.byteOffset).toBe(arenaRegisteredStart(2, 4096));
+    expect(b.byteOffset).toBe(a.byteOffset + 80_000);
+    expect(handle.arena.buffer.byteLength).toBeGreaterThan(before);
+    expect(() => zero!.allocate('f32', 65536)).toThrow(RangeError);
+    expect(() => zero!.allocate('f32', 65536)).toThrow(
+      /^\[allocate\] rank 0: 262144 bytes of registered memory exceed the shared arena's reserve/,
+    );
   });
 });
