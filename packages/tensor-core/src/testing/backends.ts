@@ -1,7 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import type { Backend, BackendKind } from '../backend/backend.js';
-import { moduleLocation, webGpuUnavailableReason } from '../backend/webgpu/gpu-runtime.js';
+import { nodeAvailabilityProbe, webGpuUnavailableReason } from '../backend/webgpu/gpu-runtime.js';
 import { createWebGpuBackend } from '../backend/webgpu/webgpu-backend.js';
 import { BackendError } from '../errors.js';
 import { createCpuBackend } from '../runtime.js';
@@ -16,18 +16,9 @@ import { createCpuBackend } from '../runtime.js';
  * `webGpuLikelyAvailable` needs `process.getBuiltinModule` (Node >= 20.16) under ESM.
  */
 export function webGpuTestsEnabled(): boolean {
-  const reason = webGpuUnavailableReason({
-    existsSync,
-    readdirSync: (path) => readdirSync(path),
-    webgpuResolves: () => {
-      try {
-        createRequire(moduleLocation()).resolve('webgpu');
-        return true;
-      } catch {
-        return false;
-      }
-    },
-  });
+  const reason = webGpuUnavailableReason(
+    nodeAvailabilityProbe({ existsSync, readdirSync }, { createRequire }),
+  );
   if (reason === undefined) return true;
   if (process.env.WEBSHARD_REQUIRE_WEBGPU === '1') {
     throw new BackendError(

@@ -220,6 +220,25 @@ export function webGpuUnavailableReason(probe: AvailabilityProbe | undefined): s
   return `no Vulkan driver manifest in ${DRIVER_ICD_DIRS.join(' or ')} and no SwiftShader ICD at ${SWIFTSHADER_ICD_PATHS.join(', ')}. ${INSTALL_HINT}`;
 }
 
+/** The probe over Node's `fs` and `module`, however the caller obtained them. */
+export function nodeAvailabilityProbe(
+  fs: Pick<typeof import('node:fs'), 'existsSync' | 'readdirSync'>,
+  nodeModule: Pick<typeof import('node:module'), 'createRequire'>,
+): AvailabilityProbe {
+  return {
+    existsSync: (path) => fs.existsSync(path),
+    readdirSync: (path) => fs.readdirSync(path),
+    webgpuResolves: () => {
+      try {
+        nodeModule.createRequire(moduleLocation()).resolve('webgpu');
+        return true;
+      } catch {
+        return false;
+      }
+    },
+  };
+}
+
 /** Where module resolution starts from: this file, in the ESM build, the CJS build and tests. */
 export function moduleLocation(): string {
   return typeof __filename === 'string' ? __filename : import.meta.url;
@@ -250,18 +269,5 @@ export function webGpuLikelyAvailable(): boolean {
   if (load === undefined) return false;
   const fs = load('node:fs') as typeof import('node:fs');
   const nodeModule = load('node:module') as typeof import('node:module');
-  return (
-    webGpuUnavailableReason({
-      existsSync: (path) => fs.existsSync(path),
-      readdirSync: (path) => fs.readdirSync(path),
-      webgpuResolves: () => {
-        try {
-          nodeModule.createRequire(moduleLocation()).resolve('webgpu');
-          return true;
-        } catch {
-          return false;
-        }
-      },
-    }) === undefined
-  );
+  return webGpuUnavailableReason(nodeAvailabilityProbe(fs, nodeModule)) === undefined;
 }
