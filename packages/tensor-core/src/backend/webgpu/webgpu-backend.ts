@@ -60,10 +60,6 @@ export interface WebGpuBackendOptions extends AdapterOptions {
   matmulKernel?: MatmulKernel;
 }
 
-interface GpuStorage extends RawStorage {
-  readonly buffer: GPUBuffer;
-}
-
 interface Staging {
   buffer: GPUBuffer;
   size: number;
