@@ -8,6 +8,21 @@ import { tensor } from './creation.js';
 import { adamStep, axpy_, checkFinite, sgdStep } from './optim.js';
 
 /** torch.optim.Adam/AdamW single-tensor step, float64. */
+/** Adam hyperparameters for the tests: AdamW at step 1 with a gradient scale, unless overridden. */
+function adam(overrides: Partial<AdamHyper>): AdamHyper {
+  return {
+    lr: 0.01,
+    beta1: 0.9,
+    beta2: 0.999,
+    eps: 1e-8,
+    weightDecay: 0.1,
+    step: 1,
+    decoupled: true,
+    gradScale: 0.5,
+    ...overrides,
+  };
+}
+
 function adamReference(p: number[], g: number[], m: number[], v: number[], h: AdamHyper): void {
   for (let i = 0; i < p.length; i++) {
     let grad = g[i]! * h.gradScale;
@@ -33,16 +48,7 @@ describeBackends('fused optimizer kernels', (ctx) => {
       const expAvgSq = tensor(v, { backend: ctx.backend });
       for (let step = 1; step <= 3; step++) {
         const g = roundValues(seededValues(n, 10 + step), 'f32');
-        const hyper: AdamHyper = {
-          lr: 0.01,
-          beta1: 0.9,
-          beta2: 0.999,
-          eps: 1e-8,
-          weightDecay: 0.1,
-          step,
-          decoupled,
-          gradScale: 0.5,
-        };
+        const hyper = adam({ step, decoupled });
         adamStep(param, tensor(g, { backend: ctx.backend }), expAvg, expAvgSq, hyper);
         adamReference(p, g, m, v, hyper);
       }
@@ -55,16 +61,7 @@ describeBackends('fused optimizer kernels', (ctx) => {
   it('adamStep takes a bf16 gradient', async () => {
     const g = roundValues([0.3, -0.7], 'bf16');
     const param = tensor([1, 2], { backend: ctx.backend });
-    const hyper: AdamHyper = {
-      lr: 0.1,
-      beta1: 0.9,
-      beta2: 0.99,
-      eps: 1e-8,
-      weightDecay: 0,
-      step: 1,
-      decoupled: false,
-      gradScale: 1,
-    };
+    const hyper = adam({ lr: 0.1, beta2: 0.99, weightDecay: 0, decoupled: false, gradScale: 1 });
     adamStep(
       param,
       tensor(g, { dtype: 'bf16', backend: ctx.backend }),
@@ -114,16 +111,7 @@ describeBackends('fused optimizer kernels', (ctx) => {
     // odd offset (packed halves on WebGPU). The same step on standalone tensors gives the same bits.
     const n = 1000;
     const sentinel = (count: number) => roundValues(seededValues(count, 99, 50, 60), 'f32');
-    const adamHyper = (step: number): AdamHyper => ({
-      lr: 0.01,
-      beta1: 0.9,
-      beta2: 0.999,
-      eps: 1e-8,
-      weightDecay: 0.1,
-      step,
-      decoupled: true,
-      gradScale: 0.5,
-    });
+    const adamHyper = (step: number) => adam({ step });
     const p0 = roundValues(seededValues(n, 41), 'f32');
     const grads = [1, 2].map((s) => roundValues(seededValues(n, 50 + s), 'bf16'));
 
@@ -221,16 +209,7 @@ describeBackends('fused optimizer kernels', (ctx) => {
 
   it('rejects mismatched sizes, i32 state and missing momentum buffers', () => {
     const p = tensor([1, 2], { backend: ctx.backend });
-    const hyper: AdamHyper = {
-      lr: 0.1,
-      beta1: 0.9,
-      beta2: 0.99,
-      eps: 1e-8,
-      weightDecay: 0,
-      step: 1,
-      decoupled: false,
-      gradScale: 1,
-    };
+    const hyper = adam({ lr: 0.1, beta2: 0.99, weightDecay: 0, decoupled: false, gradScale: 1 });
     expect(() => adamStep(p, tensor([1], { backend: ctx.backend }), p, p, hyper)).toThrow(
       ShapeError,
     );
