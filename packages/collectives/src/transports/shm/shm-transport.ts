@@ -440,7 +440,7 @@ class ShmArena implements SharedArena {
 
   owns(buffer: ArrayBufferLike): boolean {
     if (this.seen.has(buffer)) return true;
-    // A buffer from before this thread's last look can still be the arena's (another growth).
+    // Not seen yet: it may be the memory's current buffer, if the memory grew since the last look.
     return buffer === this.buffer;
   }
 
