@@ -54,7 +54,7 @@ export { isCpuAdapter, webGpuLikelyAvailable } from './backend/webgpu/gpu-runtim
 export type { AdapterOptions } from './backend/webgpu/gpu-runtime.js';
 export type { MatmulKernel } from './backend/webgpu/matmul.js';
 export { createWebGpuBackend, WebGpuBackend } from './backend/webgpu/webgpu-backend.js';
-export type { WebGpuBackendOptions } from './backend/webgpu/webgpu-backend.js';
+export type { F16Storage, WebGpuBackendOptions } from './backend/webgpu/webgpu-backend.js';
 export { bytesPerElement, DTYPES, hostArrayFor, isFloatDType } from './dtype.js';
 export type { DType, HostArray } from './dtype.js';
 export {

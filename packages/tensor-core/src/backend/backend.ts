@@ -111,6 +111,12 @@ export type BackendKind = 'cpu' | 'webgpu';
 export interface BackendCapabilities {
   /** The adapter runs WGSL `enable f16;`. Without it f16 is packed storage, computed in f32. */
   shaderF16: boolean;
+  /**
+   * How this backend's kernels hold f16 tensors: `'native'` as WGSL `array<f16>` (needs
+   * `shaderF16`), `'packed'` as 16-bit patterns in 32-bit words (the CPU backend: a Uint16Array).
+   * The bytes and the values computed are the same either way.
+   */
+  f16Storage: 'native' | 'packed';
   /** Largest single storage in bytes. */
   maxStorageBytes: number;
 }

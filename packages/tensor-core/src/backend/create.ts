@@ -2,6 +2,7 @@
 import { ArgumentError, NoAdapterError } from '../errors.js';
 import { createCpuBackend } from '../runtime.js';
 import type { Backend } from './backend.js';
+import type { F16Storage } from './webgpu/webgpu-backend.js';
 
 /** Options of `createBackend`. */
 export interface CreateBackendOptions {
@@ -14,6 +15,10 @@ export interface CreateBackendOptions {
   memoryLimit?: number;
   /** Adapter preference for WebGPU. */
   powerPreference?: GPUPowerPreference;
+  /** WebGPU in Node: the adapter whose name contains this text (see `AdapterOptions.adapter`). */
+  adapter?: string;
+  /** WebGPU: how f16 tensors are stored (see `WebGpuBackendOptions.f16`). */
+  f16?: F16Storage;
 }
 
 type Kind = NonNullable<CreateBackendOptions['kind']>;
@@ -42,6 +47,8 @@ export async function createBackend(options: CreateBackendOptions = {}): Promise
   const gpuOptions = {
     ...(memoryLimit === undefined ? {} : { memoryLimit }),
     ...(options.powerPreference === undefined ? {} : { powerPreference: options.powerPreference }),
+    ...(options.adapter === undefined ? {} : { adapter: options.adapter }),
+    ...(options.f16 === undefined ? {} : { f16: options.f16 }),
   };
   if (kind === 'webgpu') return createWebGpuBackend(gpuOptions);
   try {

@@ -29,8 +29,10 @@ export function webGpuTestsEnabled(): boolean {
   return false;
 }
 
-/** How the cross-backend tests create one backend kind. */
+/** How the cross-backend tests create one backend (a kind, in one configuration). */
 export interface BackendFactory {
+  /** The suite label: the kind, or the kind and its configuration (`webgpu-f16`). */
+  readonly name: string;
   readonly kind: BackendKind;
   /**
    * Whether this machine can run it (checked synchronously when suites are declared). May throw
@@ -44,11 +46,26 @@ export interface BackendFactory {
 /**
  * [Note: backend registration point]
  * The backends `describeBackends` runs every suite on, in order. The CPU backend always runs.
- * The WebGPU backend adds its entry here (and nowhere else): `{ kind: 'webgpu', available, create }`.
- * `WEBSHARD_BACKENDS=cpu,webgpu` limits a run to the listed kinds (a kind left out is not
+ * WebGPU runs twice where it can, once per f16 layout (see [Note: native f16 storage]):
+ * - `webgpu`: the default adapter with f16 forced `'packed'`, the layout every adapter has;
+ * - `webgpu-f16`: the same adapter with f16 `'native'`. It needs an adapter with `shader-f16`,
+ *   which is not known synchronously, so it runs when `WEBSHARD_WEBGPU_F16=1` (CI sets it, after
+ *   installing lavapipe, which has the feature); there, an adapter without it fails the suites.
+ * `WEBSHARD_BACKENDS=cpu,webgpu` limits a run to the listed names or kinds (a kind left out is not
  * checked, so `WEBSHARD_BACKENDS=cpu` with `WEBSHARD_REQUIRE_WEBGPU=1` runs the CPU only).
  */
 export const backendFactories: readonly BackendFactory[] = [
-  { kind: 'cpu', available: () => true, create: () => createCpuBackend() },
-  { kind: 'webgpu', available: webGpuTestsEnabled, create: () => createWebGpuBackend() },
+  { name: 'cpu', kind: 'cpu', available: () => true, create: () => createCpuBackend() },
+  {
+    name: 'webgpu',
+    kind: 'webgpu',
+    available: webGpuTestsEnabled,
+    create: () => createWebGpuBackend({ f16: 'packed' }),
+  },
+  {
+    name: 'webgpu-f16',
+    kind: 'webgpu',
+    available: () => process.env.WEBSHARD_WEBGPU_F16 === '1' && webGpuTestsEnabled(),
+    create: () => createWebGpuBackend({ f16: 'native' }),
+  },
 ];

@@ -13,7 +13,7 @@ export interface BackendContext {
   readonly floatDTypes: readonly DType[];
 }
 
-const created = new Map<BackendKind, Promise<Backend>>();
+const created = new Map<string, Promise<Backend>>();
 
 function selectedFactories(): BackendFactory[] {
   const filter = (typeof process !== 'undefined' && process.env.WEBSHARD_BACKENDS) || '';
@@ -22,7 +22,8 @@ function selectedFactories(): BackendFactory[] {
     .map((s) => s.trim())
     .filter((s) => s.length > 0);
   return backendFactories.filter(
-    (f) => (wanted.length === 0 || wanted.includes(f.kind)) && f.available(),
+    (f) =>
+      (wanted.length === 0 || wanted.includes(f.name) || wanted.includes(f.kind)) && f.available(),
   );
 }
 
@@ -35,13 +36,13 @@ function selectedFactories(): BackendFactory[] {
  */
 export function describeBackends(title: string, suite: (ctx: BackendContext) => void): void {
   for (const factory of selectedFactories()) {
-    describe(`${title} [${factory.kind}]`, () => {
+    describe(`${title} [${factory.name}]`, () => {
       let backend: Backend | undefined;
       beforeAll(async () => {
-        let pending = created.get(factory.kind);
+        let pending = created.get(factory.name);
         if (!pending) {
           pending = Promise.resolve(factory.create());
-          created.set(factory.kind, pending);
+          created.set(factory.name, pending);
         }
         backend = await pending;
       });
@@ -54,7 +55,7 @@ export function describeBackends(title: string, suite: (ctx: BackendContext) => 
           if (!backend) {
             throw new BackendError(
               'describeBackends',
-              `the ${factory.kind} backend is created in beforeAll: use ctx.backend inside tests and hooks`,
+              `the ${factory.name} backend is created in beforeAll: use ctx.backend inside tests and hooks`,
             );
           }
           return backend;

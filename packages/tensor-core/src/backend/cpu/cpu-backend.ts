@@ -129,7 +129,11 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
  */
 export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   readonly kind = 'cpu' as const;
-  readonly capabilities: BackendCapabilities = { shaderF16: false, maxStorageBytes: 2 ** 31 };
+  readonly capabilities: BackendCapabilities = {
+    shaderF16: false,
+    f16Storage: 'packed',
+    maxStorageBytes: 2 ** 31,
+  };
   readonly description = 'CPU (TypeScript kernels)';
 
   constructor(options: CpuBackendOptions = {}) {

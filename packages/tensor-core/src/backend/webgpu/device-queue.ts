@@ -2,6 +2,7 @@
 import { BackendError, IndexError } from '../../errors.js';
 import { BufferUsage } from './gpu-runtime.js';
 import type { Launch } from './program.js';
+import { PACKED_TARGET, preamble, type WgslTarget, withTarget } from './wgsl.js';
 
 /**
  * [Note: the command queue]
@@ -80,7 +81,11 @@ export class DeviceQueue {
   private deviceError: Error | undefined;
   readonly errorFlag: GPUBuffer;
 
-  constructor(readonly device: GPUDevice) {
+  /** `target`: the storage layout kernels are generated for (see [Note: native f16 storage]). */
+  constructor(
+    readonly device: GPUDevice,
+    readonly target: WgslTarget = PACKED_TARGET,
+  ) {
     this.errorFlag = device.createBuffer({
       size: 16,
       usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
@@ -95,7 +100,12 @@ export class DeviceQueue {
   launch(launch: Launch, buffers: GPUBuffer[]): void {
     const { program } = launch;
     const key = program.key;
-    if (!this.pipelines.has(key)) this.compile(key, program.wgsl(launch.dtypes));
+    if (!this.pipelines.has(key)) {
+      this.compile(
+        key,
+        preamble(this.target) + withTarget(this.target, () => program.wgsl(launch.dtypes)),
+      );
+    }
     const params = this.freeParams.pop() ?? this.createParamBuffer();
     this.device.queue.writeBuffer(params, 0, launch.params);
     const all = [...buffers, params];
@@ -106,7 +116,7 @@ export class DeviceQueue {
       name: program.name,
       buffers: all,
       params,
-      workgroups: program.dispatch(launch.shape),
+      workgroups: withTarget(this.target, () => program.dispatch(launch.shape, launch.params)),
     });
     this.pump();
   }

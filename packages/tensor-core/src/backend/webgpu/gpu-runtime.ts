@@ -14,6 +14,12 @@ export interface AdapterOptions {
    * See [Note: robustness].
    */
   disableRobustness?: boolean;
+  /**
+   * Node only: take the adapter whose name contains this text (Dawn's `adapter=` toggle), such as
+   * `'SwiftShader'` or `'llvmpipe'` where several Vulkan drivers are installed. Default: the
+   * environment variable `WEBSHARD_ADAPTER`, else Dawn's first choice.
+   */
+  adapter?: string;
 }
 
 /** Where Debian, Ubuntu, Fedora and Chrome install SwiftShader's Vulkan ICD manifest. */
@@ -117,12 +123,20 @@ export async function acquireAdapter(options: AdapterOptions = {}): Promise<Acqu
   const robust =
     options.disableRobustness === false || envFlag('WEBSHARD_WEBGPU_ROBUSTNESS') === true;
   const flags = robust ? [] : ['enable-dawn-features=disable_robustness'];
+  const wanted = options.adapter ?? (process.env.WEBSHARD_ADAPTER || undefined);
+  if (wanted !== undefined) flags.push(`adapter=${wanted}`);
   const attempt = async (label: string): Promise<AcquiredAdapter | undefined> => {
-    tried.push(label);
+    tried.push(wanted === undefined ? label : `${label} (adapter named like '${wanted}')`);
     const gpu = webgpu.create(flags);
     liveInstances.push(gpu);
-    const adapter = await gpu.requestAdapter(request);
-    return adapter ? { gpu, adapter, tried } : undefined;
+    try {
+      const adapter = await gpu.requestAdapter(request);
+      return adapter ? { gpu, adapter, tried } : undefined;
+    } catch (error) {
+      // Dawn throws, listing the adapters it has, when none matches the `adapter=` toggle.
+      tried.push(`  ${(error as Error).message.replace(/\s+/g, ' ').trim()}`);
+      return undefined;
+    }
   };
 
   const userIcd = process.env.VK_ICD_FILENAMES;

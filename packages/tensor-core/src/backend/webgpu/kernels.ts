@@ -1,7 +1,6 @@
 import type { DType } from '../../dtype.js';
 import type { BinaryOp, ReduceOp, UnaryOp } from '../backend.js';
 import {
-  elementwiseCount,
   elementwiseProgram,
   type Launch,
   type LaunchBinding,
@@ -45,7 +44,7 @@ function ewLaunch(
     dtypes,
     bindings: [...ins, output(out, out.size)],
     params: params.toArray(),
-    shape: [elementwiseCount(out.dtype, out.offset, out.size)],
+    shape: [out.size],
     usesError,
   };
 }
@@ -412,7 +411,7 @@ fn outv(i: u32) -> u32 { return raw_x(prm[2] + idx_x(i)); }`,
     });
     return ewLaunch(program, [src.dtype, dst.dtype], [input(src, srcExtent)], out, params);
   }
-  // A scattered destination: one invocation per element; packed halves through atomics.
+  // A scattered destination: one invocation per element; packed halves through atomics (`rst_`).
   const params = new Params().u(size).u(src.offset).u(dst.offset);
   const dimsAt = params.length;
   for (const d of merged.shape) params.u(d);
@@ -420,15 +419,16 @@ fn outv(i: u32) -> u32 { return raw_x(prm[2] + idx_x(i)); }`,
   for (const v of merged.strides[0]!) params.u(v);
   const dstAt = params.length;
   for (const v of merged.strides[1]!) params.u(v);
-  const half = is16(dst.dtype);
   const program: Program = {
     name: 'copyStridedScatter',
     key: `cs:r${rank}:${dst.dtype}`,
     workgroupSize: [64, 1, 1],
     dispatch: (s) => linearDispatch(s[0] ?? 1, 64),
-    wgsl: () => `${declare(0, 'x', dst.dtype, 'read')}
+    wgsl: () => `${CONVERT}
+${declare(0, 'x', dst.dtype, 'read')}
 ${rawLoader('x', dst.dtype)}
-${half ? declare(1, 'out', dst.dtype, 'atomic') : '@group(0) @binding(1) var<storage, read_write> out: array<u32>;'}
+${declare(1, 'out', dst.dtype, storeAccess(dst.dtype))}
+${storer('out', dst.dtype)}
 ${paramsDecl(2)}
 ${stridedIndexFn('idx_x', rank, dimsAt, srcAt)}
 ${stridedIndexFn('idx_out', rank, dimsAt, dstAt)}
@@ -437,14 +437,7 @@ fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec
   let i = ${linearIndex(64)};
   if (i >= prm[0]) { return; }
   let v = raw_x(prm[1] + idx_x(i));
-  let j = prm[2] + idx_out(i);
-  ${
-    half
-      ? `let sh = (j & 1u) << 4u;
-  atomicAnd(&out[j >> 1u], ~(0xffffu << sh));
-  atomicOr(&out[j >> 1u], v << sh);`
-      : 'out[j] = v;'
-  }
+  rst_out(prm[2] + idx_out(i), v);
 }`,
   };
   return {
@@ -872,12 +865,15 @@ export function scatterAddLaunch(
   vocab: number,
   dim: number,
 ): Launch {
-  const half = is16(out.dtype);
-  const ldOut = half
-    ? out.dtype === 'f16'
-      ? 'f16_to_f32((atomicLoad(&out[j >> 1u]) >> ((j & 1u) << 4u)) & 0xffffu)'
-      : 'bitcast<f32>(((atomicLoad(&out[j >> 1u]) >> ((j & 1u) << 4u)) & 0xffffu) << 16u)'
-    : 'out[j]';
+  // A packed 16-bit output is atomic, so it is read with atomicLoad; otherwise through its loader.
+  const ldOut = () =>
+    is16(out.dtype)
+      ? out.dtype === 'f16'
+        ? 'f16_to_f32((atomicLoad(&out[j >> 1u]) >> ((j & 1u) << 4u)) & 0xffffu)'
+        : 'bitcast<f32>(((atomicLoad(&out[j >> 1u]) >> ((j & 1u) << 4u)) & 0xffffu) << 16u)'
+      : out.dtype === 'f32'
+        ? 'out[j]'
+        : 'ld_out(j)';
   const program: Program = {
     name: 'scatterAdd',
     key: `scatterAdd:${src.dtype}:${out.dtype}`,
@@ -889,6 +885,7 @@ ${loader('src', src.dtype)}
 ${declare(1, 'idx', 'i32', 'read')}
 ${declare(2, 'out', out.dtype, storeAccess(out.dtype))}
 ${storer('out', out.dtype)}
+${is16(out.dtype) || out.dtype === 'f32' ? '' : loader('out', out.dtype)}
 ${paramsDecl(3)}
 ${errorDecl(4)}
 @compute @workgroup_size(64)
@@ -903,7 +900,7 @@ fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec
       continue;
     }
     let j = prm[5] + u32(id) * dim + d;
-    st_out(j, ${ldOut} + ld_src(prm[3] + r * dim + d));
+    st_out(j, ${ldOut()} + ld_src(prm[3] + r * dim + d));
   }
 }`,
   };

@@ -5,12 +5,14 @@ import {
   declare,
   encode,
   errorDecl,
+  fromBits,
   is16,
   linearIndex,
   loader,
   MATH,
   paramsDecl,
   rawLoader,
+  storageType,
   valueType,
 } from './wgsl.js';
 
@@ -23,8 +25,12 @@ export interface Program {
   /** Identifies the WGSL: programs with equal keys share one pipeline. */
   readonly key: string;
   readonly workgroupSize: readonly [number, number, number];
-  /** Workgroup counts for `shape` (invocations wanted per axis). */
-  dispatch(shape: readonly number[]): [number, number, number];
+  /**
+   * Workgroup counts for `shape` (invocations wanted per axis; element-wise programs read the
+   * output's offset from `params[0]`). Called, like `wgsl`, under the backend's target
+   * (`withTarget`).
+   */
+  dispatch(shape: readonly number[], params: Uint32Array): [number, number, number];
   wgsl(dtypes: readonly DType[]): string;
 }
 
@@ -128,7 +134,8 @@ export function elementwiseProgram(spec: ElementwiseSpec): Program {
     name: spec.name,
     key,
     workgroupSize: [WG, 1, 1],
-    dispatch: (shape) => linearDispatch(shape[0] ?? 1, WG),
+    dispatch: (shape, params) =>
+      linearDispatch(elementwiseCount(spec.out, params[0] ?? 0, shape[0] ?? 1), WG),
     wgsl: () => {
       const lines: string[] = [CONVERT, MATH];
       spec.inputs.forEach((x, k) => {
@@ -137,7 +144,9 @@ export function elementwiseProgram(spec: ElementwiseSpec): Program {
         lines.push(rawLoader(x.name, x.dtype));
       });
       const ob = spec.inputs.length;
-      const outDecl = spec.raw
+      // Raw bits go into a u32 view of the output, but for native f16 (no 16-bit integer type).
+      const rawWords = spec.raw === true && storageType(spec.out) !== 'f16';
+      const outDecl = rawWords
         ? `@group(0) @binding(${ob}) var<storage, read_write> out: array<u32>;`
         : declare(ob, 'out', spec.out, 'read_write');
       lines.push(outDecl);
@@ -165,7 +174,11 @@ fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec
   out[w] = lo | (hi << 16u);
 }`);
       } else {
-        const st = spec.raw ? 'outv(i)' : `${valueType(spec.out)}(outv(i))`;
+        const st = rawWords
+          ? 'outv(i)'
+          : spec.raw
+            ? fromBits(spec.out, 'outv(i)')
+            : encode(spec.out, `${valueType(spec.out)}(outv(i))`);
         lines.push(`@compute @workgroup_size(${WG})
 fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec3u) {
   let i = ${idx};
@@ -178,7 +191,10 @@ fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec
   };
 }
 
-/** Invocations an element-wise launch of `size` elements at `offset` needs. */
+/**
+ * Invocations an element-wise launch of `size` elements at `offset` needs in the current target:
+ * one per element, or one per word for packed 16-bit outputs.
+ */
 export function elementwiseCount(dtype: DType, offset: number, size: number): number {
   if (!is16(dtype)) return size;
   return ((offset + size - 1) >> 1) - (offset >> 1) + 1;

@@ -1,6 +1,6 @@
 import type { DType } from '../../dtype.js';
 import type { Dense } from './kernels.js';
-import { elementwiseCount, elementwiseProgram, type Launch, output, Params } from './program.js';
+import { elementwiseProgram, type Launch, output, Params } from './program.js';
 
 /**
  * Philox4x32-10 in WGSL, a port of `src/random/philox.ts`: key (seed low word, seed high word),
@@ -80,7 +80,7 @@ fn outv(i: u32) -> f32 {
     dtypes,
     bindings: [output(out, out.size)],
     params: params.toArray(),
-    shape: [elementwiseCount(out.dtype, out.offset, out.size)],
+    shape: [out.size],
     usesError: false,
   };
 }

@@ -1,7 +1,7 @@
 /// <reference types="@webgpu/types" />
 import { bytesPerElement, type DType, type HostArray, hostArrayFor } from '../../dtype.js';
 import { f32ToBf16Bits, f32ToF16Bits } from '../../dtype-convert.js';
-import { DTypeError, OutOfMemoryError } from '../../errors.js';
+import { ArgumentError, BackendError, DTypeError, OutOfMemoryError } from '../../errors.js';
 import { CachingAllocator } from '../../memory/caching-allocator.js';
 import { philoxNormal } from '../../random/philox.js';
 import { PooledBackend } from '../pooled-backend.js';
@@ -58,6 +58,27 @@ export interface WebGpuBackendOptions extends AdapterOptions {
   memoryLimit?: number;
   /** Force a matmul kernel instead of choosing per adapter. */
   matmulKernel?: MatmulKernel;
+  /**
+   * How f16 tensors are stored (see [Note: native f16 storage]): `'native'` (`array<f16>`; throws
+   * a `BackendError` where the adapter lacks `shader-f16`), `'packed'` (two per u32 word, on every
+   * adapter), or `'auto'`, native where the adapter has the feature. Default: the environment
+   * variable `WEBSHARD_F16`, else `'auto'`. Results are bit-identical either way.
+   */
+  f16?: F16Storage;
+}
+
+/** The `f16` option of `createWebGpuBackend`. */
+export type F16Storage = 'auto' | 'native' | 'packed';
+
+function chooseF16(option: F16Storage | undefined): F16Storage {
+  if (option !== undefined) return option;
+  const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_F16 : undefined;
+  if (env === undefined || env === '') return 'auto';
+  if (env === 'auto' || env === 'native' || env === 'packed') return env;
+  throw new ArgumentError(
+    'createWebGpuBackend',
+    `WEBSHARD_F16=${env} is not one of auto, native, packed`,
+  );
 }
 
 interface Staging {
@@ -136,7 +157,9 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
       device.limits.maxBufferSize,
       device.limits.maxStorageBufferBindingSize,
     );
-    const queue = new DeviceQueue(device);
+    const hasF16 = device.features.has('shader-f16');
+    const nativeF16 = hasF16 && chooseF16(options.f16) !== 'packed';
+    const queue = new DeviceQueue(device, { nativeF16 });
     const allocator: CachingAllocator<GPUBuffer> = new CachingAllocator<GPUBuffer>(
       {
         create: (size) => {
@@ -163,7 +186,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
             ? 'registerTiled'
             : 'sharedMemory');
     this.capabilities = {
-      shaderF16: device.features.has('shader-f16'),
+      shaderF16: hasF16,
+      f16Storage: nativeF16 ? 'native' : 'packed',
       maxStorageBytes: maxBytes,
     };
     this.description = `webgpu: ${describeAdapter(adapter)}`;
@@ -583,7 +607,14 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
 export async function createWebGpuBackend(
   options: WebGpuBackendOptions = {},
 ): Promise<WebGpuBackend> {
+  const f16 = chooseF16(options.f16);
   const { gpu, adapter } = await acquireAdapter(options);
+  if (f16 === 'native' && !adapter.features.has('shader-f16')) {
+    throw new BackendError(
+      'createWebGpuBackend',
+      `f16: 'native' needs the shader-f16 feature, which this adapter lacks (${describeAdapter(adapter)}); use 'auto' or 'packed'`,
+    );
+  }
   const requiredFeatures: GPUFeatureName[] = adapter.features.has('shader-f16')
     ? ['shader-f16']
     : [];

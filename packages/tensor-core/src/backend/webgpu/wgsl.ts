@@ -19,15 +19,63 @@ import type { DType } from '../../dtype.js';
  */
 export type Access = 'read' | 'read_write' | 'atomic';
 
+/**
+ * [Note: native f16 storage]
+ *
+ * Where the device has `shader-f16` (lavapipe, real GPUs; not SwiftShader), f16 tensors are
+ * `array<f16>`: one element per index, no packing, so element-wise kernels run one invocation per
+ * element and scattered stores are plain stores instead of `atomicAnd`/`atomicOr` pairs. The bytes
+ * are the same as packed storage, so a buffer means the same thing either way. Values still cross
+ * between f16 and f32 with the integer code of `CONVERT` (an f16 moves through `bitcast` as the
+ * low half of a `vec2<f16>`), never with WGSL's `f16(x)` / `f32(h)`: those may flush subnormals or
+ * round differently per driver, and results must stay bit-identical to the CPU backend and to
+ * ranks on other adapters. bf16 has no WGSL type and is always packed.
+ *
+ * Which layout a kernel is generated for is the backend's choice, made once per device
+ * (`WebGpuBackendOptions.f16`). The helpers below read it from `currentTarget`, which only
+ * `withTarget` sets, around the backend queue's calls to a program's `wgsl` and `dispatch`; kernel
+ * builders never see it, so each stays one template for both layouts.
+ */
+export interface WgslTarget {
+  /** f16 tensors are `array<f16>` (see [Note: native f16 storage]). */
+  readonly nativeF16: boolean;
+}
+
+export const PACKED_TARGET: WgslTarget = { nativeF16: false };
+
+let currentTarget: WgslTarget = PACKED_TARGET;
+
+/** Runs `fn` (WGSL generation or a dispatch computation) for `target`. */
+export function withTarget<T>(target: WgslTarget, fn: () => T): T {
+  const previous = currentTarget;
+  currentTarget = target;
+  try {
+    return fn();
+  } finally {
+    currentTarget = previous;
+  }
+}
+
+/** The module preamble a target needs: `enable f16;` where f16 is native. */
+export function preamble(target: WgslTarget): string {
+  return target.nativeF16 ? 'enable f16;\n' : '';
+}
+
+function nativeHalf(dtype: DType): boolean {
+  return dtype === 'f16' && currentTarget.nativeF16;
+}
+
 /** The WGSL element type a dtype's storage array uses. */
-export function storageType(dtype: DType): 'f32' | 'i32' | 'u32' {
+export function storageType(dtype: DType): 'f32' | 'i32' | 'u32' | 'f16' {
   if (dtype === 'f32') return 'f32';
   if (dtype === 'i32') return 'i32';
+  if (nativeHalf(dtype)) return 'f16';
   return 'u32';
 }
 
+/** Whether a dtype is stored two per u32 word in the current target ([Note: packed 16-bit storage]). */
 export function is16(dtype: DType): boolean {
-  return dtype === 'f16' || dtype === 'bf16';
+  return dtype === 'bf16' || (dtype === 'f16' && !currentTarget.nativeF16);
 }
 
 /** The WGSL type kernels compute in for a dtype: f32 for floats, i32 for i32. */
@@ -37,14 +85,18 @@ export function valueType(dtype: DType): 'f32' | 'i32' {
 
 /** A storage binding declaration. */
 export function declare(binding: number, name: string, dtype: DType, access: Access): string {
-  if (access === 'atomic') {
+  if (access === 'atomic' && is16(dtype)) {
     return `@group(0) @binding(${binding}) var<storage, read_write> ${name}: array<atomic<u32>>;`;
   }
-  return `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<${storageType(dtype)}>;`;
+  const mode = access === 'atomic' ? 'read_write' : access;
+  return `@group(0) @binding(${binding}) var<storage, ${mode}> ${name}: array<${storageType(dtype)}>;`;
 }
 
 /** `fn ld_NAME(i: u32) -> f32|i32`: the element at absolute index i, decoded to the compute type. */
 export function loader(name: string, dtype: DType): string {
+  if (nativeHalf(dtype)) {
+    return `fn ld_${name}(i: u32) -> f32 { return f16_to_f32(bitcast<u32>(vec2<f16>(${name}[i], 0.0h))); }`;
+  }
   switch (dtype) {
     case 'f32':
     case 'i32':
@@ -60,14 +112,21 @@ export function loader(name: string, dtype: DType): string {
 
 /** `fn raw_NAME(i: u32) -> u32`: the raw bits of an element (a half for 16-bit dtypes). */
 export function rawLoader(name: string, dtype: DType): string {
+  if (nativeHalf(dtype)) {
+    return `fn raw_${name}(i: u32) -> u32 { return bitcast<u32>(vec2<f16>(${name}[i], 0.0h)); }`;
+  }
   if (is16(dtype)) {
     return `fn raw_${name}(i: u32) -> u32 { return (${name}[i >> 1u] >> ((i & 1u) << 4u)) & 0xffffu; }`;
   }
   return `fn raw_${name}(i: u32) -> u32 { return bitcast<u32>(${name}[i]); }`;
 }
 
-/** WGSL expression converting a compute value `v` (f32, or i32 for i32) to the stored form. */
+/**
+ * WGSL expression converting a compute value `v` (f32, or i32 for i32) to the stored form: the
+ * element for f32 and i32 and native f16, a u32 half for packed 16-bit dtypes.
+ */
 export function encode(dtype: DType, v: string): string {
+  if (nativeHalf(dtype)) return fromBits(dtype, `f32_to_f16(${v})`);
   switch (dtype) {
     case 'f32':
     case 'i32':
@@ -81,20 +140,30 @@ export function encode(dtype: DType, v: string): string {
   }
 }
 
+/** WGSL expression turning raw bits `bits` (u32; a half in its low 16 bits) into the stored form. */
+export function fromBits(dtype: DType, bits: string): string {
+  if (nativeHalf(dtype)) return `bitcast<vec2<f16>>(${bits}).x`;
+  if (dtype === 'f32') return `bitcast<f32>(${bits})`;
+  if (dtype === 'i32') return `bitcast<i32>(${bits})`;
+  return bits;
+}
+
 /**
- * `fn st_NAME(i: u32, v: f32|i32)`: store one element at absolute index i. 16-bit outputs must be
- * declared `atomic` (see [Note: packed 16-bit storage]).
+ * `fn st_NAME(i: u32, v: f32|i32)`: store one element at absolute index i, and `rst_NAME(i, bits)`
+ * to store raw bits. Packed 16-bit outputs must be declared `storeAccess(dtype)` (atomic; see
+ * [Note: packed 16-bit storage]).
  */
 export function storer(name: string, dtype: DType): string {
   if (is16(dtype)) {
-    return `fn st_${name}(i: u32, v: f32) {
+    return `fn rst_${name}(i: u32, h: u32) {
   let sh = (i & 1u) << 4u;
-  let h = ${encode(dtype, 'v')};
   atomicAnd(&${name}[i >> 1u], ~(0xffffu << sh));
   atomicOr(&${name}[i >> 1u], h << sh);
-}`;
+}
+fn st_${name}(i: u32, v: f32) { rst_${name}(i, ${encode(dtype, 'v')}); }`;
   }
-  return `fn st_${name}(i: u32, v: ${valueType(dtype)}) { ${name}[i] = v; }`;
+  return `fn rst_${name}(i: u32, h: u32) { ${name}[i] = ${fromBits(dtype, 'h')}; }
+fn st_${name}(i: u32, v: ${valueType(dtype)}) { ${name}[i] = ${encode(dtype, 'v')}; }`;
 }
 
 /** The access a scattered-store output needs (atomic for packed halves). */
