@@ -43,6 +43,52 @@ describe('ws relay', () => {
     }
   });
 
+  it('holds frames for a rank that has not connected to the relay yet, then delivers them', async () => {
+    // Rank 2 counts rank 1 as open as soon as its own link to the relay is; what it sends before
+    // rank 1 connects must wait at the relay, not abort the group (a race CI hit once).
+    const server = new StoreServer({ port: 0, worldSize: 3, token: 'late' });
+    const port = await server.listen();
+    const stores = await Promise.all(
+      [0, 1, 2].map((rank) =>
+        StoreClient.connect({ url: `ws://127.0.0.1:${port}`, rank, worldSize: 3, token: 'late' }),
+      ),
+    );
+    // Rank 1 dials the relay only when the gate opens.
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const browser = nativeChannels(WebSocket as unknown as Parameters<typeof nativeChannels>[0]);
+    const late = { dial: async (url: string) => gate.then(() => browser.dial(url)) };
+    const t0 = WsTransport.create({ store: stores[0]!, token: 'late' });
+    const t1 = WsTransport.create({
+      store: stores[1]!,
+      token: 'late',
+      listen: false,
+      channels: late,
+    });
+    const t2 = await WsTransport.create({ store: stores[2]!, token: 'late', listen: false });
+    const data = Uint8Array.from({ length: 4099 }, (_, i) => (i * 7) & 255);
+    await t2.send(1, 3, data);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    open();
+    const transports = [await t0, await t1, t2];
+    try {
+      const dst = new Uint8Array(data.byteLength);
+      await transports[1]!.recv(2, 3, dst);
+      expect(dst).toEqual(data);
+      // And the other way, now that both are connected.
+      await Promise.all([
+        transports[1]!.send(2, 4, data.subarray(0, 5)),
+        t2.recv(1, 4, dst.subarray(0, 5)),
+      ]);
+    } finally {
+      await Promise.all(transports.map((t) => t.close()));
+      await Promise.all(stores.map((s) => s.close()));
+      await server.close();
+    }
+  });
+
   it('refuses a world where no rank accepts connections', async () => {
     const error = await createNetworkWorld('ws', 2, 'relay', { listens: () => false }).catch(
       (e: unknown) => e,

@@ -68,6 +68,11 @@ class WsPeer {
   stopped = false;
   /** The rank that relays this pair's frames when neither side can listen (two browsers). */
   via: WsPeer | null = null;
+  /**
+   * Relay only: frames relayed to this rank before it connected here, sent once it does (see
+   * [Note: relaying to a rank still connecting]).
+   */
+  relayBacklog: Uint8Array[] = [];
   constructor(readonly rank: number) {}
 }
 
@@ -410,6 +415,8 @@ export class WsTransport implements Transport {
         ),
       );
       peer.state = 'open';
+      for (const message of peer.relayBacklog) channel.send(message);
+      peer.relayBacklog = [];
     };
   }
 
@@ -505,9 +512,7 @@ export class WsTransport implements Transport {
           other !== undefined &&
           other !== null &&
           other !== peer &&
-          (header.kind === FrameKind.relay
-            ? other.via === null && other.channel !== null
-            : other.via === peer);
+          (header.kind === FrameKind.relay ? other.via === null : other.via === peer);
         if (!ok) {
           this.violation(
             peer,
@@ -523,11 +528,19 @@ export class WsTransport implements Transport {
     }
   }
 
-  /** This rank relays: pass `frame` from `from` on to `to`, unchanged, behind a `relayed` header. */
+  /**
+   * This rank relays: pass `frame` from `from` on to `to`, unchanged, behind a `relayed` header.
+   *
+   * [Note: relaying to a rank still connecting]
+   * A rank reached through the relay counts as open as soon as its own link to the relay is, so
+   * its first frames (a sub-group's set-up, say) may reach the relay before the destination has
+   * connected here. Those wait in the destination's backlog and go out when its hello arrives;
+   * if it never connects, the connect deadline fails the group. A closed target still gets frames
+   * (the goodbye of the rank relayed to it comes after its own); a dead one gets none.
+   */
   private forward(from: WsPeer, to: number, frame: Uint8Array): void {
     const target = this.peers[to];
-    // A closed target still gets frames: the goodbye of the rank relayed to it comes after its own.
-    if (!target?.channel || target.state === 'dead') return;
+    if (!target || target.state === 'dead') return;
     const header = new Uint8Array(HEADER_BYTES);
     writeHeader(header, {
       kind: FrameKind.relayed,
@@ -536,6 +549,10 @@ export class WsTransport implements Transport {
       length: frame.byteLength,
       sender: this.rank,
     });
+    if (target.channel === null) {
+      target.relayBacklog.push(header, frame);
+      return;
+    }
     target.channel.send(header);
     target.channel.send(frame);
   }
