@@ -1,6 +1,7 @@
 // The collectives benchmark: bus bandwidth (nccl-tests formulas) of all-reduce, all-gather,
 // reduce-scatter and broadcast at 1, 16 and 64 MiB on 2 and 4 ranks over shm, ws and tcp, beside
-// PyTorch gloo measured in the same run. `pnpm bench` (or `tsx bench/index.ts --worlds 2
+// PyTorch gloo measured in the same run, and the bound raw sockets set on a 2-rank all-reduce.
+// `pnpm bench` (or `tsx bench/index.ts --worlds 2
 // --transports tcp --sizes 1` for a quick look).
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -10,6 +11,7 @@ import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
 import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
+import { loopbackExchangeMs } from './loopback.js';
 import { BENCH_OPS, type BenchPlan, type BenchResult, busFactor } from './plan.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -103,6 +105,21 @@ for (const world of worlds) {
   if (glooProblem === null) {
     console.log(`gloo, ${world} ranks...`);
     gloo = await runGloo(repoRoot, world, await freePort(), sizesMiB);
+  }
+  if (world === 2 && transports.includes('tcp')) {
+    // The floor under any 2-rank all-reduce over Node sockets on this machine (see loopback.ts).
+    for (const sizeMiB of sizesMiB) {
+      const ms = 2 * (await loopbackExchangeMs((sizeMiB * MiB) / 2));
+      const row: BenchRow = {
+        name: `allReduce bound: raw node:net exchanges 2 ranks ${sizeMiB} MiB`,
+        metric: 'busbw',
+        value: Math.round((sizeMiB * MiB) / (ms / 1e3) / 1e6),
+        unit: 'MB/s',
+      };
+      const peerValue = gloo?.get(glooKey('allReduce', sizeMiB));
+      if (peerValue !== undefined) Object.assign(row, { peer: 'gloo allReduce', peerValue });
+      rows.push(row);
+    }
   }
   for (const transport of transports) {
     console.log(`${transport}, ${world} ranks...`);
