@@ -153,6 +153,57 @@ if (gpu) {
   gpu.release(big.storage);
 }
 
+// f16 kernels with native storage beside packed storage on the same adapter, where it has
+// shader-f16 (lavapipe, real GPUs): an element-wise add (one invocation per element against one
+// per word) and a transpose (plain stores against atomicAnd/atomicOr on packed words). These rows
+// decide `f16Layout`'s 'auto'.
+if (gpu?.capabilities.shaderF16) {
+  const native = await createWebGpuBackend({ f16: 'native' });
+  const packed = await createWebGpuBackend({ f16: 'packed' });
+  const n = 2048;
+  const f16Ms = async (backend: Backend, kernel: 'add' | 'transpose') => {
+    const make = () => ({
+      storage: backend.allocate(n * n * 2),
+      offset: 0,
+      dtype: 'f16' as const,
+      shape: [n, n],
+    });
+    const [a, b, out] = [make(), make(), make()];
+    const bits = Uint16Array.from({ length: n * n }, (_, i) => 0x3c00 + (i % 1024));
+    backend.write(a, bits);
+    backend.write(b, bits);
+    const run =
+      kernel === 'add'
+        ? () => backend.binary('add', a, b, out)
+        : () => backend.copyStrided({ ...a, strides: [1, n] }, { ...out, strides: [n, 1] }, [n, n]);
+    const ms = await timeMedian(
+      async () => {
+        for (let k = 0; k < 10; k++) run();
+        await backend.sync();
+      },
+      { warmup: 2, iterations: 7 },
+    );
+    for (const t of [a, b, out]) backend.release(t.storage);
+    return ms / 10;
+  };
+  for (const kernel of ['add', 'transpose'] as const) {
+    const viaNative = await f16Ms(native, kernel);
+    const viaPacked = await f16Ms(packed, kernel);
+    // Bytes moved: add reads two operands and writes one; transpose reads one and writes one.
+    const bytes = n * n * 2 * (kernel === 'add' ? 3 : 2);
+    rows.push({
+      name: `f16 ${kernel} ${n}x${n}, native storage (webgpu)`,
+      metric: 'bandwidth',
+      value: bytes / viaNative / 1e6,
+      unit: 'GB/s',
+      peer: 'packed storage, same adapter',
+      peerValue: bytes / viaPacked / 1e6,
+    });
+  }
+  native.dispose();
+  packed.dispose();
+}
+
 writeBenchResults('tensor-core', rows);
 tf?.engine().reset();
 gpu?.dispose();

@@ -9,7 +9,8 @@ import { webGpuTestsEnabled } from '../../testing/backends.js';
 import type { Backend, KernelTensor } from '../backend.js';
 import { copyLaunch, scatterAddLaunch } from './kernels.js';
 import { elementwiseProgram } from './program.js';
-import { createWebGpuBackend, type WebGpuBackend } from './webgpu-backend.js';
+import { isCpuAdapter } from './gpu-runtime.js';
+import { createWebGpuBackend, f16Layout, type WebGpuBackend } from './webgpu-backend.js';
 import { withTarget } from './wgsl.js';
 
 /**
@@ -96,6 +97,20 @@ describe('WGSL generated for native f16 storage', () => {
   });
 });
 
+describe('the f16 layout a backend chooses', () => {
+  it("takes 'native' and 'packed' as given, and 'auto' as native on GPUs with shader-f16 only", () => {
+    const cases: [Parameters<typeof f16Layout>, 'native' | 'packed'][] = [
+      [['auto', true, false], 'native'],
+      [['auto', true, true], 'packed'],
+      [['auto', false, false], 'packed'],
+      [['native', true, true], 'native'],
+      [['packed', true, false], 'packed'],
+      [['packed', false, true], 'packed'],
+    ];
+    for (const [args, want] of cases) expect(f16Layout(...args), args.join(',')).toBe(want);
+  });
+});
+
 describe.runIf(nativeEnabled)('native f16 storage on an adapter with shader-f16', () => {
   let native: WebGpuBackend;
   let packed: WebGpuBackend;
@@ -108,11 +123,11 @@ describe.runIf(nativeEnabled)('native f16 storage on an adapter with shader-f16'
     packed?.dispose();
   });
 
-  it("reports its layout, and 'auto' chooses native where the adapter has the feature", async () => {
+  it("reports its layout; 'auto' is native on a GPU with the feature, packed on a CPU adapter", async () => {
     expect(native.capabilities).toMatchObject({ shaderF16: true, f16Storage: 'native' });
     expect(packed.capabilities).toMatchObject({ shaderF16: true, f16Storage: 'packed' });
     const auto = await createWebGpuBackend({ f16: 'auto' });
-    expect(auto.capabilities.f16Storage).toBe('native');
+    expect(auto.capabilities.f16Storage).toBe(isCpuAdapter(auto.adapter) ? 'packed' : 'native');
     auto.dispose();
   });
 

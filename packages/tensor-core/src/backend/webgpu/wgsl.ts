@@ -32,7 +32,7 @@ export type Access = 'read' | 'read_write' | 'atomic';
  * ranks on other adapters. bf16 has no WGSL type and is always packed.
  *
  * Which layout a kernel is generated for is the backend's choice, made once per device
- * (`WebGpuBackendOptions.f16`). The helpers below read it from `currentTarget`, which only
+ * (`WebGpuBackendOptions.f16`; by default native only on GPUs, see `f16Layout`). The helpers below read it from `currentTarget`, which only
  * `withTarget` sets, around the backend queue's calls to a program's `wgsl` and `dispatch`; kernel
  * builders never see it, so each stays one template for both layouts.
  */
