@@ -6,6 +6,7 @@ import { setGradEnabled } from './grad-mode.js';
 import type { RemovableHandle } from './hooks.js';
 import {
   AccumulateGrad,
+  GraphRoot,
   type Edge,
   Node,
   OpNode,
@@ -251,20 +252,6 @@ class ReadyQueue {
       }
     }
     return top.node;
-  }
-}
-
-/** The virtual node whose inputs are the roots of a backward call. */
-class GraphRoot extends Node {
-  readonly name = 'GraphRoot';
-  constructor(
-    next: readonly Edge[],
-    private readonly grads: Tensor[],
-  ) {
-    super(next, [], Number.POSITIVE_INFINITY);
-  }
-  apply(): (Tensor | null)[] {
-    return this.grads;
   }
 }
 

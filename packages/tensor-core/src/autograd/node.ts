@@ -322,3 +322,21 @@ export class AccumulateGrad extends Node {
     throw new AutogradError('AccumulateGrad', 'is run by the engine, not applied');
   }
 }
+
+/**
+ * The virtual node whose inputs are the roots of a backward call (the engine's). It lives here,
+ * beside `Node`, and not in engine.ts: node.ts imports tensor.ts, which imports engine.ts, so a
+ * subclass declared there would run before `Node` exists whenever node.ts is imported first.
+ */
+export class GraphRoot extends Node {
+  readonly name = 'GraphRoot';
+  constructor(
+    next: readonly Edge[],
+    private readonly grads: Tensor[],
+  ) {
+    super(next, [], Number.POSITIVE_INFINITY);
+  }
+  apply(): (Tensor | null)[] {
+    return this.grads;
+  }
+}
