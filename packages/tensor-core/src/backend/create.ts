@@ -1,5 +1,6 @@
 /// <reference types="@webgpu/types" />
-import { ArgumentError, NoAdapterError } from '../errors.js';
+import { envChoice } from '../env.js';
+import { NoAdapterError } from '../errors.js';
 import { createCpuBackend } from '../runtime.js';
 import type { Backend } from './backend.js';
 import type { F16Storage } from './webgpu/webgpu-backend.js';
@@ -24,14 +25,8 @@ export interface CreateBackendOptions {
 type Kind = NonNullable<CreateBackendOptions['kind']>;
 
 function chooseKind(option: CreateBackendOptions['kind']): Kind {
-  if (option !== undefined) return option;
-  const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_BACKEND : undefined;
-  if (env === undefined || env === '') return 'auto';
-  if (env === 'auto' || env === 'cpu' || env === 'webgpu') return env;
-  throw new ArgumentError(
-    'createBackend',
-    `WEBSHARD_BACKEND=${env} is not one of auto, cpu, webgpu`,
-  );
+  const choices: Kind[] = ['auto', 'cpu', 'webgpu'];
+  return envChoice('createBackend', 'WEBSHARD_BACKEND', option, choices, 'auto');
 }
 
 /**

@@ -1,9 +1,10 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { bytesPerElement, type DType, type HostArray } from '../../dtype.js';
 import { f16BitsToF32 } from '../../dtype-convert.js';
+import { ArgumentError } from '../../errors.js';
 import { createCpuBackend } from '../../runtime.js';
 import { webGpuTestsEnabled } from '../../testing/backends.js';
 import type { Backend, KernelTensor } from '../backend.js';
@@ -108,6 +109,19 @@ describe('the f16 layout a backend chooses', () => {
       [['packed', false, true], 'packed'],
     ];
     for (const [args, want] of cases) expect(f16Layout(...args), args.join(',')).toBe(want);
+  });
+
+  it('refuses a WEBSHARD_F16 that is not a layout, before looking for an adapter', async () => {
+    vi.stubEnv('WEBSHARD_F16', 'half');
+    try {
+      const error = await createWebGpuBackend().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ArgumentError);
+      expect((error as Error).message).toBe(
+        '[createWebGpuBackend] WEBSHARD_F16=half is not one of auto, native, packed',
+      );
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 });
 

@@ -1,7 +1,8 @@
 /// <reference types="@webgpu/types" />
 import { bytesPerElement, type DType, type HostArray, hostArrayFor } from '../../dtype.js';
 import { f32ToBf16Bits, f32ToF16Bits } from '../../dtype-convert.js';
-import { ArgumentError, BackendError, DTypeError, OutOfMemoryError } from '../../errors.js';
+import { envChoice } from '../../env.js';
+import { BackendError, DTypeError, OutOfMemoryError } from '../../errors.js';
 import { CachingAllocator } from '../../memory/caching-allocator.js';
 import { philoxNormal } from '../../random/philox.js';
 import { PooledBackend } from '../pooled-backend.js';
@@ -88,14 +89,8 @@ export function f16Layout(
 }
 
 function chooseF16(option: F16Storage | undefined): F16Storage {
-  if (option !== undefined) return option;
-  const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_F16 : undefined;
-  if (env === undefined || env === '') return 'auto';
-  if (env === 'auto' || env === 'native' || env === 'packed') return env;
-  throw new ArgumentError(
-    'createWebGpuBackend',
-    `WEBSHARD_F16=${env} is not one of auto, native, packed`,
-  );
+  const choices: F16Storage[] = ['auto', 'native', 'packed'];
+  return envChoice('createWebGpuBackend', 'WEBSHARD_F16', option, choices, 'auto');
 }
 
 interface Staging {
