@@ -31,10 +31,20 @@ const plan: BenchPlan = { ops: BENCH_OPS, sizesMiB, warmup: 3 };
 async function runNetwork(backend: string, world: number): Promise<BenchResult[]> {
   const port = await freePort();
   const script = join(here, 'net-rank.ts');
+  // Registered buffers run in place on tcp (ordinary arrays on ws).
+  const netPlan: BenchPlan =
+    backend === 'tcp' ? { ...plan, ops: [...plan.ops, 'allReduceRegistered'] } : plan;
   const children = Array.from({ length: world }, (_, rank) => {
     const child = spawn(
       process.execPath,
-      ['--conditions=@webshard/source', '--import', 'tsx', script, backend, JSON.stringify(plan)],
+      [
+        '--conditions=@webshard/source',
+        '--import',
+        'tsx',
+        script,
+        backend,
+        JSON.stringify(netPlan),
+      ],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
         env: {

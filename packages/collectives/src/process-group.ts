@@ -40,6 +40,7 @@ import {
   overlaps,
   widen,
 } from './operand.js';
+import { RegisteredMemory } from './registered-memory.js';
 import { shardRange } from './shard.js';
 import type { SharedArena } from './shared-arena.js';
 import type { Transport } from './transport.js';
@@ -360,6 +361,8 @@ export class ProcessGroup {
   private readonly shared: GroupShared;
   private readonly path: string;
   private readonly arena = new ReduceArena();
+  /** Registered buffers on `tcp` (see [Note: registered memory on the tcp transport]). */
+  private registeredMemory: RegisteredMemory | null = null;
   private readonly fingerprintOut = new Int32Array(FINGERPRINT_WORDS);
   private readonly sharedFingerprintOut = new Int32Array(FINGERPRINT_WORDS + 1);
   /** Registered buffers this rank allocated (for `free`), by the array handed out. */
@@ -466,9 +469,11 @@ export class ProcessGroup {
    * fingerprint. A reduce-scatter of registered inputs sums this rank's shard straight from every
    * input (into the output when that is registered too), and an all-gather into registered outputs
    * writes each rank's shard straight into the others' outputs; an output inside its own input
-   * falls back to copying. Elsewhere (other transports, sub-groups, a single rank) it is an
-   * ordinary typed array, so code that allocates its buckets here runs on every transport. Release
-   * it with `free`; using it after that is undefined, as with any freed memory.
+   * falls back to copying. On `tcp` it lives in shared WASM memory of the group and an all-reduce
+   * of it runs in place (see [Note: registered memory on the tcp transport]). Elsewhere (`ws`,
+   * `local`, shm sub-groups, a single rank) it is an ordinary typed array, so code that allocates
+   * its buckets here runs on every transport. Release it with `free`; using it after that is
+   * undefined, as with any freed memory.
    */
   allocate(dtype: 'f32', count: number): Float32Array;
   allocate(dtype: 'i32', count: number): Int32Array;
@@ -486,7 +491,7 @@ export class ProcessGroup {
         : dtype === 'i32'
           ? new Int32Array(buffer, offset, count)
           : new Float32Array(buffer, offset, count);
-    const arena = this.registeredArena();
+    const arena = this.registeredArena() ?? this.tcpRegisteredMemory(true);
     if (arena === null) return make(new ArrayBuffer(count * element), 0);
     const bytes = count * element;
     const offset = arena.allocate(bytes);
@@ -499,10 +504,21 @@ export class ProcessGroup {
   /** Releases a buffer from `allocate` (a no-op for ordinary arrays). */
   free(buffer: Float32Array | Int32Array | Uint16Array): void {
     const entry = this.registered.get(buffer);
-    const arena = this.registeredArena();
+    const arena = this.registeredArena() ?? this.tcpRegisteredMemory(false);
     if (entry === undefined || arena === null) return;
     this.registered.delete(buffer);
     arena.release(entry.offset, entry.bytes);
+  }
+
+  /**
+   * Where registered buffers live on `tcp`, created on first use (`create`); null on other
+   * transports and for a single rank.
+   */
+  private tcpRegisteredMemory(create: boolean): RegisteredMemory | null {
+    if (this.registeredMemory !== null || !create) return this.registeredMemory;
+    if (this.transport.kind !== 'tcp' || this.size === 1) return null;
+    this.registeredMemory = new RegisteredMemory(16 * this.options.segmentBytes + 64, this.rank);
+    return this.registeredMemory;
   }
 
   /** The arena registered buffers live in, when this group runs collectives through one. */
@@ -575,8 +591,36 @@ export class ProcessGroup {
           return;
         }
         const direct = count * 4 <= this.options.smallMessageBytes;
-        const layout = this.layout(op, info.dtype, count, direct ? count : 0);
         const scale = op === 'avg' ? 1 / this.size : null;
+        const memory = this.registeredMemory;
+        const host = operand.host;
+        if (
+          !direct &&
+          memory !== null &&
+          !(host instanceof Uint16Array) &&
+          memory.owns(host.buffer)
+        ) {
+          // [Note: registered memory on the tcp transport]: the ring runs on the buffer itself.
+          const { segmentElements, window } = this.ringShape(count);
+          const layout: ReduceLayout = {
+            arena: memory,
+            op,
+            dtype: info.dtype === 'i32' ? 'i32' : 'f32',
+            work: host.byteOffset,
+            staging: 0,
+            segmentElements,
+            window,
+          };
+          await ringReduce(ctx, layout, this.elementChunk(count), {
+            input: null,
+            result: null,
+            resultBase: 0,
+            gather: bytesOf(host),
+            scale,
+          });
+          return;
+        }
+        const layout = this.layout(op, info.dtype, count, direct ? count : 0);
         if (!direct && (info.dtype === 'f32' || info.dtype === 'i32')) {
           // [Note: the fused ring]: the user's buffer is read, reduced into and gathered in place.
           const bytes = bytesOf(operand.host);
@@ -900,9 +944,7 @@ export class ProcessGroup {
     count: number,
     directElements: number,
   ): ReduceLayout {
-    const segmentElements = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
-    const segmentsPerChunk = Math.ceil(Math.ceil(count / this.size) / segmentElements);
-    const window = Math.max(1, Math.min(16, (this.size - 1) * segmentsPerChunk));
+    const { segmentElements, window } = this.ringShape(count);
     const workBytes = Math.ceil((count * 4) / 16) * 16;
     const direct = directElements > 0;
     const staging = reduceStagingBytes(direct, directElements, this.size, segmentElements, window);
@@ -916,6 +958,14 @@ export class ProcessGroup {
       segmentElements,
       window,
     };
+  }
+
+  /** Ring segments (elements) and receives posted ahead for `count` elements; see the Note above. */
+  private ringShape(count: number): { segmentElements: number; window: number } {
+    const segmentElements = Math.max(4, Math.floor(this.options.segmentBytes / 16) * 4);
+    const segmentsPerChunk = Math.ceil(Math.ceil(count / this.size) / segmentElements);
+    const window = Math.max(1, Math.min(16, (this.size - 1) * segmentsPerChunk));
+    return { segmentElements, window };
   }
 
   /** Chunk `c` of `count` elements as `[start, length]` in elements (`shardRange`). */

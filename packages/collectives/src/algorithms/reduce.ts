@@ -1,9 +1,16 @@
-import type { ReduceArena, ReduceOp } from '../kernels/reduce.js';
+import type { ReduceOp } from '../kernels/reduce.js';
 import { type Comm, mod, segments } from './comm.js';
+
+/** WASM memory the ring reduces in: the group's `ReduceArena`, or a `RegisteredMemory`. */
+export interface ReduceMemory {
+  bytes(offset: number, length: number): Uint8Array;
+  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
+  scale(dst: number, n: number, factor: number): void;
+}
 
 /** Where an op's data lies in the group's arena: 4-byte elements at `work`, scratch at `staging`. */
 export interface ReduceLayout {
-  readonly arena: ReduceArena;
+  readonly arena: ReduceMemory;
   readonly op: ReduceOp;
   readonly dtype: 'f32' | 'i32';
   /** Byte offset of the elements being reduced. */

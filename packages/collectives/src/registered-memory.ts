@@ -1,0 +1,96 @@
+import type { ReduceMemory } from './algorithms/reduce.js';
+import { type ReduceOp, SharedReducer } from './kernels/reduce.js';
+
+/** 2 GiB: byte offsets stay positive i32 for the WASM kernels. */
+const MAX_PAGES = 32768;
+const PAGE = 65536;
+
+/**
+ * [Note: registered memory on the tcp transport]
+ * Registered buffers of a group on the `tcp` transport (Node only) live in one `WebAssembly.Memory`
+ * of its own, created on the first `allocate`, with the group's ring staging at its start. The
+ * memory is shared (`shared: true`), so growing it never detaches a buffer handed out earlier,
+ * and sockets read into and write from its views as from any other. An all-reduce of a registered
+ * buffer runs the fused ring on it in place: the reduction kernels read and write the buffer
+ * itself, so the copy of each piece into the group's arena and of each result back out (a third
+ * of the ring's memory traffic at 2 ranks) goes. The arithmetic and its order are the copying
+ * ring's, so the result is bit-identical, and each rank decides alone: ranks need not agree on
+ * which of them used registered buffers. Reduce-scatter and all-gather copy as before (a reduce-
+ * scatter reducing in place would overwrite its input). `ws` keeps ordinary arrays: browsers
+ * cannot send views of shared memory without cross-origin isolation.
+ */
+export class RegisteredMemory implements ReduceMemory {
+  private readonly memory: WebAssembly.Memory;
+  private readonly reducer: SharedReducer;
+  /** Every SharedArrayBuffer object this memory has handed out (`buffer` is new after a grow). */
+  private readonly seen = new WeakSet<ArrayBufferLike>();
+  private readonly free = new Map<number, number[]>();
+  private top: number;
+
+  /** `stagingBytes`: the start of the memory, kept for ring staging (offset 0). */
+  constructor(
+    readonly stagingBytes: number,
+    private readonly rank: number,
+  ) {
+    this.top = Math.ceil(stagingBytes / 64) * 64;
+    const initial = Math.max(1, Math.ceil(this.top / PAGE));
+    this.memory = new WebAssembly.Memory({ initial, maximum: MAX_PAGES, shared: true });
+    this.reducer = new SharedReducer(this.memory);
+  }
+
+  /** The memory as it is now; views of it stay valid after it grows. */
+  get buffer(): SharedArrayBuffer {
+    const buffer = this.memory.buffer as unknown as SharedArrayBuffer;
+    this.seen.add(buffer);
+    return buffer;
+  }
+
+  /** Whether `buffer` is this memory (as handed out by `buffer`). */
+  owns(buffer: ArrayBufferLike): boolean {
+    return this.seen.has(buffer);
+  }
+
+  /** `bytes` of registered memory, 64-byte aligned; returns the byte offset. */
+  allocate(bytes: number): number {
+    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
+    const reused = this.free.get(size)?.pop();
+    if (reused !== undefined) return reused;
+    const offset = this.top;
+    const end = offset + size;
+    const have = this.memory.buffer.byteLength;
+    if (end > have) {
+      try {
+        this.memory.grow(Math.ceil((end - have) / PAGE));
+      } catch (error) {
+        throw new RangeError(
+          `[allocate] rank ${this.rank}: ${size} bytes of registered memory do not fit its 2 GiB reserve: ${(error as Error).message}`,
+        );
+      }
+    }
+    this.top = end;
+    return offset;
+  }
+
+  /** Returns an allocation for reuse by one of the same size. */
+  release(offset: number, bytes: number): void {
+    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
+    let list = this.free.get(size);
+    if (list === undefined) {
+      list = [];
+      this.free.set(size, list);
+    }
+    list.push(offset);
+  }
+
+  bytes(offset: number, length: number): Uint8Array {
+    return new Uint8Array(this.memory.buffer, offset, length);
+  }
+
+  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
+    this.reducer.reduce(op, dtype, dst, src, n);
+  }
+
+  scale(dst: number, n: number, factor: number): void {
+    this.reducer.scale(dst, n, factor);
+  }
+}

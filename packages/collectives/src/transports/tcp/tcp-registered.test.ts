@@ -1,0 +1,96 @@
+import { describe, expect, it } from 'vitest';
+import type { ReduceOp } from '../../kernels/reduce.js';
+import { ProcessGroup } from '../../process-group.js';
+import { createNetworkWorld } from './network-world.js';
+
+// [Note: registered memory on the tcp transport]: an all-reduce of a buffer from
+// `ProcessGroup.allocate` runs the ring in place in shared WASM memory, bit-identical to the
+// copying ring on an ordinary array, whichever ranks registered theirs.
+
+/** Deterministic, rank-dependent values with fractions that make f32 sums order-sensitive. */
+function fillInput(array: Float32Array | Int32Array, rank: number): void {
+  for (let i = 0; i < array.length; i++) {
+    const v = Math.sin(i * 0.37 + rank * 1.3) * 1000 + rank / 3;
+    array[i] = array instanceof Int32Array ? Math.round(v * 1000) : v;
+  }
+}
+
+function bits(array: Float32Array | Int32Array): Int32Array {
+  return new Int32Array(array.buffer, array.byteOffset, array.length);
+}
+
+describe('registered buffers on tcp', () => {
+  for (const size of [2, 3]) {
+    it(`all-reduce in place on ${size} ranks, bit-identical to the copying ring`, async () => {
+      const world = await createNetworkWorld('tcp', size);
+      // Small rings (4 KiB segments, no direct path) so a few thousand elements cross many segments.
+      const groups = world.transports.map((t) =>
+        ProcessGroup.fromTransport(t, { segmentBytes: 4096, smallMessageBytes: 64 }),
+      );
+      try {
+        const cases: { dtype: 'f32' | 'i32'; op: ReduceOp; count: number }[] = [
+          { dtype: 'f32', op: 'sum', count: 20_011 },
+          { dtype: 'f32', op: 'avg', count: 4099 },
+          { dtype: 'f32', op: 'max', count: 3001 },
+          { dtype: 'i32', op: 'sum', count: 9001 },
+        ];
+        for (const c of cases) {
+          const ordinary = groups.map((g) => {
+            const a = c.dtype === 'i32' ? new Int32Array(c.count) : new Float32Array(c.count);
+            fillInput(a, g.rank);
+            return a;
+          });
+          // Rank 0 keeps an ordinary array: each rank chooses alone.
+          const registered = groups.map((g) => {
+            const a =
+              g.rank === 0
+                ? c.dtype === 'i32'
+                  ? new Int32Array(c.count)
+                  : new Float32Array(c.count)
+                : g.allocate(c.dtype, c.count);
+            fillInput(a, g.rank);
+            return a;
+          });
+          await Promise.all(groups.map((g) => g.allReduce(ordinary[g.rank]!, { op: c.op }).wait()));
+          await Promise.all(
+            groups.map((g) => g.allReduce(registered[g.rank]!, { op: c.op }).wait()),
+          );
+          for (const g of groups) {
+            expect(registered[g.rank]!.buffer, `rank ${g.rank}`).toBeInstanceOf(
+              g.rank === 0 ? ArrayBuffer : SharedArrayBuffer,
+            );
+            expect(bits(registered[g.rank]!), `${JSON.stringify(c)} rank ${g.rank}`).toEqual(
+              bits(ordinary[0]!),
+            );
+            expect(bits(ordinary[g.rank]!)).toEqual(bits(ordinary[0]!));
+          }
+          for (const g of groups) g.free(registered[g.rank]!);
+        }
+      } finally {
+        await Promise.all(groups.map((g) => g.close()));
+        await world.close();
+      }
+    });
+  }
+
+  it('hands out zeroed buffers that stay valid as the memory grows, and reuses freed ones', async () => {
+    const world = await createNetworkWorld('tcp', 2);
+    const group = ProcessGroup.fromTransport(world.transports[0]!);
+    try {
+      const first = group.allocate('f32', 1000);
+      first.fill(7);
+      const big = group.allocate('f32', 5 << 20);
+      expect(big.every((v) => v === 0)).toBe(true);
+      expect(first[999]).toBe(7);
+      expect(first.buffer).toBeInstanceOf(SharedArrayBuffer);
+      group.free(big);
+      const again = group.allocate('f32', 5 << 20);
+      expect(again.byteOffset).toBe(big.byteOffset);
+      const halves = group.allocate('bf16', 3);
+      expect(halves).toBeInstanceOf(Uint16Array);
+    } finally {
+      await group.close().catch(() => {});
+      await world.close();
+    }
+  });
+});
