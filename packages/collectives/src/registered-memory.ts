@@ -1,6 +1,32 @@
 import type { ReduceMemory } from './algorithms/reduce.js';
 import { type ReduceOp, SharedReducer } from './kernels/reduce.js';
 
+/**
+ * Freed registered allocations by size (rounded up to 64 bytes), handed to the next allocation of
+ * the same size: buckets and flat parameters come back at the sizes they left with.
+ */
+export class FreeLists {
+  private readonly lists = new Map<number, number[]>();
+
+  /** The size an allocation of `bytes` takes: a multiple of 64, at least 64. */
+  static sizeOf(bytes: number): number {
+    return Math.max(64, Math.ceil(bytes / 64) * 64);
+  }
+
+  take(size: number): number | undefined {
+    return this.lists.get(size)?.pop();
+  }
+
+  put(offset: number, size: number): void {
+    let list = this.lists.get(size);
+    if (list === undefined) {
+      list = [];
+      this.lists.set(size, list);
+    }
+    list.push(offset);
+  }
+}
+
 /** 2 GiB: byte offsets stay positive i32 for the WASM kernels. */
 const MAX_PAGES = 32768;
 const PAGE = 65536;
@@ -24,7 +50,7 @@ export class RegisteredMemory implements ReduceMemory {
   private readonly reducer: SharedReducer;
   /** Every SharedArrayBuffer object this memory has handed out (`buffer` is new after a grow). */
   private readonly seen = new WeakSet<ArrayBufferLike>();
-  private readonly free = new Map<number, number[]>();
+  private readonly free = new FreeLists();
   private top: number;
 
   /** `stagingBytes`: the start of the memory, kept for ring staging (offset 0). */
@@ -52,8 +78,8 @@ export class RegisteredMemory implements ReduceMemory {
 
   /** `bytes` of registered memory, 64-byte aligned; returns the byte offset. */
   allocate(bytes: number): number {
-    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
-    const reused = this.free.get(size)?.pop();
+    const size = FreeLists.sizeOf(bytes);
+    const reused = this.free.take(size);
     if (reused !== undefined) return reused;
     const offset = this.top;
     const end = offset + size;
@@ -73,13 +99,7 @@ export class RegisteredMemory implements ReduceMemory {
 
   /** Returns an allocation for reuse by one of the same size. */
   release(offset: number, bytes: number): void {
-    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
-    let list = this.free.get(size);
-    if (list === undefined) {
-      list = [];
-      this.free.set(size, list);
-    }
-    list.push(offset);
+    this.free.put(offset, FreeLists.sizeOf(bytes));
   }
 
   bytes(offset: number, length: number): Uint8Array {

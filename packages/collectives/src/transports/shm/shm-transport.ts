@@ -1,5 +1,6 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { type ReduceOp, SharedReducer } from '../../kernels/reduce.js';
+import { FreeLists } from '../../registered-memory.js';
 import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox, type PendingRecv } from '../mailbox.js';
@@ -414,7 +415,7 @@ class ShmArena implements SharedArena {
   /** Every SharedArrayBuffer object this thread has seen for the arena (one per growth). */
   private readonly seen = new WeakSet<ArrayBufferLike>();
   /** This rank's released registered allocations, by size in bytes. */
-  private readonly free = new Map<number, number[]>();
+  private readonly free = new FreeLists();
   /** Ends the barrier's current sleep; the transport's abort calls it. */
   private wake: (() => void) | null = null;
   private round = 0;
@@ -445,8 +446,8 @@ class ShmArena implements SharedArena {
   }
 
   allocate(bytes: number): number {
-    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
-    const reused = this.free.get(size)?.pop();
+    const size = FreeLists.sizeOf(bytes);
+    const reused = this.free.take(size);
     if (reused !== undefined) return reused;
     const memory = this.handle.arena;
     const words = new Int32Array(this.buffer);
@@ -473,13 +474,7 @@ class ShmArena implements SharedArena {
   }
 
   release(offset: number, bytes: number): void {
-    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
-    let list = this.free.get(size);
-    if (list === undefined) {
-      list = [];
-      this.free.set(size, list);
-    }
-    list.push(offset);
+    this.free.put(offset, FreeLists.sizeOf(bytes));
   }
 
   nextRound(): number {
