@@ -23,6 +23,18 @@ runTransportSuite('ws with browser-like ranks relayed through rank 0', {
   },
 });
 
+/** A store server for 3 ranks and each rank's client, joined with `token`. */
+async function threeStores(token: string): Promise<{ server: StoreServer; stores: StoreClient[] }> {
+  const server = new StoreServer({ port: 0, worldSize: 3, token });
+  const port = await server.listen();
+  const stores = await Promise.all(
+    [0, 1, 2].map((rank) =>
+      StoreClient.connect({ url: `ws://127.0.0.1:${port}`, rank, worldSize: 3, token }),
+    ),
+  );
+  return { server, stores };
+}
+
 describe('ws relay', () => {
   it('delivers a relayed message into the receive buffer, byte for byte', async () => {
     const world = await createNetworkWorld('ws', 3, 'relay', onlyRankZeroListens);
@@ -46,13 +58,7 @@ describe('ws relay', () => {
   it('holds frames for a rank that has not connected to the relay yet, then delivers them', async () => {
     // Rank 2 counts rank 1 as open as soon as its own link to the relay is; what it sends before
     // rank 1 connects must wait at the relay, not abort the group (a race CI hit once).
-    const server = new StoreServer({ port: 0, worldSize: 3, token: 'late' });
-    const port = await server.listen();
-    const stores = await Promise.all(
-      [0, 1, 2].map((rank) =>
-        StoreClient.connect({ url: `ws://127.0.0.1:${port}`, rank, worldSize: 3, token: 'late' }),
-      ),
-    );
+    const { server, stores } = await threeStores('late');
     // Rank 1 dials the relay only when the gate opens.
     let open: () => void = () => {};
     const gate = new Promise<void>((resolve) => {
@@ -101,13 +107,7 @@ describe('ws relay', () => {
 
 describe('ws ranks on the browser code path', () => {
   it('runs collectives with ranks 1 and 2 on nativeChannels (browser WebSocket API), relayed', async () => {
-    const server = new StoreServer({ port: 0, worldSize: 3, token: 'b' });
-    const port = await server.listen();
-    const stores = await Promise.all(
-      [0, 1, 2].map((rank) =>
-        StoreClient.connect({ url: `ws://127.0.0.1:${port}`, rank, worldSize: 3, token: 'b' }),
-      ),
-    );
+    const { server, stores } = await threeStores('b');
     // `ws` stands in for the browser's WebSocket: only its standard API is used (onopen,
     // onmessage with ArrayBuffer data, send, close).
     const browser = nativeChannels(WebSocket as unknown as Parameters<typeof nativeChannels>[0]);
