@@ -134,7 +134,7 @@ export async function acquireAdapter(options: AdapterOptions = {}): Promise<Acqu
       return adapter ? { gpu, adapter, tried } : undefined;
     } catch (error) {
       // Dawn throws, listing the adapters it has, when none matches the `adapter=` toggle.
-      tried.push(`  ${(error as Error).message.replace(/\s+/g, ' ').trim()}`);
+      tried.push(`Dawn: ${(error as Error).message.replace(/\s+/g, ' ').trim()}`);
       return undefined;
     }
   };

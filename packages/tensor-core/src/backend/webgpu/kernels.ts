@@ -867,13 +867,11 @@ export function scatterAddLaunch(
 ): Launch {
   // A packed 16-bit output is atomic, so it is read with atomicLoad; otherwise through its loader.
   const ldOut = () =>
-    is16(out.dtype)
-      ? out.dtype === 'f16'
+    !is16(out.dtype)
+      ? 'ld_out(j)'
+      : out.dtype === 'f16'
         ? 'f16_to_f32((atomicLoad(&out[j >> 1u]) >> ((j & 1u) << 4u)) & 0xffffu)'
-        : 'bitcast<f32>(((atomicLoad(&out[j >> 1u]) >> ((j & 1u) << 4u)) & 0xffffu) << 16u)'
-      : out.dtype === 'f32'
-        ? 'out[j]'
-        : 'ld_out(j)';
+        : 'bitcast<f32>(((atomicLoad(&out[j >> 1u]) >> ((j & 1u) << 4u)) & 0xffffu) << 16u)';
   const program: Program = {
     name: 'scatterAdd',
     key: `scatterAdd:${src.dtype}:${out.dtype}`,
@@ -885,7 +883,7 @@ ${loader('src', src.dtype)}
 ${declare(1, 'idx', 'i32', 'read')}
 ${declare(2, 'out', out.dtype, storeAccess(out.dtype))}
 ${storer('out', out.dtype)}
-${is16(out.dtype) || out.dtype === 'f32' ? '' : loader('out', out.dtype)}
+${is16(out.dtype) ? '' : loader('out', out.dtype)}
 ${paramsDecl(3)}
 ${errorDecl(4)}
 @compute @workgroup_size(64)

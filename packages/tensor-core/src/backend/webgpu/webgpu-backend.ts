@@ -75,7 +75,7 @@ export type F16Storage = 'auto' | 'native' | 'packed';
 /**
  * The f16 layout a backend uses: `'native'` needs `shader-f16` (callers check first); `'auto'` is
  * native on GPUs with the feature and packed on CPU adapters, where packed measured faster
- * (lavapipe: an f16 add 1.9x, a transpose 1.35x; the bench's "native storage" rows): they run a
+ * (lavapipe: an f16 add 1.9x, a transpose 1.35-1.7x; the bench's "native storage" rows): they run a
  * workgroup as SIMD lanes of a CPU core, and packed storage does two elements per invocation.
  */
 export function f16Layout(
@@ -170,7 +170,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
       device.limits.maxStorageBufferBindingSize,
     );
     const hasF16 = device.features.has('shader-f16');
-    const nativeF16 = f16Layout(chooseF16(options.f16), hasF16, isCpuAdapter(adapter)) === 'native';
+    // createWebGpuBackend resolved the option (and WEBSHARD_F16) already.
+    const nativeF16 = f16Layout(options.f16 ?? 'auto', hasF16, isCpuAdapter(adapter)) === 'native';
     const queue = new DeviceQueue(device, { nativeF16 });
     const allocator: CachingAllocator<GPUBuffer> = new CachingAllocator<GPUBuffer>(
       {
@@ -639,5 +640,5 @@ export async function createWebGpuBackend(
       maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize,
     },
   });
-  return new WebGpuBackend(gpu, adapter, device, options);
+  return new WebGpuBackend(gpu, adapter, device, { ...options, f16 });
 }

@@ -32,9 +32,10 @@ export type Access = 'read' | 'read_write' | 'atomic';
  * ranks on other adapters. bf16 has no WGSL type and is always packed.
  *
  * Which layout a kernel is generated for is the backend's choice, made once per device
- * (`WebGpuBackendOptions.f16`; by default native only on GPUs, see `f16Layout`). The helpers below read it from `currentTarget`, which only
- * `withTarget` sets, around the backend queue's calls to a program's `wgsl` and `dispatch`; kernel
- * builders never see it, so each stays one template for both layouts.
+ * (`WebGpuBackendOptions.f16`; by default native only on GPUs, see `f16Layout`). The helpers below
+ * read it from `currentTarget`, which only `withTarget` sets, around the backend queue's calls to
+ * a program's `wgsl` and `dispatch`; kernel builders never see it, so each stays one template for
+ * both layouts.
  */
 export interface WgslTarget {
   /** f16 tensors are `array<f16>` (see [Note: native f16 storage]). */
@@ -73,7 +74,9 @@ export function storageType(dtype: DType): 'f32' | 'i32' | 'u32' | 'f16' {
   return 'u32';
 }
 
-/** Whether a dtype is stored two per u32 word in the current target ([Note: packed 16-bit storage]). */
+/**
+ * Whether a dtype is stored two per u32 word in the current target ([Note: packed 16-bit storage]).
+ */
 export function is16(dtype: DType): boolean {
   return dtype === 'bf16' || (dtype === 'f16' && !currentTarget.nativeF16);
 }
