@@ -48,6 +48,15 @@ export interface SharedArena {
   exchange(words: Int32Array, waiting: (ranks: readonly number[]) => void): Promise<Int32Array>;
   /** `dst[i] = dst[i] op src[i]` for `n` 4-byte elements at byte offsets into `buffer`. */
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
+  /** `dst[i] = a[i] op src[i]` for `n` 4-byte elements; `dst` may alias `a` or `src`. */
+  reduceTo(
+    op: ReduceOp,
+    dtype: 'f32' | 'i32',
+    dst: number,
+    a: number,
+    src: number,
+    n: number,
+  ): void;
   /** `dst[i] *= factor` for `n` f32 elements at a byte offset into `buffer`. */
   scale(dst: number, n: number, factor: number): void;
 }

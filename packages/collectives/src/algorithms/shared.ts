@@ -145,13 +145,13 @@ export async function sharedReduceScatterRegistered(
   const own = shardRange(count, size, rank);
   const scratch = outputOffset < 0 ? arena.nextRound() + rank * arena.slotBytes : -1;
   const piece = outputOffset < 0 ? arena.slotBytes / 4 : REGISTERED_PIECE;
-  const bytes = new Uint8Array(arena.buffer);
   for (let at = 0; at < own.count; at += piece) {
     const length = Math.min(piece, own.count - at);
     const from = (own.start + at) * 4;
     const dst = outputOffset < 0 ? scratch : outputOffset + at * 4;
-    bytes.copyWithin(dst, offsets[0]! + from, offsets[0]! + from + length * 4);
-    for (let peer = 1; peer < size; peer++)
+    // Rank 0's and rank 1's contributions in one pass (size >= 2 here), then the others.
+    arena.reduceTo(op, dtype, dst, offsets[0]! + from, offsets[1]! + from, length);
+    for (let peer = 2; peer < size; peer++)
       arena.reduce(op, dtype, dst, offsets[peer]! + from, length);
     if (op === 'avg') arena.scale(dst, length, 1 / size);
     if (outputOffset < 0) output.set(work(dtype, arena.buffer, dst, length), at);

@@ -3,7 +3,7 @@
   (import "env" "memory" (memory 1 65536 shared))
   ;; dst[i] = dst[i] sum src[i] for n f32 elements (byte offsets)
   (func (export "sum_f32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -22,7 +22,7 @@
         (br $loop))))
   ;; dst[i] = dst[i] max src[i] for n f32 elements (byte offsets)
   (func (export "max_f32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -41,7 +41,7 @@
         (br $loop))))
   ;; dst[i] = dst[i] min src[i] for n f32 elements (byte offsets)
   (func (export "min_f32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -60,7 +60,7 @@
         (br $loop))))
   ;; dst[i] = dst[i] product src[i] for n f32 elements (byte offsets)
   (func (export "product_f32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -79,7 +79,7 @@
         (br $loop))))
   ;; dst[i] = dst[i] sum src[i] for n i32 elements (byte offsets)
   (func (export "sum_i32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -98,7 +98,7 @@
         (br $loop))))
   ;; dst[i] = dst[i] max src[i] for n i32 elements (byte offsets)
   (func (export "max_i32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -111,14 +111,14 @@
     (block $done
       (loop $loop
         (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
-        (local.set $a (i32.load (local.get $d))) (local.set $b (i32.load (local.get $s)))
-        (i32.store (local.get $d) (select (local.get $a) (local.get $b) (i32.gt_s (local.get $a) (local.get $b))))
+        (local.set $x (i32.load (local.get $d))) (local.set $y (i32.load (local.get $s)))
+        (i32.store (local.get $d) (select (local.get $x) (local.get $y) (i32.gt_s (local.get $x) (local.get $y))))
         (local.set $d (i32.add (local.get $d) (i32.const 4)))
         (local.set $s (i32.add (local.get $s) (i32.const 4)))
         (br $loop))))
   ;; dst[i] = dst[i] min src[i] for n i32 elements (byte offsets)
   (func (export "min_i32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -131,14 +131,14 @@
     (block $done
       (loop $loop
         (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
-        (local.set $a (i32.load (local.get $d))) (local.set $b (i32.load (local.get $s)))
-        (i32.store (local.get $d) (select (local.get $a) (local.get $b) (i32.lt_s (local.get $a) (local.get $b))))
+        (local.set $x (i32.load (local.get $d))) (local.set $y (i32.load (local.get $s)))
+        (i32.store (local.get $d) (select (local.get $x) (local.get $y) (i32.lt_s (local.get $x) (local.get $y))))
         (local.set $d (i32.add (local.get $d) (i32.const 4)))
         (local.set $s (i32.add (local.get $s) (i32.const 4)))
         (br $loop))))
   ;; dst[i] = dst[i] product src[i] for n i32 elements (byte offsets)
   (func (export "product_i32") (param $d i32) (param $s i32) (param $n i32)
-    (local $end i32) (local $vend i32) (local $a i32) (local $b i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
     (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
     (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
     (block $vdone
@@ -153,6 +153,176 @@
         (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
         (i32.store (local.get $d) (i32.mul (i32.load (local.get $d)) (i32.load (local.get $s))))
         (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] sum src[i] for n f32 elements (byte offsets)
+  (func (export "sum_f32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (f32x4.add (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (f32.store (local.get $d) (f32.add (f32.load (local.get $a)) (f32.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] max src[i] for n f32 elements (byte offsets)
+  (func (export "max_f32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (f32x4.max (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (f32.store (local.get $d) (f32.max (f32.load (local.get $a)) (f32.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] min src[i] for n f32 elements (byte offsets)
+  (func (export "min_f32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (f32x4.min (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (f32.store (local.get $d) (f32.min (f32.load (local.get $a)) (f32.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] product src[i] for n f32 elements (byte offsets)
+  (func (export "product_f32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (f32x4.mul (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (f32.store (local.get $d) (f32.mul (f32.load (local.get $a)) (f32.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] sum src[i] for n i32 elements (byte offsets)
+  (func (export "sum_i32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (i32x4.add (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (i32.store (local.get $d) (i32.add (i32.load (local.get $a)) (i32.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] max src[i] for n i32 elements (byte offsets)
+  (func (export "max_i32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (i32x4.max_s (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (local.set $x (i32.load (local.get $a))) (local.set $y (i32.load (local.get $s)))
+        (i32.store (local.get $d) (select (local.get $x) (local.get $y) (i32.gt_s (local.get $x) (local.get $y))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] min src[i] for n i32 elements (byte offsets)
+  (func (export "min_i32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (i32x4.min_s (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (local.set $x (i32.load (local.get $a))) (local.set $y (i32.load (local.get $s)))
+        (i32.store (local.get $d) (select (local.get $x) (local.get $y) (i32.lt_s (local.get $x) (local.get $y))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (br $loop))))
+  ;; dst[i] = a[i] product src[i] for n i32 elements (byte offsets)
+  (func (export "product_i32_to") (param $d i32) (param $a i32) (param $s i32) (param $n i32)
+    (local $end i32) (local $vend i32) (local $x i32) (local $y i32)
+    (local.set $end (i32.add (local.get $d) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $vend (i32.add (local.get $d) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (block $vdone
+      (loop $vloop
+        (br_if $vdone (i32.ge_u (local.get $d) (local.get $vend)))
+        (v128.store (local.get $d) (i32x4.mul (v128.load (local.get $a)) (v128.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 16)))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $s (i32.add (local.get $s) (i32.const 16)))
+        (br $vloop)))
+    (block $done
+      (loop $loop
+        (br_if $done (i32.ge_u (local.get $d) (local.get $end)))
+        (i32.store (local.get $d) (i32.mul (i32.load (local.get $a)) (i32.load (local.get $s))))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
         (local.set $s (i32.add (local.get $s) (i32.const 4)))
         (br $loop))))
   ;; dst[i] = dst[i] * factor for n f32 elements (the avg of a sum)

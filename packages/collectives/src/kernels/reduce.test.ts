@@ -55,6 +55,29 @@ describe('ReduceArena kernels', () => {
     }
   }
 
+  for (const dtype of ['f32', 'i32'] as const) {
+    for (const op of REDUCE_OPS) {
+      it(`${op} ${dtype} into a third operand, and in place over its second`, () => {
+        const arena = new ReduceArena();
+        const n = 1031;
+        arena.ensure(12 * n + 64);
+        const view = dtype === 'f32' ? arena.f32(0, 3 * n) : arena.i32(0, 3 * n);
+        for (let i = 0; i < n; i++) {
+          view[i] = dtype === 'f32' ? Math.fround(Math.sin(i) * 100) : (i * 2654435761) | 0;
+          view[n + i] = dtype === 'f32' ? Math.fround(Math.cos(i * 3) * 50) : (i * 40503 - 7) | 0;
+        }
+        const a = Array.from(view.subarray(0, n));
+        const b = Array.from(view.subarray(n, 2 * n));
+        const expected = a.map((x, i) => reference(op, x, b[i]!, dtype));
+        arena.reduceTo(op, dtype, 8 * n, 0, 4 * n, n);
+        expect(Array.from(view.subarray(2 * n))).toEqual(expected);
+        expect(Array.from(view.subarray(0, n))).toEqual(a);
+        arena.reduceTo(op, dtype, 4 * n, 0, 4 * n, n);
+        expect(Array.from(view.subarray(n, 2 * n))).toEqual(expected);
+      });
+    }
+  }
+
   it('scale multiplies in f32 and memory growth keeps the data', () => {
     const arena = new ReduceArena();
     arena.ensure(64);

@@ -16,6 +16,7 @@ interface ReduceExports extends KernelExports {
 }
 
 type Kernel = (dst: number, src: number, n: number) => void;
+type KernelTo = (dst: number, a: number, src: number, n: number) => void;
 
 let compiled: WebAssembly.Module | null = null;
 let compiledShared: WebAssembly.Module | null = null;
@@ -53,6 +54,18 @@ export class SharedReducer {
   /** `dst[i] = dst[i] op src[i]` for `n` elements at byte offsets (4-byte aligned). */
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
     if (n > 0) (this.exports[kernelName(op, dtype)] as Kernel)(dst, src, n);
+  }
+
+  /** `dst[i] = a[i] op src[i]` for `n` elements at byte offsets; `dst` may be `src` or `a`. */
+  reduceTo(
+    op: ReduceOp,
+    dtype: 'f32' | 'i32',
+    dst: number,
+    a: number,
+    src: number,
+    n: number,
+  ): void {
+    if (n > 0) (this.exports[`${kernelName(op, dtype)}_to`] as KernelTo)(dst, a, src, n);
   }
 
   /** `dst[i] *= factor` for `n` f32 elements. */
@@ -103,6 +116,18 @@ export class ReduceArena {
   /** `dst[i] = dst[i] op src[i]` for `n` elements at byte offsets (4-byte aligned). */
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
     if (n > 0) (this.exports[kernelName(op, dtype)] as Kernel)(dst, src, n);
+  }
+
+  /** `dst[i] = a[i] op src[i]` for `n` elements at byte offsets; `dst` may be `src` or `a`. */
+  reduceTo(
+    op: ReduceOp,
+    dtype: 'f32' | 'i32',
+    dst: number,
+    a: number,
+    src: number,
+    n: number,
+  ): void {
+    if (n > 0) (this.exports[`${kernelName(op, dtype)}_to`] as KernelTo)(dst, a, src, n);
   }
 
   /** `dst[i] *= factor` for `n` f32 elements. */

@@ -567,6 +567,17 @@ class ShmArena implements SharedArena {
     this.reducer.reduce(op, dtype, dst, src, n);
   }
 
+  reduceTo(
+    op: ReduceOp,
+    dtype: 'f32' | 'i32',
+    dst: number,
+    a: number,
+    src: number,
+    n: number,
+  ): void {
+    this.reducer.reduceTo(op, dtype, dst, a, src, n);
+  }
+
   scale(dst: number, n: number, factor: number): void {
     this.reducer.scale(dst, n, factor);
   }
