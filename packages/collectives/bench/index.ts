@@ -12,7 +12,7 @@ import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
-import { BENCH_OPS, type BenchPlan, type BenchResult, busFactor } from './plan.js';
+import { BENCH_OPS, type BenchPlan, type BenchResult, busFactor, REGISTERED_OPS } from './plan.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repoRoot = resolve(here, '..', '..', '..');
@@ -33,7 +33,7 @@ async function runNetwork(backend: string, world: number): Promise<BenchResult[]
   const script = join(here, 'net-rank.ts');
   // Registered buffers run in place on tcp (ordinary arrays on ws).
   const netPlan: BenchPlan =
-    backend === 'tcp' ? { ...plan, ops: [...plan.ops, 'allReduceRegistered'] } : plan;
+    backend === 'tcp' ? { ...plan, ops: [...plan.ops, ...REGISTERED_OPS] } : plan;
   const children = Array.from({ length: world }, (_, rank) => {
     const child = spawn(
       process.execPath,
@@ -82,7 +82,7 @@ async function runShm(world: number): Promise<BenchResult[]> {
   ).href;
   const worker = pathToFileURL(join(here, 'shm-rank.ts')).href;
   const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
-  const shmPlan: BenchPlan = { ...plan, ops: [...plan.ops, 'allReduceRegistered'] };
+  const shmPlan: BenchPlan = { ...plan, ops: [...plan.ops, ...REGISTERED_OPS] };
   const outcomes = await launchThreads<BenchPlan, BenchResult[]>(world, bootstrap, shmPlan, {
     eval: true,
     execArgv: ['--conditions=@webshard/source'],
@@ -146,12 +146,13 @@ for (const world of worlds) {
       const busbw = (bytes / (result.medianMs / 1e3) / 1e6) * busFactor(result.op, world);
       // gloo 1.13 has no reduce-scatter: compare with its all-reduce, which a data-parallel
       // library on gloo would use instead.
-      const peerOp =
-        result.op === 'reduceScatter' || result.op === 'allReduceRegistered'
-          ? 'allReduce'
-          : result.op;
+      const reduceScatter =
+        result.op === 'reduceScatter' || result.op === 'reduceScatterRegistered';
+      const peerOp = reduceScatter || result.op === 'allReduceRegistered' ? 'allReduce' : result.op;
       const peerValue = gloo?.get(glooKey(peerOp, result.sizeMiB));
-      const label = result.op === 'allReduceRegistered' ? 'allReduce (registered)' : result.op;
+      const label = result.op.endsWith('Registered')
+        ? `${result.op.replace('Registered', '')} (registered)`
+        : result.op;
       const row: BenchRow = {
         name: `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
         metric: 'busbw',
@@ -159,7 +160,7 @@ for (const world of worlds) {
         unit: 'MB/s',
       };
       if (peerValue !== undefined) {
-        row.peer = result.op === 'reduceScatter' ? 'gloo all_reduce' : `gloo ${peerOp}`;
+        row.peer = reduceScatter ? 'gloo all_reduce' : `gloo ${peerOp}`;
         row.peerValue = peerValue;
       }
       rows.push(row);

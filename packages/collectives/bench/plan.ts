@@ -4,10 +4,20 @@ import { shardRange } from '../src/shard.js';
 /** The collectives the benchmark times. */
 export const BENCH_OPS = ['allReduce', 'allGather', 'reduceScatter', 'broadcast'] as const;
 /**
- * The ops, and an all-reduce of a registered buffer (`ProcessGroup.allocate`), which runs in
- * place on shm's world group and like `allReduce` elsewhere.
+ * The ops, and an all-reduce and a reduce-scatter of registered buffers (`ProcessGroup.allocate`,
+ * input and output), which run in place on shm's world group and on tcp, and like `allReduce` and
+ * `reduceScatter` elsewhere.
  */
-export type BenchOp = (typeof BENCH_OPS)[number] | 'allReduceRegistered';
+export type BenchOp =
+  | (typeof BENCH_OPS)[number]
+  | 'allReduceRegistered'
+  | 'reduceScatterRegistered';
+
+/** The registered variants, run on the transports that have registered memory. */
+export const REGISTERED_OPS: readonly BenchOp[] = [
+  'allReduceRegistered',
+  'reduceScatterRegistered',
+];
 
 /** What every rank runs: each op at each size (MiB, nccl-tests sizing). */
 export interface BenchPlan {
@@ -60,8 +70,11 @@ export async function runBenchPlan(group: ProcessGroup, plan: BenchPlan): Promis
     const count = (sizeMiB * MiB) / 4;
     const full = new Float32Array(count).fill(1);
     const shard = new Float32Array(Math.ceil(count / n)).fill(1);
-    const registered = plan.ops.includes('allReduceRegistered')
+    const registered = plan.ops.some((op) => REGISTERED_OPS.includes(op))
       ? group.allocate('f32', count).fill(1)
+      : null;
+    const registeredShard = plan.ops.includes('reduceScatterRegistered')
+      ? group.allocate('f32', shardRange(count, n, group.rank).count)
       : null;
     for (const op of plan.ops) {
       const run = () => {
@@ -78,6 +91,8 @@ export async function runBenchPlan(group: ProcessGroup, plan: BenchPlan): Promis
             return group
               .reduceScatter(full, shard.subarray(0, shardRange(count, n, group.rank).count))
               .wait();
+          case 'reduceScatterRegistered':
+            return group.reduceScatter(registered!, registeredShard!).wait();
           case 'broadcast':
             return group.broadcast(full, 0).wait();
         }
@@ -99,6 +114,7 @@ export async function runBenchPlan(group: ProcessGroup, plan: BenchPlan): Promis
       results.push({ op, world: n, sizeMiB, medianMs: median(times), iterations });
     }
     if (registered !== null) group.free(registered);
+    if (registeredShard !== null) group.free(registeredShard);
   }
   return results;
 }

@@ -1,6 +1,6 @@
 import { ArgumentError, DTypeError, ShapeError, Tensor } from '@webshard/tensor-core';
 import type { Comm } from './algorithms/comm.js';
-import { broadcastBytes, directAllGather, ringAllGather } from './algorithms/gather.js';
+import { broadcastBytes, directAllGather, placeOwn, ringAllGather } from './algorithms/gather.js';
 import {
   type SharedStep,
   sharedAllGather,
@@ -469,8 +469,9 @@ export class ProcessGroup {
    * fingerprint. A reduce-scatter of registered inputs sums this rank's shard straight from every
    * input (into the output when that is registered too), and an all-gather into registered outputs
    * writes each rank's shard straight into the others' outputs; an output inside its own input
-   * falls back to copying. On `tcp` it lives in shared WASM memory of the group and an all-reduce
-   * of it runs in place (see [Note: registered memory on the tcp transport]). Elsewhere (`ws`,
+   * falls back to copying. On `tcp` it lives in shared WASM memory of the group: an all-reduce of
+   * it runs in place, and a reduce-scatter reads it in place (see [Note: registered memory on the
+   * tcp transport]). Elsewhere (`ws`,
    * `local`, shm sub-groups, a single rank) it is an ordinary typed array, so code that allocates
    * its buckets here runs on every transport. Release it with `free`; using it after that is
    * undefined, as with any freed memory.
@@ -517,7 +518,8 @@ export class ProcessGroup {
   private tcpRegisteredMemory(create: boolean): RegisteredMemory | null {
     if (this.registeredMemory !== null || !create) return this.registeredMemory;
     if (this.transport.kind !== 'tcp' || this.size === 1) return null;
-    this.registeredMemory = new RegisteredMemory(16 * this.options.segmentBytes + 64, this.rank);
+    // Receive slots and, for a registered reduce-scatter, as many forward slots (`ringReduce`).
+    this.registeredMemory = new RegisteredMemory(32 * this.options.segmentBytes + 64, this.rank);
     return this.registeredMemory;
   }
 
@@ -662,6 +664,7 @@ export class ProcessGroup {
         await ringAllGather(
           ctx,
           bytesOf(bits),
+          bytesOf(bits.subarray(start, start + length)),
           (c) => {
             const [first, size] = chunk(c);
             return [first * 2, size * 2];
@@ -703,15 +706,23 @@ export class ProcessGroup {
           return [range.start * element, range.count * element];
         };
         const bytes = bytesOf(target.host);
-        bytes.set(bytesOf(source.host), chunk(this.rank)[0]);
+        let own = bytesOf(source.host);
+        if (overlaps(own, bytes)) {
+          // An input inside the output but not at its place would be overwritten while it is
+          // sent: put it in place first (`set` copies overlapping ranges correctly).
+          const [start, length] = chunk(this.rank);
+          placeOwn(bytes, own, start);
+          own = bytes.subarray(start, start + length);
+        }
         const step = this.sharedStep(ctx);
         const offsets = this.registeredOffsets(ctx);
-        if (step !== null && offsets !== null)
-          await sharedAllGatherRegistered(step, bytesOf(source.host), offsets, chunk);
-        else if (step !== null) await sharedAllGather(step, bytesOf(source.host), bytes, chunk);
-        else if (bytes.byteLength <= this.options.smallMessageBytes)
-          await directAllGather(ctx, bytes, chunk);
-        else await ringAllGather(ctx, bytes, chunk, this.segmentBytes(element));
+        if (step !== null) {
+          placeOwn(bytes, own, chunk(this.rank)[0]);
+          if (offsets !== null) await sharedAllGatherRegistered(step, own, offsets, chunk);
+          else await sharedAllGather(step, own, bytes, chunk);
+        } else if (bytes.byteLength <= this.options.smallMessageBytes)
+          await directAllGather(ctx, bytes, own, chunk);
+        else await ringAllGather(ctx, bytes, own, chunk, this.segmentBytes(element));
         target.commit();
       },
     );
@@ -771,23 +782,48 @@ export class ProcessGroup {
           return;
         }
         const direct = count * 4 <= this.options.smallMessageBytes;
+        const chunk = this.elementChunk(count);
+        const [start, length] = chunk(this.rank);
+        const scale = op === 'avg' ? 1 / this.size : null;
+        const input = bytesOf(source.host);
+        const output = bytesOf(target.host);
+        const memory = this.registeredMemory;
+        const ring =
+          !direct &&
+          this.size > 1 &&
+          (inInfo.dtype === 'f32' || inInfo.dtype === 'i32') &&
+          !overlaps(input, output);
+        if (ring && memory !== null && memory.owns(input.buffer)) {
+          // The input is read in place ([Note: registered memory on the tcp transport]).
+          const layout: ReduceLayout = {
+            arena: memory,
+            op,
+            dtype: inInfo.dtype === 'i32' ? 'i32' : 'f32',
+            work: -1,
+            staging: 0,
+            ...this.ringShape(count),
+          };
+          await ringReduce(ctx, layout, chunk, {
+            input,
+            result: output,
+            resultBase: start,
+            gather: null,
+            scale,
+            registered: {
+              input: input.byteOffset,
+              result: memory.owns(output.buffer) ? output.byteOffset : -1,
+            },
+          });
+          target.commit();
+          return;
+        }
         const layout = this.layout(
           op,
           inInfo.dtype,
           count,
           direct ? Math.ceil(count / this.size) : 0,
         );
-        const chunk = this.elementChunk(count);
-        const [start, length] = chunk(this.rank);
-        const scale = op === 'avg' ? 1 / this.size : null;
-        const input = bytesOf(source.host);
-        const output = bytesOf(target.host);
-        if (
-          !direct &&
-          this.size > 1 &&
-          (inInfo.dtype === 'f32' || inInfo.dtype === 'i32') &&
-          !overlaps(input, output)
-        ) {
+        if (ring) {
           // Reads `input` piece by piece while writing `output`: only for separate buffers.
           await ringReduce(ctx, layout, chunk, {
             input,

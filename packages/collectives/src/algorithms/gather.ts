@@ -1,27 +1,41 @@
 import { type Comm, mod, segments } from './comm.js';
 
 /**
- * All-gather of byte chunks in place: on entry `buffer` holds this rank's chunk
- * (`chunk(rank)`), on return every chunk. Ring schedule: at step k a rank sends chunk `rank - k` to
+ * Copies this rank's chunk into its place in `buffer`, unless `own` already is that place (an
+ * all-gather in place).
+ */
+export function placeOwn(buffer: Uint8Array, own: Uint8Array, start: number): void {
+  if (own.buffer === buffer.buffer && own.byteOffset === buffer.byteOffset + start) return;
+  buffer.set(own, start);
+}
+
+/**
+ * All-gather of byte chunks: this rank's chunk `own` goes to `chunk(rank)` of `buffer`, and on
+ * return `buffer` holds every chunk. Ring schedule: at step k a rank sends chunk `rank - k` to
  * its right neighbour and receives chunk `rank - k - 1` from its left one, straight into its place;
  * each segment is forwarded as soon as it has arrived. Bandwidth-optimal: each rank sends
- * (size - 1) / size of the buffer.
+ * (size - 1) / size of the buffer. The own chunk is sent from `own` and copied into place only
+ * once every transfer is under way, so the copy overlaps the peers' sends instead of delaying them.
  */
 export async function ringAllGather(
   comm: Comm,
   buffer: Uint8Array,
+  own: Uint8Array,
   chunk: (index: number) => [number, number],
   segmentBytes: number,
 ): Promise<void> {
   const { rank, size } = comm;
-  if (size === 1) return;
+  const [ownStart, ownLength] = chunk(rank);
+  if (size === 1) {
+    placeOwn(buffer, own, ownStart);
+    return;
+  }
   const right = mod(rank + 1, size);
   const left = mod(rank - 1, size);
   const sends: Promise<void>[] = [];
   const view = (piece: [number, number]) => buffer.subarray(piece[0], piece[0] + piece[1]);
-  const [ownStart, ownLength] = chunk(rank);
-  for (const piece of segments(ownStart, ownLength, segmentBytes))
-    sends.push(comm.send(right, view(piece)));
+  for (const piece of segments(0, ownLength, segmentBytes))
+    sends.push(comm.send(right, own.subarray(piece[0], piece[0] + piece[1])));
   const items: { step: number; piece: [number, number]; done: Promise<void> }[] = [];
   for (let step = 0; step < size - 1; step++) {
     const [start, length] = chunk(mod(rank - step - 1, size));
@@ -29,6 +43,7 @@ export async function ringAllGather(
       items.push({ step, piece, done: comm.recv(left, view(piece)) });
     }
   }
+  placeOwn(buffer, own, ownStart);
   for (const item of items) {
     await item.done;
     if (item.step < size - 2) sends.push(comm.send(right, view(item.piece)));
@@ -36,15 +51,19 @@ export async function ringAllGather(
   await Promise.all(sends);
 }
 
-/** All-gather for small messages: every rank sends its chunk to every other rank directly. */
+/**
+ * All-gather for small messages: every rank sends its chunk `own` to every other rank directly
+ * (and copies it into its place in `buffer`).
+ */
 export async function directAllGather(
   comm: Comm,
   buffer: Uint8Array,
+  own: Uint8Array,
   chunk: (index: number) => [number, number],
 ): Promise<void> {
   const { rank, size } = comm;
   const [ownStart, ownLength] = chunk(rank);
-  const own = buffer.subarray(ownStart, ownStart + ownLength);
+  placeOwn(buffer, own, ownStart);
   const pending: Promise<void>[] = [];
   for (let offset = 1; offset < size; offset++) {
     const peer = mod(rank + offset, size);

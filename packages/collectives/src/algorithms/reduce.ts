@@ -5,6 +5,15 @@ import { type Comm, mod, segments } from './comm.js';
 export interface ReduceMemory {
   bytes(offset: number, length: number): Uint8Array;
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
+  /** `dst[i] = a[i] op src[i]`; `dst` may alias `a` or `src`. */
+  reduceTo(
+    op: ReduceOp,
+    dtype: 'f32' | 'i32',
+    dst: number,
+    a: number,
+    src: number,
+    n: number,
+  ): void;
   scale(dst: number, n: number, factor: number): void;
 }
 
@@ -40,6 +49,13 @@ export interface RingOperands {
    */
   readonly result: Uint8Array | null;
   readonly resultBase: number;
+  /**
+   * Reduce-scatter of registered memory ([Note: registered memory on the tcp transport]): the byte
+   * offsets in `layout.arena` of this rank's contribution, read in place and never written
+   * (`input` must view the same bytes: the first pieces are sent from it), and of `result` when
+   * it lies in the arena too (else -1).
+   */
+  readonly registered?: { readonly input: number; readonly result: number };
   /** All-reduce: gather every chunk's result here (`count * 4` bytes); null for reduce-scatter. */
   readonly gather: Uint8Array | null;
   /** Multiply the final elements by this (avg), or null. */
@@ -115,26 +131,47 @@ export async function ringReduce(
   };
   if (items.length === 0) postGathers();
   for (let i = 0; i < Math.min(window, items.length); i++) post(i);
+  const { registered } = io;
+  // Registered input: partial results are forwarded from `window` slots after the receive slots.
+  const forwards: Promise<void>[] = [];
   for (let i = 0; i < items.length; i++) {
     const item = items[i]!;
     const slot = i % window;
     await posted[slot];
     const [start, length] = item.piece;
-    const at = layout.work + start * 4;
-    if (input !== null) arena.bytes(at, length * 4).set(inputBytes(item.piece));
-    arena.reduce(layout.op, layout.dtype, at, layout.staging + slot * slotBytes, length);
-    if (i + window < items.length) post(i + window);
-    if (item.step < size - 2) {
-      sends.push(comm.send(right, workBytes(item.piece)));
+    const last = item.step === size - 2;
+    const received = layout.staging + slot * slotBytes;
+    let at = layout.work + start * 4;
+    if (registered !== undefined) {
+      const forward = layout.staging + (window + slot) * slotBytes;
+      if (!last) await forwards[slot];
+      at = !last ? forward : registered.result >= 0 ? registered.result : received;
+      if (last && registered.result >= 0) at += (start - io.resultBase) * 4;
+      const own = registered.input + start * 4;
+      // `own op received`, the operand order of the copying path below: the same bits.
+      arena.reduceTo(layout.op, layout.dtype, at, own, received, length);
+    } else {
+      if (input !== null) arena.bytes(at, length * 4).set(inputBytes(item.piece));
+      arena.reduce(layout.op, layout.dtype, at, received, length);
+    }
+    // A final piece left in its receive slot frees the slot only once copied out, below.
+    const slotHeld = at === received;
+    if (i + window < items.length && !slotHeld) post(i + window);
+    if (!last) {
+      const sent = comm.send(right, arena.bytes(at, length * 4));
+      if (registered !== undefined) forwards[slot] = sent;
+      sends.push(sent);
       continue;
     }
     if (io.scale !== null) arena.scale(at, length, io.scale);
-    let final = workBytes(item.piece);
-    if (result !== null) {
+    let final = arena.bytes(at, length * 4);
+    const inPlace = registered !== undefined && registered.result >= 0;
+    if (result !== null && !inPlace) {
       const offset = (start - io.resultBase) * 4;
       result.set(final, offset);
       final = result.subarray(offset, offset + length * 4);
     }
+    if (slotHeld && i + window < items.length) post(i + window);
     if (gather !== null) sends.push(comm.send(right, final));
   }
   for (const item of gathers) {

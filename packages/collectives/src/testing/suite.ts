@@ -336,6 +336,30 @@ async function runCases(group: ProcessGroup, seed: number): Promise<CaseReport[]
         };
       });
     }
+    for (const count of dtype === 'f32' ? counts : []) {
+      // The input inside the output: at its own place (an all-gather in place, nothing to copy),
+      // or at the end of the output, where the other ranks' shards overwrite it.
+      for (const where of ['in place', 'at the end'] as const) {
+        const name = `allGather ${dtype} x${count} input ${where} of the output`;
+        await record(name, async () => {
+          const full = values(seed, 98, count, dtype, 'copy');
+          const shard = shardRange(count, size, rank);
+          const out = toHost(dtype, new Array(count).fill(0));
+          const at = where === 'in place' ? shard.start : count - shard.count;
+          const input = out.subarray(at, at + shard.count);
+          input.set(toHost(dtype, full.slice(shard.start, shard.start + shard.count)));
+          await group.allGather(input, out).wait();
+          return {
+            failure: compare(
+              name,
+              fromHost(dtype, out),
+              full.map((v) => roundToDType(v, dtype)),
+            ),
+            data: out,
+          };
+        });
+      }
+    }
     for (const count of counts) {
       const root = count % size;
       const name = `broadcast ${dtype} x${count} from ${root}`;
