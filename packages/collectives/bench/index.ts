@@ -1,8 +1,8 @@
 // The collectives benchmark: bus bandwidth (nccl-tests formulas) of all-reduce, all-gather,
 // reduce-scatter and broadcast at 1, 16 and 64 MiB on 2 and 4 ranks over shm, ws and tcp, beside
 // PyTorch gloo measured in the same run, and the bound raw sockets set on a 2-rank all-reduce.
-// `pnpm bench` (or `tsx bench/index.ts --worlds 2
-// --transports tcp --sizes 1` for a quick look).
+// `pnpm bench` (or `tsx bench/index.ts --worlds 2 --transports tcp --sizes 1` for a quick look;
+// `--ops allReduce,allReduceRegistered` picks ops).
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
@@ -12,7 +12,14 @@ import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
-import { BENCH_OPS, type BenchPlan, type BenchResult, busFactor, REGISTERED_OPS } from './plan.js';
+import {
+  BENCH_OPS,
+  type BenchOp,
+  type BenchPlan,
+  type BenchResult,
+  busFactor,
+  REGISTERED_OPS,
+} from './plan.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repoRoot = resolve(here, '..', '..', '..');
@@ -26,14 +33,25 @@ function option(name: string, fallback: string): string[] {
 const transports = option('transports', 'shm,ws,tcp');
 const worlds = option('worlds', '2,4').map(Number);
 const sizesMiB = option('sizes', '1,16,64').map(Number);
-const plan: BenchPlan = { ops: BENCH_OPS, sizesMiB, warmup: 3 };
+const allOps: readonly BenchOp[] = [...BENCH_OPS, ...REGISTERED_OPS];
+const ops = option('ops', allOps.join(',')) as BenchOp[];
+for (const op of ops) {
+  if (!allOps.includes(op))
+    throw new Error(`--ops: unknown op '${op}' (expected ${allOps.join(', ')})`);
+}
+const plan: BenchPlan = {
+  ops: ops.filter((op) => !REGISTERED_OPS.includes(op)),
+  sizesMiB,
+  warmup: 3,
+};
+const registeredOps = ops.filter((op) => REGISTERED_OPS.includes(op));
 
 async function runNetwork(backend: string, world: number): Promise<BenchResult[]> {
   const port = await freePort();
   const script = join(here, 'net-rank.ts');
   // Registered buffers run in place on tcp (ordinary arrays on ws).
   const netPlan: BenchPlan =
-    backend === 'tcp' ? { ...plan, ops: [...plan.ops, ...REGISTERED_OPS] } : plan;
+    backend === 'tcp' ? { ...plan, ops: [...plan.ops, ...registeredOps] } : plan;
   const children = Array.from({ length: world }, (_, rank) => {
     const child = spawn(
       process.execPath,
@@ -82,7 +100,7 @@ async function runShm(world: number): Promise<BenchResult[]> {
   ).href;
   const worker = pathToFileURL(join(here, 'shm-rank.ts')).href;
   const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
-  const shmPlan: BenchPlan = { ...plan, ops: [...plan.ops, ...REGISTERED_OPS] };
+  const shmPlan: BenchPlan = { ...plan, ops: [...plan.ops, ...registeredOps] };
   const outcomes = await launchThreads<BenchPlan, BenchResult[]>(world, bootstrap, shmPlan, {
     eval: true,
     execArgv: ['--conditions=@webshard/source'],

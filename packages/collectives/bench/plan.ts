@@ -57,9 +57,9 @@ function median(values: number[]): number {
 }
 
 /**
- * The per-rank body, the same for every transport and for gloo_bench.py: per iteration a
- * barrier, the timed op, then an all-reduce(max) of the durations, so each iteration counts the
- * slowest rank. Sizes follow nccl-tests: all-reduce and broadcast move S bytes per rank;
+ * The per-rank body, the same for every transport: per iteration a barrier, the timed op, then an
+ * all-reduce(max) of the durations, so each iteration counts the slowest rank, as gloo_bench.py
+ * does (which runs its ops one after the other; these are interleaved, see below). Sizes follow nccl-tests: all-reduce and broadcast move S bytes per rank;
  * all-gather gathers S bytes in total (S/n per rank); reduce-scatter reduces S bytes to S/n.
  */
 export async function runBenchPlan(group: ProcessGroup, plan: BenchPlan): Promise<BenchResult[]> {
@@ -76,42 +76,47 @@ export async function runBenchPlan(group: ProcessGroup, plan: BenchPlan): Promis
     const registeredShard = plan.ops.includes('reduceScatterRegistered')
       ? group.allocate('f32', shardRange(count, n, group.rank).count)
       : null;
-    for (const op of plan.ops) {
-      const run = () => {
-        switch (op) {
-          case 'allReduce':
-            return group.allReduce(full).wait();
-          case 'allReduceRegistered':
-            return group.allReduce(registered!).wait();
-          case 'allGather':
-            return group
-              .allGather(shard.subarray(0, shardRange(count, n, group.rank).count), full)
-              .wait();
-          case 'reduceScatter':
-            return group
-              .reduceScatter(full, shard.subarray(0, shardRange(count, n, group.rank).count))
-              .wait();
-          case 'reduceScatterRegistered':
-            return group.reduceScatter(registered!, registeredShard!).wait();
-          case 'broadcast':
-            return group.broadcast(full, 0).wait();
-        }
-      };
-      for (let i = 0; i < plan.warmup; i++) await run();
-      const iterations = iterationsFor(sizeMiB * MiB);
-      const times: number[] = [];
-      for (let i = 0; i < iterations; i++) {
+    const run = (op: BenchOp) => {
+      switch (op) {
+        case 'allReduce':
+          return group.allReduce(full).wait();
+        case 'allReduceRegistered':
+          return group.allReduce(registered!).wait();
+        case 'allGather':
+          return group
+            .allGather(shard.subarray(0, shardRange(count, n, group.rank).count), full)
+            .wait();
+        case 'reduceScatter':
+          return group
+            .reduceScatter(full, shard.subarray(0, shardRange(count, n, group.rank).count))
+            .wait();
+        case 'reduceScatterRegistered':
+          return group.reduceScatter(registered!, registeredShard!).wait();
+        case 'broadcast':
+          return group.broadcast(full, 0).wait();
+      }
+    };
+    for (const op of plan.ops) for (let i = 0; i < plan.warmup; i++) await run(op);
+    const iterations = iterationsFor(sizeMiB * MiB);
+    const times = plan.ops.map((): number[] => []);
+    // Interleaved, an iteration of each op in turn: this machine's speed drifts within a run
+    // (the same op measured up to 2x slower at the end of a run than at its start), and run
+    // one after the other the ops listed last would pay for it.
+    for (let i = 0; i < iterations; i++) {
+      for (const [index, op] of plan.ops.entries()) {
         await group.barrier().wait();
         const t0 = performance.now();
-        await run();
+        await run(op);
         slowest[0] = performance.now() - t0;
         await group.allReduce(slowest, { op: 'max' }).wait();
-        times.push(slowest[0]);
+        times[index]!.push(slowest[0]);
         // Keep all-reduce inputs finite: repeated sums of ones grow by n each time.
         if (op === 'allReduce') full.fill(1);
         if (op === 'allReduceRegistered') registered!.fill(1);
       }
-      results.push({ op, world: n, sizeMiB, medianMs: median(times), iterations });
+    }
+    for (const [index, op] of plan.ops.entries()) {
+      results.push({ op, world: n, sizeMiB, medianMs: median(times[index]!), iterations });
     }
     if (registered !== null) group.free(registered);
     if (registeredShard !== null) group.free(registeredShard);
