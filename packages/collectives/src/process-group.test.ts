@@ -117,3 +117,54 @@ describe('ProcessGroup.allocate', () => {
     await Promise.all(groups.map((group) => group.close()));
   });
 });
+
+describe('ProcessGroup ring segments', () => {
+  /** Local groups whose transports record the largest message each rank sent. */
+  function recordingGroups(size: number, options: { segmentBytes?: number } = {}) {
+    const largest = new Array<number>(size).fill(0);
+    const groups = createLocalTransports(size).map((transport) => {
+      const send = transport.send.bind(transport);
+      transport.send = (peer, tag, data) => {
+        largest[transport.rank] = Math.max(largest[transport.rank]!, data.byteLength);
+        return send(peer, tag, data);
+      };
+      return ProcessGroup.fromTransport(transport, options);
+    });
+    return { groups, largest };
+  }
+
+  // [Note: ring segments and window]: 5M i32 elements (20 MiB) are 10 MiB chunks on two ranks.
+  const count = 5 << 20;
+  const inputs = [0, 1].map((r) => Int32Array.from({ length: count }, (_, i) => i * (r + 3)));
+  const expected = Int32Array.from({ length: count }, (_, i) => i * 3 + i * 4);
+  /** The first element that differs, or -1 (toEqual is slow on millions of elements). */
+  const firstDifference = (a: Int32Array, b: Int32Array) => a.findIndex((v, i) => v !== b[i]);
+
+  it('grow by default to an eighth of a large chunk (2 MiB here), with exact results', async () => {
+    const { groups, largest } = recordingGroups(2);
+    const data = inputs.map((input) => input.slice());
+    await Promise.all(groups.map((group, r) => group.allReduce(data[r]!).wait()));
+    for (const result of data) expect(firstDifference(result, expected)).toBe(-1);
+    expect(largest).toEqual([2 << 20, 2 << 20]);
+    const gathered = groups.map(() => new Int32Array(count));
+    await Promise.all(
+      groups.map((group, r) =>
+        group
+          .allGather(expected.subarray(r * (count / 2), (r + 1) * (count / 2)), gathered[r]!)
+          .wait(),
+      ),
+    );
+    for (const result of gathered) expect(firstDifference(result, expected)).toBe(-1);
+    expect(largest).toEqual([2 << 20, 2 << 20]);
+    await Promise.all(groups.map((group) => group.close()));
+  });
+
+  it('keep the size given as segmentBytes', async () => {
+    const { groups, largest } = recordingGroups(2, { segmentBytes: 1 << 20 });
+    const data = inputs.map((input) => input.slice());
+    await Promise.all(groups.map((group, r) => group.allReduce(data[r]!).wait()));
+    for (const result of data) expect(firstDifference(result, expected)).toBe(-1);
+    expect(largest).toEqual([1 << 20, 1 << 20]);
+    await Promise.all(groups.map((group) => group.close()));
+  });
+});
