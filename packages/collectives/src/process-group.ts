@@ -733,14 +733,7 @@ export class ProcessGroup {
           else await sharedAllGather(step, own, bytes, chunk);
         } else if (bytes.byteLength <= this.options.smallMessageBytes)
           await directAllGather(ctx, bytes, own, chunk);
-        else
-          await ringAllGather(
-            ctx,
-            bytes,
-            own,
-            chunk,
-            this.segmentBytes(element, chunk(0)[1]),
-          );
+        else await ringAllGather(ctx, bytes, own, chunk, this.segmentBytes(element, chunk(0)[1]));
         target.commit();
       },
     );
@@ -811,7 +804,7 @@ export class ProcessGroup {
           this.size > 1 &&
           (inInfo.dtype === 'f32' || inInfo.dtype === 'i32') &&
           !overlaps(input, output);
-        if (ring && memory !== null && memory.owns(input.buffer)) {
+        if (ring && memory?.owns(input.buffer)) {
           // The input is read in place ([Note: registered memory on the tcp transport]).
           const layout: ReduceLayout = {
             arena: memory,
