@@ -1,5 +1,5 @@
 import type { ReduceMemory } from './algorithms/reduce.js';
-import { type ReduceOp, SharedReducer } from './kernels/reduce.js';
+import { SharedReducer } from './kernels/reduce.js';
 
 /**
  * Freed registered allocations by size (rounded up to 64 bytes), handed to the next allocation of
@@ -54,9 +54,7 @@ const PAGE = 65536;
  * already receives straight into the output. `ws` keeps ordinary arrays: browsers cannot send
  * views of shared memory without cross-origin isolation.
  */
-export class RegisteredMemory implements ReduceMemory {
-  private readonly memory: WebAssembly.Memory;
-  private readonly reducer: SharedReducer;
+export class RegisteredMemory extends SharedReducer implements ReduceMemory {
   /** Every SharedArrayBuffer object this memory has handed out (`buffer` is new after a grow). */
   private readonly seen = new WeakSet<ArrayBufferLike>();
   private readonly free = new FreeLists();
@@ -67,10 +65,10 @@ export class RegisteredMemory implements ReduceMemory {
     readonly stagingBytes: number,
     private readonly rank: number,
   ) {
-    this.top = Math.ceil(stagingBytes / 64) * 64;
-    const initial = Math.max(1, Math.ceil(this.top / PAGE));
-    this.memory = new WebAssembly.Memory({ initial, maximum: MAX_PAGES, shared: true });
-    this.reducer = new SharedReducer(this.memory);
+    const top = Math.ceil(stagingBytes / 64) * 64;
+    const initial = Math.max(1, Math.ceil(top / PAGE));
+    super(new WebAssembly.Memory({ initial, maximum: MAX_PAGES, shared: true }));
+    this.top = top;
   }
 
   /** The memory as it is now; views of it stay valid after it grows. */
@@ -113,24 +111,5 @@ export class RegisteredMemory implements ReduceMemory {
 
   bytes(offset: number, length: number): Uint8Array {
     return new Uint8Array(this.memory.buffer, offset, length);
-  }
-
-  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
-    this.reducer.reduce(op, dtype, dst, src, n);
-  }
-
-  reduceTo(
-    op: ReduceOp,
-    dtype: 'f32' | 'i32',
-    dst: number,
-    a: number,
-    src: number,
-    n: number,
-  ): void {
-    this.reducer.reduceTo(op, dtype, dst, a, src, n);
-  }
-
-  scale(dst: number, n: number, factor: number): void {
-    this.reducer.scale(dst, n, factor);
   }
 }

@@ -1,4 +1,4 @@
-import type { ReduceOp } from './kernels/reduce.js';
+import type { ReduceKernels } from './kernels/reduce.js';
 
 /**
  * An optional capability of a transport whose ranks share memory (the `shm` transport): an arena
@@ -14,7 +14,7 @@ import type { ReduceOp } from './kernels/reduce.js';
 /** Sets of slots in a `SharedArena`: rounds cycle through them (see sharedAllReduce's pipeline). */
 export const SHARED_ARENA_SETS = 3;
 
-export interface SharedArena {
+export interface SharedArena extends ReduceKernels {
   /** Bytes of one rank's slot in one set, a multiple of 64. */
   readonly slotBytes: number;
   /**
@@ -46,17 +46,4 @@ export interface SharedArena {
    * collectives' fingerprints). `waiting` and rejection as for `barrier`.
    */
   exchange(words: Int32Array, waiting: (ranks: readonly number[]) => void): Promise<Int32Array>;
-  /** `dst[i] = dst[i] op src[i]` for `n` 4-byte elements at byte offsets into `buffer`. */
-  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
-  /** `dst[i] = a[i] op src[i]` for `n` 4-byte elements; `dst` may alias `a` or `src`. */
-  reduceTo(
-    op: ReduceOp,
-    dtype: 'f32' | 'i32',
-    dst: number,
-    a: number,
-    src: number,
-    n: number,
-  ): void;
-  /** `dst[i] *= factor` for `n` f32 elements at a byte offset into `buffer`. */
-  scale(dst: number, n: number, factor: number): void;
 }

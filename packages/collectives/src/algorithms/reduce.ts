@@ -1,20 +1,9 @@
-import type { ReduceOp } from '../kernels/reduce.js';
+import type { ReduceKernels, ReduceOp } from '../kernels/reduce.js';
 import { type Comm, mod, segments } from './comm.js';
 
 /** WASM memory the ring reduces in: the group's `ReduceArena`, or a `RegisteredMemory`. */
-export interface ReduceMemory {
+export interface ReduceMemory extends ReduceKernels {
   bytes(offset: number, length: number): Uint8Array;
-  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
-  /** `dst[i] = a[i] op src[i]`; `dst` may alias `a` or `src`. */
-  reduceTo(
-    op: ReduceOp,
-    dtype: 'f32' | 'i32',
-    dst: number,
-    a: number,
-    src: number,
-    n: number,
-  ): void;
-  scale(dst: number, n: number, factor: number): void;
 }
 
 /** Where an op's data lies in the group's arena: 4-byte elements at `work`, scratch at `staging`. */

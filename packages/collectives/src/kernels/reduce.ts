@@ -37,26 +37,31 @@ function kernelName(op: ReduceOp, dtype: 'f32' | 'i32'): string {
   return `${op === 'avg' ? 'sum' : op}_${dtype}`;
 }
 
-/**
- * The reduction kernels over a shared `WebAssembly.Memory` (`shared: true`) that several threads
- * map: the shm transport's arena, where each rank reduces its slice reading the other ranks' slots
- * in place. Offsets are byte offsets into that memory.
- */
-export class SharedReducer {
-  private readonly exports: KernelExports;
+/** The reduction kernels at byte offsets into one WASM memory (4-byte aligned elements). */
+export interface ReduceKernels {
+  /** `dst[i] = dst[i] op src[i]` for `n` elements. */
+  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void;
+  /** `dst[i] = a[i] op src[i]` for `n` elements; `dst` may be `src` or `a`. */
+  reduceTo(
+    op: ReduceOp,
+    dtype: 'f32' | 'i32',
+    dst: number,
+    a: number,
+    src: number,
+    n: number,
+  ): void;
+  /** `dst[i] *= factor` for `n` f32 elements. */
+  scale(dst: number, n: number, factor: number): void;
+}
 
-  constructor(readonly memory: WebAssembly.Memory) {
-    compiledShared ??= new WebAssembly.Module(decodeBase64(reduceSharedWasmBase64));
-    const instance = new WebAssembly.Instance(compiledShared, { env: { memory } });
-    this.exports = instance.exports as unknown as KernelExports;
-  }
+/** `ReduceKernels` over one instance of the kernels' module. */
+class KernelSet implements ReduceKernels {
+  constructor(private readonly exports: KernelExports) {}
 
-  /** `dst[i] = dst[i] op src[i]` for `n` elements at byte offsets (4-byte aligned). */
   reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
     if (n > 0) (this.exports[kernelName(op, dtype)] as Kernel)(dst, src, n);
   }
 
-  /** `dst[i] = a[i] op src[i]` for `n` elements at byte offsets; `dst` may be `src` or `a`. */
   reduceTo(
     op: ReduceOp,
     dtype: 'f32' | 'i32',
@@ -68,9 +73,21 @@ export class SharedReducer {
     if (n > 0) (this.exports[`${kernelName(op, dtype)}_to`] as KernelTo)(dst, a, src, n);
   }
 
-  /** `dst[i] *= factor` for `n` f32 elements. */
   scale(dst: number, n: number, factor: number): void {
     if (n > 0) this.exports.scale_f32(dst, n, factor);
+  }
+}
+
+/**
+ * The reduction kernels over a shared `WebAssembly.Memory` (`shared: true`) that several threads
+ * map: the shm transport's arena, where each rank reduces its slice reading the other ranks' slots
+ * in place, and a tcp group's registered memory. Offsets are byte offsets into that memory.
+ */
+export class SharedReducer extends KernelSet {
+  constructor(readonly memory: WebAssembly.Memory) {
+    compiledShared ??= new WebAssembly.Module(decodeBase64(reduceSharedWasmBase64));
+    const instance = new WebAssembly.Instance(compiledShared, { env: { memory } });
+    super(instance.exports as unknown as KernelExports);
   }
 }
 
@@ -81,58 +98,38 @@ export class SharedReducer {
  * it is reused by every op of the group: no allocation per op or per segment once it is large
  * enough. Views must be taken after `ensure` (growing detaches the old ones).
  */
-export class ReduceArena {
-  private readonly exports: ReduceExports;
+export class ReduceArena extends KernelSet {
+  private readonly memory: WebAssembly.Memory;
 
   constructor() {
     const instance = new WebAssembly.Instance(wasmModule(), {});
-    this.exports = instance.exports as unknown as ReduceExports;
+    const exports = instance.exports as unknown as ReduceExports;
+    super(exports);
+    this.memory = exports.memory;
   }
 
   /** Grow the memory to at least `bytes`. */
   ensure(bytes: number): void {
-    const memory = this.exports.memory;
+    const memory = this.memory;
     const have = memory.buffer.byteLength;
     if (bytes <= have) return;
     memory.grow(Math.ceil((bytes - have) / 65536));
   }
 
   get buffer(): ArrayBuffer {
-    return this.exports.memory.buffer;
+    return this.memory.buffer;
   }
 
   bytes(offset: number, length: number): Uint8Array {
-    return new Uint8Array(this.exports.memory.buffer, offset, length);
+    return new Uint8Array(this.memory.buffer, offset, length);
   }
 
   f32(offset: number, length: number): Float32Array {
-    return new Float32Array(this.exports.memory.buffer, offset, length);
+    return new Float32Array(this.memory.buffer, offset, length);
   }
 
   i32(offset: number, length: number): Int32Array {
-    return new Int32Array(this.exports.memory.buffer, offset, length);
-  }
-
-  /** `dst[i] = dst[i] op src[i]` for `n` elements at byte offsets (4-byte aligned). */
-  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
-    if (n > 0) (this.exports[kernelName(op, dtype)] as Kernel)(dst, src, n);
-  }
-
-  /** `dst[i] = a[i] op src[i]` for `n` elements at byte offsets; `dst` may be `src` or `a`. */
-  reduceTo(
-    op: ReduceOp,
-    dtype: 'f32' | 'i32',
-    dst: number,
-    a: number,
-    src: number,
-    n: number,
-  ): void {
-    if (n > 0) (this.exports[`${kernelName(op, dtype)}_to`] as KernelTo)(dst, a, src, n);
-  }
-
-  /** `dst[i] *= factor` for `n` f32 elements. */
-  scale(dst: number, n: number, factor: number): void {
-    if (n > 0) this.exports.scale_f32(dst, n, factor);
+    return new Int32Array(this.memory.buffer, offset, length);
   }
 }
 

@@ -409,9 +409,8 @@ function canBlock(): boolean {
  * event loop (deadline timers, the ring pump) runs again ([Note: barrier waits]). An abort
  * rings every gate (and ends this rank's sleep directly), so a waiting barrier fails at once.
  */
-class ShmArena implements SharedArena {
+class ShmArena extends SharedReducer implements SharedArena {
   readonly slotBytes: number;
-  private readonly reducer: SharedReducer;
   /** Every SharedArrayBuffer object this thread has seen for the arena (one per growth). */
   private readonly seen = new WeakSet<ArrayBufferLike>();
   /** This rank's released registered allocations, by size in bytes. */
@@ -428,8 +427,8 @@ class ShmArena implements SharedArena {
     private readonly words: Int32Array,
     private readonly offsets: ReturnType<typeof shmOffsets>,
   ) {
+    super(handle.arena);
     this.slotBytes = handle.slotBytes;
-    this.reducer = new SharedReducer(handle.arena);
     transport.onAbort(() => this.wake?.());
   }
 
@@ -561,24 +560,5 @@ class ShmArena implements SharedArena {
       if (((Atomics.load(words, offsets.arrival(peer)) - epoch) | 0) < 0) missing.push(peer);
     }
     return missing;
-  }
-
-  reduce(op: ReduceOp, dtype: 'f32' | 'i32', dst: number, src: number, n: number): void {
-    this.reducer.reduce(op, dtype, dst, src, n);
-  }
-
-  reduceTo(
-    op: ReduceOp,
-    dtype: 'f32' | 'i32',
-    dst: number,
-    a: number,
-    src: number,
-    n: number,
-  ): void {
-    this.reducer.reduceTo(op, dtype, dst, a, src, n);
-  }
-
-  scale(dst: number, n: number, factor: number): void {
-    this.reducer.scale(dst, n, factor);
   }
 }
