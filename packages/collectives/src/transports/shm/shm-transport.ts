@@ -1,5 +1,5 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
-import { type ReduceOp, SharedReducer } from '../../kernels/reduce.js';
+import { SharedReducer } from '../../kernels/reduce.js';
 import { FreeLists } from '../../registered-memory.js';
 import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
