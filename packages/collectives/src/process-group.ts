@@ -253,11 +253,27 @@ class OpContext implements Comm {
   }
 
   recv(peer: number, dst: Uint8Array): Promise<void> {
+    return this.receive(peer, dst, this.gated.get(peer));
+  }
+
+  /**
+   * The receive of `peer`'s fingerprint: never held, with `onArrive` as the transport's arrival
+   * hint (rule 9 of [Note: the transport contract]).
+   */
+  recvFingerprint(peer: number, dst: Uint8Array, onArrive: () => void): Promise<void> {
+    return this.receive(peer, dst, undefined, onArrive);
+  }
+
+  private receive(
+    peer: number,
+    dst: Uint8Array,
+    queue: HeldRecv[] | undefined,
+    onArrive?: () => void,
+  ): Promise<void> {
     this.waiting.set(peer, (this.waiting.get(peer) ?? 0) + 1);
-    const queue = this.gated.get(peer);
     const received =
       queue === undefined
-        ? this.group.transport.recv(this.group.ranks[peer]!, this.group.tag, dst)
+        ? this.group.transport.recv(this.group.ranks[peer]!, this.group.tag, dst, onArrive)
         : new Promise<void>((resolve, reject) => queue.push({ dst, resolve, reject }));
     const promise = received.then(() => {
       const left = (this.waiting.get(peer) ?? 1) - 1;
@@ -1209,7 +1225,10 @@ export class ProcessGroup {
    * Over messages the fingerprint is the first message of an op to each peer, and the op's body
    * starts at once instead of a round trip later: its sends follow the fingerprint on the wire, and
    * its receives from a peer are held (`OpContext.gate`) until that peer's fingerprint has arrived
-   * and matched, then posted in order. A mismatched peer's data therefore never meets a posted
+   * and matched, then posted in order. The check runs in the transport's arrival hint where it has
+   * one (rule 9 of [Note: the transport contract]): the fingerprint and the head of the data
+   * usually come in one read, and checked a microtask later the data found no receive posted and
+   * was copied aside, one segment per op and peer. A mismatched peer's data therefore never meets a posted
    * receive (it waits in the transport until the abort discards it), so a wrong count still fails
    * as `CollectiveMismatchError`, never as a length error. The shared-memory exchange is a barrier
    * and still runs before the body.
@@ -1255,28 +1274,45 @@ export class ProcessGroup {
     const outBytes = bytesOf(out);
     const pending: Promise<void>[] = [];
     for (const peer of sendTo) pending.push(ctx.send(peer, outBytes));
-    const checks = recvFrom.map((peer) =>
-      ctx
-        .recv(
-          peer,
-          new Uint8Array(incoming.buffer, peer * FINGERPRINT_WORDS * 4, FINGERPRINT_WORDS * 4),
-        )
-        .then(() => {
-          const at = peer * FINGERPRINT_WORDS;
-          for (let w = 0; w < FINGERPRINT_WORDS; w++) {
-            if (incoming[at + w] !== out[w])
-              this.mismatch(
-                ctx,
-                peer,
-                describeFingerprint(out, 0),
-                describeFingerprint(incoming, at),
-              );
-          }
-          ctx.open(peer);
-        }),
-    );
+    // Checked once per peer: where the transport gives the arrival hint, synchronously as the
+    // fingerprint lands (so the held receives are posted before the data behind it is parsed),
+    // else when the receive resolves. A mismatch is kept and thrown on the promise path.
+    const outcomes = new Map<number, unknown>();
+    const check = (peer: number) => {
+      if (outcomes.has(peer)) return;
+      const at = peer * FINGERPRINT_WORDS;
+      try {
+        for (let w = 0; w < FINGERPRINT_WORDS; w++) {
+          if (incoming[at + w] !== out[w])
+            this.mismatch(
+              ctx,
+              peer,
+              describeFingerprint(out, 0),
+              describeFingerprint(incoming, at),
+            );
+        }
+        outcomes.set(peer, null);
+      } catch (error) {
+        outcomes.set(peer, error);
+        return;
+      }
+      ctx.open(peer);
+    };
     // The body's receives from a peer wait for that peer's fingerprint (posted after it).
     for (const peer of recvFrom) ctx.gate(peer);
+    const checks = recvFrom.map((peer) =>
+      ctx
+        .recvFingerprint(
+          peer,
+          new Uint8Array(incoming.buffer, peer * FINGERPRINT_WORDS * 4, FINGERPRINT_WORDS * 4),
+          () => check(peer),
+        )
+        .then(() => {
+          check(peer);
+          const error = outcomes.get(peer);
+          if (error !== null) throw error;
+        }),
+    );
     try {
       await Promise.all([...checks, ...pending]);
     } catch (error) {

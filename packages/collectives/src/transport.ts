@@ -45,6 +45,13 @@ import type { SharedArena } from './shared-arena.js';
  *    never `rank` itself. `data` and `dst` are views that may be slices of larger buffers (respect
  *    `byteOffset`); they may be backed by an ArrayBuffer or a SharedArrayBuffer.
  *
+ * 9. Arrival hint. A transport may call `recv`'s `onArrive` synchronously once the message is in
+ *    `dst` and before it matches any later message from `peer` (it need not call it at all; the
+ *    promise still resolves). A process group checks an op's fingerprint there and posts the
+ *    receives that waited for it, so the data right behind the fingerprint on the wire finds them
+ *    posted instead of being copied aside (see [Note: fingerprints ahead of the data]). An
+ *    exception from `onArrive` is the caller's: the transport ignores it.
+ *
  * Run `runTransportSuite` from `@webshard/collectives/testing` (src/testing/transport-suite.ts)
  * against a new transport: it checks these rules and every collective on top of them.
  */
@@ -64,8 +71,11 @@ export interface Transport {
   /** Send `data` to `peer` on `tag` (a uint32). Resolves when `data` may be reused. */
   send(peer: number, tag: number, data: Uint8Array): Promise<void>;
 
-  /** Receive the next message from `peer` on `tag` into `dst`, whose length must match exactly. */
-  recv(peer: number, tag: number, dst: Uint8Array): Promise<void>;
+  /**
+   * Receive the next message from `peer` on `tag` into `dst`, whose length must match exactly.
+   * `onArrive`, optional for both sides, is rule 9's hint.
+   */
+  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void>;
 
   /** Fail every pending and later op with `reason` and tell the other ranks. Idempotent. */
   abort(reason: AbortReason): void;

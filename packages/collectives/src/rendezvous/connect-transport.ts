@@ -128,8 +128,8 @@ class JoinedTransport implements Transport {
   send(peer: number, tag: number, data: Uint8Array): Promise<void> {
     return this.inner.send(peer, tag, data);
   }
-  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
-    return this.inner.recv(peer, tag, dst);
+  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+    return this.inner.recv(peer, tag, dst, onArrive);
   }
   abort(reason: AbortReason): void {
     this.inner.abort(reason);

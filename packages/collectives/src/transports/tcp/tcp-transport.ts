@@ -140,6 +140,14 @@ export class TcpTransport implements Transport {
     return transport;
   }
 
+  /**
+   * Payload bytes that arrived before their receive was posted and were copied aside: a tuning
+   * counter (each is an extra copy on the receive path).
+   */
+  get unexpectedBytes(): number {
+    return this.inbox.unexpectedBytes;
+  }
+
   get abortReason(): AbortReason | null {
     return this.abortState.reason;
   }
@@ -185,7 +193,7 @@ export class TcpTransport implements Transport {
     });
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     // Tags are uint32 on the wire; a negative int32 tag names the same group.
     const wireTag = tag >>> 0;
     const closed = Number.isInteger(peer) ? this.peers[peer] : undefined;
@@ -193,13 +201,13 @@ export class TcpTransport implements Transport {
       // A peer that finished and closed may have sent this message before its bye (a process
       // group posts a receive only once the sender's fingerprint has been checked): a message
       // already here is delivered; one that never came is a lost peer, as in `peerFor`.
-      const received = this.inbox.post(peer, wireTag, dst);
+      const received = this.inbox.post(peer, wireTag, dst, onArrive);
       if (this.inbox.hasPending(peer)) this.peerFor(peer, 'recv');
       return received;
     }
     const source = this.peerFor(peer, 'recv');
     if (source instanceof Error) return Promise.reject(source);
-    return this.inbox.post(peer, wireTag, dst);
+    return this.inbox.post(peer, wireTag, dst, onArrive);
   }
 
   close(): Promise<void> {

@@ -3,6 +3,8 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 /** A receive posted by `recv`. */
 interface PostedRecv {
   readonly dst: Uint8Array;
+  /** Rule 9 of [Note: the transport contract]: called before the next message is matched. */
+  readonly onArrive: (() => void) | undefined;
   readonly resolve: () => void;
   readonly reject: (error: Error) => void;
 }
@@ -29,6 +31,16 @@ export interface Incoming {
 }
 
 const MIN_POOLED = 4096;
+
+/** Runs a receive's arrival hint; its exceptions are its caller's (rule 9), not the parser's. */
+function arrive(onArrive: (() => void) | undefined): void {
+  if (onArrive === undefined) return;
+  try {
+    onArrive();
+  } catch {
+    // The caller sees the same failure through the receive's promise.
+  }
+}
 const MAX_POOLED_BYTES = 512 << 20;
 
 function sizeClass(length: number): number {
@@ -46,6 +58,8 @@ export class Inbox {
   private readonly slots = new Map<number, Map<number, Slot>>();
   private readonly pool = new Map<number, ArrayBuffer[]>();
   private pooledBytes = 0;
+  /** Payload bytes that arrived before their receive was posted, and were copied aside. */
+  unexpectedBytes = 0;
   private readonly inflight = new Set<Incoming>();
   private abortError: TransportAbortedError | null = null;
 
@@ -69,20 +83,22 @@ export class Inbox {
   }
 
   /** Posts a receive: filled at once from a stashed message, or queued. */
-  post(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+  post(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     if (this.abortError !== null) return Promise.reject(this.abortError);
     return new Promise<void>((resolve, reject) => {
       const slot = this.slot(peer, tag);
       const arrived = slot.arrived.shift();
       if (arrived === undefined) {
-        slot.waiting.push({ dst, resolve, reject });
+        slot.waiting.push({ dst, onArrive, resolve, reject });
         return;
       }
       const ok = arrived.length === dst.byteLength;
       if (ok) dst.set(new Uint8Array(arrived.buffer, 0, arrived.length));
       this.release(arrived.buffer);
-      if (ok) resolve();
-      else this.violate(peer, tag, arrived.length, dst.byteLength, reject);
+      if (ok) {
+        arrive(onArrive);
+        resolve();
+      } else this.violate(peer, tag, arrived.length, dst.byteLength, reject);
     });
   }
 
@@ -101,6 +117,7 @@ export class Inbox {
       this.inflight.add(incoming);
       return incoming;
     }
+    this.unexpectedBytes += length;
     const stash = this.acquire(length);
     const incoming: Incoming = {
       peer,
@@ -117,6 +134,7 @@ export class Inbox {
   complete(incoming: Incoming): void {
     if (!this.inflight.delete(incoming)) return;
     if (incoming.recv !== null) {
+      arrive(incoming.recv.onArrive);
       incoming.recv.resolve();
       return;
     }
@@ -134,6 +152,7 @@ export class Inbox {
     }
     waiting.dst.set(incoming.target);
     this.release(incoming.stash!);
+    arrive(waiting.onArrive);
     waiting.resolve();
   }
 

@@ -159,6 +159,14 @@ export class WsTransport implements Transport {
     return transport;
   }
 
+  /**
+   * Payload bytes that arrived before their receive was posted and were copied aside: a tuning
+   * counter (each is an extra copy on the receive path).
+   */
+  get unexpectedBytes(): number {
+    return this.inbox.unexpectedBytes;
+  }
+
   get abortReason(): AbortReason | null {
     return this.abortState.reason;
   }
@@ -227,19 +235,19 @@ export class WsTransport implements Transport {
     });
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     // Tags are uint32 on the wire; a negative int32 tag names the same group.
     const wireTag = tag >>> 0;
     const closed = Number.isInteger(peer) ? this.peers[peer] : undefined;
     if (this.abortState.reason === null && closed?.state === 'closed' && closed.byeReceived) {
       // A message that came before the peer's bye is still delivered (see TcpTransport.recv).
-      const received = this.inbox.post(peer, wireTag, dst);
+      const received = this.inbox.post(peer, wireTag, dst, onArrive);
       if (this.inbox.hasPending(peer)) this.peerFor(peer, 'recv');
       return received;
     }
     const source = this.peerFor(peer, 'recv');
     if (source instanceof Error) return Promise.reject(source);
-    return this.inbox.post(peer, wireTag, dst);
+    return this.inbox.post(peer, wireTag, dst, onArrive);
   }
 
   close(): Promise<void> {
