@@ -1,8 +1,11 @@
 import { type AbortReason, TransportAbortedError } from '../errors.js';
+import { arrive } from '../transport.js';
 
 /** A receive waiting for its message. */
 export interface PendingRecv {
   readonly dst: Uint8Array;
+  /** Rule 9 of the transport contract: run once the message is in `dst`, before it resolves. */
+  readonly onArrive?: () => void;
   readonly resolve: () => void;
   readonly reject: (error: Error) => void;
 }
@@ -63,6 +66,7 @@ export class Mailbox {
     }
     if (!this.checkLength(peer, tag, data.byteLength, waiting)) return;
     waiting.dst.set(data);
+    arrive(waiting.onArrive);
     waiting.resolve();
   }
 
@@ -89,14 +93,15 @@ export class Mailbox {
     }
     if (!this.checkLength(peer, tag, data.byteLength, waiting)) return;
     waiting.dst.set(data);
+    arrive(waiting.onArrive);
     waiting.resolve();
   }
 
   /** Post a receive: filled at once from a stashed message, or queued. */
-  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       const slot = this.slot(peer, tag);
-      const pending: PendingRecv = { dst, resolve, reject };
+      const pending: PendingRecv = { dst, onArrive, resolve, reject };
       const arrived = slot.arrived.shift();
       if (arrived === undefined) {
         slot.waiting.push(pending);
@@ -104,8 +109,17 @@ export class Mailbox {
       }
       if (!this.checkLength(peer, tag, arrived.byteLength, pending)) return;
       dst.set(arrived);
+      arrive(onArrive);
       resolve();
     });
+  }
+
+  /** Whether any receive is posted and still waits for its message. */
+  hasWaiting(): boolean {
+    for (const byTag of this.slots.values()) {
+      for (const slot of byTag.values()) if (slot.waiting.length > 0) return true;
+    }
+    return false;
   }
 
   /** Reject every posted receive and drop every stashed message. */

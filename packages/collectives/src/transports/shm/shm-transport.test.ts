@@ -39,4 +39,18 @@ describe('launchThreads', () => {
       );
     }
   });
+
+  it('keeps a thread alive while a receive on the transport is pending', async () => {
+    // A pending Atomics.waitAsync alone does not: rank 1 exited with code 0 mid-receive.
+    const outcomes = await launchThreads<null, string>(
+      2,
+      tsxBootstrap('./shm-raw-recv-worker.ts'),
+      null,
+      { eval: true, execArgv: ['--conditions=@webshard/source'], group: { timeoutMs: 20_000 } },
+    );
+    expect(outcomes).toEqual([
+      { rank: 0, status: 'fulfilled', value: 'sent' },
+      { rank: 1, status: 'fulfilled', value: 'received 7,8,9' },
+    ]);
+  });
 });

@@ -2,7 +2,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { SharedReducer } from '../../kernels/reduce.js';
 import { FreeLists } from '../../registered-memory.js';
 import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
-import { AbortState, type Transport } from '../../transport.js';
+import { AbortState, arrive, type Transport } from '../../transport.js';
 import { Mailbox, type PendingRecv } from '../mailbox.js';
 import {
   ARENA_MAX_BYTES,
@@ -57,6 +57,9 @@ const immediate: (run: () => void) => void =
     ? (run) => globalThis.setImmediate(run)
     : (run) => setTimeout(run, 0);
 
+/** How often the timer that holds a thread open while work is pending checks it (see ShmTransport). */
+const KEEP_ALIVE_CHECK_MS = 500;
+
 function yieldToEventLoop(): Promise<void> {
   return new Promise((resolve) => immediate(resolve));
 }
@@ -67,7 +70,10 @@ function yieldToEventLoop(): Promise<void> {
  * (straight into a posted receive's buffer, else into a stash) and writes queued frames as ring
  * space frees, so two ranks that send to each other before receiving never block each other
  * (rule 4 of the transport contract). It sleeps with `Atomics.waitAsync` on this rank's doorbell,
- * keeping the thread's event loop free for the application.
+ * keeping the thread's event loop free for the application. A pending `waitAsync` does not keep a
+ * Node thread alive, so while a receive or a send is pending a timer does (`holdWhilePending`):
+ * else a thread whose only work is a receive on the transport (no process group, whose deadline
+ * timer would hold it) ended with exit code 0 in the middle of it.
  */
 export class ShmTransport implements Transport {
   readonly kind = 'shm';
@@ -80,6 +86,7 @@ export class ShmTransport implements Transport {
   private readonly abortState = new AbortState();
   private readonly outgoing: OutgoingFrame[][] = [];
   private readonly incoming: IncomingState[] = [];
+  private keepAlive: ReturnType<typeof setInterval> | null = null;
   private readonly headerScratch = new Uint8Array(HEADER_BYTES);
   private readonly headerView = new DataView(this.headerScratch.buffer);
   private state: 'open' | 'closed' = 'open';
@@ -111,6 +118,7 @@ export class ShmTransport implements Transport {
       this.failReceives(reason);
       const error = new TransportAbortedError(reason);
       for (const queue of this.outgoing) for (const frame of queue.splice(0)) frame.reject(error);
+      this.release();
     });
     this.sharedArena = new ShmArena(this, handle, this.words, this.offsets);
     // A bug in the pump must fail the world with its message, not end the thread with an
@@ -151,18 +159,22 @@ export class ShmTransport implements Transport {
       const queue = this.outgoing[peer]!;
       queue.push({ tag, data, written: 0, resolve, reject });
       if (queue.length === 1) this.writeQueued(peer);
+      this.holdWhilePending();
     });
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     const failed = this.refuse(peer);
     if (failed !== null) return failed;
-    return this.mailbox.recv(peer, tag, dst);
+    const received = this.mailbox.recv(peer, tag, dst, onArrive);
+    this.holdWhilePending();
+    return received;
   }
 
   async close(): Promise<void> {
     if (this.state === 'closed') return;
     this.state = 'closed';
+    this.release();
     const bell = this.offsets.bell(this.rank);
     Atomics.add(this.words, bell, 1);
     Atomics.notify(this.words, bell);
@@ -326,11 +338,40 @@ export class ShmTransport implements Transport {
   }
 
   private complete(peer: number, state: IncomingState): void {
-    if (state.waiting !== null) state.waiting.resolve();
-    else this.mailbox.deliverOwned(peer, state.tag, state.target!);
+    if (state.waiting !== null) {
+      arrive(state.waiting.onArrive);
+      state.waiting.resolve();
+    } else this.mailbox.deliverOwned(peer, state.tag, state.target!);
     state.headerFill = 0;
     state.target = null;
     state.waiting = null;
+  }
+
+  /**
+   * Holds the thread open until no receive or send is pending (checked every
+   * KEEP_ALIVE_CHECK_MS), the transport is closed or it aborted.
+   */
+  private release(): void {
+    if (this.keepAlive === null) return;
+    clearInterval(this.keepAlive);
+    this.keepAlive = null;
+  }
+
+  private holdWhilePending(): void {
+    if (this.keepAlive !== null) return;
+    this.keepAlive = setInterval(() => {
+      if (this.state === 'open' && this.abortReason === null && this.hasPendingWork()) return;
+      this.release();
+    }, KEEP_ALIVE_CHECK_MS);
+  }
+
+  /** Whether a receive is posted or being filled, or a frame waits to be written. */
+  private hasPendingWork(): boolean {
+    return (
+      this.mailbox.hasWaiting() ||
+      this.incoming.some((state) => state.target !== null) ||
+      this.outgoing.some((queue) => queue.length > 0)
+    );
   }
 
   private async pump(): Promise<void> {
