@@ -47,7 +47,7 @@ import type { SharedArena } from './shared-arena.js';
  *
  * 9. Arrival hint. A transport may call `recv`'s `onArrive` synchronously once the message is in
  *    `dst` and before it matches any later message from `peer` (it need not call it at all; the
- *    promise still resolves). A process group checks an op's fingerprint there and posts the
+ *    promise still resolves; this package's transports all call it, through `arrive`). A process group checks an op's fingerprint there and posts the
  *    receives that waited for it, so the data right behind the fingerprint on the wire finds them
  *    posted instead of being copied aside (see [Note: fingerprints ahead of the data]). An
  *    exception from `onArrive` is the caller's: the transport ignores it.
@@ -94,6 +94,16 @@ export interface Transport {
    * do not see it as a failure. Idempotent.
    */
   close(): Promise<void>;
+}
+
+/** Runs a receive's arrival hint (rule 9); its exceptions are its caller's, not the transport's. */
+export function arrive(onArrive: (() => void) | undefined): void {
+  if (onArrive === undefined) return;
+  try {
+    onArrive();
+  } catch {
+    // The caller sees the same failure through the receive's promise.
+  }
 }
 
 /** Small helper for transports: the listeners and the first abort reason, with rule 5's semantics. */

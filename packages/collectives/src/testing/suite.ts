@@ -447,6 +447,44 @@ async function runCases(group: ProcessGroup, seed: number): Promise<CaseReport[]
     return { failure: compare('recv', Array.from(into), [left, left * 10]), data: into };
   });
 
+  await record('the arrival hint (rule 9 of the transport contract)', async () => {
+    // Straight on the transport, on a tag no group uses (groups' tags are 0 and odd).
+    const { transport } = group;
+    const tag = 0x7ffffffe;
+    if (size === 1 || rank > 1) return { failure: null, data: new Float32Array(0) };
+    if (rank === 0) {
+      await Promise.all([
+        transport.send(1, tag, Uint8Array.from([1, 2, 3])),
+        transport.send(1, tag, Uint8Array.from([4, 5])),
+      ]);
+      return { failure: null, data: new Float32Array(0) };
+    }
+    const first = new Uint8Array(3);
+    const second = new Uint8Array(2);
+    const seen: string[] = [];
+    let secondReceive: Promise<void> | null = null;
+    const firstReceive = transport
+      .recv(0, tag, first, () => {
+        seen.push(`hint with [${first.join(',')}]`);
+        // Posted from the hint, before the next message is matched: it must still get it.
+        secondReceive = transport.recv(0, tag, second);
+      })
+      .then(() => seen.push('resolved'));
+    await firstReceive;
+    if (secondReceive === null) secondReceive = transport.recv(0, tag, second);
+    await secondReceive;
+    const ours = ['local', 'shm', 'tcp', 'ws'].includes(transport.kind);
+    const expected = ['hint with [1,2,3]', 'resolved'];
+    const failure =
+      compare('second', Array.from(second), [4, 5]) ??
+      (seen.length === 1 && seen[0] === 'resolved' && !ours
+        ? null
+        : seen.join(' / ') === expected.join(' / ')
+          ? null
+          : `expected ${expected.join(' / ')}, got ${seen.join(' / ')}`);
+    return { failure, data: new Float32Array(0) };
+  });
+
   await record('sub-groups run alongside the world', async () => {
     const evens = Array.from({ length: size }, (_, r) => r).filter((r) => r % 2 === 0);
     const odds = Array.from({ length: size }, (_, r) => r).filter((r) => r % 2 === 1);

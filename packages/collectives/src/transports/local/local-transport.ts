@@ -68,10 +68,10 @@ export class LocalTransport implements Transport {
     return Promise.resolve();
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     const reason = this.hub.abortState.reason;
     if (reason !== null) return Promise.reject(new TransportAbortedError(reason));
-    return this.mailbox.recv(peer, tag, dst);
+    return this.mailbox.recv(peer, tag, dst, onArrive);
   }
 
   abort(reason: AbortReason): void {

@@ -1,4 +1,5 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import { arrive } from '../../transport.js';
 
 /** A receive posted by `recv`. */
 interface PostedRecv {
@@ -32,15 +33,6 @@ export interface Incoming {
 
 const MIN_POOLED = 4096;
 
-/** Runs a receive's arrival hint; its exceptions are its caller's (rule 9), not the parser's. */
-function arrive(onArrive: (() => void) | undefined): void {
-  if (onArrive === undefined) return;
-  try {
-    onArrive();
-  } catch {
-    // The caller sees the same failure through the receive's promise.
-  }
-}
 const MAX_POOLED_BYTES = 512 << 20;
 
 function sizeClass(length: number): number {
