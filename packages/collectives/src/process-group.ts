@@ -630,16 +630,7 @@ export class ProcessGroup {
           memory.owns(host.buffer)
         ) {
           // [Note: registered memory on the tcp transport]: the ring runs on the buffer itself.
-          const { segmentElements, window } = this.ringShape(count);
-          const layout: ReduceLayout = {
-            arena: memory,
-            op,
-            dtype: info.dtype === 'i32' ? 'i32' : 'f32',
-            work: host.byteOffset,
-            staging: 0,
-            segmentElements,
-            window,
-          };
+          const layout = this.registeredLayout(memory, op, info.dtype, count, host.byteOffset);
           await ringReduce(ctx, layout, this.elementChunk(count), {
             input: null,
             result: null,
@@ -820,27 +811,30 @@ export class ProcessGroup {
           this.size > 1 &&
           (inInfo.dtype === 'f32' || inInfo.dtype === 'i32') &&
           !overlaps(input, output);
-        if (ring && memory?.owns(input.buffer)) {
-          // The input is read in place ([Note: registered memory on the tcp transport]).
-          const layout: ReduceLayout = {
-            arena: memory,
-            op,
-            dtype: inInfo.dtype === 'i32' ? 'i32' : 'f32',
-            work: -1,
-            staging: 0,
-            ...this.ringShape(count),
-          };
-          await ringReduce(ctx, layout, chunk, {
-            input,
-            result: output,
-            resultBase: start,
-            gather: null,
-            scale,
-            registered: {
-              input: input.byteOffset,
-              result: memory.owns(output.buffer) ? output.byteOffset : -1,
+        if (ring) {
+          // Reads `input` piece by piece while writing `output`: only for separate buffers. A
+          // registered input is read in place ([Note: registered memory on the tcp transport]).
+          const registered = memory?.owns(input.buffer) === true;
+          await ringReduce(
+            ctx,
+            registered
+              ? this.registeredLayout(memory, op, inInfo.dtype, count, -1)
+              : this.layout(op, inInfo.dtype, count, 0),
+            chunk,
+            {
+              input,
+              result: output,
+              resultBase: start,
+              gather: null,
+              scale,
+              registered: registered
+                ? {
+                    input: input.byteOffset,
+                    result: memory.owns(output.buffer) ? output.byteOffset : -1,
+                  }
+                : undefined,
             },
-          });
+          );
           target.commit();
           return;
         }
@@ -850,18 +844,6 @@ export class ProcessGroup {
           count,
           direct ? Math.ceil(count / this.size) : 0,
         );
-        if (ring) {
-          // Reads `input` piece by piece while writing `output`: only for separate buffers.
-          await ringReduce(ctx, layout, chunk, {
-            input,
-            result: output,
-            resultBase: start,
-            gather: null,
-            scale,
-          });
-          target.commit();
-          return;
-        }
         widen(inInfo.dtype, source.host, this.workView(layout, count));
         if (this.size > 1 && count > 0) {
           if (direct) {
@@ -1047,6 +1029,27 @@ export class ProcessGroup {
       staging: workBytes,
       segmentElements,
       window,
+    };
+  }
+
+  /**
+   * The layout of a ring on registered memory (`tcp`): its staging at the memory's start, the
+   * operand at `work` (-1 when the ring only reads it, see `RingOperands.registered`).
+   */
+  private registeredLayout(
+    memory: RegisteredMemory,
+    op: ReduceOp,
+    dtype: CommDType,
+    count: number,
+    work: number,
+  ): ReduceLayout {
+    return {
+      arena: memory,
+      op,
+      dtype: dtype === 'i32' ? 'i32' : 'f32',
+      work,
+      staging: 0,
+      ...this.ringShape(count),
     };
   }
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ReduceOp } from '../../kernels/reduce.js';
 import { ProcessGroup } from '../../process-group.js';
+import { shardRange } from '../../shard.js';
 import { createNetworkWorld } from './network-world.js';
 
 // [Note: registered memory on the tcp transport]: an all-reduce of a buffer from
@@ -19,35 +20,58 @@ function bits(array: Float32Array | Int32Array): Int32Array {
   return new Int32Array(array.buffer, array.byteOffset, array.length);
 }
 
+/** An ordinary array of `dtype`, or, when `registered`, one from `group.allocate`. */
+function makeArray(
+  group: ProcessGroup,
+  dtype: 'f32' | 'i32',
+  count: number,
+  registered: boolean,
+): Float32Array | Int32Array {
+  if (registered) return group.allocate(dtype, count);
+  return dtype === 'i32' ? new Int32Array(count) : new Float32Array(count);
+}
+
+/**
+ * `size` tcp ranks in this process with small rings (4 KiB segments, no direct path), so a few
+ * thousand elements cross many segments.
+ */
+async function withSmallRings(
+  size: number,
+  body: (groups: ProcessGroup[]) => Promise<void>,
+): Promise<void> {
+  const world = await createNetworkWorld('tcp', size);
+  const groups = world.transports.map((t) =>
+    ProcessGroup.fromTransport(t, { segmentBytes: 4096, smallMessageBytes: 64 }),
+  );
+  try {
+    await body(groups);
+  } finally {
+    await Promise.all(groups.map((g) => g.close()));
+    await world.close();
+  }
+}
+
+type Case = { dtype: 'f32' | 'i32'; op: ReduceOp; count: number };
+
 describe('registered buffers on tcp', () => {
   for (const size of [2, 3]) {
     it(`all-reduce in place on ${size} ranks, bit-identical to the copying ring`, async () => {
-      const world = await createNetworkWorld('tcp', size);
-      // Small rings (4 KiB segments, no direct path) so a few thousand elements cross many segments.
-      const groups = world.transports.map((t) =>
-        ProcessGroup.fromTransport(t, { segmentBytes: 4096, smallMessageBytes: 64 }),
-      );
-      try {
-        const cases: { dtype: 'f32' | 'i32'; op: ReduceOp; count: number }[] = [
-          { dtype: 'f32', op: 'sum', count: 20_011 },
-          { dtype: 'f32', op: 'avg', count: 4099 },
-          { dtype: 'f32', op: 'max', count: 3001 },
-          { dtype: 'i32', op: 'sum', count: 9001 },
-        ];
+      const cases: Case[] = [
+        { dtype: 'f32', op: 'sum', count: 20_011 },
+        { dtype: 'f32', op: 'avg', count: 4099 },
+        { dtype: 'f32', op: 'max', count: 3001 },
+        { dtype: 'i32', op: 'sum', count: 9001 },
+      ];
+      await withSmallRings(size, async (groups) => {
         for (const c of cases) {
           const ordinary = groups.map((g) => {
-            const a = c.dtype === 'i32' ? new Int32Array(c.count) : new Float32Array(c.count);
+            const a = makeArray(g, c.dtype, c.count, false);
             fillInput(a, g.rank);
             return a;
           });
           // Rank 0 keeps an ordinary array: each rank chooses alone.
           const registered = groups.map((g) => {
-            const a =
-              g.rank === 0
-                ? c.dtype === 'i32'
-                  ? new Int32Array(c.count)
-                  : new Float32Array(c.count)
-                : g.allocate(c.dtype, c.count);
+            const a = makeArray(g, c.dtype, c.count, g.rank > 0);
             fillInput(a, g.rank);
             return a;
           });
@@ -64,46 +88,29 @@ describe('registered buffers on tcp', () => {
             );
             expect(bits(ordinary[g.rank]!)).toEqual(bits(ordinary[0]!));
           }
-          for (const g of groups) g.free(registered[g.rank]!);
+          for (const g of groups) if (g.rank > 0) g.free(registered[g.rank]!);
         }
-      } finally {
-        await Promise.all(groups.map((g) => g.close()));
-        await world.close();
-      }
+      });
     });
-  }
 
-  for (const size of [2, 3]) {
     it(`reduce-scatter reads a registered input in place on ${size} ranks, bit-identical to the copying ring`, async () => {
-      const world = await createNetworkWorld('tcp', size);
-      const groups = world.transports.map((t) =>
-        ProcessGroup.fromTransport(t, { segmentBytes: 4096, smallMessageBytes: 64 }),
-      );
-      const make = (g: ProcessGroup, dtype: 'f32' | 'i32', count: number, registered: boolean) =>
-        registered
-          ? g.allocate(dtype, count)
-          : dtype === 'i32'
-            ? new Int32Array(count)
-            : new Float32Array(count);
-      try {
-        // 100_003 elements: more ring segments than staging slots, so slots are reused while
-        // partial results are still being forwarded from them (3 ranks).
-        const cases: { dtype: 'f32' | 'i32'; op: ReduceOp; count: number }[] = [
-          { dtype: 'f32', op: 'sum', count: 100_003 },
-          { dtype: 'f32', op: 'avg', count: 4099 },
-          { dtype: 'f32', op: 'min', count: 3001 },
-          { dtype: 'i32', op: 'product', count: 9001 },
-        ];
+      // 100_003 elements: more ring segments than staging slots, so slots are reused while
+      // partial results are still being forwarded from them (3 ranks).
+      const cases: Case[] = [
+        { dtype: 'f32', op: 'sum', count: 100_003 },
+        { dtype: 'f32', op: 'avg', count: 4099 },
+        { dtype: 'f32', op: 'min', count: 3001 },
+        { dtype: 'i32', op: 'product', count: 9001 },
+      ];
+      await withSmallRings(size, async (groups) => {
         for (const c of cases) {
-          const shard = (g: ProcessGroup) =>
-            Math.ceil(c.count / size) -
-            (g.rank === size - 1 ? Math.ceil(c.count / size) * size - c.count : 0);
+          const shard = (g: ProcessGroup) => shardRange(c.count, size, g.rank).count;
           const inputs = groups.map((g) => {
-            const a = make(g, c.dtype, c.count, false);
+            const a = makeArray(g, c.dtype, c.count, false);
             fillInput(a, g.rank);
             return a;
           });
-          const expected = groups.map((g) => make(g, c.dtype, shard(g), false));
+          const expected = groups.map((g) => makeArray(g, c.dtype, shard(g), false));
           await Promise.all(
             groups.map((g) =>
               g.reduceScatter(inputs[g.rank]!, expected[g.rank]!, { op: c.op }).wait(),
@@ -112,11 +119,11 @@ describe('registered buffers on tcp', () => {
           // Rank 0: ordinary input; rank 1: registered input and output; rank 2: registered
           // input, ordinary output.
           const registered = groups.map((g) => {
-            const a = make(g, c.dtype, c.count, g.rank > 0);
+            const a = makeArray(g, c.dtype, c.count, g.rank > 0);
             fillInput(a, g.rank);
             return a;
           });
-          const outputs = groups.map((g) => make(g, c.dtype, shard(g), g.rank === 1));
+          const outputs = groups.map((g) => makeArray(g, c.dtype, shard(g), g.rank === 1));
           await Promise.all(
             groups.map((g) =>
               g.reduceScatter(registered[g.rank]!, outputs[g.rank]!, { op: c.op }).wait(),
@@ -133,10 +140,7 @@ describe('registered buffers on tcp', () => {
             if (g.rank === 1) g.free(outputs[g.rank]!);
           }
         }
-      } finally {
-        await Promise.all(groups.map((g) => g.close()));
-        await world.close();
-      }
+      });
     });
   }
 
