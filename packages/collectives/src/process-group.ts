@@ -828,10 +828,7 @@ export class ProcessGroup {
               gather: null,
               scale,
               registered: registered
-                ? {
-                    input: input.byteOffset,
-                    result: memory.owns(output.buffer) ? output.byteOffset : -1,
-                  }
+                ? { result: memory.owns(output.buffer) ? output.byteOffset : -1 }
                 : undefined,
             },
           );

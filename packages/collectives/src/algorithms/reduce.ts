@@ -39,12 +39,11 @@ export interface RingOperands {
   readonly result: Uint8Array | null;
   readonly resultBase: number;
   /**
-   * Reduce-scatter of registered memory ([Note: registered memory on the tcp transport]): the byte
-   * offsets in `layout.arena` of this rank's contribution, read in place and never written
-   * (`input` must view the same bytes: the first pieces are sent from it), and of `result` when
-   * it lies in the arena too (else -1).
+   * Reduce-scatter of registered memory ([Note: registered memory on the tcp transport]): `input`
+   * is a view of `layout.arena`, read in place at its byte offset and never written; `result` is
+   * the byte offset of `result` when that lies in the arena too (else -1).
    */
-  readonly registered?: { readonly input: number; readonly result: number };
+  readonly registered?: { readonly result: number };
   /** All-reduce: gather every chunk's result here (`count * 4` bytes); null for reduce-scatter. */
   readonly gather: Uint8Array | null;
   /** Multiply the final elements by this (avg), or null. */
@@ -136,7 +135,7 @@ export async function ringReduce(
       if (!last) await forwards[slot];
       at = !last ? forward : registered.result >= 0 ? registered.result : received;
       if (last && registered.result >= 0) at += (start - io.resultBase) * 4;
-      const own = registered.input + start * 4;
+      const own = input!.byteOffset + start * 4;
       // `own op received`, the operand order of the copying path below: the same bits.
       arena.reduceTo(layout.op, layout.dtype, at, own, received, length);
     } else {
