@@ -14,6 +14,7 @@ import {
 import {
   directReduceScatter,
   type ReduceLayout,
+  type ReduceMemory,
   reduceStagingBytes,
   ringReduce,
 } from './algorithms/reduce.js';
@@ -630,7 +631,7 @@ export class ProcessGroup {
           memory.owns(host.buffer)
         ) {
           // [Note: registered memory on the tcp transport]: the ring runs on the buffer itself.
-          const layout = this.registeredLayout(memory, op, info.dtype, count, host.byteOffset);
+          const layout = this.ringLayout(memory, op, info.dtype, count, host.byteOffset);
           await ringReduce(ctx, layout, this.elementChunk(count), {
             input: null,
             result: null,
@@ -640,20 +641,25 @@ export class ProcessGroup {
           });
           return;
         }
-        const layout = this.layout(op, info.dtype, count, direct ? count : 0);
         if (!direct && (info.dtype === 'f32' || info.dtype === 'i32')) {
           // [Note: the fused ring]: the user's buffer is read, reduced into and gathered in place.
           const bytes = bytesOf(operand.host);
-          await ringReduce(ctx, layout, this.elementChunk(count), {
-            input: bytes,
-            result: bytes,
-            resultBase: 0,
-            gather: bytes,
-            scale,
-          });
+          await ringReduce(
+            ctx,
+            this.streamedLayout(op, info.dtype, count),
+            this.elementChunk(count),
+            {
+              input: bytes,
+              result: bytes,
+              resultBase: 0,
+              gather: bytes,
+              scale,
+            },
+          );
           operand.commit();
           return;
         }
+        const layout = this.layout(op, info.dtype, count, direct ? count : 0);
         widen(info.dtype, operand.host, this.workView(layout, count));
         if (direct) {
           await directReduceScatter(ctx, layout, () => [0, count]);
@@ -818,8 +824,8 @@ export class ProcessGroup {
           await ringReduce(
             ctx,
             registered
-              ? this.registeredLayout(memory, op, inInfo.dtype, count, -1)
-              : this.layout(op, inInfo.dtype, count, 0),
+              ? this.ringLayout(memory, op, inInfo.dtype, count, -1)
+              : this.streamedLayout(op, inInfo.dtype, count),
             chunk,
             {
               input,
@@ -1030,11 +1036,12 @@ export class ProcessGroup {
   }
 
   /**
-   * The layout of a ring on registered memory (`tcp`): its staging at the memory's start, the
-   * operand at `work` (-1 when the ring only reads it, see `RingOperands.registered`).
+   * The layout of a ring that reads its input piece by piece (`RingOperands.input`) or runs on
+   * registered memory: staging at the memory's start, receive slots then as many forward slots
+   * (see [Note: ring operands in staging]), the operand at `work` (-1 when the ring only reads it).
    */
-  private registeredLayout(
-    memory: RegisteredMemory,
+  private ringLayout(
+    memory: ReduceMemory,
     op: ReduceOp,
     dtype: CommDType,
     count: number,
@@ -1048,6 +1055,13 @@ export class ProcessGroup {
       staging: 0,
       ...this.ringShape(count),
     };
+  }
+
+  /** `ringLayout` in the group's arena, for an input outside it: only staging, no work region. */
+  private streamedLayout(op: ReduceOp, dtype: CommDType, count: number): ReduceLayout {
+    const layout = this.ringLayout(this.arena, op, dtype, count, -1);
+    this.arena.ensure(2 * layout.window * layout.segmentElements * 4 + 16);
+    return layout;
   }
 
   /** Ring segments (elements) and receives posted ahead for `count` elements; see the Note above. */

@@ -28,8 +28,8 @@ export interface ReduceLayout {
 export interface RingOperands {
   /**
    * This rank's contribution (`count * 4` bytes, any memory), or null when it already lies in the
-   * arena at `layout.work` (f16/bf16 widened there). Pieces are copied into the arena only where
-   * they are reduced, segment by segment.
+   * arena at `layout.work` (f16/bf16 widened there, or a registered all-reduce's buffer). Pieces
+   * are copied into forward slots only where they are reduced ([Note: ring operands in staging]).
    */
   readonly input: Uint8Array | null;
   /**
@@ -55,10 +55,10 @@ export interface RingOperands {
  *
  * [Note: the fused ring]
  * Step k of the reduce-scatter sends chunk `rank - k - 1` and receives chunk `rank - k - 2` into
- * a staging slot of the arena; this rank's own contribution to the piece is copied into the
- * arena's work region only then (not the whole operand up front), reduced with the WASM kernel,
- * and the segment is forwarded to the right as soon as it is reduced, so segments stream around
- * the ring. At the last step the piece is final: it is scaled (avg), written to `result`, and for
+ * a staging slot of the arena; this rank's own contribution to the piece is copied into a forward
+ * slot only then (see [Note: ring operands in staging]), reduced with the WASM kernel, and the
+ * segment is forwarded to the right as soon as it is reduced, so segments stream around the
+ * ring. At the last step the piece is final: it is scaled (avg), written to `result`, and for
  * an all-reduce sent on at once as the all-gather's first segment, instead of after the whole
  * reduce-scatter. On two ranks this is the direct exchange of halves, pipelined per segment. The
  * all-gather receives go straight into `gather` (the user's buffer for f32/i32); they are posted
@@ -66,6 +66,18 @@ export interface RingOperands {
  * `window` reduce-scatter receives are posted ahead; staging slots are reused in turn. Each chunk
  * is reduced in a fixed order around the ring and its final value computed by exactly one rank,
  * which makes the all-reduce bit-identical on all ranks.
+ */
+/*
+ * [Note: ring operands in staging]
+ * A ring whose input lies outside the arena (`RingOperands.input`) needs no copy of the operand
+ * there: each piece of this rank's contribution is copied into a forward slot (one of `window`
+ * after the receive slots) just before it is reduced with the received piece, and forwarded from
+ * that slot; a final piece is scaled there and copied out to `result`. The arena then holds only
+ * staging, 2 x `window` segments (at most 32 MiB), whatever the operand's size; before, a 64 MiB
+ * all-reduce grew it by 64 MiB and kept it. A slot is rewritten only once the send from it
+ * completed: a send may read its view until then (rule 4 of the transport contract). A
+ * registered input is read in place instead (`reduceTo`), with the same operand order, so every
+ * path gives the same bits.
  */
 export async function ringReduce(
   comm: Comm,
@@ -120,7 +132,7 @@ export async function ringReduce(
   if (items.length === 0) postGathers();
   for (let i = 0; i < Math.min(window, items.length); i++) post(i);
   const { registered } = io;
-  // Registered input: partial results are forwarded from `window` slots after the receive slots.
+  // With an input, partial results go to `window` forward slots after the receive slots.
   const forwards: Promise<void>[] = [];
   for (let i = 0; i < items.length; i++) {
     const item = items[i]!;
@@ -129,17 +141,22 @@ export async function ringReduce(
     const [start, length] = item.piece;
     const last = item.step === size - 2;
     const received = layout.staging + slot * slotBytes;
-    let at = layout.work + start * 4;
-    if (registered !== undefined) {
+    let at: number;
+    if (input === null) {
+      // The operand lies in the arena: reduced where it is.
+      at = layout.work + start * 4;
+      arena.reduce(layout.op, layout.dtype, at, received, length);
+    } else if (registered !== undefined) {
       const forward = layout.staging + (window + slot) * slotBytes;
       if (!last) await forwards[slot];
       at = !last ? forward : registered.result >= 0 ? registered.result : received;
       if (last && registered.result >= 0) at += (start - io.resultBase) * 4;
-      const own = input!.byteOffset + start * 4;
-      // `own op received`, the operand order of the copying path below: the same bits.
-      arena.reduceTo(layout.op, layout.dtype, at, own, received, length);
+      // `own op received`, the operand order of the other paths: the same bits.
+      arena.reduceTo(layout.op, layout.dtype, at, input.byteOffset + start * 4, received, length);
     } else {
-      if (input !== null) arena.bytes(at, length * 4).set(inputBytes(item.piece));
+      at = layout.staging + (window + slot) * slotBytes;
+      await forwards[slot];
+      arena.bytes(at, length * 4).set(inputBytes(item.piece));
       arena.reduce(layout.op, layout.dtype, at, received, length);
     }
     // A final piece left in its receive slot frees the slot only once copied out, below.
@@ -147,7 +164,7 @@ export async function ringReduce(
     if (i + window < items.length && !slotHeld) post(i + window);
     if (!last) {
       const sent = comm.send(right, arena.bytes(at, length * 4));
-      if (registered !== undefined) forwards[slot] = sent;
+      if (input !== null) forwards[slot] = sent;
       sends.push(sent);
       continue;
     }
