@@ -73,11 +73,11 @@ export interface RingOperands {
  * there: each piece of this rank's contribution is copied into a forward slot (one of `window`
  * after the receive slots) just before it is reduced with the received piece, and forwarded from
  * that slot; a final piece is scaled there and copied out to `result`. The arena then holds only
- * staging, 2 x `window` segments (at most 32 MiB), whatever the operand's size; before, a 64 MiB
- * all-reduce grew it by 64 MiB and kept it. A slot is rewritten only once the send from it
- * completed: a send may read its view until then (rule 4 of the transport contract). A
- * registered input is read in place instead (`reduceTo`), with the same operand order, so every
- * path gives the same bits.
+ * staging, 2 x `window` segments (at most 32 MiB with `segmentBytes: 'auto'`), whatever the
+ * operand's size; before, a 64 MiB all-reduce grew it by 64 MiB and kept it. A slot is rewritten
+ * only once the send from it completed: a send may read its view until then (rule 4 of the
+ * transport contract). A registered input is read in place instead (`reduceTo`), with the same
+ * operand order, so every path gives the same bits.
  */
 export async function ringReduce(
   comm: Comm,
