@@ -318,4 +318,35 @@ describe('tcp transport, a peer that aborts and closes', () => {
     );
     expect(await aborted).toEqual(reason);
   });
+
+  // A write that fails while the peer's connection goes down rejects with the transport's abort
+  // reason, naming the peer, never with the socket's bare error: the process group would take that
+  // for a bug of its own. Node reports the write error first only when the socket is not reading,
+  // so the test fails the write itself (white box) and then closes the fake peer.
+  it('fails a send whose write failed with the abort that names the peer', async () => {
+    const { real, fakeSend, fakeDial } = await realAndFake();
+    const socket = (real as unknown as { peers: { sendSocket: Socket }[] }).peers[1]!.sendSocket;
+    socket.write = ((_chunk: unknown, callback?: (error?: Error) => void) => {
+      if (typeof callback === 'function')
+        setImmediate(() =>
+          callback(Object.assign(new Error('write ECONNRESET'), { code: 'ECONNRESET' })),
+        );
+      return true;
+    }) as typeof socket.write;
+    const sent = real.send(1, 0, new Uint8Array(1024));
+    sent.catch(() => {});
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    fakeSend.destroy();
+    fakeDial.destroy();
+    const error = await sent.then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(TransportAbortedError);
+    expect((error as TransportAbortedError).reason).toMatchObject({
+      kind: 'peer-lost',
+      origin: 0,
+      peer: 1,
+    });
+  });
 });

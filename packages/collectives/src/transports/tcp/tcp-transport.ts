@@ -178,6 +178,7 @@ export class TcpTransport implements Transport {
       this.pendingSends.add(pending);
       const done = (error?: Error | null) => {
         target.freeHeaders.push(header);
+        if (error && this.holdFailedSend()) return;
         if (!this.pendingSends.delete(pending)) return;
         if (error) reject(this.abortErrorOr(error));
         else resolve();
@@ -216,6 +217,11 @@ export class TcpTransport implements Transport {
       this.closing = this.shutdown();
     }
     return this.closing;
+  }
+
+  /** See `WsTransport.holdFailedSend`: a failed write stays pending until the transport aborts. */
+  private holdFailedSend(): boolean {
+    return this.phase === 'running' && this.abortState.reason === null;
   }
 
   private abortErrorOr(error: Error): Error {

@@ -7,6 +7,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { createNetworkWorld, runJobInChildren } from '../tcp/network-world.js';
+import type { Channel } from './channel.js';
 import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from './frame.js';
 import { WsTransport } from './ws-transport.js';
 
@@ -123,6 +124,29 @@ describe('ws transport under hostile input', () => {
       });
     });
   }
+
+  // See the tcp test of the same name: a failed write defers to the abort that names the peer.
+  it('fails a send whose write failed with the abort that names the peer', async () => {
+    const { real, fake } = await realAndFake();
+    const peer = (real as unknown as { peers: { channel: Channel }[] }).peers[1]!;
+    peer.channel.send = (_bytes, done) => {
+      if (done) setImmediate(() => done(new Error('write ECONNRESET')));
+    };
+    const sent = real.send(1, 0, new Uint8Array(1024));
+    sent.catch(() => {});
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    fake.terminate();
+    const error = await sent.then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(TransportAbortedError);
+    expect((error as TransportAbortedError).reason).toMatchObject({
+      kind: 'peer-lost',
+      origin: 0,
+      peer: 1,
+    });
+  });
 
   it('survives random binary garbage from an authenticated peer (20 seeds)', async () => {
     for (let seed = 1; seed <= 20; seed++) {

@@ -198,6 +198,7 @@ export class WsTransport implements Transport {
         failed ??= error;
         if (--outstanding > 0) return;
         target.freeHeaders.push(header);
+        if (failed !== undefined && this.holdFailedSend()) return;
         if (!this.pendingSends.delete(reject)) return;
         if (failed !== undefined) reject(this.abortErrorOr(failed));
         else resolve();
@@ -228,6 +229,7 @@ export class WsTransport implements Transport {
       this.pendingSends.add(reject);
       channel.send(outer);
       channel.send(inner, (error) => {
+        if (error && this.holdFailedSend()) return;
         if (!this.pendingSends.delete(reject)) return;
         if (error) reject(this.abortErrorOr(error));
         else resolve();
@@ -256,6 +258,16 @@ export class WsTransport implements Transport {
       this.closing = this.shutdown();
     }
     return this.closing;
+  }
+
+  /**
+   * Whether a send whose write failed stays pending: while running, a failed write means the
+   * connection is going down, and the close that follows aborts the transport with the peer
+   * named (rule 6), or with the reason an abort frame brought first; the send then rejects with
+   * that. Rejecting at once would hand the process group a bare `write ECONNRESET`.
+   */
+  private holdFailedSend(): boolean {
+    return this.phase === 'running' && this.abortState.reason === null;
   }
 
   private abortErrorOr(error: Error): Error {
