@@ -37,7 +37,9 @@ import type { SharedArena } from './shared-arena.js';
  * 6. Dead peers. When a transport learns that a peer is gone (worker exit, socket closed or reset,
  *    no heartbeat) it aborts itself with `{ kind: 'peer-lost', origin: <this rank>, peer: <dead
  *    rank>, message }`, unless it was already aborted. Closing after `close()` on both sides is not
- *    a failure.
+ *    a failure. A send or receive that fails because the peer is gone rejects with that abort's
+ *    `TransportAbortedError`, never with the medium's own error (`write ECONNRESET`): the process
+ *    group treats any other error as a bug and cannot name the rank.
  * 7. No deadlines. A transport does not time operations out by itself: the process group owns
  *    deadlines and calls `abort` when one passes (a transport may still detect dead peers by
  *    heartbeats, reporting them as in 6).
