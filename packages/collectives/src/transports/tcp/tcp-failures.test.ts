@@ -1,6 +1,7 @@
 import { connect, createServer, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import { expectPeerLost } from '../../test-support/peer-lost.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from '../ws/frame.js';
@@ -338,15 +339,6 @@ describe('tcp transport, a peer that aborts and closes', () => {
     await new Promise((resolve) => setTimeout(resolve, 20));
     fakeSend.destroy();
     fakeDial.destroy();
-    const error = await sent.then(
-      () => null,
-      (e: unknown) => e,
-    );
-    expect(error).toBeInstanceOf(TransportAbortedError);
-    expect((error as TransportAbortedError).reason).toMatchObject({
-      kind: 'peer-lost',
-      origin: 0,
-      peer: 1,
-    });
+    await expectPeerLost(sent, 0, 1);
   });
 });

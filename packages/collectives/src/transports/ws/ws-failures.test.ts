@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import { expectPeerLost } from '../../test-support/peer-lost.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { createNetworkWorld, runJobInChildren } from '../tcp/network-world.js';
@@ -136,16 +137,7 @@ describe('ws transport under hostile input', () => {
     sent.catch(() => {});
     await new Promise((resolve) => setTimeout(resolve, 20));
     fake.terminate();
-    const error = await sent.then(
-      () => null,
-      (e: unknown) => e,
-    );
-    expect(error).toBeInstanceOf(TransportAbortedError);
-    expect((error as TransportAbortedError).reason).toMatchObject({
-      kind: 'peer-lost',
-      origin: 0,
-      peer: 1,
-    });
+    await expectPeerLost(sent, 0, 1);
   });
 
   it('survives random binary garbage from an authenticated peer (20 seeds)', async () => {
