@@ -50,6 +50,19 @@ export interface RingOperands {
   readonly scale: number | null;
 }
 
+/*
+ * [Note: ring operands in staging]
+ * A ring whose input lies outside the arena (`RingOperands.input`) needs no copy of the operand
+ * there: each piece of this rank's contribution is copied into a forward slot (one of `window`
+ * after the receive slots) just before it is reduced with the received piece, and forwarded from
+ * that slot; a final piece is scaled there and copied out to `result`. The arena then holds only
+ * staging, 2 x `window` segments (at most 32 MiB with `segmentBytes: 'auto'`), whatever the
+ * operand's size; before, a 64 MiB all-reduce grew it by 64 MiB and kept it. A slot is rewritten
+ * only once the send from it completed: a send may read its view until then (rule 4 of the
+ * transport contract). A registered input is read in place instead (`reduceTo`), with the same
+ * operand order, so every path gives the same bits.
+ */
+
 /**
  * Ring reduce-scatter, and for an all-reduce the ring all-gather fused behind it.
  *
@@ -66,18 +79,6 @@ export interface RingOperands {
  * `window` reduce-scatter receives are posted ahead; staging slots are reused in turn. Each chunk
  * is reduced in a fixed order around the ring and its final value computed by exactly one rank,
  * which makes the all-reduce bit-identical on all ranks.
- */
-/*
- * [Note: ring operands in staging]
- * A ring whose input lies outside the arena (`RingOperands.input`) needs no copy of the operand
- * there: each piece of this rank's contribution is copied into a forward slot (one of `window`
- * after the receive slots) just before it is reduced with the received piece, and forwarded from
- * that slot; a final piece is scaled there and copied out to `result`. The arena then holds only
- * staging, 2 x `window` segments (at most 32 MiB with `segmentBytes: 'auto'`), whatever the
- * operand's size; before, a 64 MiB all-reduce grew it by 64 MiB and kept it. A slot is rewritten
- * only once the send from it completed: a send may read its view until then (rule 4 of the
- * transport contract). A registered input is read in place instead (`reduceTo`), with the same
- * operand order, so every path gives the same bits.
  */
 export async function ringReduce(
   comm: Comm,
@@ -141,20 +142,20 @@ export async function ringReduce(
     const [start, length] = item.piece;
     const last = item.step === size - 2;
     const received = layout.staging + slot * slotBytes;
+    const forward = layout.staging + (window + slot) * slotBytes;
     let at: number;
     if (input === null) {
       // The operand lies in the arena: reduced where it is.
       at = layout.work + start * 4;
       arena.reduce(layout.op, layout.dtype, at, received, length);
     } else if (registered !== undefined) {
-      const forward = layout.staging + (window + slot) * slotBytes;
       if (!last) await forwards[slot];
       at = !last ? forward : registered.result >= 0 ? registered.result : received;
       if (last && registered.result >= 0) at += (start - io.resultBase) * 4;
       // `own op received`, the operand order of the other paths: the same bits.
       arena.reduceTo(layout.op, layout.dtype, at, input.byteOffset + start * 4, received, length);
     } else {
-      at = layout.staging + (window + slot) * slotBytes;
+      at = forward;
       await forwards[slot];
       arena.bytes(at, length * 4).set(inputBytes(item.piece));
       arena.reduce(layout.op, layout.dtype, at, received, length);
