@@ -1,10 +1,25 @@
 #!/usr/bin/env node
-import { runCli } from './run-cli.js';
+import { removePendingOutputs } from './io/atomic-write.js';
+import { main } from './run-cli.js';
 
-runCli(process.argv.slice(2)).then(
-  () => process.exit(0),
-  (error: unknown) => {
-    console.error(error instanceof Error ? `${error.name}: ${error.message}` : error);
-    process.exit(1);
-  },
-);
+// Relative paths are the user's: pnpm runs scripts in the package's directory but passes the
+// directory it was called from as INIT_CWD.
+const cwd = process.env.INIT_CWD ?? process.cwd();
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    removePendingOutputs();
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  });
+}
+// A closed pipe (`webshard-train --help | head`) is not an error of the run.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error;
+});
+main(process.argv.slice(2), {
+  stdout: (text) => process.stdout.write(text),
+  stderr: (text) => process.stderr.write(text),
+  isTTY: process.stdout.isTTY === true,
+  cwd,
+}).then(({ exitCode }) => {
+  process.exitCode = exitCode;
+});

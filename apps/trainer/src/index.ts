@@ -1,20 +1,34 @@
-export { loadCorpus, DEFAULT_CORPUS_PATH } from './corpus.js';
+export { buildModel, loadInitialWeights } from './cli/build-model.js';
+export { estimateBytes } from './cli/memory-estimate.js';
+export { parseOptions, STRATEGIES, USAGE } from './cli/options.js';
+export type { Strategy, TrainConfig } from './cli/options.js';
+export { DEFAULT_CORPUS_PATH, loadCorpus } from './corpus.js';
 export { BatchSampler, mulberry32 } from './data/batches.js';
 export type { TokenBatch } from './data/batches.js';
 export { CharTokenizer } from './data/char-tokenizer.js';
+export { loadDataset } from './data/dataset.js';
+export type { Dataset, Decoder } from './data/dataset.js';
+export { rankMicroBatches, sampleStart } from './data/global-batch.js';
+export type { RankSlice } from './data/global-batch.js';
+export { NonFiniteLossError, UsageError } from './errors.js';
+export { evaluate, sample } from './evaluate.js';
+export { removePendingOutputs, writeFileAtomically } from './io/atomic-write.js';
 export { GPT } from './models/gpt.js';
 export type { GPTConfig, GPTOptions, GPTOutput } from './models/gpt.js';
 export { MLP } from './models/mlp.js';
 export type { MLPConfig } from './models/mlp.js';
-export { formatStep, runCli, USAGE } from './run-cli.js';
-export type { CliIO, CliResult } from './run-cli.js';
+export { createProgress, formatBytes, formatStep } from './progress.js';
+export type { Progress, StepRecord } from './progress.js';
+export { renderReport } from './report/html-report.js';
+export type { EvalPoint, ReportData } from './report/html-report.js';
+export { main } from './run-cli.js';
+export type { CliIO, CliOutcome } from './run-cli.js';
+export { DEFAULT_MODEL, learningRate, train } from './train.js';
+export type { RunIO, TrainSummary } from './train.js';
 export {
-  DEFAULT_MODEL,
-  learningRate,
-  sample,
-  saveCheckpoint,
-  trainGpt,
-} from './train.js';
-export type { StepRecord, TrainOptions, TrainResult } from './train.js';
-export { decayGroups, mixedPrecisionStep, trainStep } from './train-step.js';
-export type { MixedStepResult, StepResult } from './train-step.js';
+  accumulatedStep,
+  decayGroups,
+  mixedPrecisionStep,
+  trainStep,
+} from './train-step.js';
+export type { MixedState, MixedStepResult, StepResult } from './train-step.js';

@@ -1,164 +1,226 @@
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ArgumentError, loadSafetensors } from '@webshard/tensor-core';
-import { describeBackends } from '@webshard/tensor-core/testing';
+import { createCpuBackend, loadSafetensors, saveSafetensors, tensor } from '@webshard/tensor-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { formatStep, runCli } from './run-cli.js';
-import { learningRate } from './train.js';
+import { runMain, snapshot, TINY } from './test-support/cli.js';
+import { FIXTURES, maxRelativeGap } from './test-support/fixtures.js';
 
-let out: string;
+let dir: string;
+/** The GPT fixture's shape (PyTorch's weights in `gpt.init.safetensors`). */
+const FIXTURE_GPT = [
+  ...['--backend', 'cpu', '--n-layer', '2', '--n-head', '2', '--n-embd', '32'],
+  ...['--block-size', '16', '--vocab-size', '64', '--batch-size', '4', '--sample-length', '0'],
+];
+const FIXTURE_INIT = join(FIXTURES, 'gpt.init.safetensors');
+
 beforeAll(async () => {
-  out = await mkdtemp(join(tmpdir(), 'webshard-train-'));
+  dir = await mkdtemp(join(tmpdir(), 'webshard-train-'));
+  // 3000 uint16 tokens below 64, nanoGPT's .bin format.
+  const tokens = Uint16Array.from({ length: 3000 }, (_, i) => (i * 7 + (i >> 3)) % 64);
+  await writeFile(join(dir, 'tokens.bin'), tokens);
+  await writeFile(join(dir, 'odd.bin'), new Uint8Array(3));
+  await writeFile(join(dir, 'bad.safetensors'), 'not a safetensors file at all');
+  await writeFile(join(dir, 'existing.safetensors'), 'the last good checkpoint');
+  await mkdir(join(dir, 'a-directory'));
+  const backend = createCpuBackend();
+  const { tensors } = await loadSafetensors(FIXTURE_INIT, { backend });
+  const { 'lm_head.weight': _tied, ...once } = tensors;
+  await saveSafetensors(join(dir, 'tied-once.safetensors'), once);
+  const values = await tensors['transformer.ln_f.weight']!.read();
+  values[0] = Number.NaN;
+  const nan = { ...tensors, 'transformer.ln_f.weight': tensor(values, { backend, shape: [32] }) };
+  await saveSafetensors(join(dir, 'nan.safetensors'), nan);
 });
 afterAll(async () => {
-  await rm(out, { recursive: true, force: true });
+  await rm(dir, { recursive: true, force: true });
 });
 
-describe('webshard-train', () => {
-  it('trains a few steps on the shipped corpus with a falling loss, then saves and samples', async () => {
-    const lines: string[] = [];
-    const ran = await runCli(['--backend', 'cpu', '--steps', '8', '--seed', '3', '--out', out], {
-      log: (line) => lines.push(line),
-    });
-    const { result, checkpoint, sample } = ran!;
-    const losses = result.records.map((r) => r.loss);
-    expect(losses).toHaveLength(8);
-    // ln(66) = 4.19 is the loss of a uniform guess over the 66 characters; 8 steps learn the
-    // character frequencies, which alone are worth more than half a nat.
-    expect(losses[0]).toBeGreaterThan(4.0);
-    expect(losses[0]).toBeLessThan(4.4);
-    expect(losses.at(-1)!).toBeLessThan(losses[0]! - 0.5);
-    expect(lines[0]).toBe('backend: cpu (CPU (TypeScript kernels))');
-    const steps = lines.filter((l) => l.startsWith('step '));
-    expect(steps).toHaveLength(8);
-    expect(steps[7]).toMatch(
-      /^step 8\/8 \| loss \d\.\d{4} \| lr \d\.\d\de-\d \| \d+ tok\/s \| \d+\.\d ms$/,
-    );
-
-    const saved = await loadSafetensors(checkpoint, { backend: result.model.wte.weight.backend });
-    expect(Object.keys(saved.tensors)).toEqual([...result.model.stateDict().keys()]);
-    expect(saved.tensors['lm_head.weight']!.shape).toEqual([66, 64]);
-    expect(JSON.parse(saved.metadata.config!)).toEqual(result.model.config);
-    expect(await saved.tensors['transformer.ln_f.bias']!.read()).toEqual(
-      await result.model.lnF.bias!.read(),
-    );
-    expect(await readFile(join(out, 'sample.txt'), 'utf8')).toBe(sample);
-    expect(sample).toHaveLength(201);
-  });
-
-  it('stops at the --max-seconds budget, saying so, and saves what it trained', async () => {
-    const lines: string[] = [];
-    const ran = await runCli(
+describe('webshard-train, in process', () => {
+  it('trains, logs a JSON line per step, and writes the checkpoint, samples and report atomically', async () => {
+    const run = await runMain(
       [
-        '--backend',
-        'cpu',
-        '--steps',
-        '1000',
-        '--max-seconds',
-        '1',
-        '--sample-length',
-        '0',
-        '--out',
-        out,
+        ...TINY,
+        ...['--steps', '4', '--sample-length', '12', '--eval-every', '2'],
+        ...['--save', 'out/m.safetensors', '--log-jsonl', 'out/log.jsonl'],
+        ...['--report', 'out/report.html', '--samples', 'out/sample.txt'],
       ],
-      { log: (line) => lines.push(line) },
+      dir,
     );
-    const trained = ran!.result.records.length;
-    expect(trained).toBeGreaterThan(0);
-    expect(trained).toBeLessThan(1000);
-    expect(lines).toContain(
-      `stopped after step ${trained} of 1000: the 1 s budget is spent (--max-seconds 0 trains every step)`,
+    expect(run.stderr).toBe('');
+    expect(run.exitCode).toBe(0);
+    const losses = run.summary!.records.map((r) => r.loss);
+    expect(losses).toHaveLength(4);
+    expect(losses.at(-1)!).toBeLessThan(losses[0]!);
+    expect(run.stdout).toMatch(
+      /^step 4\/4 \| loss \d\.\d{4} \| lr 3\.00e-3 \| \d+ tok\/s \| peak [\d.]+ [KM]iB \| [\d.]+ ms$/m,
     );
-    expect(lines.find((l) => l.startsWith('trained '))).toMatch(
-      new RegExp(`^trained ${trained} steps in \\d+\\.\\d s`),
+    expect(run.stdout).toMatch(/^eval after step 2: held-out loss \d\.\d{4} \| ".+"$/m);
+
+    const lines = (await readFile(join(dir, 'out/log.jsonl'), 'utf8')).trim().split('\n');
+    const logged = lines.map((l) => JSON.parse(l));
+    expect(logged.map((l) => Object.keys(l))).toEqual(
+      Array(4).fill(['step', 'loss', 'lr', 'tokensPerSecond', 'peakDeviceBytes']),
     );
-    await expect(runCli(['--max-seconds', 'soon'], { log: () => {} })).rejects.toThrow(
-      new ArgumentError('webshard-train', '--max-seconds soon is not a non-negative integer'),
+    expect(logged.map((l) => l.loss)).toEqual(losses);
+    expect(logged.every((l) => l.peakDeviceBytes > 0 && l.lr === 3e-3)).toBe(true);
+
+    const saved = await loadSafetensors(join(dir, 'out/m.safetensors'), {
+      backend: createCpuBackend(),
+    });
+    const model = run.summary!.model;
+    expect(Object.keys(saved.tensors)).toEqual([...model.stateDict().keys()]);
+    expect(await saved.tensors['transformer.ln_f.bias']!.read()).toEqual(
+      await model.stateDict().get('transformer.ln_f.bias')!.read(),
+    );
+    expect(await readFile(join(dir, 'out/sample.txt'), 'utf8')).toBe(run.summary!.sample);
+    expect(run.summary!.sample).toHaveLength(13);
+    expect(await readFile(join(dir, 'out/report.html'), 'utf8')).toContain('held-out loss');
+    expect((await readdir(join(dir, 'out'))).sort()).toEqual([
+      'log.jsonl',
+      'm.safetensors',
+      'report.html',
+      'sample.txt',
+    ]);
+  });
+
+  it('reads a .bin of uint16 tokens and loads --init weights by PyTorch names, the tied one stored once', async () => {
+    const data = ['--data', 'tokens.bin', '--steps', '2'];
+    const both = await runMain([...FIXTURE_GPT, ...data, '--init', FIXTURE_INIT], dir);
+    const once = await runMain([...FIXTURE_GPT, ...data, '--init', 'tied-once.safetensors'], dir);
+    expect(both.stderr + once.stderr).toBe('');
+    expect(both.stdout).toContain('(3000 uint16 tokens, vocabulary 64)');
+    // PyTorch's initial weights on a uniform-ish stream: the first loss is near ln(64) = 4.16.
+    expect(both.summary!.records[0]!.loss).toBeCloseTo(Math.log(64), 1);
+    expect(once.summary!.records.map((r) => r.loss)).toEqual(
+      both.summary!.records.map((r) => r.loss),
     );
   });
 
-  it('rejects bad options with the option in the message', async () => {
-    const quiet = { log: () => {} };
-    await expect(runCli(['--steps', '0'], quiet)).rejects.toThrow(
-      new ArgumentError('webshard-train', '--steps 0 is not a positive integer'),
-    );
-    await expect(runCli(['--backend', 'tpu'], quiet)).rejects.toThrow(
-      new ArgumentError('webshard-train', '--backend tpu is not one of auto, cpu, webgpu'),
-    );
-    await expect(runCli(['--sample-length=-1'], quiet)).rejects.toThrow(
-      new ArgumentError('webshard-train', '--sample-length -1 is not a non-negative integer'),
-    );
-    await expect(runCli(['--stepz', '3'], quiet)).rejects.toThrow("Unknown option '--stepz'");
+  it('gives the same losses with --grad-accum 2 as with one micro-batch', async () => {
+    const one = await runMain([...TINY, '--seed', '0'], dir);
+    const two = await runMain([...TINY, '--seed', '0', '--grad-accum', '2'], dir);
+    const a = one.summary!.records.map((r) => r.loss);
+    const b = two.summary!.records.map((r) => r.loss);
+    // Steps 2 and 3 follow from the accumulated gradients of the steps before them.
+    expect(maxRelativeGap(b, a)).toBeLessThan(1e-5);
   });
 
-  it('prints the usage for --help', async () => {
-    const lines: string[] = [];
-    expect(await runCli(['--help'], { log: (l) => lines.push(l) })).toBeNull();
-    expect(lines[0]).toMatch(/^Usage: webshard-train/);
+  it('trains the MLP, and the GPT in bf16 and fp16, with a falling loss', async () => {
+    const mlp = ['--model', 'mlp', '--n-embd', '16', '--batch-size', '16', '--steps', '20'];
+    for (const flags of [mlp, ['--precision', 'bf16'], ['--precision', 'fp16']]) {
+      const run = await runMain([...TINY, '--lr', '1e-2', ...flags], dir);
+      expect(run.stderr, flags.join(' ')).toBe('');
+      const losses = run.summary!.records.map((r) => r.loss);
+      expect(losses.at(-1)!, flags.join(' ')).toBeLessThan(losses[0]!);
+    }
   });
 
-  it('formats one progress line per step', () => {
-    expect(
-      formatStep({
-        step: 7,
-        steps: 200,
-        loss: 2.345678,
-        gradNorm: 1,
-        lr: 0.003,
-        ms: 93.21,
-        tokensPerSecond: 5493.1,
-      }),
-    ).toBe('step   7/200 | loss 2.3457 | lr 3.00e-3 | 5493 tok/s | 93.2 ms');
+  it('prints the usage for --help and exits 0', async () => {
+    const run = await runMain(['--', '--help'], dir);
+    expect(run.exitCode).toBe(0);
+    expect(run.stdout).toMatch(/^Usage: webshard-train/);
   });
 });
 
 /*
- * The CLI on each backend the tensor-core suites run on, named explicitly with --backend (so the
- * WebGPU one runs on SwiftShader too, which `auto` would pass over: [Note: the trainer's default
- * backend]). The WebGPU suite is declared only where `describeBackends` finds an adapter (and
- * WEBSHARD_BACKENDS allows it), as every other WebGPU test.
+ * Every bad input: one line on stderr naming the problem, exit code 2, before any training, and
+ * no file in the directory changed (the outputs name existing files, so a write would show).
  */
-describeBackends('webshard-train --backend <kind>', (ctx) => {
-  it('trains a few steps, printing a progress line per step, with a finite, falling loss', async () => {
-    const lines: string[] = [];
-    const ran = await runCli(
-      [
-        ...['--backend', ctx.kind, '--steps', '4', '--seed', '3', '--batch-size', '4'],
-        ...['--sample-length', '0', '--out', out],
-      ],
-      { log: (line) => lines.push(line) },
-    );
-    const { result, backend } = ran!;
-    try {
-      expect(backend.kind).toBe(ctx.kind);
-      expect(lines[0]).toMatch(new RegExp(`^backend: ${ctx.kind} \\(.+\\)$`));
-      const steps = lines.filter((l) => l.startsWith('step '));
-      expect(steps).toHaveLength(4);
-      steps.forEach((line, i) => {
-        expect(line).toMatch(
-          new RegExp(
-            `^step ${i + 1}/4 \\| loss \\d\\.\\d{4} \\| lr \\d\\.\\d\\de-\\d \\| \\d+ tok/s \\| \\d+\\.\\d ms$`,
-          ),
-        );
-      });
-      const losses = result.records.map((r) => r.loss);
-      expect(losses.every(Number.isFinite)).toBe(true);
-      expect(Number.isFinite(result.validationLoss)).toBe(true);
-      expect(losses.at(-1)!).toBeLessThan(losses[0]!);
-    } finally {
-      backend.dispose();
-    }
+describe('webshard-train refuses bad input with exit code 2, touching nothing', () => {
+  const outputs = ['--save', 'existing.safetensors', '--log-jsonl', 'existing.jsonl'];
+  const cases: [string, string[], string][] = [
+    ['a missing data file', ['--data', 'nope.txt'], `--data ${'DIR'}/nope.txt: no such file`],
+    [
+      'a missing init file',
+      ['--init', 'nope.safetensors'],
+      '--init DIR/nope.safetensors: no such file',
+    ],
+    [
+      'a directory as data',
+      ['--data', 'a-directory'],
+      '--data DIR/a-directory is a directory, not a file',
+    ],
+    [
+      'a directory as output',
+      ['--report', 'a-directory'],
+      '--report DIR/a-directory is a directory, not a file',
+    ],
+    [
+      'an output under a file',
+      ['--report', 'existing.safetensors/r.html'],
+      '--report DIR/existing.safetensors/r.html cannot be written: DIR/existing.safetensors is not a directory',
+    ],
+    [
+      'a bad safetensors file',
+      ['--init', 'bad.safetensors'],
+      '--init DIR/bad.safetensors is not a valid safetensors file: ',
+    ],
+    [
+      'weights whose shapes do not fit',
+      ['--init', FIXTURE_INIT],
+      `--init ${FIXTURE_INIT} does not fit the model: [loadStateDict] error(s) loading the state dict of GPT: unexpected keys: transformer.h.1.`,
+    ],
+    [
+      'a batch not divisible by --grad-accum',
+      ['--grad-accum', '3'],
+      '--batch-size 4 is not divisible by the world size 1 times --grad-accum 3',
+    ],
+    ['an infinite learning rate', ['--lr', 'Infinity'], '--lr Infinity is not a finite number'],
+    ['a NaN beta', ['--beta1', 'NaN'], '--beta1 NaN is not a finite number'],
+    ['an out-of-range beta', ['--beta2', '1'], '--beta2 1 is out of range [0, 0.999999]'],
+    ['a fractional step count', ['--steps', '2.5'], '--steps 2.5 is not an integer'],
+    ['a negative seed', ['--seed=-1'], '--seed -1 is out of range [0, 4294967295]'],
+    [
+      'an odd-length .bin',
+      ['--data', 'odd.bin'],
+      '--data DIR/odd.bin: a .bin holds uint16 tokens, but its 3 bytes are an odd count',
+    ],
+    ['a model over the memory limit', ['--memory-limit', '100000'], 'the run needs about '],
+    ['a batch over the host memory', ['--batch-size', '100000000'], "more than the host's "],
+    [
+      'a strategy not available yet',
+      ['--strategy', 'fsdp'],
+      '--strategy fsdp is not available yet',
+    ],
+    [
+      'an unknown strategy',
+      ['--strategy', 'zero3'],
+      '--strategy zero3 is not one of single, ddp, fsdp, offload',
+    ],
+    ['an unknown option', ['--stepz', '3'], "Unknown option '--stepz'"],
+  ];
+  it.each(cases)('%s', async (_name, flags, message) => {
+    await writeFile(join(dir, 'existing.jsonl'), 'an old log\n');
+    const before = await snapshot(dir);
+    const run = await runMain([...TINY, ...outputs, ...flags], dir);
+    expect(run.exitCode).toBe(2);
+    expect(run.stderr.startsWith('webshard-train: ')).toBe(true);
+    expect(run.stderr).toContain(message.replaceAll('DIR', dir));
+    expect(run.stderr.endsWith('\n') && run.stderr.split('\n')).toHaveLength(2);
+    expect(run.stdout).not.toMatch(/^step /m);
+    expect(await snapshot(dir)).toEqual(before);
   });
-});
 
-describe('learningRate', () => {
-  it("follows nanoGPT's warm-up and cosine decay to a tenth", () => {
-    expect(learningRate(0, 100, 1, 10)).toBeCloseTo(1 / 11, 12);
-    expect(learningRate(9, 100, 1, 10)).toBeCloseTo(10 / 11, 12);
-    expect(learningRate(10, 100, 1, 10)).toBe(1);
-    expect(learningRate(99, 100, 1, 10)).toBeCloseTo(0.1, 12);
-    // Halfway through the decay, the cosine is at its midpoint: (1 + 0.1) / 2.
-    expect(learningRate(10 + 89 / 2, 100, 1, 10)).toBeCloseTo(0.55, 12);
+  it('stops a run whose loss is not finite with exit code 1 naming the step, keeping the checkpoint', async () => {
+    const before = await readFile(join(dir, 'existing.safetensors'), 'utf8');
+    const run = await runMain(
+      [
+        ...FIXTURE_GPT,
+        '--data',
+        'tokens.bin',
+        '--init',
+        'nan.safetensors',
+        '--save',
+        'existing.safetensors',
+      ],
+      dir,
+    );
+    expect(run.exitCode).toBe(1);
+    expect(run.stderr).toBe(
+      `webshard-train: the loss is NaN at step 1: stopping before its update; ${dir}/existing.safetensors was not written (an existing file keeps the last good weights)\n`,
+    );
+    expect(await readFile(join(dir, 'existing.safetensors'), 'utf8')).toBe(before);
+    expect((await readdir(dir)).filter((f) => f.endsWith('.partial'))).toEqual([]);
   });
 });

@@ -4,6 +4,7 @@ import {
   clipGradNorm,
   type GradScaler,
   type MixedPrecision,
+  mul,
   type Module,
   type Optimizer,
   type ParamGroupInput,
@@ -96,4 +97,63 @@ export async function mixedPrecisionStep(
     if (scaled !== loss) scaled.free();
     loss.free();
   }
+}
+
+/** How `accumulatedStep` runs in 16 bits: the f32 masters and the loss scaler. */
+export interface MixedState {
+  mixed: MixedPrecision;
+  scaler: GradScaler;
+}
+
+/**
+ * One optimizer step over `microLosses.length` micro-batches (gradient accumulation): each
+ * micro-batch's loss is divided by their count before its backward, so the gradients add up to
+ * those of the mean loss over the whole batch, and the reported loss is that mean. Then, as
+ * `trainStep` (or `mixedPrecisionStep` when `mixed` is given): clip, step, clear. A loss that is
+ * not finite is reported before any update: `check(loss)` throws, and the step is not taken.
+ */
+export async function accumulatedStep(
+  params: readonly Tensor[],
+  optimizer: Optimizer<object, object>,
+  microLosses: readonly (() => Tensor)[],
+  options: { clip: number; mixed?: MixedState; check?: (loss: number) => void },
+): Promise<MixedStepResult> {
+  const weight = 1 / microLosses.length;
+  const { mixed } = options;
+  let total = 0;
+  for (const computeLoss of microLosses) {
+    const loss = tidy(() => {
+      const l = computeLoss();
+      return microLosses.length === 1 ? l : mul(l, weight);
+    });
+    const scaled = mixed === undefined ? loss : mixed.scaler.scale(loss);
+    try {
+      await backward(scaled);
+      total += await loss.item();
+    } finally {
+      if (scaled !== loss) scaled.free();
+      loss.free();
+    }
+  }
+  try {
+    options.check?.(total);
+  } catch (error) {
+    if (mixed === undefined) optimizer.zeroGrad();
+    else mixed.mixed.zeroGrad();
+    throw error;
+  }
+  if (mixed === undefined) {
+    const gradNorm = await clipGradNorm(params, options.clip);
+    optimizer.step();
+    optimizer.zeroGrad();
+    return { loss: total, gradNorm, stepped: true };
+  }
+  mixed.mixed.gradsToMasters();
+  await mixed.scaler.unscale(optimizer);
+  const gradNorm = await clipGradNorm(mixed.mixed.masterParams(), options.clip);
+  const stepped = await mixed.scaler.step(optimizer);
+  mixed.scaler.update();
+  mixed.mixed.mastersToCompute();
+  mixed.mixed.zeroGrad();
+  return { loss: total, gradNorm, stepped };
 }

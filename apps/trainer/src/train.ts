@@ -1,21 +1,33 @@
+import { open } from 'node:fs/promises';
+import { freemem } from 'node:os';
+import { dirname } from 'node:path';
+import { mkdir } from 'node:fs/promises';
 import {
   AdamW,
   type Backend,
-  Generator,
-  noGrad,
-  saveSafetensors,
+  createBackend,
+  encodeSafetensors,
+  GradScaler,
+  MixedPrecision,
   type Tensor,
-  tensor,
 } from '@webshard/tensor-core';
-import { BatchSampler, mulberry32, type TokenBatch } from './data/batches.js';
-import { CharTokenizer } from './data/char-tokenizer.js';
+import { buildModel, loadInitialWeights } from './cli/build-model.js';
+import { estimateBytes } from './cli/memory-estimate.js';
+import type { TrainConfig } from './cli/options.js';
+import { checkInputFile, checkOutputFile } from './cli/preflight.js';
+import { DEFAULT_CORPUS_PATH } from './corpus.js';
+import { type Dataset, loadDataset } from './data/dataset.js';
+import { rankMicroBatches } from './data/global-batch.js';
+import { NonFiniteLossError, UsageError } from './errors.js';
+import { evaluate, regressionTensors, sample, tokenTensors } from './evaluate.js';
+import { writeFileAtomically } from './io/atomic-write.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
-import { decayGroups, trainStep } from './train-step.js';
+import type { MLP } from './models/mlp.js';
+import { createProgress, formatBytes, type StepRecord } from './progress.js';
+import { type EvalPoint, renderReport } from './report/html-report.js';
+import { accumulatedStep, decayGroups, type MixedState } from './train-step.js';
 
-/**
- * The model `pnpm train` trains: nanoGPT's shape, small enough for a 2-core machine to show a
- * falling loss in well under two minutes. `vocabSize` comes from the corpus.
- */
+/** The model `pnpm train` trains (the CLI's defaults): nanoGPT's shape, small enough for 2 cores. */
 export const DEFAULT_MODEL: Omit<GPTConfig, 'vocabSize'> = {
   blockSize: 32,
   nLayer: 2,
@@ -25,50 +37,25 @@ export const DEFAULT_MODEL: Omit<GPTConfig, 'vocabSize'> = {
   bias: true,
 };
 
-/** Options of `trainGpt`. Everything but `backend` and `text` has a default. */
-export interface TrainOptions {
+/** Where a run writes: stdout (progress, results) and whether it is a terminal. */
+export interface RunIO {
+  stdout(text: string): void;
+  isTTY: boolean;
+  /** Choose the backend; the CLI's default prefers the CPU over a software WebGPU adapter. */
+  createBackend?: (config: TrainConfig) => Promise<Backend>;
+}
+
+/** What a finished run did. */
+export interface TrainSummary {
+  model: GPT | MLP;
   backend: Backend;
-  /** The training text; its characters are the vocabulary. */
-  text: string;
-  steps?: number;
-  seed?: number;
-  batchSize?: number;
-  model?: Partial<Omit<GPTConfig, 'vocabSize'>>;
-  /** Peak learning rate, reached after `warmupSteps` and decayed (cosine) to a tenth of it. */
-  lr?: number;
-  warmupSteps?: number;
-  weightDecay?: number;
-  clip?: number;
-  /** Called after every step. */
-  onStep?: (record: StepRecord) => void;
-  /**
-   * Stop after the step during which this many seconds of training have passed (the learning-rate
-   * schedule still spans `steps`). Default: none.
-   */
-  maxSeconds?: number;
-}
-
-/** One step as the trainer reports it. */
-export interface StepRecord {
-  step: number;
-  steps: number;
-  loss: number;
-  gradNorm: number;
-  lr: number;
-  /** Wall time of the step, including reading the loss back. */
-  ms: number;
-  tokensPerSecond: number;
-}
-
-export interface TrainResult {
-  model: GPT;
-  tokenizer: CharTokenizer;
   records: StepRecord[];
-  /** Mean loss over a few batches of the held-out last tenth of the text, after training. */
-  validationLoss: number;
+  evals: EvalPoint[];
+  /** The last sample ('' for none). */
+  sample: string;
 }
 
-/** nanoGPT's schedule: linear warm-up, then cosine decay to `minLr` at the last step. */
+/** nanoGPT's schedule: linear warm-up, then cosine decay to `lr / 10` at the last step. */
 export function learningRate(step: number, steps: number, lr: number, warmup: number): number {
   const minLr = lr / 10;
   if (step < warmup) return (lr * (step + 1)) / (warmup + 1);
@@ -76,148 +63,250 @@ export function learningRate(step: number, steps: number, lr: number, warmup: nu
   return minLr + 0.5 * (1 + Math.cos(Math.PI * Math.min(1, progress))) * (lr - minLr);
 }
 
-function batchTensors(batch: TokenBatch, backend: Backend): [Tensor, Tensor] {
-  const shape = [batch.batchSize, batch.blockSize];
-  return [
-    tensor(batch.inputs, { backend, dtype: 'i32', shape }),
-    tensor(batch.targets, { backend, dtype: 'i32', shape }),
-  ];
-}
-
 /**
- * Train a character-level GPT on `text`, single process, as nanoGPT's `train.py` on
- * `shakespeare_char`: the first 90 % of the text trains, the last 10 % validates; AdamW with
- * nanoGPT's decay groups, betas (0.9, 0.95), gradient clipping at 1, warm-up and cosine decay.
+ * One training run, single process, as nanoGPT's `train.py` reads: check the inputs and outputs,
+ * load the data, build and initialize the model, then step: deterministic batches split in
+ * micro-batches, AdamW with nanoGPT's decay groups, clipping, the schedule; evaluate on the
+ * held-out tenth, sample, save. Every check that can fail because of the input runs before the
+ * first step (see [Note: checks before training]).
  */
-export async function trainGpt(options: TrainOptions): Promise<TrainResult> {
-  const { backend, text } = options;
-  const steps = options.steps ?? 200;
-  const seed = options.seed ?? 1337;
-  const batchSize = options.batchSize ?? 16;
-  const lr = options.lr ?? 3e-3;
-  const warmupSteps = options.warmupSteps ?? Math.min(20, Math.floor(steps / 10));
-  const clip = options.clip ?? 1;
-  const tokenizer = CharTokenizer.fromText(text);
-  const config: GPTConfig = { ...DEFAULT_MODEL, ...options.model, vocabSize: tokenizer.vocabSize };
-  const tokens = tokenizer.encode(text);
-  const split = Math.floor(tokens.length * 0.9);
-  const train = new BatchSampler(tokens.subarray(0, split), batchSize, config.blockSize, seed);
-  const validation = new BatchSampler(
-    tokens.subarray(split),
-    batchSize,
-    config.blockSize,
-    seed + 1,
-  );
+export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummary> {
+  const say = (line: string) => io.stdout(`${line}\n`);
 
-  const model = new GPT(config, { backend, generator: new Generator(seed) });
-  const params = model.parameters();
-  const optimizer = new AdamW(decayGroups(model, options.weightDecay ?? 0.1), {
-    lr,
-    betas: [0.9, 0.95],
-    eps: 1e-8,
-  });
-  const records: StepRecord[] = [];
-  const started = performance.now();
-  const budgetMs = (options.maxSeconds ?? Number.POSITIVE_INFINITY) * 1000;
-  for (let step = 0; step < steps; step++) {
-    const stepLr = learningRate(step, steps, lr, warmupSteps);
-    for (const group of optimizer.paramGroups) group.lr = stepLr;
-    const start = performance.now();
-    const [inputs, targets] = batchTensors(train.next(), backend);
-    const result = await trainStep(
-      params,
-      optimizer,
-      () => {
-        const out = model.call(inputs, targets);
-        out.logits.free();
-        return out.loss!;
-      },
-      { clip },
+  // Inputs and outputs: readable files in, writable paths out, before anything is read or written.
+  const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
+  if (dataPath !== null) await checkInputFile(dataPath, '--data');
+  if (config.init !== null) await checkInputFile(config.init, '--init');
+  const outputs = { save: config.save, samples: config.samples, report: config.report };
+  for (const [name, path] of Object.entries({ ...outputs, 'log-jsonl': config.logJsonl })) {
+    if (path !== null) await checkOutputFile(path, `--${name}`);
+  }
+
+  // Data: token windows of a file, or the MLP's synthetic stream.
+  const data: Dataset | null =
+    dataPath === null ? null : await loadDataset(dataPath, config.blockSize);
+  let vocabSize = data?.vocabSize ?? 0;
+  if (config.vocabSize !== null) {
+    if (config.vocabSize < vocabSize) {
+      throw new UsageError(
+        `--vocab-size ${config.vocabSize} is smaller than the data's ${vocabSize} tokens`,
+        { option: '--vocab-size' },
+      );
+    }
+    vocabSize = config.vocabSize;
+  }
+  if (data !== null)
+    say(
+      `data: ${dataPath} (${data.train.length + data.validation.length} ${data.kind}, vocabulary ${vocabSize})`,
     );
-    inputs.free();
-    targets.free();
-    const ms = performance.now() - start;
-    const record: StepRecord = {
-      step: step + 1,
-      steps,
-      loss: result.loss,
-      gradNorm: result.gradNorm,
-      lr: stepLr,
-      ms,
-      tokensPerSecond: (batchSize * config.blockSize * 1000) / ms,
-    };
-    records.push(record);
-    options.onStep?.(record);
-    if (performance.now() - started >= budgetMs) break;
-  }
-  const validationLoss = await evaluate(model, validation, 4);
-  return { model, tokenizer, records, validationLoss };
-}
 
-async function evaluate(model: GPT, sampler: BatchSampler, batches: number): Promise<number> {
-  let total = 0;
-  for (let i = 0; i < batches; i++) {
-    const [inputs, targets] = batchTensors(sampler.next(), model.wte.weight.backend);
-    const out = noGrad(() => model.call(inputs, targets));
-    total += await out.loss!.item();
-    for (const t of [out.logits, out.loss!, inputs, targets]) t.free();
+  // Memory: refuse a run whose estimate passes the device limit or the host's free memory.
+  const estimate = estimateBytes(config, vocabSize);
+  if (config.memoryLimit !== null && estimate > config.memoryLimit) {
+    throw new UsageError(
+      `the run needs about ${estimate} bytes (${formatBytes(estimate)}), more than --memory-limit ${config.memoryLimit}: lower --batch-size or raise --grad-accum`,
+      { option: '--memory-limit' },
+    );
   }
-  return total / batches;
-}
+  const free = freemem();
+  if (estimate > free) {
+    throw new UsageError(
+      `the run needs about ${estimate} bytes (${formatBytes(estimate)}), more than the host's ${free} free bytes (${formatBytes(free)}): lower --batch-size or raise --grad-accum`,
+      { option: '--batch-size' },
+    );
+  }
 
-/**
- * Sample `length` characters after `prompt` (temperature sampling from the last position's
- * logits, seeded), as nanoGPT's `sample.py`.
- */
-export async function sample(
-  model: GPT,
-  tokenizer: CharTokenizer,
-  options: { prompt?: string; length?: number; temperature?: number; seed?: number } = {},
-): Promise<string> {
-  const random = mulberry32(options.seed ?? 1);
-  const temperature = options.temperature ?? 0.8;
-  const backend = model.wte.weight.backend;
-  const ids = [...tokenizer.encode(options.prompt ?? '\n')];
-  const { blockSize, vocabSize } = model.config;
-  for (let i = 0; i < (options.length ?? 200); i++) {
-    const context = ids.slice(-blockSize);
-    const input = tensor(context, { backend, dtype: 'i32', shape: [1, context.length] });
-    const out = noGrad(() => model.call(input));
-    const logits = await out.logits.read();
-    input.free();
-    out.logits.free();
-    const last = logits.subarray((context.length - 1) * vocabSize, context.length * vocabSize);
-    let max = Number.NEGATIVE_INFINITY;
-    for (const v of last) max = Math.max(max, v);
-    const weights = Array.from(last, (v) => Math.exp((v - max) / temperature));
-    let u = random() * weights.reduce((a, b) => a + b, 0);
-    let next = weights.length - 1;
-    for (let k = 0; k < weights.length; k++) {
-      u -= weights[k]!;
-      if (u <= 0) {
-        next = k;
+  // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
+  const backend = io.createBackend
+    ? await io.createBackend(config)
+    : await createBackend({
+        kind: config.backend,
+        ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
+      });
+  say(`backend: ${backend.kind} (${backend.description})`);
+  const model = buildModel(config, vocabSize, backend);
+  if (config.init !== null) await loadInitialWeights(model, config.init);
+  say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
+
+  // Optimizer: AdamW on f32 parameters (the masters, in 16-bit precision), two decay groups.
+  const precision =
+    config.precision === 'fp32' ? null : config.precision === 'fp16' ? 'f16' : 'bf16';
+  const mixed: MixedState | undefined =
+    precision === null
+      ? undefined
+      : {
+          mixed: new MixedPrecision(model, { computeDType: precision }),
+          scaler: new GradScaler({ enabled: precision === 'f16' }),
+        };
+  const params = mixed?.mixed.masterParams() ?? model.parameters();
+  const optimizer = new AdamW(decayGroups(params, config.weightDecay), {
+    lr: config.lr,
+    betas: [config.beta1, config.beta2],
+    eps: config.eps,
+  });
+  const clip = config.gradClip === 0 ? Number.POSITIVE_INFINITY : config.gradClip;
+
+  // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file).
+  let log: Awaited<ReturnType<typeof open>> | null = null;
+  if (config.logJsonl !== null) {
+    await mkdir(dirname(config.logJsonl), { recursive: true });
+    log = await open(config.logJsonl, 'w');
+  }
+  const progress = createProgress(io.stdout, io.isTTY);
+  const heldOut = { ...(data === null ? {} : { tokens: data.validation }), seed: config.seed };
+  const evalBatch = Math.min(config.batchSize, 16);
+  const shortSample = async (length: number) =>
+    model instanceof GPT && data !== null && length > 0
+      ? sample(model, data.decoder, { seed: config.seed, length })
+      : '';
+
+  // The loop.
+  const records: StepRecord[] = [];
+  const evals: EvalPoint[] = [];
+  const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
+  const started = performance.now();
+  try {
+    for (let step = 0; step < config.steps; step++) {
+      const lr =
+        config.lrSchedule === 'cosine'
+          ? learningRate(step, config.steps, config.lr, config.warmupSteps)
+          : config.lr;
+      for (const group of optimizer.paramGroups) group.lr = lr;
+      const start = performance.now();
+      const microLosses = microBatchLosses(model, config, data, step);
+      const result = await accumulatedStep(params, optimizer, microLosses, {
+        clip,
+        ...(mixed === undefined ? {} : { mixed }),
+        check: (loss) => {
+          if (!Number.isFinite(loss)) throw new NonFiniteLossError(step + 1, loss);
+        },
+      });
+      const ms = performance.now() - start;
+      const record: StepRecord = {
+        step: step + 1,
+        steps: config.steps,
+        loss: result.loss,
+        gradNorm: result.gradNorm,
+        lr,
+        ms,
+        tokensPerSecond: (tokensPerStep * 1000) / ms,
+        peakDeviceBytes: backend.memoryStats().peakAllocated,
+      };
+      records.push(record);
+      const elapsed = (performance.now() - started) / 1000;
+      progress.step(record, elapsed);
+      if (log !== null) {
+        const { step: s, loss, tokensPerSecond, peakDeviceBytes } = record;
+        await log.write(
+          `${JSON.stringify({ step: s, loss, lr, tokensPerSecond, peakDeviceBytes })}\n`,
+        );
+      }
+      if (
+        config.evalEvery > 0 &&
+        record.step % config.evalEvery === 0 &&
+        record.step < config.steps
+      ) {
+        const point = {
+          step: record.step,
+          loss: await evaluate(model, heldOut, evalBatch),
+          sample: await shortSample(60),
+        };
+        evals.push(point);
+        progress.line(
+          `eval after step ${point.step}: held-out loss ${point.loss.toFixed(4)}${point.sample ? ` | ${JSON.stringify(point.sample)}` : ''}`,
+        );
+      }
+      if (config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps) {
+        progress.line(
+          `stopped after step ${record.step} of ${config.steps}: the ${config.maxSeconds} s budget is spent`,
+        );
         break;
       }
     }
-    ids.push(next);
+  } finally {
+    progress.done();
+    await log?.close();
   }
-  return tokenizer.decode(ids);
+
+  // The end: held-out loss and sample, then the outputs, each written atomically.
+  const last = records.at(-1)!;
+  const finalSample = await shortSample(config.sampleLength);
+  evals.push({
+    step: last.step,
+    loss: await evaluate(model, heldOut, evalBatch),
+    sample: finalSample,
+  });
+  const seconds = (performance.now() - started) / 1000;
+  say(
+    `trained ${records.length} steps in ${seconds.toFixed(1)} s: loss ${records[0]!.loss.toFixed(4)} -> ${last.loss.toFixed(4)}, held-out loss ${evals.at(-1)!.loss.toFixed(4)}, peak device memory ${formatBytes(last.peakDeviceBytes)}`,
+  );
+  if (config.save !== null) {
+    await writeFileAtomically(
+      config.save,
+      await encodeSafetensors(stateDictOf(model, mixed), {
+        format: 'pt',
+        config: JSON.stringify(model.config),
+        steps: String(records.length),
+        seed: String(config.seed),
+      }),
+    );
+    say(`saved: ${config.save}`);
+  }
+  if (config.samples !== null) await writeFileAtomically(config.samples, finalSample);
+  if (config.report !== null) {
+    const settings = Object.fromEntries(Object.entries(config).map(([k, v]) => [k, String(v)]));
+    await writeFileAtomically(
+      config.report,
+      renderReport({ title: `webshard-train: ${config.model}`, settings, records, evals }),
+    );
+    say(`report: ${config.report}`);
+  }
+  if (finalSample !== '') say(`sample:\n${finalSample}`);
+  return { model, backend, records, evals, sample: finalSample };
 }
 
-/**
- * Save the model as safetensors (PyTorch names; the tied `lm_head.weight` under both keys, as
- * `torch.save(model.state_dict())` holds it), with the config and vocabulary as metadata.
- */
-export async function saveCheckpoint(
-  path: string,
-  result: TrainResult,
-  extra: Record<string, string> = {},
-): Promise<void> {
-  const { model, tokenizer } = result;
-  await saveSafetensors(path, Object.fromEntries(model.stateDict()), {
-    format: 'pt',
-    config: JSON.stringify(model.config),
-    vocab: JSON.stringify(tokenizer.vocab.join('')),
-    ...extra,
+/** The micro-batches' loss closures of one step (see [Note: deterministic batches]). */
+function microBatchLosses(
+  model: GPT | MLP,
+  config: TrainConfig,
+  data: Dataset | null,
+  step: number,
+): (() => Tensor)[] {
+  const perMicro = config.batchSize / (config.worldSize * config.gradAccum);
+  if (model instanceof GPT) {
+    const batches = rankMicroBatches(data!.train, {
+      step,
+      batchSize: config.batchSize,
+      blockSize: config.blockSize,
+      rank: 0,
+      worldSize: config.worldSize,
+      microBatches: config.gradAccum,
+    });
+    return batches.map((batch) => () => {
+      const [inputs, targets] = tokenTensors(batch, model);
+      const out = model.call(inputs, targets);
+      out.logits.free();
+      return out.loss!;
+    });
+  }
+  return Array.from({ length: config.gradAccum }, (_, m) => () => {
+    const [x, y] = regressionTensors(
+      model,
+      config.seed,
+      step * config.batchSize + m * perMicro,
+      perMicro,
+    );
+    return model.loss(x, y);
   });
+}
+
+/** The state dict to save, in f32: the masters under the model's names when training in 16 bits. */
+function stateDictOf(model: GPT | MLP, mixed: MixedState | undefined): Record<string, Tensor> {
+  const dict = model.stateDict();
+  if (mixed !== undefined) {
+    const compute = mixed.mixed.computeParams();
+    const masters = new Map(mixed.mixed.masterParams().map((m, i) => [compute[i]!, m] as const));
+    for (const [k, t] of dict) dict.set(k, masters.get(t) ?? t);
+  }
+  return Object.fromEntries(dict);
 }

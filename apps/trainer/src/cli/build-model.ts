@@ -1,0 +1,88 @@
+import {
+  type Backend,
+  Generator,
+  loadSafetensors,
+  type Module,
+  SafetensorsError,
+  StateDictError,
+  type Tensor,
+} from '@webshard/tensor-core';
+import { UsageError } from '../errors.js';
+import { GPT } from '../models/gpt.js';
+import { MLP } from '../models/mlp.js';
+import { MLP_IN, MLP_OUT } from './memory-estimate.js';
+import type { TrainConfig } from './options.js';
+
+/** The model a config asks for, seeded (nanoGPT's init for the GPT, PyTorch's for the MLP). */
+export function buildModel(config: TrainConfig, vocabSize: number, backend: Backend): GPT | MLP {
+  const generator = new Generator(config.seed);
+  if (config.model === 'mlp') {
+    return new MLP({ nIn: MLP_IN, nHidden: config.nEmbd, nOut: MLP_OUT }, { backend, generator });
+  }
+  return new GPT(
+    {
+      vocabSize,
+      blockSize: config.blockSize,
+      nLayer: config.nLayer,
+      nHead: config.nHead,
+      nEmbd: config.nEmbd,
+      dropout: 0,
+      bias: true,
+    },
+    { backend, generator },
+  );
+}
+
+const TIED = ['transformer.wte.weight', 'lm_head.weight'] as const;
+
+/**
+ * Load `--init` weights by PyTorch names into `model`. The GPT's tied embedding may be stored
+ * once under either name (`torch.save` of a state dict stores it under both; safetensors' own
+ * `save_model` keeps one); stored under both, the two must be equal. Any problem (a malformed
+ * file, missing or unexpected keys, a shape that does not fit) is a `UsageError`, and the model
+ * is left as it was.
+ */
+export async function loadInitialWeights(model: Module, path: string): Promise<void> {
+  let tensors: Record<string, Tensor>;
+  try {
+    ({ tensors } = await loadSafetensors(path, { backend: model.parameters()[0]!.backend }));
+  } catch (error) {
+    if (SafetensorsError.isInstance(error)) {
+      throw new UsageError(`--init ${path} is not a valid safetensors file: ${error.reason}`, {
+        option: '--init',
+        cause: error,
+      });
+    }
+    throw error;
+  }
+  try {
+    if (model instanceof GPT) {
+      const [wte, head] = TIED.map((k) => tensors[k]);
+      if (wte !== undefined && head !== undefined) {
+        const [a, b] = await Promise.all([wte.read(), head.read()]);
+        if (a.length !== b.length || a.some((x, i) => x !== b[i])) {
+          throw new UsageError(
+            `--init ${path}: transformer.wte.weight and lm_head.weight differ, but the model ties them`,
+            { option: '--init' },
+          );
+        }
+      }
+      const tied = wte ?? head;
+      if (tied !== undefined) {
+        tensors[TIED[0]] = tied;
+        tensors[TIED[1]] = tied;
+      }
+    }
+    await model.loadStateDict(tensors);
+  } catch (error) {
+    if (StateDictError.isInstance(error)) {
+      throw new UsageError(`--init ${path} does not fit the model: ${error.message}`, {
+        option: '--init',
+        cause: error,
+      });
+    }
+    throw error;
+  } finally {
+    for (const t of new Set(Object.values(tensors))) t.free();
+  }
+}

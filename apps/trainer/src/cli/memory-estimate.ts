@@ -1,0 +1,34 @@
+import type { TrainConfig } from './options.js';
+
+/**
+ * [Note: the memory estimate]
+ * A rough upper estimate of a run's device bytes, checked against `--memory-limit` and the host's
+ * free memory before anything is allocated (so `--batch-size 100000000` is refused instead of
+ * exhausting the machine). Parameters, gradients and AdamW's two moments take 16 bytes per
+ * parameter in f32 (plus the 2-byte compute copy and its gradient in 16-bit precision).
+ * Activations follow Korthikanti et al. (2022) for one transformer layer, about
+ * b T C (34 + 5 nHead T / C) bytes in 16 bits, doubled for f32, per micro-batch of b sequences;
+ * the logits, their softmax and their gradient add 3 b T V elements. Host batches add 8 bytes per
+ * token of the global batch. The emulated limit applies to the caching allocator's size classes,
+ * so the estimate is a floor of what it will see, not a promise that the run fits.
+ */
+export function estimateBytes(config: TrainConfig, vocabSize: number): number {
+  const microBatch = config.batchSize / (config.worldSize * config.gradAccum);
+  const elementBytes = config.precision === 'fp32' ? 4 : 2;
+  const masterExtra = config.precision === 'fp32' ? 0 : 4;
+  if (config.model === 'mlp') {
+    const params = MLP_IN * config.nEmbd + config.nEmbd + config.nEmbd * MLP_OUT + MLP_OUT;
+    const activations = microBatch * (MLP_IN + 3 * config.nEmbd + 2 * MLP_OUT) * elementBytes;
+    return params * (16 + masterExtra) + activations;
+  }
+  const { nLayer, nEmbd: c, nHead, blockSize: t } = config;
+  const params = vocabSize * c + t * c + nLayer * (12 * c * c + 13 * c) + 2 * c;
+  const perLayer = microBatch * t * c * (34 + (5 * nHead * t) / c) * (elementBytes / 2);
+  const logits = 3 * microBatch * t * vocabSize * 4;
+  const hostBatch = 8 * config.batchSize * t;
+  return params * (16 + masterExtra) + nLayer * perLayer + logits + hostBatch;
+}
+
+/** The MLP's input and output widths (its hidden width is `--n-embd`). */
+export const MLP_IN = 16;
+export const MLP_OUT = 8;

@@ -1,0 +1,274 @@
+import { isAbsolute, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { UsageError } from '../errors.js';
+
+/** The strategies `--strategy` will accept; only `single` trains today. */
+export const STRATEGIES = ['single', 'ddp', 'fsdp', 'offload'] as const;
+export type Strategy = (typeof STRATEGIES)[number];
+
+/**
+ * Everything one run needs, as plain values (nanoGPT's configuration style). Paths are absolute,
+ * resolved against the directory the user ran the command in. `null` means "not given".
+ */
+export interface TrainConfig {
+  strategy: Strategy;
+  /** Ranks that share the batch; 1 until the multi-rank strategies land. */
+  worldSize: number;
+  model: 'gpt' | 'mlp';
+  nLayer: number;
+  nHead: number;
+  nEmbd: number;
+  blockSize: number;
+  /** From the data when null. */
+  vocabSize: number | null;
+  data: string | null;
+  /** Global sequences per step, over all ranks and micro-batches. */
+  batchSize: number;
+  gradAccum: number;
+  init: string | null;
+  seed: number;
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  gradClip: number;
+  steps: number;
+  lrSchedule: 'constant' | 'cosine';
+  warmupSteps: number;
+  precision: 'fp32' | 'fp16' | 'bf16';
+  backend: 'auto' | 'cpu' | 'webgpu';
+  memoryLimit: number | null;
+  maxSeconds: number;
+  logJsonl: string | null;
+  save: string | null;
+  samples: string | null;
+  report: string | null;
+  evalEvery: number;
+  sampleLength: number;
+}
+
+/** `webshard-train --help`. */
+export const USAGE = `Usage: webshard-train [options]
+
+Trains a GPT (nanoGPT's model and key names) or a small MLP, single process, on the CPU or WebGPU.
+Relative paths are read against the directory you ran the command in.
+
+Model
+  --model <gpt|mlp>            gpt (default) or a two-layer MLP on seeded synthetic data
+  --n-layer <n> --n-head <n> --n-embd <n> --block-size <n>
+                               GPT shape (default 2, 4, 64, 32); --n-embd is the MLP's hidden width
+  --vocab-size <n>             default: the data's (at least that)
+  --init <file.safetensors>    initial weights by PyTorch names (the tied weight may be stored
+                               once, as transformer.wte.weight); default: nanoGPT's seeded init
+  --seed <n>                   initialization and sampling seed, 0 included (default 1337)
+Data
+  --data <file>                a .bin of uint16 tokens (nanoGPT's format), or any other file as
+                               UTF-8 characters (bytes when it is not UTF-8); default: the sonnets
+  --batch-size <n>             global sequences per step (default 16)
+  --grad-accum <k>             micro-batches per step (default 1); the batch must divide by it
+Optimizer
+  --steps <n>                  optimizer steps (default 200)
+  --lr <x> --beta1 <x> --beta2 <x> --eps <x> --weight-decay <x>
+                               AdamW (default 3e-3, 0.9, 0.95, 1e-8, 0.1; decay on tensors of 2 or
+                               more dimensions only)
+  --grad-clip <x>              clip the global gradient norm (default 1; 0 for none)
+  --lr-schedule <constant|cosine>  default constant; cosine: linear warm-up, decay to lr/10
+  --warmup-steps <n>           warm-up steps of the cosine schedule (default 0)
+Execution
+  --strategy <single|ddp|fsdp|offload>  default single (the others are not available yet)
+  --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
+  --backend <auto|cpu|webgpu>  default auto: WebGPU on a hardware adapter, else the CPU
+  --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
+  --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit)
+Output
+  --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes
+  --save <file.safetensors>    the final state dict under PyTorch names
+  --samples <file>             the final sample's text
+  --report <file.html>         one self-contained page: loss curves, tokens/s, peak memory
+  --eval-every <n>             held-out loss and a short sample every n steps (default 0: at the end only)
+  --sample-length <n>          characters sampled at the end (default 200; 0 for none)
+  --help                       this text
+`;
+
+const OPTIONS = {
+  strategy: { type: 'string' },
+  'world-size': { type: 'string' },
+  model: { type: 'string' },
+  'n-layer': { type: 'string' },
+  'n-head': { type: 'string' },
+  'n-embd': { type: 'string' },
+  'block-size': { type: 'string' },
+  'vocab-size': { type: 'string' },
+  data: { type: 'string' },
+  'batch-size': { type: 'string' },
+  'grad-accum': { type: 'string' },
+  init: { type: 'string' },
+  seed: { type: 'string' },
+  lr: { type: 'string' },
+  beta1: { type: 'string' },
+  beta2: { type: 'string' },
+  eps: { type: 'string' },
+  'weight-decay': { type: 'string' },
+  'grad-clip': { type: 'string' },
+  steps: { type: 'string' },
+  'lr-schedule': { type: 'string' },
+  'warmup-steps': { type: 'string' },
+  precision: { type: 'string' },
+  backend: { type: 'string' },
+  'memory-limit': { type: 'string' },
+  'max-seconds': { type: 'string' },
+  'log-jsonl': { type: 'string' },
+  save: { type: 'string' },
+  samples: { type: 'string' },
+  report: { type: 'string' },
+  'eval-every': { type: 'string' },
+  'sample-length': { type: 'string' },
+  help: { type: 'boolean' },
+} as const;
+
+/** A number option: finite, within [min, max], an integer when asked. */
+function numberOption(
+  name: string,
+  value: string | undefined,
+  fallback: number,
+  range: { min: number; max?: number; integer?: boolean; minExclusive?: boolean },
+): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  const option = `--${name}`;
+  if (value.trim() === '' || !Number.isFinite(n)) {
+    throw new UsageError(`${option} ${value} is not a finite number`, { option });
+  }
+  if (range.integer && !Number.isSafeInteger(n)) {
+    throw new UsageError(`${option} ${value} is not an integer`, { option });
+  }
+  const max = range.max ?? Number.POSITIVE_INFINITY;
+  const belowMin = range.minExclusive ? n <= range.min : n < range.min;
+  if (belowMin || n > max) {
+    const low = range.minExclusive ? `(${range.min}` : `[${range.min}`;
+    const high = Number.isFinite(max) ? `${max}]` : 'inf)';
+    throw new UsageError(`${option} ${value} is out of range ${low}, ${high}`, { option });
+  }
+  return n;
+}
+
+function choice<T extends string>(
+  name: string,
+  value: string | undefined,
+  choices: readonly T[],
+  fallback: T,
+): T {
+  if (value === undefined) return fallback;
+  if (!(choices as readonly string[]).includes(value)) {
+    throw new UsageError(`--${name} ${value} is not one of ${choices.join(', ')}`, {
+      option: `--${name}`,
+    });
+  }
+  return value as T;
+}
+
+/**
+ * Parse `argv` (without node and the script) into a `TrainConfig`, or `'help'`. A bare `--`
+ * (what `pnpm run x -- --flag` passes through, after the script's own flags) is dropped: the
+ * command takes no positional arguments, so it never ends the options. Every value is checked here, before
+ * any file is read: a bad one is a `UsageError` naming the flag.
+ */
+export function parseOptions(argv: readonly string[], cwd: string): TrainConfig | 'help' {
+  const args = argv.filter((arg) => arg !== '--');
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args, strict: true, allowPositionals: false, options: OPTIONS }));
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error), { cause: error });
+  }
+  if (values.help) return 'help';
+  const v = values as Record<string, string | undefined>;
+  const strategy = choice('strategy', v.strategy, STRATEGIES, 'single');
+  if (strategy !== 'single') {
+    throw new UsageError(
+      `--strategy ${strategy} is not available yet: this build trains with --strategy single only`,
+      { option: '--strategy' },
+    );
+  }
+  const worldSize = numberOption('world-size', v['world-size'], 1, {
+    min: 1,
+    max: 1,
+    integer: true,
+  });
+  const path = (name: string): string | null => {
+    const value = v[name];
+    if (value === undefined) return null;
+    if (value === '') throw new UsageError(`--${name} is an empty path`, { option: `--${name}` });
+    return isAbsolute(value) ? value : resolve(cwd, value);
+  };
+  const int = (name: string, fallback: number, min = 1, max?: number) =>
+    numberOption(name, v[name], fallback, {
+      min,
+      integer: true,
+      ...(max === undefined ? {} : { max }),
+    });
+  const config: TrainConfig = {
+    strategy,
+    worldSize,
+    model: choice('model', v.model, ['gpt', 'mlp'] as const, 'gpt'),
+    nLayer: int('n-layer', 2),
+    nHead: int('n-head', 4),
+    nEmbd: int('n-embd', 64),
+    blockSize: int('block-size', 32),
+    vocabSize: v['vocab-size'] === undefined ? null : int('vocab-size', 0, 1, 65536),
+    data: path('data'),
+    batchSize: int('batch-size', 16),
+    gradAccum: int('grad-accum', 1),
+    init: path('init'),
+    seed: int('seed', 1337, 0, 2 ** 32 - 1),
+    lr: numberOption('lr', v.lr, 3e-3, { min: 0, minExclusive: true, max: 10 }),
+    beta1: numberOption('beta1', v.beta1, 0.9, { min: 0, max: 0.999999 }),
+    beta2: numberOption('beta2', v.beta2, 0.95, { min: 0, max: 0.999999 }),
+    eps: numberOption('eps', v.eps, 1e-8, { min: 0, minExclusive: true, max: 1 }),
+    weightDecay: numberOption('weight-decay', v['weight-decay'], 0.1, { min: 0, max: 1 }),
+    gradClip: numberOption('grad-clip', v['grad-clip'], 1, { min: 0 }),
+    steps: int('steps', 200),
+    lrSchedule: choice(
+      'lr-schedule',
+      v['lr-schedule'],
+      ['constant', 'cosine'] as const,
+      'constant',
+    ),
+    warmupSteps: int('warmup-steps', 0, 0),
+    precision: choice('precision', v.precision, ['fp32', 'fp16', 'bf16'] as const, 'fp32'),
+    backend: choice('backend', v.backend, ['auto', 'cpu', 'webgpu'] as const, 'auto'),
+    memoryLimit: v['memory-limit'] === undefined ? null : int('memory-limit', 0, 1),
+    maxSeconds: int('max-seconds', 0, 0),
+    logJsonl: path('log-jsonl'),
+    save: path('save'),
+    samples: path('samples'),
+    report: path('report'),
+    evalEvery: int('eval-every', 0, 0),
+    sampleLength: int('sample-length', 200, 0),
+  };
+  if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {
+    throw new UsageError('--warmup-steps needs --lr-schedule cosine', { option: '--warmup-steps' });
+  }
+  if (config.model === 'gpt' && config.nEmbd % config.nHead !== 0) {
+    throw new UsageError(`--n-embd ${config.nEmbd} is not divisible by --n-head ${config.nHead}`, {
+      option: '--n-embd',
+    });
+  }
+  if (config.model === 'mlp' && config.data !== null) {
+    throw new UsageError(
+      '--model mlp trains on synthetic data from --seed: --data does not apply',
+      {
+        option: '--data',
+      },
+    );
+  }
+  const ranksTimesMicro = config.worldSize * config.gradAccum;
+  if (config.batchSize % ranksTimesMicro !== 0) {
+    throw new UsageError(
+      `--batch-size ${config.batchSize} is not divisible by the world size ${config.worldSize} times --grad-accum ${config.gradAccum}`,
+      { option: '--batch-size' },
+    );
+  }
+  return config;
+}

@@ -1,0 +1,110 @@
+import { readFile } from 'node:fs/promises';
+import { UsageError } from '../errors.js';
+import { CharTokenizer } from './char-tokenizer.js';
+
+/** Turns token ids back into text, for samples. */
+export interface Decoder {
+  decode(ids: ArrayLike<number>): string;
+  /** The ids of a prompt, or null when this data has no text form (`.bin` tokens). */
+  encode(text: string): Int32Array | null;
+}
+
+/** A token stream split into training and held-out parts. */
+export interface Dataset {
+  /** The first 90 % of the tokens. */
+  train: Int32Array;
+  /** The last 10 %, for `--eval-every` and the final evaluation. */
+  validation: Int32Array;
+  /** One more than the largest id the data can hold. */
+  vocabSize: number;
+  /** What the tokens are: `uint16 tokens`, `characters` or `bytes`. */
+  kind: 'uint16 tokens' | 'characters' | 'bytes';
+  decoder: Decoder;
+}
+
+/** nanoGPT's `.bin` files: little-endian uint16 token ids, no header. */
+function fromBin(
+  bytes: Uint8Array,
+  path: string,
+): Omit<Dataset, 'train' | 'validation'> & { tokens: Int32Array } {
+  if (bytes.byteLength % 2 !== 0) {
+    throw new UsageError(
+      `--data ${path}: a .bin holds uint16 tokens, but its ${bytes.byteLength} bytes are an odd count`,
+      { option: '--data' },
+    );
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const tokens = new Int32Array(bytes.byteLength / 2);
+  let max = 0;
+  for (let i = 0; i < tokens.length; i++) {
+    const id = view.getUint16(2 * i, true);
+    tokens[i] = id;
+    if (id > max) max = id;
+  }
+  const decoder: Decoder = { decode: (ids) => Array.from(ids).join(' '), encode: () => null };
+  return { tokens, vocabSize: max + 1, kind: 'uint16 tokens', decoder };
+}
+
+/** Text as characters (as `shakespeare_char`), or as bytes when it is not valid UTF-8. */
+function fromText(
+  bytes: Uint8Array,
+): Omit<Dataset, 'train' | 'validation'> & { tokens: Int32Array } {
+  let text: string | null = null;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    text = null;
+  }
+  if (text !== null) {
+    const tokenizer = CharTokenizer.fromText(text);
+    const decoder: Decoder = {
+      decode: (ids) => tokenizer.decode(ids),
+      encode: (prompt) => {
+        try {
+          return tokenizer.encode(prompt);
+        } catch {
+          return null;
+        }
+      },
+    };
+    return {
+      tokens: tokenizer.encode(text),
+      vocabSize: tokenizer.vocabSize,
+      kind: 'characters',
+      decoder,
+    };
+  }
+  const decoder: Decoder = {
+    decode: (ids) => Buffer.from(Array.from(ids)).toString('latin1'),
+    encode: (prompt) => Int32Array.from(Buffer.from(prompt, 'latin1')),
+  };
+  return { tokens: Int32Array.from(bytes), vocabSize: 256, kind: 'bytes', decoder };
+}
+
+/**
+ * Read `path` as a data set: a `.bin` of uint16 tokens, or any other file as characters (bytes
+ * when it is not UTF-8). The first 90 % trains, the last 10 % is held out. Both parts must hold
+ * more than one window of `blockSize + 1` tokens.
+ */
+export async function loadDataset(path: string, blockSize: number): Promise<Dataset> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await readFile(path);
+  } catch (error) {
+    throw new UsageError(`--data ${path} cannot be read: ${(error as Error).message}`, {
+      option: '--data',
+      cause: error,
+    });
+  }
+  const { tokens, ...rest } = path.endsWith('.bin') ? fromBin(bytes, path) : fromText(bytes);
+  const split = Math.floor(tokens.length * 0.9);
+  const train = tokens.subarray(0, split);
+  const validation = tokens.subarray(split);
+  if (validation.length < blockSize + 2) {
+    throw new UsageError(
+      `--data ${path}: ${tokens.length} tokens are too few for --block-size ${blockSize} (the held-out tenth needs ${blockSize + 2})`,
+      { option: '--data' },
+    );
+  }
+  return { train, validation, ...rest };
+}

@@ -1,0 +1,121 @@
+import { cast, noGrad, type Tensor, tensor } from '@webshard/tensor-core';
+import type { TokenBatch } from './data/batches.js';
+import type { Decoder } from './data/dataset.js';
+import { rankMicroBatches } from './data/global-batch.js';
+import { mulberry32 } from './data/batches.js';
+import { regressionBatch } from './data/synthetic.js';
+import { GPT } from './models/gpt.js';
+import type { MLP } from './models/mlp.js';
+
+/** Batches of the held-out split that every evaluation uses, so eval losses compare. */
+export const EVAL_BATCHES = 4;
+
+/** Where the MLP's held-out samples start in its synthetic stream (training starts at 0). */
+export const HELD_OUT_SAMPLES = 2 ** 31;
+
+/** Host token windows as i32 tensors [B, T] on the model's backend. */
+export function tokenTensors(batch: TokenBatch, model: GPT): [Tensor, Tensor] {
+  const backend = model.wte.weight.backend;
+  const shape = [batch.batchSize, batch.blockSize];
+  return [
+    tensor(batch.inputs, { backend, dtype: 'i32', shape }),
+    tensor(batch.targets, { backend, dtype: 'i32', shape }),
+  ];
+}
+
+/**
+ * Mean loss over `EVAL_BATCHES` fixed batches of the held-out data: the first windows of the
+ * held-out tokens (as steps 0, 1, ... of the batch rule), or the MLP's samples from
+ * `HELD_OUT_SAMPLES` on (same teacher, inputs the training never sees).
+ */
+export async function evaluate(
+  model: GPT | MLP,
+  heldOut: { tokens?: Int32Array; seed: number },
+  batchSize: number,
+): Promise<number> {
+  let total = 0;
+  for (let step = 0; step < EVAL_BATCHES; step++) {
+    let inputs: Tensor;
+    let targets: Tensor;
+    let loss: Tensor;
+    if (model instanceof GPT) {
+      const [batch] = rankMicroBatches(heldOut.tokens!, {
+        step,
+        batchSize,
+        blockSize: model.config.blockSize,
+        rank: 0,
+        worldSize: 1,
+        microBatches: 1,
+      });
+      [inputs, targets] = tokenTensors(batch!, model);
+      const out = noGrad(() => model.call(inputs, targets));
+      out.logits.free();
+      loss = out.loss!;
+    } else {
+      const first = HELD_OUT_SAMPLES + step * batchSize;
+      [inputs, targets] = regressionTensors(model, heldOut.seed, first, batchSize);
+      loss = noGrad(() => model.loss(inputs, targets));
+    }
+    total += await loss.item();
+    for (const t of [loss, inputs, targets]) t.free();
+  }
+  return total / EVAL_BATCHES;
+}
+
+/** Synthetic regression samples `first ..` as f32 tensors on the MLP's backend. */
+export function regressionTensors(
+  model: MLP,
+  seed: number,
+  first: number,
+  count: number,
+): [Tensor, Tensor] {
+  const { nIn, nOut } = model.config;
+  const batch = regressionBatch(seed, first, count, nIn, nOut);
+  const { backend, dtype } = model.fc1.weight;
+  let x = tensor(batch.x, { backend, shape: [count, nIn] });
+  if (dtype !== 'f32') {
+    const compute = cast(x, dtype);
+    x.free();
+    x = compute;
+  }
+  return [x, tensor(batch.y, { backend, shape: [count, nOut] })];
+}
+
+/**
+ * Sample `length` tokens after `prompt` (temperature sampling from the last position's logits,
+ * seeded), as nanoGPT's `sample.py`, and decode them with the prompt.
+ */
+export async function sample(
+  model: GPT,
+  decoder: Decoder,
+  options: { prompt?: string; length?: number; temperature?: number; seed?: number } = {},
+): Promise<string> {
+  const random = mulberry32(options.seed ?? 1);
+  const temperature = options.temperature ?? 0.8;
+  const backend = model.wte.weight.backend;
+  const ids = [...(decoder.encode(options.prompt ?? '\n') ?? [0])];
+  const { blockSize, vocabSize } = model.config;
+  for (let i = 0; i < (options.length ?? 200); i++) {
+    const context = ids.slice(-blockSize);
+    const input = tensor(context, { backend, dtype: 'i32', shape: [1, context.length] });
+    const out = noGrad(() => model.call(input));
+    const logits = await out.logits.read();
+    input.free();
+    out.logits.free();
+    const last = logits.subarray((context.length - 1) * vocabSize, context.length * vocabSize);
+    let max = Number.NEGATIVE_INFINITY;
+    for (const v of last) max = Math.max(max, v);
+    const weights = Array.from(last, (v) => Math.exp((v - max) / temperature));
+    let u = random() * weights.reduce((a, b) => a + b, 0);
+    let next = weights.length - 1;
+    for (let k = 0; k < weights.length; k++) {
+      u -= weights[k]!;
+      if (u <= 0) {
+        next = k;
+        break;
+      }
+    }
+    ids.push(next);
+  }
+  return decoder.decode(ids);
+}
