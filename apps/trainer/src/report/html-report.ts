@@ -59,7 +59,7 @@ function chart(title: string, series: readonly Series[], format: (v: number) => 
     )
     .join('');
   return `<figure><figcaption>${escapeHtml(title)}</figcaption>
-<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="${escapeHtml(title)}" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}">
+<svg role="img" aria-label="${escapeHtml(title)}" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}">
 <rect x="0" y="0" width="${WIDTH}" height="${HEIGHT}" fill="#fff"/>
 <line x1="${PAD}" y1="${HEIGHT - PAD}" x2="${WIDTH - PAD}" y2="${HEIGHT - PAD}" stroke="#888"/>
 <line x1="${PAD}" y1="${PAD}" x2="${PAD}" y2="${HEIGHT - PAD}" stroke="#888"/>

@@ -1,0 +1,100 @@
+import { describe, expect, it } from 'vitest';
+import { UsageError } from '../errors.js';
+import { parseOptions, type TrainConfig } from './options.js';
+
+const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
+
+/** `fn` throws a `UsageError` with exactly `message`, naming `option`. */
+function expectUsage(fn: () => unknown, message: string, option: string): void {
+  let thrown: unknown;
+  try {
+    fn();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(UsageError.isInstance(thrown), message).toBe(true);
+  expect((thrown as UsageError).message).toBe(message);
+  expect((thrown as UsageError).option).toBe(option);
+}
+
+describe('parseOptions', () => {
+  it('has the documented defaults: single strategy, constant lr, no outputs', () => {
+    expect(parse()).toMatchObject({
+      strategy: 'single',
+      worldSize: 1,
+      model: 'gpt',
+      nLayer: 2,
+      nHead: 4,
+      nEmbd: 64,
+      blockSize: 32,
+      batchSize: 16,
+      gradAccum: 1,
+      seed: 1337,
+      lr: 3e-3,
+      lrSchedule: 'constant',
+      warmupSteps: 0,
+      precision: 'fp32',
+      save: null,
+      report: null,
+    });
+  });
+
+  it('resolves relative paths against the directory the user ran the command in', () => {
+    const config = parse(
+      '--data',
+      'in/tokens.bin',
+      '--save',
+      '../m.safetensors',
+      '--report',
+      '/abs/r.html',
+    );
+    expect(config.data).toBe('/home/user/work/in/tokens.bin');
+    expect(config.save).toBe('/home/user/m.safetensors');
+    expect(config.report).toBe('/abs/r.html');
+  });
+
+  it("drops the bare '--' that pnpm passes through, wherever it is", () => {
+    expect(parse('--steps', '3', '--', '--seed', '0')).toMatchObject({ steps: 3, seed: 0 });
+    expect(parseOptions(['--', '--help'], '/')).toBe('help');
+  });
+
+  it('lets a later flag override an earlier one (the default run’s flags come first)', () => {
+    expect(parse('--lr-schedule', 'cosine', '--lr-schedule', 'constant').lrSchedule).toBe(
+      'constant',
+    );
+  });
+
+  it('accepts seed 0 and every strategy name, rejecting all but single for now', () => {
+    expect(parse('--seed', '0').seed).toBe(0);
+    for (const strategy of ['ddp', 'fsdp', 'offload']) {
+      expectUsage(
+        () => parse('--strategy', strategy),
+        `--strategy ${strategy} is not available yet: this build trains with --strategy single only`,
+        '--strategy',
+      );
+    }
+  });
+
+  it('rejects non-finite and out-of-range numbers naming the flag', () => {
+    const cases: [string[], string][] = [
+      [['--lr', 'Infinity'], '--lr Infinity is not a finite number'],
+      [['--lr', '0'], '--lr 0 is out of range (0, 10]'],
+      [['--eps=-1e-8'], '--eps -1e-8 is out of range (0, 1]'],
+      [['--grad-clip', 'NaN'], '--grad-clip NaN is not a finite number'],
+      [['--weight-decay', '2'], '--weight-decay 2 is out of range [0, 1]'],
+      [['--memory-limit', '1e400'], '--memory-limit 1e400 is not a finite number'],
+      [['--batch-size', ''], '--batch-size  is not a finite number'],
+      [['--n-embd', '30', '--n-head', '4'], '--n-embd 30 is not divisible by --n-head 4'],
+      [['--warmup-steps', '5'], '--warmup-steps needs --lr-schedule cosine'],
+      [
+        ['--model', 'mlp', '--data', 'x.txt'],
+        '--model mlp trains on synthetic data from --seed: --data does not apply',
+      ],
+      [['--world-size', '2'], '--world-size 2 is out of range [1, 1]'],
+    ];
+    for (const [argv, message] of cases) {
+      const option = message.split(' ')[0]!;
+      expectUsage(() => parse(...argv), message, option === '--model' ? '--data' : option);
+    }
+  });
+});
