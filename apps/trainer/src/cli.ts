@@ -21,5 +21,6 @@ main(process.argv.slice(2), {
   isTTY: process.stdout.isTTY === true,
   cwd,
 }).then(({ exitCode }) => {
-  process.exitCode = exitCode;
+  // Exit now: a WebGPU device still open would keep the event loop alive.
+  process.exit(exitCode);
 });

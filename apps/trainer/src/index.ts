@@ -1,5 +1,5 @@
 export { buildModel, loadInitialWeights } from './cli/build-model.js';
-export { estimateBytes } from './cli/memory-estimate.js';
+export { checkMemory, estimateBytes } from './cli/memory-estimate.js';
 export { parseOptions, STRATEGIES, USAGE } from './cli/options.js';
 export type { Strategy, TrainConfig } from './cli/options.js';
 export { DEFAULT_CORPUS_PATH, loadCorpus } from './corpus.js';

@@ -2,6 +2,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCpuBackend, loadSafetensors, saveSafetensors, tensor } from '@webshard/tensor-core';
+import { describeBackends } from '@webshard/tensor-core/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runMain, snapshot, TINY } from './test-support/cli.js';
 import { FIXTURES, maxRelativeGap } from './test-support/fixtures.js';
@@ -222,5 +223,27 @@ describe('webshard-train refuses bad input with exit code 2, touching nothing', 
     );
     expect(await readFile(join(dir, 'existing.safetensors'), 'utf8')).toBe(before);
     expect((await readdir(dir)).filter((f) => f.endsWith('.partial'))).toEqual([]);
+  });
+});
+
+/*
+ * The CLI on each backend the tensor-core suites run on, named with --backend (so the WebGPU one
+ * runs on SwiftShader too, which `auto` passes over: [Note: the trainer's default backend]).
+ */
+describeBackends('webshard-train --backend <kind>', (ctx) => {
+  it('trains a tiny GPT three steps with a finite, falling loss and peak memory reported', async () => {
+    const run = await runMain([...TINY, '--backend', ctx.kind, '--lr', '1e-2'], dir);
+    expect(run.stderr).toBe('');
+    const { records, backend } = run.summary!;
+    try {
+      expect(backend.kind).toBe(ctx.kind);
+      expect(run.stdout).toMatch(new RegExp(`^backend: ${ctx.kind} \\(.+\\)$`, 'm'));
+      const losses = records.map((r) => r.loss);
+      expect(losses.every(Number.isFinite)).toBe(true);
+      expect(losses.at(-1)!).toBeLessThan(losses[0]!);
+      expect(records.every((r) => r.peakDeviceBytes > 0)).toBe(true);
+    } finally {
+      backend.dispose();
+    }
   });
 });

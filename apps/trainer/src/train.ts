@@ -12,7 +12,7 @@ import {
   type Tensor,
 } from '@webshard/tensor-core';
 import { buildModel, loadInitialWeights } from './cli/build-model.js';
-import { estimateBytes } from './cli/memory-estimate.js';
+import { checkMemory } from './cli/memory-estimate.js';
 import type { TrainConfig } from './cli/options.js';
 import { checkInputFile, checkOutputFile } from './cli/preflight.js';
 import { DEFAULT_CORPUS_PATH } from './corpus.js';
@@ -95,26 +95,13 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
     }
     vocabSize = config.vocabSize;
   }
-  if (data !== null)
-    say(
-      `data: ${dataPath} (${data.train.length + data.validation.length} ${data.kind}, vocabulary ${vocabSize})`,
-    );
+  if (data !== null) {
+    const count = data.train.length + data.validation.length;
+    say(`data: ${dataPath} (${count} ${data.kind}, vocabulary ${vocabSize})`);
+  }
 
   // Memory: refuse a run whose estimate passes the device limit or the host's free memory.
-  const estimate = estimateBytes(config, vocabSize);
-  if (config.memoryLimit !== null && estimate > config.memoryLimit) {
-    throw new UsageError(
-      `the run needs about ${estimate} bytes (${formatBytes(estimate)}), more than --memory-limit ${config.memoryLimit}: lower --batch-size or raise --grad-accum`,
-      { option: '--memory-limit' },
-    );
-  }
-  const free = freemem();
-  if (estimate > free) {
-    throw new UsageError(
-      `the run needs about ${estimate} bytes (${formatBytes(estimate)}), more than the host's ${free} free bytes (${formatBytes(free)}): lower --batch-size or raise --grad-accum`,
-      { option: '--batch-size' },
-    );
-  }
+  checkMemory(config, vocabSize, freemem());
 
   // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
   const backend = io.createBackend

@@ -1,3 +1,5 @@
+import { UsageError } from '../errors.js';
+import { formatBytes } from '../progress.js';
 import type { TrainConfig } from './options.js';
 
 /**
@@ -32,3 +34,21 @@ export function estimateBytes(config: TrainConfig, vocabSize: number): number {
 /** The MLP's input and output widths (its hidden width is `--n-embd`). */
 export const MLP_IN = 16;
 export const MLP_OUT = 8;
+
+/** Refuse (a `UsageError`) a run whose estimate passes `--memory-limit` or `freeHostBytes`. */
+export function checkMemory(config: TrainConfig, vocabSize: number, freeHostBytes: number): void {
+  const estimate = estimateBytes(config, vocabSize);
+  const needs = `the run needs about ${estimate} bytes (${formatBytes(estimate)})`;
+  const remedy = 'lower --batch-size or raise --grad-accum';
+  if (config.memoryLimit !== null && estimate > config.memoryLimit) {
+    throw new UsageError(`${needs}, more than --memory-limit ${config.memoryLimit}: ${remedy}`, {
+      option: '--memory-limit',
+    });
+  }
+  if (estimate > freeHostBytes) {
+    throw new UsageError(
+      `${needs}, more than the host's ${freeHostBytes} free bytes (${formatBytes(freeHostBytes)}): ${remedy}`,
+      { option: '--batch-size' },
+    );
+  }
+}
