@@ -28,6 +28,11 @@ beforeAll(async () => {
   const { tensors } = await loadSafetensors(FIXTURE_INIT, { backend });
   const { 'lm_head.weight': _tied, ...once } = tensors;
   await saveSafetensors(join(dir, 'tied-once.safetensors'), once);
+  const untied = {
+    ...tensors,
+    'lm_head.weight': tensor(new Float32Array(64 * 32), { backend, shape: [64, 32] }),
+  };
+  await saveSafetensors(join(dir, 'untied.safetensors'), untied);
   const values = await tensors['transformer.ln_f.weight']!.read();
   values[0] = Number.NaN;
   const nan = { ...tensors, 'transformer.ln_f.weight': tensor(values, { backend, shape: [32] }) };
@@ -161,6 +166,11 @@ describe('webshard-train refuses bad input with exit code 2, touching nothing', 
       'weights whose shapes do not fit',
       ['--init', FIXTURE_INIT],
       `--init ${FIXTURE_INIT} does not fit the model: [loadStateDict] error(s) loading the state dict of GPT: unexpected keys: transformer.h.1.`,
+    ],
+    [
+      'tied weights that differ',
+      ['--init', 'untied.safetensors', '--n-layer', '2', '--n-embd', '32', '--block-size', '16'],
+      '--init DIR/untied.safetensors: transformer.wte.weight and lm_head.weight differ, but the model ties them',
     ],
     [
       'a batch not divisible by --grad-accum',
