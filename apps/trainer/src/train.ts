@@ -69,6 +69,14 @@ export function learningRate(step: number, steps: number, lr: number, warmup: nu
  * micro-batches, AdamW with nanoGPT's decay groups, clipping, the schedule; evaluate on the
  * held-out tenth, sample, save. Every check that can fail because of the input runs before the
  * first step (see [Note: checks before training]).
+ *
+ * [Note: where the strategies go]
+ * The run is written for one rank of `config.worldSize`: the batch rule already takes a rank and
+ * a world size, and the loss of a step is the mean over the global batch. The strategies to come
+ * change three lines of this function, not its shape: `ddp` wraps the model so the accumulated
+ * gradients are averaged over the ranks before clipping; `fsdp` wraps it so parameters, gradients
+ * and optimizer state are sharded (the clip then reduces the norm over ranks); `offload` keeps the
+ * parameters on the host between uses. Checkpoints then gather the full state dict on rank 0.
  */
 export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummary> {
   const say = (line: string) => io.stdout(`${line}\n`);
