@@ -1,0 +1,9 @@
+export type { ComputeDType, FsdpOptions, ResolvedOptions } from './api.js';
+export { defaultPredivideFactor, resolveOptions } from './api.js';
+export { FsdpConfigError, FsdpError, FsdpStateError, FsdpWrapError } from './errors.js';
+export type { FlatParamEntry, ShardedState } from './flat-param.js';
+export { FlatParameter } from './flat-param.js';
+export { cleanPath, FSDP, FullyShardedDataParallel, WRAPPED_MODULE } from './fully-sharded.js';
+export { clipShardedGradNorm, reducePartialNorm, ShardedGradScaler } from './grad-norm.js';
+export type { TrainingState } from './param-group.js';
+export type { SummonOptions } from './summon.js';
