@@ -1,5 +1,12 @@
 import { createLocalGroups, type ProcessGroup } from '@webshard/collectives';
-import { AdamW, type Backend, createCpuBackend, type Tensor } from '@webshard/tensor-core';
+import {
+  AdamW,
+  type Backend,
+  cast,
+  createCpuBackend,
+  MixedPrecision,
+  type Tensor,
+} from '@webshard/tensor-core';
 import type { FsdpOptions } from '../api.js';
 import { FullyShardedDataParallel } from '../fully-sharded.js';
 import { makeBatches, Net, type NetConfig, SMALL, slice } from './models.js';
@@ -13,6 +20,10 @@ export interface ParityRun {
   /** Wrap every block in its own unit inside the root unit. */
   readonly nested?: boolean;
   readonly lr?: number;
+  /** Micro-batches per step: gradients of all but the last accumulate under `noSync`. */
+  readonly accumulate?: number;
+  /** The reference computes in this dtype with tensor-core's `MixedPrecision`. */
+  readonly computeDtype?: 'f16' | 'bf16';
 }
 
 /** What a run produced: the mean loss of each step and the final parameters by name. */
@@ -28,19 +39,35 @@ export async function trainSingle(run: ParityRun): Promise<ParityResult> {
   const backend = createCpuBackend();
   const config = run.config ?? SMALL;
   const net = new Net(config, backend, 0);
-  const optimizer = new AdamW(net.parameters(), { ...ADAM, lr: run.lr ?? ADAM.lr });
+  const mp = run.computeDtype ? new MixedPrecision(net, { computeDType: run.computeDtype }) : null;
+  const optimizer = new AdamW(mp ? mp.masterParams() : net.parameters(), {
+    ...ADAM,
+    lr: run.lr ?? ADAM.lr,
+  });
+  const micro = run.accumulate ?? 1;
   const losses: number[] = [];
   for (const batch of makeBatches(backend, config, run.steps, run.batch)) {
-    const [x, y] = slice(backend, batch, 0, run.batch);
-    const loss = await net.call(x, y);
-    losses.push(await loss.item());
-    await loss.backward();
+    let total = 0;
+    for (let m = 0; m < micro; m++) {
+      const rows = run.batch / micro;
+      const [x, y] = slice(backend, batch, m * rows, (m + 1) * rows);
+      const [xc, yc] = mp ? [cast(x, mp.computeDType), cast(y, mp.computeDType)] : [x, y];
+      const loss = await net.call(xc, yc);
+      total += await loss.item();
+      await loss.backward();
+      for (const t of new Set([x, y, xc, yc, loss])) t.free();
+    }
+    losses.push(total / micro);
+    if (mp) mp.gradsToMasters();
     optimizer.step();
     optimizer.zeroGrad();
-    for (const t of [x, y, loss]) t.free();
+    if (mp) mp.mastersToCompute();
   }
   const params = new Map<string, Float32Array>();
-  for (const [name, p] of net.namedParameters()) params.set(name, (await p.read()) as Float32Array);
+  const named = mp
+    ? net.namedParameters().map(([n], i) => [n, mp.masterParams()[i]!] as const)
+    : net.namedParameters();
+  for (const [name, p] of named) params.set(name, (await p.read()) as Float32Array);
   return { losses, params };
 }
 
@@ -70,16 +97,29 @@ export async function trainRank(
   const config = run.config ?? SMALL;
   const model = wrapNet(new Net(config, backend, 0), group, options, run.nested ?? false);
   const optimizer = new AdamW(model.parameters(), { ...ADAM, lr: run.lr ?? ADAM.lr });
-  const per = run.batch / group.size;
+  const micro = run.accumulate ?? 1;
+  const rows = run.batch / group.size / micro;
   const losses: number[] = [];
   for (const batch of makeBatches(backend, config, run.steps, run.batch)) {
-    const [x, y] = slice(backend, batch, group.rank * per, (group.rank + 1) * per);
-    const loss = await model.call(x, y);
-    losses.push(await loss.item());
-    await loss.backward();
+    let total = 0;
+    for (let m = 0; m < micro; m++) {
+      // Rank r's rows of micro-batch m: the single-process run's micro-batch m, split over ranks.
+      const start = m * rows * group.size + group.rank * rows;
+      const [x, y] = slice(backend, batch, start, start + rows);
+      const step = async (): Promise<void> => {
+        const loss = await model.call(x, y);
+        total += await loss.item();
+        await loss.backward();
+        loss.free();
+      };
+      if (m < micro - 1) await model.noSync(step);
+      else await step();
+      x.free();
+      y.free();
+    }
+    losses.push(total / micro);
     optimizer.step();
     optimizer.zeroGrad();
-    for (const t of [x, y, loss]) t.free();
   }
   const params = new Map<string, Float32Array>();
   await model.summonFullParams(async () => {
