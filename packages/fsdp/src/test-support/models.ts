@@ -47,7 +47,7 @@ export const SMALL: NetConfig = { inFeatures: 5, width: 8, hidden: 12, depth: 3,
  */
 export class Net extends Module<[Tensor, Tensor], Promise<Tensor>> {
   readonly embed: Linear;
-  readonly blocks: ModuleList<Module<[Tensor], Tensor>>;
+  readonly blocks: ModuleList<Module<[Tensor], unknown>>;
   readonly head: Linear;
   constructor(config: NetConfig, backend: Backend, seed = 0) {
     super();
@@ -60,7 +60,7 @@ export class Net extends Module<[Tensor, Tensor], Promise<Tensor>> {
     for (let i = 0; i < config.depth; i++) {
       blocks.push(new Block(config.width, config.hidden, backend, generator));
     }
-    this.blocks = this.registerModule('blocks', new ModuleList<Module<[Tensor], Tensor>>(blocks));
+    this.blocks = this.registerModule('blocks', new ModuleList<Module<[Tensor], unknown>>(blocks));
     this.head = this.registerModule(
       'head',
       new Linear(config.width, config.outFeatures, { backend, generator }),
@@ -69,7 +69,7 @@ export class Net extends Module<[Tensor, Tensor], Promise<Tensor>> {
   }
 
   /** Replace block `i` (with its FSDP unit). */
-  setBlock(i: number, block: Module<[Tensor], Tensor>): void {
+  setBlock(i: number, block: Module<[Tensor], unknown>): void {
     this.blocks.registerModule(String(i), block);
     (this.blocks as unknown as { list: Module[] }).list[i] = block;
   }
