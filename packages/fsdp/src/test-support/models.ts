@@ -1,5 +1,6 @@
 import {
   add,
+  checkpoint,
   type Backend,
   Generator,
   Linear,
@@ -15,12 +16,24 @@ import {
 export class Block extends Module<[Tensor], Tensor> {
   readonly fc1: Linear;
   readonly fc2: Linear;
-  constructor(width: number, hidden: number, backend: Backend, generator: Generator) {
+  constructor(
+    width: number,
+    hidden: number,
+    backend: Backend,
+    generator: Generator,
+    /** Recompute the block's inside in backward (activation checkpointing inside the unit). */
+    readonly checkpointed = false,
+  ) {
     super();
     this.fc1 = this.registerModule('fc1', new Linear(width, hidden, { backend, generator }));
     this.fc2 = this.registerModule('fc2', new Linear(hidden, width, { backend, generator }));
   }
   forward(x: Tensor): Tensor {
+    if (this.checkpointed) return checkpoint((input: Tensor) => this.inner(input), x);
+    return this.inner(x);
+  }
+
+  private inner(x: Tensor): Tensor {
     const h = relu(this.fc1.call(x));
     const y = this.fc2.call(h);
     const out = add(x, y);
@@ -37,6 +50,10 @@ export interface NetConfig {
   readonly hidden: number;
   readonly depth: number;
   readonly outFeatures: number;
+  /** Blocks recompute their activations in backward. */
+  readonly checkpoint?: boolean;
+  /** Tie the head's weight to the embedding's (needs inFeatures = width = outFeatures). */
+  readonly tied?: boolean;
 }
 
 export const SMALL: NetConfig = { inFeatures: 5, width: 8, hidden: 12, depth: 3, outFeatures: 3 };
@@ -58,13 +75,16 @@ export class Net extends Module<[Tensor, Tensor], Promise<Tensor>> {
     );
     const blocks: Block[] = [];
     for (let i = 0; i < config.depth; i++) {
-      blocks.push(new Block(config.width, config.hidden, backend, generator));
+      blocks.push(
+        new Block(config.width, config.hidden, backend, generator, config.checkpoint ?? false),
+      );
     }
     this.blocks = this.registerModule('blocks', new ModuleList<Module<[Tensor], unknown>>(blocks));
     this.head = this.registerModule(
       'head',
       new Linear(config.width, config.outFeatures, { backend, generator }),
     );
+    if (config.tied) this.head.weight = this.embed.weight;
     this.nameTensors();
   }
 

@@ -149,3 +149,81 @@ export function meanLosses(results: readonly ParityResult[]): number[] {
     (_, s) => results.reduce((sum, r) => sum + r.losses[s]!, 0) / results.length,
   );
 }
+
+/** One step's forward and backward on `x`, `y`; returns the loss value it reports. */
+export type StepBody = (
+  model: { call(x: Tensor, y: Tensor): Tensor | Promise<Tensor> },
+  x: Tensor,
+  y: Tensor,
+) => Promise<number>;
+
+/** How a custom-step run prepares its network before wrapping. */
+export interface CustomRun extends ParityRun {
+  readonly body: StepBody;
+  /** Called on the fresh network (every rank, and the reference) before wrapping. */
+  readonly prepare?: (net: Net) => void;
+}
+
+/** `trainSingle` with a custom step body: the reference. */
+export async function customSingle(run: CustomRun): Promise<ParityResult> {
+  const backend = createCpuBackend();
+  const config = run.config ?? SMALL;
+  const net = new Net(config, backend, 0);
+  run.prepare?.(net);
+  const optimizer = new AdamW(
+    net.parameters().filter((p) => p.requiresGrad),
+    { ...ADAM, lr: run.lr ?? ADAM.lr },
+  );
+  const losses: number[] = [];
+  for (const batch of makeBatches(backend, config, run.steps, run.batch)) {
+    const [x, y] = slice(backend, batch, 0, run.batch);
+    losses.push(await run.body(net, x, y));
+    optimizer.step();
+    optimizer.zeroGrad();
+    x.free();
+    y.free();
+  }
+  const params = new Map<string, Float32Array>();
+  for (const [name, p] of net.namedParameters()) params.set(name, (await p.read()) as Float32Array);
+  return { losses, params };
+}
+
+/** `trainLocal` with a custom step body. */
+export async function customLocal(
+  world: number,
+  run: CustomRun,
+  options: Omit<FsdpOptions, 'group'> = {},
+): Promise<ParityResult[]> {
+  const groups = createLocalGroups(world, { timeoutMs: 20_000 });
+  const config = run.config ?? SMALL;
+  try {
+    return await Promise.all(
+      groups.map(async (group) => {
+        const backend = createCpuBackend();
+        const net = new Net(config, backend, 0);
+        run.prepare?.(net);
+        const model = wrapNet(net, group, options, run.nested ?? false);
+        const optimizer = new AdamW(model.parameters(), { ...ADAM, lr: run.lr ?? ADAM.lr });
+        const per = run.batch / world;
+        const losses: number[] = [];
+        for (const batch of makeBatches(backend, config, run.steps, run.batch)) {
+          const [x, y] = slice(backend, batch, group.rank * per, (group.rank + 1) * per);
+          losses.push(await run.body(model, x, y));
+          optimizer.step();
+          optimizer.zeroGrad();
+          x.free();
+          y.free();
+        }
+        const params = new Map<string, Float32Array>();
+        await model.summonFullParams(async () => {
+          for (const [name, p] of model.namedParameters()) {
+            params.set(name, (await p.read()) as Float32Array);
+          }
+        });
+        return { losses, params };
+      }),
+    );
+  } finally {
+    await Promise.all(groups.map((g) => g.close()));
+  }
+}
