@@ -214,6 +214,9 @@ export class FullyShardedDataParallel<
     }
     this.registerModule(WRAPPED_MODULE, module);
     wrappedBy.set(module, this);
+    for (const [path, m] of this.namedModules()) {
+      if (m instanceof FullyShardedDataParallel) m.path = cleanPath(path);
+    }
   }
 
   /** The unit's module path in the unwrapped model (`<root>` for the outermost). */

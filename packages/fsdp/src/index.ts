@@ -7,3 +7,12 @@ export { cleanPath, FSDP, FullyShardedDataParallel, WRAPPED_MODULE } from './ful
 export { clipShardedGradNorm, reducePartialNorm, ShardedGradScaler } from './grad-norm.js';
 export type { TrainingState } from './param-group.js';
 export type { SummonOptions } from './summon.js';
+export type { AutoWrapPolicy } from './wrap.js';
+export {
+  autoWrap,
+  enableWrap,
+  moduleClassAutoWrapPolicy,
+  replaceChild,
+  sizeBasedAutoWrapPolicy,
+  wrap,
+} from './wrap.js';
