@@ -34,9 +34,11 @@ export class Block extends Module<[Tensor], Tensor> {
   }
 
   private inner(x: Tensor): Tensor {
-    const h = relu(this.fc1.call(x));
+    const a = this.fc1.call(x);
+    const h = relu(a);
     const y = this.fc2.call(h);
     const out = add(x, y);
+    a.free();
     h.free();
     y.free();
     return out;
