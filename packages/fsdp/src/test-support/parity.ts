@@ -35,8 +35,10 @@ export interface ParityResult {
 const ADAM = { lr: 0.01, weightDecay: 0.01 };
 
 /** Single-process training on the whole batch: the reference. */
-export async function trainSingle(run: ParityRun): Promise<ParityResult> {
-  const backend = createCpuBackend();
+export async function trainSingle(
+  run: ParityRun,
+  backend: Backend = createCpuBackend(),
+): Promise<ParityResult> {
   const config = run.config ?? SMALL;
   const net = new Net(config, backend, 0);
   const mp = run.computeDtype ? new MixedPrecision(net, { computeDType: run.computeDtype }) : null;
@@ -105,7 +107,7 @@ export async function trainRank(
     for (let m = 0; m < micro; m++) {
       // Rank r's rows of micro-batch m: the single-process run's micro-batch m, split over ranks.
       const start = m * rows * group.size + group.rank * rows;
-      const [x, y] = slice(backend, batch, start, start + rows);
+      const [x, y] = slice(options.computeBackend ?? backend, batch, start, start + rows);
       const step = async (): Promise<void> => {
         const loss = await model.call(x, y);
         total += await loss.item();
@@ -134,10 +136,11 @@ export async function trainLocal(
   world: number,
   run: ParityRun,
   options: Omit<FsdpOptions, 'group'> = {},
+  backendOf: (rank: number) => Backend = () => createCpuBackend(),
 ): Promise<ParityResult[]> {
   const groups = createLocalGroups(world, { timeoutMs: 20_000 });
   try {
-    return await Promise.all(groups.map((g) => trainRank(g, createCpuBackend(), run, options)));
+    return await Promise.all(groups.map((g) => trainRank(g, backendOf(g.rank), run, options)));
   } finally {
     await Promise.all(groups.map((g) => g.close()));
   }
