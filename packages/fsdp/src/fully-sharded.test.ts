@@ -244,3 +244,16 @@ describe('a unit with no parameters', () => {
     }
   });
 });
+
+describe('the optimizer', () => {
+  it('built over the original parameters instead of the shards is an ArgumentError naming one', async () => {
+    await onLocalRanks(1, async (group, backend) => {
+      const net = new Net(SMALL, backend);
+      const originals = net.parameters();
+      wrapNet(net, group, {}, true);
+      expect(() => new AdamW(originals)).toThrow(
+        "[AdamW] parameter embed.weight is sharded by a FullyShardedDataParallel unit: build the optimizer over the unit's parameters() (its flat shards)",
+      );
+    });
+  });
+});

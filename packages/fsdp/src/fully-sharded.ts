@@ -4,6 +4,7 @@ import {
   isFloatDType,
   isGradEnabled,
   keep,
+  markManagedParameter,
   Module,
   queueCallback,
   type RemovableHandle,
@@ -207,12 +208,23 @@ export class FullyShardedDataParallel<
       postdivide: this.options.gradientPostdivideFactor,
     });
     for (const flat of flats) {
+      for (const e of flat.entries) {
+        markManagedParameter(
+          e.param,
+          `is sharded by a FullyShardedDataParallel unit: build the optimizer over the unit's parameters() (its flat shards)`,
+        );
+      }
       if (!flat.requiresGrad) continue;
       for (const e of flat.entries) {
         this.hookHandles.push(e.param.registerPostAccumulateGradHook((p) => this.onGradReady(p)));
       }
     }
+    // The wrapper is invisible in names: keep the tensors' names as registerModule found them.
+    const named = [...module.namedParameters(), ...module.namedBuffers()].map(
+      ([, t]) => [t, t.name] as const,
+    );
     this.registerModule(WRAPPED_MODULE, module);
+    for (const [t, name] of named) t.name = name;
     wrappedBy.set(module, this);
     for (const [path, m] of this.namedModules()) {
       if (m instanceof FullyShardedDataParallel) m.path = cleanPath(path);
