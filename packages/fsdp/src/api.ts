@@ -39,12 +39,6 @@ export interface FsdpOptions {
   /** Reduce-scatter gradients in f32 under mixed precision (cast from the compute dtype first). Default false. */
   fp32ReduceScatter?: boolean;
   /**
-   * Reduce-scatters of units whose flat gradient is smaller than this many MiB are batched into one
-   * bucket that goes when it is full or at the end of backward (fairscale's `bucket_cap_mb`). Default
-   * 25; 0 sends each unit's reduce-scatter on its own.
-   */
-  bucketCapMb?: number;
-  /**
    * Gradients are divided by this before the reduce-scatter and by `worldSize / factor` after it,
    * which keeps f16 sums in range. Default fairscale's: the smallest power of two f with f * f >=
    * worldSize (or that stops dividing it).
@@ -52,7 +46,10 @@ export interface FsdpOptions {
   gradientPredivideFactor?: number;
   /** Keep the FP32 shard (and so the optimizer state) on the CPU backend while computing on `computeBackend`. */
   moveParamsToCpu?: boolean;
-  /** Keep the sharded FP32 gradient on the CPU backend. Default `moveParamsToCpu`. */
+  /**
+   * Keep the sharded FP32 gradient on the CPU backend. Default `moveParamsToCpu`; it must equal it,
+   * since the optimizer steps each shard with its gradient on one backend.
+   */
   moveGradsToCpu?: boolean;
   /** Without mixed precision, cast floating inputs of the root to f32. Default false. */
   forceInputToFp32?: boolean;
@@ -79,7 +76,6 @@ export interface ResolvedOptions {
   readonly computeDtype: DType;
   readonly bufferDtype: DType;
   readonly fp32ReduceScatter: boolean;
-  readonly bucketCapMb: number;
   readonly gradientPredivideFactor: number;
   readonly gradientPostdivideFactor: number;
   readonly moveParamsToCpu: boolean;
@@ -123,10 +119,6 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
   if (!mixedPrecision && options.computeDtype !== undefined) {
     throw new FsdpConfigError(op, 'computeDtype needs mixedPrecision: true');
   }
-  const bucketCapMb = options.bucketCapMb ?? 25;
-  if (!Number.isFinite(bucketCapMb) || bucketCapMb < 0) {
-    throw new FsdpConfigError(op, `bucketCapMb must be a finite number >= 0, got ${bucketCapMb}`);
-  }
   const pre = options.gradientPredivideFactor ?? defaultPredivideFactor(group.size);
   finitePositive(op, 'gradientPredivideFactor', pre);
   const limitAllGathers = options.limitAllGathers ?? 1;
@@ -137,6 +129,12 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
     );
   }
   const moveParamsToCpu = options.moveParamsToCpu ?? false;
+  if (options.moveGradsToCpu !== undefined && options.moveGradsToCpu !== moveParamsToCpu) {
+    throw new FsdpConfigError(
+      op,
+      `moveGradsToCpu (${options.moveGradsToCpu}) must equal moveParamsToCpu (${moveParamsToCpu}): the optimizer steps each shard with its gradient on one backend`,
+    );
+  }
   return {
     group,
     flattenParameters: options.flattenParameters ?? true,
@@ -146,11 +144,10 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
     computeDtype,
     bufferDtype: mixedPrecision ? (options.bufferDtype ?? computeDtype) : 'f32',
     fp32ReduceScatter: options.fp32ReduceScatter ?? false,
-    bucketCapMb,
     gradientPredivideFactor: pre,
     gradientPostdivideFactor: group.size / pre,
     moveParamsToCpu,
-    moveGradsToCpu: options.moveGradsToCpu ?? moveParamsToCpu,
+    moveGradsToCpu: moveParamsToCpu,
     forceInputToFp32: options.forceInputToFp32 ?? false,
     limitAllGathers,
     computeBackend: options.computeBackend,

@@ -40,3 +40,23 @@ describe('FSDP parity over shm (worker threads)', () => {
     expect(maxRelative(meanLosses(results), reference.losses)).toBeLessThan(2 ** -10);
   });
 });
+
+describe('a rank that dies mid-backward', () => {
+  it('makes the other rank fail fast with an error naming it', async () => {
+    const { launchThreads } = await import('@webshard/collectives/node');
+    const { tsxBootstrap } = await import('./test-support/shm.js');
+    const started = Date.now();
+    const outcomes = await launchThreads<null, string>(2, tsxBootstrap('./shm-die.ts'), null, {
+      eval: true,
+      execArgv: ['--conditions=@webshard/source'],
+      group: { timeoutMs: 30_000 },
+    });
+    expect(outcomes[1]).toMatchObject({ rank: 1, status: 'exited' });
+    expect(outcomes[0]!.status).toBe('rejected');
+    const error = (outcomes[0] as { error: { name: string; message: string } }).error;
+    expect(error.name).toBe('PeerLostError');
+    expect(error.message).toMatch(/rank 1/);
+    // Well within the 30 s deadline: the parent publishes the death at once.
+    expect(Date.now() - started).toBeLessThan(20_000);
+  });
+});

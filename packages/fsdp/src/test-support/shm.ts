@@ -11,7 +11,7 @@ const tsx = pathToFileURL(
 ).href;
 
 /** Worker code that registers tsx, then imports the TypeScript module `file` (beside this one). */
-function tsxBootstrap(file: string): string {
+export function tsxBootstrap(file: string): string {
   const worker = pathToFileURL(new URL(file, import.meta.url).pathname).href;
   return `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
 }
