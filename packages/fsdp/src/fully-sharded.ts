@@ -244,6 +244,11 @@ export class FullyShardedDataParallel<
     return this.options.group.rank;
   }
 
+  /** The unit's module path relative to its root, `''` for the root (known from construction). */
+  get modulePath(): string {
+    return this.path ?? '';
+  }
+
   /** Whether this unit is the root of its tree (known after the first forward). */
   get isRoot(): boolean {
     return this.shared !== null && this.shared.root === this;

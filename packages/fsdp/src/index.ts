@@ -16,3 +16,13 @@ export {
   sizeBasedAutoWrapPolicy,
   wrap,
 } from './wrap.js';
+export type { EntryLayout, FlatParamLayout, ShardedLayout } from './layout.js';
+export { shardedLayout } from './layout.js';
+export type { FullStateDictOptions, LocalStateDict } from './state-dict.js';
+export {
+  consolidateShardWeights,
+  FsdpStateDictError,
+  fullStateDict,
+  loadFullStateDict,
+  localStateDict,
+} from './state-dict.js';
