@@ -44,7 +44,9 @@ describe('clipShardedGradNorm', () => {
         return norms;
       });
       for (const norms of results) {
-        norms.forEach((n, i) => expect(n).toBeCloseTo(expected[i]!, 5));
+        norms.forEach((n, i) => {
+          expect(n).toBeCloseTo(expected[i]!, 5);
+        });
       }
       expect(expected[0]!).toBeGreaterThan(maxNorm);
     });

@@ -107,7 +107,7 @@ describe('loadFullStateDict refuses what does not fit, changing nothing', () => 
       const dict = new Map(donor.namedParameters());
       dict.delete('ln_f.bias');
       dict.set('extra.weight', donor.wte.weight);
-      dict.set('wpe.weight', donor.lnF.weight);
+      dict.set('wpe.weight', donor.lnF.weight!);
       const error = await loadFullStateDict(model, dict).then(
         () => null,
         (e: unknown) => e,

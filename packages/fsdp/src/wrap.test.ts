@@ -88,7 +88,9 @@ describe('autoWrap', () => {
       return { losses, params: new Map() };
     });
     const losses = meanLosses(results);
-    losses.forEach((l, i) => expect(l).toBeCloseTo(reference.losses[i]!, 5));
+    losses.forEach((l, i) => {
+      expect(l).toBeCloseTo(reference.losses[i]!, 5);
+    });
   });
 });
 

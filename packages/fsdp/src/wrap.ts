@@ -60,8 +60,8 @@ function parameterOwners(root: Module): Map<Tensor, Set<Module>> {
   const owners = new Map<Tensor, Set<Module>>();
   for (const m of root.modules()) {
     for (const [, p] of m.namedParameters({ recurse: false, removeDuplicate: false })) {
-      let set = owners.get(p);
-      if (set === undefined) owners.set(p, (set = new Set()));
+      const set = owners.get(p) ?? new Set<Module>();
+      owners.set(p, set);
       set.add(m);
     }
   }
