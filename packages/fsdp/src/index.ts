@@ -26,3 +26,5 @@ export {
   loadFullStateDict,
   localStateDict,
 } from './state-dict.js';
+export type { FullOptimStateDict } from './optim-state.js';
+export { gatherFullOptimStateDict, loadFullOptimStateDict } from './optim-state.js';
