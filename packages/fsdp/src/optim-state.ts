@@ -80,7 +80,11 @@ export async function gatherFullOptimStateDict(
         perEntry[j]![key] = t;
       });
     }
-    if (holds) fl.entries.forEach((e, j) => (state[e.names[0]!] = perEntry[j]!));
+    if (holds) {
+      fl.entries.forEach((e, j) => {
+        state[e.names[0]!] = perEntry[j]!;
+      });
+    }
   }
   if (!holds) return null;
   const names = index.map(({ layout: fl }) => fl.entries.map((e) => e.names[0]!));
