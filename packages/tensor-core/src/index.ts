@@ -218,7 +218,7 @@ export { Adam, AdamW } from './optim/adam.js';
 export type { AdamHyperparameters, AdamState } from './optim/adam.js';
 export { clipGradNorm, partialNorm } from './optim/clip-grad-norm.js';
 export type { ClipGradNormOptions } from './optim/clip-grad-norm.js';
-export { Optimizer, zeroGrads } from './optim/optimizer.js';
+export { markManagedParameter, Optimizer, zeroGrads } from './optim/optimizer.js';
 export type {
   OptimizerParamState,
   OptimizerStateDict,

@@ -39,6 +39,17 @@ export interface StepOptions {
  * backend at its first step, like PyTorch. Hyperparameters live on the groups and may be changed
  * between steps (learning-rate schedules).
  */
+const managed = new WeakMap<Tensor, string>();
+
+/**
+ * Mark `param` as one an optimizer must not step: a sharding wrapper owns its storage and keeps its
+ * gradient elsewhere (FSDP's original parameters, whose flat shard is what steps). `reason` says
+ * what to step instead; an optimizer given `param` throws `ArgumentError` with it.
+ */
+export function markManagedParameter(param: Tensor, reason: string): void {
+  managed.set(param, reason);
+}
+
 export abstract class Optimizer<H extends object, S extends object> {
   readonly paramGroups: ParamGroup<H>[] = [];
   /** Per-parameter state, created at a parameter's first step. */
@@ -68,6 +79,10 @@ export abstract class Optimizer<H extends object, S extends object> {
     const params = [...group.params];
     const seen = new Set(this.paramGroups.flatMap((g) => g.params));
     for (const p of params) {
+      const reason = managed.get(p);
+      if (reason !== undefined) {
+        throw new ArgumentError(this.opName, `parameter ${p.name ?? String(p)} ${reason}`);
+      }
       if (seen.has(p)) {
         throw new ArgumentError(
           this.opName,

@@ -1,0 +1,83 @@
+// The FSDP benchmark: a nanoGPT-shaped model (one unit per block) trained over shm at 1, 2 and 4
+// ranks: step time, tokens/s and peak memory per rank, and the share of all-gather time that
+// prefetching hides. `pnpm bench` (or `tsx --conditions=@webshard/source bench/index.ts --worlds 2`).
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+import { type BenchRow, writeBenchResults } from '@webshard/bench';
+import { launchThreads } from '@webshard/collectives/node';
+import type { GptConfig } from '../src/test-support/gpt.js';
+import type { StepJob, StepResult } from './shm-step.js';
+
+function option(name: string, fallback: string): string[] {
+  const index = process.argv.indexOf(`--${name}`);
+  return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
+}
+
+const worlds = option('worlds', '1,2,4').map(Number);
+const CONFIG: GptConfig = { vocabSize: 256, blockSize: 32, nLayer: 4, nHead: 4, nEmbd: 96 };
+const ROWS = 4;
+
+const tsx = pathToFileURL(
+  createRequire(import.meta.url)
+    .resolve('tsx/esm/api')
+    .replace(/\.cjs$/, '.mjs'),
+).href;
+const worker = pathToFileURL(new URL('./shm-step.ts', import.meta.url).pathname).href;
+const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
+
+async function measure(world: number, limitAllGathers: number): Promise<StepResult> {
+  const job: StepJob = { config: CONFIG, rows: ROWS, limitAllGathers, warmup: 2, iterations: 6 };
+  const outcomes = await launchThreads<StepJob, StepResult>(world, bootstrap, job, {
+    eval: true,
+    execArgv: ['--conditions=@webshard/source'],
+    group: { timeoutMs: 120_000 },
+  });
+  const results = outcomes.map((o) => {
+    if (o.status !== 'fulfilled') throw new Error(`rank ${o.rank} failed: ${JSON.stringify(o)}`);
+    return o.value;
+  });
+  return {
+    stepMs: Math.max(...results.map((r) => r.stepMs)),
+    gatherMs: Math.max(...results.map((r) => r.gatherMs)),
+    exposedMs: Math.max(...results.map((r) => r.exposedMs)),
+    peakBytes: Math.max(...results.map((r) => r.peakBytes)),
+  };
+}
+
+const rows: BenchRow[] = [];
+const tokens = (world: number) => world * ROWS * CONFIG.blockSize;
+for (const world of worlds) {
+  const on = await measure(world, 1);
+  const off = await measure(world, 0);
+  const name = `GPT 4x96, ${world} rank${world > 1 ? 's' : ''} over shm`;
+  rows.push({ name, metric: 'step (prefetch)', value: on.stepMs, unit: 'ms' });
+  rows.push({ name, metric: 'step (no prefetch)', value: off.stepMs, unit: 'ms' });
+  rows.push({
+    name,
+    metric: 'tokens/s',
+    value: (tokens(world) * 1000) / on.stepMs,
+    unit: 'tokens/s',
+  });
+  rows.push({ name, metric: 'peak memory per rank', value: on.peakBytes / 2 ** 20, unit: 'MiB' });
+  if (world > 1) {
+    rows.push({
+      name,
+      metric: 'waiting for all-gathers, no prefetch',
+      value: off.exposedMs,
+      unit: 'ms',
+    });
+    rows.push({
+      name,
+      metric: 'waiting for all-gathers, prefetch',
+      value: on.exposedMs,
+      unit: 'ms',
+    });
+    rows.push({
+      name,
+      metric: 'all-gather wait hidden by prefetch',
+      value: 100 * (1 - on.exposedMs / off.exposedMs),
+      unit: '%',
+    });
+  }
+}
+writeBenchResults('fsdp', rows);

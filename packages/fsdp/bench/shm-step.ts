@@ -1,0 +1,103 @@
+// One rank of the FSDP benchmark, in a worker thread started by bench/index.ts.
+import type { ProcessGroup } from '@webshard/collectives';
+import { runShmWorker } from '@webshard/collectives/node';
+import { AdamW, createCpuBackend, type Module, type Tensor } from '@webshard/tensor-core';
+import {
+  autoWrap,
+  type FullyShardedDataParallel,
+  moduleClassAutoWrapPolicy,
+} from '../src/index.js';
+import {
+  Gpt,
+  GptBlock,
+  type GptConfig,
+  tokenBatches,
+  tokenSlice,
+} from '../src/test-support/gpt.js';
+
+export interface StepJob {
+  readonly config: GptConfig;
+  /** Sequences per rank per step. */
+  readonly rows: number;
+  readonly limitAllGathers: number;
+  readonly warmup: number;
+  readonly iterations: number;
+}
+
+export interface StepResult {
+  /** Median step time, ms. */
+  readonly stepMs: number;
+  /** Median time per step spent between issuing an all-gather and its completion, ms. */
+  readonly gatherMs: number;
+  /** Median time per step the step waited for gathers (not hidden behind compute), ms. */
+  readonly exposedMs: number;
+  readonly peakBytes: number;
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
+  const backend = createCpuBackend();
+  const model = autoWrap(new Gpt(job.config, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+    group,
+    limitAllGathers: job.limitAllGathers,
+  }) as unknown as Module<[Tensor, Tensor], Promise<Tensor>> & { parameters(): Tensor[] };
+  const optimizer = new AdamW(model.parameters(), { lr: 1e-3 });
+  let gatherMs = 0;
+  let exposedMs = 0;
+  for (const unit of (model as unknown as { units(): FullyShardedDataParallel[] }).units()) {
+    const group = unit.paramGroup;
+    const wait = group.waitForUnshard.bind(group);
+    group.waitForUnshard = async () => {
+      const t0 = performance.now();
+      await wait();
+      exposedMs += performance.now() - t0;
+    };
+  }
+  const original = group.allGather.bind(group);
+  group.allGather = ((...args: Parameters<ProcessGroup['allGather']>) => {
+    const t0 = performance.now();
+    const work = original(...args);
+    void work.promise.then(() => {
+      gatherMs += performance.now() - t0;
+    });
+    return work;
+  }) as ProcessGroup['allGather'];
+  const batches = tokenBatches(job.config, job.warmup + job.iterations, job.rows * group.size);
+  const steps: number[] = [];
+  const gathers: number[] = [];
+  const exposed: number[] = [];
+  for (const [i, rows] of batches.entries()) {
+    const [x, y] = tokenSlice(backend, rows, group.rank * job.rows, (group.rank + 1) * job.rows);
+    if (i === job.warmup) backend.resetPeakMemoryStats();
+    gatherMs = 0;
+    exposedMs = 0;
+    await group.barrier().wait();
+    const t0 = performance.now();
+    const loss = await model.call(x, y);
+    await loss.backward();
+    optimizer.step();
+    optimizer.zeroGrad();
+    await group.barrier().wait();
+    const ms = performance.now() - t0;
+    loss.free();
+    x.free();
+    y.free();
+    if (i >= job.warmup) {
+      steps.push(ms);
+      gathers.push(gatherMs);
+      exposed.push(exposedMs);
+    }
+  }
+  return {
+    stepMs: median(steps),
+    gatherMs: median(gathers),
+    exposedMs: median(exposed),
+    peakBytes: backend.memoryStats().peakAllocated,
+  };
+}
+
+void runShmWorker<StepJob, StepResult>(run);

@@ -1,0 +1,155 @@
+import type { ProcessGroup } from '@webshard/collectives';
+import type { Backend, DType } from '@webshard/tensor-core';
+import { FsdpConfigError } from './errors.js';
+
+/** The 16-bit dtypes mixed precision computes in. */
+export type ComputeDType = 'f16' | 'bf16';
+
+/**
+ * Options of `FullyShardedDataParallel`, with fairscale's names (camelCased) and meaning. Nested
+ * wrappers created inside `enableWrap` take the options given there as defaults.
+ */
+export interface FsdpOptions {
+  /** The process group the parameters are sharded over. */
+  group: ProcessGroup;
+  /**
+   * The world size this unit is written for; a group of another size is an error. Defaults to the
+   * group's size (no check).
+   */
+  worldSize?: number;
+  /**
+   * Flatten the unit's own parameters into one flat parameter (fairscale's `flatten_parameters`).
+   * Default true. With false each parameter is sharded on its own: one all-gather and one
+   * reduce-scatter per parameter instead of per unit.
+   */
+  flattenParameters?: boolean;
+  /** Free the full parameters after forward and gather them again in backward. Default true. */
+  reshardAfterForward?: boolean;
+  /** Keep the root's full parameters between forward and backward (its backward comes first). Default true. */
+  disableReshardOnRoot?: boolean;
+  /**
+   * Compute in `computeDtype` while the optimizer steps FP32 shards (fairscale's `mixed_precision`).
+   * The shard is cast before the all-gather, so the gather moves half the bytes. Default false.
+   */
+  mixedPrecision?: boolean;
+  /** The dtype of forward and backward under mixed precision. Default `f16`. */
+  computeDtype?: ComputeDType;
+  /** The dtype floating buffers are cast to under mixed precision. Default `computeDtype`. */
+  bufferDtype?: DType;
+  /** Reduce-scatter gradients in f32 under mixed precision (cast from the compute dtype first). Default false. */
+  fp32ReduceScatter?: boolean;
+  /**
+   * Gradients are divided by this before the reduce-scatter and by `worldSize / factor` after it,
+   * which keeps f16 sums in range. Default fairscale's: the smallest power of two f with f * f >=
+   * worldSize (or that stops dividing it).
+   */
+  gradientPredivideFactor?: number;
+  /** Keep the FP32 shard (and so the optimizer state) on the CPU backend while computing on `computeBackend`. */
+  moveParamsToCpu?: boolean;
+  /**
+   * Keep the sharded FP32 gradient on the CPU backend. Default `moveParamsToCpu`; it must equal it,
+   * since the optimizer steps each shard with its gradient on one backend.
+   */
+  moveGradsToCpu?: boolean;
+  /** Without mixed precision, cast floating inputs of the root to f32. Default false. */
+  forceInputToFp32?: boolean;
+  /**
+   * The most units whose full parameters a prefetch may have gathered at once, besides the unit
+   * computing (PyTorch's `limit_all_gathers`). Default 1; 0 turns prefetching off.
+   */
+  limitAllGathers?: number;
+  /**
+   * Where forward and backward run. Default: the backend the parameters are on. With
+   * `moveParamsToCpu`, the parameters' backend is where they are kept and this is where they are
+   * gathered to.
+   */
+  computeBackend?: Backend;
+}
+
+/** The options with every default filled in. */
+export interface ResolvedOptions {
+  readonly group: ProcessGroup;
+  readonly flattenParameters: boolean;
+  readonly reshardAfterForward: boolean;
+  readonly disableReshardOnRoot: boolean;
+  readonly mixedPrecision: boolean;
+  readonly computeDtype: DType;
+  readonly bufferDtype: DType;
+  readonly fp32ReduceScatter: boolean;
+  readonly gradientPredivideFactor: number;
+  readonly gradientPostdivideFactor: number;
+  readonly moveParamsToCpu: boolean;
+  readonly moveGradsToCpu: boolean;
+  readonly forceInputToFp32: boolean;
+  readonly limitAllGathers: number;
+  readonly computeBackend: Backend | undefined;
+}
+
+/** fairscale's default pre-divide factor: powers of two while they divide and stay below sqrt(n). */
+export function defaultPredivideFactor(worldSize: number): number {
+  let factor = 1;
+  while (worldSize % factor === 0 && worldSize / factor > factor) factor *= 2;
+  return factor;
+}
+
+function finitePositive(op: string, name: string, value: number): void {
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new FsdpConfigError(op, `${name} must be a finite number > 0, got ${value}`);
+  }
+}
+
+/** Check the options and fill in the defaults; throws `FsdpConfigError` naming the option. */
+export function resolveOptions(options: FsdpOptions): ResolvedOptions {
+  const op = 'FullyShardedDataParallel';
+  const group = options.group as ProcessGroup | undefined;
+  if (group === undefined || group === null || typeof group.allGather !== 'function') {
+    throw new FsdpConfigError(op, 'options.group must be a ProcessGroup');
+  }
+  if (options.worldSize !== undefined && options.worldSize !== group.size) {
+    throw new FsdpConfigError(
+      op,
+      `worldSize is ${options.worldSize} but the group has ${group.size} ranks (rank ${group.rank})`,
+    );
+  }
+  const mixedPrecision = options.mixedPrecision ?? false;
+  const computeDtype: DType = mixedPrecision ? (options.computeDtype ?? 'f16') : 'f32';
+  if (mixedPrecision && computeDtype !== 'f16' && computeDtype !== 'bf16') {
+    throw new FsdpConfigError(op, `computeDtype must be 'f16' or 'bf16', got '${computeDtype}'`);
+  }
+  if (!mixedPrecision && options.computeDtype !== undefined) {
+    throw new FsdpConfigError(op, 'computeDtype needs mixedPrecision: true');
+  }
+  const pre = options.gradientPredivideFactor ?? defaultPredivideFactor(group.size);
+  finitePositive(op, 'gradientPredivideFactor', pre);
+  const limitAllGathers = options.limitAllGathers ?? 1;
+  if (!Number.isInteger(limitAllGathers) || limitAllGathers < 0) {
+    throw new FsdpConfigError(
+      op,
+      `limitAllGathers must be an integer >= 0, got ${limitAllGathers}`,
+    );
+  }
+  const moveParamsToCpu = options.moveParamsToCpu ?? false;
+  if (options.moveGradsToCpu !== undefined && options.moveGradsToCpu !== moveParamsToCpu) {
+    throw new FsdpConfigError(
+      op,
+      `moveGradsToCpu (${options.moveGradsToCpu}) must equal moveParamsToCpu (${moveParamsToCpu}): the optimizer steps each shard with its gradient on one backend`,
+    );
+  }
+  return {
+    group,
+    flattenParameters: options.flattenParameters ?? true,
+    reshardAfterForward: options.reshardAfterForward ?? true,
+    disableReshardOnRoot: options.disableReshardOnRoot ?? true,
+    mixedPrecision,
+    computeDtype,
+    bufferDtype: mixedPrecision ? (options.bufferDtype ?? computeDtype) : 'f32',
+    fp32ReduceScatter: options.fp32ReduceScatter ?? false,
+    gradientPredivideFactor: pre,
+    gradientPostdivideFactor: group.size / pre,
+    moveParamsToCpu,
+    moveGradsToCpu: moveParamsToCpu,
+    forceInputToFp32: options.forceInputToFp32 ?? false,
+    limitAllGathers,
+    computeBackend: options.computeBackend,
+  };
+}

@@ -1,0 +1,11 @@
+export type { FaultHook, WriteStage } from './atomic-write.js';
+export { SimulatedCrash, syncDirectory, writeFileAtomic } from './atomic-write.js';
+export { consolidateCheckpoint } from './consolidate.js';
+export type { Manifest, ManifestFile, SaveCheckpointOptions } from './sharded-checkpoint.js';
+export {
+  CheckpointError,
+  loadShardedCheckpoint,
+  MANIFEST,
+  readCheckpoint,
+  saveShardedCheckpoint,
+} from './sharded-checkpoint.js';

@@ -1,0 +1,131 @@
+import type { ProcessGroup } from '@webshard/collectives';
+import { keep, Tensor } from '@webshard/tensor-core';
+import type { FlatParameter } from './flat-param.js';
+
+/**
+ * Issue the all-gather of `flat`'s full parameters into a new buffer of the compute dtype on the
+ * compute backend. Under mixed precision the f32 shard is cast first, so the gather moves 16-bit
+ * elements. Resolves once the buffer is filled; the shard must not change before that.
+ */
+export function gatherFull(group: ProcessGroup, flat: FlatParameter): Promise<Tensor> {
+  const { shardBackend, computeBackend, computeDtype } = flat.placement;
+  const full = keep(Tensor.empty(computeBackend, [flat.paddedNumel], computeDtype));
+  let input = flat.shard;
+  let cast: Tensor | null = null;
+  if (computeDtype !== 'f32') {
+    cast = keep(Tensor.empty(shardBackend, [flat.shardNumel], computeDtype));
+    shardBackend.cast(flat.shard.kernel('allGather'), cast.kernel('allGather'));
+    input = cast;
+  }
+  const work = group.allGather(input, full);
+  return work.promise.then(
+    () => {
+      cast?.free();
+      return full;
+    },
+    (error: unknown) => {
+      cast?.free();
+      full.free();
+      throw error;
+    },
+  );
+}
+
+/** How gradients are reduced (see `FsdpOptions`). */
+export interface ReduceSettings {
+  readonly fp32ReduceScatter: boolean;
+  readonly predivide: number;
+  readonly postdivide: number;
+}
+
+/**
+ * Issue the reduce-scatter of `fullGrad` (the flat gradient of the full parameters) and, once it
+ * completes, accumulate this rank's averaged part into `flat.shard.grad` in f32: divided by
+ * `predivide` before the reduction and by `postdivide` after it (fairscale's order, which keeps
+ * 16-bit sums in range). Takes `fullGrad` over and frees it.
+ */
+export function reduceScatterGrad(
+  group: ProcessGroup,
+  flat: FlatParameter,
+  fullGrad: Tensor,
+  settings: ReduceSettings,
+): Promise<void> {
+  const backend = fullGrad.backend;
+  const temps: Tensor[] = [fullGrad];
+  let input = fullGrad;
+  if (settings.fp32ReduceScatter && input.dtype !== 'f32') {
+    const wide = keep(Tensor.empty(backend, input.shape, 'f32'));
+    backend.cast(input.kernel('reduceScatter'), wide.kernel('reduceScatter'));
+    temps.push(wide);
+    input = wide;
+  }
+  if (settings.predivide !== 1) {
+    const scaled = keep(Tensor.empty(backend, input.shape, input.dtype));
+    backend.binary(
+      'div',
+      input.kernel('reduceScatter'),
+      settings.predivide,
+      scaled.kernel('reduceScatter'),
+    );
+    temps.push(scaled);
+    input = scaled;
+  }
+  const gradBackend = flat.shard.backend;
+  const out = keep(Tensor.empty(gradBackend, [flat.shardNumel], input.dtype));
+  temps.push(out);
+  const freeAll = (): void => {
+    for (const t of temps) t.free();
+  };
+  const work = group.reduceScatter(input, out);
+  return work.promise.then(
+    () => {
+      try {
+        accumulateShardGrad(flat, out, settings.postdivide, temps);
+      } finally {
+        freeAll();
+      }
+    },
+    (error: unknown) => {
+      freeAll();
+      throw error;
+    },
+  );
+}
+
+function accumulateShardGrad(
+  flat: FlatParameter,
+  reduced: Tensor,
+  postdivide: number,
+  temps: Tensor[],
+): void {
+  const backend = reduced.backend;
+  let part = reduced;
+  if (postdivide !== 1) {
+    const scaled = keep(Tensor.empty(backend, part.shape, part.dtype));
+    backend.binary('div', part.kernel('reduceScatter'), postdivide, scaled.kernel('reduceScatter'));
+    temps.push(scaled);
+    part = scaled;
+  }
+  if (part.dtype !== 'f32') {
+    const wide = keep(Tensor.empty(backend, part.shape, 'f32'));
+    backend.cast(part.kernel('reduceScatter'), wide.kernel('reduceScatter'));
+    temps.push(wide);
+    part = wide;
+  }
+  const shard = flat.shard;
+  if (shard.grad === null || shard.grad.isFreed) {
+    const grad = keep(Tensor.empty(backend, shard.shape, 'f32'));
+    backend.copy(part.kernel('reduceScatter'), grad.kernel('reduceScatter'));
+    shard.grad = grad;
+  } else {
+    const sum = keep(Tensor.empty(backend, shard.shape, 'f32'));
+    backend.binary(
+      'add',
+      shard.grad.kernel('reduceScatter'),
+      part.kernel('reduceScatter'),
+      sum.kernel('reduceScatter'),
+    );
+    backend.copy(sum.kernel('reduceScatter'), shard.grad.kernel('reduceScatter'));
+    temps.push(sum);
+  }
+}

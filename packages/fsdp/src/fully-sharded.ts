@@ -1,0 +1,507 @@
+import {
+  type Backend,
+  cast,
+  isFloatDType,
+  isGradEnabled,
+  keep,
+  markManagedParameter,
+  Module,
+  queueCallback,
+  type RemovableHandle,
+  Tensor,
+} from '@webshard/tensor-core';
+import { type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
+import { FsdpStateError, FsdpWrapError } from './errors.js';
+import { FlatParameter, type FlatParamSource } from './flat-param.js';
+import { FsdpParamGroup, type TrainingState } from './param-group.js';
+import { FsdpSharedState } from './state.js';
+import { type SummonOptions, summonFullParams } from './summon.js';
+
+/** The child name of the wrapped module; state-dict keys and unit names leave it out. */
+export const WRAPPED_MODULE = '_fsdp_wrapped_module';
+
+const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
+
+/** `path` with the wrapper's own segments removed: the module's name in the unwrapped model. */
+export function cleanPath(path: string): string {
+  return path
+    .split('.')
+    .filter((part) => part !== WRAPPED_MODULE)
+    .join('.');
+}
+
+/** The parameters of `module` that no nested unit owns, each once with every name it has. */
+function ownParameters(module: Module): FlatParamSource[] {
+  const byTensor = new Map<Tensor, string[]>();
+  const visit = (m: Module, prefix: string): void => {
+    for (const [name, t] of m.namedParameters({ recurse: false, removeDuplicate: false })) {
+      const names = byTensor.get(t);
+      if (names === undefined) byTensor.set(t, [prefix + name]);
+      else names.push(prefix + name);
+    }
+    for (const [name, child] of m.namedChildren()) {
+      if (child instanceof FullyShardedDataParallel) continue;
+      visit(child, `${prefix}${name}.`);
+    }
+  };
+  visit(module, '');
+  return [...byTensor].map(([tensor, names]) => ({ tensor, names }));
+}
+
+/** Every unit strictly inside `module` (not crossing into their own subtrees). */
+function nestedUnits(module: Module): FullyShardedDataParallel[] {
+  const out: FullyShardedDataParallel[] = [];
+  const visit = (m: Module): void => {
+    for (const [, child] of m.namedChildren()) {
+      if (child instanceof FullyShardedDataParallel) out.push(child);
+      else visit(child);
+    }
+  };
+  visit(module);
+  return out;
+}
+
+function forEachTensor(value: unknown, fn: (t: Tensor) => void, seen = new Set<unknown>()): void {
+  if (value === null || typeof value !== 'object' || seen.has(value)) return;
+  seen.add(value);
+  if (value instanceof Tensor) {
+    fn(value);
+    return;
+  }
+  if (Array.isArray(value)) {
+    for (const v of value) forEachTensor(v, fn, seen);
+    return;
+  }
+  if (value instanceof Map) {
+    for (const v of value.values()) forEachTensor(v, fn, seen);
+    return;
+  }
+  if (Object.getPrototypeOf(value) === Object.prototype) {
+    for (const v of Object.values(value)) forEachTensor(v, fn, seen);
+  }
+}
+
+/**
+ * FullyShardedDataParallel: a module whose parameters, gradients and optimizer state are sharded
+ * over a process group (ZeRO-3), with fairscale's semantics. See [Note: FSDP and autograd].
+ *
+ * ```ts
+ * const model = new FullyShardedDataParallel(net, { group });
+ * const optimizer = new AdamW(model.parameters(), { lr: 1e-3 }); // the shards
+ * const loss = await model.call(x, y);
+ * await loss.backward();                                         // gradients reduce-scattered
+ * optimizer.step();
+ * ```
+ *
+ * [Note: FSDP and autograd]
+ * A step of one unit, through tensor-core's hooks:
+ * 1. forward: the root's lazy init shares one `FsdpSharedState` with every unit under it; the unit
+ *    gathers its flat parameters (`unshard`, one all-gather each, in the compute dtype) and issues
+ *    the next unit's gather (prefetch, up to `limitAllGathers`), runs the wrapped module, frees the
+ *    full parameters (`reshardAfterForward`; not on the root with `disableReshardOnRoot`, never
+ *    under `noGrad` where no backward will come) and registers a tensor hook on every output that
+ *    requires grad.
+ * 2. the first of those hooks to fire in a backward (once per backward, however many outputs or
+ *    forwards feed it) is the pre-backward hook: state BACKWARD_PRE, gather again, prefetch the
+ *    unit whose backward comes next, point the parameters' `.grad` at views of a flat gradient, and
+ *    queue the root's end-of-backward callback once for the whole backward. The engine runs a
+ *    tensor hook before the node that produced the output, so every node that reads the unit's
+ *    parameters runs after the gather.
+ * 3. post-accumulate hooks count the parameters whose gradient is complete; when a flat
+ *    parameter's last one arrives, every node that reads those parameters has run (each has an edge
+ *    to the parameter's accumulator), so the unit frees them and issues the reduce-scatter right
+ *    away, overlapping the rest of backward. Frozen parameters are a flat parameter of their own and
+ *    are freed at the end of backward instead.
+ * 4. the end-of-backward callback issues, in unit order, the reduce-scatters of flat parameters
+ *    whose gradients were only partly produced, awaits every reduction, frees what is still
+ *    gathered and puts every unit back to IDLE. `shard.grad` then holds the averaged gradient.
+ * Collectives on a group run in issue order, so every rank must issue them in the same order: the
+ * order above depends only on the module structure and the graph, which are the same on every
+ * rank. A parameter that gets a gradient on some ranks and not others makes the reduce-scatters go
+ * in different orders, which the group's fingerprint check turns into `CollectiveMismatchError`.
+ */
+export class FullyShardedDataParallel<
+  Args extends unknown[] = unknown[],
+  Out = unknown,
+> extends Module<Args, Promise<Awaited<Out>>> {
+  readonly module: Module<Args, Out>;
+  readonly options: ResolvedOptions;
+  readonly paramGroup: FsdpParamGroup;
+  /** Where this unit is in the step; see `TrainingState`. */
+  trainingState: TrainingState = 'IDLE';
+  /** False inside `noSync`: gradients accumulate in full and are not reduced. */
+  requireGradSync = true;
+  private shared: FsdpSharedState | null = null;
+  private path: string | null = null;
+  private preBackwardRan = false;
+  /** The tensors the unit took from the module at wrap time (before any replacement). */
+  private readonly sources = new Set<Tensor>();
+  private readonly hookHandles: RemovableHandle[] = [];
+
+  constructor(module: Module<Args, Out>, options: FsdpOptions) {
+    super();
+    const op = 'FullyShardedDataParallel';
+    if (module instanceof FullyShardedDataParallel) {
+      throw new FsdpWrapError(op, `the module is already a FullyShardedDataParallel unit`);
+    }
+    const previous = wrappedBy.get(module);
+    if (previous !== undefined) {
+      throw new FsdpWrapError(
+        op,
+        `${module.typeName} is already wrapped by a FullyShardedDataParallel unit`,
+      );
+    }
+    this.options = resolveOptions(options);
+    this.module = module;
+    const { group } = this.options;
+    const sources = ownParameters(module);
+    for (const unit of nestedUnits(module)) {
+      for (const { tensor, names } of sources) {
+        if (unit.sources.has(tensor)) {
+          throw new FsdpWrapError(
+            op,
+            `parameter '${tensor.name ?? names[0]}' is used both inside the nested unit wrapping ${unit.module.typeName} and outside it: wrap the smallest module that contains every use (autoWrap does), or leave it unwrapped`,
+          );
+        }
+      }
+    }
+    const shardBackend = sources[0]?.tensor.backend ?? this.options.computeBackend;
+    if (this.options.moveParamsToCpu && shardBackend !== undefined && shardBackend.kind !== 'cpu') {
+      throw new FsdpWrapError(
+        op,
+        `moveParamsToCpu keeps the shards where the parameters are, which is ${shardBackend.kind}: build the model on the CPU backend and pass computeBackend`,
+      );
+    }
+    const computeBackend: Backend | undefined = this.options.computeBackend ?? shardBackend;
+    const groups: FlatParamSource[][] = [];
+    if (this.options.flattenParameters) {
+      const trainable = sources.filter((s) => s.tensor.requiresGrad);
+      const frozen = sources.filter((s) => !s.tensor.requiresGrad);
+      if (trainable.length > 0) groups.push(trainable);
+      if (frozen.length > 0) groups.push(frozen);
+    } else {
+      for (const s of sources) groups.push([s]);
+    }
+    const replacements = new Map<Tensor, Tensor>();
+    const flats = groups.map(
+      (g, i) =>
+        new FlatParameter(
+          module.typeName,
+          i,
+          g,
+          {
+            rank: group.rank,
+            worldSize: group.size,
+            shardBackend: shardBackend!,
+            gradBackend: shardBackend!,
+            computeBackend: computeBackend!,
+            computeDtype: this.options.computeDtype,
+          },
+          replacements,
+        ),
+    );
+    for (const { tensor } of sources) this.sources.add(tensor);
+    if (replacements.size > 0) module.replaceTensors(replacements);
+    this.paramGroup = new FsdpParamGroup(() => this.unitName, group, flats, {
+      fp32ReduceScatter: this.options.fp32ReduceScatter,
+      predivide: this.options.gradientPredivideFactor,
+      postdivide: this.options.gradientPostdivideFactor,
+    });
+    for (const flat of flats) {
+      for (const e of flat.entries) {
+        markManagedParameter(
+          e.param,
+          `is sharded by a FullyShardedDataParallel unit: build the optimizer over the unit's parameters() (its flat shards)`,
+        );
+      }
+      if (!flat.requiresGrad) continue;
+      for (const e of flat.entries) {
+        this.hookHandles.push(e.param.registerPostAccumulateGradHook((p) => this.onGradReady(p)));
+      }
+    }
+    // The wrapper is invisible in names: keep the tensors' names as registerModule found them.
+    const named = [...module.namedParameters(), ...module.namedBuffers()].map(
+      ([, t]) => [t, t.name] as const,
+    );
+    this.registerModule(WRAPPED_MODULE, module);
+    for (const [t, name] of named) t.name = name;
+    wrappedBy.set(module, this);
+    for (const [path, m] of this.namedModules()) {
+      if (m instanceof FullyShardedDataParallel) m.path = cleanPath(path);
+    }
+  }
+
+  /** The unit's module path in the unwrapped model (`<root>` for the outermost). */
+  get unitName(): string {
+    return this.path === null || this.path === ''
+      ? this.path === ''
+        ? '<root>'
+        : this.module.typeName
+      : this.path;
+  }
+
+  get rank(): number {
+    return this.options.group.rank;
+  }
+
+  /** The unit's module path relative to its root, `''` for the root (known from construction). */
+  get modulePath(): string {
+    return this.path ?? '';
+  }
+
+  /** Whether this unit is the root of its tree (known after the first forward). */
+  get isRoot(): boolean {
+    return this.shared !== null && this.shared.root === this;
+  }
+
+  /** This unit's FP32 shards, one per flat parameter. */
+  get flatParameters(): readonly FlatParameter[] {
+    return this.paramGroup.flatParams;
+  }
+
+  /** Every unit in this subtree, this one first, in module pre-order. */
+  units(): FullyShardedDataParallel[] {
+    return this.modules().filter(
+      (m): m is FullyShardedDataParallel => m instanceof FullyShardedDataParallel,
+    );
+  }
+
+  /**
+   * The shards of this unit and every nested unit, as `[name, shard]` (names like
+   * `transformer.h.0.flat_param_0`): what the optimizer steps on. Inside `summonFullParams` the
+   * module's own parameters under their original names instead.
+   */
+  override namedParameters(
+    options: { recurse?: boolean; removeDuplicate?: boolean } = {},
+  ): [string, Tensor][] {
+    if (this.trainingState === 'SUMMON_FULL_PARAMS') {
+      return this.module
+        .namedParameters(options)
+        .map(([name, t]) => [cleanPath(name), t] as [string, Tensor]);
+    }
+    const out: [string, Tensor][] = [];
+    const modules: [string, Module][] =
+      options.recurse === false ? [['', this]] : this.namedModules();
+    for (const [path, m] of modules) {
+      if (!(m instanceof FullyShardedDataParallel)) continue;
+      const prefix = cleanPath(path);
+      m.paramGroup.flatParams.forEach((flat, i) => {
+        out.push([`${prefix === '' ? '' : `${prefix}.`}flat_param_${i}`, flat.shard]);
+      });
+    }
+    return out;
+  }
+
+  /**
+   * Inside `summonFullParams`, the wrapped module's state dict under its original names. Outside it
+   * the parameters are sharded: a `FsdpStateError` (gather them with `summonFullParams`).
+   */
+  override stateDict(prefix = ''): Map<string, Tensor> {
+    if (this.trainingState !== 'SUMMON_FULL_PARAMS') {
+      throw new FsdpStateError(
+        'stateDict',
+        this.unitName,
+        this.rank,
+        this.trainingState,
+        ['SUMMON_FULL_PARAMS'],
+        'the parameters are sharded: call stateDict inside summonFullParams',
+      );
+    }
+    const out = new Map<string, Tensor>();
+    for (const [key, t] of this.module.stateDict()) out.set(prefix + cleanPath(key), t);
+    return out;
+  }
+
+  /** Run `forward` under the unit's sharding; see [Note: FSDP and autograd]. */
+  async forward(...args: Args): Promise<Awaited<Out>> {
+    const shared = await this.lazyInit();
+    this.assertState('forward', ['IDLE']);
+    this.trainingState = 'FORWARD';
+    try {
+      let inputs = args;
+      if (this.isRoot) inputs = this.castInputs(args);
+      shared.recordForward(this);
+      this.paramGroup.unshard();
+      if (shared.root.trainingState === 'FORWARD')
+        this.prefetch(shared.nextInForward(this), shared);
+      await this.paramGroup.waitForUnshard();
+      const output = (await this.module.call(...inputs)) as Awaited<Out>;
+      let hooked = 0;
+      if (isGradEnabled()) {
+        forEachTensor(output, (t) => {
+          if (!t.requiresGrad) return;
+          t.registerHook(() => this.preBackward());
+          hooked++;
+        });
+      }
+      const keepFull =
+        hooked > 0 &&
+        (!this.options.reshardAfterForward || (this.isRoot && this.options.disableReshardOnRoot));
+      if (!keepFull) this.paramGroup.reshard();
+      return output;
+    } finally {
+      this.trainingState = 'IDLE';
+    }
+  }
+
+  /**
+   * Run `fn` without reducing gradients: they accumulate in full on every rank (and the full
+   * parameters stay gathered), to be reduced by the first backward outside it (PyTorch's
+   * `no_sync`). Do not step the optimizer inside.
+   */
+  async noSync<T>(fn: () => T | Promise<T>): Promise<T> {
+    const units = this.units();
+    for (const u of units) u.requireGradSync = false;
+    try {
+      return await fn();
+    } finally {
+      for (const u of units) u.requireGradSync = true;
+    }
+  }
+
+  /**
+   * Run `fn` with the full FP32 parameters in the module (see `summonFullParams`): changes are
+   * written back into the shards unless `volatile`; resharded on exit, on error too.
+   */
+  summonFullParams<T>(fn: () => T | Promise<T>, options: SummonOptions = {}): Promise<T> {
+    return summonFullParams(this, fn, options);
+  }
+
+  /** `apply(fn)` with the full parameters gathered, writing changes back (fairscale's `apply`). */
+  async applyFullParams(fn: (module: Module) => void | Promise<void>): Promise<this> {
+    await this.summonFullParams(async () => {
+      for (const m of this.module.modules().reverse()) await fn(m);
+    });
+    return this;
+  }
+
+  /** Throw a `FsdpStateError` unless the unit is in one of `states`. */
+  assertState(op: string, states: readonly TrainingState[]): void {
+    if (!states.includes(this.trainingState)) {
+      const detail =
+        this.trainingState === 'SUMMON_FULL_PARAMS'
+          ? `${op} is not allowed inside summonFullParams`
+          : `${op} is not allowed now`;
+      throw new FsdpStateError(op, this.unitName, this.rank, this.trainingState, states, detail);
+    }
+  }
+
+  /** The shared state, made by the root on its first forward. */
+  private async lazyInit(): Promise<FsdpSharedState> {
+    if (this.shared !== null) return this.shared;
+    const units = this.units();
+    const shared = new FsdpSharedState(this, units);
+    for (const [path, m] of this.namedModules()) {
+      if (m instanceof FullyShardedDataParallel) {
+        m.shared = shared;
+        m.path = cleanPath(path);
+      }
+    }
+    await this.castBuffers();
+    return shared;
+  }
+
+  /** Under mixed precision, floating buffers in `bufferDtype` on the compute backend. */
+  private async castBuffers(): Promise<void> {
+    const { bufferDtype, mixedPrecision } = this.options;
+    const backend = this.options.computeBackend;
+    if (!mixedPrecision && backend === undefined) return;
+    const replacements = new Map<Tensor, Tensor>();
+    for (const [, b] of this.module.namedBuffers()) {
+      if (!isFloatDType(b.dtype)) continue;
+      const target = backend ?? b.backend;
+      const dtype = mixedPrecision ? bufferDtype : b.dtype;
+      if (b.dtype === dtype && b.backend === target) continue;
+      const moved = keep(await b.to(target));
+      const out = keep(Tensor.empty(target, b.shape, dtype));
+      target.cast(moved.kernel('castBuffers'), out.kernel('castBuffers'));
+      if (moved !== b) moved.free();
+      out.name = b.name;
+      replacements.set(b, out);
+    }
+    if (replacements.size > 0) this.module.replaceTensors(replacements);
+  }
+
+  /** The root casts floating inputs to the compute dtype (or to f32 with `forceInputToFp32`). */
+  private castInputs(args: Args): Args {
+    const { mixedPrecision, computeDtype, forceInputToFp32 } = this.options;
+    const target = mixedPrecision ? computeDtype : forceInputToFp32 ? 'f32' : null;
+    if (target === null) return args;
+    return args.map((a) =>
+      a instanceof Tensor && isFloatDType(a.dtype) && a.dtype !== target ? cast(a, target) : a,
+    ) as Args;
+  }
+
+  /** Issue `unit`'s gather ahead of its use, unless that would pass `limitAllGathers`. */
+  private prefetch(unit: FullyShardedDataParallel | null, shared: FsdpSharedState): void {
+    if (unit === null || this.options.limitAllGathers === 0) return;
+    if (!unit.paramGroup.isSharded) return;
+    const busy = shared.gatheredCount() - (this === shared.root ? 0 : 1);
+    if (busy >= this.options.limitAllGathers) return;
+    unit.paramGroup.unshard();
+  }
+
+  /** The first output gradient of this backward arrived: gather, prefetch, attach flat gradients. */
+  private async preBackward(): Promise<undefined> {
+    if (this.preBackwardRan) return undefined;
+    this.preBackwardRan = true;
+    const shared = this.shared!;
+    if (!shared.finalCallbackQueued) {
+      shared.finalCallbackQueued = true;
+      const root = shared.root;
+      queueCallback(() => root.finalizeBackward());
+    }
+    this.assertState('pre-backward', ['IDLE']);
+    this.trainingState = 'BACKWARD_PRE';
+    this.paramGroup.unshard();
+    this.prefetch(shared.nextInBackward(this), shared);
+    await this.paramGroup.waitForUnshard();
+    this.paramGroup.attachGrads();
+    return undefined;
+  }
+
+  /** A post-accumulate hook: a parameter's gradient is complete. */
+  private onGradReady(param: Tensor): void {
+    const flat = this.paramGroup.gradReady(param, 'post-backward', this.rank, this.trainingState);
+    if (flat === null) return;
+    this.trainingState = 'BACKWARD_POST';
+    if (!this.requireGradSync) return;
+    const done = this.paramGroup.reduceGrads(flat);
+    done.catch(() => {});
+    this.shared!.pending.push(done);
+  }
+
+  /** The root's end-of-backward callback; see [Note: FSDP and autograd], step 4. */
+  private async finalizeBackward(): Promise<void> {
+    const shared = this.shared!;
+    try {
+      for (const unit of shared.units) await unit.paramGroup.waitForUnshard();
+      for (const unit of shared.units) {
+        if (!unit.requireGradSync) continue;
+        for (const flat of unit.paramGroup.flatParams) {
+          if (flat.fullGrad === null) continue;
+          const done = unit.paramGroup.reduceGrads(flat);
+          done.catch(() => {});
+          shared.pending.push(done);
+        }
+      }
+      await Promise.all(shared.pending);
+    } finally {
+      shared.pending.length = 0;
+      shared.finalCallbackQueued = false;
+      shared.stopRecording();
+      for (const unit of shared.units) {
+        unit.preBackwardRan = false;
+        unit.paramGroup.resetGradCounts();
+        if (unit.requireGradSync) unit.paramGroup.reshard();
+        if (unit.trainingState === 'BACKWARD_PRE' || unit.trainingState === 'BACKWARD_POST') {
+          unit.trainingState = 'IDLE';
+        }
+      }
+    }
+    for (const unit of shared.units) unit.assertState('end of backward', ['IDLE']);
+  }
+}
+
+/** PyTorch's and fairscale's short name. */
+export const FSDP = FullyShardedDataParallel;

@@ -1,0 +1,30 @@
+export type { ComputeDType, FsdpOptions, ResolvedOptions } from './api.js';
+export { defaultPredivideFactor, resolveOptions } from './api.js';
+export { FsdpConfigError, FsdpError, FsdpStateError, FsdpWrapError } from './errors.js';
+export type { FlatParamEntry, ShardedState } from './flat-param.js';
+export { FlatParameter } from './flat-param.js';
+export { cleanPath, FSDP, FullyShardedDataParallel, WRAPPED_MODULE } from './fully-sharded.js';
+export { clipShardedGradNorm, reducePartialNorm, ShardedGradScaler } from './grad-norm.js';
+export type { TrainingState } from './param-group.js';
+export type { SummonOptions } from './summon.js';
+export type { AutoWrapPolicy } from './wrap.js';
+export {
+  autoWrap,
+  enableWrap,
+  moduleClassAutoWrapPolicy,
+  replaceChild,
+  sizeBasedAutoWrapPolicy,
+  wrap,
+} from './wrap.js';
+export type { EntryLayout, FlatParamLayout, ShardedLayout } from './layout.js';
+export { shardedLayout } from './layout.js';
+export type { FullStateDictOptions, LocalStateDict } from './state-dict.js';
+export {
+  consolidateShardWeights,
+  FsdpStateDictError,
+  fullStateDict,
+  loadFullStateDict,
+  localStateDict,
+} from './state-dict.js';
+export type { FullOptimStateDict } from './optim-state.js';
+export { gatherFullOptimStateDict, loadFullOptimStateDict } from './optim-state.js';

@@ -1,0 +1,79 @@
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { trainSingle } from './test-support/parity.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const collectives = dirname(
+  createRequire(import.meta.url).resolve('@webshard/collectives/package.json'),
+);
+const cli = join(collectives, 'src', 'cli', 'webshard-run.ts');
+const RUN = { steps: 3, batch: 8, nested: true };
+
+interface RankOutput {
+  rank: number;
+  losses: number[];
+  params: Record<string, number[]>;
+}
+
+async function runRanks(transport: 'tcp' | 'ws', world: number): Promise<RankOutput[]> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--conditions=@webshard/source',
+      '--import',
+      'tsx',
+      cli,
+      '--nproc-per-node',
+      String(world),
+      join(here, 'test-support', 'net-rank.ts'),
+      transport,
+      JSON.stringify(RUN),
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NODE_OPTIONS: '--conditions=@webshard/source' },
+    },
+  );
+  let out = '';
+  let errors = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    errors += chunk.toString();
+  });
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  expect(code, errors).toBe(0);
+  return out
+    .split('\n')
+    .filter((line) => line.includes('RESULT '))
+    .map((line) => JSON.parse(line.slice(line.indexOf('RESULT ') + 7)) as RankOutput)
+    .sort((a, b) => a.rank - b.rank);
+}
+
+describe('FSDP over processes (webshard-run)', () => {
+  for (const transport of ['tcp', 'ws'] as const) {
+    it(`2 ranks over ${transport} train like one process`, async () => {
+      const reference = await trainSingle(RUN);
+      const ranks = await runRanks(transport, 2);
+      expect(ranks.map((r) => r.rank)).toEqual([0, 1]);
+      reference.losses.forEach((loss, s) => {
+        const mean = (ranks[0]!.losses[s]! + ranks[1]!.losses[s]!) / 2;
+        expect(Math.abs(mean - loss)).toBeLessThanOrEqual(1e-5 * Math.max(1, loss));
+      });
+      for (const r of ranks) {
+        for (const [name, values] of reference.params) {
+          const got = r.params[name]!;
+          values.forEach((v, i) => {
+            expect(Math.abs(got[i]! - v), name).toBeLessThanOrEqual(
+              1e-5 * Math.max(1, Math.abs(v)),
+            );
+          });
+        }
+      }
+    });
+  }
+});

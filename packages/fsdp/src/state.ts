@@ -1,0 +1,57 @@
+import type { FullyShardedDataParallel } from './fully-sharded.js';
+
+/**
+ * What the root shares with every unit under it, made by the root's lazy init on its first forward
+ * (fairscale's `_lazy_init` / PyTorch FSDP2's `FSDPState`): the units, the order their forwards ran
+ * in on the first iteration (the prefetch order), whether gradients are synchronized (`noSync`), the
+ * end-of-backward callback queued once per backward, and the reductions it waits for.
+ */
+export class FsdpSharedState {
+  /** Every unit under the root, the root first, in module pre-order. */
+  readonly units: FullyShardedDataParallel[];
+  /** Units in the order their forward started, recorded on the first iteration. */
+  readonly forwardOrder: FullyShardedDataParallel[] = [];
+  private recording = true;
+  /** False inside `noSync`: gradients accumulate unreduced. */
+  requireSync = true;
+  /** Whether this backward's end-of-backward callback is queued. */
+  finalCallbackQueued = false;
+  /** Reductions issued during this backward, awaited by the end-of-backward callback. */
+  readonly pending: Promise<void>[] = [];
+
+  constructor(
+    readonly root: FullyShardedDataParallel,
+    units: FullyShardedDataParallel[],
+  ) {
+    this.units = units;
+  }
+
+  /** Note that `unit`'s forward started (first iteration only). */
+  recordForward(unit: FullyShardedDataParallel): void {
+    if (this.recording && !this.forwardOrder.includes(unit)) this.forwardOrder.push(unit);
+  }
+
+  /** The first backward ended: the forward order is fixed from now on. */
+  stopRecording(): void {
+    this.recording = false;
+  }
+
+  /** The unit whose forward follows `unit`'s, or null. */
+  nextInForward(unit: FullyShardedDataParallel): FullyShardedDataParallel | null {
+    const i = this.forwardOrder.indexOf(unit);
+    return i < 0 ? null : (this.forwardOrder[i + 1] ?? null);
+  }
+
+  /** The unit whose backward follows `unit`'s (the one before it in forward order), or null. */
+  nextInBackward(unit: FullyShardedDataParallel): FullyShardedDataParallel | null {
+    const i = this.forwardOrder.indexOf(unit);
+    return i <= 0 ? null : (this.forwardOrder[i - 1] ?? null);
+  }
+
+  /** Non-root units whose full parameters are gathered or being gathered. */
+  gatheredCount(): number {
+    let n = 0;
+    for (const u of this.units) if (u !== this.root && u.paramGroup.isUnshardedOrGathering) n++;
+    return n;
+  }
+}
