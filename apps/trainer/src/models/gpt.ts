@@ -95,11 +95,14 @@ class Block extends Module<[Tensor], Tensor> {
   }
 }
 
-/** What `GPT.forward` returns: logits [B, T, vocab] and, given targets, the mean loss. */
-export interface GPTOutput {
+/**
+ * What `GPT.forward` returns: logits [B, T, vocab] and, given targets, the mean loss. A type
+ * alias, not an interface, so that `tidy` accepts it as a result.
+ */
+export type GPTOutput = {
   logits: Tensor;
   loss: Tensor | null;
-}
+};
 
 /**
  * nanoGPT's GPT (Karpathy), with PyTorch's parameter names, so its checkpoints load as they are:
@@ -190,11 +193,8 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
     return pos;
   }
 
-  /**
-   * idx: token ids i32 [B, T] with T <= blockSize; targets: i32 [B, T] or null. The loss is the
-   * mean cross entropy over all positions, targets of -1 ignored (nanoGPT's `ignore_index=-1`).
-   */
-  forward(idx: Tensor, targets: Tensor | null = null): GPTOutput {
+  /** The ids' [B, T], after checking them against the block size. */
+  private checkIds(idx: Tensor): [number, number] {
     if (idx.rank !== 2 || idx.shape[1]! > this.config.blockSize) {
       throw new ShapeError(
         'GPT',
@@ -202,19 +202,62 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
         `expected ids [B, T] with T <= ${this.config.blockSize}`,
       );
     }
-    const [b, t] = idx.shape as [number, number];
+    return idx.shape as [number, number];
+  }
+
+  /** Token plus position embeddings, then dropout: the input of the first block. */
+  private embed(idx: Tensor, pos: Tensor): Tensor {
+    return this.drop.call(add(this.wte.call(idx), this.wpe.call(pos)));
+  }
+
+  /** ln_f, lm_head and, given targets, the mean cross entropy. */
+  private head(x: Tensor, b: number, t: number, targets: Tensor | null): GPTOutput {
+    const logits = this.lmHead.call(this.lnF.call(x));
+    if (targets === null) return { logits, loss: null };
+    const loss = crossEntropy(
+      reshape(logits, [b * t, this.config.vocabSize]),
+      reshape(targets, [b * t]),
+      { ignoreIndex: -1 },
+    );
+    return { logits, loss };
+  }
+
+  /**
+   * idx: token ids i32 [B, T] with T <= blockSize; targets: i32 [B, T] or null. The loss is the
+   * mean cross entropy over all positions, targets of -1 ignored (nanoGPT's `ignore_index=-1`).
+   */
+  forward(idx: Tensor, targets: Tensor | null = null): GPTOutput {
+    const [b, t] = this.checkIds(idx);
     const pos = this.positionIds(t, idx.backend);
     return tidy(() => {
-      let x = this.drop.call(add(this.wte.call(idx), this.wpe.call(pos)));
+      let x = this.embed(idx, pos);
       for (const block of this.blocks) x = block.call(x);
-      const logits = this.lmHead.call(this.lnF.call(x));
-      if (targets === null) return { logits, loss: null };
-      const loss = crossEntropy(
-        reshape(logits, [b * t, this.config.vocabSize]),
-        reshape(targets, [b * t]),
-        { ignoreIndex: -1 },
-      );
-      return { logits, loss };
+      return this.head(x, b, t, targets);
     });
+  }
+
+  /**
+   * [Note: the GPT's async forward]
+   * `forward`, with each block awaited: a block wrapped by FSDP returns a promise (it all-gathers
+   * its parameters first), and `tidy` is synchronous, so it cannot span the awaits. The embedding
+   * and the head run in their own `tidy` scopes; between blocks each block's input is freed as
+   * soon as the block has returned its output (autograd keeps what it saved). The ops and their
+   * order are those of `forward`, so the numbers are bit-identical (gpt-async.test.ts).
+   */
+  async forwardAsync(idx: Tensor, targets: Tensor | null = null): Promise<GPTOutput> {
+    const [b, t] = this.checkIds(idx);
+    const pos = this.positionIds(t, idx.backend);
+    let x = tidy(() => this.embed(idx, pos));
+    try {
+      for (const block of this.blocks) {
+        const next = await (block.call(x) as Tensor | Promise<Tensor>);
+        if (next !== x) x.free();
+        x = next;
+      }
+      const last = x;
+      return tidy(() => this.head(last, b, t, targets));
+    } finally {
+      x.free();
+    }
   }
 }
