@@ -238,6 +238,6 @@ export {
   splitU64,
 } from './random/philox.js';
 export { createCpuBackend, getDefaultBackend, setDefaultBackend } from './runtime.js';
-export { keep, tidy } from './scope.js';
+export { keep, tidy, tidyAsync } from './scope.js';
 export { checkShape, shapeSize, Storage, Tensor, toHostArray } from './tensor.js';
 export type { GradNodeLike } from './tensor.js';
