@@ -50,7 +50,7 @@ describe('resharding after forward', () => {
   }
 
   it('under noGrad the root frees its full parameters too (no backward will come)', async () => {
-    await onLocalRanks(1, async (group, backend) => {
+    await onLocalRanks(2, async (group, backend) => {
       const net = new Net(SMALL, backend);
       const [x, y] = batchFor(backend, group.rank);
       const model = wrapNet(net, group, { reshardAfterForward: false }, true);
