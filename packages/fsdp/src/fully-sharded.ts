@@ -411,9 +411,10 @@ export class FullyShardedDataParallel<
     if (flat === null) return;
     this.trainingState = 'BACKWARD_POST';
     if (!this.requireGradSync) return;
-    const done = this.paramGroup.reduceGrads(flat);
+    const shared = this.shared!;
+    const done = this.paramGroup.reduceGrads(flat, (f, g, s) => shared.bucketer.reduce(f, g, s));
     done.catch(() => {});
-    this.shared!.pending.push(done);
+    shared.pending.push(done);
   }
 
   /** The root's end-of-backward callback; see [Note: FSDP and autograd], step 4. */
@@ -425,11 +426,14 @@ export class FullyShardedDataParallel<
         if (!unit.requireGradSync) continue;
         for (const flat of unit.paramGroup.flatParams) {
           if (flat.fullGrad === null) continue;
-          const done = unit.paramGroup.reduceGrads(flat);
+          const done = unit.paramGroup.reduceGrads(flat, (f, g, s) =>
+            shared.bucketer.reduce(f, g, s),
+          );
           done.catch(() => {});
           shared.pending.push(done);
         }
       }
+      shared.bucketer.flush();
       await Promise.all(shared.pending);
     } finally {
       shared.pending.length = 0;
