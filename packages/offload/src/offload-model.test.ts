@@ -168,6 +168,31 @@ describeBackends('OffloadModel on the device', (ctx) => {
   });
 });
 
+describe('OffloadModel gradients', () => {
+  it('accumulate on the host across backward calls, as .grad does without offload', async () => {
+    const device = createCpuBackend();
+    const plain = makeModel(device).eval();
+    for (let step = 0; step < 2; step++) {
+      const { x, y } = batchOf(device, step);
+      await mseLoss(plain.call(x), y).backward();
+    }
+    const host = createCpuBackend();
+    const model = new OffloadModel(makeModel(device), {
+      device,
+      offloadDevice: host,
+      numSlices: 3,
+      numMicrobatches: 2,
+    }).eval();
+    for (let step = 0; step < 2; step++) {
+      const { x, y } = batchOf(device, step);
+      await mseLoss(await model.forward(x), y).backward();
+    }
+    const grads = (ps: Tensor[]) => valuesOf(ps.map((p) => p.grad!));
+    for (const p of model.parameters()) expect(p.grad?.backend).toBe(host);
+    expectRelClose(await grads(model.parameters()), await grads(plain.parameters()));
+  });
+});
+
 describe('OffloadModel errors', () => {
   const device = createCpuBackend();
   const host = createCpuBackend();
