@@ -22,7 +22,7 @@ import {
 import { MicrobatchError, OffloadConfigError, OffloadError, SliceTooLargeError } from './errors.js';
 import { HostStore } from './host-store.js';
 import { layerDeviceBytes, planSlices, type Slice, type SlicePlan } from './slice-plan.js';
-import { type TransferQueue as Transfers, TransferQueue, type TransferStats } from './transfer.js';
+import { TransferQueue, type TransferStats } from './transfer.js';
 
 type RngState = { seed: number; offset: number };
 
@@ -105,7 +105,7 @@ function isTensorValue(v: unknown): v is Tensor {
 export class OffloadModel {
   readonly options: ResolvedOffloadOptions;
   readonly plan: SlicePlan;
-  private readonly transfers: Transfers;
+  private readonly transfers: TransferQueue;
   private readonly store = new HostStore();
   private offloaded: Promise<void> | undefined;
   private pending: Pending | undefined;
@@ -250,6 +250,8 @@ export class OffloadModel {
     for (const slice of slices) {
       const i = slice.index;
       await this.transfers.wait(i);
+      // The previous slice's download is done before the next upload starts: two slices at most.
+      if (i > 0) await this.transfers.wait(i - 1);
       if (i + 1 < slices.length && prefetch) this.upload(i + 1, false);
       const record: SliceRecord = { leaves: [], outputs: [], states: [] };
       const outputs: Tensor[] = [];
@@ -327,6 +329,7 @@ export class OffloadModel {
       const slice = slices[i]!;
       const record = pending.records[i]!;
       await this.transfers.wait(i);
+      if (i < last) await this.transfers.wait(i + 1);
       if (prefetch && i > 0) this.upload(i - 1, true, leavesOf(i - 1));
       const inputGrads: (Tensor | null)[] = [];
       const generators = generatorsOf(slice);

@@ -63,7 +63,9 @@ export function balancedCut(counts: readonly number[], k: number): number[] {
     for (let i = j; i <= n; i++) {
       for (let s = j - 1; s < i; s++) {
         const cost = Math.max(best[j - 1]![s]!, prefix[i]! - prefix[s]!);
-        if (cost < best[j]![i]!) {
+        // On ties the last part starts as late as possible: a layer without parameters (an
+        // activation) stays in the slice of the layer before it.
+        if (cost <= best[j]![i]!) {
           best[j]![i] = cost;
           from[j]![i] = s;
         }

@@ -1,6 +1,6 @@
-import { type Backend, moveTensors_, type Tensor } from '@webshard/tensor-core';
+import { type Backend, bytesPerElement, moveTensors_, type Tensor } from '@webshard/tensor-core';
 
-/** Bytes moved each way since the queue was made, and the transfers started. */
+/** Bytes of the tensors moved each way (with their gradients) and the transfers made. */
 export interface TransferStats {
   uploadedBytes: number;
   downloadedBytes: number;
@@ -15,7 +15,7 @@ function bytesOf(tensors: readonly Tensor[]): number {
     for (const x of [t, t.grad]) {
       if (x === null || seen.has(x) || x.isFreed) continue;
       seen.add(x);
-      bytes += x.storage().raw.byteSize;
+      bytes += x.size * bytesPerElement(x.dtype);
     }
   }
   return bytes;
