@@ -38,6 +38,23 @@ describeBackends('moveTo_ between a host and a device', (ctx) => {
     expect(Array.from(await w.read())).toEqual([1, 2, 3, 4, 5, 6]);
   });
 
+  it('moves 16-bit views at odd offsets with their flat buffer, bits unchanged', async () => {
+    const host = createCpuBackend();
+    const device = ctx.backend;
+    for (const dtype of ['f16', 'bf16'] as const) {
+      const flat = Tensor.empty(host, [7], dtype).write([0.5, -1.25, 3, 7.5, -0.125, 2, 9]);
+      const odd = flat.view([3], 1);
+      const tail = flat.view([3], 4);
+      const bits = Array.from(await flat.readRaw());
+      await moveTensors_([odd, flat, tail], device);
+      expect(Array.from(await flat.readRaw())).toEqual(bits);
+      expect(Array.from(await odd.read())).toEqual([-1.25, 3, 7.5]);
+      await moveTensors_([odd, tail, flat], host);
+      expect(Array.from(await tail.read())).toEqual([-0.125, 2, 9]);
+      expect(Array.from(await flat.readRaw())).toEqual(bits);
+    }
+  });
+
   it('a graph recorded on the device follows the parameter to the host and back', async () => {
     const host = createCpuBackend();
     const device = ctx.backend;
