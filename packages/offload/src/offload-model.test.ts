@@ -193,6 +193,28 @@ describe('OffloadModel gradients', () => {
   });
 });
 
+describe('OffloadModel input gradients', () => {
+  for (const checkpointActivation of [false, true]) {
+    it(`reach an input that requires grad (checkpointing ${checkpointActivation ? 'on' : 'off'})`, async () => {
+      const device = createCpuBackend();
+      const plainX = batchOf(device, 0).x;
+      plainX.requiresGrad = true;
+      await mseLoss(makeModel(device).eval().call(plainX), batchOf(device, 0).y).backward();
+      const model = new OffloadModel(makeModel(device), {
+        device,
+        offloadDevice: createCpuBackend(),
+        numSlices: 3,
+        numMicrobatches: 3,
+        checkpointActivation,
+      }).eval();
+      const x = batchOf(device, 0).x;
+      x.requiresGrad = true;
+      await mseLoss(await model.forward(x), batchOf(device, 0).y).backward();
+      expectRelClose(Array.from(await x.grad!.read()), Array.from(await plainX.grad!.read()));
+    });
+  }
+});
+
 describe('OffloadModel errors', () => {
   const device = createCpuBackend();
   const host = createCpuBackend();
@@ -238,6 +260,16 @@ describe('OffloadModel errors', () => {
     expect((error as Error).message).toBe(
       "[forward] numMicrobatches 5 does not divide the batch of 12 (the input's first dimension)",
     );
+  });
+
+  it('an input that requires grad but is not on the device', async () => {
+    const model = new OffloadModel(makeModel(device), { device, offloadDevice: host });
+    const x = batchOf(host, 0).x;
+    x.requiresGrad = true;
+    await expect(model.forward(x)).rejects.toMatchObject({
+      name: 'OffloadConfigError',
+      option: 'input',
+    });
   });
 
   it('a layer that alone passes the device limit, named with the bytes it needs', () => {
@@ -328,4 +360,3 @@ describe('OffloadModel under an emulated device limit', () => {
     await expect(trainStep(SMALLEST_FIT - 1, true)).rejects.toThrow(OutOfMemoryError);
   });
 });
-
