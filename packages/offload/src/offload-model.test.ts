@@ -158,11 +158,25 @@ describeBackends('OffloadModel on the device', (ctx) => {
 
   it('optimizerOnDevice steps each slice on the device with the same result', async () => {
     const plain = await trainPlain(ctx.backend);
-    const off = await trainOffloaded(
-      ctx.backend,
-      { numSlices: 3, numMicrobatches: 1, checkpointActivation: true },
-      { optimizerOnDevice: true },
-    );
+    const device = ctx.backend;
+    const adam = device.adam;
+    let deviceSteps = 0;
+    device.adam = (...args) => {
+      deviceSteps++;
+      adam.apply(device, args);
+    };
+    let off: Awaited<ReturnType<typeof trainOffloaded>>;
+    try {
+      off = await trainOffloaded(
+        device,
+        { numSlices: 3, numMicrobatches: 1, checkpointActivation: true },
+        { optimizerOnDevice: true },
+      );
+    } finally {
+      device.adam = adam;
+    }
+    // Six parameters, three steps, every update on the device.
+    expect(deviceSteps).toBe(18);
     expectRelClose(off.losses, plain.losses);
     expectRelClose(off.params, plain.params);
   });

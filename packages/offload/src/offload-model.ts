@@ -20,6 +20,7 @@ import {
   resolveOptions,
 } from './api.js';
 import { MicrobatchError, OffloadConfigError, OffloadError, SliceTooLargeError } from './errors.js';
+import { type SteppableOptimizer, stepSlicesOnDevice } from './device-step.js';
 import { HostStore } from './host-store.js';
 import { layerDeviceBytes, planSlices, type Slice, type SlicePlan } from './slice-plan.js';
 import { TransferQueue, type TransferStats } from './transfer.js';
@@ -41,12 +42,6 @@ interface Pending {
   readonly input: Tensor | null;
 }
 
-/** An optimizer as `OffloadModel.step` drives it (tensor-core's `Adam`, `AdamW`, `SGD`). */
-export interface SteppableOptimizer {
-  readonly state: ReadonlyMap<Tensor, object>;
-  step(options?: StepOptions): unknown;
-}
-
 function generatorsOf(slice: Slice): Generator[] {
   const found = new Set<Generator>([getDefaultGenerator()]);
   for (const layer of slice.layers) {
@@ -56,20 +51,6 @@ function generatorsOf(slice: Slice): Generator[] {
     }
   }
   return [...found];
-}
-
-function stateTensors(optimizer: SteppableOptimizer, params: readonly Tensor[]): Tensor[] {
-  const out: Tensor[] = [];
-  for (const p of params) {
-    const state = optimizer.state.get(p);
-    if (state === undefined) continue;
-    for (const v of Object.values(state)) if (v !== p && isTensorValue(v)) out.push(v);
-  }
-  return out;
-}
-
-function isTensorValue(v: unknown): v is Tensor {
-  return typeof v === 'object' && v !== null && Symbol.for('webshard.tensor') in v;
 }
 
 /**
@@ -387,28 +368,6 @@ export class OffloadModel {
       optimizer.step(options);
       return;
     }
-    const all = this.parameters();
-    for (const slice of this.plan.slices) {
-      const mine = new Set(slice.params);
-      const held = new Map<Tensor, Tensor>();
-      for (const p of all) {
-        if (mine.has(p) || p.grad === null) continue;
-        held.set(p, p.grad);
-        p.grad = null;
-      }
-      try {
-        await moveTensors_(
-          [...slice.params, ...stateTensors(optimizer, slice.params)],
-          this.options.device,
-        );
-        optimizer.step(options);
-        await moveTensors_(
-          [...slice.params, ...stateTensors(optimizer, slice.params)],
-          this.options.offloadDevice,
-        );
-      } finally {
-        for (const [p, g] of held) p.grad = g;
-      }
-    }
+    await stepSlicesOnDevice(optimizer, this.plan.slices, this.options, options);
   }
 }
