@@ -75,6 +75,7 @@ export {
   NoAdapterError,
   OutOfMemoryError,
   ShapeError,
+  SharedStorageError,
   StateError,
   WebshardError,
 } from './errors.js';
@@ -95,6 +96,7 @@ export { SafetensorsError, safetensorsDType } from './io/safetensors-format.js';
 export type { SafetensorsEntry, SafetensorsHeader } from './io/safetensors-format.js';
 export { CachingAllocator, sizeClass } from './memory/caching-allocator.js';
 export type { Block, BufferFactory, MemoryStats } from './memory/caching-allocator.js';
+export { moveTensors_ } from './move.js';
 export { CausalSelfAttention } from './nn/attention.js';
 export type { CausalSelfAttentionOptions } from './nn/attention.js';
 export { ModuleDict, ModuleList, Sequential } from './nn/containers.js';
