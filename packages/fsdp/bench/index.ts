@@ -7,6 +7,7 @@ import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { launchThreads } from '@webshard/collectives/node';
 import type { GptConfig } from '../src/test-support/gpt.js';
 import type { StepJob, StepResult } from './shm-step.js';
+import { webgpuCopies } from './webgpu-copies.js';
 
 function option(name: string, fallback: string): string[] {
   const index = process.argv.indexOf(`--${name}`);
@@ -78,6 +79,34 @@ for (const world of worlds) {
       value: 100 * (1 - on.exposedMs / off.exposedMs),
       unit: '%',
     });
+  }
+}
+if (!process.argv.includes('--no-webgpu')) {
+  const copies = await webgpuCopies(CONFIG, ROWS, 4);
+  if (copies !== null) {
+    const name = 'GPT 4x96, 2 ranks (local), shards on the host, compute on WebGPU';
+    const MiB = 2 ** 20;
+    rows.push({ name, metric: 'step', value: copies.stepMs, unit: 'ms' });
+    rows.push({
+      name,
+      metric: 'host to device per step',
+      value: copies.hostToDevice / MiB,
+      unit: 'MiB',
+    });
+    rows.push({
+      name,
+      metric: 'device to host per step',
+      value: copies.deviceToHost / MiB,
+      unit: 'MiB',
+    });
+    rows.push({
+      name,
+      metric: 'flat parameters, full (f32)',
+      value: copies.fullBytes / MiB,
+      unit: 'MiB',
+    });
+  } else {
+    console.log('fsdp bench: no WebGPU adapter, the copies row is left out');
   }
 }
 writeBenchResults('fsdp', rows);
