@@ -43,13 +43,20 @@ function count(backend: Backend, totals: { up: number; down: number }): void {
   };
 }
 
+/** The copies of an FSDP step on WebGPU, or null where there is no adapter. */
 export async function webgpuCopies(
   config: GptConfig,
   rows: number,
   steps: number,
-): Promise<CopyCounts> {
+): Promise<CopyCounts | null> {
+  let devices: Backend[];
+  try {
+    devices = [await createWebGpuBackend(), await createWebGpuBackend()];
+  } catch (error) {
+    if (NoAdapterError.isInstance(error)) return null;
+    throw error;
+  }
   const groups = createLocalGroups(2, { timeoutMs: 120_000 });
-  const devices = await Promise.all(groups.map(() => createWebGpuBackend()));
   try {
     const results = await Promise.all(
       groups.map(async (group) => {
