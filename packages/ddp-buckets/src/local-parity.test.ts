@@ -25,7 +25,7 @@ async function expectParity(size: number, job: ParityJob): Promise<ParityReport[
   const reports = await runLocal(size, job);
   const reference = await trainReference(job, size, backend);
   for (const report of reports) {
-    expect(maxRelativeDifference(report.params, reference)).toBeLessThan(1e-6);
+    expect(maxRelativeDifference(report.params, reference.params)).toBeLessThan(1e-6);
   }
   return reports;
 }

@@ -9,6 +9,7 @@ import {
   Linear,
   matmul,
   mseLoss,
+  mul,
   ReLU,
   Sequential,
   type Tensor,
@@ -40,6 +41,8 @@ export interface ParityJob {
 /** What a rank reports. */
 export interface ParityReport {
   params: number[][];
+  /** The reduced gradients of the last step. */
+  grads: number[][];
   /** Bucket structure (parameter names) after each step. */
   buckets: string[][][];
 }
@@ -88,14 +91,28 @@ export function batch(
   };
 }
 
-function lossOf(model: (x: Tensor) => Tensor | Promise<Tensor>) {
-  return async (x: Tensor, y: Tensor): Promise<Tensor> => mseLoss(await model(x), y);
+function lossOf(model: (x: Tensor) => Tensor | Promise<Tensor>, scale = 1) {
+  return async (x: Tensor, y: Tensor): Promise<Tensor> => {
+    const loss = mseLoss(await model(x), y);
+    return scale === 1 ? loss : mul(loss, scale);
+  };
 }
 
 async function readParams(model: Sequential): Promise<number[][]> {
   const out: number[][] = [];
   for (const p of model.parameters()) out.push([...(await p.read())]);
   return out;
+}
+
+async function readGrads(model: Sequential): Promise<number[][]> {
+  const out: number[][] = [];
+  for (const p of model.parameters()) out.push(p.grad === null ? [] : [...(await p.grad.read())]);
+  return out;
+}
+
+/** AdamW keeps f32 parameters; 16-bit jobs compare gradients only (the optimizer does not step). */
+function optimizerFor(model: Sequential, dtype: 'f32' | 'f16'): AdamW | null {
+  return dtype === 'f32' ? new AdamW(model.parameters(), { lr: 0.01, weightDecay: 0.01 }) : null;
 }
 
 function freeze(model: Sequential): void {
@@ -124,11 +141,12 @@ export async function trainRank(
     ...job.options,
     ...(triggers === undefined ? {} : { allreduceTriggerParams: triggers }),
   });
-  const optimizer = new AdamW(model.parameters(), { lr: 0.01, weightDecay: 0.01 });
+  const optimizer = optimizerFor(model, dtype);
   const loss = lossOf((x) => ddp.call(x));
   const buckets: string[][][] = [];
   const accumulate = job.accumulate ?? 1;
   let step = 0;
+  let grads: number[][] = [];
   if (job.dieAt?.rank === group.rank) {
     // The first layer's weight is among the last gradients: the later buckets are in flight.
     model.parameters()[0]!.registerPostAccumulateGradHook(() => {
@@ -145,11 +163,12 @@ export async function trainRank(
       if (micro < accumulate - 1) await ddp.noSync(run);
       else await run();
     }
-    optimizer.step();
+    grads = await readGrads(model);
+    optimizer?.step();
     model.zeroGrad({ setToNone: true });
     buckets.push(ddp.bucketParameterNames());
   }
-  return { params: await readParams(model), buckets };
+  return { params: await readParams(model), grads, buckets };
 }
 
 /** The same training in one process on every rank's rows at once. */
@@ -157,22 +176,29 @@ export async function trainReference(
   job: ParityJob,
   worldSize: number,
   backend: Backend,
-): Promise<number[][]> {
+): Promise<Omit<ParityReport, 'buckets'>> {
   const dtype = job.dtype ?? 'f32';
   const model = makeModel(backend, dtype, 1);
-  const optimizer = new AdamW(model.parameters(), { lr: 0.01, weightDecay: 0.01 });
-  const loss = lossOf((x) => model.call(x));
+  if (job.unusedBias) {
+    const head = model.children()[4] as Linear;
+    head.forward = (x: Tensor) => matmul(x, transpose(head.weight, 0, 1));
+  }
+  const optimizer = optimizerFor(model, dtype);
+  // Summed instead of averaged over ranks: the sum of every rank's mean loss.
+  const loss = lossOf((x) => model.call(x), job.options?.gradientAverage === false ? worldSize : 1);
   const accumulate = job.accumulate ?? 1;
+  let grads: number[][] = [];
   for (let step = 0; step < job.steps; step++) {
     if (job.freezeAt === step) freeze(model);
     for (let micro = 0; micro < accumulate; micro++) {
       const { x, y } = batch(backend, dtype, step, micro, 0, worldSize * job.rows);
       await (await loss(x, y)).backward();
     }
-    optimizer.step();
+    grads = await readGrads(model);
+    optimizer?.step();
     model.zeroGrad({ setToNone: true });
   }
-  return readParams(model);
+  return { params: await readParams(model), grads };
 }
 
 /** The largest relative difference between two parameter lists (relative to max(|b|, 1e-2)). */
