@@ -46,7 +46,11 @@ describe('shm parity for every option (2 ranks)', () => {
   for (const [title, job] of jobs) {
     it(title, async () => {
       const reports = await expectParity(2, job);
-      if (job.options?.delayAllreduce) expect(reports[0]!.buckets[0]!.length).toBe(1);
+      const { buckets, allReduces } = reports[0]!;
+      if (job.options?.delayAllreduce) expect(buckets[0]!.length).toBe(1);
+      // The parameter check, one pass in the recording step, then one per bucket per step: the
+      // micro-batches inside noSync send nothing.
+      expect(allReduces).toBe(1 + 1 + (job.steps - 1) * buckets.at(-1)!.length);
       if (job.triggerWeights) {
         // Cut at every weight: the output layer's bias and weight, then one bucket per layer.
         expect(reports[0]!.buckets[0]).toEqual([

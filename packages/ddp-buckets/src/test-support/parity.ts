@@ -43,6 +43,8 @@ export interface ParityReport {
   params: number[][];
   /** The reduced gradients of the last step. */
   grads: number[][];
+  /** All-reduces this rank issued (construction's check included). */
+  allReduces: number;
   /** Bucket structure (parameter names) after each step. */
   buckets: string[][][];
 }
@@ -127,6 +129,12 @@ export async function trainRank(
   onExit: () => never = () => process.exit(3),
 ): Promise<ParityReport> {
   const dtype = job.dtype ?? 'f32';
+  let allReduces = 0;
+  const allReduce = group.allReduce.bind(group);
+  group.allReduce = (...args) => {
+    allReduces++;
+    return allReduce(...args);
+  };
   const model = makeModel(backend, dtype, 1 + group.rank);
   if (job.unusedBias) {
     // The output layer leaves its bias out of the forward, so the bias gets no gradient.
@@ -168,7 +176,7 @@ export async function trainRank(
     model.zeroGrad({ setToNone: true });
     buckets.push(ddp.bucketParameterNames());
   }
-  return { params: await readParams(model), grads, buckets };
+  return { params: await readParams(model), grads, allReduces, buckets };
 }
 
 /** The same training in one process on every rank's rows at once. */
@@ -176,7 +184,7 @@ export async function trainReference(
   job: ParityJob,
   worldSize: number,
   backend: Backend,
-): Promise<Omit<ParityReport, 'buckets'>> {
+): Promise<Omit<ParityReport, 'buckets' | 'allReduces'>> {
   const dtype = job.dtype ?? 'f32';
   const model = makeModel(backend, dtype, 1);
   if (job.unusedBias) {
