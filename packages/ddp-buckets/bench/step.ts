@@ -13,7 +13,7 @@ import {
   tensor,
   tidy,
 } from '@webshard/tensor-core';
-import { timeMedian } from '@webshard/bench';
+import { median, timeMedian } from '@webshard/bench';
 import { DistributedDataParallel } from '../src/index.js';
 
 /** One variant of the benchmark. */
@@ -32,13 +32,12 @@ export interface StepResult {
   ms: number;
   buckets: number;
   allReduceMs: number;
+  /** Median time the end of backward waited for communication (the part not overlapped). */
+  waitMs: number;
 }
 
 /** Median step time in ms on this rank (and how many buckets the plan made). */
-export async function benchStep(
-  group: ProcessGroup | null,
-  plan: StepPlan,
-): Promise<StepResult> {
+export async function benchStep(group: ProcessGroup | null, plan: StepPlan): Promise<StepResult> {
   const backend = createCpuBackend();
   const generator = new Generator(1);
   const layers: Module<[Tensor], Tensor>[] = [];
@@ -63,10 +62,12 @@ export async function benchStep(
     Array.from({ length: plan.rows * plan.width }, (_, i) => Math.cos(i)),
     { backend, shape: [plan.rows, plan.width] },
   );
+  const waits: number[] = [];
   const step = async () => {
     const out = ddp === null ? model.call(x) : await ddp.call(x);
     const loss = tidy(() => mseLoss(out, y));
     await loss.backward();
+    if (ddp !== null) waits.push(ddp.lastReduceWaitMs);
     loss.free();
     out.free();
   };
@@ -74,9 +75,20 @@ export async function benchStep(
   // The communication alone: one all-reduce of every gradient, as delayAllreduce sends it.
   let allReduceMs = 0;
   if (group !== null) {
-    const flat = group.allocate('f32', model.parameters().reduce((n, p) => n + p.size, 0));
-    allReduceMs = await timeMedian(() => group.allReduce(flat).wait(), { warmup: 2, iterations: 9 });
+    const flat = group.allocate(
+      'f32',
+      model.parameters().reduce((n, p) => n + p.size, 0),
+    );
+    allReduceMs = await timeMedian(() => group.allReduce(flat).wait(), {
+      warmup: 2,
+      iterations: 9,
+    });
     group.free(flat);
   }
-  return { ms, buckets: ddp?.bucketParameterNames().length ?? 0, allReduceMs };
+  return {
+    ms,
+    buckets: ddp?.bucketParameterNames().length ?? 0,
+    allReduceMs,
+    waitMs: waits.length > 2 ? median(waits.slice(2)) : 0,
+  };
 }

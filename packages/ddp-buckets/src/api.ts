@@ -55,7 +55,11 @@ export function resolveOptions(options: DistributedDataParallelOptions): Resolve
     typeof group.allReduce !== 'function' ||
     typeof group.allocate !== 'function'
   ) {
-    throw new DdpArgumentError({ op: OP, rank: -1 }, 'group', 'options.group must be a ProcessGroup');
+    throw new DdpArgumentError(
+      { op: OP, rank: -1 },
+      'group',
+      'options.group must be a ProcessGroup',
+    );
   }
   const rank = group.rank;
   const fail = (option: string, detail: string): never => {
@@ -70,7 +74,10 @@ export function resolveOptions(options: DistributedDataParallelOptions): Resolve
   }
   const factor = options.gradientPredivideFactor ?? 1;
   if (!Number.isFinite(factor) || factor <= 0) {
-    fail('gradientPredivideFactor', `gradientPredivideFactor must be a positive number, got ${factor}`);
+    fail(
+      'gradientPredivideFactor',
+      `gradientPredivideFactor must be a positive number, got ${factor}`,
+    );
   }
   return {
     group,

@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { isPermutation, type PlanParam, planBuckets, planPerDType } from './bucket-plan.js';
 
-const p = (name: string, size: number, dtype: 'f32' | 'f16' = 'f32', trigger = false): PlanParam => ({
+const p = (
+  name: string,
+  size: number,
+  dtype: 'f32' | 'f16' = 'f32',
+  trigger = false,
+): PlanParam => ({
   name,
   dtype,
   size,
@@ -26,7 +31,10 @@ describe('planBuckets', () => {
 
   it('cuts at trigger parameters instead of by size', () => {
     const params = [p('a', 100), p('b', 1, 'f32', true), p('c', 100), p('d', 1)];
-    expect(planBuckets(params, [0, 1, 2, 3], 1).map((b) => b.params)).toEqual([[0, 1], [2, 3]]);
+    expect(planBuckets(params, [0, 1, 2, 3], 1).map((b) => b.params)).toEqual([
+      [0, 1],
+      [2, 3],
+    ]);
   });
 
   it('puts everything of a dtype in one bucket for the delayed reduction', () => {

@@ -62,7 +62,10 @@ export function planBuckets(
 }
 
 /** One bucket per dtype over every parameter, in `order` (delayAllreduce and refresh passes). */
-export function planPerDType(params: readonly PlanParam[], order: readonly number[]): PlannedBucket[] {
+export function planPerDType(
+  params: readonly PlanParam[],
+  order: readonly number[],
+): PlannedBucket[] {
   return planBuckets(
     params.map((p) => ({ ...p, trigger: false })),
     order,

@@ -90,7 +90,7 @@ export class Bucket {
    */
   unpack(scale: number, retain: boolean): void {
     const direct = retain ? null : this.params.map((p) => hostView(p.grad!));
-    if (direct !== null && direct.every((v) => v !== null)) {
+    if (direct?.every((v) => v !== null)) {
       this.params.forEach((p, i) => {
         const offset = this.offsets[i]!;
         const slice = this.host.subarray(offset, offset + p.size);
@@ -189,7 +189,10 @@ function convertInto(
   const read: (i: number) => number =
     from === 'f32'
       ? (i) => source[i]!
-      : ((decode) => (i: number) => decode(source[i]!))(decoders[from as 'f16' | 'bf16']);
+      : (
+          (decode) => (i: number) =>
+            decode(source[i]!)
+        )(decoders[from as 'f16' | 'bf16']);
   if (to === 'f32') {
     for (let i = 0; i < n; i++) target[offset + i] = read(i) * scale;
     return;

@@ -46,7 +46,11 @@ describe('bad input', () => {
 
   it('a module with no parameters', () => {
     expect(() => new DistributedDataParallel(new Empty(), { group: group! })).toThrow(
-      new DdpArgumentError({ op: 'DistributedDataParallel', rank: 0 }, 'module', 'Empty has no parameters to train'),
+      new DdpArgumentError(
+        { op: 'DistributedDataParallel', rank: 0 },
+        'module',
+        'Empty has no parameters to train',
+      ),
     );
   });
 
@@ -94,13 +98,17 @@ describe('construction', () => {
     const models = [model(), model()];
     const ddps = groups.map((group, r) => new DistributedDataParallel(models[r]!, { group }));
     await Promise.all(ddps.map((d) => d.ready));
-    const [a, b] = await Promise.all(models.map((m) => Promise.all(m.parameters().map((p) => p.read()))));
+    const [a, b] = await Promise.all(
+      models.map((m) => Promise.all(m.parameters().map((p) => p.read()))),
+    );
     expect(b).toEqual(a);
   });
 
   it('different parameters on two ranks fail both, naming the first differing one', async () => {
     const groups = createLocalGroups(2);
-    const ddps = groups.map((group, r) => new DistributedDataParallel(model(r === 0 ? 3 : 4), { group }));
+    const ddps = groups.map(
+      (group, r) => new DistributedDataParallel(model(r === 0 ? 3 : 4), { group }),
+    );
     const errors = await Promise.all(ddps.map((d) => d.ready.catch((e: unknown) => e)));
     for (const error of errors) {
       expect(DdpParameterMismatchError.isInstance(error)).toBe(true);
@@ -124,7 +132,9 @@ describe('construction', () => {
     const ddp = new DistributedDataParallel<[Tensor], Tensor>(model(), { group: group! });
     await ddp.ready;
     group!.abort('lost the cluster');
-    const error = await ddp.call(tensor([1, 2], { backend, shape: [1, 2] })).catch((e: unknown) => e);
+    const error = await ddp
+      .call(tensor([1, 2], { backend, shape: [1, 2] }))
+      .catch((e: unknown) => e);
     expect(DdpGroupAbortedError.isInstance(error)).toBe(true);
     expect(DdpError.isInstance(error)).toBe(true);
     expect((error as Error).message).toBe('[forward] rank 0: the process group was aborted');

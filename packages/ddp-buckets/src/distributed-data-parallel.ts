@@ -1,6 +1,16 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { type DType, Module, type RemovableHandle, type Tensor, queueCallback } from '@webshard/tensor-core';
-import { type DistributedDataParallelOptions, type ResolvedOptions, resolveOptions } from './api.js';
+import {
+  type DType,
+  Module,
+  type RemovableHandle,
+  type Tensor,
+  queueCallback,
+} from '@webshard/tensor-core';
+import {
+  type DistributedDataParallelOptions,
+  type ResolvedOptions,
+  resolveOptions,
+} from './api.js';
 import { Bucket, type BucketDType } from './bucket.js';
 import { isPermutation, type PlanParam, planBuckets, planPerDType } from './bucket-plan.js';
 import {
@@ -26,10 +36,10 @@ const NO_MISMATCH = 0x7fffffff;
  * parameters; `forward` waits for that, so call it with `await ddp.call(...)`.
  * See [Note: bucket order] and [Note: when each bucket goes].
  */
-export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = unknown> extends Module<
-  Args,
-  Promise<Awaited<Out>>
-> {
+export class DistributedDataParallel<
+  Args extends unknown[] = unknown[],
+  Out = unknown,
+> extends Module<Args, Promise<Awaited<Out>>> {
   readonly module: Module<Args, Out>;
   readonly group: ProcessGroup;
   /** Settles when the initial broadcast and the parameter check are done; rejects with their error. */
@@ -46,6 +56,7 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
   private recorded: number[] = [];
   private reducer: Reducer | null = null;
   private hooks: RemovableHandle[] = [];
+  private waitMs = 0;
 
   constructor(module: Module<Args, Out>, options: DistributedDataParallelOptions) {
     super();
@@ -75,6 +86,15 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
     this.ready.catch(() => {});
   }
 
+  /**
+   * Milliseconds the last synchronized backward spent at its end on communication: waiting for
+   * the buckets' all-reduces (and, with `delayAllreduce`, sending them) and writing them back. The
+   * communication that overlapped with backward is not in it.
+   */
+  get lastReduceWaitMs(): number {
+    return this.waitMs;
+  }
+
   /** Where the wrapper is in a training step. */
   get state(): DdpState {
     return this.stateValue;
@@ -93,7 +113,11 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
     await this.ready;
     this.assertUsable('forward');
     if (this.stateValue === 'backward') {
-      throw new DdpStateError(this.fields('forward'), 'backward', 'forward called while a backward is running');
+      throw new DdpStateError(
+        this.fields('forward'),
+        'backward',
+        'forward called while a backward is running',
+      );
     }
     this.syncThisStep = this.noSyncDepth === 0;
     if (this.syncThisStep && this.needsRefresh) this.replan();
@@ -142,7 +166,12 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
       throw new DdpGroupAbortedError(this.fields(op), this.failure ?? undefined);
     }
     if (this.stateValue === 'failed') {
-      throw new DdpStateError(this.fields(op), 'failed', 'the wrapper failed in an earlier step', this.failure);
+      throw new DdpStateError(
+        this.fields(op),
+        'failed',
+        'the wrapper failed in an earlier step',
+        this.failure,
+      );
     }
   }
 
@@ -154,7 +183,9 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
     const group = this.group;
     const described = [
       ...this.named.map(([n, p]) => `parameter ${n} [${p.shape.join(', ')}] ${p.dtype}`),
-      ...this.module.namedBuffers().map(([n, b]) => `buffer ${n} [${b.shape.join(', ')}] ${b.dtype}`),
+      ...this.module
+        .namedBuffers()
+        .map(([n, b]) => `buffer ${n} [${b.shape.join(', ')}] ${b.dtype}`),
     ];
     const bytes = new TextEncoder().encode(JSON.stringify(described));
     const length = Int32Array.of(bytes.length);
@@ -202,8 +233,13 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
     this.planned = params;
     this.refreshing = true;
     this.recorded = [];
-    this.hooks = params.map((p, index) => p.registerPostAccumulateGradHook(() => this.onGrad(p, index)));
-    const plan = planPerDType(this.planParams(params), params.map((_, i) => i));
+    this.hooks = params.map((p, index) =>
+      p.registerPostAccumulateGradHook(() => this.onGrad(p, index)),
+    );
+    const plan = planPerDType(
+      this.planParams(params),
+      params.map((_, i) => i),
+    );
     this.reducer = this.makeReducer(params, plan, 'at-end');
   }
 
@@ -227,7 +263,12 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
     const buckets = plan.map((b) => {
       const dtype = b.dtype as BucketDType;
       const comm: BucketDType = allreduceAlwaysFp32 ? 'f32' : dtype;
-      return new Bucket(this.group, b.params.map((i) => params[i]!), dtype, comm);
+      return new Bucket(
+        this.group,
+        b.params.map((i) => params[i]!),
+        dtype,
+        comm,
+      );
     });
     const post = gradientAverage ? factor / this.group.size : factor;
     return new Reducer(buckets, mode, 1 / factor, post, this.options.retainAllreduceBuffers);
@@ -264,7 +305,9 @@ export class DistributedDataParallel<Args extends unknown[] = unknown[], Out = u
           missing.map((p) => names.get(p) ?? String(p)),
         );
       }
+      const start = performance.now();
       await reducer.finish();
+      this.waitMs = performance.now() - start;
       if (this.refreshing) await this.rebuild();
     } catch (error) {
       this.stateValue = 'failed';

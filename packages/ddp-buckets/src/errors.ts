@@ -16,7 +16,11 @@ export class DdpError extends WebshardError {
   readonly op: string;
   readonly rank: number;
 
-  constructor(fields: DdpErrorFields, detail: string, options: { code?: string; cause?: unknown } = {}) {
+  constructor(
+    fields: DdpErrorFields,
+    detail: string,
+    options: { code?: string; cause?: unknown } = {},
+  ) {
     super(`[${fields.op}] rank ${fields.rank}: ${detail}`, {
       code: options.code ?? 'E_DDP',
       cause: options.cause,
@@ -42,7 +46,13 @@ export class DdpParameterMismatchError extends DdpError {
   readonly parameter: string;
   /** The lowest rank whose parameter differs from rank 0's. */
   readonly differingRank: number;
-  constructor(fields: DdpErrorFields, index: number, parameter: string, differingRank: number, detail: string) {
+  constructor(
+    fields: DdpErrorFields,
+    index: number,
+    parameter: string,
+    differingRank: number,
+    detail: string,
+  ) {
     super(fields, detail, { code: 'E_DDP_PARAMETER_MISMATCH' });
     this.index = index;
     this.parameter = parameter;

@@ -25,7 +25,11 @@ async function expectParity(size: number, job: ParityJob): Promise<ParityReport[
 describe('shm parity', () => {
   for (const size of [1, 2, 3, 4]) {
     it(`${size} rank(s): overlapped buckets train like one process on the whole batch`, async () => {
-      const [report] = await expectParity(size, { steps: 3, rows: 4, options: { messageSize: 40 } });
+      const [report] = await expectParity(size, {
+        steps: 3,
+        rows: 4,
+        options: { messageSize: 40 },
+      });
       // Several buckets, in the order gradients arrive (the output layer's first).
       expect(report!.buckets.at(-1)!.length).toBeGreaterThan(2);
       expect(report!.buckets.at(-1)![0]).toContain('4.bias');
@@ -37,10 +41,22 @@ describe('shm parity for every option (2 ranks)', () => {
   const jobs: [string, ParityJob][] = [
     ['delayAllreduce', { steps: 3, rows: 4, options: { delayAllreduce: true } }],
     ['allreduceTriggerParams', { steps: 3, rows: 4, triggerWeights: true }],
-    ['retainAllreduceBuffers', { steps: 3, rows: 4, options: { messageSize: 100, retainAllreduceBuffers: true } }],
-    ['allreduceAlwaysFp32 on f32', { steps: 3, rows: 4, options: { messageSize: 100, allreduceAlwaysFp32: true } }],
-    ['gradientAverage: false', { steps: 3, rows: 4, options: { messageSize: 100, gradientAverage: false } }],
-    ['gradientPredivideFactor', { steps: 3, rows: 4, options: { messageSize: 100, gradientPredivideFactor: 2 } }],
+    [
+      'retainAllreduceBuffers',
+      { steps: 3, rows: 4, options: { messageSize: 100, retainAllreduceBuffers: true } },
+    ],
+    [
+      'allreduceAlwaysFp32 on f32',
+      { steps: 3, rows: 4, options: { messageSize: 100, allreduceAlwaysFp32: true } },
+    ],
+    [
+      'gradientAverage: false',
+      { steps: 3, rows: 4, options: { messageSize: 100, gradientAverage: false } },
+    ],
+    [
+      'gradientPredivideFactor',
+      { steps: 3, rows: 4, options: { messageSize: 100, gradientPredivideFactor: 2 } },
+    ],
     ['noSync accumulation', { steps: 3, rows: 4, accumulate: 3, options: { messageSize: 100 } }],
   ];
   for (const [title, job] of jobs) {
@@ -63,7 +79,12 @@ describe('shm parity for every option (2 ranks)', () => {
   }
 
   it('freezing a parameter mid-training rebuilds the buckets', async () => {
-    const reports = await expectParity(2, { steps: 3, rows: 4, freezeAt: 1, options: { messageSize: 100 } });
+    const reports = await expectParity(2, {
+      steps: 3,
+      rows: 4,
+      freezeAt: 1,
+      options: { messageSize: 100 },
+    });
     const names = (step: number) => reports[0]!.buckets[step]!.flat();
     expect(names(0)).toContain('0.bias');
     expect(names(1)).not.toContain('0.bias');
@@ -72,7 +93,12 @@ describe('shm parity for every option (2 ranks)', () => {
 
   it('f16 gradients, with and without allreduceAlwaysFp32, match f16 training on the whole batch', async () => {
     for (const allreduceAlwaysFp32 of [false, true]) {
-      const job: ParityJob = { steps: 1, rows: 4, dtype: 'f16', options: { messageSize: 100, allreduceAlwaysFp32 } };
+      const job: ParityJob = {
+        steps: 1,
+        rows: 4,
+        dtype: 'f16',
+        options: { messageSize: 100, allreduceAlwaysFp32 },
+      };
       const outcomes = await runShm(2, job);
       const reference = await trainReference(job, 2, backend);
       for (const outcome of outcomes) {
@@ -87,7 +113,12 @@ describe('shm parity for every option (2 ranks)', () => {
 
 describe('shm failures', () => {
   it('a parameter that gets no gradient fails every rank naming it', async () => {
-    const outcomes = await runShm(2, { steps: 2, rows: 4, unusedBias: true, options: { messageSize: 100 } });
+    const outcomes = await runShm(2, {
+      steps: 2,
+      rows: 4,
+      unusedBias: true,
+      options: { messageSize: 100 },
+    });
     for (const outcome of outcomes) {
       expect(outcome.status).toBe('rejected');
       const { error } = outcome as { error: { name: string; message: string } };
@@ -97,7 +128,11 @@ describe('shm failures', () => {
   });
 
   it('a rank killed mid-backward makes the others fail naming it', async () => {
-    const outcomes = await runShm(2, { steps: 3, rows: 4, dieAt: { rank: 1, step: 1 }, options: { messageSize: 100 } }, 5_000);
+    const outcomes = await runShm(
+      2,
+      { steps: 3, rows: 4, dieAt: { rank: 1, step: 1 }, options: { messageSize: 100 } },
+      5_000,
+    );
     expect(outcomes[1]!.status).toBe('exited');
     expect(outcomes[0]!.status).toBe('rejected');
     const { error } = outcomes[0] as { error: { name: string; message: string } };

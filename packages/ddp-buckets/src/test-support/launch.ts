@@ -18,7 +18,11 @@ function tsxBootstrap(file: string): string {
 }
 
 /** Runs the job on `size` shm ranks (worker threads). */
-export function runShm(size: number, job: ParityJob, timeoutMs = 20_000): Promise<ShmRankOutcome<ParityReport>[]> {
+export function runShm(
+  size: number,
+  job: ParityJob,
+  timeoutMs = 20_000,
+): Promise<ShmRankOutcome<ParityReport>[]> {
   return launchThreads<ParityJob, ParityReport>(size, tsxBootstrap('shm-rank-worker.ts'), job, {
     eval: true,
     execArgv: ['--conditions=@webshard/source'],
@@ -46,7 +50,14 @@ export function runProcesses(
   return new Promise((resolve) => {
     const child = spawn(
       process.execPath,
-      [...webshardRun(), '--nproc-per-node', String(size), join(here, 'net-rank.ts'), backend, JSON.stringify(job)],
+      [
+        ...webshardRun(),
+        '--nproc-per-node',
+        String(size),
+        join(here, 'net-rank.ts'),
+        backend,
+        JSON.stringify(job),
+      ],
       {
         env: { ...process.env, NODE_OPTIONS: '--conditions=@webshard/source' },
         stdio: ['ignore', 'pipe', 'pipe'],
