@@ -24,10 +24,10 @@ function option(name: string, fallback: string): string[] {
 const transports = option('transports', 'shm,tcp');
 const base: Omit<StepPlan, 'mode'> = {
   layers: Number(option('layers', '8')[0]),
-  width: Number(option('width', '1024')[0]),
+  width: Number(option('width', '512')[0]),
   rows: Number(option('rows', '4')[0]),
-  messageSize: Number(option('message-size', String(1024 * 1024 + 1024))[0]),
-  iterations: Number(option('iterations', '7')[0]),
+  messageSize: Number(option('message-size', String(512 * 512 + 512))[0]),
+  iterations: Number(option('iterations', '9')[0]),
 };
 
 async function shm(plan: StepPlan): Promise<StepResult> {

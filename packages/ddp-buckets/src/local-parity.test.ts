@@ -1,5 +1,6 @@
 import { createLocalGroups } from '@webshard/collectives';
-import { createCpuBackend } from '@webshard/tensor-core';
+import { type Backend, createCpuBackend } from '@webshard/tensor-core';
+import { describeBackends } from '@webshard/tensor-core/testing';
 import { describe, expect, it } from 'vitest';
 import {
   maxRelativeDifference,
@@ -11,19 +12,27 @@ import {
 
 const backend = createCpuBackend();
 
-async function runLocal(size: number, job: ParityJob): Promise<ParityReport[]> {
+async function runLocal(
+  size: number,
+  job: ParityJob,
+  on: Backend = backend,
+): Promise<ParityReport[]> {
   const groups = createLocalGroups(size, { timeoutMs: 10_000 });
   try {
     // Every rank's forward and backward run concurrently in this one thread, as on `local` they do.
-    return await Promise.all(groups.map((group) => trainRank(group, job, backend)));
+    return await Promise.all(groups.map((group) => trainRank(group, job, on)));
   } finally {
     await Promise.all(groups.map((g) => g.close()));
   }
 }
 
-async function expectParity(size: number, job: ParityJob): Promise<ParityReport[]> {
-  const reports = await runLocal(size, job);
-  const reference = await trainReference(job, size, backend);
+async function expectParity(
+  size: number,
+  job: ParityJob,
+  on: Backend = backend,
+): Promise<ParityReport[]> {
+  const reports = await runLocal(size, job, on);
+  const reference = await trainReference(job, size, on);
   for (const report of reports) {
     expect(maxRelativeDifference(report.params, reference.params)).toBeLessThan(1e-6);
   }
@@ -32,9 +41,17 @@ async function expectParity(size: number, job: ParityJob): Promise<ParityReport[
 
 const base: ParityJob = { steps: 3, rows: 4, options: { messageSize: 40 } };
 
-describe('local, one rank', () => {
+describeBackends('local, one rank', (ctx) => {
   it('trains like plain training', async () => {
-    await expectParity(1, base);
+    await expectParity(1, base, ctx.backend);
+  });
+
+  it('with retained buffers and every gradient in one bucket', async () => {
+    await expectParity(
+      1,
+      { ...base, options: { retainAllreduceBuffers: true, messageSize: 1e9 } },
+      ctx.backend,
+    );
   });
 });
 
