@@ -141,6 +141,32 @@ describe('construction', () => {
   });
 });
 
+describe('allreduceAlwaysFp32', () => {
+  for (const always of [false, true]) {
+    it(`f16 gradients travel as ${always ? 'f32' : 'f16'}`, async () => {
+      const [group] = createLocalGroups(1);
+      const m = new Sequential(new Linear(2, 1, { backend, dtype: 'f16' }));
+      const sent: string[] = [];
+      const allReduce = group!.allReduce.bind(group!);
+      group!.allReduce = (data, options) => {
+        sent.push(data.constructor.name);
+        return allReduce(data, options);
+      };
+      const ddp = new DistributedDataParallel<[Tensor], Tensor>(m, {
+        group: group!,
+        allreduceAlwaysFp32: always,
+      });
+      const x = tensor([1, 2], { backend, dtype: 'f16', shape: [1, 2] });
+      await mseLoss(
+        await ddp.call(x),
+        tensor([1], { backend, dtype: 'f16', shape: [1, 1] }),
+      ).backward();
+      // The construction check (an Int32Array), then the gradients.
+      expect(sent).toEqual(['Int32Array', always ? 'Float32Array' : 'Uint16Array']);
+    });
+  }
+});
+
 describe('Bucket', () => {
   it('retainAllreduceBuffers makes the gradients views of one flat tensor', async () => {
     const [group] = createLocalGroups(1);

@@ -39,7 +39,7 @@ describe('shm parity', () => {
 
 describe('shm parity for every option (2 ranks)', () => {
   const jobs: [string, ParityJob][] = [
-    ['delayAllreduce', { steps: 3, rows: 4, options: { delayAllreduce: true } }],
+    ['delayAllreduce', { steps: 3, rows: 4, options: { delayAllreduce: true, messageSize: 40 } }],
     ['allreduceTriggerParams', { steps: 3, rows: 4, triggerWeights: true }],
     [
       'retainAllreduceBuffers',
