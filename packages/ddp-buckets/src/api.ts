@@ -1,4 +1,5 @@
 import type { ProcessGroup } from '@webshard/collectives';
+import type { Tensor } from '@webshard/tensor-core';
 import { DdpArgumentError } from './errors.js';
 
 /** Options of `DistributedDataParallel`; each has apex's meaning (see the README). */
@@ -15,7 +16,7 @@ export interface DistributedDataParallelOptions {
    * Parameters whose gradients, when ready, close the current bucket (apex's
    * `allreduce_trigger_params`): buckets are cut there instead of by `messageSize`.
    */
-  allreduceTriggerParams?: readonly import('@webshard/tensor-core').Tensor[];
+  allreduceTriggerParams?: readonly Tensor[];
   /** After the reduction, gradients are views of the bucket's reduced flat tensor. Default false. */
   retainAllreduceBuffers?: boolean;
   /** Reduce f16 and bf16 gradients in an f32 bucket. Default false. */
@@ -34,7 +35,7 @@ export interface ResolvedOptions {
   readonly group: ProcessGroup;
   readonly messageSize: number;
   readonly delayAllreduce: boolean;
-  readonly allreduceTriggerParams: ReadonlySet<import('@webshard/tensor-core').Tensor> | null;
+  readonly allreduceTriggerParams: ReadonlySet<Tensor> | null;
   readonly retainAllreduceBuffers: boolean;
   readonly allreduceAlwaysFp32: boolean;
   readonly gradientAverage: boolean;

@@ -23,15 +23,21 @@ describeBackends('Bucket', (ctx) => {
     ['f16', 'f16'],
     ['f16', 'f32'],
   ] as const) {
-    it(`averages ${dtype} gradients over two ranks in a ${comm} buffer, reading the device once per bucket`, async () => {
+    it(`averages ${dtype} gradients over two ranks in a ${comm} buffer, reading and writing the device once per bucket`, async () => {
       const { backend } = ctx;
       const groups = createLocalGroups(2);
       const params = groups.map((_, r) => rankParams(backend, r, dtype));
       const read = backend.read.bind(backend);
+      const write = backend.write.bind(backend);
       let reads = 0;
+      let writes = 0;
       backend.read = (t) => {
         reads++;
         return read(t);
+      };
+      backend.write = (t, data) => {
+        writes++;
+        write(t, data);
       };
       try {
         const buckets = groups.map((g, r) => new Bucket(g, params[r]!, dtype, comm));
@@ -40,9 +46,11 @@ describeBackends('Bucket', (ctx) => {
         for (const b of buckets) b.unpack(0.5, false);
       } finally {
         backend.read = read;
+        backend.write = write;
       }
-      // Host memory is used in place on the CPU; a device is read once per bucket per rank.
-      expect(reads).toBe(backend.kind === 'cpu' ? 0 : 2);
+      // Host memory is used in place on the CPU; a device is read and written once per bucket and
+      // rank (two ranks here), not once per parameter.
+      expect([reads, writes]).toEqual(backend.kind === 'cpu' ? [0, 0] : [2, 2]);
       for (const rankParamsOf of params) {
         for (const [k, p] of rankParamsOf.entries()) {
           const expected = Array.from({ length: p.size }, (_, i) => 1.5 * (i + 1 + k));
