@@ -79,7 +79,8 @@ let nextTensorId = 1;
  * parameter. `free()` drops the reference and marks the tensor freed: any later use throws
  * `FreedTensorError` naming the tensor. `reallocate()` gives a freed (or live) tensor fresh storage
  * of its size, and `setData(other)` (or `t.data = other`, as in PyTorch) points it at another
- * tensor's storage (FSDP swapping a parameter between its full and sharded storage). Autograd
+ * tensor's storage of the same shape (FSDP pointing a parameter at its view of the gathered flat
+ * buffer; its shard is a separate 1-D tensor). Autograd
  * reads a parameter's storage at the moment backward needs it, so swapping storage under a graph
  * is allowed.
  */
