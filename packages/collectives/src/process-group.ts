@@ -34,6 +34,7 @@ import {
   type CollectiveData,
   type CommDType,
   describeOperand,
+  directView,
   elementBytes,
   hostOperand,
   narrow,
@@ -118,6 +119,19 @@ export class Work<T = void> {
   get isCompleted(): boolean {
     return this.settled;
   }
+}
+
+/**
+ * Whether a reduce-scatter's input and output can take the registered path: both are host memory
+ * (arrays, or CPU tensors over host memory) and the output does not lie inside the input, which
+ * other ranks read while this rank writes it.
+ */
+function registeredShards(input: OperandInfo, output: OperandInfo): boolean {
+  const view = (info: OperandInfo) =>
+    info.data instanceof Tensor ? directView(info.data, info.dtype) : info.data;
+  const a = view(input);
+  const b = view(output);
+  return a !== null && b !== null && !overlaps(bytesOf(a), bytesOf(b));
 }
 
 /** The lifecycle of a group. `aborted` and `closed` are final. */
@@ -565,9 +579,11 @@ export class ProcessGroup {
    */
   private registeredOffset(info: OperandInfo, anyDtype = false): number {
     const arena = this.registeredArena();
-    const { data } = info;
-    if (arena === null || data instanceof Tensor) return -1;
+    if (arena === null) return -1;
     if (!anyDtype && info.dtype !== 'f32' && info.dtype !== 'i32') return -1;
+    // A CPU tensor over a registered buffer (tensorFromHostArray) counts as that buffer.
+    const data = info.data instanceof Tensor ? directView(info.data, info.dtype) : info.data;
+    if (data === null) return -1;
     return arena.owns(data.buffer) ? data.byteOffset : -1;
   }
 
@@ -770,12 +786,7 @@ export class ProcessGroup {
         count: inInfo.count,
         extra: REDUCE_NAMES.indexOf(op),
         // An output inside the input would be written while other ranks read it: copy instead.
-        registered:
-          inInfo.data instanceof Tensor ||
-          outInfo.data instanceof Tensor ||
-          overlaps(bytesOf(inInfo.data), bytesOf(outInfo.data))
-            ? -1
-            : this.registeredOffset(inInfo),
+        registered: registeredShards(inInfo, outInfo) ? this.registeredOffset(inInfo) : -1,
       },
       options,
       async (ctx) => {

@@ -242,4 +242,6 @@ export {
 export { createCpuBackend, getDefaultBackend, setDefaultBackend } from './runtime.js';
 export { keep, tidy, tidyAsync } from './scope.js';
 export { checkShape, shapeSize, Storage, Tensor, toHostArray } from './tensor.js';
+export type { ExternalArray } from './external.js';
+export { tensorFromHostArray } from './external.js';
 export type { GradNodeLike } from './tensor.js';

@@ -3,7 +3,7 @@ import type { HostArray } from '../../dtype.js';
 import { saturateToI32 } from '../../dtype-convert.js';
 import { IndexError } from '../../errors.js';
 import { PooledBackend } from '../pooled-backend.js';
-import { CachingAllocator } from '../../memory/caching-allocator.js';
+import { CachingAllocator, type MemoryStats } from '../../memory/caching-allocator.js';
 import { philoxNormal, philoxUniform } from '../../random/philox.js';
 import type {
   AdamHyper,
@@ -11,6 +11,7 @@ import type {
   BackendCapabilities,
   BinaryOp,
   KernelTensor,
+  RawStorage,
   ReduceOp,
   SgdHyper,
   StridedOperand,
@@ -145,6 +146,37 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       'cpu',
     );
     this.allocator.setLimit(options.memoryLimit);
+  }
+
+  // ---- external memory --------------------------------------------------------------------
+  private readonly external = new WeakSet<RawStorage>();
+  private externalBytes = 0;
+
+  /**
+   * Storage over `bytes` bytes of memory the caller owns, from the start of `buffer` (an
+   * ArrayBuffer, SharedArrayBuffer or WebAssembly memory's buffer): kernels read and write it in
+   * place. Never pooled; releasing it only ends the accounting. See `tensorFromHostArray`.
+   */
+  wrapExternal(buffer: ArrayBufferLike, byteSize: number, ownedBytes: number): RawStorage {
+    this.assertLive('wrapExternal');
+    const raw: CpuStorage = { buffer: buffer as ArrayBuffer, byteSize };
+    this.external.add(raw);
+    this.externalBytes += ownedBytes;
+    (raw as { ownedBytes?: number }).ownedBytes = ownedBytes;
+    return raw;
+  }
+
+  override release(storage: RawStorage): void {
+    if (this.external.has(storage)) {
+      this.external.delete(storage);
+      this.externalBytes -= (storage as { ownedBytes?: number }).ownedBytes ?? 0;
+      return;
+    }
+    super.release(storage);
+  }
+
+  override memoryStats(): MemoryStats {
+    return { ...super.memoryStats(), externalBytes: this.externalBytes };
   }
 
   // ---- transfers --------------------------------------------------------------------------
