@@ -18,8 +18,19 @@ describe('tensorFromHostArray', () => {
     memory[4] = 100;
     expect((await t.read())[0]).toBe(100);
     t.free();
-    expect(backend.memoryStats().externalBytes).toBe(0);
+    expect(backend.memoryStats()).toMatchObject({ externalBytes: 0, peakExternalBytes: 24 });
     expect([...memory.subarray(4, 10)]).toEqual([100, 2, 3, 4, 5, 6]);
+  });
+
+  it('tells the owner when the last reference goes', () => {
+    const backend = createCpuBackend();
+    let released = 0;
+    const t = tensorFromHostArray(backend, new Float32Array(4), { onRelease: () => released++ });
+    const view = t.view([2], 2);
+    t.free();
+    expect(released).toBe(0);
+    view.free();
+    expect(released).toBe(1);
   });
 
   it('takes f16 bits with a dtype and refuses what does not fit, with typed errors', async () => {

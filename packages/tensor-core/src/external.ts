@@ -12,7 +12,8 @@ export type ExternalArray = Float32Array | Float64Array | Int32Array | Uint16Arr
  * (a collective's registered buffer from `group.allocate`, so collectives on the tensor take their
  * in-place paths; a WebAssembly memory; a shared buffer of worker threads). The backend never pools
  * or frees that memory: `free()` only drops the tensor's reference, and `memoryStats()` counts it
- * as `externalBytes`, outside the allocator and its limit. The caller keeps the memory alive while
+ * as `externalBytes` (and its peak), outside the allocator and its limit; `onRelease` tells the
+ * owner when the last reference went (`group.free` for a registered buffer). The caller keeps the memory alive while
  * the tensor (or a view, or an autograd node that saved it) is in use.
  *
  * The dtype follows the array (`Float32Array` f32, `Int32Array` i32, `Float64Array` f64); a
@@ -21,7 +22,12 @@ export type ExternalArray = Float32Array | Float64Array | Int32Array | Uint16Arr
 export function tensorFromHostArray(
   backend: Backend,
   array: ExternalArray,
-  options: { shape?: readonly number[]; dtype?: DType } = {},
+  options: {
+    shape?: readonly number[];
+    dtype?: DType;
+    /** Called once when the last reference to the memory goes (the owner may reuse it then). */
+    onRelease?: () => void;
+  } = {},
 ): Tensor {
   const op = 'tensorFromHostArray';
   if (!(backend instanceof CpuBackend)) {
@@ -62,6 +68,7 @@ export function tensorFromHostArray(
     array.buffer,
     array.byteOffset + array.byteLength,
     array.byteLength,
+    options.onRelease,
   );
   return new Tensor(new Storage(backend, raw), array.byteOffset / element, shape, dtype);
 }

@@ -21,6 +21,8 @@ export interface MemoryStats {
    * `tensorFromHostArray`): never pooled, not under the limit. Absent on backends without it.
    */
   externalBytes?: number;
+  /** Highest `externalBytes` since creation or the last `resetPeak`. */
+  peakExternalBytes?: number;
 }
 
 /** How a backend creates and destroys its raw buffers; the allocator does the rest. */

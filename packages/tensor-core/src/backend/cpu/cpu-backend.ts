@@ -149,34 +149,51 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   }
 
   // ---- external memory --------------------------------------------------------------------
-  private readonly external = new WeakSet<RawStorage>();
+  private readonly external = new WeakMap<RawStorage, { bytes: number; onRelease?: () => void }>();
   private externalBytes = 0;
+  private peakExternalBytes = 0;
 
   /**
    * Storage over `bytes` bytes of memory the caller owns, from the start of `buffer` (an
    * ArrayBuffer, SharedArrayBuffer or WebAssembly memory's buffer): kernels read and write it in
    * place. Never pooled; releasing it only ends the accounting. See `tensorFromHostArray`.
    */
-  wrapExternal(buffer: ArrayBufferLike, byteSize: number, ownedBytes: number): RawStorage {
+  wrapExternal(
+    buffer: ArrayBufferLike,
+    byteSize: number,
+    ownedBytes: number,
+    onRelease?: () => void,
+  ): RawStorage {
     this.assertLive('wrapExternal');
     const raw: CpuStorage = { buffer: buffer as ArrayBuffer, byteSize };
-    this.external.add(raw);
+    this.external.set(raw, { bytes: ownedBytes, onRelease });
     this.externalBytes += ownedBytes;
-    (raw as { ownedBytes?: number }).ownedBytes = ownedBytes;
+    this.peakExternalBytes = Math.max(this.peakExternalBytes, this.externalBytes);
     return raw;
   }
 
   override release(storage: RawStorage): void {
-    if (this.external.has(storage)) {
+    const entry = this.external.get(storage);
+    if (entry !== undefined) {
       this.external.delete(storage);
-      this.externalBytes -= (storage as { ownedBytes?: number }).ownedBytes ?? 0;
+      this.externalBytes -= entry.bytes;
+      entry.onRelease?.();
       return;
     }
     super.release(storage);
   }
 
   override memoryStats(): MemoryStats {
-    return { ...super.memoryStats(), externalBytes: this.externalBytes };
+    return {
+      ...super.memoryStats(),
+      externalBytes: this.externalBytes,
+      peakExternalBytes: this.peakExternalBytes,
+    };
+  }
+
+  override resetPeakMemoryStats(): void {
+    super.resetPeakMemoryStats();
+    this.peakExternalBytes = this.externalBytes;
   }
 
   // ---- transfers --------------------------------------------------------------------------
