@@ -1,6 +1,5 @@
 // Test helpers that start ranks: shm worker threads (launchThreads) and webshard-run processes.
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -31,14 +30,18 @@ export function runShm(
 }
 
 /**
- * The `webshard-run` bin of `@webshard/collectives`: its build when there is one, else its source
- * (a fresh clone tests without a build, as the other packages' tests do).
+ * The `webshard-run` bin of `@webshard/collectives`, from its source (as the other packages' tests
+ * run it): the same code with or without a build. (Its build, present after `pnpm build` as in CI,
+ * started the TypeScript ranks without the source condition's loader.)
  */
 function webshardRun(): string[] {
   const root = dirname(require.resolve('@webshard/collectives/package.json'));
-  const built = join(root, 'dist', 'cli', 'webshard-run.js');
-  if (existsSync(built)) return [built];
-  return ['--import', 'tsx', join(root, 'src', 'cli', 'webshard-run.ts')];
+  return [
+    '--conditions=@webshard/source',
+    '--import',
+    'tsx',
+    join(root, 'src', 'cli', 'webshard-run.ts'),
+  ];
 }
 
 /** Runs the job on `size` processes over `backend` through webshard-run; the reports by rank. */
