@@ -66,7 +66,7 @@ export function describeOperand(
  * The host view of a CPU-backend tensor's storage, when the backend keeps it in an ArrayBuffer:
  * the collective then reads and writes the tensor in place.
  */
-function directView(tensor: Tensor, dtype: CommDType): HostData | null {
+export function directView(tensor: Tensor, dtype: CommDType): HostData | null {
   if (tensor.backend.kind !== 'cpu') return null;
   const raw = tensor.kernel('collective').storage.buffer;
   let buffer: ArrayBufferLike;

@@ -1,4 +1,4 @@
-import { ArgumentError, DTypeError, ShapeError, Tensor } from '@webshard/tensor-core';
+import { ArgumentError, DTypeError, keep, ShapeError, Tensor } from '@webshard/tensor-core';
 import type { Comm } from './algorithms/comm.js';
 import { broadcastBytes, directAllGather, placeOwn, ringAllGather } from './algorithms/gather.js';
 import {
@@ -34,6 +34,7 @@ import {
   type CollectiveData,
   type CommDType,
   describeOperand,
+  directView,
   elementBytes,
   hostOperand,
   narrow,
@@ -118,6 +119,19 @@ export class Work<T = void> {
   get isCompleted(): boolean {
     return this.settled;
   }
+}
+
+/**
+ * Whether a reduce-scatter's input and output can take the registered path: both are host memory
+ * (arrays, or CPU tensors over host memory) and the output does not lie inside the input, which
+ * other ranks read while this rank writes it.
+ */
+function registeredShards(input: OperandInfo, output: OperandInfo): boolean {
+  const view = (info: OperandInfo) =>
+    info.data instanceof Tensor ? directView(info.data, info.dtype) : info.data;
+  const a = view(input);
+  const b = view(output);
+  return a !== null && b !== null && !overlaps(bytesOf(a), bytesOf(b));
 }
 
 /** The lifecycle of a group. `aborted` and `closed` are final. */
@@ -392,6 +406,8 @@ export class ProcessGroup {
   private readonly sharedFingerprintOut = new Int32Array(FINGERPRINT_WORDS + 1);
   /** Registered buffers this rank allocated (for `free`), by the array handed out. */
   private readonly registered = new WeakMap<object, { offset: number; bytes: number }>();
+  /** Tensors pinned by the call being issued, handed to its work by `schedule`. */
+  private readonly pinned: Tensor[] = [];
   private fingerprintIn = new Int32Array(0);
   private seq = 0;
   /** Point-to-point sequence numbers per peer, one counter per direction: `send` to / `recv` from. */
@@ -565,9 +581,11 @@ export class ProcessGroup {
    */
   private registeredOffset(info: OperandInfo, anyDtype = false): number {
     const arena = this.registeredArena();
-    const { data } = info;
-    if (arena === null || data instanceof Tensor) return -1;
+    if (arena === null) return -1;
     if (!anyDtype && info.dtype !== 'f32' && info.dtype !== 'i32') return -1;
+    // A CPU tensor over a registered buffer (tensorFromHostArray) counts as that buffer.
+    const data = info.data instanceof Tensor ? directView(info.data, info.dtype) : info.data;
+    if (data === null) return -1;
     return arena.owns(data.buffer) ? data.byteOffset : -1;
   }
 
@@ -590,9 +608,10 @@ export class ProcessGroup {
    * end; i32 wraps on overflow; `avg` is the f32 sum times 1/size (not defined for i32).
    */
   allReduce(data: CollectiveData, options: ReduceOptions = {}): Work {
-    const info = describeOperand('allReduce', data, options.dtype);
+    const described = describeOperand('allReduce', data, options.dtype);
     const op = options.op ?? 'sum';
-    checkReduceOp('allReduce', op, info.dtype);
+    checkReduceOp('allReduce', op, described.dtype);
+    const info = this.pin(described);
     return this.enqueue(
       {
         op: 'allReduce',
@@ -707,9 +726,11 @@ export class ProcessGroup {
    * the padding left out). Any dtype; data is moved bit for bit.
    */
   allGather(input: CollectiveData, output: CollectiveData, options: OpOptions = {}): Work {
-    const inInfo = describeOperand('allGather', input, options.dtype);
-    const outInfo = describeOperand('allGather', output, options.dtype);
-    this.checkShard('allGather', inInfo, outInfo, 'input');
+    const inDescribed = describeOperand('allGather', input, options.dtype);
+    const outDescribed = describeOperand('allGather', output, options.dtype);
+    this.checkShard('allGather', inDescribed, outDescribed, 'input');
+    const inInfo = this.pin(inDescribed);
+    const outInfo = this.pin(outDescribed);
     return this.enqueue(
       {
         op: 'allGather',
@@ -758,11 +779,13 @@ export class ProcessGroup {
    * sizes). Reductions as in `allReduce`.
    */
   reduceScatter(input: CollectiveData, output: CollectiveData, options: ReduceOptions = {}): Work {
-    const inInfo = describeOperand('reduceScatter', input, options.dtype);
-    const outInfo = describeOperand('reduceScatter', output, options.dtype);
-    this.checkShard('reduceScatter', outInfo, inInfo, 'output');
+    const inDescribed = describeOperand('reduceScatter', input, options.dtype);
+    const outDescribed = describeOperand('reduceScatter', output, options.dtype);
+    this.checkShard('reduceScatter', outDescribed, inDescribed, 'output');
     const op = options.op ?? 'sum';
-    checkReduceOp('reduceScatter', op, inInfo.dtype);
+    checkReduceOp('reduceScatter', op, inDescribed.dtype);
+    const inInfo = this.pin(inDescribed);
+    const outInfo = this.pin(outDescribed);
     return this.enqueue(
       {
         op: 'reduceScatter',
@@ -770,12 +793,7 @@ export class ProcessGroup {
         count: inInfo.count,
         extra: REDUCE_NAMES.indexOf(op),
         // An output inside the input would be written while other ranks read it: copy instead.
-        registered:
-          inInfo.data instanceof Tensor ||
-          outInfo.data instanceof Tensor ||
-          overlaps(bytesOf(inInfo.data), bytesOf(outInfo.data))
-            ? -1
-            : this.registeredOffset(inInfo),
+        registered: registeredShards(inInfo, outInfo) ? this.registeredOffset(inInfo) : -1,
       },
       options,
       async (ctx) => {
@@ -876,8 +894,9 @@ export class ProcessGroup {
 
   /** Copy `data` of rank `root` into `data` on every rank. Any dtype, bit for bit. */
   broadcast(data: CollectiveData, root: number, options: OpOptions = {}): Work {
-    const info = describeOperand('broadcast', data, options.dtype);
+    const described = describeOperand('broadcast', data, options.dtype);
     this.checkPeer('broadcast', root, true);
+    const info = this.pin(described);
     return this.enqueue(
       { op: 'broadcast', dtype: info.dtype, count: info.count, extra: root },
       options,
@@ -916,8 +935,9 @@ export class ProcessGroup {
    * count. Point-to-point ops take their turn in the group's order like collectives.
    */
   send(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
-    const info = describeOperand('send', data, options.dtype);
+    const described = describeOperand('send', data, options.dtype);
     this.checkPeer('send', peer, false);
+    const info = this.pin(described);
     return this.enqueuePeer('send', peer, info, options, async (ctx) => {
       const operand = await hostOperand('send', info, false);
       await ctx.send(peer, bytesOf(operand.host));
@@ -926,8 +946,9 @@ export class ProcessGroup {
 
   /** Receive into `data` what group rank `peer` sends with `send`. */
   recv(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
-    const info = describeOperand('recv', data, options.dtype);
+    const described = describeOperand('recv', data, options.dtype);
     this.checkPeer('recv', peer, false);
+    const info = this.pin(described);
     return this.enqueuePeer('recv', peer, info, options, async (ctx) => {
       const operand = await hostOperand('recv', info, true);
       await ctx.recv(peer, bytesOf(operand.host));
@@ -1122,6 +1143,23 @@ export class ProcessGroup {
     }
   }
 
+  /**
+   * [Note: operands are held until the op settles]
+   * A collective reads its operands when it runs, which may be after calls issued before it on
+   * the group (ops run in issue order), as in PyTorch: do not write an input or read an output
+   * before the op's `wait()`. What is guaranteed is that the memory stays: a tensor operand is
+   * pinned at the call (a second handle on its storage, like PyTorch's `record_stream`), so a
+   * `free()` of the caller's tensor before the op settles only drops the caller's handle, and the
+   * storage goes back to its allocator once the op has settled. Host arrays are the caller's.
+   */
+  private pin(info: OperandInfo): OperandInfo {
+    if (!(info.data instanceof Tensor)) return info;
+    const alias = keep(info.data.detach());
+    alias.name = info.data.name;
+    this.pinned.push(alias);
+    return { ...info, data: alias };
+  }
+
   private enqueue(
     fingerprint: FingerprintInit,
     options: OpOptions,
@@ -1159,6 +1197,8 @@ export class ProcessGroup {
   ): Work {
     const fields: CollectiveErrorFields = { op, rank: this.rank, seq };
     const timeoutMs = options.timeoutMs ?? this.options.timeoutMs;
+    // The tensors pinned by this call ([Note: operands are held until the op settles]).
+    const pinned = this.pinned.splice(0);
     const run = async () => {
       this.assertUsable(fields);
       const ctx = new OpContext(this, fields, timeoutMs);
@@ -1184,6 +1224,10 @@ export class ProcessGroup {
     };
     const promise = this.tail.then(run);
     this.tail = promise.catch(noop);
+    const unpin = () => {
+      for (const t of pinned) t.free();
+    };
+    promise.then(unpin, unpin);
     return new Work(op, seq, promise);
   }
 

@@ -7,6 +7,7 @@ import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { launchThreads } from '@webshard/collectives/node';
 import type { GptConfig } from '../src/test-support/gpt.js';
 import type { StepJob, StepResult } from './shm-step.js';
+import { webgpuCopies } from './webgpu-copies.js';
 
 function option(name: string, fallback: string): string[] {
   const index = process.argv.indexOf(`--${name}`);
@@ -25,8 +26,19 @@ const tsx = pathToFileURL(
 const worker = pathToFileURL(new URL('./shm-step.ts', import.meta.url).pathname).href;
 const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
 
-async function measure(world: number, limitAllGathers: number): Promise<StepResult> {
-  const job: StepJob = { config: CONFIG, rows: ROWS, limitAllGathers, warmup: 2, iterations: 6 };
+async function measure(
+  world: number,
+  limitAllGathers: number,
+  strategy: 'fsdp' | 'ddp' = 'fsdp',
+): Promise<StepResult> {
+  const job: StepJob = {
+    config: CONFIG,
+    rows: ROWS,
+    limitAllGathers,
+    warmup: 2,
+    iterations: 6,
+    strategy,
+  };
   const outcomes = await launchThreads<StepJob, StepResult>(world, bootstrap, job, {
     eval: true,
     execArgv: ['--conditions=@webshard/source'],
@@ -49,8 +61,16 @@ const tokens = (world: number) => world * ROWS * CONFIG.blockSize;
 for (const world of worlds) {
   const on = await measure(world, 1);
   const off = await measure(world, 0);
+  const ddp = await measure(world, 0, 'ddp');
   const name = `GPT 4x96, ${world} rank${world > 1 ? 's' : ''} over shm`;
-  rows.push({ name, metric: 'step (prefetch)', value: on.stepMs, unit: 'ms' });
+  rows.push({
+    name,
+    metric: 'step (prefetch), vs DDP on the same model and ranks',
+    value: on.stepMs,
+    unit: 'ms',
+    peer: 'DDP (@webshard/ddp-buckets)',
+    peerValue: ddp.stepMs,
+  });
   rows.push({ name, metric: 'step (no prefetch)', value: off.stepMs, unit: 'ms' });
   rows.push({
     name,
@@ -58,7 +78,14 @@ for (const world of worlds) {
     value: (tokens(world) * 1000) / on.stepMs,
     unit: 'tokens/s',
   });
-  rows.push({ name, metric: 'peak memory per rank', value: on.peakBytes / 2 ** 20, unit: 'MiB' });
+  rows.push({
+    name,
+    metric: 'peak memory per rank, vs DDP',
+    value: on.peakBytes / 2 ** 20,
+    unit: 'MiB',
+    peer: 'DDP (@webshard/ddp-buckets)',
+    peerValue: ddp.peakBytes / 2 ** 20,
+  });
   if (world > 1) {
     rows.push({
       name,
@@ -78,6 +105,34 @@ for (const world of worlds) {
       value: 100 * (1 - on.exposedMs / off.exposedMs),
       unit: '%',
     });
+  }
+}
+if (!process.argv.includes('--no-webgpu')) {
+  const copies = await webgpuCopies(CONFIG, ROWS, 4);
+  if (copies !== null) {
+    const name = 'GPT 4x96, 2 ranks (local), shards on the host, compute on WebGPU';
+    const MiB = 2 ** 20;
+    rows.push({ name, metric: 'step', value: copies.stepMs, unit: 'ms' });
+    rows.push({
+      name,
+      metric: 'host to device per step',
+      value: copies.hostToDevice / MiB,
+      unit: 'MiB',
+    });
+    rows.push({
+      name,
+      metric: 'device to host per step',
+      value: copies.deviceToHost / MiB,
+      unit: 'MiB',
+    });
+    rows.push({
+      name,
+      metric: 'flat parameters, full (f32)',
+      value: copies.fullBytes / MiB,
+      unit: 'MiB',
+    });
+  } else {
+    console.log('fsdp bench: no WebGPU adapter, the copies row is left out');
   }
 }
 writeBenchResults('fsdp', rows);

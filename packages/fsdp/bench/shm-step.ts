@@ -1,7 +1,14 @@
 // One rank of the FSDP benchmark, in a worker thread started by bench/index.ts.
 import type { ProcessGroup } from '@webshard/collectives';
 import { runShmWorker } from '@webshard/collectives/node';
-import { AdamW, createCpuBackend, type Module, type Tensor } from '@webshard/tensor-core';
+import { DistributedDataParallel } from '@webshard/ddp-buckets';
+import {
+  AdamW,
+  type Backend,
+  createCpuBackend,
+  type Module,
+  type Tensor,
+} from '@webshard/tensor-core';
 import {
   autoWrap,
   type FullyShardedDataParallel,
@@ -22,6 +29,8 @@ export interface StepJob {
   readonly limitAllGathers: number;
   readonly warmup: number;
   readonly iterations: number;
+  /** FSDP, or the peer: DDP over the same model and ranks. */
+  readonly strategy: 'fsdp' | 'ddp';
 }
 
 export interface StepResult {
@@ -41,6 +50,7 @@ function median(values: number[]): number {
 
 async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
   const backend = createCpuBackend();
+  if (job.strategy === 'ddp') return runDdp(group, job, backend);
   const model = autoWrap(new Gpt(job.config, backend), moduleClassAutoWrapPolicy([GptBlock]), {
     group,
     limitAllGathers: job.limitAllGathers,
@@ -96,6 +106,38 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
     stepMs: median(steps),
     gatherMs: median(gathers),
     exposedMs: median(exposed),
+    peakBytes: backend.memoryStats().peakAllocated,
+  };
+}
+
+/** The same steps under DDP (the peer): every rank holds the whole model. */
+async function runDdp(group: ProcessGroup, job: StepJob, backend: Backend): Promise<StepResult> {
+  const net = new Gpt(job.config, backend);
+  const ddp = new DistributedDataParallel(net, { group });
+  await ddp.ready;
+  const optimizer = new AdamW(net.parameters(), { lr: 1e-3 });
+  const batches = tokenBatches(job.config, job.warmup + job.iterations, job.rows * group.size);
+  const steps: number[] = [];
+  for (const [i, rows] of batches.entries()) {
+    const [x, y] = tokenSlice(backend, rows, group.rank * job.rows, (group.rank + 1) * job.rows);
+    if (i === job.warmup) backend.resetPeakMemoryStats();
+    await group.barrier().wait();
+    const t0 = performance.now();
+    const loss = (await ddp.call(x, y)) as Tensor;
+    await loss.backward();
+    optimizer.step();
+    net.zeroGrad();
+    await group.barrier().wait();
+    const ms = performance.now() - t0;
+    loss.free();
+    x.free();
+    y.free();
+    if (i >= job.warmup) steps.push(ms);
+  }
+  return {
+    stepMs: median(steps),
+    gatherMs: 0,
+    exposedMs: 0,
     peakBytes: backend.memoryStats().peakAllocated,
   };
 }

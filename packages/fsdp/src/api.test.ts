@@ -26,6 +26,7 @@ describe('options', () => {
     const bad: [Record<string, unknown>, RegExp][] = [
       [{ gradientPredivideFactor: 0 }, /gradientPredivideFactor must be a finite number > 0/],
       [{ limitAllGathers: 1.5 }, /limitAllGathers must be an integer >= 0/],
+      [{ bucketCapMb: -1 }, /bucketCapMb must be a finite number >= 0/],
       [{ computeDtype: 'f16' }, /computeDtype needs mixedPrecision: true/],
       [{ mixedPrecision: true, computeDtype: 'f64' }, /computeDtype must be 'f16' or 'bf16'/],
       [{ moveGradsToCpu: true }, /moveGradsToCpu \(true\) must equal moveParamsToCpu \(false\)/],

@@ -44,6 +44,12 @@ export interface FsdpOptions {
    * worldSize (or that stops dividing it).
    */
   gradientPredivideFactor?: number;
+  /**
+   * Reduce-scatters of flat gradients whose shard is smaller than this many MiB wait in a bucket
+   * that goes as one reduce-scatter when full or at the end of backward (fairscale's
+   * `bucket_cap_mb`; [Note: reduce-scatter buckets]). Default 25; 0 sends each on its own.
+   */
+  bucketCapMb?: number;
   /** Keep the FP32 shard (and so the optimizer state) on the CPU backend while computing on `computeBackend`. */
   moveParamsToCpu?: boolean;
   /**
@@ -76,6 +82,7 @@ export interface ResolvedOptions {
   readonly computeDtype: DType;
   readonly bufferDtype: DType;
   readonly fp32ReduceScatter: boolean;
+  readonly bucketCapMb: number;
   readonly gradientPredivideFactor: number;
   readonly gradientPostdivideFactor: number;
   readonly moveParamsToCpu: boolean;
@@ -119,6 +126,10 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
   if (!mixedPrecision && options.computeDtype !== undefined) {
     throw new FsdpConfigError(op, 'computeDtype needs mixedPrecision: true');
   }
+  const bucketCapMb = options.bucketCapMb ?? 25;
+  if (!Number.isFinite(bucketCapMb) || bucketCapMb < 0) {
+    throw new FsdpConfigError(op, `bucketCapMb must be a finite number >= 0, got ${bucketCapMb}`);
+  }
   const pre = options.gradientPredivideFactor ?? defaultPredivideFactor(group.size);
   finitePositive(op, 'gradientPredivideFactor', pre);
   const limitAllGathers = options.limitAllGathers ?? 1;
@@ -144,6 +155,7 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
     computeDtype,
     bufferDtype: mixedPrecision ? (options.bufferDtype ?? computeDtype) : 'f32',
     fp32ReduceScatter: options.fp32ReduceScatter ?? false,
+    bucketCapMb,
     gradientPredivideFactor: pre,
     gradientPostdivideFactor: group.size / pre,
     moveParamsToCpu,

@@ -39,17 +39,14 @@ export interface ReduceSettings {
 }
 
 /**
- * Issue the reduce-scatter of `fullGrad` (the flat gradient of the full parameters) and, once it
- * completes, accumulate this rank's averaged part into `flat.shard.grad` in f32: divided by
- * `predivide` before the reduction and by `postdivide` after it (fairscale's order, which keeps
- * 16-bit sums in range). Takes `fullGrad` over and frees it.
+ * The reduce-scatter input of a flat gradient: cast to f32 with `fp32ReduceScatter`, divided by
+ * the pre-divide factor. `temps` lists what to free once the reduction has read it (`fullGrad`
+ * among them: the input takes it over).
  */
-export function reduceScatterGrad(
-  group: ProcessGroup,
-  flat: FlatParameter,
+export function prepareGrad(
   fullGrad: Tensor,
   settings: ReduceSettings,
-): Promise<void> {
+): { input: Tensor; temps: Tensor[] } {
   const backend = fullGrad.backend;
   const temps: Tensor[] = [fullGrad];
   let input = fullGrad;
@@ -70,8 +67,23 @@ export function reduceScatterGrad(
     temps.push(scaled);
     input = scaled;
   }
-  const gradBackend = flat.shard.backend;
-  const out = keep(Tensor.empty(gradBackend, [flat.shardNumel], input.dtype));
+  return { input, temps };
+}
+
+/**
+ * Issue the reduce-scatter of `fullGrad` (the flat gradient of the full parameters) and, once it
+ * completes, accumulate this rank's averaged part into `flat.shard.grad` in f32: divided by
+ * `predivide` before the reduction and by `postdivide` after it (fairscale's order, which keeps
+ * 16-bit sums in range). Takes `fullGrad` over and frees it.
+ */
+export function reduceScatterGrad(
+  group: ProcessGroup,
+  flat: FlatParameter,
+  fullGrad: Tensor,
+  settings: ReduceSettings,
+): Promise<void> {
+  const { input, temps } = prepareGrad(fullGrad, settings);
+  const out = keep(Tensor.empty(flat.shard.backend, [flat.shardNumel], input.dtype));
   temps.push(out);
   const freeAll = (): void => {
     for (const t of temps) t.free();
@@ -92,7 +104,11 @@ export function reduceScatterGrad(
   );
 }
 
-function accumulateShardGrad(
+/**
+ * Add the reduced part `reduced` (this rank's shard of the summed gradient), divided by
+ * `postdivide`, into `flat.shard.grad` in f32 (created when null). Temporaries go to `temps`.
+ */
+export function accumulateShardGrad(
   flat: FlatParameter,
   reduced: Tensor,
   postdivide: number,

@@ -50,7 +50,7 @@ describe('resharding after forward', () => {
   }
 
   it('under noGrad the root frees its full parameters too (no backward will come)', async () => {
-    await onLocalRanks(1, async (group, backend) => {
+    await onLocalRanks(2, async (group, backend) => {
       const net = new Net(SMALL, backend);
       const [x, y] = batchFor(backend, group.rank);
       const model = wrapNet(net, group, { reshardAfterForward: false }, true);
@@ -100,7 +100,7 @@ describe('prefetch', () => {
     const [log] = await onLocalRanks(2, async (group, backend) => {
       const net = new Net(SMALL, backend);
       const [x, y] = batchFor(backend, group.rank);
-      const model = wrapNet(net, group, { limitAllGathers: 0 }, true);
+      const model = wrapNet(net, group, { limitAllGathers: 0, bucketCapMb: 0 }, true);
       const a = await model.call(x, y);
       const b = await model.call(x, y);
       const { add } = await import('@webshard/tensor-core');
@@ -113,6 +113,32 @@ describe('prefetch', () => {
     // Three blocks gathered again (the root kept its parameters), one reduce-scatter per unit.
     expect(log!.filter((op) => op === 'allGather')).toHaveLength(SMALL.depth);
     expect(log!.filter((op) => op === 'reduceScatter')).toHaveLength(SMALL.depth + 1);
+  });
+});
+
+describe('reduce-scatter buckets', () => {
+  async function reduceScatters(bucketCapMb: number | undefined): Promise<number> {
+    const [count] = await onLocalRanks(2, async (group, backend) => {
+      const net = new Net(SMALL, backend);
+      const [x, y] = batchFor(backend, group.rank);
+      const model = wrapNet(net, group, bucketCapMb === undefined ? {} : { bucketCapMb }, true);
+      const loss = await model.call(x, y);
+      const ops: string[] = [];
+      recordOps(group, ops);
+      await loss.backward();
+      return ops.filter((op) => op === 'reduceScatter').length;
+    });
+    return count!;
+  }
+
+  it('small flat gradients wait in one bucket that goes at the end of backward (default 25 MiB)', async () => {
+    expect(await reduceScatters(undefined)).toBe(1);
+  });
+
+  it('a bucket smaller than two gradients goes whenever the next would not fit', async () => {
+    // A block's shard is 106 f32 elements (424 bytes) at world 2: one per bucket of 500 bytes.
+    expect(await reduceScatters(500 / 2 ** 20)).toBe(SMALL.depth + 1);
+    expect(await reduceScatters(0)).toBe(SMALL.depth + 1);
   });
 });
 

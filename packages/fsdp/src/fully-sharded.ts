@@ -13,73 +13,18 @@ import {
 import { type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
 import { FlatParameter, type FlatParamSource } from './flat-param.js';
+import {
+  cleanPath,
+  forEachTensor,
+  nestedUnits,
+  ownParameters,
+  WRAPPED_MODULE,
+} from './module-tree.js';
 import { FsdpParamGroup, type TrainingState } from './param-group.js';
 import { FsdpSharedState } from './state.js';
 import { type SummonOptions, summonFullParams } from './summon.js';
 
-/** The child name of the wrapped module; state-dict keys and unit names leave it out. */
-export const WRAPPED_MODULE = '_fsdp_wrapped_module';
-
 const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
-
-/** `path` with the wrapper's own segments removed: the module's name in the unwrapped model. */
-export function cleanPath(path: string): string {
-  return path
-    .split('.')
-    .filter((part) => part !== WRAPPED_MODULE)
-    .join('.');
-}
-
-/** The parameters of `module` that no nested unit owns, each once with every name it has. */
-function ownParameters(module: Module): FlatParamSource[] {
-  const byTensor = new Map<Tensor, string[]>();
-  const visit = (m: Module, prefix: string): void => {
-    for (const [name, t] of m.namedParameters({ recurse: false, removeDuplicate: false })) {
-      const names = byTensor.get(t);
-      if (names === undefined) byTensor.set(t, [prefix + name]);
-      else names.push(prefix + name);
-    }
-    for (const [name, child] of m.namedChildren()) {
-      if (child instanceof FullyShardedDataParallel) continue;
-      visit(child, `${prefix}${name}.`);
-    }
-  };
-  visit(module, '');
-  return [...byTensor].map(([tensor, names]) => ({ tensor, names }));
-}
-
-/** Every unit strictly inside `module` (not crossing into their own subtrees). */
-function nestedUnits(module: Module): FullyShardedDataParallel[] {
-  const out: FullyShardedDataParallel[] = [];
-  const visit = (m: Module): void => {
-    for (const [, child] of m.namedChildren()) {
-      if (child instanceof FullyShardedDataParallel) out.push(child);
-      else visit(child);
-    }
-  };
-  visit(module);
-  return out;
-}
-
-function forEachTensor(value: unknown, fn: (t: Tensor) => void, seen = new Set<unknown>()): void {
-  if (value === null || typeof value !== 'object' || seen.has(value)) return;
-  seen.add(value);
-  if (value instanceof Tensor) {
-    fn(value);
-    return;
-  }
-  if (Array.isArray(value)) {
-    for (const v of value) forEachTensor(v, fn, seen);
-    return;
-  }
-  if (value instanceof Map) {
-    for (const v of value.values()) forEachTensor(v, fn, seen);
-    return;
-  }
-  if (Object.getPrototypeOf(value) === Object.prototype) {
-    for (const v of Object.values(value)) forEachTensor(v, fn, seen);
-  }
-}
 
 /**
  * FullyShardedDataParallel: a module whose parameters, gradients and optimizer state are sharded
@@ -154,8 +99,8 @@ export class FullyShardedDataParallel<
     this.options = resolveOptions(options);
     this.module = module;
     const { group } = this.options;
-    const sources = ownParameters(module);
-    for (const unit of nestedUnits(module)) {
+    const sources = ownParameters(module, isUnit);
+    for (const unit of nestedUnits(module, isUnit)) {
       for (const { tensor, names } of sources) {
         if (unit.sources.has(tensor)) {
           throw new FsdpWrapError(
@@ -466,9 +411,10 @@ export class FullyShardedDataParallel<
     if (flat === null) return;
     this.trainingState = 'BACKWARD_POST';
     if (!this.requireGradSync) return;
-    const done = this.paramGroup.reduceGrads(flat);
+    const shared = this.shared!;
+    const done = this.paramGroup.reduceGrads(flat, (f, g, s) => shared.bucketer.reduce(f, g, s));
     done.catch(() => {});
-    this.shared!.pending.push(done);
+    shared.pending.push(done);
   }
 
   /** The root's end-of-backward callback; see [Note: FSDP and autograd], step 4. */
@@ -480,11 +426,14 @@ export class FullyShardedDataParallel<
         if (!unit.requireGradSync) continue;
         for (const flat of unit.paramGroup.flatParams) {
           if (flat.fullGrad === null) continue;
-          const done = unit.paramGroup.reduceGrads(flat);
+          const done = unit.paramGroup.reduceGrads(flat, (f, g, s) =>
+            shared.bucketer.reduce(f, g, s),
+          );
           done.catch(() => {});
           shared.pending.push(done);
         }
       }
+      shared.bucketer.flush();
       await Promise.all(shared.pending);
     } finally {
       shared.pending.length = 0;
@@ -501,6 +450,11 @@ export class FullyShardedDataParallel<
     }
     for (const unit of shared.units) unit.assertState('end of backward', ['IDLE']);
   }
+}
+
+/** Whether `m` is a unit. */
+function isUnit(m: Module): m is FullyShardedDataParallel {
+  return m instanceof FullyShardedDataParallel;
 }
 
 /** PyTorch's and fairscale's short name. */

@@ -1,6 +1,7 @@
 import type { Tensor } from '@webshard/tensor-core';
 import type { FlatParameter } from './flat-param.js';
-import { cleanPath, type FullyShardedDataParallel } from './fully-sharded.js';
+import type { FullyShardedDataParallel } from './fully-sharded.js';
+import { cleanPath } from './module-tree.js';
 
 /** Where one original parameter sits in its flat parameter. */
 export interface EntryLayout {

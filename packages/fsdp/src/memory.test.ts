@@ -50,7 +50,7 @@ async function fsdpMemory(world: number, limit?: number): Promise<RankMemory[]> 
   const rows = BATCH / world;
   return onLocalRanks(world, async (group) => {
     const backend: Backend = createCpuBackend({ memoryLimit: limit });
-    const model = wrapNet(new Net(CONFIG, backend), group, {}, true);
+    const model = wrapNet(new Net(CONFIG, backend), group, { bucketCapMb: 0 }, true);
     const optimizer = new AdamW(model.parameters(), { lr: 0.01 });
     let peak = 0;
     for (const [step, batch] of makeBatches(backend, CONFIG, 3, BATCH).entries()) {
@@ -87,7 +87,9 @@ async function fsdpMemory(world: number, limit?: number): Promise<RankMemory[]> 
  * - activations of the rank's rows: a single-process step's peak above its model states, less
  *   the full gradients it holds.
  * On one rank the reduce-scatter completes at once, so no block's reduction overlaps the next and
- * the peak stays below the sum.
+ * the peak stays below the sum. The test sends every reduce-scatter on its own (`bucketCapMb: 0`):
+ * with buckets, flat gradients smaller than a bucket wait in it, adding up to `bucketCapMb` MiB per
+ * rank of the world to the peak ([Note: reduce-scatter buckets]).
  */
 describe('memory per rank (allocator accounting)', () => {
   for (const world of [1, 2, 4]) {

@@ -1,6 +1,6 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import type { Tensor } from '@webshard/tensor-core';
-import { gatherFull, type ReduceSettings, reduceScatterGrad } from './collectives.js';
+import { gatherFull, type ReduceSettings } from './collectives.js';
 import { FsdpStateError } from './errors.js';
 import type { FlatParameter } from './flat-param.js';
 
@@ -132,10 +132,13 @@ export class FsdpParamGroup {
    * the same point of its step); the promise resolves once the averaged shard gradient is
    * accumulated into `flat.shard.grad`.
    */
-  reduceGrads(flat: FlatParameter): Promise<void> {
+  reduceGrads(
+    flat: FlatParameter,
+    reduce: (flat: FlatParameter, fullGrad: Tensor, settings: ReduceSettings) => Promise<void>,
+  ): Promise<void> {
     this.reshard([flat]);
     const fullGrad = flat.detachGrads();
     if (fullGrad === null) return Promise.resolve();
-    return reduceScatterGrad(this.group, flat, fullGrad, this.settings);
+    return reduce(flat, fullGrad, this.settings);
   }
 }

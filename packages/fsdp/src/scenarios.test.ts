@@ -1,7 +1,11 @@
 // Scenarios transcribed from fairscale's FSDP tests (test_fsdp_*.py): each trains with FSDP on
 // several local ranks and compares with single-process training, or checks the schedule directly.
 import { describe, expect, it } from 'vitest';
-import { add, narrow } from '@webshard/tensor-core';
+import { add, type Backend, Generator, Linear, type Module, narrow } from '@webshard/tensor-core';
+
+function makeUnused(backend: Backend): Linear {
+  return new Linear(3, 2, { backend, generator: new Generator(5) });
+}
 import {
   type CustomRun,
   customLocal,
@@ -106,6 +110,22 @@ describe('fairscale scenarios with their own step', () => {
     [
       'frozen weights: the embedding frozen before wrapping (test_fsdp_freezing_weights)',
       { ...RUN, body: plain, prepare: (net) => (net.embed.weight.requiresGrad = false) },
+    ],
+    [
+      // Without weight decay: a flat shard holds the unused weight's zero gradient, so AdamW
+      // would decay it where single-process AdamW skips a parameter without gradient (as in
+      // fairscale, whose flat parameters do the same).
+      'a parameter that gets no gradient, outside and inside a nested unit (test_fsdp_unused_params)',
+      {
+        ...RUN,
+        body: plain,
+        weightDecay: 0,
+        prepare: (net) => {
+          const backend = net.embed.weight.backend;
+          net.registerModule('unused', makeUnused(backend));
+          (net.blocks.at(0) as unknown as Module).registerModule('unused', makeUnused(backend));
+        },
+      },
     ],
   ];
   for (const [title, run] of cases) {

@@ -6,7 +6,8 @@ import {
   Tensor,
 } from '@webshard/tensor-core';
 import { FsdpError } from './errors.js';
-import { cleanPath, type FullyShardedDataParallel } from './fully-sharded.js';
+import type { FullyShardedDataParallel } from './fully-sharded.js';
+import { cleanPath } from './module-tree.js';
 import { buffersOf, flatParamsOf, type ShardedLayout, shardedLayout } from './layout.js';
 
 /** A full state dict, a local one or a checkpoint that does not fit the model. Nothing was changed. */

@@ -1,3 +1,4 @@
+import { ReduceScatterBucketer } from './bucketer.js';
 import type { FullyShardedDataParallel } from './fully-sharded.js';
 
 /**
@@ -19,11 +20,18 @@ export class FsdpSharedState {
   /** Reductions issued during this backward, awaited by the end-of-backward callback. */
   readonly pending: Promise<void>[] = [];
 
+  /** Batches small reduce-scatters ([Note: reduce-scatter buckets]). */
+  readonly bucketer: ReduceScatterBucketer;
+
   constructor(
     readonly root: FullyShardedDataParallel,
     units: FullyShardedDataParallel[],
   ) {
     this.units = units;
+    this.bucketer = new ReduceScatterBucketer(
+      root.options.group,
+      Math.floor(root.options.bucketCapMb * 2 ** 20),
+    );
   }
 
   /** Note that `unit`'s forward started (first iteration only). */

@@ -53,6 +53,16 @@ describe('autoWrap', () => {
     });
   });
 
+  it('wraps nested units whose parameters were replaced (mixed precision)', async () => {
+    await onLocalRanks(1, async (group, backend) => {
+      const model = autoWrap(new Net(SMALL, backend), sizeBasedAutoWrapPolicy(100), {
+        group,
+        mixedPrecision: true,
+      });
+      expect(model.units()).toHaveLength(7);
+    });
+  });
+
   it('keeps a tied weight in the smallest unit with every use (the root here)', async () => {
     await onLocalRanks(1, async (group, backend) => {
       const config = { inFeatures: 8, width: 8, hidden: 12, depth: 2, outFeatures: 8, tied: true };

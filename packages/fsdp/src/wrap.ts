@@ -86,7 +86,9 @@ export function autoWrap<Args extends unknown[], Out>(
       if (child instanceof FullyShardedDataParallel) continue;
       visit(child);
       const inside = new Set(child.modules());
-      const params = child.parameters().filter((p) => !taken.has(p));
+      // Parameters a unit below already took are skipped, also when it replaced them (mixed
+      // precision, another compute backend) with tensors of its own.
+      const params = child.parameters().filter((p) => !taken.has(p) && owners.has(p));
       const numel = params.reduce((n, p) => n + p.size, 0);
       const escapes = params.some((p) => [...owners.get(p)!].some((o) => !inside.has(o)));
       if (escapes || !policy(child, numel)) continue;

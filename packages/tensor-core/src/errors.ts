@@ -80,6 +80,29 @@ export class FreedTensorError extends WebshardError {
   }
 }
 
+/**
+ * An in-place move (`moveTo_`, `moveTensors_`) of a tensor whose storage is also held by tensors
+ * that are not moving with it (a view, a flat buffer, a tensor autograd retained): moving it alone
+ * would split what they share. `references` counts every holder of the storage, `moving` those in
+ * the move.
+ */
+export class SharedStorageError extends WebshardError {
+  readonly op: string;
+  readonly tensorName: string | undefined;
+  readonly references: number;
+  readonly moving: number;
+  constructor(op: string, tensorName: string | undefined, references: number, moving: number) {
+    super(
+      `[${op}] tensor${tensorName ? ` '${tensorName}'` : ''} shares its storage with ${references - moving} tensor(s) that are not moving (${references} references, ${moving} moving): move all of them together with moveTensors_, or clone it first`,
+      { code: 'E_SHARED_STORAGE' },
+    );
+    this.op = op;
+    this.tensorName = tensorName;
+    this.references = references;
+    this.moving = moving;
+  }
+}
+
 /** An index outside its range (embedding ids, cross-entropy targets, slices). */
 export class IndexError extends WebshardError {
   readonly op: string;

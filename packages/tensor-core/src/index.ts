@@ -75,6 +75,7 @@ export {
   NoAdapterError,
   OutOfMemoryError,
   ShapeError,
+  SharedStorageError,
   StateError,
   WebshardError,
 } from './errors.js';
@@ -95,6 +96,7 @@ export { SafetensorsError, safetensorsDType } from './io/safetensors-format.js';
 export type { SafetensorsEntry, SafetensorsHeader } from './io/safetensors-format.js';
 export { CachingAllocator, sizeClass } from './memory/caching-allocator.js';
 export type { Block, BufferFactory, MemoryStats } from './memory/caching-allocator.js';
+export { moveTensors_ } from './move.js';
 export { CausalSelfAttention } from './nn/attention.js';
 export type { CausalSelfAttentionOptions } from './nn/attention.js';
 export { ModuleDict, ModuleList, Sequential } from './nn/containers.js';
@@ -238,6 +240,8 @@ export {
   splitU64,
 } from './random/philox.js';
 export { createCpuBackend, getDefaultBackend, setDefaultBackend } from './runtime.js';
-export { keep, tidy } from './scope.js';
+export { keep, tidy, tidyAsync } from './scope.js';
 export { checkShape, shapeSize, Storage, Tensor, toHostArray } from './tensor.js';
+export type { ExternalArray } from './external.js';
+export { tensorFromHostArray } from './external.js';
 export type { GradNodeLike } from './tensor.js';

@@ -10,6 +10,7 @@ import {
 } from './autograd/engine.js';
 import type { RemovableHandle } from './autograd/hooks.js';
 import type { PostAccumulateGradHook, TensorHook } from './autograd/node.js';
+import { moveTensors_ } from './move.js';
 import { registerInScope, tensorMarker } from './scope.js';
 
 /**
@@ -78,7 +79,8 @@ let nextTensorId = 1;
  * parameter. `free()` drops the reference and marks the tensor freed: any later use throws
  * `FreedTensorError` naming the tensor. `reallocate()` gives a freed (or live) tensor fresh storage
  * of its size, and `setData(other)` (or `t.data = other`, as in PyTorch) points it at another
- * tensor's storage (FSDP swapping a parameter between its full and sharded storage). Autograd
+ * tensor's storage of the same shape (FSDP pointing a parameter at its view of the gathered flat
+ * buffer; its shard is a separate 1-D tensor). Autograd
  * reads a parameter's storage at the moment backward needs it, so swapping storage under a graph
  * is allowed.
  */
@@ -88,7 +90,6 @@ export class Tensor {
   readonly shape: readonly number[];
   readonly dtype: DType;
   readonly size: number;
-  readonly backend: Backend;
   /** A name for error messages (modules set their parameters' names). */
   name: string | undefined;
   /** Whether autograd tracks operations on this tensor. */
@@ -100,9 +101,10 @@ export class Tensor {
 
   private storageRef: Storage | null;
   private storageOffset: number;
+  private backendRef: Backend;
 
   constructor(storage: Storage, offset: number, shape: readonly number[], dtype: DType) {
-    this.backend = storage.backend;
+    this.backendRef = storage.backend;
     this.storageRef = storage;
     this.storageOffset = offset;
     this.shape = Object.freeze([...shape]);
@@ -124,6 +126,11 @@ export class Tensor {
     checkShape('empty', shape);
     const storage = Storage.allocate(backend, shapeSize(shape) * bytesPerElement(dtype));
     return new Tensor(storage, 0, shape, dtype);
+  }
+
+  /** The backend the tensor's storage is on; changes only with `moveTo_` / `moveTensors_`. */
+  get backend(): Backend {
+    return this.backendRef;
   }
 
   get rank(): number {
@@ -301,13 +308,37 @@ export class Tensor {
     return this;
   }
 
-  /** A copy on another backend (or this tensor itself when already there). */
+  /** A copy on another backend (or this tensor itself when already there); `moveTo_` moves in place. */
   async to(backend: Backend): Promise<Tensor> {
     if (backend === this.backend) return this;
     const raw = await this.readRaw();
     const out = Tensor.empty(backend, this.shape, this.dtype);
     backend.write(out.kernel('to'), raw);
     return out;
+  }
+
+  /**
+   * Move this tensor's storage to `backend` in place: the tensor object (identity, name,
+   * `requiresGrad`, hooks, its place in a recorded graph and in an optimizer's state) stays, its
+   * elements are now on `backend`. `.grad` moves along. Throws `SharedStorageError` when a view
+   * shares the storage (move them together with `moveTensors_`). See [Note: moving tensors
+   * between backends in place] in `move.ts`.
+   */
+  async moveTo_(backend: Backend): Promise<this> {
+    await moveTensors_([this], backend);
+    return this;
+  }
+
+  /**
+   * Point this tensor at `storage` (on its backend) at element `offset`, releasing its old storage
+   * reference and taking over the caller's reference. Internal to the in-place move (`move.ts`).
+   * @internal
+   */
+  rebindStorage(storage: Storage, offset: number): void {
+    this.storageRef?.release();
+    this.storageRef = storage;
+    this.storageOffset = offset;
+    this.backendRef = storage.backend;
   }
 
   /**

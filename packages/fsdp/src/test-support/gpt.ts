@@ -69,7 +69,7 @@ export class Gpt extends Module<[Tensor, Tensor], Promise<Tensor>> {
   readonly blocks: ModuleList<Module<[Tensor], unknown>>;
   readonly lnF: LayerNorm;
   readonly lmHead: Linear;
-  private readonly positions: Tensor;
+  private readonly positions = new Map<Backend, Tensor>();
   constructor(
     readonly config: GptConfig,
     backend: Backend,
@@ -109,14 +109,18 @@ export class Gpt extends Module<[Tensor, Tensor], Promise<Tensor>> {
       copy_(p, values);
       values.free();
     }
-    this.positions = keep(arange(config.blockSize, undefined, 1, { backend }));
     this.nameTensors();
   }
 
   /** Mean cross entropy of the next token over ids [B, T] (i32) and targets [B, T]. */
   async forward(idx: Tensor, targets: Tensor): Promise<Tensor> {
     const [b, t] = idx.shape as [number, number];
-    const pos = this.positions.view([t]);
+    let ids = this.positions.get(idx.backend);
+    if (ids === undefined) {
+      ids = keep(arange(this.config.blockSize, undefined, 1, { backend: idx.backend }));
+      this.positions.set(idx.backend, ids);
+    }
+    const pos = ids.view([t]);
     const tok = this.wte.call(idx);
     const where = this.wpe.call(pos);
     let x = add(tok, where);

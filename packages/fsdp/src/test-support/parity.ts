@@ -20,6 +20,8 @@ export interface ParityRun {
   /** Wrap every block in its own unit inside the root unit. */
   readonly nested?: boolean;
   readonly lr?: number;
+  /** AdamW's weight decay (default 0.01). */
+  readonly weightDecay?: number;
   /** Micro-batches per step: gradients of all but the last accumulate under `noSync`. */
   readonly accumulate?: number;
   /** The reference computes in this dtype with tensor-core's `MixedPrecision`. */
@@ -45,6 +47,7 @@ export async function trainSingle(
   const optimizer = new AdamW(mp ? mp.masterParams() : net.parameters(), {
     ...ADAM,
     lr: run.lr ?? ADAM.lr,
+    weightDecay: run.weightDecay ?? ADAM.weightDecay,
   });
   const micro = run.accumulate ?? 1;
   const losses: number[] = [];
@@ -98,7 +101,11 @@ export async function trainRank(
 ): Promise<ParityResult> {
   const config = run.config ?? SMALL;
   const model = wrapNet(new Net(config, backend, 0), group, options, run.nested ?? false);
-  const optimizer = new AdamW(model.parameters(), { ...ADAM, lr: run.lr ?? ADAM.lr });
+  const optimizer = new AdamW(model.parameters(), {
+    ...ADAM,
+    lr: run.lr ?? ADAM.lr,
+    weightDecay: run.weightDecay ?? ADAM.weightDecay,
+  });
   const micro = run.accumulate ?? 1;
   const rows = run.batch / group.size / micro;
   const losses: number[] = [];
@@ -175,7 +182,7 @@ export async function customSingle(run: CustomRun): Promise<ParityResult> {
   run.prepare?.(net);
   const optimizer = new AdamW(
     net.parameters().filter((p) => p.requiresGrad),
-    { ...ADAM, lr: run.lr ?? ADAM.lr },
+    { ...ADAM, lr: run.lr ?? ADAM.lr, weightDecay: run.weightDecay ?? ADAM.weightDecay },
   );
   const losses: number[] = [];
   for (const batch of makeBatches(backend, config, run.steps, run.batch)) {
@@ -206,7 +213,11 @@ export async function customLocal(
         const net = new Net(config, backend, 0);
         run.prepare?.(net);
         const model = wrapNet(net, group, options, run.nested ?? false);
-        const optimizer = new AdamW(model.parameters(), { ...ADAM, lr: run.lr ?? ADAM.lr });
+        const optimizer = new AdamW(model.parameters(), {
+          ...ADAM,
+          lr: run.lr ?? ADAM.lr,
+          weightDecay: run.weightDecay ?? ADAM.weightDecay,
+        });
         const per = run.batch / world;
         const losses: number[] = [];
         for (const batch of makeBatches(backend, config, run.steps, run.batch)) {

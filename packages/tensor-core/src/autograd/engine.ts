@@ -1,3 +1,4 @@
+import { ContextSlot } from '../async-context.js';
 import { ArgumentError, DTypeError, ShapeError } from '../errors.js';
 import { keep, tidy } from '../scope.js';
 import { Tensor } from '../tensor.js';
@@ -35,7 +36,8 @@ import {
  *    A leaf used several times in the graph gets one accumulation of the summed gradient.
  * 4. Callbacks queued with `queueCallback` run once, in FIFO order, after the whole graph of the
  *    outermost backward has run (also those queued from a nested backward, e.g. a checkpoint's
- *    recomputation, and those queued by other callbacks), before `backward` resolves.
+ *    recomputation, and those queued by other callbacks), before `backward` resolves. "Outermost"
+ *    is per call chain: ranks sharing a thread each get their own ([Note: async context]).
  * 5. Each hook and callback is awaited before the engine continues. A hook that wants its
  *    communication to overlap with the rest of backward (DDP buckets) should start it, keep the
  *    promise, and await it in a queued callback instead of returning it.
@@ -151,21 +153,29 @@ class GraphTask {
   }
 }
 
-const tasks: GraphTask[] = [];
+/**
+ * The outermost backward of the current call chain, if any. A chain is one rank's code: several
+ * ranks in one thread each see their own backward ([Note: async context]).
+ */
+const currentTask = new ContextSlot<GraphTask | null>(null);
 
-/** Whether a backward pass is running. */
+/** Whether a backward pass is running in this call chain (hooks and callbacks see true). */
 export function isBackwardRunning(): boolean {
-  return tasks.length > 0;
+  return currentTask.get() !== null;
 }
 
 /**
- * Queue `callback` to run once at the end of the current (outermost) backward, after all nodes and
- * hooks, like PyTorch's `Variable._execution_engine.queue_callback`. Throws outside backward.
+ * Queue `callback` to run once at the end of the outermost backward of this call chain, after all
+ * its nodes and hooks, like PyTorch's `Variable._execution_engine.queue_callback`. Throws
+ * `AutogradError` outside a backward, also while another chain's backward runs.
  */
 export function queueCallback(callback: () => VoidOrPromise): void {
-  const task = tasks[0];
-  if (task === undefined) {
-    throw new AutogradError('queueCallback', 'callbacks can only be queued while backward runs');
+  const task = currentTask.get();
+  if (task === null) {
+    throw new AutogradError(
+      'queueCallback',
+      'callbacks can only be queued while backward runs (from a hook, a node or another callback of that backward)',
+    );
   }
   task.callbacks.push(callback);
 }
@@ -325,15 +335,19 @@ export async function backward(
     task.freeAll();
     throw error;
   }
-  tasks.push(task);
+  // A backward inside a backward of the same chain (a checkpoint's recomputation) queues its
+  // callbacks to the outermost one, which runs them.
+  const outermost = currentTask.get() ?? task;
   try {
-    await run(task, new GraphRoot(edges, rootGrads));
-    for (let i = 0; i < task.callbacks.length; i++) {
-      const callback = task.callbacks[i]!;
-      await callHook(callback);
-    }
+    await currentTask.run(outermost, async () => {
+      await run(task, new GraphRoot(edges, rootGrads));
+      if (outermost !== task) return;
+      for (let i = 0; i < task.callbacks.length; i++) {
+        const callback = task.callbacks[i]!;
+        await callHook(callback);
+      }
+    });
   } finally {
-    tasks.pop();
     task.freeAll();
   }
 }

@@ -1,42 +1,41 @@
+import { ContextSlot } from '../async-context.js';
+
 /**
  * [Note: grad mode]
- * Whether ops record autograd nodes is one global flag (JavaScript runs one task at a time, so
- * there is no per-thread mode as in PyTorch). `noGrad(fn)` and `enableGrad(fn)` set it for the
- * duration of `fn` and restore the previous value afterwards; when `fn` returns a promise the value
- * is restored once the promise settles, so an async forward (FSDP awaiting an all-gather) stays
- * under the mode it was started in. Code interleaved with such a promise sees the same mode: do not
- * run training and evaluation concurrently.
+ * Whether ops record autograd nodes. `noGrad(fn)` and `enableGrad(fn)` set it for `fn` and,
+ * when `fn` is async, for everything it awaits, in that call chain only ([Note: async context]):
+ * an async forward under `noGrad` (a checkpointed region awaiting an all-gather) does not turn
+ * recording off for another rank running in the same thread. `setGradEnabled` sets it for the
+ * synchronous code that follows, until set back (the engine uses it around a formula or a hook's
+ * synchronous part); inside `noGrad` / `enableGrad` their value applies again.
  */
-let gradEnabled = true;
+const mode = new ContextSlot<boolean>(true);
+/** Set by `setGradEnabled` for a synchronous section; `undefined` defers to the chain's mode. */
+let override: boolean | undefined;
 
 /** Whether ops currently record autograd nodes. */
 export function isGradEnabled(): boolean {
-  return gradEnabled;
+  return override ?? mode.get();
 }
 
-/** Set grad mode; returns the previous value. Prefer `noGrad` / `enableGrad`. */
+/**
+ * Set grad mode for the synchronous code that follows (until set back); returns the previous
+ * value. Prefer `noGrad` / `enableGrad`, which also cover what an async function awaits.
+ */
 export function setGradEnabled(enabled: boolean): boolean {
-  const previous = gradEnabled;
-  gradEnabled = enabled;
+  const previous = isGradEnabled();
+  override = enabled === mode.get() ? undefined : enabled;
   return previous;
 }
 
 function withGradMode<T>(enabled: boolean, fn: () => T): T {
-  const previous = setGradEnabled(enabled);
-  let result: T;
+  const saved = override;
+  override = undefined;
   try {
-    result = fn();
-  } catch (error) {
-    gradEnabled = previous;
-    throw error;
+    return mode.run(enabled, fn);
+  } finally {
+    override = saved;
   }
-  if (result instanceof Promise) {
-    return result.finally(() => {
-      gradEnabled = previous;
-    }) as T;
-  }
-  gradEnabled = previous;
-  return result;
 }
 
 /** Run `fn` without recording autograd nodes (PyTorch's `torch.no_grad()`). */

@@ -16,6 +16,13 @@ export interface MemoryStats {
   poolHits: number;
   /** The emulated limit, if one is set. */
   limit: number | undefined;
+  /**
+   * Bytes of memory the backend computes on but does not own (tensors over a caller's buffers,
+   * `tensorFromHostArray`): never pooled, not under the limit. Absent on backends without it.
+   */
+  externalBytes?: number;
+  /** Highest `externalBytes` since creation or the last `resetPeak`. */
+  peakExternalBytes?: number;
 }
 
 /** How a backend creates and destroys its raw buffers; the allocator does the rest. */

@@ -26,13 +26,26 @@ export class Sequential extends Module<[Tensor], Tensor> {
 
   /**
    * Each module's output feeds the next; intermediate outputs are freed once consumed (the input
-   * is not). Synchronous: use a custom module to chain children with async hooks.
+   * is not). Synchronous while every child is; from the first child whose call returns a promise
+   * (a sharded unit awaiting its all-gather) on, the rest runs after it settles and `forward`
+   * returns a promise: use `callAsync` on a Sequential whose children may be async.
    */
   forward(x: Tensor): Tensor {
+    return this.run(x, 0, x) as Tensor;
+  }
+
+  private run(x: Tensor, from: number, input: Tensor): Tensor | Promise<Tensor> {
     let current = x;
-    for (const m of this.list) {
-      const next = m.call(current);
-      if (current !== x) current.free();
+    for (let i = from; i < this.list.length; i++) {
+      const next = this.list[i]!.call(current) as Tensor | Promise<Tensor>;
+      if (next instanceof Promise) {
+        const previous = current;
+        return next.then((value) => {
+          if (previous !== input) previous.free();
+          return this.run(value, i + 1, input);
+        });
+      }
+      if (current !== input) current.free();
       current = next;
     }
     return current;

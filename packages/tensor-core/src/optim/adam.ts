@@ -71,6 +71,7 @@ export class Adam extends Optimizer<AdamHyperparameters, AdamState> {
   }
 
   step(options: StepOptions = {}): void {
+    this.checkGrads();
     const gradScale = options.gradScale ?? 1;
     for (const group of this.paramGroups) {
       for (const p of group.params) {

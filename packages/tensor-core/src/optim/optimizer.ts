@@ -1,4 +1,10 @@
-import { ArgumentError, ShapeError } from '../errors.js';
+import {
+  ArgumentError,
+  BackendError,
+  DTypeError,
+  FreedTensorError,
+  ShapeError,
+} from '../errors.js';
 import { keep } from '../scope.js';
 import { Tensor } from '../tensor.js';
 
@@ -100,6 +106,47 @@ export abstract class Optimizer<H extends object, S extends object> {
 
   /** One update of every parameter that has a gradient. */
   abstract step(options?: StepOptions): void;
+
+  /**
+   * Check every gradient a step would use against its parameter, before any parameter changes: the
+   * same shape (a sharding wrapper swapping full and shard gradients must not hand over the wrong
+   * one), the same backend and dtype, not freed. Throws `ShapeError`, `BackendError`, `DTypeError`
+   * or `FreedTensorError` naming the optimizer and the parameter.
+   */
+  protected checkGrads(): void {
+    for (const group of this.paramGroups) {
+      for (const p of group.params) {
+        const grad = p.grad;
+        if (grad === null) continue;
+        const name = p.name ?? String(p);
+        if (grad.isFreed) throw new FreedTensorError(this.opName, `${name}.grad`);
+        if (
+          grad.size !== p.size ||
+          grad.shape.some((d, i) => d !== p.shape[i]) ||
+          grad.rank !== p.rank
+        ) {
+          throw new ShapeError(
+            this.opName,
+            [p.shape, grad.shape],
+            `the gradient of parameter ${name} does not have its shape`,
+          );
+        }
+        if (grad.backend !== p.backend) {
+          throw new BackendError(
+            this.opName,
+            `the gradient of parameter ${name} is on ${grad.backend.kind}, the parameter on ${p.backend.kind} (another backend instance)`,
+          );
+        }
+        if (grad.dtype !== p.dtype) {
+          throw new DTypeError(
+            this.opName,
+            [p.dtype, grad.dtype],
+            `the gradient of parameter ${name} does not have its dtype`,
+          );
+        }
+      }
+    }
+  }
 
   /** Every parameter of every group, in order (the indices of the state dict). */
   get params(): Tensor[] {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ArgumentError, DTypeError } from '../errors.js';
+import { ArgumentError, DTypeError, FreedTensorError } from '../errors.js';
 import { createCpuBackend } from '../runtime.js';
 import { Tensor } from '../tensor.js';
 import { describeBackends, expectClose as expectValuesClose } from '../testing/index.js';
@@ -496,11 +496,43 @@ describeBackends('optimizers stepping on views into one flat buffer (FSDP shards
 describe('managed parameters', () => {
   it('an optimizer refuses a parameter a sharding wrapper manages, with its reason', async () => {
     const { markManagedParameter, SGD, tensor } = await import('../index.js');
-    const p = tensor([1, 2], { backend: createCpuBackend(), requiresGrad: true });
+    const p = tensor([1, 2], { backend: createCpuBackend() });
+    p.requiresGrad = true;
     p.name = 'layer.weight';
     markManagedParameter(p, 'is sharded: step the shards instead');
     expect(() => new SGD([p], { lr: 0.1 })).toThrow(
       '[SGD] parameter layer.weight is sharded: step the shards instead',
     );
   });
+});
+
+describe('gradients that do not fit their parameter', () => {
+  for (const make of ['Adam', 'AdamW', 'SGD'] as const) {
+    it(`${make}: a typed error naming the parameter, before any parameter changes`, async () => {
+      const { Adam, AdamW, SGD, tensor } = await import('../index.js');
+      const backend = createCpuBackend();
+      const good = tensor([1, 2, 3], { backend });
+      good.name = 'good';
+      good.requiresGrad = true;
+      good.grad = tensor([0.1, 0.1, 0.1], { backend });
+      const bad = tensor([1, 2, 3, 4, 5, 6], { backend });
+      bad.name = 'flat_param_0';
+      bad.requiresGrad = true;
+      bad.grad = tensor([1, 1, 1], { backend });
+      const optimizer =
+        make === 'SGD'
+          ? new SGD([good, bad], { lr: 0.1 })
+          : new (make === 'Adam' ? Adam : AdamW)([good, bad], { lr: 0.1 });
+      expect(() => optimizer.step()).toThrow(
+        `[${make}] the gradient of parameter flat_param_0 does not have its shape (shapes [6] and [3])`,
+      );
+      expect([...(await good.read())]).toEqual([1, 2, 3]);
+      bad.grad = tensor([1, 1, 1, 1, 1, 1], { backend: createCpuBackend() });
+      expect(() => optimizer.step()).toThrow(
+        'is on cpu, the parameter on cpu (another backend instance)',
+      );
+      bad.grad.free();
+      expect(() => optimizer.step()).toThrow(FreedTensorError);
+    });
+  }
 });

@@ -67,6 +67,7 @@ export class SGD extends Optimizer<SgdHyperparameters, SgdState> {
   }
 
   step(options: StepOptions = {}): void {
+    this.checkGrads();
     const gradScale = options.gradScale ?? 1;
     for (const group of this.paramGroups) {
       for (const p of group.params) {

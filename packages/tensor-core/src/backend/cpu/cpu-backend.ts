@@ -3,7 +3,7 @@ import type { HostArray } from '../../dtype.js';
 import { saturateToI32 } from '../../dtype-convert.js';
 import { IndexError } from '../../errors.js';
 import { PooledBackend } from '../pooled-backend.js';
-import { CachingAllocator } from '../../memory/caching-allocator.js';
+import { CachingAllocator, type MemoryStats } from '../../memory/caching-allocator.js';
 import { philoxNormal, philoxUniform } from '../../random/philox.js';
 import type {
   AdamHyper,
@@ -11,6 +11,7 @@ import type {
   BackendCapabilities,
   BinaryOp,
   KernelTensor,
+  RawStorage,
   ReduceOp,
   SgdHyper,
   StridedOperand,
@@ -145,6 +146,54 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       'cpu',
     );
     this.allocator.setLimit(options.memoryLimit);
+  }
+
+  // ---- external memory --------------------------------------------------------------------
+  private readonly external = new WeakMap<RawStorage, { bytes: number; onRelease?: () => void }>();
+  private externalBytes = 0;
+  private peakExternalBytes = 0;
+
+  /**
+   * Storage over `bytes` bytes of memory the caller owns, from the start of `buffer` (an
+   * ArrayBuffer, SharedArrayBuffer or WebAssembly memory's buffer): kernels read and write it in
+   * place. Never pooled; releasing it only ends the accounting. See `tensorFromHostArray`.
+   */
+  wrapExternal(
+    buffer: ArrayBufferLike,
+    byteSize: number,
+    ownedBytes: number,
+    onRelease?: () => void,
+  ): RawStorage {
+    this.assertLive('wrapExternal');
+    const raw: CpuStorage = { buffer: buffer as ArrayBuffer, byteSize };
+    this.external.set(raw, { bytes: ownedBytes, onRelease });
+    this.externalBytes += ownedBytes;
+    this.peakExternalBytes = Math.max(this.peakExternalBytes, this.externalBytes);
+    return raw;
+  }
+
+  override release(storage: RawStorage): void {
+    const entry = this.external.get(storage);
+    if (entry !== undefined) {
+      this.external.delete(storage);
+      this.externalBytes -= entry.bytes;
+      entry.onRelease?.();
+      return;
+    }
+    super.release(storage);
+  }
+
+  override memoryStats(): MemoryStats {
+    return {
+      ...super.memoryStats(),
+      externalBytes: this.externalBytes,
+      peakExternalBytes: this.peakExternalBytes,
+    };
+  }
+
+  override resetPeakMemoryStats(): void {
+    super.resetPeakMemoryStats();
+    this.peakExternalBytes = this.externalBytes;
   }
 
   // ---- transfers --------------------------------------------------------------------------

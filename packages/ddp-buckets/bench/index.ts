@@ -1,0 +1,169 @@
+// The ddp-buckets benchmark: step time (forward + backward + gradient all-reduce) of a deep MLP
+// on 2 ranks over shm and tcp, with buckets overlapped with backward and with `delayAllreduce`,
+// against the same per-rank step with no communication at all (one process, no wrapper), and the
+// share of communication hidden behind backward = (T_delay - T_overlap) / (T_delay - T_nocomm).
+// `pnpm bench` (`--transports shm` for one transport).
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { type BenchRow, writeBenchResults } from '@webshard/bench';
+import { launchThreads } from '@webshard/collectives/node';
+import { freePortForBench } from './port.js';
+import { benchStep, type StepPlan, type StepResult } from './step.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const require = createRequire(import.meta.url);
+const tsx = pathToFileURL(require.resolve('tsx/esm/api').replace(/\.cjs$/, '.mjs')).href;
+
+function option(name: string, fallback: string): string[] {
+  const index = process.argv.indexOf(`--${name}`);
+  return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
+}
+
+const transports = option('transports', 'shm,tcp');
+const base: Omit<StepPlan, 'mode'> = {
+  layers: Number(option('layers', '8')[0]),
+  width: Number(option('width', '512')[0]),
+  rows: Number(option('rows', '4')[0]),
+  messageSize: Number(option('message-size', String(512 * 512 + 512))[0]),
+  iterations: Number(option('iterations', '9')[0]),
+};
+
+async function shm(plan: StepPlan): Promise<StepResult> {
+  const worker = pathToFileURL(join(here, 'shm-rank.ts')).href;
+  const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
+  const outcomes = await launchThreads<StepPlan, StepResult>(2, bootstrap, plan, {
+    eval: true,
+    execArgv: ['--conditions=@webshard/source'],
+    group: { timeoutMs: 120_000 },
+  });
+  return slowest(
+    outcomes.map((o) => (o.status === 'fulfilled' ? o.value : failed(JSON.stringify(o)))),
+  );
+}
+
+async function tcp(plan: StepPlan): Promise<StepResult> {
+  const port = await freePortForBench();
+  const results = await Promise.all(
+    [0, 1].map(
+      (rank) =>
+        new Promise<StepResult>((resolve, reject) => {
+          const child = spawn(
+            process.execPath,
+            [
+              '--conditions=@webshard/source',
+              '--import',
+              'tsx',
+              join(here, 'net-rank.ts'),
+              JSON.stringify(plan),
+            ],
+            {
+              stdio: ['ignore', 'pipe', 'inherit'],
+              env: {
+                ...process.env,
+                RANK: String(rank),
+                LOCAL_RANK: String(rank),
+                WORLD_SIZE: '2',
+                MASTER_ADDR: '127.0.0.1',
+                MASTER_PORT: String(port),
+                WEBSHARD_TOKEN: 'ddp-bench',
+              },
+            },
+          );
+          let out = '';
+          child.stdout.on('data', (chunk: Buffer) => {
+            out += chunk.toString();
+          });
+          child.on('exit', (code) => {
+            const line = out.split('\n').find((l) => l.startsWith('@@result '));
+            if (code !== 0 || line === undefined)
+              reject(new Error(`tcp rank ${rank} exited ${code}`));
+            else resolve(JSON.parse(line.slice('@@result '.length)));
+          });
+        }),
+    ),
+  );
+  return slowest(results);
+}
+
+function slowest(results: StepResult[]): StepResult {
+  const worst = results.reduce((a, b) => (b.ms > a.ms ? b : a));
+  return { ...worst, waitMs: Math.max(...results.map((r) => r.waitMs)) };
+}
+
+function failed(detail: string): never {
+  throw new Error(`a benchmark rank failed: ${detail}`);
+}
+
+const rows: BenchRow[] = [];
+const name = `MLP ${base.layers}x${base.width}, ${base.rows} rows/rank`;
+const nocomm = await benchStep(null, { ...base, mode: 'nocomm' });
+rows.push({
+  name: `${name}, 1 rank, no communication`,
+  metric: 'step time',
+  value: nocomm.ms,
+  unit: 'ms',
+});
+for (const transport of transports) {
+  const run = transport === 'shm' ? shm : tcp;
+  const delay = await run({ ...base, mode: 'delay' });
+  const overlap = await run({ ...base, mode: 'overlap' });
+  const label = `${name}, 2 ranks ${transport}`;
+  // Both ranks compute at once without sending anything: what sharing 2 cores costs by itself.
+  const contended = await run({ ...base, mode: 'nocomm' });
+  rows.push({
+    name: `${label}, no communication (ranks share the cores)`,
+    metric: 'step time',
+    value: contended.ms,
+    unit: 'ms',
+  });
+  rows.push({
+    name: `${label}, one all-reduce of all gradients alone`,
+    metric: 'time',
+    value: delay.allReduceMs,
+    unit: 'ms',
+  });
+  rows.push({ name: `${label}, delayAllreduce`, metric: 'step time', value: delay.ms, unit: 'ms' });
+  rows.push({
+    name: `${label}, overlapped (${overlap.buckets} buckets)`,
+    metric: 'step time',
+    value: overlap.ms,
+    unit: 'ms',
+    peer: 'delayAllreduce',
+    peerValue: delay.ms,
+  });
+  rows.push({
+    name: `${label}, communication hidden behind backward`,
+    metric: '(T_delay - T_overlap) / (T_delay - T_nocomm)',
+    value: (100 * (delay.ms - overlap.ms)) / (delay.ms - nocomm.ms),
+    unit: '%',
+  });
+  rows.push({
+    name: `${label}, end of backward waiting for communication, delayAllreduce`,
+    metric: 'time',
+    value: delay.waitMs,
+    unit: 'ms',
+  });
+  rows.push({
+    name: `${label}, end of backward waiting for communication, overlapped`,
+    metric: 'time',
+    value: overlap.waitMs,
+    unit: 'ms',
+    peer: 'delayAllreduce',
+    peerValue: delay.waitMs,
+  });
+  rows.push({
+    name: `${label}, communication hidden, from the waits`,
+    metric: '(W_delay - W_overlap) / W_delay',
+    value: (100 * (delay.waitMs - overlap.waitMs)) / delay.waitMs,
+    unit: '%',
+  });
+  rows.push({
+    name: `${label}, hidden, against 2 ranks without communication`,
+    metric: '(T_delay - T_overlap) / (T_delay - T_nocomm,2)',
+    value: (100 * (delay.ms - overlap.ms)) / (delay.ms - contended.ms),
+    unit: '%',
+  });
+}
+writeBenchResults('ddp-buckets', rows);

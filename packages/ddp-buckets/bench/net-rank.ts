@@ -1,0 +1,10 @@
+// One rank of the tcp benchmark in its own process (torchrun's environment from index.ts). Prints
+// its result as one JSON line.
+import { initProcessGroup } from '@webshard/collectives';
+import { benchStep, type StepPlan } from './step.js';
+
+const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 120_000 });
+const result = await benchStep(group, JSON.parse(process.argv[2]!) as StepPlan);
+process.stdout.write(`@@result ${JSON.stringify(result)}\n`);
+await group.close();
+process.exit(0);

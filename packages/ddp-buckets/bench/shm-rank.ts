@@ -1,0 +1,5 @@
+// One rank of the shm benchmark, as a worker thread started by launchThreads.
+import { runShmWorker } from '@webshard/collectives/node';
+import { benchStep, type StepPlan } from './step.js';
+
+void runShmWorker((group, plan: StepPlan) => benchStep(group, plan));

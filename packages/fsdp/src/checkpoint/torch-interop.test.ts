@@ -1,0 +1,65 @@
+// A consolidated FSDP checkpoint read by PyTorch: the same loss on the same tokens. Runs where
+// /usr/bin/python3 has torch (Debian's python3-torch); skipped with a message elsewhere.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AdamW, type Tensor } from '@webshard/tensor-core';
+import { describe, expect, it } from 'vitest';
+import { Gpt, GptBlock, TINY_GPT, tokenBatches, tokenSlice } from '../test-support/gpt.js';
+import { onLocalRanks } from '../test-support/ranks.js';
+import { autoWrap, moduleClassAutoWrapPolicy } from '../wrap.js';
+import { consolidateCheckpoint } from './consolidate.js';
+import { saveShardedCheckpoint } from './sharded-checkpoint.js';
+
+const python = '/usr/bin/python3';
+const torchMissing =
+  spawnSync(python, ['-c', 'import torch'], { encoding: 'utf8' }).status !== 0
+    ? `${python} with torch is not installed (apt-get install python3-torch): PyTorch interop not checked`
+    : null;
+const script = join(dirname(fileURLToPath(import.meta.url)), '__fixtures__', 'torch_forward.py');
+
+describe('a consolidated checkpoint in PyTorch', () => {
+  if (torchMissing !== null) {
+    it.skip(torchMissing, () => {});
+    return;
+  }
+  it('gives PyTorch the loss webshard computes on the same tokens', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'fsdp-torch-'));
+    try {
+      const [rows] = tokenBatches(TINY_GPT, 1, 4, 3);
+      const [loss] = await onLocalRanks(2, async (group, backend) => {
+        const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+          group,
+        });
+        const optimizer = new AdamW(model.parameters(), { lr: 1e-2 });
+        for (const batch of tokenBatches(TINY_GPT, 2, 4)) {
+          const [x, y] = tokenSlice(backend, batch, group.rank * 2, group.rank * 2 + 2);
+          const l = (await model.call(x, y)) as Tensor;
+          await l.backward();
+          optimizer.step();
+          optimizer.zeroGrad();
+        }
+        await saveShardedCheckpoint(dir, { model, optimizer });
+        // The loss on all four rows, on every rank (each rank computes it whole).
+        const [x, y] = tokenSlice(backend, rows!, 0, 4);
+        return (await model.call(x, y)).item();
+      });
+      const file = join(dir, 'model.safetensors');
+      await consolidateCheckpoint(dir, file);
+      const result = spawnSync(
+        python,
+        [script, file, JSON.stringify(TINY_GPT), JSON.stringify(rows)],
+        {
+          encoding: 'utf8',
+        },
+      );
+      expect(result.status, result.stderr).toBe(0);
+      const torchLoss = JSON.parse(result.stdout).loss as number;
+      expect(Math.abs(torchLoss - loss!)).toBeLessThanOrEqual(1e-5 * Math.abs(torchLoss));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,72 @@
+import { type Module, Tensor } from '@webshard/tensor-core';
+import type { FlatParamSource } from './flat-param.js';
+
+/** The child name of the wrapped module; state-dict keys and unit names leave it out. */
+export const WRAPPED_MODULE = '_fsdp_wrapped_module';
+
+/** `path` with the wrapper's own segments removed: the module's name in the unwrapped model. */
+export function cleanPath(path: string): string {
+  return path
+    .split('.')
+    .filter((part) => part !== WRAPPED_MODULE)
+    .join('.');
+}
+
+/**
+ * The parameters of `module` that no nested unit owns (`isUnit` tells the units), each once with
+ * every name it has.
+ */
+export function ownParameters(module: Module, isUnit: (m: Module) => boolean): FlatParamSource[] {
+  const byTensor = new Map<Tensor, string[]>();
+  const visit = (m: Module, prefix: string): void => {
+    for (const [name, t] of m.namedParameters({ recurse: false, removeDuplicate: false })) {
+      const names = byTensor.get(t);
+      if (names === undefined) byTensor.set(t, [prefix + name]);
+      else names.push(prefix + name);
+    }
+    for (const [name, child] of m.namedChildren()) {
+      if (isUnit(child)) continue;
+      visit(child, `${prefix}${name}.`);
+    }
+  };
+  visit(module, '');
+  return [...byTensor].map(([tensor, names]) => ({ tensor, names }));
+}
+
+/** Every unit strictly inside `module` (not crossing into their own subtrees). */
+export function nestedUnits<U extends Module>(module: Module, isUnit: (m: Module) => m is U): U[] {
+  const out: U[] = [];
+  const visit = (m: Module): void => {
+    for (const [, child] of m.namedChildren()) {
+      if (isUnit(child)) out.push(child);
+      else visit(child);
+    }
+  };
+  visit(module);
+  return out;
+}
+
+/** Call `fn` on every tensor in a forward's output (tensors, arrays, maps, plain objects). */
+export function forEachTensor(
+  value: unknown,
+  fn: (t: Tensor) => void,
+  seen = new Set<unknown>(),
+): void {
+  if (value === null || typeof value !== 'object' || seen.has(value)) return;
+  seen.add(value);
+  if (value instanceof Tensor) {
+    fn(value);
+    return;
+  }
+  if (Array.isArray(value)) {
+    for (const v of value) forEachTensor(v, fn, seen);
+    return;
+  }
+  if (value instanceof Map) {
+    for (const v of value.values()) forEachTensor(v, fn, seen);
+    return;
+  }
+  if (Object.getPrototypeOf(value) === Object.prototype) {
+    for (const v of Object.values(value)) forEachTensor(v, fn, seen);
+  }
+}

@@ -1,0 +1,373 @@
+import {
+  backward,
+  chunk,
+  clone,
+  concat,
+  enableGrad,
+  Generator,
+  getDefaultGenerator,
+  isGradEnabled,
+  moveTensors_,
+  noGrad,
+  type Sequential,
+  type StepOptions,
+  type Tensor,
+} from '@webshard/tensor-core';
+import {
+  type Layer,
+  type OffloadOptions,
+  type ResolvedOffloadOptions,
+  resolveOptions,
+} from './api.js';
+import { MicrobatchError, OffloadConfigError, OffloadError, SliceTooLargeError } from './errors.js';
+import { type SteppableOptimizer, stepSlicesOnDevice } from './device-step.js';
+import { HostStore } from './host-store.js';
+import { layerDeviceBytes, planSlices, type Slice, type SlicePlan } from './slice-plan.js';
+import { TransferQueue, type TransferStats } from './transfer.js';
+
+type RngState = { seed: number; offset: number };
+
+/** What one slice's forward left for its backward. */
+interface SliceRecord {
+  /** Without checkpointing: each micro-batch's input leaf and output (the graph's root). */
+  readonly leaves: Tensor[];
+  readonly outputs: Tensor[];
+  /** With checkpointing: the random streams' state at each micro-batch's forward. */
+  readonly states: RngState[][];
+}
+
+/** The state a training forward leaves for the backward its output triggers. */
+interface Pending {
+  readonly records: SliceRecord[];
+  readonly input: Tensor | null;
+}
+
+function generatorsOf(slice: Slice): Generator[] {
+  const found = new Set<Generator>([getDefaultGenerator()]);
+  for (const layer of slice.layers) {
+    for (const m of layer.modules()) {
+      const g = (m as { generator?: unknown }).generator;
+      if (g instanceof Generator) found.add(g);
+    }
+  }
+  return [...found];
+}
+
+/**
+ * [Note: streaming a model through the device]
+ * fairscale's `OffloadModel` on tensor-core. The model's parameters, gradients and optimizer state
+ * live on the host backend; `forward` brings one slice at a time to the device with `moveTensors_`
+ * (the parameters keep their identity, so the optimizer, the module and any recorded graph still
+ * know them), runs it on each micro-batch, and sends it back.
+ * - Forward, per slice: wait for its upload; start the next slice's upload (`prefetch`); run the
+ *   micro-batches; start the download of its parameters. Without `checkpointActivation` each
+ *   micro-batch runs with autograd recording from a fresh input leaf, so the slice's saved
+ *   activations stay on the device in its graph, the input leaf (saved by reference) is moved to
+ *   the host with the parameters, and the output's storage is freed (backward only needs its
+ *   node). With it, the slice runs without recording and only its input is copied to the host,
+ *   with the random streams' positions. The output of the last slice stays on the device: it is
+ *   returned as a leaf that requires grad, like fairscale's `OffloadFunction` output.
+ * - Backward starts from that leaf's post-accumulate hook (so `loss.backward()` drives it, and
+ *   the outer backward awaits it). Slices in reverse: the slice is uploaded without its host
+ *   gradients (`HostStore.stashGrads`), each micro-batch backpropagates with a nested `backward`
+ *   from its output (recomputed first with checkpointing, random streams restored, so dropout
+ *   masks match), the input gradients feed the previous slice, and the parameters go back down
+ *   with their new gradients, which are added into the host ones. The previous slice's upload
+ *   starts before this slice computes, and this slice's download runs while the previous one
+ *   computes. The input's own gradient, when it requires grad, continues into its graph.
+ * - What overlaps: the transfers are promises; on WebGPU the uploads are queued writes and the
+ *   downloads are buffer maps that resolve while the next slice's kernels run. The CPU backend
+ *   computes synchronously, so there a transfer completes before the next slice starts.
+ * - Memory on the device at the peak: about two slices' parameters and gradients (the current and
+ *   the prefetched one; one with `prefetch: false`), the micro-batch's activations (all of the
+ *   slice's with checkpointing, the whole model's saved activations without) and the boundary
+ *   tensors of one slice.
+ */
+export class OffloadModel {
+  readonly options: ResolvedOffloadOptions;
+  readonly plan: SlicePlan;
+  private readonly transfers: TransferQueue;
+  private readonly store = new HostStore();
+  private offloaded: Promise<void> | undefined;
+  private pending: Pending | undefined;
+
+  /**
+   * Wrap `model` (a `Sequential`, cut into `numSlices` slices balanced by parameter count, or a
+   * list of modules taken as the slices). Throws `OffloadConfigError` for a bad option or model
+   * and `SliceTooLargeError` for a layer that alone passes the device's memory limit. The
+   * parameters move to `offloadDevice` at the first `forward` (or `offload()`).
+   */
+  constructor(model: Sequential | readonly Layer[], options: OffloadOptions) {
+    this.options = resolveOptions(options);
+    this.plan = planSlices(model, this.options.numSlices);
+    this.checkLayerSizes();
+    this.transfers = new TransferQueue(this.options.device, this.options.offloadDevice);
+  }
+
+  /** Every parameter of the model, slice by slice (to give to an optimizer). */
+  parameters(): Tensor[] {
+    return this.plan.slices.flatMap((s) => [...s.params]);
+  }
+
+  /** Bytes and transfers moved so far between the device and the host. */
+  get transferStats(): Readonly<TransferStats> {
+    return this.transfers.stats;
+  }
+
+  /** Training mode of every layer (dropout on), like `Module.train`. */
+  train(mode = true): this {
+    for (const layer of this.plan.layers) layer.train(mode);
+    return this;
+  }
+
+  eval(): this {
+    return this.train(false);
+  }
+
+  private checkLayerSizes(): void {
+    const limit = this.options.device.memoryStats().limit;
+    if (limit === undefined) return;
+    this.plan.layers.forEach((layer, i) => {
+      const bytes = layerDeviceBytes(layer);
+      if (bytes > limit) throw new SliceTooLargeError(this.plan.layerNames[i]!, bytes, limit);
+    });
+  }
+
+  private tensorsOf(slice: Slice): Tensor[] {
+    return [...slice.params, ...slice.buffers];
+  }
+
+  /** Move the whole model (and any gradients) to the host; `forward` does it the first time. */
+  offload(): Promise<void> {
+    this.offloaded ??= moveTensors_(
+      this.plan.slices.flatMap((s) => this.tensorsOf(s)),
+      this.options.offloadDevice,
+    );
+    return this.offloaded;
+  }
+
+  private runSlice(slice: Slice, x: Tensor): Tensor {
+    let current = x;
+    slice.layers.forEach((layer, i) => {
+      const next = layer.call(current) as unknown;
+      if (next instanceof Promise) {
+        throw new OffloadError(
+          'forward',
+          `layer '${slice.layerNames[i]}' returned a promise: OffloadModel runs layers whose call is synchronous`,
+        );
+      }
+      if (current !== x) current.free();
+      current = next as Tensor;
+    });
+    return current === x ? noGrad(() => clone(x)) : current;
+  }
+
+  private upload(index: number, forBackward: boolean, extra: () => Tensor[] = () => []): void {
+    const slice = this.plan.slices[index]!;
+    this.transfers.upload(index, () => {
+      if (forBackward) this.store.stashGrads(slice.params);
+      return [...this.tensorsOf(slice), ...extra()];
+    });
+  }
+
+  private download(index: number, extra: () => Tensor[] = () => []): void {
+    const slice = this.plan.slices[index]!;
+    this.transfers.download(
+      index,
+      () => [...this.tensorsOf(slice), ...extra()],
+      () => this.store.restoreGrads(slice.params),
+    );
+  }
+
+  private splitBatch(x: Tensor): Tensor[] {
+    const m = this.options.numMicrobatches;
+    return noGrad(() => {
+      if (m === 1) return [clone(x)];
+      const parts = chunk(x, m);
+      return parts.map((part) => {
+        const own = clone(part);
+        part.free();
+        return own;
+      });
+    });
+  }
+
+  /**
+   * Run the model on `input` (batch first). Under grad mode the result is a leaf on the device
+   * that requires grad: a backward that reaches it runs the offloaded backward, which accumulates
+   * the parameters' gradients on the host. Throws `MicrobatchError` when `numMicrobatches` does
+   * not divide the batch, `OffloadConfigError` for an input that requires grad off the device.
+   */
+  async forward(input: Tensor): Promise<Tensor> {
+    const {
+      device,
+      offloadDevice: host,
+      numMicrobatches,
+      checkpointActivation,
+      prefetch,
+    } = this.options;
+    const batch = input.shape[0] ?? 0;
+    if (input.rank === 0 || batch % numMicrobatches !== 0) {
+      throw new MicrobatchError(batch, numMicrobatches);
+    }
+    if (input.requiresGrad && input.backend !== device) {
+      throw new OffloadConfigError(
+        'input',
+        input.backend.kind,
+        'an input that requires grad must be on the device, so its gradient can continue into its graph',
+      );
+    }
+    this.checkLayerSizes();
+    await this.offload();
+    await this.transfers.drain();
+    this.discardPending();
+    const training = isGradEnabled();
+    const uploaded = input.backend === device ? input : await input.to(device);
+    let chunks = this.splitBatch(uploaded);
+    if (uploaded !== input) uploaded.free();
+    const slices = this.plan.slices;
+    const records: SliceRecord[] = [];
+    this.upload(0, false);
+    for (const slice of slices) {
+      const i = slice.index;
+      await this.transfers.wait(i);
+      // The previous slice's download is done before the next upload starts: two slices at most.
+      if (i > 0) await this.transfers.wait(i - 1);
+      if (i + 1 < slices.length && prefetch) this.upload(i + 1, false);
+      const record: SliceRecord = { leaves: [], outputs: [], states: [] };
+      const outputs: Tensor[] = [];
+      const generators = generatorsOf(slice);
+      for (const x of chunks) {
+        if (!training || checkpointActivation) {
+          if (training) record.states.push(generators.map((g) => g.getState()));
+          outputs.push(noGrad(() => this.runSlice(slice, x)));
+        } else {
+          x.requiresGrad = i > 0 || input.requiresGrad;
+          const y = enableGrad(() => this.runSlice(slice, x));
+          record.leaves.push(x);
+          record.outputs.push(y);
+          outputs.push(noGrad(() => clone(y)));
+          y.free();
+        }
+      }
+      records.push(record);
+      if (training && checkpointActivation) {
+        this.store.setInputs(i, await Promise.all(chunks.map((x) => x.to(host))));
+      }
+      if (training && !checkpointActivation) {
+        for (const x of record.leaves) if (!x.requiresGrad) x.free();
+        const moving = record.leaves.filter((x) => x.requiresGrad);
+        // A leaf whose storage something else still holds stays on the device (see the Note).
+        this.download(i, () => moving.filter((x) => !x.isFreed && x.storage().refCount === 1));
+      } else {
+        for (const x of chunks) x.free();
+        this.download(i);
+      }
+      if (!prefetch && i + 1 < slices.length) this.upload(i + 1, false);
+      chunks = outputs;
+    }
+    const out = noGrad(() => (chunks.length === 1 ? chunks[0]! : concat(chunks)));
+    if (chunks.length > 1) for (const c of chunks) c.free();
+    if (!training) return out;
+    out.requiresGrad = true;
+    this.pending = { records, input: input.requiresGrad ? input : null };
+    out.registerPostAccumulateGradHook((leaf) => this.backwardFrom(leaf));
+    return out;
+  }
+
+  /** Same as `forward`. */
+  call(input: Tensor): Promise<Tensor> {
+    return this.forward(input);
+  }
+
+  private discardPending(): void {
+    const pending = this.pending;
+    this.pending = undefined;
+    this.store.clearInputs();
+    if (pending === undefined) return;
+    for (const record of pending.records) for (const x of record.leaves) x.free();
+  }
+
+  private async backwardFrom(out: Tensor): Promise<void> {
+    const pending = this.pending;
+    const grad = out.grad;
+    out.grad = null;
+    if (pending === undefined || grad === null) {
+      throw new OffloadError(
+        'backward',
+        "no forward is waiting for this backward: backpropagate each forward's output once",
+      );
+    }
+    this.pending = undefined;
+    const { device, checkpointActivation, prefetch } = this.options;
+    const slices = this.plan.slices;
+    let grads = this.splitBatch(grad);
+    grad.free();
+    const last = slices.length - 1;
+    const leavesOf = (i: number) => () => pending.records[i]!.leaves.filter((x) => !x.isFreed);
+    this.upload(last, true, leavesOf(last));
+    for (let i = last; i >= 0; i--) {
+      const slice = slices[i]!;
+      const record = pending.records[i]!;
+      await this.transfers.wait(i);
+      if (i < last) await this.transfers.wait(i + 1);
+      if (prefetch && i > 0) this.upload(i - 1, true, leavesOf(i - 1));
+      const inputGrads: (Tensor | null)[] = [];
+      const generators = generatorsOf(slice);
+      for (let j = 0; j < grads.length; j++) {
+        let x: Tensor;
+        let y: Tensor;
+        if (checkpointActivation) {
+          x = await this.store.inputsOf(i)[j]!.to(device);
+          x.requiresGrad = i > 0 || pending.input !== null;
+          const current = generators.map((g) => g.getState());
+          generators.forEach((g, k) => {
+            g.setState(record.states[j]![k]!);
+          });
+          try {
+            y = enableGrad(() => this.runSlice(slice, x));
+          } finally {
+            generators.forEach((g, k) => {
+              g.setState(current[k]!);
+            });
+          }
+        } else {
+          x = record.leaves[j]!;
+          y = record.outputs[j]!;
+        }
+        if (y.requiresGrad) await backward(y, grads[j]!);
+        if (checkpointActivation) y.free();
+        inputGrads.push(x.grad);
+        x.grad = null;
+        x.free();
+        grads[j]!.free();
+      }
+      this.store.freeInputs(i);
+      this.download(i);
+      if (!prefetch && i > 0) this.upload(i - 1, true, leavesOf(i - 1));
+      grads = inputGrads.filter((g): g is Tensor => g !== null);
+    }
+    if (pending.input !== null && grads.length > 0) {
+      const full = noGrad(() => (grads.length === 1 ? grads[0]! : concat(grads)));
+      await backward(pending.input, full);
+      if (full !== grads[0]) full.free();
+    }
+    for (const g of grads) g.free();
+    await this.transfers.drain();
+  }
+
+  /**
+   * One optimizer step. With `optimizerOnDevice: false` (the default) it runs where the parameters
+   * are, on the host. With `optimizerOnDevice: true` each slice's parameters, gradients and
+   * optimizer state go to the device, step there and come back, one slice at a time (the others'
+   * gradients are held back so the optimizer skips them).
+   */
+  async step(optimizer: SteppableOptimizer, options?: StepOptions): Promise<void> {
+    await this.transfers.drain();
+    if (!this.options.optimizerOnDevice) {
+      optimizer.step(options);
+      return;
+    }
+    await stepSlicesOnDevice(optimizer, this.plan.slices, this.options, options);
+  }
+}

@@ -1,0 +1,173 @@
+import type { ReduceOp } from '../backend.js';
+import {
+  broadcastStrides,
+  coalesce,
+  type Dense,
+  ewLaunch,
+  header,
+  shapeSize,
+  stridedIndexFn,
+} from './kernel-common.js';
+import {
+  elementwiseProgram,
+  input,
+  type Launch,
+  linearDispatch,
+  type Operand,
+  output,
+  Params,
+  type Program,
+} from './program.js';
+import {
+  CONVERT,
+  declare,
+  linearIndex,
+  paramsDecl,
+  rawLoader,
+  storeAccess,
+  storer,
+  valueType,
+} from './wgsl.js';
+
+export interface Strided extends Operand {
+  readonly strides: readonly number[];
+}
+
+function extentOf(shape: readonly number[], strides: readonly number[]): number {
+  let max = 0;
+  shape.forEach((d, k) => {
+    max += (d - 1) * strides[k]!;
+  });
+  return shapeSize(shape) === 0 ? 0 : max + 1;
+}
+
+export function copyStridedLaunch(src: Strided, dst: Strided, shape: readonly number[]): Launch {
+  const merged = coalesce(shape, [src.strides, dst.strides]);
+  const rank = merged.shape.length;
+  const size = shapeSize(shape);
+  const srcExtent = extentOf(shape, src.strides);
+  const dstExtent = extentOf(shape, dst.strides);
+  const dstContiguous =
+    rank === 1
+      ? merged.strides[1]![0] === 1
+      : merged.strides[1]!.every((v, d) => v === broadcastStrides(merged.shape, merged.shape)[d]);
+  if (dstContiguous) {
+    const out: Dense = { storage: dst.storage, offset: dst.offset, dtype: dst.dtype, size };
+    const params = header(out).u(src.offset);
+    const dimsAt = params.length;
+    for (const d of merged.shape) params.u(d);
+    const stridesAt = params.length;
+    for (const v of merged.strides[0]!) params.u(v);
+    const program = elementwiseProgram({
+      name: 'copyStrided',
+      key: `r${rank}`,
+      inputs: [{ name: 'x', dtype: src.dtype }],
+      out: dst.dtype,
+      raw: true,
+      body: `${stridedIndexFn('idx_x', rank, dimsAt, stridesAt)}
+fn outv(i: u32) -> u32 { return raw_x(prm[2] + idx_x(i)); }`,
+    });
+    return ewLaunch(program, [src.dtype, dst.dtype], [input(src, srcExtent)], out, params);
+  }
+  // A scattered destination: one invocation per element; packed halves through atomics (`rst_`).
+  const params = new Params().u(size).u(src.offset).u(dst.offset);
+  const dimsAt = params.length;
+  for (const d of merged.shape) params.u(d);
+  const srcAt = params.length;
+  for (const v of merged.strides[0]!) params.u(v);
+  const dstAt = params.length;
+  for (const v of merged.strides[1]!) params.u(v);
+  const program: Program = {
+    name: 'copyStridedScatter',
+    key: `cs:r${rank}:${dst.dtype}`,
+    workgroupSize: [64, 1, 1],
+    dispatch: (s) => linearDispatch(s[0] ?? 1, 64),
+    wgsl: () => `${CONVERT}
+${declare(0, 'x', dst.dtype, 'read')}
+${rawLoader('x', dst.dtype)}
+${declare(1, 'out', dst.dtype, storeAccess(dst.dtype))}
+${storer('out', dst.dtype)}
+${paramsDecl(2)}
+${stridedIndexFn('idx_x', rank, dimsAt, srcAt)}
+${stridedIndexFn('idx_out', rank, dimsAt, dstAt)}
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec3u) {
+  let i = ${linearIndex(64)};
+  if (i >= prm[0]) { return; }
+  let v = raw_x(prm[1] + idx_x(i));
+  rst_out(prm[2] + idx_out(i), v);
+}`,
+  };
+  return {
+    program,
+    dtypes: [src.dtype, dst.dtype],
+    bindings: [input(src, srcExtent), output(dst, dstExtent)],
+    params: params.toArray(),
+    shape: [size],
+    usesError: false,
+  };
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+export function reduceLaunch(
+  op: ReduceOp,
+  x: Dense,
+  outer: number,
+  length: number,
+  inner: number,
+  out: Dense,
+): Launch {
+  const t = valueType(x.dtype);
+  const init =
+    op === 'sum' || op === 'mean'
+      ? `var acc = ${t === 'i32' ? '0' : '0.0'};`
+      : 'var acc = ld_x(base);';
+  const step =
+    op === 'sum' || op === 'mean'
+      ? 'acc += v;'
+      : op === 'max'
+        ? t === 'f32'
+          ? 'if (!is_nan(acc)) { acc = select(max(acc, v), v, is_nan(v)); }'
+          : 'acc = max(acc, v);'
+        : op === 'min'
+          ? t === 'f32'
+            ? 'if (!is_nan(acc)) { acc = select(min(acc, v), v, is_nan(v)); }'
+            : 'acc = min(acc, v);'
+          : 'if (v > acc) { acc = v; best = j; }';
+  const result =
+    op === 'mean'
+      ? `${valueType(out.dtype)}(f32(acc) / f32(len))`
+      : op === 'argmax'
+        ? 'i32(best)'
+        : `${valueType(out.dtype)}(acc)`;
+  const body = `fn outv(i: u32) -> ${valueType(out.dtype)} {
+  let inner = prm[4];
+  let len = prm[3];
+  let base = prm[2] + (i / inner) * len * inner + (i % inner);
+  ${init}
+  var best = 0u;
+  for (var j = 0u; j < len; j++) {
+    let v = ld_x(base + j * inner);
+    ${step}
+  }
+  return ${result};
+}`;
+  const program = elementwiseProgram({
+    name: `reduce_${op}`,
+    key: op,
+    inputs: [{ name: 'x', dtype: x.dtype }],
+    out: out.dtype,
+    body,
+  });
+  void outer;
+  return ewLaunch(
+    program,
+    [x.dtype, out.dtype],
+    [input(x, x.size)],
+    out,
+    header(out).u(x.offset).u(length).u(inner),
+  );
+}
+
+// ---- row kernels: one invocation per row ------------------------------------------------------
