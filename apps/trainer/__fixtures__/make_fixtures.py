@@ -8,6 +8,12 @@ Writes beside this script, for each model (`mlp`, `gpt`):
   <model>.batches.safetensors  the 20 deterministic batches (inputs and targets, stacked)
   <model>.json                 config, optimizer settings, per-step losses and grad norms (in f32,
                                and the same run in f64 to show how far f32 rounding alone moves)
+and, for the trainer's CLI (every strategy is checked against it, `src/strategies.test.ts`):
+  gpt-cli.tokens.bin           a nanoGPT `.bin` (uint16 tokens) for `--data`
+  gpt-cli.init.safetensors     the initial weights for `--init`
+  gpt-cli.final.safetensors    PyTorch's weights after the 20 steps
+  gpt-cli.json                 the CLI flags of the run and PyTorch's per-step losses, batches taken
+                               by the CLI's rule (README, "Batches") from the first 90 % of the tokens
 and packages/tensor-core/src/io/__fixtures__/io-reference.{safetensors,json}: one tensor of each
 dtype with edge values, to check that a file in PyTorch's layout reads back bit for bit.
 
@@ -328,8 +334,55 @@ def io_reference():
     )
 
 
+def gpt_cli_fixture():
+    """The trainer's CLI run: `--data` a .bin, `--init` weights, the CLI's batch rule, 20 steps."""
+    config = {"vocab_size": 64, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32, "dropout": 0.0, "bias": True}
+    batch, lr, T = 8, 1e-3, config["block_size"]
+    # Arithmetic progressions mod the vocabulary, 64 tokens each, end to end: learnable.
+    g = torch.Generator().manual_seed(23)
+    runs = []
+    for _ in range(80):
+        start = int(torch.randint(0, config["vocab_size"], (1,), generator=g))
+        stride = int(torch.randint(1, 4, (1,), generator=g))
+        runs.append((start + stride * torch.arange(64)) % config["vocab_size"])
+    tokens = torch.cat(runs).to(torch.int64)
+    with open(os.path.join(HERE, "gpt-cli.tokens.bin"), "wb") as f:
+        f.write(tokens.numpy().astype("<u2").tobytes())
+    train_tokens = tokens[: int(len(tokens) * 0.9)]
+    n = len(train_tokens)
+
+    def batch_at(step):
+        rows = [((step * batch + j) * T) % (n - T - 1) for j in range(batch)]
+        x = torch.stack([train_tokens[r : r + T] for r in rows])
+        y = torch.stack([train_tokens[r + 1 : r + T + 1] for r in rows])
+        return x, y
+
+    torch.manual_seed(4321)
+    model = GPT(config)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    write_safetensors(os.path.join(HERE, "gpt-cli.init.safetensors"), state, {"format": "pt"})
+    losses, _ = train(model, [batch_at(s) for s in range(STEPS)], torch.float32, lr)
+    final = {k: v.clone() for k, v in model.state_dict().items()}
+    write_safetensors(os.path.join(HERE, "gpt-cli.final.safetensors"), final, {"format": "pt"})
+    flags = [
+        "--data", "gpt-cli.tokens.bin", "--init", "gpt-cli.init.safetensors",
+        "--vocab-size", str(config["vocab_size"]), "--block-size", str(T),
+        "--n-layer", str(config["n_layer"]), "--n-head", str(config["n_head"]), "--n-embd", str(config["n_embd"]),
+        "--batch-size", str(batch), "--steps", str(STEPS), "--lr", str(lr),
+        "--beta1", str(OPTIM["betas"][0]), "--beta2", str(OPTIM["betas"][1]), "--eps", str(OPTIM["eps"]),
+        "--weight-decay", str(OPTIM["weight_decay"]), "--grad-clip", str(OPTIM["clip"]),
+        "--lr-schedule", "constant", "--sample-length", "0",
+    ]
+    write_json(
+        os.path.join(HERE, "gpt-cli.json"),
+        {"flags": flags, "config": config, "steps": STEPS, "torch": torch.__version__, "losses": losses},
+    )
+    print(f"gpt-cli: loss {losses[0]:.5f} -> {losses[-1]:.5f}")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     io_reference()
     mlp_fixture()
     gpt_fixture()
+    gpt_cli_fixture()

@@ -5,10 +5,17 @@ import { rankMicroBatches } from './data/global-batch.js';
 import { mulberry32 } from './data/batches.js';
 import { regressionBatch } from './data/synthetic.js';
 import { GPT } from './models/gpt.js';
+import type { TrainOutput } from './strategy/train-module.js';
 import type { MLP } from './models/mlp.js';
 
 /** Batches of the held-out split that every evaluation uses, so eval losses compare. */
 export const EVAL_BATCHES = 4;
+
+/**
+ * A forward for evaluation: the model itself, or the strategy's wrapper (under FSDP every rank
+ * calls it with the same inputs, since each forward gathers the parameters).
+ */
+export type EvalForward = (input: Tensor, target: Tensor | null) => Promise<TrainOutput>;
 
 /** Where the MLP's held-out samples start in its synthetic stream (training starts at 0). */
 export const HELD_OUT_SAMPLES = 2 ** 31;
@@ -30,6 +37,7 @@ export function tokenTensors(batch: TokenBatch, model: GPT): [Tensor, Tensor] {
  */
 export async function evaluate(
   model: GPT | MLP,
+  forward: EvalForward,
   heldOut: { tokens?: Int32Array; seed: number },
   batchSize: number,
 ): Promise<number> {
@@ -48,13 +56,13 @@ export async function evaluate(
         microBatches: 1,
       });
       [inputs, targets] = tokenTensors(batch!, model);
-      const out = noGrad(() => model.call(inputs, targets));
-      out.logits.free();
+      const out = await noGrad(() => forward(inputs, targets));
+      out.logits?.free();
       loss = out.loss!;
     } else {
       const first = HELD_OUT_SAMPLES + step * batchSize;
       [inputs, targets] = regressionTensors(model, heldOut.seed, first, batchSize);
-      loss = noGrad(() => model.loss(inputs, targets));
+      loss = (await noGrad(() => forward(inputs, targets))).loss!;
     }
     total += await loss.item();
     for (const t of [loss, inputs, targets]) t.free();
@@ -87,6 +95,7 @@ export function regressionTensors(
  */
 export async function sample(
   model: GPT,
+  forward: EvalForward,
   decoder: Decoder,
   options: { prompt?: string; length?: number; temperature?: number; seed?: number } = {},
 ): Promise<string> {
@@ -98,10 +107,10 @@ export async function sample(
   for (let i = 0; i < (options.length ?? 200); i++) {
     const context = ids.slice(-blockSize);
     const input = tensor(context, { backend, dtype: 'i32', shape: [1, context.length] });
-    const out = noGrad(() => model.call(input));
-    const logits = await out.logits.read();
+    const out = await noGrad(() => forward(input, null));
+    const logits = await out.logits!.read();
     input.free();
-    out.logits.free();
+    out.logits!.free();
     const last = logits.subarray((context.length - 1) * vocabSize, context.length * vocabSize);
     let max = Number.NEGATIVE_INFINITY;
     for (const v of last) max = Math.max(max, v);

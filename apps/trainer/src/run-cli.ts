@@ -1,6 +1,7 @@
 import { type Backend, createBackend, WebshardError } from '@webshard/tensor-core';
 import { parseOptions, type TrainConfig, USAGE } from './cli/options.js';
 import { NonFiniteLossError, UsageError } from './errors.js';
+import { runRanks } from './ranks/start-ranks.js';
 import { type TrainSummary, train } from './train.js';
 
 /** Where the CLI writes and where it runs; tests pass their own. */
@@ -68,33 +69,43 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
     return { exitCode: 0 };
   }
   try {
-    const summary = await train(config, {
+    const runIO = {
       stdout: io.stdout,
+      stderr: io.stderr,
       isTTY: io.isTTY,
-      createBackend: (c) => chooseBackend(c, io),
-    });
-    return { exitCode: 0, summary };
+      createBackend: (c: TrainConfig) => chooseBackend(c, io),
+    };
+    if (config.strategy === 'single') {
+      return { exitCode: 0, summary: await train(config, runIO) };
+    }
+    const outcome = await runRanks(config, argv, runIO);
+    if (outcome.ok)
+      return { exitCode: 0, ...(outcome.summary ? { summary: outcome.summary } : {}) };
+    if (outcome.error === undefined) return { exitCode: outcome.exitCode };
+    return fail(outcome.error, io, config, outcome.rank);
   } catch (error) {
     return fail(error, io, config);
   }
 }
 
-function fail(error: unknown, io: CliIO, config?: TrainConfig): CliOutcome {
-  if (UsageError.isInstance(error)) {
-    io.stderr(`webshard-train: ${oneLine(error.message)}\n`);
+function fail(error: unknown, io: CliIO, config?: TrainConfig, rank?: number): CliOutcome {
+  const where = rank === undefined ? '' : `rank ${rank}: `;
+  const name = (error as Error | undefined)?.name;
+  if (UsageError.isInstance(error) || name === 'UsageError') {
+    io.stderr(`webshard-train: ${where}${oneLine((error as Error).message)}\n`);
     return { exitCode: 2 };
   }
-  if (NonFiniteLossError.isInstance(error)) {
+  if (NonFiniteLossError.isInstance(error) || name === 'NonFiniteLossError') {
     const kept = config?.save
       ? `; ${config.save} was not written (an existing file keeps the last good weights)`
       : '';
-    io.stderr(`webshard-train: ${error.message}${kept}\n`);
+    io.stderr(`webshard-train: ${where}${(error as Error).message}${kept}\n`);
     return { exitCode: 1 };
   }
   const message =
     WebshardError.isInstance(error) || error instanceof Error
       ? `${error.name}: ${error.message}`
       : String(error);
-  io.stderr(`webshard-train: ${oneLine(message)}\n`);
+  io.stderr(`webshard-train: ${where}${oneLine(message)}\n`);
   return { exitCode: 1 };
 }

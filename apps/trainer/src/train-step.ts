@@ -10,6 +10,7 @@ import {
   type ParamGroupInput,
   type Tensor,
   tidy,
+  tidyAsync,
 } from '@webshard/tensor-core';
 
 /**
@@ -99,61 +100,87 @@ export async function mixedPrecisionStep(
   }
 }
 
-/** How `accumulatedStep` runs in 16 bits: the f32 masters and the loss scaler. */
+/**
+ * How `accumulatedStep` runs in 16 bits: the loss scaler, and the f32 masters when the model's own
+ * parameters are the 16-bit copies (tensor-core's `MixedPrecision`; FSDP keeps f32 shards itself).
+ */
 export interface MixedState {
-  mixed: MixedPrecision;
   scaler: GradScaler;
+  mixed?: MixedPrecision;
+}
+
+/** What a strategy changes in a step (see [Note: where the strategies go] in train.ts). */
+export interface StepOptions {
+  /** The global gradient-norm clip (Infinity for none). */
+  clip: number;
+  mixed?: MixedState;
+  /** Throws, before any update, when the step's loss is refused (a non-finite loss). */
+  check?: (loss: number) => void;
+  /** Clip the gradients the optimizer steps on; default `clipGradNorm(params)`. */
+  clipGrads?: (maxNorm: number) => Promise<number>;
+  /** Run a micro-batch without reducing its gradients (every one but the last). */
+  noSync?: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** This rank's mean loss to the mean over every rank (equal shares of the batch). */
+  meanOverRanks?: (loss: number) => Promise<number>;
 }
 
 /**
  * One optimizer step over `microLosses.length` micro-batches (gradient accumulation): each
  * micro-batch's loss is divided by their count before its backward, so the gradients add up to
- * those of the mean loss over the whole batch, and the reported loss is that mean. Then, as
- * `trainStep` (or `mixedPrecisionStep` when `mixed` is given): clip, step, clear. A loss that is
- * not finite is reported before any update: `check(loss)` throws, and the step is not taken.
+ * those of the mean loss over the whole batch, and the reported loss is that mean (over every rank
+ * with `meanOverRanks`). Every micro-batch but the last runs inside `noSync` when given. Then clip,
+ * step, clear; with `mixed`, the loss is scaled before backward and the gradients unscaled (and
+ * cast into the masters) before the clip, and an overflowing step is skipped. A loss that is not
+ * finite is reported before any update: `check(loss)` throws, and the step is not taken.
  */
 export async function accumulatedStep(
   params: readonly Tensor[],
   optimizer: Optimizer<object, object>,
-  microLosses: readonly (() => Tensor)[],
-  options: { clip: number; mixed?: MixedState; check?: (loss: number) => void },
+  microLosses: readonly (() => Tensor | Promise<Tensor>)[],
+  options: StepOptions,
 ): Promise<MixedStepResult> {
   const weight = 1 / microLosses.length;
   const { mixed } = options;
+  const zeroGrad = () => (mixed?.mixed ? mixed.mixed.zeroGrad() : optimizer.zeroGrad());
   let total = 0;
-  for (const computeLoss of microLosses) {
-    const loss = tidy(() => {
-      const l = computeLoss();
-      return microLosses.length === 1 ? l : mul(l, weight);
-    });
-    const scaled = mixed === undefined ? loss : mixed.scaler.scale(loss);
-    try {
-      await backward(scaled);
-      total += await loss.item();
-    } finally {
-      if (scaled !== loss) scaled.free();
-      loss.free();
-    }
+  for (const [m, computeLoss] of microLosses.entries()) {
+    const microStep = async () => {
+      const loss = await tidyAsync(async () => {
+        const l = await computeLoss();
+        return microLosses.length === 1 ? l : mul(l, weight);
+      });
+      const scaled = mixed === undefined ? loss : mixed.scaler.scale(loss);
+      try {
+        await backward(scaled);
+        total += await loss.item();
+      } finally {
+        if (scaled !== loss) scaled.free();
+        loss.free();
+      }
+    };
+    const last = m === microLosses.length - 1;
+    await (last || options.noSync === undefined ? microStep() : options.noSync(microStep));
   }
+  if (options.meanOverRanks !== undefined) total = await options.meanOverRanks(total);
   try {
     options.check?.(total);
   } catch (error) {
-    if (mixed === undefined) optimizer.zeroGrad();
-    else mixed.mixed.zeroGrad();
+    zeroGrad();
     throw error;
   }
+  const clipGrads = options.clipGrads ?? ((maxNorm) => clipGradNorm(params, maxNorm));
   if (mixed === undefined) {
-    const gradNorm = await clipGradNorm(params, options.clip);
+    const gradNorm = await clipGrads(options.clip);
     optimizer.step();
     optimizer.zeroGrad();
     return { loss: total, gradNorm, stepped: true };
   }
-  mixed.mixed.gradsToMasters();
+  mixed.mixed?.gradsToMasters();
   await mixed.scaler.unscale(optimizer);
-  const gradNorm = await clipGradNorm(mixed.mixed.masterParams(), options.clip);
+  const gradNorm = await clipGrads(options.clip);
   const stepped = await mixed.scaler.step(optimizer);
   mixed.scaler.update();
-  mixed.mixed.mastersToCompute();
-  mixed.mixed.zeroGrad();
+  mixed.mixed?.mastersToCompute();
+  zeroGrad();
   return { loss: total, gradNorm, stepped };
 }

@@ -2,13 +2,12 @@ import { open } from 'node:fs/promises';
 import { freemem } from 'node:os';
 import { dirname } from 'node:path';
 import { mkdir } from 'node:fs/promises';
+import type { ProcessGroup } from '@webshard/collectives';
 import {
   AdamW,
   type Backend,
   createBackend,
   encodeSafetensors,
-  GradScaler,
-  MixedPrecision,
   type Tensor,
 } from '@webshard/tensor-core';
 import { buildModel, loadInitialWeights } from './cli/build-model.js';
@@ -25,7 +24,8 @@ import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
-import { accumulatedStep, decayGroups, type MixedState } from './train-step.js';
+import { type PreparedModel, prepareModel } from './strategy/prepare.js';
+import { accumulatedStep } from './train-step.js';
 
 /** The model `pnpm train` trains (the CLI's defaults): nanoGPT's shape, small enough for 2 cores. */
 export const DEFAULT_MODEL: Omit<GPTConfig, 'vocabSize'> = {
@@ -63,32 +63,47 @@ export function learningRate(step: number, steps: number, lr: number, warmup: nu
   return minLr + 0.5 * (1 + Math.cos(Math.PI * Math.min(1, progress))) * (lr - minLr);
 }
 
-/**
- * One training run, single process, as nanoGPT's `train.py` reads: check the inputs and outputs,
- * load the data, build and initialize the model, then step: deterministic batches split in
- * micro-batches, AdamW with nanoGPT's decay groups, clipping, the schedule; evaluate on the
- * held-out tenth, sample, save. Every check that can fail because of the input runs before the
- * first step (see [Note: checks before training]).
- *
- * [Note: where the strategies go]
- * The run is written for one rank of `config.worldSize`: the batch rule already takes a rank and
- * a world size, and the loss of a step is the mean over the global batch. The strategies to come
- * change three lines of this function, not its shape: `ddp` wraps the model so the accumulated
- * gradients are averaged over the ranks before clipping; `fsdp` wraps it so parameters, gradients
- * and optimizer state are sharded (the clip then reduces the norm over ranks); `offload` keeps the
- * parameters on the host between uses. Checkpoints then gather the full state dict on rank 0.
- */
-export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummary> {
-  const say = (line: string) => io.stdout(`${line}\n`);
-
-  // Inputs and outputs: readable files in, writable paths out, before anything is read or written.
+/** Check the run's files before anything is read or written: readable inputs, writable outputs. */
+export async function checkFiles(config: TrainConfig): Promise<void> {
   const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
   if (dataPath !== null) await checkInputFile(dataPath, '--data');
   if (config.init !== null) await checkInputFile(config.init, '--init');
-  const outputs = { save: config.save, samples: config.samples, report: config.report };
-  for (const [name, path] of Object.entries({ ...outputs, 'log-jsonl': config.logJsonl })) {
+  const outputs = {
+    save: config.save,
+    samples: config.samples,
+    report: config.report,
+    'log-jsonl': config.logJsonl,
+  };
+  for (const [name, path] of Object.entries(outputs)) {
     if (path !== null) await checkOutputFile(path, `--${name}`);
   }
+}
+
+/**
+ * One training run as nanoGPT's `train.py` reads: check the inputs and outputs, load the data,
+ * build and initialize the model, then step: deterministic batches split in micro-batches, AdamW
+ * with nanoGPT's decay groups, clipping, the schedule; evaluate on the held-out tenth, sample,
+ * save. Every check that can fail because of the input runs before the first step (see
+ * [Note: checks before training]).
+ *
+ * The run is one rank's: with a `group` (ddp, fsdp) this rank takes its share of every batch
+ * (`rankMicroBatches`), the model is prepared by the strategy (see [Note: where the strategies
+ * go]), and only rank 0 prints and writes files; every rank evaluates and samples with it (FSDP
+ * needs every rank for a forward).
+ */
+export async function train(
+  config: TrainConfig,
+  io: RunIO,
+  group: ProcessGroup | null = null,
+): Promise<TrainSummary> {
+  const lead = group === null || group.rank === 0;
+  const say = (line: string) => {
+    if (lead) io.stdout(`${line}\n`);
+  };
+
+  // Inputs and outputs: readable files in, writable paths out, before anything is read or written.
+  await checkFiles(config);
+  const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
 
   // Data: token windows of a file, or the MLP's synthetic stream.
   const data: Dataset | null =
@@ -122,19 +137,14 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
   const model = buildModel(config, vocabSize, backend);
   if (config.init !== null) await loadInitialWeights(model, config.init);
   say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
+  if (group !== null) {
+    say(`strategy: ${config.strategy} on ${group.size} rank(s) over ${config.transport}`);
+  }
 
-  // Optimizer: AdamW on f32 parameters (the masters, in 16-bit precision), two decay groups.
-  const precision =
-    config.precision === 'fp32' ? null : config.precision === 'fp16' ? 'f16' : 'bf16';
-  const mixed: MixedState | undefined =
-    precision === null
-      ? undefined
-      : {
-          mixed: new MixedPrecision(model, { computeDType: precision }),
-          scaler: new GradScaler({ enabled: precision === 'f16' }),
-        };
-  const params = mixed?.mixed.masterParams() ?? model.parameters();
-  const optimizer = new AdamW(decayGroups(params, config.weightDecay), {
+  // The strategy's model, and AdamW on what it steps (f32: masters in 16 bits, shards in fsdp).
+  const prepared: PreparedModel = prepareModel(model, config, group, backend);
+  const { params, mixed } = prepared;
+  const optimizer = new AdamW(prepared.groups, {
     lr: config.lr,
     betas: [config.beta1, config.beta2],
     eps: config.eps,
@@ -143,16 +153,16 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
 
   // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file).
   let log: Awaited<ReturnType<typeof open>> | null = null;
-  if (config.logJsonl !== null) {
+  if (config.logJsonl !== null && lead) {
     await mkdir(dirname(config.logJsonl), { recursive: true });
     log = await open(config.logJsonl, 'w');
   }
-  const progress = createProgress(io.stdout, io.isTTY);
+  const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY);
   const heldOut = { ...(data === null ? {} : { tokens: data.validation }), seed: config.seed };
   const evalBatch = Math.min(config.batchSize, 16);
   const shortSample = async (length: number) =>
     model instanceof GPT && data !== null && length > 0
-      ? sample(model, data.decoder, { seed: config.seed, length })
+      ? sample(model, prepared.evalForward, data.decoder, { seed: config.seed, length })
       : '';
 
   // The loop.
@@ -168,9 +178,10 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
           : config.lr;
       for (const group of optimizer.paramGroups) group.lr = lr;
       const start = performance.now();
-      const microLosses = microBatchLosses(model, config, data, step);
+      const microLosses = microBatchLosses(model, prepared, config, data, step, group);
       const result = await accumulatedStep(params, optimizer, microLosses, {
         clip,
+        ...prepared.step,
         ...(mixed === undefined ? {} : { mixed }),
         check: (loss) => {
           if (!Number.isFinite(loss)) throw new NonFiniteLossError(step + 1, loss);
@@ -203,7 +214,7 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
       ) {
         const point = {
           step: record.step,
-          loss: await evaluate(model, heldOut, evalBatch),
+          loss: await evaluate(model, prepared.evalForward, heldOut, evalBatch),
           sample: await shortSample(60),
         };
         evals.push(point);
@@ -228,7 +239,7 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
   const finalSample = await shortSample(config.sampleLength);
   evals.push({
     step: last.step,
-    loss: await evaluate(model, heldOut, evalBatch),
+    loss: await evaluate(model, prepared.evalForward, heldOut, evalBatch),
     sample: finalSample,
   });
   const seconds = (performance.now() - started) / 1000;
@@ -236,17 +247,20 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
     `trained ${records.length} steps in ${seconds.toFixed(1)} s: loss ${records[0]!.loss.toFixed(4)} -> ${last.loss.toFixed(4)}, held-out loss ${evals.at(-1)!.loss.toFixed(4)}, peak device memory ${formatBytes(last.peakDeviceBytes)}`,
   );
   if (config.save !== null) {
-    await writeFileAtomically(
-      config.save,
-      await encodeSafetensors(stateDictOf(model, mixed), {
+    const save = config.save;
+    await prepared.withFullStateDict(async (dict) => {
+      if (dict === null) return;
+      const metadata = {
         format: 'pt',
         config: JSON.stringify(model.config),
         steps: String(records.length),
         seed: String(config.seed),
-      }),
-    );
+      };
+      await writeFileAtomically(save, await encodeSafetensors(Object.fromEntries(dict), metadata));
+    });
     say(`saved: ${config.save}`);
   }
+  if (!lead) return { model, backend, records, evals, sample: finalSample };
   if (config.samples !== null) await writeFileAtomically(config.samples, finalSample);
   if (config.report !== null) {
     const settings = Object.fromEntries(Object.entries(config).map(([k, v]) => [k, String(v)]));
@@ -260,48 +274,41 @@ export async function train(config: TrainConfig, io: RunIO): Promise<TrainSummar
   return { model, backend, records, evals, sample: finalSample };
 }
 
-/** The micro-batches' loss closures of one step (see [Note: deterministic batches]). */
+/** The micro-batches' loss closures of one step, this rank's share (see [Note: deterministic batches]). */
 function microBatchLosses(
   model: GPT | MLP,
+  prepared: PreparedModel,
   config: TrainConfig,
   data: Dataset | null,
   step: number,
-): (() => Tensor)[] {
+  group: ProcessGroup | null,
+): (() => Promise<Tensor>)[] {
+  const rank = group?.rank ?? 0;
   const perMicro = config.batchSize / (config.worldSize * config.gradAccum);
   if (model instanceof GPT) {
     const batches = rankMicroBatches(data!.train, {
       step,
       batchSize: config.batchSize,
       blockSize: config.blockSize,
-      rank: 0,
+      rank,
       worldSize: config.worldSize,
       microBatches: config.gradAccum,
     });
-    return batches.map((batch) => () => {
+    return batches.map((batch) => async () => {
       const [inputs, targets] = tokenTensors(batch, model);
-      const out = model.call(inputs, targets);
-      out.logits.free();
+      const out = await prepared.forward(inputs, targets);
+      out.logits?.free();
       return out.loss!;
     });
   }
-  return Array.from({ length: config.gradAccum }, (_, m) => () => {
+  const perRank = config.batchSize / config.worldSize;
+  return Array.from({ length: config.gradAccum }, (_, m) => async () => {
     const [x, y] = regressionTensors(
       model,
       config.seed,
-      step * config.batchSize + m * perMicro,
+      step * config.batchSize + rank * perRank + m * perMicro,
       perMicro,
     );
-    return model.loss(x, y);
+    return (await prepared.forward(x, y)).loss!;
   });
-}
-
-/** The state dict to save, in f32: the masters under the model's names when training in 16 bits. */
-function stateDictOf(model: GPT | MLP, mixed: MixedState | undefined): Record<string, Tensor> {
-  const dict = model.stateDict();
-  if (mixed !== undefined) {
-    const compute = mixed.mixed.computeParams();
-    const masters = new Map(mixed.mixed.masterParams().map((m, i) => [compute[i]!, m] as const));
-    for (const [k, t] of dict) dict.set(k, masters.get(t) ?? t);
-  }
-  return Object.fromEntries(dict);
 }

@@ -7,3 +7,8 @@ export type {
   ShmWorkerData,
 } from './transports/shm/launch-threads.js';
 export { launchThreads, runShmWorker } from './transports/shm/launch-threads.js';
+export type {
+  LaunchOptions as ProcessLaunchOptions,
+  LaunchResult,
+} from './launcher/launcher.js';
+export { launch } from './launcher/launcher.js';

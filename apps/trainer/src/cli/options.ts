@@ -2,9 +2,13 @@ import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { UsageError } from '../errors.js';
 
-/** The strategies `--strategy` will accept; only `single` trains today. */
+/** The strategies `--strategy` accepts; `offload` is refused until it lands in the trainer. */
 export const STRATEGIES = ['single', 'ddp', 'fsdp', 'offload'] as const;
 export type Strategy = (typeof STRATEGIES)[number];
+
+/** Where the ranks run: this thread, worker threads, or processes (see [Note: how ranks start]). */
+export const TRANSPORTS = ['local', 'shm', 'tcp', 'ws'] as const;
+export type TransportName = (typeof TRANSPORTS)[number];
 
 /**
  * Everything one run needs, as plain values (nanoGPT's configuration style). Paths are absolute,
@@ -12,8 +16,17 @@ export type Strategy = (typeof STRATEGIES)[number];
  */
 export interface TrainConfig {
   strategy: Strategy;
-  /** Ranks that share the batch; 1 until the multi-rank strategies land. */
+  /** Ranks that share the batch. */
   worldSize: number;
+  transport: TransportName;
+  /** FSDP: free each unit's full parameters after forward (fairscale's default). */
+  reshardAfterForward: boolean;
+  /** FSDP: one unit per transformer block (`block`), or the root only (`none`). */
+  autoWrap: 'block' | 'none';
+  /** DDP: bucket size; FSDP: the reduce-scatter bucket (MiB). Null: the package's default. */
+  bucketMb: number | null;
+  /** FSDP: keep the shards (and the optimizer step) on the CPU, compute on the device. */
+  moveParamsToCpu: boolean;
   model: 'gpt' | 'mlp';
   nLayer: number;
   nHead: number;
@@ -76,7 +89,16 @@ Optimizer
   --lr-schedule <constant|cosine>  default constant; cosine: linear warm-up, decay to lr/10
   --warmup-steps <n>           warm-up steps of the cosine schedule (default 0)
 Execution
-  --strategy <single|ddp|fsdp|offload>  default single (the others are not available yet)
+  --strategy <single|ddp|fsdp> default single; ddp: every rank holds the model and gradients are
+                               all-reduced in buckets; fsdp: parameters, gradients and optimizer
+                               state sharded over the ranks (offload is not in this build yet)
+  --world-size <n>             ranks sharing each batch (default 1; the batch must divide by it)
+  --transport <local|shm|tcp|ws>  how ranks run: local (one thread), shm (worker threads, the
+                               default), tcp or ws (processes, started through webshard-run)
+  --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
+  --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
+  --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
+  --move-params-to-cpu         fsdp: shards and optimizer on the CPU, compute on --backend
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: WebGPU on a hardware adapter, else the CPU
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
@@ -94,6 +116,11 @@ Output
 const OPTIONS = {
   strategy: { type: 'string' },
   'world-size': { type: 'string' },
+  transport: { type: 'string' },
+  'bucket-mb': { type: 'string' },
+  'reshard-after-forward': { type: 'string' },
+  'auto-wrap': { type: 'string' },
+  'move-params-to-cpu': { type: 'boolean' },
   model: { type: 'string' },
   'n-layer': { type: 'string' },
   'n-head': { type: 'string' },
@@ -185,17 +212,23 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
   if (values.help) return 'help';
   const v = values as Record<string, string | undefined>;
   const strategy = choice('strategy', v.strategy, STRATEGIES, 'single');
-  if (strategy !== 'single') {
+  if (strategy === 'offload') {
     throw new UsageError(
-      `--strategy ${strategy} is not available yet: this build trains with --strategy single only`,
+      '--strategy offload is not available yet: this build trains with single, ddp or fsdp',
       { option: '--strategy' },
     );
   }
   const worldSize = numberOption('world-size', v['world-size'], 1, {
     min: 1,
-    max: 1,
+    max: 64,
     integer: true,
   });
+  if (strategy === 'single' && worldSize > 1) {
+    throw new UsageError(
+      `--strategy single trains one rank: --world-size ${worldSize} needs --strategy ddp or fsdp`,
+      { option: '--world-size' },
+    );
+  }
   const path = (name: string): string | null => {
     const value = v[name];
     if (value === undefined) return null;
@@ -246,7 +279,18 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     report: path('report'),
     evalEvery: int('eval-every', 0, 0),
     sampleLength: int('sample-length', 200, 0),
+    transport: choice('transport', v.transport, TRANSPORTS, 'shm'),
+    reshardAfterForward:
+      choice('reshard-after-forward', v['reshard-after-forward'], ['true', 'false'], 'true') ===
+      'true',
+    autoWrap: choice('auto-wrap', v['auto-wrap'], ['block', 'none'] as const, 'block'),
+    bucketMb:
+      v['bucket-mb'] === undefined
+        ? null
+        : numberOption('bucket-mb', v['bucket-mb'], 0, { min: 0, minExclusive: true, max: 4096 }),
+    moveParamsToCpu: values['move-params-to-cpu'] === true,
   };
+  checkStrategyFlags(config, values);
   if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {
     throw new UsageError('--warmup-steps needs --lr-schedule cosine', { option: '--warmup-steps' });
   }
@@ -263,6 +307,12 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       },
     );
   }
+  checkBatchDivides(config);
+  return config;
+}
+
+/** The batch must split evenly over the ranks and their micro-batches. */
+export function checkBatchDivides(config: TrainConfig): void {
   const ranksTimesMicro = config.worldSize * config.gradAccum;
   if (config.batchSize % ranksTimesMicro !== 0) {
     throw new UsageError(
@@ -270,5 +320,36 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       { option: '--batch-size' },
     );
   }
-  return config;
+}
+
+const FSDP_FLAGS = ['reshard-after-forward', 'auto-wrap', 'move-params-to-cpu'] as const;
+
+/** Flags of one strategy given to another, and what no transport can do, refused by name. */
+function checkStrategyFlags(
+  config: TrainConfig,
+  values: Record<string, string | boolean | undefined>,
+): void {
+  for (const flag of FSDP_FLAGS) {
+    if (values[flag] !== undefined && config.strategy !== 'fsdp') {
+      throw new UsageError(`--${flag} applies to --strategy fsdp, not ${config.strategy}`, {
+        option: `--${flag}`,
+      });
+    }
+  }
+  if (config.bucketMb !== null && config.strategy === 'single') {
+    throw new UsageError('--bucket-mb applies to --strategy ddp or fsdp, not single', {
+      option: '--bucket-mb',
+    });
+  }
+  if (values.transport !== undefined && config.strategy === 'single') {
+    throw new UsageError('--transport applies to --strategy ddp or fsdp, not single', {
+      option: '--transport',
+    });
+  }
+  if (config.transport === 'shm' && config.worldSize > 1 && config.backend === 'webgpu') {
+    throw new UsageError(
+      '--backend webgpu cannot run in worker threads (the webgpu package has no adapter there): use --transport local, tcp or ws',
+      { option: '--transport' },
+    );
+  }
 }

@@ -63,7 +63,7 @@ class FeedForward extends Module<[Tensor], Tensor> {
 }
 
 /** nanoGPT's `Block`: x + attn(ln_1(x)), then x + mlp(ln_2(x)). */
-class Block extends Module<[Tensor], Tensor> {
+export class Block extends Module<[Tensor], Tensor> {
   readonly ln1: LayerNorm;
   readonly attn: CausalSelfAttention;
   readonly ln2: LayerNorm;

@@ -1,0 +1,185 @@
+import { createRequire } from 'node:module';
+import { Writable } from 'node:stream';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
+import { launch, launchThreads } from '@webshard/collectives/node';
+import type { Backend } from '@webshard/tensor-core';
+import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
+import { UsageError } from '../errors.js';
+import { checkFiles, type TrainSummary, train } from '../train.js';
+
+/** Where one rank writes, and how it makes its backend. */
+export interface RankIO {
+  stdout(text: string): void;
+  stderr(text: string): void;
+  isTTY: boolean;
+  createBackend?: (config: TrainConfig) => Promise<Backend>;
+}
+
+/** How a multi-rank run ended: rank 0's summary where it ran in this thread, or the failure. */
+export type RanksOutcome =
+  | { ok: true; summary?: TrainSummary }
+  | { ok: false; exitCode: 1 | 2; error?: unknown; rank?: number };
+
+/** A rank's deadline for one collective: long enough for a slow step on 2 shared cores. */
+const GROUP_TIMEOUT_MS = 120_000;
+
+/**
+ * [Note: how ranks start]
+ * `--transport` picks where the ranks of a ddp or fsdp run live:
+ * - `local`: every rank in this thread (`createLocalGroups`), each with its own backend; the only
+ *   choice that shares one WebGPU device. The ranks interleave at every await, so it shows the
+ *   strategy's numbers, not parallel speed.
+ * - `shm` (the default): one worker thread per rank over shared memory, the fastest transport.
+ *   The `webgpu` package has no adapter in worker threads, so these ranks use the CPU backend.
+ * - `tcp`, `ws`: one process per rank. The trainer starts them through `webshard-run`'s launcher
+ *   with its own arguments; each child sees torchrun's variables (`RANK`, `WORLD_SIZE`, ...) and
+ *   joins the group instead of launching. So `webshard-run --nproc-per-node 2 webshard-train
+ *   --strategy ddp --transport tcp` works too, and across machines with `--nnodes`.
+ * Files are checked before any rank starts, so a bad path fails once, with exit 2. Rank 0 prints
+ * and writes; a rank that fails makes the others fail fast (the group is aborted naming it).
+ */
+export async function runRanks(
+  config: TrainConfig,
+  argv: readonly string[],
+  io: RankIO,
+): Promise<RanksOutcome> {
+  const env = process.env;
+  const launched = env.RANK !== undefined && env.WORLD_SIZE !== undefined;
+  if (launched && (config.transport === 'tcp' || config.transport === 'ws')) {
+    return joinAsRank(config, io, Number(env.WORLD_SIZE));
+  }
+  await checkFiles(config);
+  if (config.transport === 'local' || config.worldSize === 1) return runLocal(config, io);
+  if (config.transport === 'shm') return runThreads(config, io);
+  return runProcesses(config, argv, io);
+}
+
+/** This process is one rank started by webshard-run: join the group and train. */
+async function joinAsRank(
+  config: TrainConfig,
+  io: RankIO,
+  worldSize: number,
+): Promise<RanksOutcome> {
+  if (config.worldSize !== 1 && config.worldSize !== worldSize) {
+    throw new UsageError(
+      `--world-size ${config.worldSize} differs from the launcher's WORLD_SIZE ${worldSize}`,
+      { option: '--world-size' },
+    );
+  }
+  const rankConfig = { ...config, worldSize };
+  checkBatchDivides(rankConfig);
+  const transport = config.transport as 'tcp' | 'ws';
+  const group = await initProcessGroup({ backend: transport, timeoutMs: GROUP_TIMEOUT_MS });
+  try {
+    const summary = await train(rankConfig, io, group);
+    return { ok: true, ...(group.rank === 0 ? { summary } : {}) };
+  } catch (error) {
+    group.abort(`rank ${group.rank} failed: ${(error as Error).message}`);
+    throw error;
+  } finally {
+    await group.close();
+  }
+}
+
+/** Every rank in this thread; the first rank to fail aborts the others' groups. */
+async function runLocal(config: TrainConfig, io: RankIO): Promise<RanksOutcome> {
+  const groups = createLocalGroups(config.worldSize, { timeoutMs: GROUP_TIMEOUT_MS });
+  let first: { rank: number; error: unknown } | null = null;
+  const silent = { ...io, stdout: () => {} };
+  const runs = groups.map(async (group: ProcessGroup) => {
+    try {
+      return await train(config, group.rank === 0 ? io : silent, group);
+    } catch (error) {
+      if (first === null) {
+        first = { rank: group.rank, error };
+        for (const other of groups) {
+          if (other !== group)
+            other.abort(`rank ${group.rank} failed: ${(error as Error).message}`);
+        }
+      }
+      return null;
+    }
+  });
+  const summaries = await Promise.all(runs);
+  await Promise.all(groups.map((g) => g.close()));
+  if (first !== null) {
+    const { rank, error } = first as { rank: number; error: unknown };
+    return { ok: false, exitCode: UsageError.isInstance(error) ? 2 : 1, error, rank };
+  }
+  return { ok: true, summary: summaries[0]! };
+}
+
+/** The module beside this one, as source (run by tsx) or built (`dist/`). */
+function sibling(source: string, built: string): { path: string; isSource: boolean } {
+  const isSource = import.meta.url.endsWith('.ts');
+  return { path: fileURLToPath(new URL(isSource ? source : built, import.meta.url)), isSource };
+}
+
+/** One worker thread per rank over shared memory (see ./rank-worker.ts). */
+async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome> {
+  const worker = sibling('./rank-worker.ts', './rank-worker.js');
+  let file: string = worker.path;
+  if (worker.isSource) {
+    const tsx = pathToFileURL(
+      createRequire(import.meta.url)
+        .resolve('tsx/esm/api')
+        .replace(/\.cjs$/, '.mjs'),
+    ).href;
+    const url = pathToFileURL(worker.path).href;
+    file = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(url)}); })`;
+  }
+  const outcomes = await launchThreads<{ config: TrainConfig; isTTY: boolean }, number>(
+    config.worldSize,
+    file,
+    { config, isTTY: io.isTTY },
+    {
+      eval: worker.isSource,
+      execArgv: worker.isSource ? ['--conditions=@webshard/source'] : [],
+      group: { timeoutMs: GROUP_TIMEOUT_MS },
+    },
+  );
+  const failures = outcomes.filter((o) => o.status !== 'fulfilled');
+  if (failures.length === 0) return { ok: true };
+  // The rank that failed first is the one whose error is not the abort it caused in the others.
+  const cause =
+    failures.find((o) => o.status === 'rejected' && !/Abort|PeerLost/.test(o.error.name)) ??
+    failures[0]!;
+  if (cause.status === 'exited') {
+    io.stderr(`webshard-train: rank ${cause.rank}'s worker exited with code ${cause.exitCode}\n`);
+    return { ok: false, exitCode: 1, rank: cause.rank };
+  }
+  const { name, message } = (cause as { error: { name: string; message: string } }).error;
+  const error = Object.assign(new Error(message), { name });
+  return { ok: false, exitCode: name === 'UsageError' ? 2 : 1, error, rank: cause.rank };
+}
+
+/** One process per rank, started by webshard-run's launcher with this command's arguments. */
+async function runProcesses(
+  config: TrainConfig,
+  argv: readonly string[],
+  io: RankIO,
+): Promise<RanksOutcome> {
+  const cli = sibling('../cli.ts', './cli.js');
+  const sink = (write: (text: string) => void) =>
+    new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        write(chunk.toString());
+        done();
+      },
+    });
+  const result = await launch({
+    nprocPerNode: config.worldSize,
+    script: cli.path,
+    args: [...argv],
+    env: cli.isSource ? { NODE_OPTIONS: '--conditions=@webshard/source' } : {},
+    stdout: sink(io.stdout),
+    stderr: sink(io.stderr),
+  });
+  if (result.exitCode === 0) return { ok: true };
+  return {
+    ok: false,
+    exitCode: result.exitCode === 2 ? 2 : 1,
+    ...(result.failedRank === undefined ? {} : { rank: result.failedRank }),
+  };
+}

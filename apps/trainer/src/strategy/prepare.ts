@@ -1,0 +1,192 @@
+import type { ProcessGroup } from '@webshard/collectives';
+import { DistributedDataParallel } from '@webshard/ddp-buckets';
+import {
+  autoWrap,
+  clipShardedGradNorm,
+  type FullyShardedDataParallel,
+  fullStateDict,
+  moduleClassAutoWrapPolicy,
+  reducePartialNorm,
+  ShardedGradScaler,
+} from '@webshard/fsdp';
+import {
+  type AdamHyperparameters,
+  type Backend,
+  GradScaler,
+  MixedPrecision,
+  type ParamGroupInput,
+  type Tensor,
+} from '@webshard/tensor-core';
+import type { TrainConfig } from '../cli/options.js';
+import { Block, GPT } from '../models/gpt.js';
+import type { MLP } from '../models/mlp.js';
+import { decayGroups, type MixedState, type StepOptions } from '../train-step.js';
+import { TrainModule, type TrainOutput } from './train-module.js';
+
+/** A model made ready for one rank of a strategy: what the training loop drives. */
+export interface PreparedModel {
+  /** Forward of one micro-batch under the strategy (gathers, gradient buckets). */
+  forward(input: Tensor, target: Tensor | null): Promise<TrainOutput>;
+  /** Forward for evaluation and samples; every rank calls it with the same inputs. */
+  evalForward(input: Tensor, target: Tensor | null): Promise<TrainOutput>;
+  /** What the optimizer steps (this rank's shards under FSDP), in nanoGPT's two decay groups. */
+  groups: ParamGroupInput<AdamHyperparameters>[];
+  /** Every tensor in `groups`. */
+  params: Tensor[];
+  mixed?: MixedState;
+  /** The strategy's part of a step: how to clip, skip reduction, and average the loss. */
+  step: Pick<StepOptions, 'clipGrads' | 'noSync' | 'meanOverRanks'>;
+  /**
+   * Run `fn` on the full f32 state dict under PyTorch names (rank 0; every rank must call it, the
+   * others get null). The tensors are valid only inside `fn`.
+   */
+  withFullStateDict<T>(fn: (dict: Map<string, Tensor> | null) => Promise<T>): Promise<T>;
+}
+
+/**
+ * [Note: where the strategies go]
+ * The loop in train.ts is one rank's; the strategy decides four things and nothing else:
+ * - single: the model as it is; with 16-bit precision, tensor-core's `MixedPrecision` masters.
+ * - ddp: `DistributedDataParallel` over the same model (rank 0's weights broadcast at wrap time);
+ *   every rank steps the whole model on gradients averaged in buckets during backward; micro-batches
+ *   but the last run in `noSync`. 16-bit precision as single (the buckets carry 16-bit gradients).
+ * - fsdp: one FSDP unit per transformer block and the root for the rest (`--auto-wrap none`: the
+ *   root only), each parameter sharded on its own (`flattenParameters: false`), so the optimizer
+ *   keeps nanoGPT's decay groups as PyTorch's FSDP needs `use_orig_params=True` for: a flat shard
+ *   would mix decayed matrices with undecayed biases. The clip reduces the norm over ranks; fp16
+ *   uses `ShardedGradScaler`, bf16 needs no scaler; FSDP keeps the f32 shards.
+ * In every multi-rank strategy the reported loss is the mean over ranks, so every rank sees the
+ * same number and a non-finite loss stops every rank at the same step.
+ */
+export function prepareModel(
+  model: GPT | MLP,
+  config: TrainConfig,
+  group: ProcessGroup | null,
+  computeBackend: Backend,
+): PreparedModel {
+  const meanOverRanks =
+    group === null || group.size === 1
+      ? undefined
+      : async (loss: number) => (await reducePartialNorm(group, loss, 'sum')) / group.size;
+  const dtype = config.precision === 'fp16' ? 'f16' : 'bf16';
+  if (config.strategy === 'fsdp') return prepareFsdp(model, config, group!, computeBackend);
+  const mixed: MixedState | undefined =
+    config.precision === 'fp32'
+      ? undefined
+      : {
+          mixed: new MixedPrecision(model, { computeDType: dtype }),
+          scaler: new GradScaler({ enabled: dtype === 'f16' }),
+        };
+  const params = mixed?.mixed?.masterParams() ?? model.parameters();
+  const inner = new TrainModule(model);
+  const evalForward = (input: Tensor, target: Tensor | null) => inner.call(input, target);
+  const common = {
+    evalForward,
+    groups: decayGroups(params, config.weightDecay),
+    params,
+    ...(mixed === undefined ? {} : { mixed }),
+    withFullStateDict: <T>(fn: (dict: Map<string, Tensor> | null) => Promise<T>) =>
+      fn(group === null || group.rank === 0 ? stateDictOf(model, mixed) : null),
+  };
+  if (config.strategy === 'single') {
+    return { ...common, forward: evalForward, step: {} };
+  }
+  const ddp = new DistributedDataParallel(inner, {
+    group: group!,
+    ...(config.bucketMb === null
+      ? {}
+      : { messageSize: Math.round((config.bucketMb * 2 ** 20) / 4) }),
+  });
+  return {
+    ...common,
+    forward: (input, target) => ddp.call(input, target),
+    step: {
+      noSync: (fn) => ddp.noSync(fn),
+      ...(meanOverRanks === undefined ? {} : { meanOverRanks }),
+    },
+  };
+}
+
+function prepareFsdp(
+  model: GPT | MLP,
+  config: TrainConfig,
+  group: ProcessGroup,
+  computeBackend: Backend,
+): PreparedModel {
+  const precision =
+    config.precision === 'fp32'
+      ? {}
+      : ({
+          mixedPrecision: true,
+          computeDtype: config.precision === 'fp16' ? 'f16' : 'bf16',
+        } as const);
+  const options = {
+    group,
+    flattenParameters: false,
+    reshardAfterForward: config.reshardAfterForward,
+    ...precision,
+    ...(config.bucketMb === null ? {} : { bucketCapMb: config.bucketMb }),
+    ...(config.moveParamsToCpu ? { moveParamsToCpu: true, computeBackend } : {}),
+  };
+  const policy = moduleClassAutoWrapPolicy(config.autoWrap === 'block' ? [Block] : []);
+  const root = autoWrap(new TrainModule(model), policy, options) as FullyShardedDataParallel<
+    [Tensor, (Tensor | null)?],
+    Promise<TrainOutput>
+  >;
+  const decayed: Tensor[] = [];
+  const undecayed: Tensor[] = [];
+  for (const unit of root.units()) {
+    for (const flat of unit.flatParameters) {
+      const ranks = new Set(flat.entries.map((e) => (e.shape.length >= 2 ? 2 : 1)));
+      if (ranks.size !== 1) {
+        throw new Error(`fsdp: unit ${unit.unitName} mixes decayed and undecayed parameters`);
+      }
+      (ranks.has(2) ? decayed : undecayed).push(flat.shard);
+    }
+  }
+  const mixed: MixedState | undefined =
+    config.precision === 'fp16' ? { scaler: new ShardedGradScaler(group) } : undefined;
+  const forward = (input: Tensor, target: Tensor | null) => root.call(input, target);
+  return {
+    forward,
+    evalForward: forward,
+    groups: [
+      { params: decayed, weightDecay: config.weightDecay },
+      { params: undecayed, weightDecay: 0 },
+    ],
+    params: [...decayed, ...undecayed],
+    ...(mixed === undefined ? {} : { mixed }),
+    step: {
+      clipGrads: (maxNorm) => clipShardedGradNorm(root, maxNorm),
+      noSync: (fn) => root.noSync(fn),
+      async meanOverRanks(loss) {
+        return (await reducePartialNorm(group, loss, 'sum')) / group.size;
+      },
+    },
+    async withFullStateDict(fn) {
+      const dict = await fullStateDict(root, { rank0Only: true });
+      try {
+        if (group.rank !== 0) return await fn(null);
+        // The tied weight comes once, as `transformer.wte.weight`; the model's own state dict
+        // (and PyTorch's) also lists it as `lm_head.weight`.
+        if (model instanceof GPT && !dict.has('lm_head.weight')) {
+          dict.set('lm_head.weight', dict.get('transformer.wte.weight')!);
+        }
+        return await fn(dict);
+      } finally {
+        for (const t of new Set(dict.values())) t.free();
+      }
+    },
+  };
+}
+
+/** The state dict to save, in f32: the masters under the model's names when training in 16 bits. */
+function stateDictOf(model: GPT | MLP, mixed: MixedState | undefined): Map<string, Tensor> {
+  const dict = model.stateDict();
+  if (mixed?.mixed !== undefined) {
+    const compute = mixed.mixed.computeParams();
+    const masters = new Map(mixed.mixed.masterParams().map((m, i) => [compute[i]!, m] as const));
+    for (const [k, t] of dict) dict.set(k, masters.get(t) ?? t);
+  }
+  return dict;
+}
