@@ -196,8 +196,26 @@ describe('webshard-train refuses bad input with exit code 2, touching nothing', 
     ['a batch over the host memory', ['--batch-size', '100000000'], "more than the host's "],
     [
       'a strategy not available yet',
-      ['--strategy', 'fsdp'],
-      '--strategy fsdp is not available yet',
+      ['--strategy', 'offload'],
+      '--strategy offload is not available yet',
+    ],
+    [
+      'a batch that does not split over the ranks',
+      ['--strategy', 'ddp', '--world-size', '3'],
+      '--batch-size 4 is not divisible by the world size 3 times --grad-accum 1',
+    ],
+    [
+      'a missing --init for ranks in worker threads (checked once, before any rank starts)',
+      ['--strategy', 'fsdp', '--world-size', '2', '--init', 'missing.safetensors'],
+      '--init DIR/missing.safetensors: no such file',
+    ],
+    [
+      'weights that do not fit, on ranks in this thread',
+      [
+        ...['--strategy', 'fsdp', '--world-size', '2', '--transport', 'local'],
+        ...['--init', 'untied.safetensors'],
+      ],
+      'rank 0: --init DIR/untied.safetensors',
     ],
     [
       'an unknown strategy',

@@ -73,6 +73,7 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       stdout: io.stdout,
       stderr: io.stderr,
       isTTY: io.isTTY,
+      cwd: io.cwd,
       createBackend: (c: TrainConfig) => chooseBackend(c, io),
     };
     if (config.strategy === 'single') {

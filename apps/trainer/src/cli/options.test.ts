@@ -64,15 +64,86 @@ describe('parseOptions', () => {
     );
   });
 
-  it('accepts seed 0 and every strategy name, rejecting all but single for now', () => {
+  it('accepts seed 0, ddp and fsdp on any world size, and refuses offload for now', () => {
     expect(parse('--seed', '0').seed).toBe(0);
-    for (const strategy of ['ddp', 'fsdp', 'offload']) {
-      expectUsage(
-        () => parse('--strategy', strategy),
-        `--strategy ${strategy} is not available yet: this build trains with --strategy single only`,
-        '--strategy',
-      );
-    }
+    expect(parse('--strategy', 'fsdp', '--world-size', '4')).toMatchObject({
+      strategy: 'fsdp',
+      worldSize: 4,
+      transport: 'shm',
+      reshardAfterForward: true,
+      autoWrap: 'block',
+      bucketMb: null,
+      moveParamsToCpu: false,
+    });
+    expect(
+      parse('--strategy', 'ddp', '--world-size', '2', '--transport', 'tcp', '--bucket-mb', '0.5'),
+    ).toMatchObject({ strategy: 'ddp', worldSize: 2, transport: 'tcp', bucketMb: 0.5 });
+    expectUsage(
+      () => parse('--strategy', 'offload'),
+      '--strategy offload is not available yet: this build trains with single, ddp or fsdp',
+      '--strategy',
+    );
+  });
+
+  it('refuses flags that do not apply to the strategy, naming them', () => {
+    const cases: [string[], string, string][] = [
+      [
+        ['--world-size', '2'],
+        '--strategy single trains one rank: --world-size 2 needs --strategy ddp or fsdp',
+        '--world-size',
+      ],
+      [
+        ['--strategy', 'ddp', '--auto-wrap', 'none'],
+        '--auto-wrap applies to --strategy fsdp, not ddp',
+        '--auto-wrap',
+      ],
+      [
+        ['--strategy', 'ddp', '--reshard-after-forward', 'false'],
+        '--reshard-after-forward applies to --strategy fsdp, not ddp',
+        '--reshard-after-forward',
+      ],
+      [
+        ['--move-params-to-cpu'],
+        '--move-params-to-cpu applies to --strategy fsdp, not single',
+        '--move-params-to-cpu',
+      ],
+      [
+        ['--bucket-mb', '1'],
+        '--bucket-mb applies to --strategy ddp or fsdp, not single',
+        '--bucket-mb',
+      ],
+      [
+        ['--transport', 'tcp'],
+        '--transport applies to --strategy ddp or fsdp, not single',
+        '--transport',
+      ],
+      [
+        ['--strategy', 'fsdp', '--world-size', '2', '--backend', 'webgpu'],
+        '--backend webgpu cannot run in worker threads (the webgpu package has no adapter there): use --transport local, tcp or ws',
+        '--transport',
+      ],
+      [
+        ['--strategy', 'ddp', '--transport', 'udp'],
+        '--transport udp is not one of local, shm, tcp, ws',
+        '--transport',
+      ],
+      [
+        ['--strategy', 'ddp', '--bucket-mb', '0'],
+        '--bucket-mb 0 is out of range (0, 4096]',
+        '--bucket-mb',
+      ],
+      [
+        ['--strategy', 'ddp', '--world-size', '3', '--batch-size', '16'],
+        '--batch-size 16 is not divisible by the world size 3 times --grad-accum 1',
+        '--batch-size',
+      ],
+      [
+        ['--strategy', 'ddp', '--world-size', '65'],
+        '--world-size 65 is out of range [1, 64]',
+        '--world-size',
+      ],
+    ];
+    for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
   });
 
   it('rejects non-finite and out-of-range numbers naming the flag', () => {
@@ -90,7 +161,6 @@ describe('parseOptions', () => {
         ['--model', 'mlp', '--data', 'x.txt'],
         '--model mlp trains on synthetic data from --seed: --data does not apply',
       ],
-      [['--world-size', '2'], '--world-size 2 is out of range [1, 1]'],
     ];
     for (const [argv, message] of cases) {
       const option = message.split(' ')[0]!;

@@ -1,19 +1,21 @@
 // One rank of a `--transport shm` run, in a worker thread started by `runRanks` (start-ranks.ts).
 import { runShmWorker } from '@webshard/collectives/node';
-import type { TrainConfig } from '../cli/options.js';
 import { train } from '../train.js';
+import type { RankJob, WorkerLine } from './start-ranks.js';
 
-interface Job {
-  readonly config: TrainConfig;
-  readonly isTTY: boolean;
-}
-
-void runShmWorker<Job, number>(async (group, job) => {
+void runShmWorker<RankJob, number>(async (group, job) => {
+  const channel = new BroadcastChannel(job.channel);
+  const post = (message: WorkerLine) => channel.postMessage(message);
   const io = {
-    stdout: (text: string) => process.stdout.write(text),
-    stderr: (text: string) => process.stderr.write(text),
+    stdout: (text: string) => post({ kind: 'stdout', text }),
+    stderr: (text: string) => post({ kind: 'stderr', text }),
     isTTY: job.isTTY,
   };
-  const summary = await train(job.config, io, group);
-  return summary.records.length;
+  try {
+    const summary = await train(job.config, io, group);
+    return summary.records.length;
+  } finally {
+    if (group.rank === 0) post({ kind: 'end' });
+    channel.close();
+  }
 });

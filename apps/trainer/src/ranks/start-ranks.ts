@@ -1,4 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
+import { constants as osConstants } from 'node:os';
 import { Writable } from 'node:stream';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
@@ -13,6 +15,8 @@ export interface RankIO {
   stdout(text: string): void;
   stderr(text: string): void;
   isTTY: boolean;
+  /** The directory the user ran the command in (ranks started as processes resolve paths there). */
+  cwd: string;
   createBackend?: (config: TrainConfig) => Promise<Backend>;
 }
 
@@ -110,6 +114,17 @@ async function runLocal(config: TrainConfig, io: RankIO): Promise<RanksOutcome> 
   return { ok: true, summary: summaries[0]! };
 }
 
+/** What a `--transport shm` rank gets (see ./rank-worker.ts). */
+export interface RankJob {
+  config: TrainConfig;
+  isTTY: boolean;
+  /** The `BroadcastChannel` rank 0 sends its output on. */
+  channel: string;
+}
+
+/** A message on a rank's output channel. */
+export type WorkerLine = { kind: 'stdout' | 'stderr'; text: string } | { kind: 'end' };
+
 /** The module beside this one, as source (run by tsx) or built (`dist/`). */
 function sibling(source: string, built: string): { path: string; isSource: boolean } {
   const isSource = import.meta.url.endsWith('.ts');
@@ -129,16 +144,36 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     const url = pathToFileURL(worker.path).href;
     file = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(url)}); })`;
   }
-  const outcomes = await launchThreads<{ config: TrainConfig; isTTY: boolean }, number>(
-    config.worldSize,
-    file,
-    { config, isTTY: io.isTTY },
-    {
-      eval: worker.isSource,
-      execArgv: worker.isSource ? ['--conditions=@webshard/source'] : [],
-      group: { timeoutMs: GROUP_TIMEOUT_MS },
-    },
-  );
+  // Rank 0's lines come back on a channel of their own, to this thread's `io`, in order; its
+  // last message says it is done, so no line is lost to the race with the worker's exit.
+  const channelName = `webshard-train-${process.pid}-${randomUUID()}`;
+  const channel = new BroadcastChannel(channelName);
+  let ended!: () => void;
+  const end = new Promise<void>((resolve) => {
+    ended = resolve;
+  });
+  channel.onmessage = (event) => {
+    const message = (event as MessageEvent<WorkerLine>).data;
+    if (message.kind === 'end') ended();
+    else if (message.kind === 'stdout') io.stdout(message.text);
+    else io.stderr(message.text);
+  };
+  let outcomes: Awaited<ReturnType<typeof launchThreads<RankJob, number>>>;
+  try {
+    outcomes = await launchThreads<RankJob, number>(
+      config.worldSize,
+      file,
+      { config, isTTY: io.isTTY, channel: channelName },
+      {
+        eval: worker.isSource,
+        execArgv: worker.isSource ? ['--conditions=@webshard/source'] : [],
+        group: { timeoutMs: GROUP_TIMEOUT_MS },
+      },
+    );
+    await Promise.race([end, new Promise((resolve) => setTimeout(resolve, 1000))]);
+  } finally {
+    channel.close();
+  }
   const failures = outcomes.filter((o) => o.status !== 'fulfilled');
   if (failures.length === 0) return { ok: true };
   // The rank that failed first is the one whose error is not the abort it caused in the others.
@@ -172,14 +207,32 @@ async function runProcesses(
     nprocPerNode: config.worldSize,
     script: cli.path,
     args: [...argv],
-    env: cli.isSource ? { NODE_OPTIONS: '--conditions=@webshard/source' } : {},
+    // Relative paths in `argv` are the user's: every rank resolves them where the user ran this.
+    env: {
+      INIT_CWD: io.cwd,
+      ...(cli.isSource ? { NODE_OPTIONS: '--conditions=@webshard/source' } : {}),
+    },
     stdout: sink(io.stdout),
     stderr: sink(io.stderr),
   });
   if (result.exitCode === 0) return { ok: true };
+  if (result.failedRank !== undefined && result.exitCode !== 2) {
+    io.stderr(
+      `webshard-train: rank ${result.failedRank} ${exitText(result.exitCode)}; stopped the other ranks\n`,
+    );
+  }
   return {
     ok: false,
     exitCode: result.exitCode === 2 ? 2 : 1,
     ...(result.failedRank === undefined ? {} : { rank: result.failedRank }),
   };
+}
+
+/** How a rank's process ended, from its exit code (128 + n: killed by signal n). */
+function exitText(code: number): string {
+  if (code > 128) {
+    const name = Object.entries(osConstants.signals).find(([, n]) => n === code - 128)?.[0];
+    return `was killed by ${name ?? `signal ${code - 128}`}`;
+  }
+  return `exited with code ${code}`;
 }

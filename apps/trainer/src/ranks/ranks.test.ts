@@ -1,0 +1,153 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runMain } from '../test-support/cli.js';
+import { FIXTURES, maxRelativeGap } from '../test-support/fixtures.js';
+
+const CLI = join(import.meta.dirname, '..', 'cli.ts');
+
+interface CliFixture {
+  flags: string[];
+  losses: number[];
+}
+
+let fixture: CliFixture;
+let out: string;
+beforeAll(async () => {
+  fixture = JSON.parse(await readFile(join(FIXTURES, 'gpt-cli.json'), 'utf8')) as CliFixture;
+  out = await mkdtemp(join(tmpdir(), 'webshard-ranks-'));
+});
+afterAll(async () => {
+  await rm(out, { recursive: true, force: true });
+});
+
+/** `webshard-train` as a user runs it (tsx on the source), in the fixtures' directory. */
+function startCli(args: readonly string[]): {
+  child: ChildProcess;
+  done: Promise<{ code: number | null; stdout: string; stderr: string }>;
+} {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@webshard/source', '--import', 'tsx', CLI, ...args],
+    // A shell's environment: no INIT_CWD (pnpm's) from the test runner.
+    {
+      cwd: FIXTURES,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, INIT_CWD: undefined },
+    },
+  );
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+    child.on('close', (code) => resolve({ code, stdout, stderr })),
+  );
+  return { child, done };
+}
+
+async function jsonlLosses(path: string): Promise<number[]> {
+  const text = await readFile(path, 'utf8');
+  return text
+    .trim()
+    .split('\n')
+    .map((line) => (JSON.parse(line) as { loss: number }).loss);
+}
+
+describe('ranks in worker threads and processes train like PyTorch', () => {
+  it('fsdp on 2 worker threads (shm)', async () => {
+    const log = join(out, 'shm.jsonl');
+    const run = await runMain(
+      [
+        ...fixture.flags,
+        '--backend',
+        'cpu',
+        '--strategy',
+        'fsdp',
+        '--world-size',
+        '2',
+        '--log-jsonl',
+        log,
+      ],
+      FIXTURES,
+    );
+    expect(run.stderr).toBe('');
+    expect(run.exitCode).toBe(0);
+    expect(run.stdout).toContain('strategy: fsdp on 2 rank(s) over shm');
+    expect(maxRelativeGap(await jsonlLosses(log), fixture.losses)).toBeLessThan(1e-5);
+  });
+
+  for (const [strategy, transport] of [
+    ['ddp', 'tcp'],
+    ['fsdp', 'ws'],
+  ] as const) {
+    it(`${strategy} on 2 processes over ${transport}, started by the trainer through webshard-run`, async () => {
+      const log = join(out, `${transport}.jsonl`);
+      const args = ['--strategy', strategy, '--world-size', '2', '--transport', transport];
+      const { done } = startCli([
+        ...fixture.flags,
+        '--backend',
+        'cpu',
+        ...args,
+        '--log-jsonl',
+        log,
+      ]);
+      const { code, stdout, stderr } = await done;
+      expect(stderr).toBe('');
+      expect(code).toBe(0);
+      // Rank 0 prints, through the launcher's prefix; rank 1 prints nothing.
+      expect(stdout).toContain(`[rank 0] strategy: ${strategy} on 2 rank(s) over ${transport}`);
+      expect(stdout).not.toContain('[rank 1]');
+      expect(maxRelativeGap(await jsonlLosses(log), fixture.losses)).toBeLessThan(1e-5);
+    });
+  }
+});
+
+describe('a rank that dies', () => {
+  it('makes the run fail fast, naming it, and leaves no half-written checkpoint', async () => {
+    const log = join(out, 'killed.jsonl');
+    const save = join(out, 'killed.safetensors');
+    const args = [...fixture.flags, '--backend', 'cpu', '--steps', '100000'];
+    const ranks = ['--strategy', 'ddp', '--world-size', '2', '--transport', 'tcp'];
+    const { child, done } = startCli([...args, ...ranks, '--log-jsonl', log, '--save', save]);
+    // Wait for training to be under way (rank 0 has logged a step), then kill rank 1's process.
+    let rank1: number | undefined;
+    for (let i = 0; i < 400 && rank1 === undefined; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const logged = await readFile(log, 'utf8').catch(() => '');
+      if (logged.includes('"step":3')) rank1 = await findRank(child.pid!, 1);
+    }
+    expect(rank1, 'rank 1 was not found under way').toBeDefined();
+    const killedAt = Date.now();
+    process.kill(rank1!, 'SIGKILL');
+    const { code, stderr } = await done;
+    expect(Date.now() - killedAt).toBeLessThan(10_000);
+    expect(code).not.toBe(0);
+    expect(stderr).toMatch(/rank 1/);
+    await expect(readFile(save)).rejects.toThrow(/ENOENT/);
+  }, 120_000);
+});
+
+/** The pid of the launched child whose RANK is `rank` (Linux: /proc). */
+async function findRank(parent: number, rank: number): Promise<number | undefined> {
+  const { readdir } = await import('node:fs/promises');
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = await readFile(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid !== parent) continue;
+      const env = (await readFile(`/proc/${entry}/environ`, 'utf8')).split('\0');
+      if (env.includes(`RANK=${rank}`)) return Number(entry);
+    } catch {
+      // A process that ended meanwhile.
+    }
+  }
+  return undefined;
+}
