@@ -64,7 +64,8 @@ export interface TrainConfig {
 /** `webshard-train --help`. */
 export const USAGE = `Usage: webshard-train [options]
 
-Trains a GPT (nanoGPT's model and key names) or a small MLP, single process, on the CPU or WebGPU.
+Trains a GPT (nanoGPT's model and key names) or a small MLP on the CPU or WebGPU, in one process
+or on --world-size ranks with DDP or FSDP.
 Relative paths are read against the directory you ran the command in.
 
 Model
