@@ -1,6 +1,6 @@
 import { open } from 'node:fs/promises';
 import { freemem } from 'node:os';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { mkdir } from 'node:fs/promises';
 import type { ProcessGroup } from '@webshard/collectives';
 import {
@@ -10,6 +10,14 @@ import {
   encodeSafetensors,
   type Tensor,
 } from '@webshard/tensor-core';
+import {
+  finishCheckpoint,
+  LATEST,
+  type RunState,
+  readRunState,
+  resolveResume,
+  stepDirName,
+} from './checkpoint/run-checkpoint.js';
 import { buildModel, loadInitialWeights } from './cli/build-model.js';
 import { checkMemory } from './cli/memory-estimate.js';
 import type { TrainConfig } from './cli/options.js';
@@ -77,6 +85,10 @@ export async function checkFiles(config: TrainConfig): Promise<void> {
   for (const [name, path] of Object.entries(outputs)) {
     if (path !== null) await checkOutputFile(path, `--${name}`);
   }
+  if (config.checkpointDir !== null) {
+    await checkOutputFile(join(config.checkpointDir, LATEST), '--checkpoint-dir');
+  }
+  if (config.resume !== null) await readRunState(await resolveResume(config.resume), config);
 }
 
 /**
@@ -136,6 +148,12 @@ export async function train(
   say(`backend: ${backend.kind} (${backend.description})`);
   const model = buildModel(config, vocabSize, backend);
   if (config.init !== null) await loadInitialWeights(model, config.init);
+  // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.
+  const resumeDir = config.resume === null ? null : await resolveResume(config.resume);
+  const resumed = resumeDir === null ? null : await readRunState(resumeDir, config);
+  if (resumeDir !== null && config.strategy !== 'fsdp') {
+    await loadInitialWeights(model, join(resumeDir, 'model.safetensors'), '--resume');
+  }
   say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
   if (group !== null) {
     say(`strategy: ${config.strategy} on ${group.size} rank(s) over ${config.transport}`);
@@ -150,6 +168,23 @@ export async function train(
     eps: config.eps,
   });
   const clip = config.gradClip === 0 ? Number.POSITIVE_INFINITY : config.gradClip;
+  if (resumeDir !== null && resumed !== null) {
+    await prepared.loadCheckpoint(resumeDir, optimizer);
+    if (resumed.scaler !== null) mixed?.scaler.loadStateDict(resumed.scaler);
+    say(`resumed: ${resumeDir} (step ${resumed.step})`);
+  }
+  const firstStep = resumed?.step ?? 0;
+  const saveCheckpoint = async (step: number) => {
+    const root = config.checkpointDir!;
+    const state: RunState = {
+      step,
+      strategy: config.strategy,
+      worldSize: config.worldSize,
+      scaler: mixed?.scaler.stateDict() ?? null,
+    };
+    await prepared.saveCheckpoint(join(root, stepDirName(step)), optimizer, state);
+    if (lead) await finishCheckpoint(root, state);
+  };
 
   // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file).
   let log: Awaited<ReturnType<typeof open>> | null = null;
@@ -171,7 +206,7 @@ export async function train(
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   const started = performance.now();
   try {
-    for (let step = 0; step < config.steps; step++) {
+    for (let step = firstStep; step < config.steps; step++) {
       const lr =
         config.lrSchedule === 'cosine'
           ? learningRate(step, config.steps, config.lr, config.warmupSteps)
@@ -222,6 +257,9 @@ export async function train(
           `eval after step ${point.step}: held-out loss ${point.loss.toFixed(4)}${point.sample ? ` | ${JSON.stringify(point.sample)}` : ''}`,
         );
       }
+      if (config.checkpointEvery > 0 && record.step % config.checkpointEvery === 0) {
+        await saveCheckpoint(record.step);
+      }
       if (config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps) {
         progress.line(
           `stopped after step ${record.step} of ${config.steps}: the ${config.maxSeconds} s budget is spent`,
@@ -253,7 +291,7 @@ export async function train(
       const metadata = {
         format: 'pt',
         config: JSON.stringify(model.config),
-        steps: String(records.length),
+        steps: String(last.step),
         seed: String(config.seed),
       };
       await writeFileAtomically(save, await encodeSafetensors(Object.fromEntries(dict), metadata));

@@ -42,14 +42,18 @@ const TIED = ['transformer.wte.weight', 'lm_head.weight'] as const;
  * file, missing or unexpected keys, a shape that does not fit) is a `UsageError`, and the model
  * is left as it was.
  */
-export async function loadInitialWeights(model: Module, path: string): Promise<void> {
+export async function loadInitialWeights(
+  model: Module,
+  path: string,
+  option: '--init' | '--resume' = '--init',
+): Promise<void> {
   let tensors: Record<string, Tensor>;
   try {
     ({ tensors } = await loadSafetensors(path, { backend: model.parameters()[0]!.backend }));
   } catch (error) {
     if (SafetensorsError.isInstance(error)) {
-      throw new UsageError(`--init ${path} is not a valid safetensors file: ${error.reason}`, {
-        option: '--init',
+      throw new UsageError(`${option} ${path} is not a valid safetensors file: ${error.reason}`, {
+        option,
         cause: error,
       });
     }
@@ -62,8 +66,8 @@ export async function loadInitialWeights(model: Module, path: string): Promise<v
         const [a, b] = await Promise.all([wte.read(), head.read()]);
         if (a.length !== b.length || a.some((x, i) => x !== b[i])) {
           throw new UsageError(
-            `--init ${path}: transformer.wte.weight and lm_head.weight differ, but the model ties them`,
-            { option: '--init' },
+            `${option} ${path}: transformer.wte.weight and lm_head.weight differ, but the model ties them`,
+            { option },
           );
         }
       }
@@ -76,8 +80,8 @@ export async function loadInitialWeights(model: Module, path: string): Promise<v
     await model.loadStateDict(tensors);
   } catch (error) {
     if (StateDictError.isInstance(error)) {
-      throw new UsageError(`--init ${path} does not fit the model: ${error.message}`, {
-        option: '--init',
+      throw new UsageError(`${option} ${path} does not fit the model: ${error.message}`, {
+        option,
         cause: error,
       });
     }

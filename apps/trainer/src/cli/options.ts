@@ -27,6 +27,11 @@ export interface TrainConfig {
   bucketMb: number | null;
   /** FSDP: keep the shards (and the optimizer step) on the CPU, compute on the device. */
   moveParamsToCpu: boolean;
+  /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
+  checkpointEvery: number;
+  checkpointDir: string | null;
+  /** A checkpoint directory (or its root, holding `latest`) to continue from. */
+  resume: string | null;
   model: 'gpt' | 'mlp';
   nLayer: number;
   nHead: number;
@@ -109,6 +114,9 @@ Output
   --save <file.safetensors>    the final state dict under PyTorch names
   --samples <file>             the final sample's text
   --report <file.html>         one self-contained page: loss curves, tokens/s, peak memory
+  --checkpoint-every <n> --checkpoint-dir <dir>
+                               a checkpoint every n steps (fsdp: sharded, loads at any world size)
+  --resume <dir>               continue a run from its checkpoint (dir/latest, or a step directory)
   --eval-every <n>             held-out loss and a short sample every n steps (default 0: at the end only)
   --sample-length <n>          characters sampled at the end (default 200; 0 for none)
   --help                       this text
@@ -122,6 +130,9 @@ const OPTIONS = {
   'reshard-after-forward': { type: 'string' },
   'auto-wrap': { type: 'string' },
   'move-params-to-cpu': { type: 'boolean' },
+  'checkpoint-every': { type: 'string' },
+  'checkpoint-dir': { type: 'string' },
+  resume: { type: 'string' },
   model: { type: 'string' },
   'n-layer': { type: 'string' },
   'n-head': { type: 'string' },
@@ -290,7 +301,15 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
         ? null
         : numberOption('bucket-mb', v['bucket-mb'], 0, { min: 0, minExclusive: true, max: 4096 }),
     moveParamsToCpu: values['move-params-to-cpu'] === true,
+    checkpointEvery: int('checkpoint-every', 0, 0),
+    checkpointDir: path('checkpoint-dir'),
+    resume: path('resume'),
   };
+  if (config.checkpointEvery > 0 !== (config.checkpointDir !== null)) {
+    throw new UsageError('--checkpoint-every and --checkpoint-dir go together', {
+      option: config.checkpointDir === null ? '--checkpoint-every' : '--checkpoint-dir',
+    });
+  }
   checkStrategyFlags(config, values);
   if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {
     throw new UsageError('--warmup-steps needs --lr-schedule cosine', { option: '--warmup-steps' });

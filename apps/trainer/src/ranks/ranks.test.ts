@@ -110,28 +110,69 @@ describe('ranks in worker threads and processes train like PyTorch', () => {
 });
 
 describe('a rank that dies', () => {
-  it('makes the run fail fast, naming it, and leaves no half-written checkpoint', async () => {
+  it('fails the run fast naming it; resuming from the last checkpoint ends where an unbroken run does, at this world size and another', async () => {
+    const steps = ['--steps', '120'];
     const log = join(out, 'killed.jsonl');
     const save = join(out, 'killed.safetensors');
-    const args = [...fixture.flags, '--backend', 'cpu', '--steps', '100000'];
-    const ranks = ['--strategy', 'ddp', '--world-size', '2', '--transport', 'tcp'];
-    const { child, done } = startCli([...args, ...ranks, '--log-jsonl', log, '--save', save]);
-    // Wait for training to be under way (rank 0 has logged a step), then kill rank 1's process.
+    const checkpoints = join(out, 'killed-checkpoints');
+    const base = [...fixture.flags, '--backend', 'cpu', ...steps];
+    const ranks = (world: number) => [
+      '--strategy',
+      'fsdp',
+      '--world-size',
+      `${world}`,
+      '--transport',
+      'ws',
+    ];
+    const { child, done } = startCli([
+      ...base,
+      ...ranks(2),
+      ...['--checkpoint-every', '5', '--checkpoint-dir', checkpoints],
+      ...['--log-jsonl', log, '--save', save],
+    ]);
+    // Wait until a checkpoint is complete and training goes on, then kill rank 1's process.
     let rank1: number | undefined;
     for (let i = 0; i < 400 && rank1 === undefined; i++) {
       await new Promise((r) => setTimeout(r, 100));
-      const logged = await readFile(log, 'utf8').catch(() => '');
-      if (logged.includes('"step":3')) rank1 = await findRank(child.pid!, 1);
+      const latest = await readFile(join(checkpoints, 'latest'), 'utf8').catch(() => '');
+      if (latest !== '') rank1 = await findRank(child.pid!, 1);
     }
     expect(rank1, 'rank 1 was not found under way').toBeDefined();
     const killedAt = Date.now();
     process.kill(rank1!, 'SIGKILL');
-    const { code, stderr } = await done;
+    const killed = await done;
     expect(Date.now() - killedAt).toBeLessThan(10_000);
-    expect(code).not.toBe(0);
-    expect(stderr).toMatch(/rank 1/);
+    expect(killed.code).toBe(1);
+    expect(killed.stderr).toContain(
+      'webshard-train: rank 1 was killed by SIGKILL; stopped the other ranks',
+    );
     await expect(readFile(save)).rejects.toThrow(/ENOENT/);
-  }, 120_000);
+    const stoppedAt = (await jsonlLosses(log)).length;
+    expect(stoppedAt).toBeLessThan(120);
+
+    // The run never stopped, in this process, for the final loss to reach.
+    const unbroken = await runMain(
+      [...base, ...ranks(2).slice(0, 4), '--transport', 'local'],
+      FIXTURES,
+    );
+    expect(unbroken.exitCode).toBe(0);
+    const finalLoss = unbroken.summary!.records.at(-1)!.loss;
+    for (const world of [2, 4]) {
+      const resumedLog = join(out, `resumed-${world}.jsonl`);
+      const resumed = await startCli([
+        ...base,
+        ...ranks(world),
+        '--resume',
+        checkpoints,
+        '--log-jsonl',
+        resumedLog,
+      ]).done;
+      expect(resumed.stderr).toBe('');
+      expect(resumed.code).toBe(0);
+      const losses = await jsonlLosses(resumedLog);
+      expect(Math.abs(losses.at(-1)! - finalLoss) / finalLoss, `world ${world}`).toBeLessThan(1e-5);
+    }
+  }, 180_000);
 });
 
 /** The pid of the launched child whose RANK is `rank` (Linux: /proc). */

@@ -14,10 +14,19 @@ import {
   type Backend,
   GradScaler,
   MixedPrecision,
+  type Optimizer,
   type ParamGroupInput,
   type Tensor,
 } from '@webshard/tensor-core';
+import { loadShardedCheckpoint, saveShardedCheckpoint } from '@webshard/fsdp/checkpoint';
+import {
+  barrier,
+  loadFullOptimizer,
+  type RunState,
+  saveFullCheckpoint,
+} from '../checkpoint/run-checkpoint.js';
 import type { TrainConfig } from '../cli/options.js';
+import { UsageError } from '../errors.js';
 import { Block, GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups, type MixedState, type StepOptions } from '../train-step.js';
@@ -41,7 +50,16 @@ export interface PreparedModel {
    * others get null). The tensors are valid only inside `fn`.
    */
   withFullStateDict<T>(fn: (dict: Map<string, Tensor> | null) => Promise<T>): Promise<T>;
+  /** Write this rank's part of a checkpoint into `dir` (every rank calls it). */
+  saveCheckpoint(dir: string, optimizer: AnyOptimizer, state: RunState): Promise<void>;
+  /**
+   * Restore what the model does not already hold from checkpoint `dir`: the optimizer (single,
+   * ddp: their weights are loaded before wrapping), or shards and optimizer (fsdp).
+   */
+  loadCheckpoint(dir: string, optimizer: AnyOptimizer): Promise<void>;
 }
+
+type AnyOptimizer = Optimizer<object, object>;
 
 /**
  * [Note: where the strategies go]
@@ -87,6 +105,14 @@ export function prepareModel(
     ...(mixed === undefined ? {} : { mixed }),
     withFullStateDict: <T>(fn: (dict: Map<string, Tensor> | null) => Promise<T>) =>
       fn(group === null || group.rank === 0 ? stateDictOf(model, mixed) : null),
+    async saveCheckpoint(dir: string, optimizer: AnyOptimizer) {
+      if (group === null || group.rank === 0) {
+        await saveFullCheckpoint(dir, stateDictOf(model, mixed), optimizer);
+      }
+      await barrier(group);
+    },
+    loadCheckpoint: (dir: string, optimizer: AnyOptimizer) =>
+      loadFullOptimizer(dir, optimizer, params[0]!.backend),
   };
   if (config.strategy === 'single') {
     return { ...common, forward: evalForward, step: {} };
@@ -162,6 +188,20 @@ function prepareFsdp(
       async meanOverRanks(loss) {
         return (await reducePartialNorm(group, loss, 'sum')) / group.size;
       },
+    },
+    async saveCheckpoint(dir, optimizer, state) {
+      await saveShardedCheckpoint(dir, { model: root, optimizer, step: state.step, extra: state });
+    },
+    async loadCheckpoint(dir, optimizer) {
+      try {
+        await loadShardedCheckpoint(dir, { model: root, optimizer });
+      } catch (error) {
+        if ((error as Error).name !== 'CheckpointError') throw error;
+        throw new UsageError(`--resume ${dir}: ${(error as Error).message}`, {
+          option: '--resume',
+          cause: error,
+        });
+      }
     },
     async withFullStateDict(fn) {
       const dict = await fullStateDict(root, { rank0Only: true });

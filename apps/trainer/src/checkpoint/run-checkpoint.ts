@@ -1,0 +1,169 @@
+import { readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ProcessGroup } from '@webshard/collectives';
+import {
+  type Backend,
+  encodeSafetensors,
+  type GradScalerStateDict,
+  loadSafetensors,
+  type Optimizer,
+  type OptimizerStateDict,
+  type Tensor,
+} from '@webshard/tensor-core';
+import type { TrainConfig } from '../cli/options.js';
+import { UsageError } from '../errors.js';
+import { writeFileAtomically } from '../io/atomic-write.js';
+
+/** Where a run is, kept beside its weights and optimizer state in each checkpoint (`run.json`). */
+export interface RunState {
+  /** Steps completed: the run continues at this step. */
+  step: number;
+  strategy: TrainConfig['strategy'];
+  worldSize: number;
+  /** The loss scaler's state (fp16), else null. */
+  scaler: GradScalerStateDict | null;
+}
+
+/**
+ * [Note: the trainer's checkpoints]
+ * `--checkpoint-every N --checkpoint-dir DIR` writes `DIR/step-000N/` after every N steps: for
+ * fsdp a sharded checkpoint of `@webshard/fsdp/checkpoint` (each rank its shards and optimizer
+ * state, a manifest; it loads at any world size), for single and ddp rank 0's `model.safetensors`
+ * (the f32 weights under PyTorch names) and `optimizer.safetensors` (AdamW's state in PyTorch's
+ * layout). `run.json` (the step, the strategy, the scaler) is written last, and only then `DIR/latest`
+ * names the new step, so a crash at any point leaves `latest` on a complete checkpoint; every
+ * file is written atomically. The two newest checkpoints are kept. `--resume DIR` (or a step
+ * directory) restores weights, optimizer and scaler and continues at the saved step: the batches
+ * and the schedule depend only on the step, so the losses are those of a run never stopped.
+ */
+export const LATEST = 'latest';
+export const RUN_STATE = 'run.json';
+const KEEP = 2;
+
+/** The step directory's name for `step`. */
+export function stepDirName(step: number): string {
+  return `step-${String(step).padStart(6, '0')}`;
+}
+
+/** The checkpoint `--resume path` means: `path/latest`'s step, or `path` itself. */
+export async function resolveResume(path: string): Promise<string> {
+  const latest = await readFile(join(path, LATEST), 'utf8').catch(() => null);
+  const dir = latest === null ? path : join(path, latest.trim());
+  const state = await stat(join(dir, RUN_STATE)).catch(() => null);
+  if (state === null || !state.isFile()) {
+    throw new UsageError(
+      `--resume ${path}: no checkpoint there (no ${LATEST} file naming one, and no ${RUN_STATE})`,
+      { option: '--resume' },
+    );
+  }
+  return dir;
+}
+
+/** Read and check `run.json` of checkpoint `dir` against this run. */
+export async function readRunState(dir: string, config: TrainConfig): Promise<RunState> {
+  let state: RunState;
+  try {
+    state = JSON.parse(await readFile(join(dir, RUN_STATE), 'utf8')) as RunState;
+  } catch (error) {
+    throw new UsageError(`--resume ${dir}: ${RUN_STATE} is not readable JSON`, {
+      option: '--resume',
+      cause: error,
+    });
+  }
+  if (!Number.isSafeInteger(state.step) || state.step < 0) {
+    throw new UsageError(`--resume ${dir}: ${RUN_STATE} has no valid step`, { option: '--resume' });
+  }
+  const sharded = (s: string) => s === 'fsdp';
+  if (sharded(state.strategy) !== sharded(config.strategy)) {
+    throw new UsageError(
+      `--resume ${dir}: a checkpoint of --strategy ${state.strategy}, which --strategy ${config.strategy} cannot load`,
+      { option: '--resume' },
+    );
+  }
+  if (state.step >= config.steps) {
+    throw new UsageError(
+      `--resume ${dir}: the checkpoint is at step ${state.step}, and --steps is ${config.steps}`,
+      { option: '--resume' },
+    );
+  }
+  return state;
+}
+
+/**
+ * After a checkpoint's own files: `run.json`, then `latest`, then drop all but the newest two.
+ * Rank 0 only; the caller has made sure every rank's files are in place.
+ */
+export async function finishCheckpoint(root: string, state: RunState): Promise<void> {
+  const name = stepDirName(state.step);
+  await writeFileAtomically(join(root, name, RUN_STATE), `${JSON.stringify(state)}\n`);
+  await writeFileAtomically(join(root, LATEST), `${name}\n`);
+  if (state.step === 0) return;
+  const { readdir } = await import('node:fs/promises');
+  const steps = (await readdir(root)).filter((n) => /^step-\d{6,}$/.test(n)).sort();
+  for (const old of steps.slice(0, Math.max(0, steps.length - KEEP))) {
+    await rm(join(root, old), { recursive: true, force: true });
+  }
+}
+
+/** Save rank 0's full weights and optimizer state (single, ddp) into `dir`. */
+export async function saveFullCheckpoint(
+  dir: string,
+  weights: Map<string, Tensor>,
+  optimizer: Optimizer<object, object>,
+): Promise<void> {
+  await writeFileAtomically(
+    join(dir, 'model.safetensors'),
+    await encodeSafetensors(Object.fromEntries(weights), { format: 'pt' }),
+  );
+  const dict = optimizer.stateDict();
+  const tensors: Record<string, Tensor> = {};
+  const numbers: Record<string, Record<string, number | null>> = {};
+  for (const [index, state] of Object.entries(dict.state)) {
+    for (const [key, value] of Object.entries(state)) {
+      if (value !== null && typeof value === 'object') {
+        tensors[`state.${index}.${key}`] = value;
+      } else {
+        numbers[index] = { ...numbers[index], [key]: value };
+      }
+    }
+  }
+  const metadata = {
+    numbers: JSON.stringify(numbers),
+    param_groups: JSON.stringify(dict.param_groups),
+  };
+  await writeFileAtomically(
+    join(dir, 'optimizer.safetensors'),
+    await encodeSafetensors(tensors, metadata),
+  );
+}
+
+/** Load `optimizer.safetensors` of `dir` into `optimizer` (single, ddp; every rank). */
+export async function loadFullOptimizer(
+  dir: string,
+  optimizer: Optimizer<object, object>,
+  backend: Backend,
+): Promise<void> {
+  const path = join(dir, 'optimizer.safetensors');
+  const { tensors, metadata } = await loadSafetensors(path, { backend });
+  try {
+    const numbers = JSON.parse(metadata.numbers ?? '{}') as Record<string, Record<string, number>>;
+    const dict: OptimizerStateDict = {
+      state: {},
+      param_groups: JSON.parse(metadata.param_groups ?? '[]'),
+    };
+    for (const [index, values] of Object.entries(numbers))
+      dict.state[Number(index)] = { ...values };
+    for (const [name, tensor] of Object.entries(tensors)) {
+      const [, index, key] = name.split('.');
+      dict.state[Number(index)] = { ...dict.state[Number(index)], [key!]: tensor };
+    }
+    await optimizer.loadStateDict(dict);
+  } finally {
+    for (const t of Object.values(tensors)) t.free();
+  }
+}
+
+/** Every rank waits until rank 0 (or every rank) has written its part. */
+export async function barrier(group: ProcessGroup | null): Promise<void> {
+  if (group !== null && group.size > 1) await group.barrier().wait();
+}
