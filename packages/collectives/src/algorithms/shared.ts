@@ -97,8 +97,8 @@ export async function sharedAllReduce(
 const REGISTERED_PIECE = 1 << 16;
 
 /**
- * All-reduce of registered buffers in place (see [Note: registered buffers] in process-group.ts):
- * `offsets[r]` is rank r's operand in the arena. The fingerprint exchange was the barrier that
+ * All-reduce of registered buffers in place (see [Note: registered buffers] in
+ * group/registered-buffers.ts): `offsets[r]` is rank r's operand in the arena. The fingerprint exchange was the barrier that
  * says every operand is ready; each rank then owns its 1/n slice of every operand, so it reduces
  * the slice into rank 0's operand (in rank order, as `sharedAllReduce` does) and copies it into
  * the others' without any other rank touching those bytes. One barrier at the end.

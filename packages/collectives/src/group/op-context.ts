@@ -1,0 +1,170 @@
+import type { Comm } from '../algorithms/comm.js';
+import {
+  type AbortReason,
+  type CollectiveError,
+  type CollectiveErrorFields,
+  CollectiveTimeoutError,
+  TransportAbortedError,
+} from '../errors.js';
+import type { Transport } from '../transport.js';
+
+/** What an op needs of its group: who is in it and where its messages go. */
+export interface GroupView {
+  /** This rank in the group. */
+  readonly rank: number;
+  /** The number of ranks in the group. */
+  readonly size: number;
+  /** The global (transport) rank of each group rank. */
+  readonly ranks: readonly number[];
+  readonly transport: Transport;
+  /** The transport tag of the group's messages. */
+  readonly tag: number;
+}
+
+const noop = () => {};
+
+/** A receive of the op's body waiting for the peer's fingerprint to be checked. */
+interface HeldRecv {
+  readonly dst: Uint8Array;
+  readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * The running op's view of the group: its fields for errors, the receives it waits for (for the
+ * timeout message) and its deadline.
+ */
+export class OpContext implements Comm {
+  readonly waiting = new Map<number, number>();
+  private readonly gated = new Map<number, HeldRecv[]>();
+  ownError: CollectiveError | null = null;
+  /** Every rank's words of the shared-memory fingerprint exchange, when the op had one. */
+  sharedWords: Int32Array | null = null;
+  /**
+   * Rejects once the transport is aborted (by this op's deadline or anything else), whatever the
+   * op's body is waiting for: see [Note: ordering, deadlines and abort], the backstop.
+   */
+  readonly aborted: Promise<never>;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private unsubscribe: () => void = noop;
+
+  constructor(
+    private readonly group: GroupView,
+    readonly fields: CollectiveErrorFields,
+    readonly timeoutMs: number,
+  ) {
+    this.aborted = new Promise<never>((_, reject) => {
+      this.unsubscribe = group.transport.onAbort((reason) =>
+        reject(new TransportAbortedError(reason)),
+      );
+    });
+    this.aborted.catch(noop);
+    this.timer = setTimeout(() => this.expire(), timeoutMs);
+  }
+
+  get rank(): number {
+    return this.group.rank;
+  }
+
+  get size(): number {
+    return this.group.size;
+  }
+
+  send(peer: number, data: Uint8Array): Promise<void> {
+    const promise = this.group.transport.send(this.group.ranks[peer]!, this.group.tag, data);
+    promise.catch(noop);
+    return promise;
+  }
+
+  recv(peer: number, dst: Uint8Array): Promise<void> {
+    return this.receive(peer, dst, this.gated.get(peer));
+  }
+
+  /**
+   * The receive of `peer`'s fingerprint: never held, with `onArrive` as the transport's arrival
+   * hint (rule 9 of [Note: the transport contract]).
+   */
+  recvFingerprint(peer: number, dst: Uint8Array, onArrive: () => void): Promise<void> {
+    return this.receive(peer, dst, undefined, onArrive);
+  }
+
+  private receive(
+    peer: number,
+    dst: Uint8Array,
+    queue: HeldRecv[] | undefined,
+    onArrive?: () => void,
+  ): Promise<void> {
+    this.waiting.set(peer, (this.waiting.get(peer) ?? 0) + 1);
+    const received =
+      queue === undefined
+        ? this.group.transport.recv(this.group.ranks[peer]!, this.group.tag, dst, onArrive)
+        : new Promise<void>((resolve, reject) => queue.push({ dst, resolve, reject }));
+    const promise = received.then(() => {
+      const left = (this.waiting.get(peer) ?? 1) - 1;
+      if (left === 0) this.waiting.delete(peer);
+      else this.waiting.set(peer, left);
+    });
+    promise.catch(noop);
+    return promise;
+  }
+
+  /** Hold the op's receives from `peer` until `open(peer)`: its fingerprint is not checked yet. */
+  gate(peer: number): void {
+    this.gated.set(peer, []);
+  }
+
+  /** `peer`'s fingerprint matched: post its held receives, in the order the op made them. */
+  open(peer: number): void {
+    const queue = this.gated.get(peer);
+    if (queue === undefined) return;
+    this.gated.delete(peer);
+    const source = this.group.ranks[peer]!;
+    for (const held of queue) {
+      this.group.transport.recv(source, this.group.tag, held.dst).then(held.resolve, held.reject);
+    }
+  }
+
+  /** The fingerprint exchange failed: fail the held receives with its error. */
+  failGated(error: unknown): void {
+    for (const queue of this.gated.values()) for (const held of queue) held.reject(error);
+    this.gated.clear();
+  }
+
+  /** Record the ranks a shared-memory barrier waits for (for the deadline's message). */
+  waitFor(ranks: readonly number[]): void {
+    this.waiting.clear();
+    for (const rank of ranks) this.waiting.set(rank, 1);
+  }
+
+  private expire(): void {
+    this.timer = null;
+    const waitingFor = [...this.waiting.keys()].sort((a, b) => a - b);
+    const who =
+      waitingFor.length === 0
+        ? 'while sending (the receivers are not draining)'
+        : `waiting for rank${waitingFor.length > 1 ? 's' : ''} ${waitingFor.join(', ')}`;
+    const message = `timed out after ${this.timeoutMs} ms ${who}`;
+    const reason: AbortReason = {
+      kind: 'timeout',
+      origin: this.group.transport.rank,
+      op: this.fields.op,
+      seq: this.fields.seq,
+      peers: waitingFor.map((peer) => this.group.ranks[peer]!),
+      message: `${this.fields.op} #${this.fields.seq} on rank ${this.fields.rank} ${message}`,
+    };
+    this.ownError = new CollectiveTimeoutError(
+      { ...this.fields, peer: waitingFor[0] },
+      this.timeoutMs,
+      waitingFor,
+      message,
+      { reason },
+    );
+    this.group.transport.abort(reason);
+  }
+
+  finish(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.unsubscribe();
+  }
+}

@@ -1,0 +1,116 @@
+import { ArgumentError, Tensor } from '@webshard/tensor-core';
+import { bytesOf, type CommDType, directView, type OperandInfo, overlaps } from '../operand.js';
+import { RegisteredMemory } from '../registered-memory.js';
+import type { SharedArena } from '../shared-arena.js';
+import type { GroupView } from './op-context.js';
+
+/**
+ * Whether a reduce-scatter's input and output can take the registered path: both are host memory
+ * (arrays, or CPU tensors over host memory) and the output does not lie inside the input, which
+ * other ranks read while this rank writes it.
+ */
+export function registeredShards(input: OperandInfo, output: OperandInfo): boolean {
+  const view = (info: OperandInfo) =>
+    info.data instanceof Tensor ? directView(info.data, info.dtype) : info.data;
+  const a = view(input);
+  const b = view(output);
+  return a !== null && b !== null && !overlaps(bytesOf(a), bytesOf(b));
+}
+
+/**
+ * The buffers a group hands out with `allocate` and recognizes in its operands.
+ *
+ * [Note: registered buffers]
+ * A buffer for this group's collectives, like NCCL's `ncclMemAlloc`. On the `shm` transport's
+ * world group it lies in the shared arena that every rank maps, so an all-reduce whose operands
+ * are registered buffers on every rank runs in place: each rank reduces its 1/n slice straight
+ * from every rank's buffer into rank 0's (in rank order, as the copying schedule does, so the
+ * bits are the same) and copies the result into the others', with no copy into or out of the
+ * arena (`sharedAllReduceRegistered`); the ranks learn each other's offsets with the
+ * fingerprint. A reduce-scatter of registered inputs sums this rank's shard straight from every
+ * input (into the output when that is registered too), and an all-gather into registered outputs
+ * writes each rank's shard straight into the others' outputs; an output inside its own input
+ * falls back to copying. On `tcp` it lives in shared WASM memory of the group: an all-reduce of
+ * it runs in place, and a reduce-scatter reads it in place (see [Note: registered memory on the
+ * tcp transport]). Elsewhere (`ws`,
+ * `local`, shm sub-groups, a single rank) it is an ordinary typed array, so code that allocates
+ * its buckets here runs on every transport. Release it with `free`; using it after that is
+ * undefined, as with any freed memory.
+ */
+export class RegisteredBuffers {
+  /** Registered buffers this rank allocated (for `free`), by the array handed out. */
+  private readonly handedOut = new WeakMap<object, { offset: number; bytes: number }>();
+  /** Registered buffers on `tcp` (see [Note: registered memory on the tcp transport]). */
+  private tcp: RegisteredMemory | null = null;
+
+  /**
+   * `sharedArena`: the arena the group runs collectives through, or null; `tcpBytes`: the size of
+   * the group's registered memory on `tcp`.
+   */
+  constructor(
+    private readonly group: GroupView,
+    private readonly sharedArena: () => SharedArena | null,
+    private readonly tcpBytes: number,
+  ) {}
+
+  /** The group's registered memory on `tcp`, once a buffer was allocated there; else null. */
+  get tcpMemory(): RegisteredMemory | null {
+    return this.tcp;
+  }
+
+  /** `ProcessGroup.allocate`. */
+  allocate(dtype: CommDType, count: number): Float32Array | Int32Array | Uint16Array {
+    if (!Number.isSafeInteger(count) || count < 0) {
+      throw new ArgumentError('allocate', `count must be a non-negative integer, got ${count}`);
+    }
+    const element = dtype === 'f16' || dtype === 'bf16' ? 2 : 4;
+    const make = (buffer: ArrayBufferLike, offset: number) =>
+      element === 2
+        ? new Uint16Array(buffer, offset, count)
+        : dtype === 'i32'
+          ? new Int32Array(buffer, offset, count)
+          : new Float32Array(buffer, offset, count);
+    const arena = this.sharedArena() ?? this.tcpRegisteredMemory(true);
+    if (arena === null) return make(new ArrayBuffer(count * element), 0);
+    const bytes = count * element;
+    const offset = arena.allocate(bytes);
+    const array = make(arena.buffer, offset);
+    array.fill(0);
+    this.handedOut.set(array, { offset, bytes });
+    return array;
+  }
+
+  /** `ProcessGroup.free`. */
+  free(buffer: Float32Array | Int32Array | Uint16Array): void {
+    const entry = this.handedOut.get(buffer);
+    const arena = this.sharedArena() ?? this.tcpRegisteredMemory(false);
+    if (entry === undefined || arena === null) return;
+    this.handedOut.delete(buffer);
+    arena.release(entry.offset, entry.bytes);
+  }
+
+  /**
+   * Where registered buffers live on `tcp`, created on first use (`create`); null on other
+   * transports and for a single rank.
+   */
+  private tcpRegisteredMemory(create: boolean): RegisteredMemory | null {
+    if (this.tcp !== null || !create) return this.tcp;
+    if (this.group.transport.kind !== 'tcp' || this.group.size === 1) return null;
+    this.tcp = new RegisteredMemory(this.tcpBytes, this.group.rank);
+    return this.tcp;
+  }
+
+  /**
+   * The operand's byte offset in the shared arena, or -1 when it is not registered memory (or, for
+   * the reductions, not of a 4-byte dtype the kernels reduce in place).
+   */
+  offsetOf(info: OperandInfo, anyDtype = false): number {
+    const arena = this.sharedArena();
+    if (arena === null) return -1;
+    if (!anyDtype && info.dtype !== 'f32' && info.dtype !== 'i32') return -1;
+    // A CPU tensor over a registered buffer (tensorFromHostArray) counts as that buffer.
+    const data = info.data instanceof Tensor ? directView(info.data, info.dtype) : info.data;
+    if (data === null) return -1;
+    return arena.owns(data.buffer) ? data.byteOffset : -1;
+  }
+}
