@@ -15,7 +15,6 @@ const TOO_LONG_FOR_NOW = new Set([
   'packages/collectives/src/transports/shm/shm-transport.ts',
   'packages/collectives/src/testing/suite.ts',
   'packages/tensor-core/src/backend/webgpu/webgpu-backend.ts',
-  'packages/tensor-core/src/backend/cpu/cpu-backend.ts',
 ]);
 
 // Which workspace packages each may import: each layer only those below it.

@@ -1,4 +1,5 @@
-import type { Values } from './cpu-storage.js';
+import type { KernelTensor } from '../backend.js';
+import { outputValues, readValues, type Values } from './cpu-storage.js';
 
 const BLOCK_K = 128;
 const BLOCK_N = 256;
@@ -78,4 +79,38 @@ export function toRowMajor(
     for (let c = 0; c < cols; c++) into[c * rows + r] = src[base + c]!;
   }
   return into;
+}
+
+/** The backend's `matmul`: batched, broadcast over a batch of 1, either operand transposed. */
+export function matmulKernel(
+  a: KernelTensor,
+  b: KernelTensor,
+  out: KernelTensor,
+  transposeA: boolean,
+  transposeB: boolean,
+): void {
+  const [batch, m, n] = out.shape as [number, number, number];
+  const k = transposeA ? a.shape[1]! : a.shape[2]!;
+  const av = readValues(a);
+  const bv = readValues(b);
+  const o = outputValues(out);
+  const batchA = a.shape[0]!;
+  const batchB = b.shape[0]!;
+  const acc = new Float64Array(m * n);
+  const aMat = new Float64Array(m * k);
+  const bMat = new Float64Array(k * n);
+  for (let p = 0; p < batch; p++) {
+    // A [M, K] is stored [K, M] when transposeA; B [K, N] is stored [N, K] when transposeB.
+    if (p === 0 || batchA !== 1) {
+      const [rows, cols] = transposeA ? [k, m] : [m, k];
+      toRowMajor(av, (batchA === 1 ? 0 : p) * m * k, rows, cols, transposeA, aMat);
+    }
+    if (p === 0 || batchB !== 1) {
+      const [rows, cols] = transposeB ? [n, k] : [k, n];
+      toRowMajor(bv, (batchB === 1 ? 0 : p) * k * n, rows, cols, transposeB, bMat);
+    }
+    matmulBlock(aMat, bMat, acc, m, k, n);
+    o.values.set(acc, p * m * n);
+  }
+  o.commit();
 }

@@ -1,0 +1,85 @@
+// CPU kernels that move or fold along axes: strided copies and reductions over one axis.
+import { bytesPerElement } from '../../dtype.js';
+import type { KernelTensor, ReduceOp, StridedOperand } from '../backend.js';
+import { type CpuStorage, outputValues, rawViewAt, readValues, shapeCount } from './cpu-storage.js';
+import { forEachRow } from './kernel-common.js';
+
+export function copyStridedKernel(
+  src: StridedOperand,
+  dst: StridedOperand,
+  shape: readonly number[],
+): void {
+  const size = shapeCount(shape);
+  if (size === 0) return;
+  const bpe = bytesPerElement(src.dtype);
+  const srcBuffer = (src.storage as CpuStorage).buffer;
+  const dstBuffer = (dst.storage as CpuStorage).buffer;
+  const s = rawViewAt(srcBuffer, src.dtype, 0, srcBuffer.byteLength / bpe);
+  const d = rawViewAt(dstBuffer, dst.dtype, 0, dstBuffer.byteLength / bpe);
+  const rank = shape.length;
+  if (rank === 0) {
+    d[dst.offset] = s[src.offset]!;
+    return;
+  }
+  const cols = shape[rank - 1]!;
+  const ss = src.strides[rank - 1]!;
+  const ds = dst.strides[rank - 1]!;
+  const rowShape = shape.slice(0, rank - 1);
+  forEachRow([...rowShape, 1], [[...src.strides], [...dst.strides]], (_row, bases) => {
+    let si = src.offset + bases[0]!;
+    let di = dst.offset + bases[1]!;
+    for (let c = 0; c < cols; c++, si += ss, di += ds) d[di] = s[si]!;
+  });
+}
+
+export function reduceKernel(op: ReduceOp, x: KernelTensor, axis: number, out: KernelTensor): void {
+  const shape = x.shape;
+  let outer = 1;
+  for (let i = 0; i < axis; i++) outer *= shape[i]!;
+  const r = shape[axis]!;
+  let inner = 1;
+  for (let i = axis + 1; i < shape.length; i++) inner *= shape[i]!;
+  const xv = readValues(x);
+  const o = outputValues(out);
+  const v = o.values;
+  for (let p = 0; p < outer; p++) {
+    for (let q = 0; q < inner; q++) {
+      const base = p * r * inner + q;
+      let result: number;
+      if (op === 'sum' || op === 'mean') {
+        let acc = 0;
+        for (let k = 0; k < r; k++) acc += xv[base + k * inner]!;
+        result = op === 'mean' ? acc / r : acc;
+      } else if (op === 'argmax') {
+        let best = Number.NEGATIVE_INFINITY;
+        let bestIndex = 0;
+        for (let k = 0; k < r; k++) {
+          const value = xv[base + k * inner]!;
+          if (Number.isNaN(value)) {
+            bestIndex = k;
+            break;
+          }
+          if (value > best || k === 0) {
+            best = value;
+            bestIndex = k;
+          }
+        }
+        result = bestIndex;
+      } else {
+        const isMax = op === 'max';
+        let best = isMax ? Number.NEGATIVE_INFINITY : Number.POSITIVE_INFINITY;
+        for (let k = 0; k < r; k++) {
+          const value = xv[base + k * inner]!;
+          if (Number.isNaN(value)) {
+            best = value;
+            break;
+          }
+          if (isMax ? value > best : value < best) best = value;
+        }
+        result = best;
+      }
+      v[p * inner + q] = result;
+    }
+  }
+  o.commit();
+}
