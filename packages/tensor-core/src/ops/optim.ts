@@ -34,7 +34,7 @@ export function adamStep(
   expAvgSq: Tensor,
   hyper: AdamHyper,
 ): void {
-  const backend = backendOf('adamStep', [param, grad, expAvg, expAvgSq]);
+  backendOf('adamStep', [param, grad, expAvg, expAvgSq]);
   for (const t of [param, expAvg, expAvgSq]) requireDType('adamStep', t, ['f32', 'f64'], 'state');
   requireFloat('adamStep', grad);
   requireSameSize('adamStep', [param, grad, expAvg, expAvgSq]);
@@ -43,11 +43,27 @@ export function adamStep(
     throw new ArgumentError('adamStep', `step ${hyper.step} must be an integer >= 1`);
   }
   if (param.size === 0) return;
-  backend.adam(
-    param.kernel('adamStep'),
-    grad.kernel('adamStep'),
-    expAvg.kernel('adamStep'),
-    expAvgSq.kernel('adamStep'),
+  applyAdam('adamStep', param, grad, expAvg, expAvgSq, hyper);
+}
+
+/**
+ * The one way to the backend's fused Adam kernel, for `adamStep` and the `Adam`/`AdamW`
+ * optimizers: the caller has checked the operands, and names itself as `op` in a freed-tensor
+ * error. The update rule itself is the backend's (one kernel per backend).
+ */
+export function applyAdam(
+  op: string,
+  param: Tensor,
+  grad: Tensor,
+  expAvg: Tensor,
+  expAvgSq: Tensor,
+  hyper: AdamHyper,
+): void {
+  param.backend.adam(
+    param.kernel(op),
+    grad.kernel(op),
+    expAvg.kernel(op),
+    expAvgSq.kernel(op),
     hyper,
   );
 }
@@ -62,7 +78,7 @@ export function sgdStep(
   momentumBuffer: Tensor | null,
   hyper: SgdHyper,
 ): void {
-  const backend = backendOf('sgdStep', [param, grad, momentumBuffer]);
+  backendOf('sgdStep', [param, grad, momentumBuffer]);
   requireDType('sgdStep', param, ['f32', 'f64'], 'parameter');
   requireFloat('sgdStep', grad);
   if (momentumBuffer) requireDType('sgdStep', momentumBuffer, ['f32', 'f64'], 'momentum buffer');
@@ -72,12 +88,21 @@ export function sgdStep(
     throw new ArgumentError('sgdStep', `momentum ${hyper.momentum} needs a momentum buffer`);
   }
   if (param.size === 0) return;
-  backend.sgd(
-    param.kernel('sgdStep'),
-    grad.kernel('sgdStep'),
-    momentumBuffer?.kernel('sgdStep') ?? null,
-    hyper,
-  );
+  applySgd('sgdStep', param, grad, momentumBuffer, hyper);
+}
+
+/**
+ * The one way to the backend's fused SGD kernel, for `sgdStep` and the `SGD` optimizer: the
+ * caller has checked the operands (`applyAdam` says more).
+ */
+export function applySgd(
+  op: string,
+  param: Tensor,
+  grad: Tensor,
+  momentumBuffer: Tensor | null,
+  hyper: SgdHyper,
+): void {
+  param.backend.sgd(param.kernel(op), grad.kernel(op), momentumBuffer?.kernel(op) ?? null, hyper);
 }
 
 /**

@@ -2,7 +2,7 @@ import type { Backend, KernelTensor } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import { ArgumentError, BackendError, DTypeError, ShapeError } from '../errors.js';
 import { getDefaultBackend } from '../runtime.js';
-import { Tensor } from '../tensor.js';
+import type { Tensor } from '../tensor.js';
 
 /** The one backend of an op's tensor operands; also checks none is freed (`FreedTensorError`). */
 export function backendOf(op: string, tensors: readonly (Tensor | null | undefined)[]): Backend {
@@ -135,8 +135,4 @@ export function contiguousStrides(shape: readonly number[]): number[] {
     stride *= shape[i]!;
   }
   return strides;
-}
-
-export function emptyLike(backend: Backend, shape: readonly number[], dtype: DType): Tensor {
-  return Tensor.empty(backend, shape, dtype);
 }

@@ -1,4 +1,5 @@
 import { ArgumentError, DTypeError } from '../errors.js';
+import { applyAdam } from '../ops/optim.js';
 import type { Tensor } from '../tensor.js';
 import {
   numberFrom,
@@ -29,8 +30,8 @@ export interface AdamState {
 /**
  * Adam (Kingma and Ba) with PyTorch's exact update: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
  * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). Weight decay adds `wd * p` to the
- * gradient (L2). Runs the backend's fused `adam` kernel; parameters and state are f32, gradients
- * f32, f16 or bf16. Defaults as PyTorch: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.
+ * gradient (L2). Runs the backend's fused `adam` kernel through `applyAdam` (ops/optim.ts), as
+ * `adamStep` does; parameters and state are f32, gradients f32, f16 or bf16. Defaults as PyTorch: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.
  */
 export class Adam extends Optimizer<AdamHyperparameters, AdamState> {
   constructor(
@@ -83,22 +84,16 @@ export class Adam extends Optimizer<AdamHyperparameters, AdamState> {
           this.state.set(p, state);
         }
         state.step++;
-        p.backend.adam(
-          p.kernel(this.opName),
-          grad.kernel(this.opName),
-          state.expAvg.kernel(this.opName),
-          state.expAvgSq.kernel(this.opName),
-          {
-            lr: group.lr,
-            beta1: group.betas[0],
-            beta2: group.betas[1],
-            eps: group.eps,
-            weightDecay: group.weightDecay,
-            step: state.step,
-            decoupled: this.variant.decoupled,
-            gradScale,
-          },
-        );
+        applyAdam(this.opName, p, grad, state.expAvg, state.expAvgSq, {
+          lr: group.lr,
+          beta1: group.betas[0],
+          beta2: group.betas[1],
+          eps: group.eps,
+          weightDecay: group.weightDecay,
+          step: state.step,
+          decoupled: this.variant.decoupled,
+          gradScale,
+        });
       }
     }
   }

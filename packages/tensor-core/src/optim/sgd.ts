@@ -1,4 +1,5 @@
 import { ArgumentError, DTypeError } from '../errors.js';
+import { applySgd } from '../ops/optim.js';
 import { Tensor } from '../tensor.js';
 import {
   Optimizer,
@@ -27,7 +28,8 @@ export interface SgdState {
 /**
  * Stochastic gradient descent with PyTorch's formulas: g += wd p; with momentum, b = g on the
  * first step and b = momentum b + (1 - dampening) g after; g = nesterov ? g + momentum b : b;
- * p -= lr g. Runs the backend's fused `sgd` kernel. `lr` is required, as in PyTorch.
+ * p -= lr g. Runs the backend's fused `sgd` kernel through `applySgd` (ops/optim.ts), as `sgdStep`
+ * does. `lr` is required, as in PyTorch.
  */
 export class SGD extends Optimizer<SgdHyperparameters, SgdState> {
   constructor(
@@ -83,20 +85,16 @@ export class SGD extends Optimizer<SgdHyperparameters, SgdState> {
           state.momentumBuffer = keep(Tensor.empty(p.backend, p.shape, 'f32'));
           firstStep = true;
         }
-        p.backend.sgd(
-          p.kernel('SGD'),
-          grad.kernel('SGD'),
-          group.momentum !== 0 ? state.momentumBuffer!.kernel('SGD') : null,
-          {
-            lr: group.lr,
-            momentum: group.momentum,
-            dampening: group.dampening,
-            weightDecay: group.weightDecay,
-            nesterov: group.nesterov,
-            firstStep,
-            gradScale,
-          },
-        );
+        const buffer = group.momentum !== 0 ? state.momentumBuffer! : null;
+        applySgd('SGD', p, grad, buffer, {
+          lr: group.lr,
+          momentum: group.momentum,
+          dampening: group.dampening,
+          weightDecay: group.weightDecay,
+          nesterov: group.nesterov,
+          firstStep,
+          gradScale,
+        });
       }
     }
   }
