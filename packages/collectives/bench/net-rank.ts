@@ -1,10 +1,7 @@
 // One rank of the network benchmark in its own process (started by index.ts with torchrun's
 // environment). Rank 0 prints the results as one JSON line.
 import { ProcessGroup } from '../src/process-group.js';
-import {
-  connectNetworkTransport,
-  type NetworkBackend,
-} from '../src/rendezvous/connect-transport.js';
+import { connectNetworkTransport, type NetworkBackend } from '../src/connect-transport.js';
 import { type BenchPlan, runBenchPlan } from './plan.js';
 
 const [backend, planText] = process.argv.slice(2) as [NetworkBackend, string];

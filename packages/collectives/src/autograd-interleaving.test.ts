@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { interleavedGradients } from './test-support/interleaving.js';
 import { createLocalGroups } from './transports/local/local-transport.js';
 import { launchThreads } from './transports/shm/launch-threads.js';
-import { tsxBootstrap } from './transports/shm/shm-suite-run.js';
+import { tsxBootstrap } from './test-support/shm/shm-suite-run.js';
 
 const WORLD = 4;
 
@@ -37,15 +37,10 @@ describe('autograd with several ranks and async hooks that await collectives (#1
 
   it('4 ranks in worker threads (shm): the same', async () => {
     const expected = await alone();
-    const outcomes = await launchThreads(
-      WORLD,
-      tsxBootstrap('../../test-support/interleaving-rank.ts'),
-      null,
-      {
-        eval: true,
-        execArgv: ['--conditions=@webshard/source'],
-      },
-    );
+    const outcomes = await launchThreads(WORLD, tsxBootstrap('../interleaving-rank.ts'), null, {
+      eval: true,
+      execArgv: ['--conditions=@webshard/source'],
+    });
     const got = outcomes.map((o) => {
       if (o.status !== 'fulfilled') throw new Error(JSON.stringify(o));
       return o.value as { grads: Record<string, number[]>; log: string[] };

@@ -45,11 +45,11 @@ export { ShmTransport } from './transports/shm/shm-transport.js';
 export type {
   NetworkBackend,
   NetworkTransportOptions,
-} from './rendezvous/connect-transport.js';
+} from './connect-transport.js';
 export {
   connectNetworkTransport,
   createNetworkTransport,
-} from './rendezvous/connect-transport.js';
+} from './connect-transport.js';
 export type { RendezvousOptions } from './rendezvous/env.js';
 export { resolveRendezvousOptions } from './rendezvous/env.js';
 export { RendezvousError } from './rendezvous/errors.js';

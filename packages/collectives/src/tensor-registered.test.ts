@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import type { TensorCase } from './test-support/registered-tensor-rank.js';
 import { launchThreads } from './transports/shm/launch-threads.js';
-import { tsxBootstrap } from './transports/shm/shm-suite-run.js';
+import { tsxBootstrap } from './test-support/shm/shm-suite-run.js';
 
 describe('CPU tensors over registered buffers (#13 item 6)', () => {
   it('take the in-place paths on shm (no copying round) with the bits of ordinary tensors', async () => {
     const outcomes = await launchThreads<number, TensorCase[]>(
       3,
-      tsxBootstrap('../../test-support/registered-tensor-rank.ts'),
+      tsxBootstrap('../registered-tensor-rank.ts'),
       1009,
       { eval: true, execArgv: ['--conditions=@webshard/source'], slotBytes: 65536 },
     );

@@ -1,5 +1,5 @@
 import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
-import { connectNetworkTransport, type NetworkTransportOptions } from './connect-transport.js';
+import { connectNetworkTransport, type NetworkTransportOptions } from '../connect-transport.js';
 
 /** Options of `initProcessGroup`: the network transport, its rendezvous, and the group's settings. */
 export interface InitProcessGroupOptions extends NetworkTransportOptions {

@@ -1,5 +1,5 @@
 import { runTransportSuite } from '@webshard/collectives/testing';
-import { runShmSuiteJob } from './shm-suite-run.js';
+import { runShmSuiteJob } from '../../test-support/shm/shm-suite-run.js';
 
 // The shared suite's failure scenarios over shm (the cases are in shm-transport.test.ts). Starting
 // workers dominates each scenario (2-3 s on a loaded machine): the newer ones run at one size.

@@ -5,8 +5,8 @@ import {
   type RegisteredCase,
   type RegisteredJob,
   type RegisteredShardCase,
-} from './shm-registered-cases.js';
-import { tsxBootstrap } from './shm-suite-run.js';
+} from '../../test-support/shm/shm-registered-cases.js';
+import { tsxBootstrap } from '../../test-support/shm/shm-suite-run.js';
 
 // [Note: registered buffers]: all-reduces of buffers from `ProcessGroup.allocate` run in place in
 // the shared arena, bit-identical to the copying schedule; a rank without one makes all copy.

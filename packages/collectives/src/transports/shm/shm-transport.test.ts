@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { runTransportSuite } from '@webshard/collectives/testing';
 import { launchThreads } from './launch-threads.js';
-import { runShmSuiteJob, tsxBootstrap } from './shm-suite-run.js';
+import { runShmSuiteJob, tsxBootstrap } from '../../test-support/shm/shm-suite-run.js';
 
 // Workers run the TypeScript sources through tsx, registered by a one-line bootstrap. The failure
 // scenarios are in shm-failures.test.ts.

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ProcessGroup } from '../../process-group.js';
-import { createNetworkWorld } from './network-world.js';
+import { createNetworkWorld } from '../../test-support/network-world.js';
 import type { TcpTransport } from './tcp-transport.js';
 
 // [Note: fingerprints ahead of the data]: an op's fingerprint and the head of its data usually

@@ -5,7 +5,7 @@ import { expectPeerLost } from '../../test-support/peer-lost.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from '../ws/frame.js';
-import { createNetworkWorld, runJobInChildren } from './network-world.js';
+import { createNetworkWorld, runJobInChildren } from '../../test-support/network-world.js';
 import { TcpTransport } from './tcp-transport.js';
 
 const TOKEN = 'fuzz-token';

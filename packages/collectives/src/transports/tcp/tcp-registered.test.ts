@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { ReduceOp } from '../../kernels/reduce.js';
 import { ProcessGroup } from '../../process-group.js';
 import { shardRange } from '../../shard.js';
-import { createNetworkWorld } from './network-world.js';
+import { createNetworkWorld } from '../../test-support/network-world.js';
 
 // [Note: registered memory on the tcp transport]: an all-reduce of a buffer from
 // `ProcessGroup.allocate` runs the ring in place in shared WASM memory, bit-identical to the

@@ -7,7 +7,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { expectPeerLost } from '../../test-support/peer-lost.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
-import { createNetworkWorld, runJobInChildren } from '../tcp/network-world.js';
+import { createNetworkWorld, runJobInChildren } from '../../test-support/network-world.js';
 import type { Channel } from './channel.js';
 import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from './frame.js';
 import { WsTransport } from './ws-transport.js';
@@ -229,7 +229,7 @@ describe('ws transport in browsers', () => {
     visit(join(here, 'ws-transport.ts'));
     visit(join(here, '..', '..', 'rendezvous', 'store-client.ts'));
     visit(join(here, '..', '..', 'rendezvous', 'rendezvous.ts'));
-    visit(join(here, '..', '..', 'rendezvous', 'connect-transport.ts'));
+    visit(join(here, '..', '..', 'connect-transport.ts'));
     expect(offenders).toEqual([]);
     expect(seen.size).toBeGreaterThan(8);
   });

@@ -6,7 +6,11 @@ import { StoreServer } from '../../rendezvous/store-server.js';
 import { shardRange } from '../../shard.js';
 import { killsARank, SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
 import { runTransportSuite } from '../../testing/transport-suite.js';
-import { createNetworkWorld, runJobInChildren, runJobInProcess } from '../tcp/network-world.js';
+import {
+  createNetworkWorld,
+  runJobInChildren,
+  runJobInProcess,
+} from '../../test-support/network-world.js';
 import { nativeChannels } from './channel.js';
 import { WsTransport } from './ws-transport.js';
 

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { freePort } from '../../launcher/launcher.js';
 import { ProcessGroup } from '../../process-group.js';
-import { createNetworkTransport } from '../../rendezvous/connect-transport.js';
+import { createNetworkTransport } from '../../connect-transport.js';
 import { initProcessGroup } from '../../rendezvous/init-process-group.js';
 import { type Rendezvous, rendezvous } from '../../rendezvous/rendezvous.js';
 import { StoreClient } from '../../rendezvous/store-client.js';

@@ -1,6 +1,6 @@
 import { killsARank } from '../../testing/suite.js';
 import { runTransportSuite } from '../../testing/transport-suite.js';
-import { runJobInChildren, runJobInProcess } from '../tcp/network-world.js';
+import { runJobInChildren, runJobInProcess } from '../../test-support/network-world.js';
 
 // The cases and most failures run with every rank in this process (real sockets, one event
 // loop: fast); the kill scenarios run ranks as child processes so a rank can be SIGKILLed.

@@ -1,12 +1,9 @@
 // One rank of the shared collective suite in its own process: joins through the torchrun
 // environment, runs the job given as JSON, prints its report, and dies by SIGKILL when told. It
 // closes once its stdin closes.
-import { ProcessGroup } from '../../../process-group.js';
-import {
-  connectNetworkTransport,
-  type NetworkBackend,
-} from '../../../rendezvous/connect-transport.js';
-import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../../testing/suite.js';
+import { ProcessGroup } from '../process-group.js';
+import { connectNetworkTransport, type NetworkBackend } from '../connect-transport.js';
+import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../testing/suite.js';
 
 const [backend, jobText, shape] = process.argv.slice(2) as [NetworkBackend, string, string];
 const job = JSON.parse(jobText) as SuiteJob;

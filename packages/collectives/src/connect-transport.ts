@@ -1,9 +1,9 @@
 import { ArgumentError } from '@webshard/tensor-core';
-import type { AbortReason } from '../errors.js';
-import type { Transport } from '../transport.js';
-import type { RendezvousOptions } from './env.js';
-import { type Rendezvous, rendezvous } from './rendezvous.js';
-import type { WebSocketConstructor } from './store-client.js';
+import type { AbortReason } from './errors.js';
+import type { Transport } from './transport.js';
+import type { RendezvousOptions } from './rendezvous/env.js';
+import { type Rendezvous, rendezvous } from './rendezvous/rendezvous.js';
+import type { WebSocketConstructor } from './rendezvous/store-client.js';
 
 /** Which network transport to run over the rendezvous. */
 export type NetworkBackend = 'tcp' | 'ws';
@@ -39,7 +39,7 @@ async function defaultDataHost(joined: Rendezvous): Promise<string | undefined> 
   if (fromEnv) return fromEnv;
   const { masterAddr, masterPort } = joined.options;
   if (LOOPBACK.has(masterAddr)) return '127.0.0.1';
-  const { localAddressToward } = await import('../transports/tcp/local-address.js');
+  const { localAddressToward } = await import('./transports/tcp/local-address.js');
   return localAddressToward(masterAddr, masterPort || 29500);
 }
 
@@ -75,10 +75,10 @@ export async function createNetworkTransport(
     ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
   };
   if (backend === 'tcp') {
-    const { TcpTransport } = await import('../transports/tcp/tcp-transport.js');
+    const { TcpTransport } = await import('./transports/tcp/tcp-transport.js');
     return TcpTransport.create(common);
   }
-  const { WsTransport } = await import('../transports/ws/ws-transport.js');
+  const { WsTransport } = await import('./transports/ws/ws-transport.js');
   return WsTransport.create({
     ...common,
     ...(options.listen !== undefined ? { listen: options.listen } : {}),

@@ -1,7 +1,7 @@
 // A rank of shm-registered.test.ts: all-reduces of registered buffers (`ProcessGroup.allocate`)
 // beside the same all-reduces of ordinary arrays, reporting both results and which schedule ran.
 import type { ProcessGroup } from '../../process-group.js';
-import { runShmWorker } from './launch-threads.js';
+import { runShmWorker } from '../../transports/shm/launch-threads.js';
 import { shardRange } from '../../shard.js';
 import {
   inputValue,

@@ -1,5 +1,5 @@
 // A rank that throws while the others wait in an all-reduce (for shm-transport.test.ts).
-import { runShmWorker } from './launch-threads.js';
+import { runShmWorker } from '../../transports/shm/launch-threads.js';
 
 void runShmWorker(async (group) => {
   if (group.rank === 2) {

@@ -1,6 +1,6 @@
 // A rank whose only work is a receive straight on the transport (for shm-transport.test.ts):
 // rank 0 sends only after 300 ms, so rank 1's thread has nothing else to keep it running.
-import { runShmWorker } from './launch-threads.js';
+import { runShmWorker } from '../../transports/shm/launch-threads.js';
 
 void runShmWorker(async (group) => {
   const { transport } = group;

@@ -1,19 +1,19 @@
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../../launcher/launcher.js';
-import { createNetworkTransport, type NetworkBackend } from '../../rendezvous/connect-transport.js';
-import type { Rendezvous } from '../../rendezvous/rendezvous.js';
-import { StoreClient } from '../../rendezvous/store-client.js';
-import { StoreServer } from '../../rendezvous/store-server.js';
-import { ProcessGroup } from '../../process-group.js';
+import { freePort } from '../launcher/launcher.js';
+import { createNetworkTransport, type NetworkBackend } from '../connect-transport.js';
+import type { Rendezvous } from '../rendezvous/rendezvous.js';
+import { StoreClient } from '../rendezvous/store-client.js';
+import { StoreServer } from '../rendezvous/store-server.js';
+import { ProcessGroup } from '../process-group.js';
 import {
   type RankReport,
   runSuiteJob,
   SUITE_GROUP_OPTIONS,
   type SuiteJob,
-} from '../../testing/suite.js';
-import type { Transport } from '../../transport.js';
+} from '../testing/suite.js';
+import type { Transport } from '../transport.js';
 
 /** `size` ranks of a network transport in this process, over real sockets (tests, benchmarks). */
 export interface NetworkWorld {
@@ -125,7 +125,7 @@ export async function runJobInChildren(
   relayed = false,
 ): Promise<(RankReport | null)[]> {
   const port = await freePort();
-  const script = join(here, '__fixtures__', 'suite-rank.ts');
+  const script = join(here, 'network-rank.ts');
   let settled = 0;
   const children: ReturnType<typeof spawn>[] = [];
   const settle = () => {

@@ -1,5 +1,5 @@
 // A quick look at shm collective bus bandwidth (not a test, not the benchmark):
-//   npx tsx --conditions=@webshard/source src/transports/shm/shm-probe.ts [worlds] [sizesMiB] [ops] [slotKiB]
+//   npx tsx --conditions=@webshard/source src/test-support/shm/shm-probe.ts [worlds] [sizesMiB] [ops] [slotKiB]
 // Each iteration: barrier, the op, then an all-reduce(max) of the durations (the slowest rank).
 // Every op is timed twice, interleaved: on the world group (the shared-memory schedules) and on a
 // sub-group of all ranks (point-to-point messages through the rings, as before them), so a busy
@@ -9,7 +9,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { isMainThread } from 'node:worker_threads';
 import type { ProcessGroup } from '../../process-group.js';
 import { shardRange } from '../../shard.js';
-import { launchThreads, runShmWorker } from './launch-threads.js';
+import { launchThreads, runShmWorker } from '../../transports/shm/launch-threads.js';
 
 interface ProbePlan {
   sizesMiB: number[];

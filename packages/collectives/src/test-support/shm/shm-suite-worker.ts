@@ -1,6 +1,6 @@
 // A rank of the shared transport suite over shm (started by shm-transport.test.ts).
 import { runSuiteJob, type SuiteJob } from '../../testing/suite.js';
-import { runShmWorker } from './launch-threads.js';
+import { runShmWorker } from '../../transports/shm/launch-threads.js';
 
 void runShmWorker((group, job: SuiteJob) =>
   runSuiteJob(group, job, {

@@ -4,7 +4,7 @@ import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 // Through the package's `./testing` entry, as another transport's tests would.
 import { type RankReport, SUITE_GROUP_OPTIONS, type SuiteJob } from '@webshard/collectives/testing';
-import { launchThreads } from './launch-threads.js';
+import { launchThreads } from '../../transports/shm/launch-threads.js';
 
 const tsx = pathToFileURL(
   createRequire(import.meta.url)
