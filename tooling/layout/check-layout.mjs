@@ -1,8 +1,9 @@
 // The layout checks of CI (#14): no source file over 500 lines (tests and generated files aside),
-// and no import that goes up a layer or into another package's files. Exits 1 listing every
-// violation. Run from the repository root: `node tooling/layout/check-layout.mjs`.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative, resolve, sep } from 'node:path';
+// no import that goes up a layer or into another package's files, and no cycle of runtime imports
+// inside a package. Exits 1 listing every violation. Run from the repository root:
+// `node tooling/layout/check-layout.mjs`.
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 
 const root = resolve(new URL('../..', import.meta.url).pathname);
 const MAX_LINES = 500;
@@ -32,7 +33,29 @@ const LAYERS = {
     '@webshard/offload',
   ],
 };
-const TOOLING = ['@webshard/bench', '@webshard/build', '@webshard/test-config', '@webshard/tsconfig'];
+// Cycles of runtime imports known to be there, each the files of one strongly connected group. A
+// cycle found must lie inside one of these: a file may leave a group, never join one.
+const KNOWN_CYCLES = [
+  // The gradient table computes gradients with the ops, and every op records through the table.
+  [
+    'packages/tensor-core/src/autograd/gradients.ts',
+    'packages/tensor-core/src/autograd/record.ts',
+    'packages/tensor-core/src/ops/cast.ts',
+    'packages/tensor-core/src/ops/elementwise.ts',
+    'packages/tensor-core/src/ops/index.ts',
+    'packages/tensor-core/src/ops/linalg.ts',
+    'packages/tensor-core/src/ops/nn.ts',
+    'packages/tensor-core/src/ops/reduce.ts',
+    'packages/tensor-core/src/ops/shape.ts',
+  ],
+];
+
+const TOOLING = [
+  '@webshard/bench',
+  '@webshard/build',
+  '@webshard/test-config',
+  '@webshard/tsconfig',
+];
 
 function walk(dir, out = []) {
   for (const name of readdirSync(dir)) {
@@ -42,6 +65,87 @@ function walk(dir, out = []) {
     else if (/\.(ts|mts|mjs|js)$/.test(name) && !name.endsWith('.d.ts')) out.push(path);
   }
   return out;
+}
+
+/**
+ * The files of `dir` that import each other at run time: static `import`/`export ... from` of a
+ * relative path, not `import type`/`export type` (erased; `verbatimModuleSyntax` keeps
+ * `import { type A }` as a runtime import) and not `import()` (loaded when called).
+ */
+function runtimeImports(files) {
+  const graph = new Map();
+  const known = new Set(files);
+  for (const file of files) {
+    const text = readFileSync(file, 'utf8');
+    const targets = [];
+    for (const match of text.matchAll(
+      /^(?:import|export)\s+(type\s+)?(?:[^'";]*?\s+from\s+)?['"](\.[^'"]+)['"]/gms,
+    )) {
+      if (match[1] !== undefined) continue;
+      let target = resolve(dirname(file), match[2]);
+      if (!known.has(target)) target = target.replace(/\.js$/, '.ts');
+      if (!known.has(target) && existsSync(`${target}.ts`)) target = `${target}.ts`;
+      if (known.has(target)) targets.push(target);
+    }
+    graph.set(file, targets);
+  }
+  return graph;
+}
+
+/** The strongly connected groups of more than one file (Tarjan), each with one cycle through it. */
+function importCycles(graph) {
+  let counter = 0;
+  const index = new Map();
+  const low = new Map();
+  const stack = [];
+  const onStack = new Set();
+  const groups = [];
+  const visit = (v) => {
+    index.set(v, counter);
+    low.set(v, counter++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v)) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v), low.get(w)));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v), index.get(w)));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const group = [];
+    let w;
+    do {
+      w = stack.pop();
+      onStack.delete(w);
+      group.push(w);
+    } while (w !== v);
+    if (group.length > 1) groups.push(group);
+  };
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return groups.map((group) => {
+    // One cycle through the group's first file, by breadth-first search back to it.
+    const members = new Set(group);
+    const start = group[0];
+    const from = new Map([[start, null]]);
+    const queue = [start];
+    let end = null;
+    while (queue.length > 0 && end === null) {
+      const v = queue.shift();
+      for (const w of graph.get(v)) {
+        if (w === start) {
+          end = v;
+          break;
+        }
+        if (members.has(w) && !from.has(w)) {
+          from.set(w, v);
+          queue.push(w);
+        }
+      }
+    }
+    const path = [start];
+    for (let v = end; v !== start; v = from.get(v)) path.splice(1, 0, v);
+    return { files: group, path: [...path, start] };
+  });
 }
 
 const problems = [];
@@ -56,8 +160,19 @@ for (const group of ['packages', 'apps']) {
     }
     const allowed = LAYERS[manifest.name];
     if (allowed === undefined) {
-      problems.push(`${group}/${pkg}: package ${manifest.name} has no layer in tooling/layout/check-layout.mjs`);
+      problems.push(
+        `${group}/${pkg}: package ${manifest.name} has no layer in tooling/layout/check-layout.mjs`,
+      );
       continue;
+    }
+    const sources = walk(dir).filter((file) => !/\.test\.ts$/.test(file));
+    for (const cycle of importCycles(runtimeImports(sources))) {
+      const files = cycle.files.map((file) => relative(root, file).split(sep).join('/'));
+      if (KNOWN_CYCLES.some((known) => files.every((file) => known.includes(file)))) continue;
+      const path = cycle.path.map((file) => relative(dir, file).split(sep).join('/'));
+      problems.push(
+        `${group}/${pkg}: import cycle ${path.join(' -> ')} (break it: see the README's layers)`,
+      );
     }
     for (const file of walk(dir)) {
       const rel = relative(root, file).split(sep).join('/');
@@ -75,9 +190,12 @@ for (const group of ['packages', 'apps']) {
         if (spec.startsWith('@webshard/')) {
           const target = spec.split('/').slice(0, 2).join('/');
           if (target === manifest.name || TOOLING.includes(target)) continue;
-          const peer = isBench && LAYERS[target] !== undefined && !LAYERS[target].includes(manifest.name);
+          const peer =
+            isBench && LAYERS[target] !== undefined && !LAYERS[target].includes(manifest.name);
           if (!allowed.includes(target) && !peer) {
-            problems.push(`${rel}: imports ${spec}, above or beside ${manifest.name} in the layers`);
+            problems.push(
+              `${rel}: imports ${spec}, above or beside ${manifest.name} in the layers`,
+            );
           }
         } else if (spec.startsWith('.')) {
           const target = resolve(file, '..', spec);
@@ -90,7 +208,11 @@ for (const group of ['packages', 'apps']) {
   }
 }
 if (problems.length > 0) {
-  console.error(`layout check: ${problems.length} problem(s)\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  console.error(
+    `layout check: ${problems.length} problem(s)\n${problems.map((p) => `  ${p}`).join('\n')}`,
+  );
   process.exit(1);
 }
-console.log('layout check: every source file is at most 500 lines and imports only layers below it');
+console.log(
+  'layout check: every source file is at most 500 lines, imports only layers below it, and no package has a new import cycle',
+);

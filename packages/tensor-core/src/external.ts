@@ -2,7 +2,8 @@ import type { Backend } from './backend/backend.js';
 import { CpuBackend } from './backend/cpu/cpu-backend.js';
 import { bytesPerElement, type DType } from './dtype.js';
 import { ArgumentError, BackendError, ShapeError } from './errors.js';
-import { Storage, shapeSize, Tensor } from './tensor.js';
+import { Storage } from './storage.js';
+import { shapeSize, Tensor } from './tensor.js';
 
 /** Typed arrays a CPU tensor can live in. */
 export type ExternalArray = Float32Array | Float64Array | Int32Array | Uint16Array;

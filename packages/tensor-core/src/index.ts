@@ -241,7 +241,8 @@ export {
 } from './random/philox.js';
 export { createCpuBackend, getDefaultBackend, setDefaultBackend } from './runtime.js';
 export { keep, tidy, tidyAsync } from './scope.js';
-export { checkShape, shapeSize, Storage, Tensor, toHostArray } from './tensor.js';
+export { Storage } from './storage.js';
+export { checkShape, shapeSize, Tensor, toHostArray } from './tensor.js';
 export type { ExternalArray } from './external.js';
 export { tensorFromHostArray } from './external.js';
 export type { GradNodeLike } from './tensor.js';

@@ -1,7 +1,8 @@
 import type { Backend, KernelTensor } from './backend/backend.js';
 import type { HostArray } from './dtype.js';
 import { FreedTensorError, SharedStorageError } from './errors.js';
-import { Storage, type Tensor } from './tensor.js';
+import { Storage } from './storage.js';
+import type { Tensor } from './tensor.js';
 
 /**
  * [Note: moving tensors between backends in place]

@@ -3,7 +3,8 @@ import type { DType, HostArray } from './dtype.js';
 import { BackendError, DTypeError, FreedTensorError, ShapeError } from './errors.js';
 import { createCpuBackend } from './runtime.js';
 import { keep, tidy } from './scope.js';
-import { Storage, Tensor } from './tensor.js';
+import { Storage } from './storage.js';
+import { Tensor } from './tensor.js';
 import { describeBackends } from './testing/index.js';
 
 describe('Tensor storage and views', () => {

@@ -1,4 +1,4 @@
-import type { Backend, KernelTensor, RawStorage } from './backend/backend.js';
+import type { Backend, KernelTensor } from './backend/backend.js';
 import { bytesPerElement, type DType, type HostArray } from './dtype.js';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from './dtype-convert.js';
 import { ArgumentError, BackendError, DTypeError, FreedTensorError, ShapeError } from './errors.js';
@@ -12,42 +12,8 @@ import type { RemovableHandle } from './autograd/hooks.js';
 import type { PostAccumulateGradHook, TensorHook } from './autograd/node.js';
 import { moveTensors_ } from './move.js';
 import { registerInScope, tensorMarker } from './scope.js';
-
-/**
- * Reference-counted backend storage. Tensors and views that share it each hold one reference; the
- * last release returns the memory to the backend's caching allocator.
- */
-export class Storage {
-  private refs = 1;
-  constructor(
-    readonly backend: Backend,
-    readonly raw: RawStorage,
-  ) {}
-
-  static allocate(backend: Backend, byteSize: number): Storage {
-    return new Storage(backend, backend.allocate(Math.max(byteSize, 4)));
-  }
-
-  get refCount(): number {
-    return this.refs;
-  }
-
-  get isReleased(): boolean {
-    return this.refs === 0;
-  }
-
-  retain(): this {
-    if (this.refs === 0) throw new BackendError('storage', 'retain of released storage');
-    this.refs++;
-    return this;
-  }
-
-  release(): void {
-    if (this.refs === 0) return;
-    this.refs--;
-    if (this.refs === 0) this.backend.release(this.raw);
-  }
-}
+import { Storage } from './storage.js';
+import { bindEmptyTensor, TensorBrand } from './tensor-brand.js';
 
 /** The minimal view of an autograd node a tensor holds; `src/autograd/` owns the real type. */
 export interface GradNodeLike {
@@ -84,7 +50,12 @@ let nextTensorId = 1;
  * reads a parameter's storage at the moment backward needs it, so swapping storage under a graph
  * is allowed.
  */
-export class Tensor {
+export class Tensor extends TensorBrand {
+  static {
+    // See [Note: modules below the tensor].
+    bindEmptyTensor((backend, shape, dtype) => Tensor.empty(backend, shape, dtype));
+  }
+
   readonly [tensorMarker] = true;
   readonly id = nextTensorId++;
   readonly shape: readonly number[];
@@ -104,6 +75,7 @@ export class Tensor {
   private backendRef: Backend;
 
   constructor(storage: Storage, offset: number, shape: readonly number[], dtype: DType) {
+    super();
     this.backendRef = storage.backend;
     this.storageRef = storage;
     this.storageOffset = offset;
@@ -359,7 +331,7 @@ export class Tensor {
     return registerPostAccumulateGradHook(this, hook);
   }
 
-  toString(): string {
+  override toString(): string {
     return `Tensor(${this.name ? `${this.name}, ` : ''}[${this.shape.join(', ')}], ${this.dtype}, ${this.backend.kind}${this.isFreed ? ', freed' : ''})`;
   }
 }

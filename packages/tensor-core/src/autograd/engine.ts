@@ -1,7 +1,8 @@
 import { ContextSlot } from '../async-context.js';
 import { ArgumentError, DTypeError, ShapeError } from '../errors.js';
 import { keep, tidy } from '../scope.js';
-import { Tensor } from '../tensor.js';
+import type { Tensor } from '../tensor.js';
+import { emptyTensor, isTensor } from '../tensor-brand.js';
 import { AutogradError } from './errors.js';
 import { setGradEnabled } from './grad-mode.js';
 import type { RemovableHandle } from './hooks.js';
@@ -181,7 +182,7 @@ export function queueCallback(callback: () => VoidOrPromise): void {
 }
 
 function newLike(meta: TensorMeta): Tensor {
-  return keep(Tensor.empty(meta.backend, meta.shape, meta.dtype));
+  return keep(emptyTensor(meta.backend, meta.shape, meta.dtype));
 }
 
 function zerosLike(meta: TensorMeta): Tensor {
@@ -405,7 +406,7 @@ async function runNode(
       const grad = buffer[index] ?? null;
       if (grad === null) break;
       const replaced = await callHook(() => hook(grad));
-      if (replaced instanceof Tensor && replaced !== grad) {
+      if (isTensor(replaced) && replaced !== grad) {
         checkGradient(`${node.name} hook`, `output ${index}`, replaced, node.outputs[index]!);
         task.hold(replaced, true);
         task.drop(grad);

@@ -2,7 +2,8 @@ import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import { FreedTensorError } from '../errors.js';
 import { keep } from '../scope.js';
-import { type GradNodeLike, Tensor } from '../tensor.js';
+import type { GradNodeLike, Tensor } from '../tensor.js';
+import { isTensor } from '../tensor-brand.js';
 import { AutogradError } from './errors.js';
 import { HookList } from './hooks.js';
 
@@ -246,7 +247,7 @@ export class OpNode extends Node {
     }
     for (const key of def.saveAttrs ?? []) {
       const t = attrs[key];
-      if (!(t instanceof Tensor)) {
+      if (!isTensor(t)) {
         throw new AutogradError(name, `attribute '${key}' must be a tensor to be saved`);
       }
       this.savedAttrs.set(key, new SavedTensor(t));
