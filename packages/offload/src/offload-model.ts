@@ -7,6 +7,7 @@ import {
   Generator,
   getDefaultGenerator,
   isGradEnabled,
+  keep,
   moveTensors_,
   noGrad,
   type Sequential,
@@ -287,15 +288,20 @@ export class OffloadModel {
         } else {
           x.requiresGrad = i > 0 || input.requiresGrad;
           const y = enableGrad(() => this.runSlice(slice, x));
-          record.leaves.push(x);
-          record.outputs.push(y);
+          // Kept past the caller's `tidy` scope: backward needs them after forward returns.
+          record.leaves.push(keep(x));
+          record.outputs.push(keep(y));
           outputs.push(noGrad(() => clone(y)));
           y.free();
         }
       }
       records.push(record);
       if (training && checkpointActivation) {
-        this.store.setInputs(i, await Promise.all(chunks.map((x) => x.to(host))));
+        const inputs = await Promise.all(chunks.map((x) => x.to(host)));
+        this.store.setInputs(
+          i,
+          inputs.map((x) => keep(x)),
+        );
       }
       if (training && !checkpointActivation) {
         for (const x of record.leaves) if (!x.requiresGrad) x.free();
