@@ -81,6 +81,14 @@ const ROWS: [string, string[]][] = [
       ...['--auto-wrap', 'none', '--reshard-after-forward', 'false', '--grad-accum', '2'],
     ],
   ],
+  ['offload, 3 slices', ['--strategy', 'offload']],
+  [
+    'offload, 4 slices, checkpointed activations, 2 micro-batches, 2 accumulation steps',
+    [
+      ...['--strategy', 'offload', '--num-slices', '4', '--checkpoint-activation'],
+      ...['--num-microbatches', '2', '--grad-accum', '2'],
+    ],
+  ],
 ];
 
 describe('every strategy trains like PyTorch (20 steps from the same weights and batches)', () => {
@@ -110,5 +118,23 @@ describe('16-bit compute under each strategy', () => {
       // And 16 bits is not f32: the gap to PyTorch's f32 run is far larger than f32 rounding.
       expect(maxRelativeGap(single.losses, fixture.losses)).toBeGreaterThan(1e-5);
     }
+  });
+});
+
+describe('offload trains a model its device cannot hold', () => {
+  it('single is refused under a 600000-byte device; offload trains there like PyTorch', async () => {
+    const limit = ['--memory-limit', '600000'];
+    const single = await runMain([...fixture.flags, '--backend', 'cpu', ...limit], FIXTURES);
+    expect(single.exitCode).toBe(2);
+    expect(single.stderr).toContain('more than --memory-limit 600000');
+    const flags = ['--strategy', 'offload', '--num-slices', '4', '--checkpoint-activation'];
+    const run = await runFixture(
+      [...flags, '--num-microbatches', '2', ...limit],
+      'offload-limited',
+    );
+    expect(maxRelativeGap(run.losses, fixture.losses)).toBeLessThan(1e-5);
+    expect(run.weightGap).toBeLessThan(1e-5);
+    const peak = Number(/peak device memory ([\d.]+) KiB/.exec(run.stdout)![1]) * 1024;
+    expect(peak).toBeLessThan(600000);
   });
 });

@@ -7,6 +7,7 @@ import {
   AdamW,
   type Backend,
   createBackend,
+  createCpuBackend,
   encodeSafetensors,
   type Tensor,
 } from '@webshard/tensor-core';
@@ -146,7 +147,9 @@ export async function train(
         ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
       });
   say(`backend: ${backend.kind} (${backend.description})`);
-  const model = buildModel(config, vocabSize, backend);
+  // Offload keeps the model on the host (a CPU backend of its own) and computes on `backend`.
+  const modelBackend = config.strategy === 'offload' ? createCpuBackend() : backend;
+  const model = buildModel(config, vocabSize, modelBackend);
   if (config.init !== null) await loadInitialWeights(model, config.init);
   // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.
   const resumeDir = config.resume === null ? null : await resolveResume(config.resume);
