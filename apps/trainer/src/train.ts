@@ -33,6 +33,7 @@ import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
+import { gatherPerRank } from './ranks/gather.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
 import { accumulatedStep } from './train-step.js';
 
@@ -235,6 +236,14 @@ export async function train(
         ms,
         tokensPerSecond: (tokensPerStep * 1000) / ms,
         peakDeviceBytes: backend.memoryStats().peakAllocated,
+        ...(group !== null && group.size > 1
+          ? {
+              peakDeviceBytesPerRank: await gatherPerRank(
+                group,
+                backend.memoryStats().peakAllocated,
+              ),
+            }
+          : {}),
       };
       records.push(record);
       const elapsed = (performance.now() - started) / 1000;
