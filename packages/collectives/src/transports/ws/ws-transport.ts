@@ -2,6 +2,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
+import { type PreAuthLimits, preAuthLimits } from '../../pre-auth-guard.js';
 import { AbortState, type Transport } from '../../transport.js';
 import {
   type Channel,
@@ -49,6 +50,8 @@ export interface WsTransportOptions {
   tls?: WsTlsOptions;
   /** Overrides how channels are made (tests; custom WebSocket implementations). */
   channels?: ChannelFactory;
+  /** Limits on connections before their hello checks out (see [Note: strangers on a port]). */
+  preAuth?: PreAuthLimits;
 }
 
 type PeerState = 'connecting' | 'open' | 'closed' | 'dead';
@@ -76,7 +79,6 @@ class WsPeer {
   constructor(readonly rank: number) {}
 }
 
-const HELLO_TIMEOUT_MS = 10_000;
 const BYE_WAIT_MS = 2000;
 
 function isNode(): boolean {
@@ -310,6 +312,10 @@ export class WsTransport implements Transport {
         this.options.host ?? '127.0.0.1',
         this.maxMessageBytes,
         (channel) => this.accept(channel),
+        {
+          expectedConnections: this.size,
+          ...(this.options.preAuth !== undefined ? { preAuth: this.options.preAuth } : {}),
+        },
       );
     }
     await store.set(`${prefix}/url/${this.rank}`, JSON.stringify(this.listener?.url ?? null));
@@ -404,7 +410,8 @@ export class WsTransport implements Transport {
 
   /** An incoming connection: the first message must be a hello with the right token. */
   private accept(channel: Channel): void {
-    const timer = setTimeout(() => reject(), HELLO_TIMEOUT_MS);
+    const deadline = preAuthLimits(this.options.preAuth).handshakeTimeoutMs;
+    const timer = setTimeout(() => reject(), deadline);
     const reject = () => {
       clearTimeout(timer);
       this.rejectedConnections++;
@@ -427,6 +434,7 @@ export class WsTransport implements Transport {
         return;
       }
       clearTimeout(timer);
+      channel.authenticated?.();
       this.attach(peer, channel, 'accepted');
       channel.send(
         encodeFrame(
