@@ -1,3 +1,5 @@
+import { fuzzParameters } from '@webshard/tensor-core/testing';
+import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FrameKind, HEADER_BYTES, MAX_CONTROL_BYTES, writeHeader } from './transports/ws/frame.js';
 import {
@@ -77,6 +79,32 @@ describe.each<PortKind>(['store', 'tcp', 'ws', 'wss'])('strangers on the %s port
     if (port.guard !== undefined) expect(port.guard.dropped['too many bytes']).toBe(1);
     await port.alive();
   });
+
+  it('drops strangers sending random bytes (fuzzed, 16 at a time), and keeps serving', async () => {
+    const port = await startPort(kind, { ...PRE_AUTH, handshakeTimeoutMs: 100 });
+    opened.push(port);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            upgrade: fc.boolean(),
+            chunks: fc.array(fc.uint8Array({ maxLength: 4096 }), { maxLength: 4 }),
+          }),
+          { minLength: 16, maxLength: 16 },
+        ),
+        async (strangers) => {
+          const connections = strangers.map(({ upgrade, chunks }) =>
+            stranger(port, chunks, { upgrade }),
+          );
+          for (const elapsed of await Promise.all(connections.map((c) => c.closed))) {
+            expect(elapsed).toBeLessThan(100 + SLACK_MS);
+          }
+        },
+      ),
+      fuzzParameters(5),
+    );
+    await port.alive();
+  }, 60_000);
 
   it.skipIf(kind === 'tcp')('answers a plain HTTP request with 426 and drops it', async () => {
     const port = await start(kind);
