@@ -8,8 +8,10 @@ export interface StepRecord {
   /** Wall time of the step, including reading the loss back. */
   ms: number;
   tokensPerSecond: number;
-  /** The backend allocator's peak of allocated bytes so far. */
+  /** The backend allocator's peak of allocated bytes so far (rank 0's in a multi-rank run). */
   peakDeviceBytes: number;
+  /** Every rank's peak, by rank, in a multi-rank run. */
+  peakDeviceBytesPerRank?: number[];
 }
 
 /** Bytes as `12.3 MiB`. */

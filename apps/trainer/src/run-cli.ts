@@ -76,7 +76,7 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       cwd: io.cwd,
       createBackend: (c: TrainConfig) => chooseBackend(c, io),
     };
-    if (config.strategy === 'single') {
+    if (config.strategy === 'single' || config.strategy === 'offload') {
       return { exitCode: 0, summary: await train(config, runIO) };
     }
     const outcome = await runRanks(config, argv, runIO);

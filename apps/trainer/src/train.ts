@@ -7,6 +7,7 @@ import {
   AdamW,
   type Backend,
   createBackend,
+  createCpuBackend,
   encodeSafetensors,
   type Tensor,
 } from '@webshard/tensor-core';
@@ -32,6 +33,7 @@ import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
+import { gatherPerRank } from './ranks/gather.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
 import { accumulatedStep } from './train-step.js';
 
@@ -146,7 +148,9 @@ export async function train(
         ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
       });
   say(`backend: ${backend.kind} (${backend.description})`);
-  const model = buildModel(config, vocabSize, backend);
+  // Offload keeps the model on the host (a CPU backend of its own) and computes on `backend`.
+  const modelBackend = config.strategy === 'offload' ? createCpuBackend() : backend;
+  const model = buildModel(config, vocabSize, modelBackend);
   if (config.init !== null) await loadInitialWeights(model, config.init);
   // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.
   const resumeDir = config.resume === null ? null : await resolveResume(config.resume);
@@ -232,6 +236,14 @@ export async function train(
         ms,
         tokensPerSecond: (tokensPerStep * 1000) / ms,
         peakDeviceBytes: backend.memoryStats().peakAllocated,
+        ...(group !== null && group.size > 1
+          ? {
+              peakDeviceBytesPerRank: await gatherPerRank(
+                group,
+                backend.memoryStats().peakAllocated,
+              ),
+            }
+          : {}),
       };
       records.push(record);
       const elapsed = (performance.now() - started) / 1000;

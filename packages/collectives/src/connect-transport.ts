@@ -73,6 +73,7 @@ export async function createNetworkTransport(
     timeoutMs: joined.options.timeoutMs,
     ...(host !== undefined ? { host } : {}),
     ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
+    ...(joined.options.preAuth !== undefined ? { preAuth: joined.options.preAuth } : {}),
   };
   if (backend === 'tcp') {
     const { TcpTransport } = await import('./transports/tcp/tcp-transport.js');

@@ -50,6 +50,7 @@ export {
   connectNetworkTransport,
   createNetworkTransport,
 } from './connect-transport.js';
+export type { PreAuthLimits } from './pre-auth-guard.js';
 export type { RendezvousOptions } from './rendezvous/env.js';
 export { resolveRendezvousOptions } from './rendezvous/env.js';
 export { RendezvousError } from './rendezvous/errors.js';

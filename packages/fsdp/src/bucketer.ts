@@ -50,7 +50,8 @@ export class ReduceScatterBucketer {
   /** Reduce `fullGrad` into `flat.shard.grad`, now or with its bucket; resolves when it is there. */
   reduce(flat: FlatParameter, fullGrad: Tensor, settings: ReduceSettings): Promise<void> {
     const element = bytesPerElement(settings.fp32ReduceScatter ? 'f32' : fullGrad.dtype);
-    if (flat.shardNumel * element >= this.capacityBytes) {
+    // One rank has nothing to batch: no collective goes ([Note: one rank]).
+    if (flat.shardNumel * element >= this.capacityBytes || this.group.size === 1) {
       return reduceScatterGrad(this.group, flat, fullGrad, settings);
     }
     const { input, temps } = prepareGrad(fullGrad, settings);

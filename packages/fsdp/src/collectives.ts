@@ -3,11 +3,32 @@ import { keep, Tensor } from '@webshard/tensor-core';
 import type { FlatParameter } from './flat-param.js';
 
 /**
+ * [Note: one rank]
+ * On a group of one rank, with the shard's dtype and backend for compute (no mixed precision, no
+ * compute backend of its own) and the default pre-division, the shard is the whole flat parameter
+ * (padding to a multiple of one adds nothing): the gathered buffer is a second handle on the
+ * shard's storage and the reduced gradient is the flat gradient itself, so a step copies nothing
+ * and issues no collective. PyTorch's FSDP does the same (it switches to `NO_SHARD` at world size
+ * one). The parameters are then views of the shard while gathered, which the optimizer changes
+ * only after backward, when every unit is resharded.
+ */
+export function isSoleRank(group: ProcessGroup, flat: FlatParameter): boolean {
+  const { shardBackend, computeBackend, computeDtype } = flat.placement;
+  return (
+    group.size === 1 &&
+    computeDtype === 'f32' &&
+    computeBackend === shardBackend &&
+    flat.paddedNumel === flat.shardNumel
+  );
+}
+
+/**
  * Issue the all-gather of `flat`'s full parameters into a new buffer of the compute dtype on the
  * compute backend. Under mixed precision the f32 shard is cast first, so the gather moves 16-bit
  * elements. Resolves once the buffer is filled; the shard must not change before that.
  */
 export function gatherFull(group: ProcessGroup, flat: FlatParameter): Promise<Tensor> {
+  if (isSoleRank(group, flat)) return Promise.resolve(keep(flat.shard.detach()));
   const { shardBackend, computeBackend, computeDtype } = flat.placement;
   const full = keep(Tensor.empty(computeBackend, [flat.paddedNumel], computeDtype));
   let input = flat.shard;
@@ -82,6 +103,22 @@ export function reduceScatterGrad(
   fullGrad: Tensor,
   settings: ReduceSettings,
 ): Promise<void> {
+  const plain = settings.predivide === 1 && settings.postdivide === 1 && fullGrad.dtype === 'f32';
+  if (plain && isSoleRank(group, flat) && fullGrad.backend === flat.shard.backend) {
+    // [Note: one rank]: the flat gradient is the shard's, taken over or added in.
+    const shard = flat.shard;
+    if (shard.grad === null || shard.grad.isFreed) {
+      shard.grad = fullGrad;
+      return Promise.resolve();
+    }
+    const temps = [fullGrad];
+    try {
+      accumulateShardGrad(flat, fullGrad, 1, temps);
+    } finally {
+      for (const t of temps) t.free();
+    }
+    return Promise.resolve();
+  }
   const { input, temps } = prepareGrad(fullGrad, settings);
   const out = keep(Tensor.empty(flat.shard.backend, [flat.shardNumel], input.dtype));
   temps.push(out);

@@ -283,3 +283,43 @@ describe('the optimizer', () => {
     });
   });
 });
+
+describe('one rank ([Note: one rank])', () => {
+  it('issues no collective and copies no parameter: the gathered buffer is the shard', async () => {
+    const [result] = await onLocalRanks(1, async (group, backend) => {
+      const net = new Net(SMALL, backend);
+      const [x, y] = batchFor(backend, 0);
+      const model = wrapNet(net, group, {}, true);
+      const ops: string[] = [];
+      recordOps(group, ops);
+      const root = model as FullyShardedDataParallel;
+      const shard = root.flatParameters[0]!.shard;
+      let sharesStorage = false;
+      net.registerForwardPreHook(() => {
+        const param = root.flatParameters[0]!.entries[0]!.param;
+        sharesStorage = param.storage() === shard.storage();
+        return undefined;
+      });
+      const loss = await model.call(x, y);
+      await loss.backward();
+      return { ops, sharesStorage, grad: shard.grad !== null };
+    });
+    expect(result!.ops).toEqual([]);
+    expect(result!.sharesStorage).toBe(true);
+    expect(result!.grad).toBe(true);
+  });
+
+  it('under mixed precision still casts: the compute copy is gathered as at any world size', async () => {
+    const [ops] = await onLocalRanks(1, async (group, backend) => {
+      const net = new Net(SMALL, backend);
+      const [x, y] = batchFor(backend, 0);
+      const model = wrapNet(net, group, { mixedPrecision: true }, true);
+      const log: string[] = [];
+      recordOps(group, log);
+      const loss = await model.call(x, y);
+      await loss.backward();
+      return log;
+    });
+    expect(ops!.filter((op) => op === 'allGather').length).toBeGreaterThan(0);
+  });
+});

@@ -31,7 +31,7 @@ function stateTensors(optimizer: SteppableOptimizer, params: readonly Tensor[]):
  */
 export async function stepSlicesOnDevice(
   optimizer: SteppableOptimizer,
-  slices: readonly Slice[],
+  slices: readonly Pick<Slice, 'params'>[],
   backends: { readonly device: Backend; readonly offloadDevice: Backend },
   options?: StepOptions,
 ): Promise<void> {

@@ -5,6 +5,7 @@ import {
   Dropout,
   GELU,
   Generator,
+  keep,
   Linear,
   mseLoss,
   OutOfMemoryError,
@@ -12,6 +13,7 @@ import {
   Sequential,
   type Tensor,
   tensor,
+  tidyAsync,
 } from '@webshard/tensor-core';
 import { describeBackends } from '@webshard/tensor-core/testing';
 import { describe, expect, it } from 'vitest';
@@ -138,6 +140,111 @@ describe('OffloadModel parity with plain training (CPU device)', () => {
       });
     }
   }
+});
+
+/** Five layers whose first and last Linear share their weight (as a GPT's embedding and head). */
+function makeTiedModel(backend: Backend): Sequential {
+  const generator = new Generator(17);
+  const first = new Linear(6, 6, { backend, generator });
+  const middle = new Linear(6, 6, { backend, generator });
+  const last = new Linear(6, 6, { backend, generator });
+  last.weight.free();
+  last.weight = first.weight;
+  return new Sequential(first, new GELU(), middle, new GELU(), last);
+}
+
+describe('OffloadModel with a tensor tied across slices', () => {
+  const device = createCpuBackend();
+  async function train(
+    offload: { numSlices: number; numMicrobatches: number; checkpointActivation: boolean } | null,
+    extra: { optimizerOnDevice?: boolean } = {},
+  ): Promise<{ losses: number[]; params: number[]; model: OffloadModel | null }> {
+    const model = makeTiedModel(device);
+    const host = createCpuBackend();
+    const off =
+      offload === null
+        ? null
+        : new OffloadModel(model, { device, offloadDevice: host, ...offload, ...extra });
+    const params = off?.parameters() ?? model.parameters();
+    const opt = new AdamW(params, { lr: 0.05 });
+    const losses: number[] = [];
+    for (let step = 0; step < STEPS; step++) {
+      const { x } = batchOf(device, step);
+      const y = tensor(new Array(BATCH * 6).fill(0.25), { backend: device, shape: [BATCH, 6] });
+      const out = off === null ? model.call(x) : await off.forward(x);
+      const loss = mseLoss(out, y);
+      losses.push(await loss.item());
+      await loss.backward();
+      if (off === null) opt.step();
+      else await off.step(opt);
+      for (const p of params) {
+        if (off !== null) expect(p.backend).toBe(host);
+        p.grad?.free();
+        p.grad = null;
+      }
+    }
+    const values: number[] = [];
+    for (const [, p] of [...model.namedParameters()]) values.push(...(await p.read()));
+    return { losses, params: values, model: off };
+  }
+
+  it('trains like the plain model: the tied weight stays on the device for the step, both uses add up', async () => {
+    const plain = await train(null);
+    for (const checkpointActivation of [false, true]) {
+      for (const [numSlices, numMicrobatches] of [
+        [2, 1],
+        [3, 2],
+      ] as const) {
+        const off = await train({ numSlices, numMicrobatches, checkpointActivation });
+        expect(off.model!.plan.shared.params).toHaveLength(1);
+        expectRelClose(off.losses, plain.losses);
+        expectRelClose(off.params, plain.params);
+      }
+    }
+    const onDevice = await train(
+      { numSlices: 3, numMicrobatches: 1, checkpointActivation: true },
+      { optimizerOnDevice: true },
+    );
+    expectRelClose(onDevice.params, plain.params);
+  });
+});
+
+describe('OffloadModel inside a tidyAsync scope', () => {
+  it('keeps what backward needs when the forward runs in a scope that frees the rest', async () => {
+    const device = createCpuBackend();
+    const plain = await trainPlain(device);
+    for (const checkpointActivation of [false, true]) {
+      const host = createCpuBackend();
+      const model = new OffloadModel(makeModel(device), {
+        device,
+        offloadDevice: host,
+        numSlices: 3,
+        numMicrobatches: 2,
+        checkpointActivation,
+      });
+      const opt = new AdamW(model.parameters(), { lr: 0.05 });
+      const losses: number[] = [];
+      for (let step = 0; step < STEPS; step++) {
+        const { x, y } = batchOf(device, step);
+        // The output is a leaf autograd saves by reference: the caller keeps it until backward.
+        let out: Tensor | null = null;
+        const loss = await tidyAsync(async () => {
+          out = keep(await model.forward(x));
+          return mseLoss(out, y);
+        });
+        losses.push(await loss.item());
+        await loss.backward();
+        (out as Tensor | null)?.free();
+        await model.step(opt);
+        for (const p of model.parameters()) {
+          p.grad?.free();
+          p.grad = null;
+        }
+      }
+      expectRelClose(losses, plain.losses);
+      expectRelClose(await valuesOf(model.parameters()), plain.params);
+    }
+  });
 });
 
 describeBackends('OffloadModel on the device', (ctx) => {

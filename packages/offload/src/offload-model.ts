@@ -7,6 +7,7 @@ import {
   Generator,
   getDefaultGenerator,
   isGradEnabled,
+  keep,
   moveTensors_,
   noGrad,
   type Sequential,
@@ -52,6 +53,23 @@ function generatorsOf(slice: Slice): Generator[] {
   }
   return [...found];
 }
+
+/** The transfer chain of the tensors shared by slices (slices use 0, 1, ...). */
+const SHARED = -1;
+
+/**
+ * [Note: tied tensors across slices]
+ * A tensor used by layers of two slices (nanoGPT's `lm_head.weight`, the token embedding of the
+ * first slice) cannot move with either: the first slice's download would take it off the device
+ * while the last one computes with it, and each slice's upload for backward would stash the other
+ * use's gradient. So the plan keeps such tensors out of every slice (`SlicePlan.shared`) and they
+ * stay on the device for the whole step: uploaded (their host gradients stashed) before the first
+ * slice's forward, left there through backward, where autograd adds both uses' gradients on the
+ * device, and downloaded with those gradients (added into the stashed ones) at the end of backward,
+ * or at the end of a forward that records no graph. The device holds them on top of the slices'
+ * peak; the optimizer steps them with the rest, on the host (or as one more slice on the device
+ * with `optimizerOnDevice`).
+ */
 
 /**
  * [Note: streaming a model through the device]
@@ -104,9 +122,34 @@ export class OffloadModel {
     this.transfers = new TransferQueue(this.options.device, this.options.offloadDevice);
   }
 
-  /** Every parameter of the model, slice by slice (to give to an optimizer). */
+  /** Every parameter of the model, slice by slice, then those shared by slices (to give to an optimizer). */
   parameters(): Tensor[] {
-    return this.plan.slices.flatMap((s) => [...s.params]);
+    return [...this.plan.slices.flatMap((s) => [...s.params]), ...this.plan.shared.params];
+  }
+
+  private sharedTensors(): Tensor[] {
+    return [...this.plan.shared.params, ...this.plan.shared.buffers];
+  }
+
+  /** Bring the shared tensors to the device for a step (their host gradients stashed when training). */
+  private uploadShared(training: boolean): Promise<void> {
+    const shared = this.sharedTensors();
+    if (shared.length === 0) return Promise.resolve();
+    return this.transfers.upload(SHARED, () => {
+      if (training) this.store.stashGrads(this.plan.shared.params);
+      return shared;
+    });
+  }
+
+  /** Take them back to the host, adding the gradients made on the device into the stashed ones. */
+  private downloadShared(): Promise<void> {
+    const shared = this.sharedTensors();
+    if (shared.length === 0) return Promise.resolve();
+    return this.transfers.download(
+      SHARED,
+      () => shared,
+      () => this.store.restoreGrads(this.plan.shared.params),
+    );
   }
 
   /** Bytes and transfers moved so far between the device and the host. */
@@ -140,7 +183,7 @@ export class OffloadModel {
   /** Move the whole model (and any gradients) to the host; `forward` does it the first time. */
   offload(): Promise<void> {
     this.offloaded ??= moveTensors_(
-      this.plan.slices.flatMap((s) => this.tensorsOf(s)),
+      [...this.plan.slices.flatMap((s) => this.tensorsOf(s)), ...this.sharedTensors()],
       this.options.offloadDevice,
     );
     return this.offloaded;
@@ -220,8 +263,9 @@ export class OffloadModel {
     this.checkLayerSizes();
     await this.offload();
     await this.transfers.drain();
-    this.discardPending();
+    await this.discardPending();
     const training = isGradEnabled();
+    await this.uploadShared(training);
     const uploaded = input.backend === device ? input : await input.to(device);
     let chunks = this.splitBatch(uploaded);
     if (uploaded !== input) uploaded.free();
@@ -244,15 +288,20 @@ export class OffloadModel {
         } else {
           x.requiresGrad = i > 0 || input.requiresGrad;
           const y = enableGrad(() => this.runSlice(slice, x));
-          record.leaves.push(x);
-          record.outputs.push(y);
+          // Kept past the caller's `tidy` scope: backward needs them after forward returns.
+          record.leaves.push(keep(x));
+          record.outputs.push(keep(y));
           outputs.push(noGrad(() => clone(y)));
           y.free();
         }
       }
       records.push(record);
       if (training && checkpointActivation) {
-        this.store.setInputs(i, await Promise.all(chunks.map((x) => x.to(host))));
+        const inputs = await Promise.all(chunks.map((x) => x.to(host)));
+        this.store.setInputs(
+          i,
+          inputs.map((x) => keep(x)),
+        );
       }
       if (training && !checkpointActivation) {
         for (const x of record.leaves) if (!x.requiresGrad) x.free();
@@ -268,7 +317,10 @@ export class OffloadModel {
     }
     const out = noGrad(() => (chunks.length === 1 ? chunks[0]! : concat(chunks)));
     if (chunks.length > 1) for (const c of chunks) c.free();
-    if (!training) return out;
+    if (!training) {
+      await this.downloadShared();
+      return out;
+    }
     out.requiresGrad = true;
     this.pending = { records, input: input.requiresGrad ? input : null };
     out.registerPostAccumulateGradHook((leaf) => this.backwardFrom(leaf));
@@ -280,12 +332,14 @@ export class OffloadModel {
     return this.forward(input);
   }
 
-  private discardPending(): void {
+  private async discardPending(): Promise<void> {
     const pending = this.pending;
     this.pending = undefined;
     this.store.clearInputs();
     if (pending === undefined) return;
     for (const record of pending.records) for (const x of record.leaves) x.free();
+    // A training forward whose backward never came left the shared tensors on the device.
+    await this.downloadShared();
   }
 
   private async backwardFrom(out: Tensor): Promise<void> {
@@ -353,6 +407,7 @@ export class OffloadModel {
       if (full !== grads[0]) full.free();
     }
     for (const g of grads) g.free();
+    await this.downloadShared();
     await this.transfers.drain();
   }
 
@@ -368,6 +423,13 @@ export class OffloadModel {
       optimizer.step(options);
       return;
     }
-    await stepSlicesOnDevice(optimizer, this.plan.slices, this.options, options);
+    await stepSlicesOnDevice(
+      optimizer,
+      this.plan.shared.params.length === 0
+        ? this.plan.slices
+        : [...this.plan.slices, this.plan.shared],
+      this.options,
+      options,
+    );
   }
 }

@@ -1,6 +1,5 @@
 import { createCpuBackend, Linear, ReLU, Sequential } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
-import { OffloadConfigError } from './errors.js';
 import { balancedCut, layerDeviceBytes, planSlices } from './slice-plan.js';
 
 describe('slice plan', () => {
@@ -34,12 +33,14 @@ describe('slice plan', () => {
     expect(plan.slices.length).toBe(2);
   });
 
-  it('rejects a tensor shared by two slices', () => {
+  it('keeps a tensor of two slices out of both, in shared', () => {
     const backend = createCpuBackend();
     const a = new Linear(3, 3, { backend });
     const b = new Linear(3, 3, { backend });
     b.weight = a.weight;
-    expect(() => planSlices(new Sequential(a, b), 2)).toThrow(OffloadConfigError);
-    expect(() => planSlices(new Sequential(a, b), 2)).toThrow(/shared by slices 0 and 1/);
+    const plan = planSlices(new Sequential(a, b), 2);
+    expect(plan.shared.params).toEqual([a.weight]);
+    expect(plan.slices.map((s) => s.params)).toEqual([[a.bias], [b.bias]]);
+    expect(planSlices(new Sequential(a, b), 1).shared.params).toEqual([]);
   });
 });

@@ -8,7 +8,7 @@ export interface Slice {
   readonly layers: readonly Layer[];
   /** Each layer's name in the model (`'3'` for a Sequential's fourth child). */
   readonly layerNames: readonly string[];
-  /** The slice's parameters (deduplicated) and buffers: what moves with it. */
+  /** The slice's own parameters (deduplicated) and buffers: what moves with it. */
   readonly params: readonly Tensor[];
   readonly buffers: readonly Tensor[];
   /** Elements in the slice's parameters. */
@@ -20,6 +20,12 @@ export interface SlicePlan {
   readonly slices: readonly Slice[];
   readonly layers: readonly Layer[];
   readonly layerNames: readonly string[];
+  /**
+   * Tensors of more than one slice (a tied embedding and output layer): in no slice's lists, they
+   * stay on the device from the start of forward to the end of backward (see [Note: tied tensors
+   * across slices] in offload-model.ts).
+   */
+  readonly shared: { readonly params: readonly Tensor[]; readonly buffers: readonly Tensor[] };
 }
 
 function paramsOf(layer: Layer): Tensor[] {
@@ -101,8 +107,8 @@ function layersOf(model: unknown): { layers: Layer[]; names: string[]; given: bo
  * Cut `model` into slices. A `Sequential` is cut into `numSlices` runs of consecutive children
  * whose largest parameter count is as small as possible (fairscale balances parameter counts
  * greedily; this balances them optimally). A list of modules is taken as the slices themselves.
- * Throws `OffloadConfigError` for a model that is neither, for `numSlices` larger than the number
- * of layers, and for a parameter shared by two slices.
+ * Throws `OffloadConfigError` for a model that is neither and for `numSlices` larger than the
+ * number of layers. A tensor used by layers of two slices goes to `shared`, in neither slice.
  */
 export function planSlices(model: Sequential | readonly Layer[], numSlices: number): SlicePlan {
   const { layers, names, given } = layersOf(model);
@@ -114,8 +120,7 @@ export function planSlices(model: Sequential | readonly Layer[], numSlices: numb
     );
   }
   const starts = given ? layers.map((_, i) => i) : balancedCut(layers.map(countOf), numSlices);
-  const owner = new Map<Tensor, number>();
-  const slices = starts.map((start, index): Slice => {
+  const cuts = starts.map((start, index) => {
     const end = starts[index + 1] ?? layers.length;
     const sliceLayers = layers.slice(start, end);
     const params = new Set<Tensor>();
@@ -124,27 +129,34 @@ export function planSlices(model: Sequential | readonly Layer[], numSlices: numb
       for (const p of paramsOf(layer)) params.add(p);
       for (const [, b] of layer.namedBuffers()) buffers.add(b);
     }
-    for (const t of [...params, ...buffers]) {
-      const other = owner.get(t);
-      if (other !== undefined && other !== index) {
-        throw new OffloadConfigError(
-          'model',
-          t.name,
-          `tensor '${t.name ?? t.id}' is shared by slices ${other} and ${index}: a tied tensor must stay within one slice`,
-        );
-      }
-      owner.set(t, index);
-    }
+    return { index, start, end, sliceLayers, params, buffers };
+  });
+  // A tensor in two slices would be moved off the device by one while the other computes with it.
+  const slicesOf = new Map<Tensor, number>();
+  for (const cut of cuts) {
+    for (const t of [...cut.params, ...cut.buffers]) slicesOf.set(t, (slicesOf.get(t) ?? 0) + 1);
+  }
+  const isShared = (t: Tensor) => slicesOf.get(t)! > 1;
+  const shared = { params: new Set<Tensor>(), buffers: new Set<Tensor>() };
+  const slices = cuts.map(({ index, start, end, sliceLayers, params, buffers }): Slice => {
+    for (const p of params) if (isShared(p)) shared.params.add(p);
+    for (const b of buffers) if (isShared(b)) shared.buffers.add(b);
+    const own = [...params].filter((p) => !isShared(p));
     let paramCount = 0;
-    for (const p of params) paramCount += p.size;
+    for (const p of own) paramCount += p.size;
     return {
       index,
       layers: sliceLayers,
       layerNames: names.slice(start, end),
-      params: [...params],
-      buffers: [...buffers],
+      params: own,
+      buffers: [...buffers].filter((b) => !isShared(b)),
       paramCount,
     };
   });
-  return { slices, layers, layerNames: names };
+  return {
+    slices,
+    layers,
+    layerNames: names,
+    shared: { params: [...shared.params], buffers: [...shared.buffers] },
+  };
 }

@@ -117,13 +117,16 @@ export {
   MSELoss,
   ReLU,
 } from './nn/layers.js';
-export { Module, StateDictError } from './nn/module.js';
+export type { ForwardHook, ForwardPreHook } from './nn/module.js';
+export { Module } from './nn/module.js';
 export type {
-  ForwardHook,
-  ForwardPreHook,
+  DTypeMismatch,
+  FreedKey,
   ShapeMismatch,
   StateDictInput,
-} from './nn/module.js';
+  StateDictProblems,
+} from './nn/state-dict.js';
+export { StateDictError } from './nn/state-dict.js';
 export {
   abs,
   activationGrad,

@@ -40,7 +40,12 @@ export function checkMemory(config: TrainConfig, vocabSize: number, freeHostByte
   const estimate = estimateBytes(config, vocabSize);
   const needs = `the run needs about ${estimate} bytes (${formatBytes(estimate)})`;
   const remedy = 'lower --batch-size or raise --grad-accum';
-  if (config.memoryLimit !== null && estimate > config.memoryLimit) {
+  // Offload streams the model through the device: its own check refuses a layer too large for it.
+  if (
+    config.memoryLimit !== null &&
+    estimate > config.memoryLimit &&
+    config.strategy !== 'offload'
+  ) {
     throw new UsageError(`${needs}, more than --memory-limit ${config.memoryLimit}: ${remedy}`, {
       option: '--memory-limit',
     });

@@ -64,7 +64,7 @@ describe('parseOptions', () => {
     );
   });
 
-  it('accepts seed 0, ddp and fsdp on any world size, and refuses offload for now', () => {
+  it('accepts seed 0, ddp and fsdp on any world size, offload on one', () => {
     expect(parse('--seed', '0').seed).toBe(0);
     expect(parse('--strategy', 'fsdp', '--world-size', '4')).toMatchObject({
       strategy: 'fsdp',
@@ -78,11 +78,9 @@ describe('parseOptions', () => {
     expect(
       parse('--strategy', 'ddp', '--world-size', '2', '--transport', 'tcp', '--bucket-mb', '0.5'),
     ).toMatchObject({ strategy: 'ddp', worldSize: 2, transport: 'tcp', bucketMb: 0.5 });
-    expectUsage(
-      () => parse('--strategy', 'offload'),
-      '--strategy offload is not available yet: this build trains with single, ddp or fsdp',
-      '--strategy',
-    );
+    expect(
+      parse('--strategy', 'offload', '--num-slices', '4', '--checkpoint-activation'),
+    ).toMatchObject({ numSlices: 4, numMicrobatches: 1, checkpointActivation: true });
   });
 
   it('refuses flags that do not apply to the strategy, naming them', () => {
@@ -141,6 +139,26 @@ describe('parseOptions', () => {
         ['--strategy', 'ddp', '--world-size', '65'],
         '--world-size 65 is out of range [1, 64]',
         '--world-size',
+      ],
+      [
+        ['--strategy', 'offload', '--world-size', '2'],
+        '--strategy offload trains one rank: --world-size 2 needs --strategy ddp or fsdp',
+        '--world-size',
+      ],
+      [
+        ['--num-slices', '2'],
+        '--num-slices applies to --strategy offload, not single',
+        '--num-slices',
+      ],
+      [
+        ['--strategy', 'fsdp', '--checkpoint-activation'],
+        '--checkpoint-activation applies to --strategy offload, not fsdp',
+        '--checkpoint-activation',
+      ],
+      [
+        ['--strategy', 'offload', '--precision', 'bf16'],
+        '--precision bf16 is not available with --strategy offload: it trains in fp32',
+        '--precision',
       ],
     ];
     for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);

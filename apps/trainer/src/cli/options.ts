@@ -2,7 +2,7 @@ import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { UsageError } from '../errors.js';
 
-/** The strategies `--strategy` accepts; `offload` is refused until it lands in the trainer. */
+/** The strategies `--strategy` accepts. */
 export const STRATEGIES = ['single', 'ddp', 'fsdp', 'offload'] as const;
 export type Strategy = (typeof STRATEGIES)[number];
 
@@ -27,6 +27,12 @@ export interface TrainConfig {
   bucketMb: number | null;
   /** FSDP: keep the shards (and the optimizer step) on the CPU, compute on the device. */
   moveParamsToCpu: boolean;
+  /** Offload: slices the model streams through the device in. */
+  numSlices: number;
+  /** Offload: chunks of the batch each slice runs on while it is on the device. */
+  numMicrobatches: number;
+  /** Offload: keep only slice inputs between forward and backward, recompute the rest. */
+  checkpointActivation: boolean;
   /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
   checkpointEvery: number;
   checkpointDir: string | null;
@@ -95,9 +101,10 @@ Optimizer
   --lr-schedule <constant|cosine>  default constant; cosine: linear warm-up, decay to lr/10
   --warmup-steps <n>           warm-up steps of the cosine schedule (default 0)
 Execution
-  --strategy <single|ddp|fsdp> default single; ddp: every rank holds the model and gradients are
-                               all-reduced in buckets; fsdp: parameters, gradients and optimizer
-                               state sharded over the ranks (offload is not in this build yet)
+  --strategy <single|ddp|fsdp|offload>  default single; ddp: every rank holds the model and
+                               gradients are all-reduced in buckets; fsdp: parameters, gradients and
+                               optimizer state sharded over the ranks; offload: the model lives on
+                               the host and streams through the device slice by slice
   --world-size <n>             ranks sharing each batch (default 1; the batch must divide by it)
   --transport <local|shm|tcp|ws>  how ranks run: local (one thread), shm (worker threads, the
                                default), tcp or ws (processes, started through webshard-run)
@@ -105,6 +112,9 @@ Execution
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
   --move-params-to-cpu         fsdp: shards and optimizer on the CPU, compute on --backend
+  --num-slices <n>             offload: slices the model streams in (default 3)
+  --num-microbatches <n>       offload: batch chunks per slice visit (default 1)
+  --checkpoint-activation      offload: recompute each slice in backward from its input
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: WebGPU on a hardware adapter, else the CPU
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
@@ -130,6 +140,9 @@ const OPTIONS = {
   'reshard-after-forward': { type: 'string' },
   'auto-wrap': { type: 'string' },
   'move-params-to-cpu': { type: 'boolean' },
+  'num-slices': { type: 'string' },
+  'num-microbatches': { type: 'string' },
+  'checkpoint-activation': { type: 'boolean' },
   'checkpoint-every': { type: 'string' },
   'checkpoint-dir': { type: 'string' },
   resume: { type: 'string' },
@@ -224,20 +237,14 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
   if (values.help) return 'help';
   const v = values as Record<string, string | undefined>;
   const strategy = choice('strategy', v.strategy, STRATEGIES, 'single');
-  if (strategy === 'offload') {
-    throw new UsageError(
-      '--strategy offload is not available yet: this build trains with single, ddp or fsdp',
-      { option: '--strategy' },
-    );
-  }
   const worldSize = numberOption('world-size', v['world-size'], 1, {
     min: 1,
     max: 64,
     integer: true,
   });
-  if (strategy === 'single' && worldSize > 1) {
+  if ((strategy === 'single' || strategy === 'offload') && worldSize > 1) {
     throw new UsageError(
-      `--strategy single trains one rank: --world-size ${worldSize} needs --strategy ddp or fsdp`,
+      `--strategy ${strategy} trains one rank: --world-size ${worldSize} needs --strategy ddp or fsdp`,
       { option: '--world-size' },
     );
   }
@@ -301,6 +308,9 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
         ? null
         : numberOption('bucket-mb', v['bucket-mb'], 0, { min: 0, minExclusive: true, max: 4096 }),
     moveParamsToCpu: values['move-params-to-cpu'] === true,
+    numSlices: int('num-slices', 3),
+    numMicrobatches: int('num-microbatches', 1),
+    checkpointActivation: values['checkpoint-activation'] === true,
     checkpointEvery: int('checkpoint-every', 0, 0),
     checkpointDir: path('checkpoint-dir'),
     resume: path('resume'),
@@ -343,6 +353,7 @@ export function checkBatchDivides(config: TrainConfig): void {
 }
 
 const FSDP_FLAGS = ['reshard-after-forward', 'auto-wrap', 'move-params-to-cpu'] as const;
+const OFFLOAD_FLAGS = ['num-slices', 'num-microbatches', 'checkpoint-activation'] as const;
 
 /** Flags of one strategy given to another, and what no transport can do, refused by name. */
 function checkStrategyFlags(
@@ -356,15 +367,29 @@ function checkStrategyFlags(
       });
     }
   }
-  if (config.bucketMb !== null && config.strategy === 'single') {
-    throw new UsageError('--bucket-mb applies to --strategy ddp or fsdp, not single', {
+  for (const flag of OFFLOAD_FLAGS) {
+    if (values[flag] !== undefined && config.strategy !== 'offload') {
+      throw new UsageError(`--${flag} applies to --strategy offload, not ${config.strategy}`, {
+        option: `--${flag}`,
+      });
+    }
+  }
+  const oneRank = config.strategy === 'single' || config.strategy === 'offload';
+  if (config.bucketMb !== null && oneRank) {
+    throw new UsageError(`--bucket-mb applies to --strategy ddp or fsdp, not ${config.strategy}`, {
       option: '--bucket-mb',
     });
   }
-  if (values.transport !== undefined && config.strategy === 'single') {
-    throw new UsageError('--transport applies to --strategy ddp or fsdp, not single', {
+  if (values.transport !== undefined && oneRank) {
+    throw new UsageError(`--transport applies to --strategy ddp or fsdp, not ${config.strategy}`, {
       option: '--transport',
     });
+  }
+  if (config.strategy === 'offload' && config.precision !== 'fp32') {
+    throw new UsageError(
+      `--precision ${config.precision} is not available with --strategy offload: it trains in fp32`,
+      { option: '--precision' },
+    );
   }
   if (config.transport === 'shm' && config.worldSize > 1 && config.backend === 'webgpu') {
     throw new UsageError(

@@ -211,15 +211,10 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
   }
 
   /** ln_f, lm_head and, given targets, the mean cross entropy. */
-  private head(x: Tensor, b: number, t: number, targets: Tensor | null): GPTOutput {
+  private head(x: Tensor, targets: Tensor | null): GPTOutput {
     const logits = this.lmHead.call(this.lnF.call(x));
     if (targets === null) return { logits, loss: null };
-    const loss = crossEntropy(
-      reshape(logits, [b * t, this.config.vocabSize]),
-      reshape(targets, [b * t]),
-      { ignoreIndex: -1 },
-    );
-    return { logits, loss };
+    return { logits, loss: gptLoss(logits, targets) };
   }
 
   /**
@@ -227,12 +222,12 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
    * mean cross entropy over all positions, targets of -1 ignored (nanoGPT's `ignore_index=-1`).
    */
   forward(idx: Tensor, targets: Tensor | null = null): GPTOutput {
-    const [b, t] = this.checkIds(idx);
+    const [, t] = this.checkIds(idx);
     const pos = this.positionIds(t, idx.backend);
     return tidy(() => {
       let x = this.embed(idx, pos);
       for (const block of this.blocks) x = block.call(x);
-      return this.head(x, b, t, targets);
+      return this.head(x, targets);
     });
   }
 
@@ -245,7 +240,7 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
    * order are those of `forward`, so the numbers are bit-identical (gpt-async.test.ts).
    */
   async forwardAsync(idx: Tensor, targets: Tensor | null = null): Promise<GPTOutput> {
-    const [b, t] = this.checkIds(idx);
+    const [, t] = this.checkIds(idx);
     const pos = this.positionIds(t, idx.backend);
     let x = tidy(() => this.embed(idx, pos));
     try {
@@ -255,9 +250,17 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
         x = next;
       }
       const last = x;
-      return tidy(() => this.head(last, b, t, targets));
+      return tidy(() => this.head(last, targets));
     } finally {
       x.free();
     }
   }
+}
+
+/** The mean cross entropy of logits [B, T, vocab] against targets [B, T], -1 ignored (nanoGPT's). */
+export function gptLoss(logits: Tensor, targets: Tensor): Tensor {
+  const [b, t, vocab] = logits.shape as [number, number, number];
+  return tidy(() =>
+    crossEntropy(reshape(logits, [b * t, vocab]), reshape(targets, [b * t]), { ignoreIndex: -1 }),
+  );
 }

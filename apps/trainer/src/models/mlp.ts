@@ -46,9 +46,11 @@ export class MLP extends Module<[Tensor], Tensor> {
    * the loss and its gradient's start are then computed in f32, and only the layers run in 16 bits.
    */
   loss(x: Tensor, target: Tensor): Tensor {
-    return tidy(() => {
-      const out = this.call(x);
-      return mseLoss(out.dtype === target.dtype ? out : cast(out, target.dtype), target);
-    });
+    return tidy(() => this.lossOf(this.call(x), target));
+  }
+
+  /** `loss` of an output already computed (by `OffloadModel`, layer by layer). */
+  lossOf(out: Tensor, target: Tensor): Tensor {
+    return tidy(() => mseLoss(out.dtype === target.dtype ? out : cast(out, target.dtype), target));
   }
 }

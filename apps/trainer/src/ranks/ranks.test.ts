@@ -63,23 +63,20 @@ async function jsonlLosses(path: string): Promise<number[]> {
 describe('ranks in worker threads and processes train like PyTorch', () => {
   it('fsdp on 2 worker threads (shm)', async () => {
     const log = join(out, 'shm.jsonl');
+    const report = join(out, 'shm.html');
     const run = await runMain(
       [
-        ...fixture.flags,
-        '--backend',
-        'cpu',
-        '--strategy',
-        'fsdp',
-        '--world-size',
-        '2',
-        '--log-jsonl',
-        log,
+        ...[...fixture.flags, '--backend', 'cpu', '--strategy', 'fsdp', '--world-size', '2'],
+        ...['--log-jsonl', log, '--report', report],
       ],
       FIXTURES,
     );
     expect(run.stderr).toBe('');
     expect(run.exitCode).toBe(0);
     expect(run.stdout).toContain('strategy: fsdp on 2 rank(s) over shm');
+    // The report draws each rank's peak memory (fsdp: each holds half the shards).
+    const page = await readFile(report, 'utf8');
+    expect(page).toContain('data-name="rank 1 peak device bytes"');
     expect(maxRelativeGap(await jsonlLosses(log), fixture.losses)).toBeLessThan(1e-5);
   });
 

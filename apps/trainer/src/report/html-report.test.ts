@@ -98,3 +98,14 @@ describe.skipIf(chromium === null && !required)('the report in headless Chromium
     }
   });
 });
+
+describe('renderReport of a multi-rank run', () => {
+  it('draws the peak device memory of every rank', () => {
+    const perRank = records.map((r) => ({ ...r, peakDeviceBytesPerRank: [1 << 20, 3 << 19] }));
+    const page = renderReport({ title: 't', settings: {}, records: perRank, evals: [] });
+    expect(page).toContain('Peak device memory per rank');
+    expect(page).toContain('data-name="rank 0 peak device bytes"');
+    expect(page).toContain('data-name="rank 1 peak device bytes"');
+    expect(page).not.toContain('data-name="peak device bytes"');
+  });
+});

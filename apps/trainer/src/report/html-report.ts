@@ -70,9 +70,22 @@ function chart(title: string, series: readonly Series[], format: (v: number) => 
 ${lines}${legend}</svg></figure>`;
 }
 
+/** One color per rank's memory line (repeating past eight ranks). */
+const RANK_COLORS = [
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#7f7f7f',
+  '#bcbd22',
+  '#17becf',
+  '#ff7f0e',
+  '#1f77b4',
+];
+
 /**
  * The run as one self-contained HTML page: no script, no stylesheet or font from the network,
- * the charts as inline SVG (train and held-out loss, tokens per second, peak device memory), the
+ * the charts as inline SVG (train and held-out loss, tokens per second, peak device memory, per
+ * rank in a multi-rank run), the
  * settings and the held-out samples.
  */
 export function renderReport(data: ReportData): string {
@@ -91,11 +104,21 @@ export function renderReport(data: ReportData): string {
     color: '#2ca02c',
     points: data.records.map((r) => [r.step, r.tokensPerSecond] as const),
   };
-  const memory: Series = {
-    name: 'peak device bytes',
-    color: '#9467bd',
-    points: data.records.map((r) => [r.step, r.peakDeviceBytes] as const),
-  };
+  const ranks = data.records[0]?.peakDeviceBytesPerRank?.length ?? 0;
+  const memory: Series[] =
+    ranks > 1
+      ? Array.from({ length: ranks }, (_, rank) => ({
+          name: `rank ${rank} peak device bytes`,
+          color: RANK_COLORS[rank % RANK_COLORS.length]!,
+          points: data.records.map((r) => [r.step, r.peakDeviceBytesPerRank?.[rank] ?? 0] as const),
+        }))
+      : [
+          {
+            name: 'peak device bytes',
+            color: '#9467bd',
+            points: data.records.map((r) => [r.step, r.peakDeviceBytes] as const),
+          },
+        ];
   const settings = Object.entries(data.settings)
     .map(([k, v]) => `<tr><th>${escapeHtml(k)}</th><td>${escapeHtml(v)}</td></tr>`)
     .join('\n');
@@ -112,7 +135,7 @@ export function renderReport(data: ReportData): string {
 <p id="summary">${last === undefined ? 'no steps' : `${last.step} steps, final loss ${last.loss.toFixed(4)}, ${Math.round(last.tokensPerSecond)} tokens/s, peak device memory ${formatBytes(last.peakDeviceBytes)}`}</p>
 ${chart('Loss', [train, evalLoss], (v) => v.toFixed(3))}
 ${chart('Tokens per second', [speed], (v) => String(Math.round(v)))}
-${chart('Peak device memory', [memory], formatBytes)}
+${chart(ranks > 1 ? 'Peak device memory per rank' : 'Peak device memory', memory, formatBytes)}
 <h2>Settings</h2><table>${settings}</table>
 <h2>Samples</h2>${samples || '<p>none</p>'}
 </body></html>

@@ -30,6 +30,7 @@ import { UsageError } from '../errors.js';
 import { Block, GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups, type MixedState, type StepOptions } from '../train-step.js';
+import { prepareOffload } from './offload.js';
 import { TrainModule, type TrainOutput } from './train-module.js';
 
 /** A model made ready for one rank of a strategy: what the training loop drives. */
@@ -73,6 +74,7 @@ type AnyOptimizer = Optimizer<object, object>;
  *   keeps nanoGPT's decay groups as PyTorch's FSDP needs `use_orig_params=True` for: a flat shard
  *   would mix decayed matrices with undecayed biases. The clip reduces the norm over ranks; fp16
  *   uses `ShardedGradScaler`, bf16 needs no scaler; FSDP keeps the f32 shards.
+ * - offload: `OffloadModel` streams the layers through the device from the host (offload.ts).
  * In every multi-rank strategy the reported loss is the mean over ranks, so every rank sees the
  * same number and a non-finite loss stops every rank at the same step.
  */
@@ -88,6 +90,7 @@ export function prepareModel(
       : async (loss: number) => (await reducePartialNorm(group, loss, 'sum')) / group.size;
   const dtype = config.precision === 'fp16' ? 'f16' : 'bf16';
   if (config.strategy === 'fsdp') return prepareFsdp(model, config, group!, computeBackend);
+  if (config.strategy === 'offload') return prepareOffload(model, config, computeBackend);
   const mixed: MixedState | undefined =
     config.precision === 'fp32'
       ? undefined

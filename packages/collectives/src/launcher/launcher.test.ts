@@ -87,9 +87,11 @@ describe('launch', () => {
 
   it('escalates to SIGKILL for a rank that ignores SIGTERM', async () => {
     const out = capture();
+    const ready = join(mkdtempSync(join(tmpdir(), 'webshard-launch-')), 'ready');
     const result = await launch({
       nprocPerNode: 2,
       script: fixture('ignore-sigterm.mjs'),
+      env: { READY_FILE: ready },
       graceMs: 200,
       stdout: out.stream,
       stderr: new PassThrough(),

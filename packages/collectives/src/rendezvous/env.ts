@@ -1,4 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
+import type { PreAuthLimits } from '../pre-auth-guard.js';
 
 /** Where and how a rank joins: the fields torchrun passes in the environment, plus the token. */
 export interface RendezvousOptions {
@@ -21,6 +22,11 @@ export interface RendezvousOptions {
   bindAddr?: string;
   /** Serve and join with `wss://`: PEM certificate and key (rank 0), CA to trust (all ranks). */
   tls?: { cert?: string | Buffer; key?: string | Buffer; ca?: string | Buffer };
+  /**
+   * Limits on connections to this rank's ports (the store on rank 0, the data listener) before
+   * they show the join token: deadline, bytes, how many at once (see [Note: strangers on a port]).
+   */
+  preAuth?: PreAuthLimits;
 }
 
 type Env = Record<string, string | undefined>;
@@ -72,6 +78,7 @@ export function resolveRendezvousOptions(
   const bindAddr = options.bindAddr ?? env.WEBSHARD_BIND_ADDR;
   if (bindAddr !== undefined) resolved.bindAddr = bindAddr;
   if (options.tls !== undefined) resolved.tls = options.tls;
+  if (options.preAuth !== undefined) resolved.preAuth = options.preAuth;
   return resolved;
 }
 

@@ -63,6 +63,7 @@ export async function rendezvous(
       host: storeBindAddress(options),
       token: options.token,
       worldSize: options.worldSize,
+      ...(options.preAuth !== undefined ? { preAuth: options.preAuth } : {}),
       ...(tls?.cert !== undefined && tls.key !== undefined
         ? { tls: { cert: tls.cert, key: tls.key } }
         : {}),

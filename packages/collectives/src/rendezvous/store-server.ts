@@ -1,9 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { ArgumentError } from '@webshard/tensor-core';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { type PreAuthLimits, PreAuthGuard } from '../pre-auth-guard.js';
 import {
   CLOSE_PROTOCOL,
   CLOSE_REFUSED,
@@ -31,12 +32,17 @@ export interface StoreServerOptions {
   worldSize: number;
   /** Serve `wss://` with this certificate and key. */
   tls?: TlsOptions;
-  /** A client that does not send a valid hello within this time is dropped (default 10 s). */
+  /**
+   * A client that does not send a valid hello within this time is destroyed (default 10 s); the
+   * same as `preAuth.handshakeTimeoutMs`, which wins when both are given.
+   */
   helloTimeoutMs?: number;
+  /** Limits on connections before their hello checks out (see [Note: strangers on a port]). */
+  preAuth?: PreAuthLimits;
 }
 
 type ConnectionState =
-  | { kind: 'awaitingHello'; timer: ReturnType<typeof setTimeout> }
+  | { kind: 'awaitingHello' }
   | { kind: 'joined'; rank: number }
   | { kind: 'closed' };
 
@@ -63,6 +69,8 @@ export class StoreServer {
   private readonly joined = new Map<number, WebSocket>();
   private http: HttpServer | undefined;
   private wss: WebSocketServer | undefined;
+  /** Holds connections until their hello checks out (see [Note: strangers on a port]). */
+  readonly guard: PreAuthGuard;
 
   constructor(options: StoreServerOptions) {
     const host = options.host ?? '127.0.0.1';
@@ -80,17 +88,46 @@ export class StoreServer {
     }
     this.options = { ...options, host };
     this.tokenDigest = digest(options.token ?? '');
+    this.guard = new PreAuthGuard({
+      ...(options.helloTimeoutMs !== undefined
+        ? { handshakeTimeoutMs: options.helloTimeoutMs }
+        : {}),
+      ...options.preAuth,
+    });
   }
 
   /** Starts listening; resolves with the bound port. */
   async listen(): Promise<number> {
+    const { guard } = this;
+    const limits = { maxHeaderSize: guard.limits.maxBytes };
     const http = this.options.tls
-      ? createHttpsServer({ cert: this.options.tls.cert, key: this.options.tls.key })
-      : createHttpServer();
+      ? createHttpsServer({
+          ...limits,
+          cert: this.options.tls.cert,
+          key: this.options.tls.key,
+          handshakeTimeout: guard.limits.handshakeTimeoutMs,
+        })
+      : createHttpServer(limits);
     this.http = http;
-    const wss = new WebSocketServer({ server: http, maxPayload: MAX_MESSAGE_BYTES });
+    guard.capServer(http, this.options.worldSize + 1);
+    // The HTTP parser reads the socket natively until the upgrade: bytes count from then on, the
+    // headers before are capped by maxHeaderSize.
+    http.on(this.options.tls ? 'secureConnection' : 'connection', (socket: Socket) =>
+      guard.admit(socket, { countBytes: false }),
+    );
+    if (this.options.tls) http.on('tlsClientError', (_error, socket) => socket.destroy());
+    http.on('request', (_request, response) => {
+      response.writeHead(426, { connection: 'close' }).end();
+      response.socket?.destroy();
+    });
+    const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES });
     this.wss = wss;
-    wss.on('connection', (socket) => this.accept(socket));
+    http.on('upgrade', (request, raw: Socket, head: Buffer) => {
+      // From the upgrade on, bytes count (`head` is what the parser read past the headers).
+      guard.countBytes(raw, head.byteLength);
+      if (raw.destroyed) return;
+      wss.handleUpgrade(request, raw, head, (socket) => this.accept(socket, raw));
+    });
     wss.on('error', () => {});
     await new Promise<void>((resolve, reject) => {
       http.once('error', reject);
@@ -112,6 +149,7 @@ export class StoreServer {
   async close(): Promise<void> {
     for (const waiter of this.waiters) waiter.finish(waiter.keys);
     this.waiters.clear();
+    this.guard.close();
     for (const client of this.wss?.clients ?? []) client.terminate();
     await new Promise<void>((resolve) => (this.wss ? this.wss.close(() => resolve()) : resolve()));
     await new Promise<void>((resolve) =>
@@ -120,20 +158,13 @@ export class StoreServer {
     this.http?.closeAllConnections?.();
   }
 
-  private accept(socket: WebSocket): void {
-    let state: ConnectionState = {
-      kind: 'awaitingHello',
-      timer: setTimeout(
-        () => socket.close(CLOSE_REFUSED, 'no hello'),
-        this.options.helloTimeoutMs ?? 10_000,
-      ),
-    };
+  private accept(socket: WebSocket, raw: Socket): void {
+    let state: ConnectionState = { kind: 'awaitingHello' };
     const send = (message: StoreResponse): void => {
       if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(message));
     };
     socket.on('error', () => {});
     socket.on('close', () => {
-      if (state.kind === 'awaitingHello') clearTimeout(state.timer);
       if (state.kind === 'joined' && this.joined.get(state.rank) === socket) {
         this.joined.delete(state.rank);
         const lost: StoreResponse = { event: 'rankLost', rank: state.rank };
@@ -151,14 +182,16 @@ export class StoreServer {
         return;
       }
       if (state.kind === 'awaitingHello') {
-        clearTimeout(state.timer);
         const refusal = this.checkHello(request);
         if (refusal !== undefined) {
           send({ id: request.id, ok: false, error: { code: 'E_AUTH', message: refusal } });
           state = { kind: 'closed' };
+          // The answer goes out first; the guard's deadline destroys the socket if the close
+          // handshake is never answered.
           socket.close(CLOSE_REFUSED, 'refused');
           return;
         }
+        this.guard.authenticated(raw);
         const rank = (request as { rank: number }).rank;
         state = { kind: 'joined', rank };
         this.joined.set(rank, socket);

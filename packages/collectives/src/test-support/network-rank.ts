@@ -5,7 +5,12 @@ import { ProcessGroup } from '../process-group.js';
 import { connectNetworkTransport, type NetworkBackend } from '../connect-transport.js';
 import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../testing/suite.js';
 
-const [backend, jobText, shape] = process.argv.slice(2) as [NetworkBackend, string, string];
+const [backend, jobText, shape, survivors] = process.argv.slice(2) as [
+  NetworkBackend,
+  string,
+  string,
+  'stay' | 'leave' | undefined,
+];
 const job = JSON.parse(jobText) as SuiteJob;
 // 'relayed': only rank 0 accepts connections, the others pair up through it (as browsers do).
 const listen = shape === 'relayed' ? process.env.RANK === '0' : undefined;
@@ -14,9 +19,12 @@ const group = ProcessGroup.fromTransport(transport, SUITE_GROUP_OPTIONS);
 const report = await runSuiteJob(group, job, { die: () => process.kill(process.pid, 'SIGKILL') });
 process.stdout.write(`@@report ${JSON.stringify(report)}\n`);
 // Stay connected until the parent closes stdin (every rank has reported): a survivor that closed
-// at once could be seen gone by a slower survivor before the death it is meant to report.
-process.stdin.resume();
-await new Promise((resolve) => process.stdin.once('close', resolve));
+// at once could be seen gone by a slower survivor before the death it is meant to report. With
+// 'leave', go at once, as the ranks of a real job do after an error.
+if (survivors !== 'leave') {
+  process.stdin.resume();
+  await new Promise((resolve) => process.stdin.once('close', resolve));
+}
 await group.close();
 await transport.close();
 process.exit(0);

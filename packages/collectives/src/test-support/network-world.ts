@@ -116,13 +116,15 @@ const REPORT_MARK = '@@report ';
  * `relayed`, only rank 0 listens (ws): the other ranks pair up through it, as browsers would.
  * A rank that reported stays connected until every rank has reported or died (then its stdin is
  * closed): a survivor that left at once could otherwise be reported gone by a slower survivor in
- * place of the rank that died.
+ * place of the rank that died. With `survivors: 'leave'`, each rank closes and exits as soon as it
+ * has reported, as a real job's ranks do: the test of blaming the right rank even then.
  */
 export async function runJobInChildren(
   backend: NetworkBackend,
   size: number,
   job: SuiteJob,
   relayed = false,
+  survivors: 'stay' | 'leave' = 'stay',
 ): Promise<(RankReport | null)[]> {
   const port = await freePort();
   const script = join(here, 'network-rank.ts');
@@ -142,6 +144,7 @@ export async function runJobInChildren(
         backend,
         JSON.stringify(job),
         relayed ? 'relayed' : 'mesh',
+        survivors,
       ],
       {
         stdio: ['pipe', 'pipe', 'pipe'],

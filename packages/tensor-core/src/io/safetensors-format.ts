@@ -144,7 +144,8 @@ export function parseHeader(
     throw new SafetensorsError(op, file, 'header is not a JSON object');
   }
 
-  const metadata: Record<string, string> = {};
+  // Null-prototype, so a key named `__proto__` is kept (see [Note: tensor names are ordinary keys]).
+  const metadata = Object.create(null) as Record<string, string>;
   const rawMetadata = (json as Record<string, unknown>)[METADATA_KEY];
   if (rawMetadata !== undefined) {
     if (typeof rawMetadata !== 'object' || rawMetadata === null || Array.isArray(rawMetadata)) {
@@ -284,7 +285,7 @@ export function buildHeader(
       (a, b) =>
         bytesPerElement(b.input.dtype) - bytesPerElement(a.input.dtype) || a.index - b.index,
     );
-  const json: Record<string, unknown> = {};
+  const json = Object.create(null) as Record<string, unknown>;
   if (metadata !== undefined) {
     for (const [key, value] of Object.entries(metadata)) {
       if (typeof value !== 'string') {

@@ -1,6 +1,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import type { Backend, KernelTensor } from '../backend/backend.js';
 import { bytesPerElement, type DType, type HostArray } from '../dtype.js';
+import { WebshardError } from '../errors.js';
 import { Tensor } from '../tensor.js';
 import {
   buildHeader,
@@ -24,6 +25,17 @@ import {
  * either returns every tensor or none. A save writes to a temporary file beside the target and
  * renames it into place, so a failed save never leaves a half-written checkpoint at `path`.
  *
+ * Every error of the file system (a directory, a missing file, a permission, a read that fails
+ * half-way) becomes a `SafetensorsError` naming the op and the file, with the system error as its
+ * `cause`; never a raw `EISDIR` or `ENOENT`.
+ *
+ * [Note: tensor names are ordinary keys]
+ * A tensor may be called anything JSON can spell, `__proto__` and `constructor` included (PyTorch
+ * does not forbid them). The maps that hold tensors by name (the header parser's `Map`, the
+ * returned `tensors` and `metadata`, the header JSON the writer builds) are null-prototype
+ * objects, so such a name is a key like any other: assigning `out['__proto__']` on a plain object
+ * would set its prototype instead, dropping the tensor and leaking its storage.
+ *
  * `node:fs/promises` is imported lazily, inside the file functions, so browser bundles that only
  * use `encodeSafetensors` / `decodeSafetensors` never touch it. Host arrays are little-endian, as
  * on every platform Node and browsers run on, which is the byte order the format specifies.
@@ -34,7 +46,10 @@ export const DEFAULT_CHUNK_BYTES = 4 << 20;
 
 const MEMORY = '<memory>';
 
-/** What a safetensors file holds: its tensors (in file order) and its metadata. */
+/**
+ * What a safetensors file holds: its tensors (in file order) and its metadata. Both are
+ * null-prototype objects (see [Note: tensor names are ordinary keys]).
+ */
 export interface SafetensorsContents {
   tensors: Record<string, Tensor>;
   metadata: Record<string, string>;
@@ -81,18 +96,53 @@ function freeAll(tensors: Record<string, Tensor>): void {
   for (const tensor of Object.values(tensors)) tensor.free();
 }
 
+/** An empty null-prototype record: `__proto__` is an ordinary key of it. */
+function record<T>(): Record<string, T> {
+  return Object.create(null) as Record<string, T>;
+}
+
+/**
+ * A system error (one with a string `code`, as node:fs throws), as opposed to a program error or
+ * one of ours (a `WebshardError` has a `code` too: an out-of-memory stays an `OutOfMemoryError`).
+ */
+function isSystemError(error: unknown): error is Error & { code: string } {
+  return (
+    error instanceof Error &&
+    !WebshardError.isInstance(error) &&
+    typeof (error as { code?: unknown }).code === 'string'
+  );
+}
+
+/**
+ * `error` as a `SafetensorsError` naming `file` when it is a file-system error (`what` says what
+ * was being done: `cannot open`, `cannot read`); any other error unchanged.
+ */
+function asFileError(error: unknown, op: string, file: string, what: string): unknown {
+  if (SafetensorsError.isInstance(error) || !isSystemError(error)) return error;
+  return new SafetensorsError(op, file, `${what}: ${error.message}`, { cause: error });
+}
+
+/** Open `path`; a failure is a `SafetensorsError` naming `file` (the target of a save). */
 async function openFile(
   path: string,
   flags: 'r' | 'w',
   op: string,
+  file = path,
 ): Promise<{ handle: FileHandle; fs: typeof import('node:fs/promises') }> {
   const fs = await import('node:fs/promises');
   try {
     return { handle: await fs.open(path, flags), fs };
   } catch (error) {
-    throw new SafetensorsError(op, path, `cannot open: ${(error as Error).message}`, {
-      cause: error,
-    });
+    throw asFileError(error, op, file, 'cannot open');
+  }
+}
+
+/** Close `handle`; a failure to close a file that was only read is reported as a read error. */
+async function closeRead(handle: FileHandle, op: string, file: string): Promise<void> {
+  try {
+    await handle.close();
+  } catch (error) {
+    throw asFileError(error, op, file, 'cannot read');
   }
 }
 
@@ -142,8 +192,10 @@ export async function readSafetensorsHeader(path: string): Promise<SafetensorsHe
   const { handle } = await openFile(path, 'r', op);
   try {
     return await readHeaderFrom(handle, op, path);
+  } catch (error) {
+    throw asFileError(error, op, path, 'cannot read');
   } finally {
-    await handle.close();
+    await closeRead(handle, op, path);
   }
 }
 
@@ -161,7 +213,7 @@ export async function loadSafetensors(
   const { backend } = options;
   const chunk = chunkSize(options.chunkBytes);
   const { handle } = await openFile(path, 'r', op);
-  const tensors: Record<string, Tensor> = {};
+  const tensors = record<Tensor>();
   try {
     const header = await readHeaderFrom(handle, op, path);
     const buffer = new ArrayBuffer(Math.min(chunk, Math.max(header.dataBytes, 8)));
@@ -181,12 +233,12 @@ export async function loadSafetensors(
         );
       }
     }
-    return { tensors, metadata: { ...header.metadata } };
+    return { tensors, metadata: Object.assign(record<string>(), header.metadata) };
   } catch (error) {
     freeAll(tensors);
-    throw error;
+    throw asFileError(error, op, path, 'cannot read');
   } finally {
-    await handle.close();
+    await closeRead(handle, op, path);
   }
 }
 
@@ -211,7 +263,7 @@ export async function saveSafetensors(
   const chunk = chunkSize(options.chunkBytes);
   const header = buildHeader(headerInputs(tensors, op), metadata, op, path);
   const temporary = `${path}.${Date.now().toString(36)}${Math.random().toString(36).slice(2)}.partial`;
-  const { handle, fs } = await openFile(temporary, 'w', op);
+  const { handle, fs } = await openFile(temporary, 'w', op, path);
   let closed = false;
   try {
     await handle.write(header.bytes, 0, header.bytes.byteLength, 0);
@@ -241,13 +293,10 @@ export async function saveSafetensors(
     closed = true;
     await fs.rename(temporary, path);
   } catch (error) {
-    if (!closed) await handle.close();
-    await fs.rm(temporary, { force: true });
-    if (error instanceof SafetensorsError) throw error;
-    if (error instanceof Error && 'code' in error && typeof error.code === 'string') {
-      throw new SafetensorsError(op, path, `cannot write: ${error.message}`, { cause: error });
-    }
-    throw error;
+    // Cleaning up must not hide the error that made it necessary.
+    if (!closed) await handle.close().catch(() => undefined);
+    await fs.rm(temporary, { force: true }).catch(() => undefined);
+    throw asFileError(error, op, path, 'cannot write');
   }
 }
 
@@ -284,7 +333,7 @@ export function decodeSafetensors(
   const op = 'decodeSafetensors';
   const headerLength = parseHeaderLength(bytes, bytes.byteLength, op, MEMORY);
   const header = parseHeader(bytes.subarray(8, 8 + headerLength), bytes.byteLength, op, MEMORY);
-  const tensors: Record<string, Tensor> = {};
+  const tensors = record<Tensor>();
   try {
     for (const [name, entry] of header.tensors) {
       const tensor = Tensor.empty(options.backend, entry.shape, entry.dtype);
@@ -307,5 +356,5 @@ export function decodeSafetensors(
     freeAll(tensors);
     throw error;
   }
-  return { tensors, metadata: { ...header.metadata } };
+  return { tensors, metadata: Object.assign(record<string>(), header.metadata) };
 }

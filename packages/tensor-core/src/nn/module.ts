@@ -1,10 +1,11 @@
 import type { Backend } from '../backend/backend.js';
 import { HookList, type RemovableHandle } from '../autograd/hooks.js';
 import { markParameter } from '../autograd/node.js';
-import { ArgumentError, WebshardError } from '../errors.js';
+import { ArgumentError } from '../errors.js';
 import { zeroGrads } from '../optim/optimizer.js';
 import { keep } from '../scope.js';
 import type { Tensor } from '../tensor.js';
+import { loadStateDictInto, type StateDictInput } from './state-dict.js';
 
 /**
  * Runs before `forward` with the module and its arguments; may return replacement arguments (an
@@ -18,46 +19,14 @@ export type ForwardPreHook = (
 /** Runs after `forward` with the module, its arguments and output; may return a replacement output. */
 export type ForwardHook = (module: Module, args: unknown[], output: unknown) => unknown;
 
-/** A key-to-tensor mapping for `loadStateDict`: a Map (as `stateDict` returns) or a plain object. */
-export type StateDictInput = ReadonlyMap<string, Tensor> | Readonly<Record<string, Tensor>>;
-
-/** One shape mismatch found by `loadStateDict`. */
-export interface ShapeMismatch {
-  key: string;
-  checkpoint: readonly number[];
-  model: readonly number[];
-}
-
-/**
- * A state dict that does not fit the module: every missing key, unexpected key and shape mismatch
- * in one message, like PyTorch's "Error(s) in loading state_dict".
- */
-export class StateDictError extends WebshardError {
-  readonly missingKeys: readonly string[];
-  readonly unexpectedKeys: readonly string[];
-  readonly shapeMismatches: readonly ShapeMismatch[];
-  constructor(
-    moduleName: string,
-    missingKeys: readonly string[],
-    unexpectedKeys: readonly string[],
-    shapeMismatches: readonly ShapeMismatch[],
-  ) {
-    const parts: string[] = [];
-    if (missingKeys.length > 0) parts.push(`missing keys: ${missingKeys.join(', ')}`);
-    if (unexpectedKeys.length > 0) parts.push(`unexpected keys: ${unexpectedKeys.join(', ')}`);
-    for (const m of shapeMismatches) {
-      parts.push(
-        `shape mismatch for ${m.key}: checkpoint [${m.checkpoint.join(', ')}], model [${m.model.join(', ')}]`,
-      );
-    }
-    super(`[loadStateDict] error(s) loading the state dict of ${moduleName}: ${parts.join('; ')}`, {
-      code: 'E_STATE_DICT',
-    });
-    this.missingKeys = missingKeys;
-    this.unexpectedKeys = unexpectedKeys;
-    this.shapeMismatches = shapeMismatches;
-  }
-}
+export type {
+  DTypeMismatch,
+  FreedKey,
+  ShapeMismatch,
+  StateDictInput,
+  StateDictProblems,
+} from './state-dict.js';
+export { StateDictError } from './state-dict.js';
 
 function isPromise(value: unknown): value is Promise<unknown> {
   return value instanceof Promise;
@@ -347,46 +316,16 @@ export abstract class Module<Args extends unknown[] = unknown[], Out = unknown> 
 
   /**
    * Copy a state dict into this module's tensors (converting dtype and backend as needed), like
-   * PyTorch's `load_state_dict`. Shape mismatches are always an error; with `strict` (default)
-   * missing and unexpected keys are too. All problems are reported in one `StateDictError`, and
-   * nothing is copied when there is one.
+   * PyTorch's `load_state_dict`. Shape mismatches, integer/float dtype mismatches and freed tensors
+   * (in the dict or in the model) are always an error; with `strict` (default) missing and
+   * unexpected keys are too. All problems are reported in one `StateDictError`, and nothing is
+   * copied when there is one (see [Note: loadStateDict is all or nothing]).
    */
   async loadStateDict(
     dict: StateDictInput,
     options: { strict?: boolean } = {},
   ): Promise<{ missingKeys: string[]; unexpectedKeys: string[] }> {
-    const strict = options.strict ?? true;
-    const given: Map<string, Tensor> =
-      dict instanceof Map
-        ? new Map(dict)
-        : new Map(Object.entries(dict as Readonly<Record<string, Tensor>>));
-    const own = this.stateDict();
-    const missingKeys = [...own.keys()].filter((k) => !given.has(k));
-    const unexpectedKeys = [...given.keys()].filter((k) => !own.has(k));
-    const shapeMismatches: ShapeMismatch[] = [];
-    for (const [key, target] of own) {
-      const source = given.get(key);
-      if (source === undefined) continue;
-      if (source.rank !== target.rank || source.shape.some((d, i) => d !== target.shape[i])) {
-        shapeMismatches.push({ key, checkpoint: source.shape, model: target.shape });
-      }
-    }
-    if (
-      shapeMismatches.length > 0 ||
-      (strict && (missingKeys.length > 0 || unexpectedKeys.length > 0))
-    ) {
-      throw new StateDictError(
-        this.typeName,
-        strict ? missingKeys : [],
-        strict ? unexpectedKeys : [],
-        shapeMismatches,
-      );
-    }
-    for (const [key, target] of own) {
-      const source = given.get(key);
-      if (source !== undefined) await copyInto(source, target);
-    }
-    return { missingKeys, unexpectedKeys };
+    return loadStateDictInto(this.typeName, this.stateDict(), dict, options.strict ?? true);
   }
 
   /** Set training mode on this module and every descendant. */
@@ -452,16 +391,5 @@ export abstract class Module<Args extends unknown[] = unknown[], Out = unknown> 
         if (next !== undefined) module.buffersByName.set(name, keep(next));
       }
     }
-  }
-}
-
-async function copyInto(source: Tensor, target: Tensor): Promise<void> {
-  if (source === target) return;
-  if (source.backend === target.backend) {
-    target.backend.cast(source.kernel('loadStateDict'), target.kernel('loadStateDict'));
-  } else if (source.dtype === target.dtype) {
-    target.backend.write(target.kernel('loadStateDict'), await source.readRaw());
-  } else {
-    target.write(await source.read());
   }
 }

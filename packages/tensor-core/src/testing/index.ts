@@ -14,3 +14,4 @@ export {
   unravel,
 } from './reference.js';
 export { catchDeferred } from './deferred.js';
+export { FUZZ_SEED, fuzzParameters } from './fuzz.js';

@@ -4,6 +4,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
+import { type PreAuthLimits, PreAuthGuard } from '../../pre-auth-guard.js';
 import { AbortState, type Transport } from '../../transport.js';
 import {
   decodeHello,
@@ -31,6 +32,8 @@ export interface TcpTransportOptions {
   prefix?: string;
   /** Deadline for connecting to every peer (default: the store's timeout). */
   timeoutMs?: number;
+  /** Limits on connections before their hello checks out (see [Note: strangers on a port]). */
+  preAuth?: PreAuthLimits;
 }
 
 type PeerState = 'connecting' | 'open' | 'closed' | 'dead';
@@ -49,7 +52,6 @@ interface PendingSend {
 const SCRATCH_BYTES = 32 << 10;
 /** Below this many remaining payload bytes a read goes to scratch and is copied (cheaper). */
 const DIRECT_READ_MIN = 16 << 10;
-const HELLO_TIMEOUT_MS = 10_000;
 const BYE_WAIT_MS = 2000;
 /** How long an aborted transport lets its abort frames drain before closing (see `shutdown`). */
 const ABORT_FLUSH_MS = 500;
@@ -111,12 +113,15 @@ export class TcpTransport implements Transport {
   private phase: 'running' | 'closing' = 'running';
   private closing: Promise<void> | null = null;
   private server: Server | null = null;
+  /** Holds accepted connections until their hello checks out. */
+  readonly guard: PreAuthGuard;
   private unsubscribe: () => void = () => {};
 
   private constructor(private readonly options: TcpTransportOptions) {
     this.rank = options.store.rank;
     this.size = options.store.worldSize;
     this.tokenDigest = digest(options.token);
+    this.guard = new PreAuthGuard(options.preAuth);
     this.maxMessageBytes = options.maxMessageBytes ?? 2 ** 32;
     this.inbox = new Inbox(this.rank, (reason) => this.abort(reason));
     this.peers = Array.from({ length: this.size }, (_, rank) =>
@@ -259,6 +264,7 @@ export class TcpTransport implements Transport {
     const timeoutMs = this.options.timeoutMs ?? store.timeoutMs;
     const server = createServer({ noDelay: true }, (socket) => this.accept(socket));
     this.server = server;
+    this.guard.capServer(server, this.size);
     server.on('error', () => {});
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -344,21 +350,26 @@ export class TcpTransport implements Transport {
     socket.setNoDelay(true);
     let buffered = Buffer.alloc(0);
     let peer: TcpPeer | null = null;
-    const timer = setTimeout(() => reject(), HELLO_TIMEOUT_MS);
     let rejected = false;
     const reject = () => {
-      clearTimeout(timer);
       if (peer === null && !rejected) this.rejectedConnections++;
       rejected = true;
       socket.destroy();
     };
+    // The guard owns the deadline and the count of strangers; the hello is read here, up to the
+    // same byte limit (see [Note: strangers on a port]).
+    if (!this.guard.admit(socket, { countBytes: false })) {
+      reject();
+      return;
+    }
     socket.on('data', (chunk: Buffer) => {
       if (peer !== null) {
         this.violation(peer, 'sent data on the socket it should only read');
         return;
       }
+      if (rejected) return;
       buffered = Buffer.concat([buffered, chunk]);
-      if (buffered.byteLength > 4096) {
+      if (buffered.byteLength > this.guard.limits.maxBytes) {
         reject();
         return;
       }
@@ -390,7 +401,7 @@ export class TcpTransport implements Transport {
       ) {
         return reject();
       }
-      clearTimeout(timer);
+      this.guard.authenticated(socket);
       peer = candidate;
       peer.sendSocket = socket;
       socket.setKeepAlive(true, 5000);
@@ -671,6 +682,7 @@ export class TcpTransport implements Transport {
       peer?.sendSocket?.destroy();
       peer?.recvSocket?.destroy();
     }
+    this.guard.close();
     const server = this.server;
     if (server !== null) await new Promise<void>((resolve) => server.close(() => resolve()));
   }

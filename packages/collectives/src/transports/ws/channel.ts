@@ -1,3 +1,4 @@
+import type { PreAuthLimits } from '../../pre-auth-guard.js';
 import type { RendezvousOptions } from '../../rendezvous/env.js';
 
 /** TLS material of the `ws` transport: the rendezvous' `tls` option (PEM strings or buffers). */
@@ -19,6 +20,18 @@ export interface Channel {
   onMessage: (bytes: Uint8Array | string) => void;
   /** Called once when the connection is gone, with a short description. */
   onClose: (detail: string) => void;
+  /**
+   * An accepted channel whose hello checked out: the listener stops holding it to the limits on
+   * strangers (see [Note: strangers on a port]). Absent on dialed channels.
+   */
+  authenticated?: () => void;
+}
+
+/** How a listener treats connections before their hello (Node). */
+export interface ListenOptions {
+  preAuth?: PreAuthLimits;
+  /** Connections the group itself keeps open on this listener (bounds the total with `preAuth`). */
+  expectedConnections?: number;
 }
 
 /** A listening endpoint that accepts channels (Node only). */
@@ -35,6 +48,7 @@ export interface ChannelFactory {
     host: string,
     maxMessageBytes: number,
     accept: (channel: Channel) => void,
+    options?: ListenOptions,
   ) => Promise<Listener>;
   /** Constant-time token check for hellos (only needed where `listen` exists). */
   tokenMatches?: (given: Uint8Array, expected: string) => boolean;

@@ -96,7 +96,8 @@ export class Inbox {
 
   /**
    * Starts an incoming message of `length` bytes from `peer` on `tag`. Returns null after a
-   * length mismatch with the posted receive (the violation is already reported).
+   * length mismatch with the posted receive, or when no buffer of `length` bytes can be allocated
+   * (the violation is already reported).
    */
   begin(peer: number, tag: number, length: number): Incoming | null {
     const recv = this.slot(peer, tag).waiting.shift() ?? null;
@@ -109,8 +110,22 @@ export class Inbox {
       this.inflight.add(incoming);
       return incoming;
     }
+    let stash: ArrayBuffer;
+    try {
+      stash = this.acquire(length);
+    } catch (error) {
+      // A length the frame check let through (up to `maxMessageBytes`) that this process cannot
+      // allocate: a typed abort naming the peer, never a throw into the socket's callback.
+      const reason: AbortReason = {
+        kind: 'error',
+        origin: this.rank,
+        peer,
+        message: `rank ${this.rank} cannot hold a message of ${length} bytes from rank ${peer} on tag ${tag}: ${String(error)}`,
+      };
+      this.onViolation(reason);
+      return null;
+    }
     this.unexpectedBytes += length;
-    const stash = this.acquire(length);
     const incoming: Incoming = {
       peer,
       tag,

@@ -1,8 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { ArgumentError } from '@webshard/tensor-core';
 import { WebSocket, WebSocketServer } from 'ws';
+import { PreAuthGuard } from '../../pre-auth-guard.js';
 import type { Channel, ChannelFactory, Listener, WsTlsOptions } from './channel.js';
 
 /** The `ws` client masks with zeros: it then skips the XOR pass and the copy it needs. */
@@ -10,7 +12,7 @@ function zeroMask(mask: Uint8Array): void {
   mask.fill(0);
 }
 
-function wrap(socket: WebSocket): Channel {
+function wrap(socket: WebSocket, authenticated?: () => void): Channel {
   const channel: Channel = {
     send(bytes, done) {
       socket.send(
@@ -23,6 +25,7 @@ function wrap(socket: WebSocket): Channel {
     destroy: () => socket.terminate(),
     onMessage: () => {},
     onClose: () => {},
+    ...(authenticated === undefined ? {} : { authenticated }),
   };
   socket.on('message', (data: Buffer, isBinary: boolean) => {
     channel.onMessage(isBinary ? data : data.toString());
@@ -60,7 +63,7 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
         socket.once('error', (error) => reject(error));
       });
     },
-    async listen(host, maxMessageBytes, accept): Promise<Listener> {
+    async listen(host, maxMessageBytes, accept, options = {}): Promise<Listener> {
       const maxPayload = Math.min(maxMessageBytes + 64, 2 ** 31 - 1);
       if (tls !== undefined && (tls.cert === undefined || tls.key === undefined)) {
         throw new ArgumentError(
@@ -68,45 +71,56 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
           'tls needs cert and key on every rank that accepts connections (or listen: false)',
         );
       }
-      const https =
-        tls === undefined ? undefined : createHttpsServer({ cert: tls.cert, key: tls.key });
-      const server =
-        https === undefined
-          ? new WebSocketServer({ host, port: 0, perMessageDeflate: false, maxPayload })
-          : new WebSocketServer({ server: https, perMessageDeflate: false, maxPayload });
-      server.on('error', () => {});
-      server.on('connection', (socket) => {
-        socket.binaryType = 'nodebuffer';
-        accept(wrap(socket));
+      // See [Note: strangers on a port]: deadline, byte count and number of strangers.
+      const guard = new PreAuthGuard(options.preAuth);
+      const limits = { maxHeaderSize: guard.limits.maxBytes };
+      const http: HttpServer =
+        tls === undefined
+          ? createHttpServer(limits)
+          : createHttpsServer({
+              ...limits,
+              cert: tls.cert,
+              key: tls.key,
+              handshakeTimeout: guard.limits.handshakeTimeoutMs,
+            });
+      guard.capServer(http, options.expectedConnections ?? 0);
+      http.on(tls === undefined ? 'connection' : 'secureConnection', (socket: Socket) =>
+        guard.admit(socket, { countBytes: false }),
+      );
+      // A failed TLS handshake (wrong CA, plain ws://) only drops that connection.
+      if (tls !== undefined) http.on('tlsClientError', (_error, socket) => socket.destroy());
+      http.on('request', (_request, response) => {
+        response.writeHead(426, { connection: 'close' }).end();
+        response.socket?.destroy();
       });
-      if (https === undefined) {
-        await new Promise<void>((resolve, reject) => {
-          server.once('listening', resolve);
-          server.once('error', reject);
+      const server = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload });
+      server.on('error', () => {});
+      http.on('upgrade', (request, raw: Socket, head: Buffer) => {
+        guard.countBytes(raw, head.byteLength);
+        if (raw.destroyed) return;
+        server.handleUpgrade(request, raw, head, (socket) => {
+          socket.binaryType = 'nodebuffer';
+          accept(wrap(socket, () => guard.authenticated(raw)));
         });
-      } else {
-        // A failed TLS handshake (wrong CA, plain ws://) only drops that connection.
-        https.on('tlsClientError', (_error, socket) => socket.destroy());
-        await new Promise<void>((resolve, reject) => {
-          https.once('error', reject);
-          https.listen(0, host, () => {
-            https.off('error', reject);
-            resolve();
-          });
+      });
+      await new Promise<void>((resolve, reject) => {
+        http.once('error', reject);
+        http.listen(0, host, () => {
+          http.off('error', reject);
+          resolve();
         });
-        https.on('error', () => {});
-      }
-      const { port } = (https ?? server).address() as AddressInfo;
+      });
+      http.on('error', () => {});
+      const { port } = http.address() as AddressInfo;
       const urlHost = host.includes(':') ? `[${host}]` : host;
       return {
-        url: `${https === undefined ? 'ws' : 'wss'}://${urlHost}:${port}`,
+        url: `${tls === undefined ? 'ws' : 'wss'}://${urlHost}:${port}`,
         close: async () => {
+          guard.close();
           for (const client of server.clients) client.terminate();
           await new Promise<void>((resolve) => server.close(() => resolve()));
-          if (https !== undefined) {
-            https.closeAllConnections();
-            await new Promise<void>((resolve) => https.close(() => resolve()));
-          }
+          http.closeAllConnections();
+          await new Promise<void>((resolve) => http.close(() => resolve()));
         },
       };
     },

@@ -2,6 +2,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
+import { type PreAuthLimits, preAuthLimits } from '../../pre-auth-guard.js';
 import { AbortState, type Transport } from '../../transport.js';
 import {
   type Channel,
@@ -49,6 +50,8 @@ export interface WsTransportOptions {
   tls?: WsTlsOptions;
   /** Overrides how channels are made (tests; custom WebSocket implementations). */
   channels?: ChannelFactory;
+  /** Limits on connections before their hello checks out (see [Note: strangers on a port]). */
+  preAuth?: PreAuthLimits;
 }
 
 type PeerState = 'connecting' | 'open' | 'closed' | 'dead';
@@ -76,8 +79,31 @@ class WsPeer {
   constructor(readonly rank: number) {}
 }
 
-const HELLO_TIMEOUT_MS = 10_000;
 const BYE_WAIT_MS = 2000;
+/** How long an aborted transport lets its abort frames drain before closing (see `shutdown`). */
+const ABORT_FLUSH_MS = 500;
+
+/** How long a rank looks up a lost peer's published abort reason before blaming the peer. */
+const BLAME_LOOKUP_MS = 500;
+
+function noop(): void {}
+
+const REASON_KINDS = ['timeout', 'mismatch', 'peer-lost', 'user', 'error'];
+
+/** `value` as an abort reason, or null when it is not one (a peer's frame, the store's value). */
+function validReason(value: unknown): AbortReason | null {
+  const r = value as Partial<AbortReason> | null;
+  if (
+    typeof r !== 'object' ||
+    r === null ||
+    !REASON_KINDS.includes(r.kind as string) ||
+    !Number.isInteger(r.origin) ||
+    typeof r.message !== 'string'
+  ) {
+    return null;
+  }
+  return r as AbortReason;
+}
 
 function isNode(): boolean {
   return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
@@ -135,6 +161,12 @@ export class WsTransport implements Transport {
   private listener: Listener | null = null;
   private channels: ChannelFactory | null = null;
   private unsubscribe: () => void = () => {};
+  /** Settles once the abort frames of `onAborted` have left (their send callbacks ran). */
+  private abortFramesSent: Promise<void> = Promise.resolve();
+  /** Settles once this rank's abort reason is in the store (see [Note: blaming a rank that left]). */
+  private abortPublished: Promise<void> = Promise.resolve();
+  /** Set while a lost peer's published reason is looked up; the abort follows when it settles. */
+  private blaming: Promise<void> | null = null;
 
   private constructor(private readonly options: WsTransportOptions) {
     this.rank = options.store.rank;
@@ -181,6 +213,8 @@ export class WsTransport implements Transport {
 
   send(peer: number, groupTag: number, data: Uint8Array): Promise<void> {
     const tag = groupTag >>> 0;
+    const blamed = this.afterBlame(peer);
+    if (blamed !== null) return blamed;
     const target = this.peerFor(peer, 'send');
     if (target instanceof Error) return Promise.reject(target);
     const seq = target.sendSeq.get(tag) ?? 0;
@@ -247,6 +281,8 @@ export class WsTransport implements Transport {
       if (this.inbox.hasPending(peer)) this.peerFor(peer, 'recv');
       return received;
     }
+    const blamed = this.afterBlame(peer);
+    if (blamed !== null) return blamed;
     const source = this.peerFor(peer, 'recv');
     if (source instanceof Error) return Promise.reject(source);
     return this.inbox.post(peer, wireTag, dst, onArrive);
@@ -310,6 +346,10 @@ export class WsTransport implements Transport {
         this.options.host ?? '127.0.0.1',
         this.maxMessageBytes,
         (channel) => this.accept(channel),
+        {
+          expectedConnections: this.size,
+          ...(this.options.preAuth !== undefined ? { preAuth: this.options.preAuth } : {}),
+        },
       );
     }
     await store.set(`${prefix}/url/${this.rank}`, JSON.stringify(this.listener?.url ?? null));
@@ -404,7 +444,8 @@ export class WsTransport implements Transport {
 
   /** An incoming connection: the first message must be a hello with the right token. */
   private accept(channel: Channel): void {
-    const timer = setTimeout(() => reject(), HELLO_TIMEOUT_MS);
+    const deadline = preAuthLimits(this.options.preAuth).handshakeTimeoutMs;
+    const timer = setTimeout(() => reject(), deadline);
     const reject = () => {
       clearTimeout(timer);
       this.rejectedConnections++;
@@ -427,6 +468,7 @@ export class WsTransport implements Transport {
         return;
       }
       clearTimeout(timer);
+      channel.authenticated?.();
       this.attach(peer, channel, 'accepted');
       channel.send(
         encodeFrame(
@@ -606,19 +648,12 @@ export class WsTransport implements Transport {
       this.violation(peer, 'abort frame is not JSON');
       return;
     }
-    const r = reason as Partial<AbortReason> | null;
-    const kinds = ['timeout', 'mismatch', 'peer-lost', 'user', 'error'];
-    if (
-      typeof r !== 'object' ||
-      r === null ||
-      !kinds.includes(r.kind as string) ||
-      !Number.isInteger(r.origin) ||
-      typeof r.message !== 'string'
-    ) {
+    const valid = validReason(reason);
+    if (valid === null) {
       this.violation(peer, 'abort frame has no valid reason');
       return;
     }
-    this.abort(r as AbortReason);
+    this.abort(valid);
   }
 
   private violation(peer: WsPeer, detail: string): void {
@@ -637,12 +672,61 @@ export class WsTransport implements Transport {
     const wasLive = peer.state === 'open' || peer.state === 'connecting';
     peer.state = 'dead';
     if (!wasLive) return;
-    this.abort({
+    const lost: AbortReason = {
       kind: 'peer-lost',
       origin: this.rank,
       peer: peer.rank,
       message: `rank ${peer.rank} is gone: ${how} (seen by rank ${this.rank} over ws)`,
+    };
+    if (this.abortState.reason !== null) return;
+    const blaming = this.publishedReason(peer.rank).then((published) => {
+      if (this.blaming === blaming) this.blaming = null;
+      this.abort(published ?? lost);
     });
+    this.blaming = blaming;
+  }
+
+  /**
+   * [Note: blaming a rank that left]
+   * A rank that aborts (it saw a death, a deadline, a mismatch) sends its reason to its peers in
+   * abort frames and also puts it in the store under `<prefix>/abort/<rank>`, before it closes
+   * anything; closing waits (at most 500 ms) for both to leave. A rank that then sees that rank's
+   * connection close (or the store report it lost) looks the key up before blaming it: when the
+   * leaver published a reason, that reason (which names the rank that really failed) is the
+   * group's, as if its abort frame had arrived. The leaver wrote the key before it closed, so the
+   * look-up finds it; a rank that died without a word has no key, and is blamed after one store
+   * round trip. Without the look-up a survivor that left at once was sometimes named in place of
+   * the rank that died (#20 item 4): its abort frame can lose the race with its closing
+   * connection. A send or receive naming the lost peer waits for the look-up, so it rejects with
+   * the same reason. Where the store itself is gone (rank 0 left), the look-up fails and the
+   * leaver is blamed.
+   */
+  private async publishedReason(rank: number): Promise<AbortReason | null> {
+    const { store } = this.options;
+    const key = `${this.options.prefix ?? 'ws'}/abort/${rank}`;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const lookUp = (async () => {
+      if (!(await store.check([key]))) return null;
+      return validReason(JSON.parse(await store.get(key, BLAME_LOOKUP_MS)));
+    })();
+    const deadline = new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), BLAME_LOOKUP_MS);
+    });
+    try {
+      return await Promise.race([lookUp, deadline]);
+    } catch {
+      return null;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** When `peer` is dead and its blame is being looked up: the rejection that follows it. */
+  private afterBlame(peer: number): Promise<never> | null {
+    const blaming = this.blaming;
+    if (blaming === null || this.abortState.reason !== null) return null;
+    if (!Number.isInteger(peer) || this.peers[peer]?.state !== 'dead') return null;
+    return blaming.then(() => Promise.reject(new TransportAbortedError(this.abortState.reason!)));
   }
 
   private onAborted(reason: AbortReason): void {
@@ -651,16 +735,25 @@ export class WsTransport implements Transport {
     for (const reject of this.pendingSends) reject(error);
     this.pendingSends.clear();
     if (this.phase === 'closing') return;
+    const text = JSON.stringify(reason);
+    // See [Note: blaming a rank that left].
+    const key = `${this.options.prefix ?? 'ws'}/abort/${this.rank}`;
+    if (reason.kind !== 'user') this.abortPublished = this.options.store.set(key, text).catch(noop);
     const frame = encodeFrame(
       { kind: FrameKind.abort, tag: 0, seq: 0, sender: this.rank },
-      new TextEncoder().encode(JSON.stringify(reason)),
+      new TextEncoder().encode(text),
     );
+    const sent: Promise<void>[] = [];
     for (const peer of this.peers) {
-      if (peer?.channel && peer.state === 'open') {
-        peer.channel.send(frame.subarray(0, HEADER_BYTES));
-        peer.channel.send(frame.subarray(HEADER_BYTES));
+      const channel = peer?.channel;
+      if (channel && peer.state === 'open') {
+        channel.send(frame.subarray(0, HEADER_BYTES));
+        sent.push(
+          new Promise((resolve) => channel.send(frame.subarray(HEADER_BYTES), () => resolve())),
+        );
       }
     }
+    this.abortFramesSent = Promise.all(sent).then(noop);
   }
 
   private async shutdown(): Promise<void> {
@@ -670,7 +763,19 @@ export class WsTransport implements Transport {
       origin: this.rank,
       message: `rank ${this.rank} closed its ws transport`,
     });
-    if (!wasAborted) {
+    if (wasAborted) {
+      // The abort frames (`onAborted`) may still wait behind a large send in the channel's queue,
+      // and the reason may not be in the store yet: closing now could make a peer that did not see
+      // the failure itself blame this rank for leaving ([Note: blaming a rank that left]).
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        Promise.all([this.abortFramesSent, this.abortPublished]),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, ABORT_FLUSH_MS);
+        }),
+      ]);
+      clearTimeout(timer);
+    } else {
       const bye = encodeFrame(
         { kind: FrameKind.bye, tag: 0, seq: 0, sender: this.rank },
         new Uint8Array(0),

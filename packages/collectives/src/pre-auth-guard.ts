@@ -1,0 +1,160 @@
+import type { Server } from 'node:net';
+import type { Socket } from 'node:net';
+
+/**
+ * [Note: strangers on a port]
+ *
+ * Every port a rank listens on (the rendezvous store, the `tcp` and the `ws`/`wss` data ports) is
+ * open to anyone who can reach it, and a connection proves it belongs to the job only with its
+ * hello (the join token). Until then it is a stranger, and a stranger costs bounded memory and
+ * time, whatever it sends:
+ *
+ * - it may send at most `maxBytes` (8 KiB by default) before its hello checks out: a byte count on
+ *   the socket destroys it past that, so no message parser ever buffers more (the `ws` package
+ *   would otherwise accept a message of up to its `maxPayload`, gigabytes on a data port); HTTP
+ *   upgrade headers are capped by the server's `maxHeaderSize` (the same 8 KiB), and a plain HTTP
+ *   request gets 426 and is destroyed;
+ * - it must have shown a valid hello `handshakeTimeoutMs` (10 s by default) after it connected, or
+ *   it is destroyed: not closed gracefully, which would wait on a WebSocket close handshake the
+ *   stranger never answers (the store used to hold such connections about 40 s); over TLS the
+ *   server's `handshakeTimeout` is the same deadline for the TLS handshake;
+ * - at most `maxPending` (64 by default) strangers are held at once; a connection past that is
+ *   destroyed as soon as it is accepted, and the server's `maxConnections` (`maxPending` plus what
+ *   the group itself needs) also bounds connections still in their TLS handshake.
+ *
+ * After the hello, the limits are the group's own: a data frame is at most `maxMessageBytes` (the
+ * transport's option) and a control frame 64 KiB ([Note: network frames]); a store message at most
+ * 4 MiB ([Note: the rendezvous protocol]). The rendezvous options pass `preAuth` to every port, and
+ * tests shorten the deadline with it.
+ */
+
+/** Limits on connections that have not yet shown the join token (see [Note: strangers on a port]). */
+export interface PreAuthLimits {
+  /** Milliseconds from accept to a verified hello; then the connection is destroyed (10 000). */
+  handshakeTimeoutMs?: number;
+  /** Bytes a connection may send before its hello is verified (8 KiB). */
+  maxBytes?: number;
+  /** Unverified connections held at once; one more is destroyed on accept (64). */
+  maxPending?: number;
+}
+
+export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
+export const DEFAULT_PRE_AUTH_BYTES = 8 << 10;
+export const DEFAULT_MAX_PENDING = 64;
+
+/** The limits with every default filled in. */
+export function preAuthLimits(limits: PreAuthLimits = {}): Required<PreAuthLimits> {
+  return {
+    handshakeTimeoutMs: limits.handshakeTimeoutMs ?? DEFAULT_HANDSHAKE_TIMEOUT_MS,
+    maxBytes: limits.maxBytes ?? DEFAULT_PRE_AUTH_BYTES,
+    maxPending: limits.maxPending ?? DEFAULT_MAX_PENDING,
+  };
+}
+
+/** Why a stranger was dropped. */
+export type DropReason = 'too many pending' | 'handshake deadline' | 'too many bytes';
+
+interface Pending {
+  timer: ReturnType<typeof setTimeout>;
+  bytes: number;
+  onData: ((chunk: Buffer) => void) | null;
+}
+
+/**
+ * Holds every connection of one listening port until its hello checks out, enforcing the limits of
+ * [Note: strangers on a port]. Node only.
+ */
+export class PreAuthGuard {
+  readonly limits: Required<PreAuthLimits>;
+  /** Connections dropped, by reason (a counter for tests and diagnostics). */
+  readonly dropped: Record<DropReason, number> = {
+    'too many pending': 0,
+    'handshake deadline': 0,
+    'too many bytes': 0,
+  };
+  private readonly pending = new Map<Socket, Pending>();
+
+  constructor(limits: PreAuthLimits = {}) {
+    this.limits = preAuthLimits(limits);
+  }
+
+  /** Unverified connections held now. */
+  get pendingCount(): number {
+    return this.pending.size;
+  }
+
+  /**
+   * Bounds `server`'s connections: `authenticated` (what the group itself keeps open) plus
+   * `maxPending`, which also covers connections still in a TLS handshake.
+   */
+  capServer(server: Server, authenticated: number): void {
+    server.maxConnections = authenticated + this.limits.maxPending;
+  }
+
+  /**
+   * A connection was accepted: start its deadline, or destroy it when `maxPending` are already
+   * held. With `countBytes`, bytes read from it count against `maxBytes` (leave it off where a
+   * parser that reads natively owns the socket, an HTTP server before the upgrade, and call
+   * `countBytes` once the socket is handed over). Returns whether it was admitted.
+   */
+  admit(socket: Socket, options: { countBytes?: boolean } = {}): boolean {
+    if (this.pending.has(socket)) return true;
+    if (this.pending.size >= this.limits.maxPending) {
+      this.drop(socket, 'too many pending');
+      return false;
+    }
+    const timer = setTimeout(
+      () => this.drop(socket, 'handshake deadline'),
+      this.limits.handshakeTimeoutMs,
+    );
+    this.pending.set(socket, { timer, bytes: 0, onData: null });
+    socket.once('close', () => this.release(socket));
+    if (options.countBytes !== false) this.countBytes(socket);
+    return true;
+  }
+
+  /** From now on, bytes read from this pending socket count against `maxBytes`. */
+  countBytes(socket: Socket, alreadyRead = 0): void {
+    const entry = this.pending.get(socket);
+    if (entry === undefined || entry.onData !== null) return;
+    entry.bytes += alreadyRead;
+    entry.onData = (chunk) => {
+      entry.bytes += chunk.byteLength;
+      if (entry.bytes > this.limits.maxBytes) this.drop(socket, 'too many bytes');
+    };
+    socket.on('data', entry.onData);
+    if (entry.bytes > this.limits.maxBytes) this.drop(socket, 'too many bytes');
+  }
+
+  /** Whether `socket` is held here, not yet verified. */
+  isPending(socket: Socket): boolean {
+    return this.pending.has(socket);
+  }
+
+  /** The hello checked out: the socket is the group's, no longer limited here. */
+  authenticated(socket: Socket): void {
+    this.release(socket);
+  }
+
+  /** Destroys every connection still pending (the port is closing). */
+  close(): void {
+    for (const socket of [...this.pending.keys()]) {
+      this.release(socket);
+      socket.destroy();
+    }
+  }
+
+  private drop(socket: Socket, reason: DropReason): void {
+    this.dropped[reason]++;
+    this.release(socket);
+    socket.destroy();
+  }
+
+  private release(socket: Socket): void {
+    const entry = this.pending.get(socket);
+    if (entry === undefined) return;
+    clearTimeout(entry.timer);
+    if (entry.onData !== null) socket.off('data', entry.onData);
+    this.pending.delete(socket);
+  }
+}
