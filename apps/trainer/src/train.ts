@@ -148,8 +148,10 @@ export async function train(
         ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
       });
   say(`backend: ${backend.kind} (${backend.description})`);
-  // Offload keeps the model on the host (a CPU backend of its own) and computes on `backend`.
-  const modelBackend = config.strategy === 'offload' ? createCpuBackend() : backend;
+  // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
+  // own) and compute on `backend`.
+  const onHost = config.strategy === 'offload' || config.moveParamsToCpu;
+  const modelBackend = onHost ? createCpuBackend() : backend;
   const model = buildModel(config, vocabSize, modelBackend);
   if (config.init !== null) await loadInitialWeights(model, config.init);
   // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.
