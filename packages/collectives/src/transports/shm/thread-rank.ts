@@ -1,0 +1,79 @@
+import { ArgumentError } from '@webshard/tensor-core';
+import type { ProcessGroup, ProcessGroupOptions } from '../../process-group.js';
+import { joinShm } from './join-shm.js';
+import type { ShmHandle } from './shm-layout.js';
+
+/**
+ * [Note: ranks as threads]
+ * `webshard-run` can start a node's ranks as worker threads instead of processes (`--ranks-as
+ * threads`, the CLI's default on one node) without the script knowing: each thread gets the same
+ * environment a process would (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, ... through the Worker's `env`),
+ * the same `process.argv`, and in `workerData` under `THREAD_RANK_KEY` the handle of one
+ * shared-memory world and its rank. `initProcessGroup` looks there first: in such a thread it joins
+ * that `shm` world (the fastest transport here, see the README's benchmarks) instead of the
+ * network, whatever `backend` says, so `await initProcessGroup()` is the same line in both. The
+ * handle travels in `workerData` rather than in a global: it is per thread, needs no registry, and
+ * a thread the script starts itself does not inherit it. One thread joins once: a second
+ * `ShmTransport` on the same rank would read the same rings, so the second call is refused.
+ * Failures go through the launcher: a thread that throws or exits non-zero has its world aborted
+ * by the parent (an `error` or `peer-lost` abort naming it), so the others fail at once.
+ */
+export const THREAD_RANK_KEY = 'webshard:thread-rank';
+
+/** What `webshard-run` gives a rank it starts as a worker thread. */
+export interface ThreadRankData {
+  readonly handle: ShmHandle;
+  /** The rank in the world (this node's ranks only: the world is one node). */
+  readonly rank: number;
+}
+
+let joined = false;
+
+function isThreadRankData(value: unknown): value is ThreadRankData {
+  if (value === null || typeof value !== 'object') return false;
+  const data = value as Partial<ThreadRankData>;
+  return typeof data.rank === 'number' && typeof data.handle === 'object' && data.handle !== null;
+}
+
+/**
+ * This thread's rank data when `webshard-run` started it as a rank (see [Note: ranks as
+ * threads]); `null` in a main thread, another worker, or a browser. `node:worker_threads` is
+ * loaded only in Node, so the main entry stays loadable in browsers.
+ */
+export async function threadRankData(): Promise<ThreadRankData | null> {
+  if (typeof process === 'undefined' || typeof process.versions?.node !== 'string') return null;
+  const { isMainThread, workerData } = await import('node:worker_threads');
+  if (isMainThread || workerData === null || typeof workerData !== 'object') return null;
+  const data = (workerData as Record<string, unknown>)[THREAD_RANK_KEY];
+  return isThreadRankData(data) ? data : null;
+}
+
+/**
+ * Joins the shm world of a thread rank. `expected` holds what the caller asked for (`rank`,
+ * `worldSize`): a value that differs from the launcher's is an `ArgumentError`, since the world
+ * cannot honour it.
+ */
+export function joinThreadRank(
+  data: ThreadRankData,
+  expected: { rank?: number; worldSize?: number },
+  options: ProcessGroupOptions = {},
+): ProcessGroup {
+  const given = (name: string, value: number | undefined, actual: number) => {
+    if (value !== undefined && value !== actual) {
+      throw new ArgumentError(
+        'initProcessGroup',
+        `${name} ${value} was given, but webshard-run started this thread as ${name} ${actual} (rank ${data.rank} of ${data.handle.size})`,
+      );
+    }
+  };
+  given('rank', expected.rank, data.rank);
+  given('worldSize', expected.worldSize, data.handle.size);
+  if (joined) {
+    throw new ArgumentError(
+      'initProcessGroup',
+      `rank ${data.rank}'s thread already joined its shared-memory world: call initProcessGroup once per rank`,
+    );
+  }
+  joined = true;
+  return joinShm(data.handle, data.rank, options);
+}
