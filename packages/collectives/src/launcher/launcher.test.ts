@@ -86,16 +86,22 @@ describe('launch', () => {
 
   it('escalates to SIGKILL for a rank that ignores SIGTERM', async () => {
     const out = capture();
-    const result = await launch({
-      nprocPerNode: 2,
-      script: fixture('ignore-sigterm.mjs'),
-      graceMs: 200,
-      stdout: out.stream,
-      stderr: new PassThrough(),
-      forwardSignals: false,
-    });
-    expect(result).toEqual({ exitCode: 5, failedRank: 1, rankExitCodes: [137, 5] });
-    expect(out.text()).toContain('[rank 0] ignoring SIGTERM');
+    const dir = mkdtempSync(join(tmpdir(), 'webshard-run-'));
+    try {
+      const result = await launch({
+        nprocPerNode: 2,
+        script: fixture('ignore-sigterm.mjs'),
+        args: [dir],
+        graceMs: 200,
+        stdout: out.stream,
+        stderr: new PassThrough(),
+        forwardSignals: false,
+      });
+      expect(result).toEqual({ exitCode: 5, failedRank: 1, rankExitCodes: [137, 5] });
+      expect(out.text()).toContain('[rank 0] ignoring SIGTERM');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses several nodes without a shared token', async () => {
