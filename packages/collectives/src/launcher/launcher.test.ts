@@ -247,6 +247,27 @@ describe('launch with ranks as threads', () => {
     }
   });
 
+  it('fails the others at once when a thread exits without closing its group', async () => {
+    const out = capture();
+    const result = await launch({
+      nprocPerNode: 3,
+      ranksAs: 'threads',
+      script: fixture('rank1-leaves.ts'),
+      stdout: out.stream,
+      ...quiet,
+    });
+    expect(result.rankExitCodes).toEqual([1, 0, 1]);
+    const lines = out.text().trim().split('\n').sort();
+    expect(lines).toHaveLength(2);
+    for (const [index, rank] of [0, 2].entries()) {
+      expect(lines[index]).toMatch(
+        new RegExp(
+          `^\\[rank ${rank}\\] \\w+Error: .*rank 1's thread exited without closing its group`,
+        ),
+      );
+    }
+  });
+
   it('stops the other threads when one exits non-zero', async () => {
     const result = await launch({
       nprocPerNode: 3,

@@ -21,13 +21,14 @@ export interface RankRunner {
 }
 
 /**
- * Starts local rank `localRank` (global `rank`); it calls `exited(code)` once, when the rank has
- * ended and its output is flushed.
+ * Starts local rank `localRank` (global `rank`); it calls `exited(code, flushed)` once, as soon as
+ * the rank's outcome is known (so the first rank to fail is the one reported), with a promise
+ * that resolves once its output is flushed (default: already).
  */
 export type StartRank = (
   localRank: number,
   rank: number,
-  exited: (exitCode: number) => void,
+  exited: (exitCode: number, flushed?: Promise<void>) => void,
 ) => RankRunner;
 
 /** What `supervise` needs besides the ranks. */
@@ -77,8 +78,9 @@ export function supervise(options: SuperviseOptions, start: StartRank): Promise<
   const forwarded: NodeJS.Signals[] = options.forwardSignals ? ['SIGINT', 'SIGTERM', 'SIGHUP'] : [];
   for (const signal of forwarded) process.on(signal, onSignal);
 
+  let flushing = 0;
   const settle = () => {
-    if (exitCodes.some((code) => code === undefined)) return;
+    if (flushing > 0 || exitCodes.some((code) => code === undefined)) return;
     for (const signal of forwarded) process.off(signal, onSignal);
     const codes = exitCodes as number[];
     if (state.kind === 'tearingDown') {
@@ -93,11 +95,16 @@ export function supervise(options: SuperviseOptions, start: StartRank): Promise<
 
   for (let localRank = 0; localRank < nproc; localRank++) {
     const rank = nodeRank * nproc + localRank;
-    const exited = (exitCode: number) => {
+    const exited = (exitCode: number, flushed?: Promise<void>) => {
       if (exitCodes[localRank] !== undefined) return;
       exitCodes[localRank] = exitCode;
       if (exitCode !== 0) tearDown(exitCode, rank);
-      settle();
+      if (flushed === undefined) return settle();
+      flushing++;
+      void flushed.then(() => {
+        flushing--;
+        settle();
+      });
     };
     runners.push(start(localRank, rank, exited));
   }

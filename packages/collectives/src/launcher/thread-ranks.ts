@@ -6,7 +6,11 @@ import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { ArgumentError } from '@webshard/tensor-core';
 import { createShmHandle, type ShmHandle, writeShmAbort } from '../transports/shm/shm-layout.js';
-import { THREAD_RANK_KEY, type ThreadRankData } from '../transports/shm/thread-rank.js';
+import {
+  THREAD_RANK_KEY,
+  type ThreadRankData,
+  type ThreadRankEvent,
+} from '../transports/shm/thread-rank.js';
 import { LinePrefixer } from './line-prefixer.js';
 import type { StartRank } from './supervise.js';
 
@@ -79,8 +83,9 @@ function ended(stream: Readable, ms: number): Promise<void> {
  * transports/shm/thread-rank.ts). Each line of a thread's output is prefixed with `[rank R]`, and
  * an exception that escapes a thread is printed there as a process would print it. A thread that
  * throws or exits non-zero aborts the world at once, naming it (`error` or `peer-lost`), so every
- * other rank's pending and next collective fails within milliseconds; stopping the others aborts
- * the world too, and killing them is `Worker.terminate()`. A thread that throws exits with 1.
+ * other rank's pending and next collective fails within milliseconds; so does one that exits with
+ * 0 after joining without closing its group. Stopping the others aborts the world too, and
+ * killing them is `Worker.terminate()`. A thread that throws exits with 1.
  */
 export function threadRanks(options: ThreadRanksOptions): StartRank {
   const handle: ShmHandle = createShmHandle(options.nprocPerNode, {
@@ -111,23 +116,39 @@ export function threadRanks(options: ThreadRanksOptions): StartRank {
     worker.stdout.on('data', (chunk: Buffer) => out.write(chunk));
     worker.stderr.on('data', (chunk: Buffer) => err.write(chunk));
     let alive = true;
-    let threw = false;
+    let joined = false;
+    let closed = false;
+    worker.on('message', (message: unknown) => {
+      if (message === null || typeof message !== 'object') return;
+      const event = (message as Record<string, unknown>)[THREAD_RANK_KEY] as ThreadRankEvent;
+      if (event === 'joined') joined = true;
+      if (event === 'closed') closed = true;
+    });
+    // A worker's output can arrive after its 'exit': wait for both streams to end.
+    let exit: () => void = () => {};
+    const flushed = new Promise<void>((resolve) => {
+      exit = resolve;
+    })
+      .then(() => Promise.all([ended(worker.stdout, 1000), ended(worker.stderr, 1000)]))
+      .then(() => {
+        out.flush();
+        err.flush();
+      });
     worker.on('error', (error) => {
-      threw = true;
       err.write(`${error.stack ?? `${error.name}: ${error.message}`}\n`);
       abort(rank, 'error', `rank ${rank}'s thread threw ${error.name}: ${error.message}`);
+      // Reported now, not at its exit: the others fail from this abort and may exit first.
+      exited(1, flushed);
     });
     worker.on('exit', (code) => {
       alive = false;
-      if (code !== 0 && !threw) {
+      if (code !== 0) {
         abort(rank, 'peer-lost', `rank ${rank}'s thread exited with code ${code}`);
+      } else if (joined && !closed) {
+        abort(rank, 'peer-lost', `rank ${rank}'s thread exited without closing its group`);
       }
-      // A worker's output can arrive after its 'exit': wait for both streams to end.
-      void Promise.all([ended(worker.stdout, 1000), ended(worker.stderr, 1000)]).then(() => {
-        out.flush();
-        err.flush();
-        exited(code);
-      });
+      exit();
+      exited(code, flushed);
     });
     const terminate = () => {
       if (alive) void worker.terminate();

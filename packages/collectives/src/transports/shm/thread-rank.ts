@@ -1,7 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
-import type { ProcessGroup, ProcessGroupOptions } from '../../process-group.js';
-import { joinShm } from './join-shm.js';
+import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import type { ShmHandle } from './shm-layout.js';
+import { ShmTransport } from './shm-transport.js';
 
 /**
  * [Note: ranks as threads]
@@ -16,9 +16,31 @@ import type { ShmHandle } from './shm-layout.js';
  * a thread the script starts itself does not inherit it. One thread joins once: a second
  * `ShmTransport` on the same rank would read the same rings, so the second call is refused.
  * Failures go through the launcher: a thread that throws or exits non-zero has its world aborted
- * by the parent (an `error` or `peer-lost` abort naming it), so the others fail at once.
+ * by the parent (an `error` or `peer-lost` abort naming it), so the others fail at once. So does
+ * one that exits with 0 after joining but before closing its group, as a process's closed sockets
+ * would tell its peers: the thread posts `joined` and `closed` to the launcher under
+ * `THREAD_RANK_KEY` to say which.
  */
 export const THREAD_RANK_KEY = 'webshard:thread-rank';
+
+/** What a thread rank tells its launcher (a message `{ [THREAD_RANK_KEY]: event }`). */
+export type ThreadRankEvent = 'joined' | 'closed';
+
+/** The shm transport of a thread rank: tells the launcher when it closes. */
+class ThreadRankTransport extends ShmTransport {
+  constructor(
+    handle: ShmHandle,
+    rank: number,
+    private readonly tell: (event: ThreadRankEvent) => void,
+  ) {
+    super(handle, rank);
+  }
+
+  override async close(): Promise<void> {
+    await super.close();
+    this.tell('closed');
+  }
+}
 
 /** What `webshard-run` gives a rank it starts as a worker thread. */
 export interface ThreadRankData {
@@ -40,12 +62,19 @@ function isThreadRankData(value: unknown): value is ThreadRankData {
  * threads]); `null` in a main thread, another worker, or a browser. `node:worker_threads` is
  * loaded only in Node, so the main entry stays loadable in browsers.
  */
-export async function threadRankData(): Promise<ThreadRankData | null> {
+export async function threadRankData(): Promise<ThreadRank | null> {
   if (typeof process === 'undefined' || typeof process.versions?.node !== 'string') return null;
-  const { isMainThread, workerData } = await import('node:worker_threads');
-  if (isMainThread || workerData === null || typeof workerData !== 'object') return null;
+  const { isMainThread, parentPort, workerData } = await import('node:worker_threads');
+  if (isMainThread || parentPort === null) return null;
+  if (workerData === null || typeof workerData !== 'object') return null;
   const data = (workerData as Record<string, unknown>)[THREAD_RANK_KEY];
-  return isThreadRankData(data) ? data : null;
+  if (!isThreadRankData(data)) return null;
+  return { ...data, tell: (event) => parentPort.postMessage({ [THREAD_RANK_KEY]: event }) };
+}
+
+/** A thread rank's data, and how it tells its launcher what it did. */
+export interface ThreadRank extends ThreadRankData {
+  readonly tell: (event: ThreadRankEvent) => void;
 }
 
 /**
@@ -54,7 +83,7 @@ export async function threadRankData(): Promise<ThreadRankData | null> {
  * cannot honour it.
  */
 export function joinThreadRank(
-  data: ThreadRankData,
+  data: ThreadRank,
   expected: { rank?: number; worldSize?: number },
   options: ProcessGroupOptions = {},
 ): ProcessGroup {
@@ -75,5 +104,10 @@ export function joinThreadRank(
     );
   }
   joined = true;
-  return joinShm(data.handle, data.rank, options);
+  const group = ProcessGroup.fromTransport(
+    new ThreadRankTransport(data.handle, data.rank, data.tell),
+    options,
+  );
+  data.tell('joined');
+  return group;
 }
