@@ -56,3 +56,16 @@ describe('webshard-run under Slurm', () => {
     ]);
   });
 });
+
+describe('webshard-run refusals', () => {
+  it('says why in one line and exits 2 when options conflict', async () => {
+    const { code, out, errors } = await runCli(
+      ['--nproc-per-node', '2', '--nnodes', '2', '--ranks-as', 'threads', allReduce],
+      { WEBSHARD_TOKEN: 't' },
+    );
+    expect([code, out]).toEqual([2, '']);
+    expect(errors).toBe(
+      "[webshard-run] --ranks-as threads runs one node's ranks in one shared-memory world; with --nnodes 2 use --ranks-as processes\n",
+    );
+  });
+});
