@@ -268,6 +268,28 @@ describe('launch with ranks as threads', () => {
     }
   });
 
+  it('refuses a thread rank another rank or size, and a second join', async () => {
+    const out = capture();
+    const result = await launch({
+      nprocPerNode: 2,
+      ranksAs: 'threads',
+      script: fixture('join-wrong.ts'),
+      stdout: out.stream,
+      ...quiet,
+    });
+    expect(result.exitCode).toBe(0);
+    expect(
+      out
+        .text()
+        .split('\n')
+        .filter((line) => line.startsWith('[rank 1]')),
+    ).toEqual([
+      '[rank 1] [initProcessGroup] rank 7 was given, but webshard-run started this thread as rank 1 (rank 1 of 2)',
+      '[rank 1] [initProcessGroup] worldSize 3 was given, but webshard-run started this thread as worldSize 2 (rank 1 of 2)',
+      "[rank 1] [initProcessGroup] rank 1's thread already joined its shared-memory world: call initProcessGroup once per rank",
+    ]);
+  });
+
   it('stops the other threads when one exits non-zero', async () => {
     const result = await launch({
       nprocPerNode: 3,

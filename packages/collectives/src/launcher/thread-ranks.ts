@@ -63,15 +63,19 @@ function workerEntry(script: string): { file: string | URL; eval: boolean } {
   return { file: code, eval: true };
 }
 
-/** Resolves once `stream` has ended, or after `ms` if it never does. */
-function ended(stream: Readable, ms: number): Promise<void> {
+/** Resolves once `stream` has ended (or closed). */
+function ended(stream: Readable): Promise<void> {
+  return new Promise((done) => {
+    stream.once('end', done);
+    stream.once('close', done);
+  });
+}
+
+/** Resolves with `promise`, or after `ms` if it takes longer (the timer does not linger). */
+function within(promise: Promise<unknown>, ms: number): Promise<void> {
   return new Promise((done) => {
     const timer = setTimeout(done, ms);
-    stream.once('end', () => {
-      clearTimeout(timer);
-      done();
-    });
-    stream.once('close', () => {
+    void promise.then(() => {
       clearTimeout(timer);
       done();
     });
@@ -125,11 +129,12 @@ export function threadRanks(options: ThreadRanksOptions): StartRank {
       if (event === 'closed') closed = true;
     });
     // A worker's output can arrive after its 'exit': wait for both streams to end.
+    const streamsEnded = Promise.all([ended(worker.stdout), ended(worker.stderr)]);
     let exit: () => void = () => {};
     const flushed = new Promise<void>((resolve) => {
       exit = resolve;
     })
-      .then(() => Promise.all([ended(worker.stdout, 1000), ended(worker.stderr, 1000)]))
+      .then(() => within(streamsEnded, 1000))
       .then(() => {
         out.flush();
         err.flush();
