@@ -54,6 +54,7 @@ export type { PreAuthLimits } from './pre-auth-guard.js';
 export type { RendezvousOptions } from './rendezvous/env.js';
 export { resolveRendezvousOptions } from './rendezvous/env.js';
 export { RendezvousError } from './rendezvous/errors.js';
+export { expandSlurmHostlist } from './rendezvous/slurm-hostlist.js';
 export type { InitProcessGroupOptions } from './rendezvous/init-process-group.js';
 export { initProcessGroup } from './rendezvous/init-process-group.js';
 export type { Rendezvous } from './rendezvous/rendezvous.js';

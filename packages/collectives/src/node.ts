@@ -10,5 +10,6 @@ export { launchThreads, runShmWorker } from './transports/shm/launch-threads.js'
 export type {
   LaunchOptions as ProcessLaunchOptions,
   LaunchResult,
+  RanksAs,
 } from './launcher/launcher.js';
 export { launch } from './launcher/launcher.js';

@@ -1,14 +1,22 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import type { LaunchOptions } from '../launcher/launcher.js';
+import { type Env, fromEnv, NODE_SETTINGS, settingVariable } from '../rendezvous/cluster-env.js';
 
 /** The usage text of `webshard-run`. */
 export const USAGE = `usage: webshard-run --nproc-per-node N [--nnodes M --node-rank K]
-                    [--master-addr A] [--master-port P] [--token T] [--grace-ms MS]
-                    [--no-node] script [args...]
+                    [--ranks-as threads|processes] [--master-addr A] [--master-port P]
+                    [--token T] [--grace-ms MS] [--no-node] script [args...]
 
-Starts N ranks of script (node script, or node --import tsx for .ts) with torchrun's
-environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and WEBSHARD_TOKEN.
-When one rank fails, the others are stopped and webshard-run exits with its code.`;
+Starts N ranks of script with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) and WEBSHARD_TOKEN. On one node the ranks are worker threads over
+shared memory (initProcessGroup() joins it); with --ranks-as processes, or several nodes, they
+are processes (node script, or node --import tsx for .ts). When one rank fails, the others are
+stopped and webshard-run exits with its code.
+
+Flags not given come from Kubernetes training operators' PET_NNODES, PET_NODE_RANK,
+PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT, or from Slurm (SLURM_NNODES, SLURM_NODEID,
+the first host of SLURM_JOB_NODELIST; one webshard-run per node); MASTER_ADDR and MASTER_PORT
+win over both.`;
 
 const VALUED = new Set([
   'nproc-per-node',
@@ -18,6 +26,7 @@ const VALUED = new Set([
   'master-port',
   'token',
   'grace-ms',
+  'ranks-as',
 ]);
 
 function integer(flag: string, text: string): number {
@@ -29,11 +38,30 @@ function integer(flag: string, text: string): number {
 }
 
 /**
- * Parses `webshard-run`'s arguments: options (`--flag value`, `--flag=value`, torchrun's
- * underscore spellings too) up to the script; everything after the script is the script's.
- * Returns `'help'` for `--help`.
+ * Under Slurm the node's rank is `SLURM_NODEID`, shared by every task of a node: several
+ * launchers on one node would start the same ranks twice, so that is refused.
  */
-export function parseArgs(argv: readonly string[]): LaunchOptions | 'help' {
+function checkOneLauncherPerNode(env: Env, nodeRankFlag: string | undefined): void {
+  if (nodeRankFlag !== undefined) return;
+  if (settingVariable(NODE_SETTINGS.nodeRank, env) !== 'SLURM_NODEID') return;
+  const tasks = env.SLURM_NTASKS;
+  const nodes = env.SLURM_NNODES ?? env.SLURM_JOB_NUM_NODES;
+  if (tasks !== undefined && nodes !== undefined && tasks !== nodes) {
+    throw new ArgumentError(
+      'webshard-run',
+      `Slurm started ${tasks} tasks on ${nodes} nodes: run one webshard-run per node (srun --ntasks-per-node=1), or pass --node-rank`,
+    );
+  }
+}
+
+/**
+ * Parses `webshard-run`'s arguments: options (`--flag value`, `--flag=value`, torchrun's
+ * underscore spellings too) up to the script; everything after the script is the script's. Flags
+ * not given are read from `env` ([Note: where ranks learn their place] in
+ * rendezvous/cluster-env.ts). Ranks run as threads on one node and as processes on several,
+ * unless `--ranks-as` says. Returns `'help'` for `--help`.
+ */
+export function parseArgs(argv: readonly string[], env: Env = process.env): LaunchOptions | 'help' {
   const values = new Map<string, string>();
   let noNode = false;
   let index = 0;
@@ -59,23 +87,57 @@ export function parseArgs(argv: readonly string[]): LaunchOptions | 'help' {
   }
   const script = argv[index];
   if (script === undefined) throw new ArgumentError('webshard-run', 'no script given');
-  const nproc = values.get('nproc-per-node');
-  if (nproc === undefined) throw new ArgumentError('webshard-run', '--nproc-per-node is required');
-  const options: LaunchOptions = {
-    nprocPerNode: integer('nproc-per-node', nproc),
-    script,
-    args: argv.slice(index + 1),
+  const flag = <T>(name: string, parse: (text: string) => T): T | undefined => {
+    const text = values.get(name);
+    return text === undefined ? undefined : parse(text);
   };
+  const op = 'webshard-run';
+  const nproc = fromEnv(
+    flag('nproc-per-node', (t) => integer('nproc-per-node', t)),
+    NODE_SETTINGS.nprocPerNode,
+    env,
+    op,
+  );
+  if (nproc === undefined) {
+    throw new ArgumentError('webshard-run', '--nproc-per-node is required (or PET_NPROC_PER_NODE)');
+  }
+  checkOneLauncherPerNode(env, values.get('node-rank'));
+  const options: LaunchOptions = { nprocPerNode: nproc, script, args: argv.slice(index + 1) };
   if (noNode) options.noNode = true;
-  const optional = (flag: string, apply: (text: string) => void) => {
-    const text = values.get(flag);
-    if (text !== undefined) apply(text);
-  };
-  optional('nnodes', (t) => (options.nnodes = integer('nnodes', t)));
-  optional('node-rank', (t) => (options.nodeRank = integer('node-rank', t)));
-  optional('master-addr', (t) => (options.masterAddr = t));
-  optional('master-port', (t) => (options.masterPort = integer('master-port', t)));
-  optional('token', (t) => (options.token = t));
-  optional('grace-ms', (t) => (options.graceMs = integer('grace-ms', t)));
+  const nnodes = fromEnv(
+    flag('nnodes', (t) => integer('nnodes', t)),
+    NODE_SETTINGS.nnodes,
+    env,
+    op,
+  );
+  if (nnodes !== undefined) options.nnodes = nnodes;
+  const nodeRank = fromEnv(
+    flag('node-rank', (t) => integer('node-rank', t)),
+    NODE_SETTINGS.nodeRank,
+    env,
+    op,
+  );
+  if (nodeRank !== undefined) options.nodeRank = nodeRank;
+  const masterAddr = fromEnv(values.get('master-addr'), NODE_SETTINGS.masterAddr, env, op);
+  if (masterAddr !== undefined) options.masterAddr = masterAddr;
+  const masterPort = fromEnv(
+    flag('master-port', (t) => integer('master-port', t)),
+    NODE_SETTINGS.masterPort,
+    env,
+    op,
+  );
+  if (masterPort !== undefined) options.masterPort = masterPort;
+  const token = values.get('token');
+  if (token !== undefined) options.token = token;
+  const graceMs = flag('grace-ms', (t) => integer('grace-ms', t));
+  if (graceMs !== undefined) options.graceMs = graceMs;
+  const ranksAs = values.get('ranks-as');
+  if (ranksAs !== undefined && ranksAs !== 'threads' && ranksAs !== 'processes') {
+    throw new ArgumentError(
+      'webshard-run',
+      `--ranks-as must be threads or processes, got '${ranksAs}'`,
+    );
+  }
+  options.ranksAs = ranksAs ?? ((nnodes ?? 1) === 1 && !noNode ? 'threads' : 'processes');
   return options;
 }

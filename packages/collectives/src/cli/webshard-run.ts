@@ -17,7 +17,16 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const result = await launch(options);
+  let result: Awaited<ReturnType<typeof launch>>;
+  try {
+    result = await launch(options);
+  } catch (error) {
+    // Options that only conflict once combined (--ranks-as threads with --nnodes 2, a missing
+    // token): the same short message as a bad flag, not a stack.
+    if (!WebshardError.isInstance(error)) throw error;
+    process.stderr.write(`${(error as Error).message}\n`);
+    return 2;
+  }
   if (result.failedRank !== undefined) {
     process.stderr.write(
       `[webshard-run] rank ${result.failedRank} failed with exit code ${result.exitCode}; stopped the other ranks\n`,

@@ -6,7 +6,6 @@ import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { ArgumentError } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
-import { parseArgs } from '../cli/parse-args.js';
 import { freePort, LinePrefixer, launch } from './launcher.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -87,18 +86,22 @@ describe('launch', () => {
 
   it('escalates to SIGKILL for a rank that ignores SIGTERM', async () => {
     const out = capture();
-    const ready = join(mkdtempSync(join(tmpdir(), 'webshard-launch-')), 'ready');
-    const result = await launch({
-      nprocPerNode: 2,
-      script: fixture('ignore-sigterm.mjs'),
-      env: { READY_FILE: ready },
-      graceMs: 200,
-      stdout: out.stream,
-      stderr: new PassThrough(),
-      forwardSignals: false,
-    });
-    expect(result).toEqual({ exitCode: 5, failedRank: 1, rankExitCodes: [137, 5] });
-    expect(out.text()).toContain('[rank 0] ignoring SIGTERM');
+    const dir = mkdtempSync(join(tmpdir(), 'webshard-run-'));
+    try {
+      const result = await launch({
+        nprocPerNode: 2,
+        script: fixture('ignore-sigterm.mjs'),
+        args: [dir],
+        graceMs: 200,
+        stdout: out.stream,
+        stderr: new PassThrough(),
+        forwardSignals: false,
+      });
+      expect(result).toEqual({ exitCode: 5, failedRank: 1, rankExitCodes: [137, 5] });
+      expect(out.text()).toContain('[rank 0] ignoring SIGTERM');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses several nodes without a shared token', async () => {
@@ -134,9 +137,9 @@ describe('launch with initProcessGroup', () => {
     });
     expect(result.exitCode).toBe(0);
     expect(out.text().trim().split('\n').sort()).toEqual([
-      '[rank 0] rank 0 of 3: sum 6, count 3',
-      '[rank 1] rank 1 of 3: sum 6, count 3',
-      '[rank 2] rank 2 of 3: sum 6, count 3',
+      '[rank 0] rank 0 of 3 over tcp: sum 6, count 3',
+      '[rank 1] rank 1 of 3 over tcp: sum 6, count 3',
+      '[rank 2] rank 2 of 3 over tcp: sum 6, count 3',
     ]);
   });
 
@@ -162,10 +165,154 @@ describe('launch with initProcessGroup', () => {
     );
     expect(results.map((r) => r.exitCode)).toEqual([0, 0]);
     expect(outs[1]!.text().trim().split('\n').sort()).toEqual([
-      '[rank 2] rank 2 of 4: sum 10, count 4',
-      '[rank 3] rank 3 of 4: sum 10, count 4',
+      '[rank 2] rank 2 of 4 over ws: sum 10, count 4',
+      '[rank 3] rank 3 of 4 over ws: sum 10, count 4',
     ]);
-    expect(outs[0]!.text()).toContain('[rank 0] rank 0 of 4: sum 10, count 4');
+    expect(outs[0]!.text()).toContain('[rank 0] rank 0 of 4 over ws: sum 10, count 4');
+  });
+});
+
+describe('launch with ranks as threads', () => {
+  // Threads take Node flags from `execArgv`: the source condition lets them read sibling packages.
+  const execArgv = ['--conditions=@webshard/source'];
+  const quiet = { stderr: new PassThrough(), forwardSignals: false, execArgv } as const;
+
+  for (const size of [2, 4]) {
+    it(`runs the same all-reduce script as ${size} threads over shm`, async () => {
+      const out = capture();
+      const result = await launch({
+        nprocPerNode: size,
+        ranksAs: 'threads',
+        script: fixture('all-reduce.ts'),
+        args: ['tcp'],
+        stdout: out.stream,
+        ...quiet,
+      });
+      expect(result).toEqual({ exitCode: 0, rankExitCodes: new Array(size).fill(0) });
+      const sum = (size * (size + 1)) / 2;
+      expect(out.text().trim().split('\n').sort()).toEqual(
+        Array.from(
+          { length: size },
+          (_, r) => `[rank ${r}] rank ${r} of ${size} over shm: sum ${sum}, count ${size}`,
+        ),
+      );
+    });
+  }
+
+  it('gives threads the environment and arguments processes get', async () => {
+    const run = async (ranksAs: 'threads' | 'processes') => {
+      const out = capture();
+      const err = capture();
+      const result = await launch({
+        nprocPerNode: 3,
+        ranksAs,
+        script: fixture('print-env.mjs'),
+        args: ['a', 'b'],
+        stdout: out.stream,
+        stderr: err.stream,
+        forwardSignals: false,
+      });
+      expect(result.exitCode).toBe(0);
+      return {
+        out: out.text().trim().split('\n').sort(),
+        err: err.text().trim().split('\n').sort(),
+      };
+    };
+    const threads = await run('threads');
+    expect(threads).toEqual(await run('processes'));
+    expect(threads.out).toContain('[rank 2] env 2 2 3 127.0.0.1 true 48 a,b');
+  });
+
+  it('names a thread that throws: the others fail at once and the launch exits with it', async () => {
+    const out = capture();
+    const err = capture();
+    const result = await launch({
+      nprocPerNode: 3,
+      ranksAs: 'threads',
+      script: fixture('rank1-throws.ts'),
+      stdout: out.stream,
+      ...quiet,
+      stderr: err.stream,
+    });
+    expect(result).toEqual({ exitCode: 1, failedRank: 1, rankExitCodes: [1, 1, 1] });
+    expect(err.text()).toContain('[rank 1] RangeError: rank 1 gives up');
+    const lines = out.text().trim().split('\n').sort();
+    expect(lines).toHaveLength(2);
+    for (const [index, rank] of [0, 2].entries()) {
+      expect(lines[index]).toMatch(
+        new RegExp(
+          `^\\[rank ${rank}\\] \\w+Error: .*rank 1's thread threw RangeError: rank 1 gives up`,
+        ),
+      );
+    }
+  });
+
+  it('fails the others at once when a thread exits without closing its group', async () => {
+    const out = capture();
+    const result = await launch({
+      nprocPerNode: 3,
+      ranksAs: 'threads',
+      script: fixture('rank1-leaves.ts'),
+      stdout: out.stream,
+      ...quiet,
+    });
+    expect(result.rankExitCodes).toEqual([1, 0, 1]);
+    const lines = out.text().trim().split('\n').sort();
+    expect(lines).toHaveLength(2);
+    for (const [index, rank] of [0, 2].entries()) {
+      expect(lines[index]).toMatch(
+        new RegExp(
+          `^\\[rank ${rank}\\] \\w+Error: .*rank 1's thread exited without closing its group`,
+        ),
+      );
+    }
+  });
+
+  it('refuses a thread rank another rank or size, and a second join', async () => {
+    const out = capture();
+    const result = await launch({
+      nprocPerNode: 2,
+      ranksAs: 'threads',
+      script: fixture('join-wrong.ts'),
+      stdout: out.stream,
+      ...quiet,
+    });
+    expect(result.exitCode).toBe(0);
+    expect(
+      out
+        .text()
+        .split('\n')
+        .filter((line) => line.startsWith('[rank 1]')),
+    ).toEqual([
+      '[rank 1] [initProcessGroup] rank 7 was given, but webshard-run started this thread as rank 1 (rank 1 of 2)',
+      '[rank 1] [initProcessGroup] worldSize 3 was given, but webshard-run started this thread as worldSize 2 (rank 1 of 2)',
+      "[rank 1] [initProcessGroup] rank 1's thread already joined its shared-memory world: call initProcessGroup once per rank",
+    ]);
+  });
+
+  it('stops the other threads when one exits non-zero', async () => {
+    const result = await launch({
+      nprocPerNode: 3,
+      ranksAs: 'threads',
+      script: fixture('rank1-exits-3.mjs'),
+      graceMs: 200,
+      stdout: new PassThrough(),
+      ...quiet,
+    });
+    expect(result).toEqual({ exitCode: 3, failedRank: 1, rankExitCodes: [1, 3, 1] });
+  });
+
+  it('refuses threads on several nodes and for executables', async () => {
+    await expect(
+      launch({ nprocPerNode: 2, nnodes: 2, token: 't', ranksAs: 'threads', script: 'x.mjs' }),
+    ).rejects.toThrow(
+      "[webshard-run] --ranks-as threads runs one node's ranks in one shared-memory world; with --nnodes 2 use --ranks-as processes",
+    );
+    await expect(
+      launch({ nprocPerNode: 2, ranksAs: 'threads', noNode: true, script: 'x' }),
+    ).rejects.toThrow(
+      '[webshard-run] --no-node runs an executable, which cannot be a thread: use --ranks-as processes',
+    );
   });
 });
 
@@ -183,6 +330,8 @@ describe('webshard-run', () => {
       const child = spawnCli([
         '--nproc-per-node',
         '3',
+        '--ranks-as',
+        'processes',
         '--grace-ms',
         '10000',
         fixture('fail-when-peers-ready.mjs'),
@@ -217,7 +366,13 @@ describe('webshard-run', () => {
   });
 
   it('forwards SIGTERM to the ranks and exits 143', async () => {
-    const child = spawnCli(['--nproc-per-node', '2', fixture('wait-for-signal.mjs')]);
+    const child = spawnCli([
+      '--nproc-per-node',
+      '2',
+      '--ranks-as',
+      'processes',
+      fixture('wait-for-signal.mjs'),
+    ]);
     let text = '';
     let errors = '';
     child.stderr.on('data', (chunk: Buffer) => {
@@ -240,43 +395,42 @@ describe('webshard-run', () => {
   });
 });
 
-describe('parseArgs', () => {
-  it('reads both spellings and leaves the script its arguments', () => {
-    expect(
-      parseArgs([
-        '--nproc_per_node=4',
-        '--nnodes',
-        '2',
-        '--node-rank=1',
-        '--master-addr',
-        '10.0.0.1',
-        '--master_port',
-        '7000',
-        'train.ts',
-        '--lr',
-        '3',
-      ]),
-    ).toEqual({
-      nprocPerNode: 4,
-      nnodes: 2,
-      nodeRank: 1,
-      masterAddr: '10.0.0.1',
-      masterPort: 7000,
-      script: 'train.ts',
-      args: ['--lr', '3'],
+describe('webshard-run with ranks as threads (its default on one node)', () => {
+  const cli = join(here, '..', 'cli', 'webshard-run.ts');
+  const runCli = async (args: string[]) => {
+    const child = spawn(
+      process.execPath,
+      ['--conditions=@webshard/source', '--import', 'tsx', cli, ...args],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    let errors = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
     });
-    expect(parseArgs(['--help'])).toBe('help');
+    child.stderr.on('data', (chunk: Buffer) => {
+      errors += chunk.toString();
+    });
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    return { code, out, errors };
+  };
+
+  it('runs an unchanged initProcessGroup script over shm', async () => {
+    const { code, out, errors } = await runCli(['--nproc-per-node', '2', fixture('all-reduce.ts')]);
+    expect(code, errors).toBe(0);
+    expect(out.trim().split('\n').sort()).toEqual([
+      '[rank 0] rank 0 of 2 over shm: sum 3, count 2',
+      '[rank 1] rank 1 of 2 over shm: sum 3, count 2',
+    ]);
   });
 
-  it('rejects bad input with the option named', () => {
-    expect(() => parseArgs(['script.mjs'])).toThrow('[webshard-run] --nproc-per-node is required');
-    expect(() => parseArgs(['--nproc-per-node', 'x', 's.mjs'])).toThrow(
-      "[webshard-run] --nproc-per-node needs an integer, got 'x'",
+  it('exits non-zero naming the thread that threw', async () => {
+    const { code, errors } = await runCli(['--nproc-per-node', '2', fixture('rank1-throws.ts')]);
+    expect(code).toBe(1);
+    expect(errors).toContain('[rank 1] RangeError: rank 1 gives up');
+    expect(errors).toContain(
+      '[webshard-run] rank 1 failed with exit code 1; stopped the other ranks',
     );
-    expect(() => parseArgs(['--bogus', '1', 's.mjs'])).toThrow(
-      '[webshard-run] unknown option --bogus',
-    );
-    expect(() => parseArgs(['--nproc-per-node', '2'])).toThrow('[webshard-run] no script given');
   });
 });
 

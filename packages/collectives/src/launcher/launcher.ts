@@ -1,9 +1,16 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
-import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 import { ArgumentError } from '@webshard/tensor-core';
+import { processRanks } from './process-ranks.js';
+import { type LaunchResult, supervise } from './supervise.js';
+import { threadRanks } from './thread-ranks.js';
+
+export type { LaunchResult } from './supervise.js';
+export { LinePrefixer } from './line-prefixer.js';
+
+/** How a node's ranks run: child processes, or worker threads of the launcher over `shm`. */
+export type RanksAs = 'processes' | 'threads';
 
 /** What `webshard-run` starts: `nprocPerNode` ranks of `script` on this node. */
 export interface LaunchOptions {
@@ -36,26 +43,15 @@ export interface LaunchOptions {
   stderr?: Writable;
   /** Forward SIGINT, SIGTERM and SIGHUP to the ranks (default true). */
   forwardSignals?: boolean;
-}
-
-/** How a launch ended. */
-export interface LaunchResult {
-  /** 0 when every rank succeeded; else the first failed rank's code (128 + signal if killed). */
-  exitCode: number;
-  /** The first rank that failed, if one did. */
-  failedRank?: number;
-  /** Each rank's exit code, by local rank (128 + signal number when killed by a signal). */
-  rankExitCodes: number[];
-}
-
-type LaunchState =
-  | { kind: 'running' }
-  | { kind: 'tearingDown'; exitCode: number; failedRank?: number; killTimer: NodeJS.Timeout };
-
-function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): number {
-  if (code !== null) return code;
-  const number = signal === null ? 0 : (constants.signals[signal] ?? 0);
-  return 128 + number;
+  /**
+   * `processes` (the default here; the `webshard-run` CLI defaults to `threads` on one node) or
+   * `threads`: worker threads of this process over one shared-memory world, one node only, whose
+   * `initProcessGroup` joins that world ([Note: ranks as threads] in
+   * transports/shm/thread-rank.ts).
+   */
+  ranksAs?: RanksAs;
+  /** Threads only: Node flags of every rank's worker (default this process's `execArgv`). */
+  execArgv?: readonly string[];
 }
 
 /** A free TCP port on 127.0.0.1 (the OS picks; released before it is returned). */
@@ -69,39 +65,6 @@ export async function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
-}
-
-/**
- * Prefixes every complete line written through it with `prefix`; a trailing partial line is held
- * until its newline comes or `flush()` is called.
- */
-export class LinePrefixer {
-  private pending = '';
-  constructor(
-    private readonly prefix: string,
-    private readonly out: Writable,
-  ) {}
-
-  write(chunk: Buffer | string): void {
-    const text = this.pending + chunk.toString();
-    const lines = text.split('\n');
-    this.pending = lines.pop() ?? '';
-    if (lines.length > 0) this.out.write(lines.map((line) => `${this.prefix}${line}\n`).join(''));
-  }
-
-  flush(): void {
-    if (this.pending !== '') this.out.write(`${this.prefix}${this.pending}\n`);
-    this.pending = '';
-  }
-}
-
-function commandFor(options: LaunchOptions): { file: string; argv: string[] } {
-  const args = [...(options.args ?? [])];
-  if (options.noNode) return { file: options.script, argv: args };
-  if (/\.[mc]?ts$/.test(options.script)) {
-    return { file: process.execPath, argv: ['--import', 'tsx', options.script, ...args] };
-  }
-  return { file: process.execPath, argv: [options.script, ...args] };
 }
 
 function validate(options: LaunchOptions): void {
@@ -120,13 +83,39 @@ function validate(options: LaunchOptions): void {
     );
   }
   if (options.script === '') throw new ArgumentError('webshard-run', 'no script given');
+  if (options.ranksAs === 'threads') {
+    if ((options.nnodes ?? 1) > 1) {
+      throw new ArgumentError(
+        'webshard-run',
+        `--ranks-as threads runs one node's ranks in one shared-memory world; with --nnodes ${options.nnodes} use --ranks-as processes`,
+      );
+    }
+    if (options.noNode) {
+      throw new ArgumentError(
+        'webshard-run',
+        '--no-node runs an executable, which cannot be a thread: use --ranks-as processes',
+      );
+    }
+  } else if (options.ranksAs !== undefined && options.ranksAs !== 'processes') {
+    throw new ArgumentError(
+      'webshard-run',
+      `--ranks-as must be threads or processes, got '${options.ranksAs}'`,
+    );
+  }
+}
+
+function definedOnly(env: Record<string, string | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) if (value !== undefined) out[name] = value;
+  return out;
 }
 
 /**
- * Starts `nprocPerNode` ranks of a script as child processes with torchrun's environment
- * (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR`,
- * `MASTER_PORT`) plus `WEBSHARD_TOKEN`, prefixes each output line with `[rank R]`, forwards
- * signals, and when one rank fails sends SIGTERM to the others (SIGKILL after `graceMs`) and
+ * Starts `nprocPerNode` ranks of a script, as child processes (default) or as worker threads
+ * (`ranksAs: 'threads'`), with torchrun's environment (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
+ * `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR`, `MASTER_PORT`) plus `WEBSHARD_TOKEN`, prefixes
+ * each output line with `[rank R]`, forwards signals, and when one rank fails stops the others
+ * (SIGTERM, or an abort of the threads' world; SIGKILL or `terminate()` after `graceMs`) and
  * resolves with that rank's exit code.
  */
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
@@ -146,96 +135,41 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       'several nodes need a shared join token: pass --token or set WEBSHARD_TOKEN on every node',
     );
   }
-  const graceMs = options.graceMs ?? 3000;
-  const stdout = options.stdout ?? process.stdout;
-  const stderr = options.stderr ?? process.stderr;
-  const { file, argv } = commandFor(options);
-
-  const children: ChildProcess[] = [];
-  const exitCodes: (number | undefined)[] = new Array(nproc).fill(undefined);
-  let state: LaunchState = { kind: 'running' };
-  let finish: (result: LaunchResult) => void = () => {};
-  const done = new Promise<LaunchResult>((resolve) => {
-    finish = resolve;
-  });
-
-  const tearDown = (exitCode: number, failedRank?: number) => {
-    if (state.kind !== 'running') return;
-    for (const child of children) {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
-    }
-    const killTimer = setTimeout(() => {
-      for (const child of children) {
-        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      }
-    }, graceMs);
-    state = { kind: 'tearingDown', exitCode, killTimer };
-    if (failedRank !== undefined) state.failedRank = failedRank;
-  };
-
-  const onSignal = (signal: NodeJS.Signals) => {
-    for (const child of children) {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-    }
-    tearDown(128 + (constants.signals[signal] ?? 0));
-  };
-  const forwarded: NodeJS.Signals[] =
-    options.forwardSignals === false ? [] : ['SIGINT', 'SIGTERM', 'SIGHUP'];
-  for (const signal of forwarded) process.on(signal, onSignal);
-
-  const settle = () => {
-    if (exitCodes.some((code) => code === undefined)) return;
-    for (const signal of forwarded) process.off(signal, onSignal);
-    const codes = exitCodes as number[];
-    if (state.kind === 'tearingDown') {
-      clearTimeout(state.killTimer);
-      const result: LaunchResult = { exitCode: state.exitCode, rankExitCodes: codes };
-      if (state.failedRank !== undefined) result.failedRank = state.failedRank;
-      finish(result);
-    } else {
-      finish({ exitCode: 0, rankExitCodes: codes });
-    }
-  };
-
-  for (let localRank = 0; localRank < nproc; localRank++) {
-    const rank = nodeRank * nproc + localRank;
-    const child = spawn(file, argv, {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        ...process.env,
-        ...options.env,
-        RANK: String(rank),
-        LOCAL_RANK: String(localRank),
-        WORLD_SIZE: String(nnodes * nproc),
-        LOCAL_WORLD_SIZE: String(nproc),
-        GROUP_RANK: String(nodeRank),
-        MASTER_ADDR: masterAddr,
-        MASTER_PORT: String(masterPort),
-        WEBSHARD_TOKEN: token,
-      },
+  const envOf = (localRank: number, rank: number) =>
+    definedOnly({
+      ...process.env,
+      ...options.env,
+      RANK: String(rank),
+      LOCAL_RANK: String(localRank),
+      WORLD_SIZE: String(nnodes * nproc),
+      LOCAL_WORLD_SIZE: String(nproc),
+      GROUP_RANK: String(nodeRank),
+      MASTER_ADDR: masterAddr,
+      MASTER_PORT: String(masterPort),
+      WEBSHARD_TOKEN: token,
     });
-    children.push(child);
-    const out = new LinePrefixer(`[rank ${rank}] `, stdout);
-    const err = new LinePrefixer(`[rank ${rank}] `, stderr);
-    child.stdout?.on('data', (chunk: Buffer) => out.write(chunk));
-    child.stderr?.on('data', (chunk: Buffer) => err.write(chunk));
-    child.on('error', (error) => {
-      err.write(`failed to start ${file}: ${error.message}\n`);
-      if (exitCodes[localRank] === undefined) {
-        exitCodes[localRank] = 127;
-        tearDown(127, rank);
-        settle();
-      }
-    });
-    child.on('close', (code, signal) => {
-      out.flush();
-      err.flush();
-      if (exitCodes[localRank] !== undefined) return;
-      const exitCode = exitCodeOf(code, signal);
-      exitCodes[localRank] = exitCode;
-      if (exitCode !== 0) tearDown(exitCode, rank);
-      settle();
-    });
-  }
-  return done;
+  const common = {
+    script: options.script,
+    args: options.args ?? [],
+    envOf,
+    stdout: options.stdout ?? process.stdout,
+    stderr: options.stderr ?? process.stderr,
+  };
+  const start =
+    options.ranksAs === 'threads'
+      ? threadRanks({
+          ...common,
+          nprocPerNode: nproc,
+          ...(options.execArgv !== undefined ? { execArgv: options.execArgv } : {}),
+        })
+      : processRanks({ ...common, noNode: options.noNode ?? false });
+  return supervise(
+    {
+      nprocPerNode: nproc,
+      nodeRank,
+      graceMs: options.graceMs ?? 3000,
+      forwardSignals: options.forwardSignals !== false,
+    },
+    start,
+  );
 }

@@ -1,5 +1,6 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import type { PreAuthLimits } from '../pre-auth-guard.js';
+import { type Env, fromEnv, processEnv, RANK_SETTINGS } from './cluster-env.js';
 
 /** Where and how a rank joins: the fields torchrun passes in the environment, plus the token. */
 export interface RendezvousOptions {
@@ -29,49 +30,45 @@ export interface RendezvousOptions {
   preAuth?: PreAuthLimits;
 }
 
-type Env = Record<string, string | undefined>;
-
-function processEnv(): Env {
-  return typeof process === 'undefined' ? {} : (process.env as Env);
-}
-
-function integer(name: string, text: string | undefined, fallback?: number): number {
-  if (text === undefined || text === '') {
-    if (fallback === undefined) {
-      throw new ArgumentError('rendezvous', `${name} is required (option or environment variable)`);
-    }
-    return fallback;
-  }
-  const value = Number(text);
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new ArgumentError('rendezvous', `${name} must be a non-negative integer, got '${text}'`);
+function required(name: string, value: number | undefined): number {
+  if (value === undefined) {
+    const variables = RANK_SETTINGS[name as 'rank' | 'worldSize'].variables.join(' or ');
+    throw new ArgumentError('rendezvous', `${name} is required (option, ${variables})`);
   }
   return value;
 }
 
 /**
  * Fills rendezvous options from explicit values first, then torchrun's environment variables
- * (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`) and `WEBSHARD_TOKEN`.
+ * (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), then those of Kubernetes
+ * training operators (`PET_MASTER_ADDR`, `PET_MASTER_PORT`) and Slurm (`SLURM_PROCID`,
+ * `SLURM_NTASKS`, `SLURM_LOCALID`, the first host of `SLURM_JOB_NODELIST`), each setting on its
+ * own ([Note: where ranks learn their place] in cluster-env.ts), and `WEBSHARD_TOKEN`. Defaults:
+ * `masterAddr` 127.0.0.1, `masterPort` 29500, `localRank` the rank.
  */
 export function resolveRendezvousOptions(
   options: Partial<RendezvousOptions> = {},
   env: Env = processEnv(),
 ): RendezvousOptions {
-  const rank = options.rank ?? integer('RANK', env.RANK);
-  const worldSize = options.worldSize ?? integer('WORLD_SIZE', env.WORLD_SIZE);
+  const op = 'rendezvous';
+  const rank = required('rank', fromEnv(options.rank, RANK_SETTINGS.rank, env, op));
+  const worldSize = required(
+    'worldSize',
+    fromEnv(options.worldSize, RANK_SETTINGS.worldSize, env, op),
+  );
   if (worldSize < 1)
     throw new ArgumentError('rendezvous', `worldSize must be >= 1, got ${worldSize}`);
   if (rank >= worldSize) {
     throw new ArgumentError('rendezvous', `rank ${rank} is outside [0, ${worldSize})`);
   }
-  const masterPort = options.masterPort ?? integer('MASTER_PORT', env.MASTER_PORT, 29500);
+  const masterPort = fromEnv(options.masterPort, RANK_SETTINGS.masterPort, env, op) ?? 29500;
   if (masterPort > 65535) throw new ArgumentError('rendezvous', `masterPort ${masterPort} > 65535`);
   const resolved: RendezvousOptions = {
     rank,
     worldSize,
-    masterAddr: options.masterAddr ?? env.MASTER_ADDR ?? '127.0.0.1',
+    masterAddr: fromEnv(options.masterAddr, RANK_SETTINGS.masterAddr, env, op) ?? '127.0.0.1',
     masterPort,
-    localRank: options.localRank ?? integer('LOCAL_RANK', env.LOCAL_RANK, rank),
+    localRank: fromEnv(options.localRank, RANK_SETTINGS.localRank, env, op) ?? rank,
     token: options.token ?? env.WEBSHARD_TOKEN ?? '',
     timeoutMs: options.timeoutMs ?? 300_000,
   };

@@ -196,7 +196,7 @@ describe('resolveRendezvousOptions', () => {
 
   it('rejects missing and malformed values', () => {
     expect(() => resolveRendezvousOptions({}, {})).toThrow(
-      new ArgumentError('rendezvous', 'RANK is required (option or environment variable)'),
+      new ArgumentError('rendezvous', 'rank is required (option, RANK or SLURM_PROCID)'),
     );
     expect(() => resolveRendezvousOptions({}, { RANK: 'x', WORLD_SIZE: '2' })).toThrow(
       "[rendezvous] RANK must be a non-negative integer, got 'x'",

@@ -1,11 +1,12 @@
-// Rank 0 ignores SIGTERM so the launcher must escalate to SIGKILL; rank 1 fails once rank 0 has
-// its handler in place (it writes READY_FILE then), so a slow start cannot turn the SIGKILL the
-// test expects into a plain SIGTERM death.
+// Rank 0 ignores SIGTERM so the launcher must escalate to SIGKILL; rank 1 fails as soon as rank 0
+// handles SIGTERM (rank 0 writes `ready-0` into the directory in argv[2] once it does).
 import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 
+const dir = process.argv[2];
 if (process.env.RANK === '1') {
   const poll = setInterval(() => {
-    if (existsSync(process.env.READY_FILE)) {
+    if (existsSync(join(dir, 'ready-0'))) {
       clearInterval(poll);
       process.exit(5);
     }
@@ -13,6 +14,6 @@ if (process.env.RANK === '1') {
 } else {
   process.on('SIGTERM', () => console.log('ignoring SIGTERM'));
   console.log('ready');
-  writeFileSync(process.env.READY_FILE, 'ready');
+  writeFileSync(join(dir, 'ready-0'), '');
   setTimeout(() => {}, 60_000);
 }

@@ -1,0 +1,113 @@
+import { ArgumentError } from '@webshard/tensor-core';
+import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
+import type { ShmHandle } from './shm-layout.js';
+import { ShmTransport } from './shm-transport.js';
+
+/**
+ * [Note: ranks as threads]
+ * `webshard-run` can start a node's ranks as worker threads instead of processes (`--ranks-as
+ * threads`, the CLI's default on one node) without the script knowing: each thread gets the same
+ * environment a process would (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, ... through the Worker's `env`),
+ * the same `process.argv`, and in `workerData` under `THREAD_RANK_KEY` the handle of one
+ * shared-memory world and its rank. `initProcessGroup` looks there first: in such a thread it joins
+ * that `shm` world (the fastest transport here, see the README's benchmarks) instead of the
+ * network, whatever `backend` says, so `await initProcessGroup()` is the same line in both. The
+ * handle travels in `workerData` rather than in a global: it is per thread, needs no registry, and
+ * a thread the script starts itself does not inherit it. One thread joins once: a second
+ * `ShmTransport` on the same rank would read the same rings, so the second call is refused.
+ * Failures go through the launcher: a thread that throws or exits non-zero has its world aborted
+ * by the parent (an `error` or `peer-lost` abort naming it), so the others fail at once. So does
+ * one that exits with 0 after joining but before closing its group, as a process's closed sockets
+ * would tell its peers: the thread posts `joined` and `closed` to the launcher under
+ * `THREAD_RANK_KEY` to say which.
+ */
+export const THREAD_RANK_KEY = 'webshard:thread-rank';
+
+/** What a thread rank tells its launcher (a message `{ [THREAD_RANK_KEY]: event }`). */
+export type ThreadRankEvent = 'joined' | 'closed';
+
+/** The shm transport of a thread rank: tells the launcher when it closes. */
+class ThreadRankTransport extends ShmTransport {
+  constructor(
+    handle: ShmHandle,
+    rank: number,
+    private readonly tell: (event: ThreadRankEvent) => void,
+  ) {
+    super(handle, rank);
+  }
+
+  override async close(): Promise<void> {
+    await super.close();
+    this.tell('closed');
+  }
+}
+
+/** What `webshard-run` gives a rank it starts as a worker thread. */
+export interface ThreadRankData {
+  readonly handle: ShmHandle;
+  /** The rank in the world (this node's ranks only: the world is one node). */
+  readonly rank: number;
+}
+
+let joined = false;
+
+function isThreadRankData(value: unknown): value is ThreadRankData {
+  if (value === null || typeof value !== 'object') return false;
+  const data = value as Partial<ThreadRankData>;
+  return typeof data.rank === 'number' && typeof data.handle === 'object' && data.handle !== null;
+}
+
+/**
+ * This thread's rank data when `webshard-run` started it as a rank (see [Note: ranks as
+ * threads]); `null` in a main thread, another worker, or a browser. `node:worker_threads` is
+ * loaded only in Node, so the main entry stays loadable in browsers.
+ */
+export async function threadRankData(): Promise<ThreadRank | null> {
+  if (typeof process === 'undefined' || typeof process.versions?.node !== 'string') return null;
+  const { isMainThread, parentPort, workerData } = await import('node:worker_threads');
+  if (isMainThread || parentPort === null) return null;
+  if (workerData === null || typeof workerData !== 'object') return null;
+  const data = (workerData as Record<string, unknown>)[THREAD_RANK_KEY];
+  if (!isThreadRankData(data)) return null;
+  return { ...data, tell: (event) => parentPort.postMessage({ [THREAD_RANK_KEY]: event }) };
+}
+
+/** A thread rank's data, and how it tells its launcher what it did. */
+export interface ThreadRank extends ThreadRankData {
+  readonly tell: (event: ThreadRankEvent) => void;
+}
+
+/**
+ * Joins the shm world of a thread rank. `expected` holds what the caller asked for (`rank`,
+ * `worldSize`): a value that differs from the launcher's is an `ArgumentError`, since the world
+ * cannot honour it.
+ */
+export function joinThreadRank(
+  data: ThreadRank,
+  expected: { rank?: number; worldSize?: number },
+  options: ProcessGroupOptions = {},
+): ProcessGroup {
+  const given = (name: string, value: number | undefined, actual: number) => {
+    if (value !== undefined && value !== actual) {
+      throw new ArgumentError(
+        'initProcessGroup',
+        `${name} ${value} was given, but webshard-run started this thread as ${name} ${actual} (rank ${data.rank} of ${data.handle.size})`,
+      );
+    }
+  };
+  given('rank', expected.rank, data.rank);
+  given('worldSize', expected.worldSize, data.handle.size);
+  if (joined) {
+    throw new ArgumentError(
+      'initProcessGroup',
+      `rank ${data.rank}'s thread already joined its shared-memory world: call initProcessGroup once per rank`,
+    );
+  }
+  joined = true;
+  const group = ProcessGroup.fromTransport(
+    new ThreadRankTransport(data.handle, data.rank, data.tell),
+    options,
+  );
+  data.tell('joined');
+  return group;
+}
