@@ -3,6 +3,7 @@ import { createRequire } from 'node:module';
 import { constants as osConstants } from 'node:os';
 import { Writable } from 'node:stream';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { isMainThread } from 'node:worker_threads';
 import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
 import { launch, launchThreads } from '@webshard/collectives/node';
 import type { Backend } from '@webshard/tensor-core';
@@ -38,8 +39,10 @@ const GROUP_TIMEOUT_MS = 120_000;
  *   The `webgpu` package has no adapter in worker threads, so these ranks use the CPU backend.
  * - `tcp`, `ws`: one process per rank. The trainer starts them through `webshard-run`'s launcher
  *   with its own arguments; each child sees torchrun's variables (`RANK`, `WORLD_SIZE`, ...) and
- *   joins the group instead of launching. So `webshard-run --nproc-per-node 2 webshard-train
- *   --strategy ddp --transport tcp` works too, and across machines with `--nnodes`.
+ *   joins the group instead of launching. So `webshard-run --nproc-per-node 2 --no-node
+ *   webshard-train --strategy ddp --transport tcp` works too (on one node webshard-run starts
+ *   threads over shm by default, which `initProcessGroup` joins), and across machines with
+ *   `--nnodes`.
  * Files are checked before any rank starts, so a bad path fails once, with exit 2. Rank 0 prints
  * and writes; a rank that fails makes the others fail fast (the group is aborted naming it).
  */
@@ -71,7 +74,13 @@ async function joinAsRank(
       { option: '--world-size' },
     );
   }
-  const rankConfig = { ...config, worldSize };
+  // webshard-run runs one node's ranks as threads over shm by default: `initProcessGroup` joins
+  // that world whatever the flag says, so the run reports the transport it really uses.
+  const rankConfig = {
+    ...config,
+    worldSize,
+    ...(isMainThread ? {} : { transport: 'shm' as const }),
+  };
   checkBatchDivides(rankConfig);
   const transport = config.transport as 'tcp' | 'ws';
   const group = await initProcessGroup({ backend: transport, timeoutMs: GROUP_TIMEOUT_MS });
