@@ -1,4 +1,4 @@
-import { matmulWasmBase64 } from './matmul-wasm.generated.js';
+import { matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
 
 /**
  * [Note: the WASM SIMD matmul]
@@ -23,14 +23,17 @@ import { matmulWasmBase64 } from './matmul-wasm.generated.js';
  *   on every run and every engine (no fused multiply-add: relaxed SIMD's madd may or may not round
  *   once, and ranks on different machines must agree). The TypeScript kernel sums in f64 and rounds
  *   once; the two agree to the f32 tolerance, and PyTorch, tfjs and onnxruntime also sum f32 in f32.
+ * - Memory. Each backend has its own instance; its memory grows to the largest call's operands,
+ *   packed panels and result, and is kept for reuse (scratch, like the TypeScript kernel's copies,
+ *   so not in `memoryStats`).
  * - Fallback. Where `WebAssembly.validate` rejects the module (no SIMD) or the operands would not fit
  *   in a 2 GiB memory, the TypeScript kernel runs; f16, bf16 and f64 always take it.
  */
 
 /** The kernel's register tile: rows of A and columns of B per panel. */
-const MR = 4;
-const NR = 8;
-const SCRATCH_BYTES = 128;
+const MR = matmulTile.rows;
+const NR = matmulTile.columns;
+const SCRATCH_BYTES = 256;
 /** Past this many bytes of operands the TypeScript kernel runs (i32 offsets, V8's memory cap). */
 const MAX_BYTES = 2 ** 31 - 2 ** 16;
 const PAGE = 65536;
