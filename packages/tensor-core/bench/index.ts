@@ -1,7 +1,8 @@
 /**
  * tensor-core benchmarks: f32 matmul GFLOP/s on WebGPU beside tfjs-backend-webgpu on the same
  * adapter in the same run (tfjs gets `navigator.gpu` from the backend's own `webgpu` instance), the
- * CPU backend at the same sizes, and host <-> device transfer GB/s for 64 MiB. Where no WebGPU
+ * CPU backend at the same sizes beside tfjs-backend-wasm and the CPU backend's TypeScript kernel, and
+ * host <-> device transfer GB/s for 64 MiB. Where no WebGPU
  * adapter exists, the WebGPU, tfjs and transfer rows are skipped with a message and the CPU rows
  * still run. Run: `pnpm --filter @webshard/tensor-core bench`.
  */
@@ -111,19 +112,43 @@ if (gpu && tf) {
   }
 }
 
-// The CPU backend (plain TypeScript), at the same sizes.
+// The CPU backend's f32 matmul at the same sizes: the WASM SIMD kernel against tfjs-backend-wasm
+// (XNNPACK, SIMD; Node gives it one thread) and against the TypeScript kernel it replaced, in the
+// same run. See [Note: the WASM SIMD matmul].
 const cpu = createCpuBackend();
+const cpuTypescript = createCpuBackend({ matmulKernel: 'typescript' });
+console.log(`cpu matmul kernel ${cpu.matmulKernel}`);
+tf ??= await import('@tensorflow/tfjs-core');
+await import('@tensorflow/tfjs-backend-wasm');
+await tf.setBackend('wasm');
+await tf.ready();
+const tfjsWasmPeer = `tfjs-backend-wasm 4.22 (simd ${tf.env().getBool('WASM_HAS_SIMD_SUPPORT') ? 'on' : 'off'}, threads ${tf.env().getBool('WASM_HAS_MULTITHREAD_SUPPORT') ? 'on' : 'off'})`;
 for (const n of CPU_SIZES) {
   const value = gflops(n, await matmulMs(cpu, n));
-  console.log(`matmul n=${n}: cpu ${value.toFixed(2)} GFLOP/s`);
+  const peer = gflops(n, await tfjsMs(tf, n));
+  const typescript = gflops(n, await matmulMs(cpuTypescript, n));
+  console.log(
+    `matmul n=${n}: cpu ${cpu.matmulKernel} ${value.toFixed(2)} GFLOP/s, ${tfjsWasmPeer} ${peer.toFixed(2)}, cpu typescript ${typescript.toFixed(2)}`,
+  );
   rows.push({
-    name: `matmul f32 n=${n} (cpu backend)`,
+    name: `matmul f32 n=${n} (cpu backend, ${cpu.matmulKernel})`,
     metric: 'throughput',
     value,
     unit: 'GFLOP/s',
+    peer: tfjsWasmPeer,
+    peerValue: peer,
+  });
+  rows.push({
+    name: `matmul f32 n=${n} (cpu backend, ${cpu.matmulKernel} vs typescript)`,
+    metric: 'throughput',
+    value,
+    unit: 'GFLOP/s',
+    peer: 'the TypeScript kernel, same run',
+    peerValue: typescript,
   });
 }
 cpu.dispose();
+cpuTypescript.dispose();
 
 // Transfers, 64 MiB.
 if (gpu) {

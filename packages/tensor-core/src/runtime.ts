@@ -13,6 +13,16 @@ export function createCpuBackend(options: CpuBackendOptions = {}): CpuBackend {
       `memoryLimit ${options.memoryLimit} is not a non-negative number of bytes`,
     );
   }
+  if (
+    options.matmulKernel !== undefined &&
+    options.matmulKernel !== 'auto' &&
+    options.matmulKernel !== 'typescript'
+  ) {
+    throw new ArgumentError(
+      'createCpuBackend',
+      `matmulKernel '${String(options.matmulKernel)}' is not 'auto' or 'typescript'`,
+    );
+  }
   return new CpuBackend(options);
 }
 

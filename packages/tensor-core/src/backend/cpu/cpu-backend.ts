@@ -33,6 +33,7 @@ import {
 } from './index-kernels.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { matmulKernel } from './matmul.js';
+import { loadWasmMatmul, type WasmMatmul } from './matmul-wasm.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
 import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-kernels.js';
 
@@ -40,10 +41,16 @@ import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-k
 export interface CpuBackendOptions {
   /** Emulated device memory in bytes: allocations past it throw `OutOfMemoryError`. */
   memoryLimit?: number;
+  /**
+   * The f32 matmul: 'auto' (the default) runs WebAssembly SIMD where the engine has it and the
+   * TypeScript kernel elsewhere; 'typescript' always runs the TypeScript kernel (the reference).
+   */
+  matmulKernel?: 'auto' | 'typescript';
 }
 
 /**
- * The CPU backend: every kernel of the contract in plain TypeScript over ArrayBuffers.
+ * The CPU backend: every kernel of the contract in plain TypeScript over ArrayBuffers, except the
+ * f32 matmul, which runs as WebAssembly SIMD where the engine has it ([Note: the WASM SIMD matmul]).
  * Floats compute in doubles and round once on store (see [Note: CPU stores round once per dtype]).
  * f64 is supported here only, for gradient checks.
  */
@@ -54,7 +61,10 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     f16Storage: 'packed',
     maxStorageBytes: 2 ** 31,
   };
-  readonly description = 'CPU (TypeScript kernels)';
+  readonly description: string;
+  /** Which f32 matmul runs: see [Note: the WASM SIMD matmul]. */
+  readonly matmulKernel: 'wasm-simd' | 'typescript';
+  private readonly wasmMatmul: WasmMatmul | null;
 
   constructor(options: CpuBackendOptions = {}) {
     super(
@@ -65,6 +75,12 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       'cpu',
     );
     this.allocator.setLimit(options.memoryLimit);
+    this.wasmMatmul = options.matmulKernel === 'typescript' ? null : loadWasmMatmul();
+    this.matmulKernel = this.wasmMatmul === null ? 'typescript' : 'wasm-simd';
+    this.description =
+      this.wasmMatmul === null
+        ? 'CPU (TypeScript kernels)'
+        : 'CPU (TypeScript kernels, WebAssembly SIMD f32 matmul)';
   }
 
   // ---- external memory --------------------------------------------------------------------
@@ -228,7 +244,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     transposeB: boolean,
   ): void {
     this.assertLive('matmul');
-    matmulKernel(a, b, out, transposeA, transposeB);
+    matmulKernel(a, b, out, transposeA, transposeB, this.wasmMatmul);
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {

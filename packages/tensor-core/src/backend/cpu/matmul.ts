@@ -1,5 +1,6 @@
 import type { KernelTensor } from '../backend.js';
 import { outputValues, readValues, type Values } from './cpu-storage.js';
+import { type MatmulShape, WasmMatmul } from './matmul-wasm.js';
 
 const BLOCK_K = 128;
 const BLOCK_N = 256;
@@ -81,21 +82,40 @@ export function toRowMajor(
   return into;
 }
 
-/** The backend's `matmul`: batched, broadcast over a batch of 1, either operand transposed. */
+/**
+ * The backend's `matmul`: batched, broadcast over a batch of 1, either operand transposed. f32 runs
+ * on `wasm` when given (see [Note: the WASM SIMD matmul]); everything else, and f32 where `wasm` is
+ * null, runs the TypeScript kernel below.
+ */
 export function matmulKernel(
   a: KernelTensor,
   b: KernelTensor,
   out: KernelTensor,
   transposeA: boolean,
   transposeB: boolean,
+  wasm: WasmMatmul | null = null,
 ): void {
   const [batch, m, n] = out.shape as [number, number, number];
   const k = transposeA ? a.shape[1]! : a.shape[2]!;
+  const batchA = a.shape[0]!;
+  const batchB = b.shape[0]!;
+  if (wasm !== null && a.dtype === 'f32' && b.dtype === 'f32' && out.dtype === 'f32') {
+    const shape: MatmulShape = { batch, batchA, batchB, m, k, n, transposeA, transposeB };
+    if (WasmMatmul.accepts(shape)) {
+      const o = outputValues(out);
+      wasm.run(
+        readValues(a) as Float32Array,
+        readValues(b) as Float32Array,
+        o.values as Float32Array,
+        shape,
+      );
+      o.commit();
+      return;
+    }
+  }
   const av = readValues(a);
   const bv = readValues(b);
   const o = outputValues(out);
-  const batchA = a.shape[0]!;
-  const batchB = b.shape[0]!;
   const acc = new Float64Array(m * n);
   const aMat = new Float64Array(m * k);
   const bMat = new Float64Array(k * n);

@@ -1,0 +1,207 @@
+import { describe, expect, it } from 'vitest';
+import { ArgumentError } from '../../errors.js';
+import { createCpuBackend } from '../../runtime.js';
+import { seededValues } from '../../testing/reference.js';
+import type { Backend, KernelTensor } from '../backend.js';
+import { loadWasmMatmul, type WasmApi } from './matmul-wasm.js';
+
+interface Case {
+  batch: number;
+  batchA: number;
+  batchB: number;
+  m: number;
+  k: number;
+  n: number;
+}
+
+// Odd sizes, edge tiles on both axes, k across the 256-deep blocks, rows across the 64-row blocks,
+// batches with either operand broadcast.
+const CASES: Case[] = [
+  { batch: 1, batchA: 1, batchB: 1, m: 1, k: 1, n: 1 },
+  { batch: 1, batchA: 1, batchB: 1, m: 3, k: 131, n: 517 },
+  { batch: 1, batchA: 1, batchB: 1, m: 67, k: 65, n: 5 },
+  { batch: 1, batchA: 1, batchB: 1, m: 1, k: 1, n: 1025 },
+  { batch: 1, batchA: 1, batchB: 1, m: 70, k: 513, n: 19 },
+  { batch: 3, batchA: 3, batchB: 1, m: 5, k: 300, n: 9 },
+  { batch: 2, batchA: 1, batchB: 2, m: 4, k: 8, n: 8 },
+  { batch: 4, batchA: 4, batchB: 4, m: 17, k: 33, n: 31 },
+];
+
+function operand(backend: Backend, shape: number[], values?: number[]): KernelTensor {
+  const t: KernelTensor = {
+    storage: backend.allocate(shape.reduce((x, y) => x * y, 1) * 4),
+    offset: 0,
+    dtype: 'f32',
+    shape,
+  };
+  if (values) backend.write(t, Float32Array.from(values));
+  return t;
+}
+
+/** C = A B summed in f32 in k order from f32 products: the WASM kernel's exact contract. */
+function sequentialF32(
+  a: Float32Array,
+  b: Float32Array,
+  { m, k, n }: Case,
+  transposeA: boolean,
+  transposeB: boolean,
+): Float32Array {
+  const c = new Float32Array(m * n);
+  for (let i = 0; i < m; i++) {
+    for (let j = 0; j < n; j++) {
+      let sum = 0;
+      for (let t = 0; t < k; t++) {
+        const av = transposeA ? a[t * m + i]! : a[i * k + t]!;
+        const bv = transposeB ? b[j * k + t]! : b[t * n + j]!;
+        sum = Math.fround(sum + Math.fround(av * bv));
+      }
+      c[i * n + j] = sum;
+    }
+  }
+  return c;
+}
+
+async function matmul(
+  backend: Backend,
+  c: Case,
+  transposeA: boolean,
+  transposeB: boolean,
+  av: number[],
+  bv: number[],
+): Promise<Float32Array> {
+  const a = operand(backend, transposeA ? [c.batchA, c.k, c.m] : [c.batchA, c.m, c.k], av);
+  const b = operand(backend, transposeB ? [c.batchB, c.n, c.k] : [c.batchB, c.k, c.n], bv);
+  const out = operand(backend, [c.batch, c.m, c.n]);
+  backend.matmul(a, b, out, transposeA, transposeB);
+  return (await backend.read(out)) as Float32Array;
+}
+
+describe('the WASM SIMD f32 matmul', () => {
+  const wasm = createCpuBackend();
+  const typescript = createCpuBackend({ matmulKernel: 'typescript' });
+
+  it('runs where the engine has WebAssembly SIMD (Node)', () => {
+    expect(wasm.matmulKernel).toBe('wasm-simd');
+    expect(typescript.matmulKernel).toBe('typescript');
+  });
+
+  for (const c of CASES) {
+    for (const [transposeA, transposeB] of [
+      [false, false],
+      [true, false],
+      [false, true],
+      [true, true],
+    ] as const) {
+      const name = `batch ${c.batch} (${c.batchA}, ${c.batchB}), ${c.m}x${c.k}x${c.n}, transposes ${transposeA} ${transposeB}`;
+      it(`sums in f32 in k order, bit for bit, and agrees with the TypeScript kernel: ${name}`, async () => {
+        const av = seededValues(c.batchA * c.m * c.k, c.m + 7 * c.k, -1, 1);
+        const bv = seededValues(c.batchB * c.k * c.n, c.n + 11 * c.k, -1, 1);
+        const got = await matmul(wasm, c, transposeA, transposeB, av, bv);
+        const reference = await matmul(typescript, c, transposeA, transposeB, av, bv);
+        const a = Float32Array.from(av);
+        const b = Float32Array.from(bv);
+        for (let p = 0; p < c.batch; p++) {
+          const pa = a.subarray((c.batchA === 1 ? 0 : p) * c.m * c.k);
+          const pb = b.subarray((c.batchB === 1 ? 0 : p) * c.k * c.n);
+          const expected = sequentialF32(pa, pb, c, transposeA, transposeB);
+          expect(got.subarray(p * c.m * c.n, (p + 1) * c.m * c.n)).toEqual(expected);
+        }
+        expectWithinSummationBound(got, reference, av, bv, c, transposeA, transposeB);
+      });
+    }
+  }
+
+  it('overwrites the output when a call reuses module memory left dirty by a larger one', async () => {
+    const big: Case = { batch: 1, batchA: 1, batchB: 1, m: 9, k: 300, n: 13 };
+    const small: Case = { batch: 1, batchA: 1, batchB: 1, m: 2, k: 3, n: 5 };
+    await matmul(wasm, big, false, false, seededValues(9 * 300, 1), seededValues(300 * 13, 2));
+    const av = seededValues(6, 3);
+    const bv = seededValues(15, 4);
+    const got = await matmul(wasm, small, false, false, av, bv);
+    expect(got).toEqual(
+      sequentialF32(Float32Array.from(av), Float32Array.from(bv), small, false, false),
+    );
+  });
+
+  it('falls back to the TypeScript kernel where WebAssembly or its SIMD is missing', async () => {
+    const noSimd: WasmApi = {
+      validate: () => false,
+      Module: WebAssembly.Module,
+      Instance: WebAssembly.Instance,
+    };
+    expect(loadWasmMatmul(noSimd)).toBeNull();
+    expect(loadWasmMatmul(null)).toBeNull();
+    expect(loadWasmMatmul()).not.toBeNull();
+    // The fallback backend computes the TypeScript kernel's f64 sums.
+    const c: Case = { batch: 1, batchA: 1, batchB: 1, m: 3, k: 5, n: 2 };
+    const av = seededValues(15, 5);
+    const bv = seededValues(10, 6);
+    const got = await matmul(typescript, c, false, false, av, bv);
+    const expected = new Float32Array(6);
+    for (let i = 0; i < 3; i++) {
+      for (let j = 0; j < 2; j++) {
+        let sum = 0;
+        for (let t = 0; t < 5; t++)
+          sum += Math.fround(av[i * 5 + t]!) * Math.fround(bv[t * 2 + j]!);
+        expected[i * 2 + j] = sum;
+      }
+    }
+    expect(got).toEqual(expected);
+  });
+
+  it('rejects an unknown matmulKernel option', () => {
+    expect(() => createCpuBackend({ matmulKernel: 'fast' as never })).toThrowError(
+      "[createCpuBackend] matmulKernel 'fast' is not 'auto' or 'typescript'",
+    );
+    expect(
+      ArgumentError.isInstance(
+        captureError(() => createCpuBackend({ matmulKernel: 'x' as never })),
+      ),
+    ).toBe(true);
+  });
+});
+
+/**
+ * |f32 sum - f64 sum| <= (k + 1) eps |a| |b| per element (eps = 2^-24): the textbook bound of
+ * recursive summation in f32 (Higham, Accuracy and Stability, 3.1), against the TypeScript kernel's
+ * f64 sums rounded once. A flat relative tolerance would fail where a sum cancels to near zero.
+ */
+function expectWithinSummationBound(
+  got: Float32Array,
+  reference: Float32Array,
+  av: number[],
+  bv: number[],
+  c: Case,
+  transposeA: boolean,
+  transposeB: boolean,
+): void {
+  const { m, k, n } = c;
+  for (let p = 0; p < c.batch; p++) {
+    const aBase = (c.batchA === 1 ? 0 : p) * m * k;
+    const bBase = (c.batchB === 1 ? 0 : p) * k * n;
+    for (let i = 0; i < m; i++) {
+      for (let j = 0; j < n; j++) {
+        let magnitude = 0;
+        for (let t = 0; t < k; t++) {
+          const a = Math.fround(av[aBase + (transposeA ? t * m + i : i * k + t)]!);
+          const b = Math.fround(bv[bBase + (transposeB ? j * k + t : t * n + j)]!);
+          magnitude += Math.abs(a * b);
+        }
+        const at = p * m * n + i * n + j;
+        const bound = (k + 1) * 2 ** -24 * magnitude + 2 ** -24 * Math.abs(reference[at]!);
+        if (!(Math.abs(got[at]! - reference[at]!) <= bound)) {
+          throw new Error(`element ${at}: ${got[at]} vs ${reference[at]}, bound ${bound}`);
+        }
+      }
+    }
+  }
+}
+
+function captureError(run: () => unknown): unknown {
+  try {
+    run();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}

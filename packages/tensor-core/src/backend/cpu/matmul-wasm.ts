@@ -1,0 +1,152 @@
+import { matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
+
+/**
+ * [Note: the WASM SIMD matmul]
+ * The CPU backend's f32 matmul runs as WebAssembly with 128-bit SIMD, from hand-written WAT that
+ * generate-matmul-wasm.mjs writes and assembles (matmul.wat beside it; the bytes are checked in as
+ * matmul-wasm.generated.ts, so users need no toolchain), as collectives' reduce kernels are built.
+ *
+ * - Packing. Both operands are copied into the module's memory, then `pack` lays A out as panels
+ *   of 4 rows ([k][4] floats each) and B as panels of 8 columns ([k][8]), zero-padded at the edges.
+ *   Packing reads through element strides, so transposed operands cost nothing extra, and the hot
+ *   loop reads both panels sequentially whatever the layout. A batch of 1 broadcasts: it is packed
+ *   once.
+ * - The register tile. `gemm` computes C in 4x8 tiles held in 8 f32x4 locals (V8 keeps them in xmm
+ *   registers): per k step, two vector loads of B, four splat loads of A and 8 multiply-adds, with
+ *   the k loop unrolled 4 times. Edge tiles go through a 4x8 scratch tile at byte 0.
+ * - Cache blocks. k runs in blocks of 256 and rows in blocks of 64: one tile's slices of an A panel
+ *   (4 KiB) and a B panel (8 KiB) stay in L1, and a 64x256 block of A (64 KiB) stays in L2 while
+ *   every B panel passes over it.
+ * - Numerics. Each element is summed in f32, in k order, from f32 products: (((0 + a0 b0) + a1 b1)
+ *   + ...). The accumulators of the second and later k blocks start from C's partial sums, so the
+ *   order, and so every bit of the result, does not depend on the blocking; the result is the same
+ *   on every run and every engine (no fused multiply-add: relaxed SIMD's madd may or may not round
+ *   once, and ranks on different machines must agree). The TypeScript kernel sums in f64 and rounds
+ *   once; the two agree to the f32 tolerance, and PyTorch, tfjs and onnxruntime also sum f32 in f32.
+ * - Memory. Each backend has its own instance; its memory grows to the largest call's operands,
+ *   packed panels and result, and is kept for reuse (scratch, like the TypeScript kernel's copies,
+ *   so not in `memoryStats`).
+ * - Fallback. Where `WebAssembly.validate` rejects the module (no SIMD) or the operands would not fit
+ *   in a 2 GiB memory, the TypeScript kernel runs; f16, bf16 and f64 always take it.
+ */
+
+/** The kernel's register tile: rows of A and columns of B per panel. */
+const MR = matmulTile.rows;
+const NR = matmulTile.columns;
+const SCRATCH_BYTES = 256;
+/** Past this many bytes of operands the TypeScript kernel runs (i32 offsets, V8's memory cap). */
+const MAX_BYTES = 2 ** 31 - 2 ** 16;
+const PAGE = 65536;
+
+interface MatmulExports {
+  readonly memory: WebAssembly.Memory;
+  readonly pack: (
+    src: number,
+    dst: number,
+    outer: number,
+    inner: number,
+    width: number,
+    strideOuter: number,
+    strideInner: number,
+  ) => void;
+  readonly gemm: (ap: number, bp: number, c: number, m: number, k: number, n: number) => void;
+}
+
+/** The parts of the `WebAssembly` namespace the loader uses (a test passes one without SIMD). */
+export type WasmApi = Pick<typeof WebAssembly, 'validate' | 'Module' | 'Instance'>;
+
+const compiled = new WeakMap<WasmApi, WebAssembly.Module | null>();
+
+function decodeBase64(text: string): Uint8Array<ArrayBuffer> {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+const align16 = (bytes: number) => Math.ceil(bytes / 16) * 16;
+const roundUp = (x: number, to: number) => Math.ceil(x / to) * to;
+
+/** One f32 matmul call's shapes: C[batch, m, n] = A[batchA, m, k] B[batchB, k, n]. */
+export interface MatmulShape {
+  batch: number;
+  batchA: number;
+  batchB: number;
+  m: number;
+  k: number;
+  n: number;
+  /** A is stored [k, m] per batch element. */
+  transposeA: boolean;
+  /** B is stored [n, k] per batch element. */
+  transposeB: boolean;
+}
+
+/** The WASM SIMD f32 matmul over one module instance, whose memory only grows. */
+export class WasmMatmul {
+  constructor(private readonly exports: MatmulExports) {}
+
+  /** The bytes of module memory `shape` needs, or Infinity past what the module can address. */
+  static bytesFor(s: MatmulShape): number {
+    const bytes =
+      SCRATCH_BYTES +
+      align16(s.batchA * s.m * s.k * 4) +
+      align16(s.batchB * s.k * s.n * 4) +
+      roundUp(s.m, MR) * s.k * 4 +
+      roundUp(s.n, NR) * s.k * 4 +
+      align16(s.batch * s.m * s.n * 4);
+    return bytes <= MAX_BYTES ? bytes : Number.POSITIVE_INFINITY;
+  }
+
+  /** Whether `run` takes this shape (it fits, and no dimension is empty). */
+  static accepts(s: MatmulShape): boolean {
+    return s.m > 0 && s.n > 0 && s.k > 0 && Number.isFinite(WasmMatmul.bytesFor(s));
+  }
+
+  /** Write A B into `out` (`batch * m * n` floats). The caller checks `accepts(shape)` first. */
+  run(a: Float32Array, b: Float32Array, out: Float32Array, s: MatmulShape): void {
+    const { batch, batchA, batchB, m, k, n } = s;
+    const memory = this.exports.memory;
+    const need = WasmMatmul.bytesFor(s);
+    if (memory.buffer.byteLength < need) {
+      memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
+    }
+    const aRaw = SCRATCH_BYTES;
+    const bRaw = aRaw + align16(batchA * m * k * 4);
+    const aPack = bRaw + align16(batchB * k * n * 4);
+    const bPack = aPack + roundUp(m, MR) * k * 4;
+    const c = bPack + roundUp(n, NR) * k * 4;
+    const buffer = memory.buffer;
+    new Float32Array(buffer, aRaw, batchA * m * k).set(a.subarray(0, batchA * m * k));
+    new Float32Array(buffer, bRaw, batchB * k * n).set(b.subarray(0, batchB * k * n));
+    // Element (i, t) of A and (t, j) of B, as (outer, inner) strides in elements.
+    const [aOuter, aInner] = s.transposeA ? [1, m] : [k, 1];
+    const [bOuter, bInner] = s.transposeB ? [k, 1] : [1, n];
+    const { pack, gemm } = this.exports;
+    for (let p = 0; p < batch; p++) {
+      if (p === 0 || batchA !== 1) pack(aRaw + p * m * k * 4, aPack, m, k, MR, aOuter, aInner);
+      if (p === 0 || batchB !== 1) pack(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner);
+      gemm(aPack, bPack, c + p * m * n * 4, m, k, n);
+    }
+    out.set(new Float32Array(buffer, c, batch * m * n));
+  }
+}
+
+/**
+ * An instance of the WASM SIMD matmul, or null where the engine cannot run it (no WebAssembly, or
+ * no SIMD: `validate` rejects the module). `wasm` defaults to the global `WebAssembly` (null when
+ * there is none).
+ */
+export function loadWasmMatmul(
+  wasm: WasmApi | null = globalThis.WebAssembly ?? null,
+): WasmMatmul | null {
+  if (wasm === null) return null;
+  let module = compiled.get(wasm);
+  if (module === undefined) {
+    const bytes = decodeBase64(matmulWasmBase64);
+    module = wasm.validate(bytes) ? new wasm.Module(bytes) : null;
+    compiled.set(wasm, module);
+  }
+  if (module === null) return null;
+  const instance = new wasm.Instance(module, {});
+  return new WasmMatmul(instance.exports as unknown as MatmulExports);
+}
