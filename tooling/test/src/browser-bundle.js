@@ -9,11 +9,11 @@ const builtins = new Set(builtinModules);
  * Bundles `entry` as a web app would (esbuild, `platform: 'browser'`, which adds the `browser`
  * condition; `@webshard/source` so sibling packages are read from source) and returns every Node
  * built-in some module tried to import, as `importer: module` with the importer relative to `root`,
- * and the bundled files (relative to the working directory). Built-ins are recorded and left
+ * the bundled files (relative to the working directory) and the bundle's code (one ES module). Built-ins are recorded and left
  * external instead of failing the build, so one run lists all of them.
  * @param {string} entry
  * @param {string} root
- * @returns {Promise<{ nodeImports: string[]; inputs: string[] }>}
+ * @returns {Promise<{ nodeImports: string[]; inputs: string[]; code: string }>}
  */
 export async function bundleForBrowser(entry, root) {
   /** @type {string[]} */
@@ -41,5 +41,6 @@ export async function bundleForBrowser(entry, root) {
     logLevel: 'silent',
     plugins: [recordBuiltins],
   });
-  return { nodeImports, inputs: Object.keys(result.metafile.inputs) };
+  const code = result.outputFiles[0]?.text ?? '';
+  return { nodeImports, inputs: Object.keys(result.metafile.inputs), code };
 }
