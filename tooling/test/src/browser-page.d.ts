@@ -6,7 +6,7 @@ export function findChromium(): string | null;
 /** True (after printing why) when no Chromium exists and `WEBSHARD_REQUIRE_BROWSER` is not 1. */
 export function skipWithoutChromium(test: string): boolean;
 
-/** Opens `files` (served from http://localhost) in headless Chromium with WebGPU allowed. */
+/** Opens `files` (served from 127.0.0.1) in headless Chromium with WebGPU allowed. */
 export function openPage(
   files: Record<string, { type: string; body: string }>,
   options?: { initScript?: string },

@@ -1,5 +1,6 @@
 // Plain JavaScript with a declaration file beside it, like index.js.
 import { existsSync } from 'node:fs';
+import { createServer } from 'node:http';
 
 /**
  * A Chromium to run pages in: `WEBSHARD_CHROMIUM`, else Debian's package; null when none exists.
@@ -30,21 +31,41 @@ export function skipWithoutChromium(test) {
 }
 
 /**
- * Opens `files` in headless Chromium (with WebGPU allowed: `--enable-unsafe-webgpu`), served from
- * http://localhost by request routing (a secure context, as WebGPU needs; no server, no port), and
- * loads `/`. `initScript` runs in the page before its own scripts. Console errors and uncaught
- * exceptions are collected in `errors`.
+ * Serves `files` from a server on 127.0.0.1 (a real local origin: Chromium's local network access
+ * checks refuse a routed page's WebSockets to 127.0.0.1, and http://127.0.0.1 is a secure context,
+ * as WebGPU needs), opens `/` in headless Chromium with WebGPU allowed (`--enable-unsafe-webgpu`).
+ * `initScript` runs in the page before its own scripts. Console errors and uncaught exceptions
+ * are collected in `errors`; `close` stops the browser and the server.
  * @param {Record<string, { type: string; body: string }>} files
  * @param {{ initScript?: string }} [options]
  */
 export async function openPage(files, options = {}) {
   const executablePath = findChromium();
   if (executablePath === null) throw new Error('no chromium found (set WEBSHARD_CHROMIUM)');
-  const { chromium } = await import('playwright-core');
-  const browser = await chromium.launch({
-    executablePath,
-    args: ['--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan'],
+  const server = createServer((request, response) => {
+    const file = files[new URL(request.url ?? '/', 'http://127.0.0.1').pathname];
+    if (request.url === '/favicon.ico') response.writeHead(204).end();
+    else if (file === undefined) response.writeHead(404).end();
+    else response.writeHead(200, { 'content-type': file.type }).end(file.body);
   });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(undefined)));
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  const stopServer = () => new Promise((resolve) => server.close(() => resolve(undefined)));
+  const { chromium } = await import('playwright-core');
+  const browser = await chromium
+    .launch({
+      executablePath,
+      args: ['--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan'],
+    })
+    .catch(async (error) => {
+      await stopServer();
+      throw error;
+    });
+  const close = async () => {
+    await browser.close();
+    await stopServer();
+  };
   /** @type {string[]} */
   const errors = [];
   try {
@@ -54,15 +75,10 @@ export async function openPage(files, options = {}) {
     });
     page.on('pageerror', (e) => errors.push(e.message));
     if (options.initScript !== undefined) await page.addInitScript(options.initScript);
-    await page.route('http://localhost/**', (route) => {
-      const file = files[new URL(route.request().url()).pathname];
-      if (file === undefined) return route.fulfill({ status: 404, body: '' });
-      return route.fulfill({ contentType: file.type, body: file.body });
-    });
-    await page.goto('http://localhost/');
-    return { browser, page, errors, close: () => browser.close() };
+    await page.goto(`http://127.0.0.1:${port}/`);
+    return { browser, page, errors, close };
   } catch (error) {
-    await browser.close();
+    await close();
     throw error;
   }
 }
