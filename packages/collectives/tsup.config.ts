@@ -6,10 +6,13 @@ export default defineConfig({
     entry: {
       'cli/webshard-run': 'src/cli/webshard-run.ts',
       node: 'src/node.ts',
+      'platform/browser': 'src/platform/browser.ts',
+      'platform/node': 'src/platform/node.ts',
       testing: 'src/testing/index.ts',
     },
-    // The testing entry runs inside the user's vitest.
-    external: ['vitest'],
+    // The testing entry runs inside the user's vitest; `#platform` stays an import so the
+    // consumer's resolver picks the Node or browser file ([Note: the collectives platform module]).
+    external: ['vitest', '#platform'],
   }),
   // Code shared by the entries goes in common chunks, so `./node`'s workers build the main entry's
   // ProcessGroup and throw its error classes (not a second copy that fails `instanceof`), and the

@@ -1,9 +1,19 @@
 import { definePackageConfig } from '@webshard/build';
 import { defineConfig } from 'tsup';
 
-export default defineConfig(
-  definePackageConfig({
-    entry: { testing: 'src/testing/index.ts' },
-    external: ['vitest', 'webgpu'],
+export default defineConfig({
+  ...definePackageConfig({
+    entry: {
+      node: 'src/node.ts',
+      'platform/browser': 'src/platform/browser.ts',
+      'platform/node': 'src/platform/node.ts',
+      testing: 'src/testing/index.ts',
+    },
+    // `#platform` stays an import in dist, so the consumer's resolver picks the Node or the
+    // browser file by condition (package.json `imports`; [Note: the platform module]).
+    external: ['vitest', 'webgpu', '#platform'],
   }),
-);
+  // Shared chunks, so the entries (and the two `#platform` files) use one copy of Tensor and of
+  // the error classes.
+  splitting: true,
+});

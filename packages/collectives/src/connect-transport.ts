@@ -1,4 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
+import { loadLocalAddressToward, loadTcpTransport } from '#platform';
 import type { AbortReason } from './errors.js';
 import type { Transport } from './transport.js';
 import type { RendezvousOptions } from './rendezvous/env.js';
@@ -39,7 +40,7 @@ async function defaultDataHost(joined: Rendezvous): Promise<string | undefined> 
   if (fromEnv) return fromEnv;
   const { masterAddr, masterPort } = joined.options;
   if (LOOPBACK.has(masterAddr)) return '127.0.0.1';
-  const { localAddressToward } = await import('./transports/tcp/local-address.js');
+  const localAddressToward = await loadLocalAddressToward();
   return localAddressToward(masterAddr, masterPort || 29500);
 }
 
@@ -76,7 +77,7 @@ export async function createNetworkTransport(
     ...(joined.options.preAuth !== undefined ? { preAuth: joined.options.preAuth } : {}),
   };
   if (backend === 'tcp') {
-    const { TcpTransport } = await import('./transports/tcp/tcp-transport.js');
+    const TcpTransport = await loadTcpTransport();
     return TcpTransport.create(common);
   }
   const { WsTransport } = await import('./transports/ws/ws-transport.js');

@@ -145,6 +145,19 @@ export class NoAdapterError extends WebshardError {
   }
 }
 
+/**
+ * An API that needs Node (file io, listening sockets, the Dawn `webgpu` package) was called where
+ * there is no Node: in a page, or a bundle built with the `browser` condition. The message names
+ * the op and what to do instead.
+ */
+export class NodeRequiredError extends WebshardError {
+  readonly op: string;
+  constructor(op: string, detail: string) {
+    super(`[${op}] needs Node: ${detail}`, { code: 'E_NODE_REQUIRED' });
+    this.op = op;
+  }
+}
+
 /** Tensors of two different backends given to one op, or a backend-level failure. */
 export class BackendError extends WebshardError {
   readonly op: string;

@@ -9,7 +9,7 @@ function importFirst(path: string): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', '--input-type=module', '-e', script],
+      ['--conditions=@webshard/source', '--import', 'tsx', '--input-type=module', '-e', script],
       { timeout: 30_000 },
       (error, stdout) => (error ? reject(error) : resolve(stdout.trim())),
     );

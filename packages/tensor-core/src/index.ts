@@ -73,6 +73,7 @@ export {
   FreedTensorError,
   IndexError,
   NoAdapterError,
+  NodeRequiredError,
   OutOfMemoryError,
   ShapeError,
   SharedStorageError,

@@ -1,4 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
+import { loadStoreServer, readFile } from '#platform';
 import { type RendezvousOptions, resolveRendezvousOptions, storeBindAddress } from './env.js';
 import { StoreClient, type WebSocketConstructor } from './store-client.js';
 import type { StoreServer } from './store-server.js';
@@ -22,7 +23,6 @@ async function tlsFromEnvironment(): Promise<RendezvousOptions['tls']> {
   const names = { cert: 'WEBSHARD_TLS_CERT', key: 'WEBSHARD_TLS_KEY', ca: 'WEBSHARD_TLS_CA' };
   const given = Object.entries(names).filter(([, name]) => process.env[name]);
   if (given.length === 0) return undefined;
-  const { readFile } = await import('node:fs/promises');
   const tls: NonNullable<RendezvousOptions['tls']> = {};
   for (const [field, name] of given) {
     const path = process.env[name]!;
@@ -57,7 +57,7 @@ export async function rendezvous(
     if (tls !== undefined && (tls.cert === undefined || tls.key === undefined)) {
       throw new ArgumentError('rendezvous', 'rank 0 hosts the store: tls needs cert and key there');
     }
-    const { StoreServer: Server } = await import('./store-server.js');
+    const Server = await loadStoreServer();
     server = new Server({
       port: options.masterPort,
       host: storeBindAddress(options),

@@ -1,4 +1,5 @@
 import type { FileHandle } from 'node:fs/promises';
+import { nodeFs } from '#platform';
 import type { Backend, KernelTensor } from '../backend/backend.js';
 import { bytesPerElement, type DType, type HostArray } from '../dtype.js';
 import { WebshardError } from '../errors.js';
@@ -129,7 +130,7 @@ async function openFile(
   op: string,
   file = path,
 ): Promise<{ handle: FileHandle; fs: typeof import('node:fs/promises') }> {
-  const fs = await import('node:fs/promises');
+  const fs = await nodeFs(op);
   try {
     return { handle: await fs.open(path, flags), fs };
   } catch (error) {

@@ -1,3 +1,4 @@
+import { loadNodeChannels } from '#platform';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import { publishedBy } from '../../rendezvous/published-by.js';
@@ -122,7 +123,7 @@ function isNode(): boolean {
  */
 async function defaultChannels(tls: WsTlsOptions | undefined): Promise<ChannelFactory> {
   if (isNode()) {
-    const { nodeChannels } = await import('./ws-node.js');
+    const nodeChannels = await loadNodeChannels();
     return nodeChannels(tls);
   }
   const native = (globalThis as { WebSocket?: unknown }).WebSocket;

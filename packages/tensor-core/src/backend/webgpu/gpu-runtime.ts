@@ -1,5 +1,7 @@
 /// <reference types="@webgpu/types" />
+import { importDawn, nodeFs, RUNTIME } from '#platform';
 import { NoAdapterError } from '../../errors.js';
+import { acquireBrowserAdapter, browserGpuEnvironment } from './browser-adapter.js';
 
 /** How to find a WebGPU adapter. */
 export interface AdapterOptions {
@@ -72,7 +74,7 @@ export interface AcquiredAdapter {
 }
 
 async function fileExists(path: string): Promise<boolean> {
-  const { access } = await import('node:fs/promises');
+  const { access } = await nodeFs('webgpu');
   try {
     await access(path);
     return true;
@@ -82,7 +84,7 @@ async function fileExists(path: string): Promise<boolean> {
 }
 
 async function hasDriverManifest(): Promise<boolean> {
-  const { readdir } = await import('node:fs/promises');
+  const { readdir } = await nodeFs('webgpu');
   for (const dir of DRIVER_ICD_DIRS) {
     try {
       const entries = await readdir(dir);
@@ -98,24 +100,22 @@ function envFlag(name: string): boolean {
   return typeof process !== 'undefined' && process.env?.[name] === '1';
 }
 
-/** Finds an adapter: `navigator.gpu` in browsers, the `webgpu` package (Dawn) in Node. */
+/**
+ * Finds an adapter: `navigator.gpu` in browsers (and in any bundle built with the `browser`
+ * condition), the `webgpu` package (Dawn) in Node. See [Note: adapters in a page].
+ */
 export async function acquireAdapter(options: AdapterOptions = {}): Promise<AcquiredAdapter> {
   const request: GPURequestAdapterOptions = {};
   if (options.powerPreference) request.powerPreference = options.powerPreference;
   const tried: string[] = [];
-  const nav = (globalThis as { navigator?: { gpu?: GPU } }).navigator;
   const isNode = typeof process !== 'undefined' && process.versions?.node !== undefined;
-  if (!isNode) {
-    const gpu = nav?.gpu;
-    tried.push('navigator.gpu');
-    const adapter = gpu ? await gpu.requestAdapter(request) : null;
-    if (gpu && adapter) return { gpu, adapter, tried };
-    throw new NoAdapterError(tried, 'This browser does not expose WebGPU (navigator.gpu).');
+  if (!isNode || RUNTIME === 'browser') {
+    return acquireBrowserAdapter(browserGpuEnvironment(), request);
   }
 
   let webgpu: { create(flags: string[]): GPU };
   try {
-    webgpu = (await import('webgpu')) as unknown as { create(flags: string[]): GPU };
+    webgpu = await importDawn();
   } catch (error) {
     tried.push(`import('webgpu') failed: ${(error as Error).message}`);
     throw new NoAdapterError(tried, 'Install the optional dependency: npm install webgpu');

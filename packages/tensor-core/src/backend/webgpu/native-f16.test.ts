@@ -246,7 +246,7 @@ process.exit(0);`;
       const out = await new Promise<string>((resolve, reject) => {
         execFile(
           process.execPath,
-          ['--import', 'tsx', '--input-type=module', '-e', script],
+          ['--conditions=@webshard/source', '--import', 'tsx', '--input-type=module', '-e', script],
           { timeout: 30_000 },
           (error, stdout) => (error ? reject(error) : resolve(stdout)),
         );

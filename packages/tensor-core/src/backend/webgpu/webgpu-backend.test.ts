@@ -271,7 +271,7 @@ describe.runIf(enabled)('WebGpuBackend', () => {
     const out = await new Promise<string>((resolve, reject) => {
       execFile(
         process.execPath,
-        ['--import', 'tsx', '-e', script],
+        ['--conditions=@webshard/source', '--import', 'tsx', '-e', script],
         {
           env: {
             ...process.env,

@@ -1,0 +1,101 @@
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { bundleForBrowser } from '@webshard/test-config/browser-bundle';
+import { openPage, skipWithoutChromium } from '@webshard/test-config/browser-page';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** What the page reports: matmul's result and the backend's kind, or the error it threw. */
+interface PageResult {
+  kind?: string;
+  values?: number[];
+  error?: { name: string; message: string };
+}
+
+// Imports the browser bundle of the root entry and runs a 2x3 by 3x2 matmul on a backend.
+const PAGE = `<!doctype html><title>tensor-core</title><script type="module">
+import * as tc from '/tensor-core.js';
+window.runMatmul = async (kind) => {
+  try {
+    const backend = await tc.createBackend({ kind });
+    const a = tc.tensor([[1, 2, 3], [4, 5, 6]], { backend });
+    const b = tc.tensor([[1, 0], [0, 1], [1, -1]], { backend });
+    return { kind: backend.kind, values: Array.from(await tc.matmul(a, b).read()) };
+  } catch (e) {
+    return { error: { name: e.name, message: e.message } };
+  }
+};
+window.ready = true;
+</script>`;
+const EXPECTED = [4, -1, 10, -1];
+
+type Opened = Awaited<ReturnType<typeof openPage>>;
+
+async function open(code: string, initScript?: string): Promise<Opened> {
+  const opened = await openPage(
+    {
+      '/': { type: 'text/html', body: PAGE },
+      '/tensor-core.js': { type: 'text/javascript', body: code },
+    },
+    initScript === undefined ? {} : { initScript },
+  );
+  await opened.page.waitForFunction(() => (window as { ready?: boolean }).ready === true);
+  return opened;
+}
+
+function runMatmul(opened: Opened, kind: 'cpu' | 'webgpu'): Promise<PageResult> {
+  return opened.page.evaluate(
+    (k) => (window as unknown as { runMatmul(k: string): Promise<PageResult> }).runMatmul(k),
+    kind,
+  );
+}
+
+describe.skipIf(skipWithoutChromium('browser-page.test.ts'))(
+  'the browser bundle in headless Chromium',
+  () => {
+    let code = '';
+    let opened: Opened | undefined;
+
+    beforeAll(async () => {
+      const bundle = await bundleForBrowser(join(here, 'index.ts'), dirname(here));
+      expect(bundle.nodeImports).toEqual([]);
+      code = bundle.code;
+      opened = await open(code);
+    }, 120_000);
+
+    afterAll(async () => {
+      await opened?.close();
+    });
+
+    it('runs matmul on the CPU backend in a page', async () => {
+      expect(await runMatmul(opened!, 'cpu')).toEqual({ kind: 'cpu', values: EXPECTED });
+      expect(opened!.errors).toEqual([]);
+    });
+
+    it('runs matmul on WebGPU in a page (--enable-unsafe-webgpu), or says how to enable it', async () => {
+      const result = await runMatmul(opened!, 'webgpu');
+      if (result.error?.name === 'NoAdapterError' && process.env.WEBSHARD_REQUIRE_WEBGPU !== '1') {
+        // This Chromium gives no adapter (no Vulkan or SwiftShader): the error must still be the
+        // page's, not Node's.
+        console.warn(`browser-page.test.ts: no WebGPU in this Chromium: ${result.error.message}`);
+        expect(result.error.message).toContain('--enable-unsafe-webgpu');
+        return;
+      }
+      expect(result).toEqual({ kind: 'webgpu', values: EXPECTED });
+    });
+
+    it('a page whose navigator.gpu gives no adapter gets NoAdapterError saying how to enable WebGPU', async () => {
+      const noAdapter = await open(code, 'navigator.gpu.requestAdapter = async () => null;');
+      try {
+        const result = await runMatmul(noAdapter, 'webgpu');
+        expect(result.error?.name).toBe('NoAdapterError');
+        expect(result.error?.message).toContain('The browser has WebGPU but gave no adapter');
+        expect(result.error?.message).toContain('chrome://flags/#enable-unsafe-webgpu');
+        expect(result.error?.message).not.toMatch(/npm install|apt-get/);
+      } finally {
+        await noAdapter.close();
+      }
+    });
+  },
+);
