@@ -43,3 +43,6 @@ export const loadNodeChannels: typeof NodePlatform.loadNodeChannels = async () =
     'a page dials its peers with the native WebSocket and cannot listen for them',
   );
 };
+
+/** A page is never a thread rank of webshard-run: no worker_threads, no rank data. */
+export const loadWorkerThreads: typeof NodePlatform.loadWorkerThreads = async () => null;

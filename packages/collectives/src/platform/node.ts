@@ -41,3 +41,8 @@ export async function loadNodeChannels(): Promise<
 > {
   return (await import('../transports/ws/ws-node.js')).nodeChannels;
 }
+
+/** `node:worker_threads`, to learn whether this thread is a rank webshard-run started. */
+export async function loadWorkerThreads(): Promise<typeof import('node:worker_threads') | null> {
+  return import('node:worker_threads');
+}

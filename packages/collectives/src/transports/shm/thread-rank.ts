@@ -1,3 +1,4 @@
+import { loadWorkerThreads } from '#platform';
 import { ArgumentError } from '@webshard/tensor-core';
 import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import type { ShmHandle } from './shm-layout.js';
@@ -59,12 +60,14 @@ function isThreadRankData(value: unknown): value is ThreadRankData {
 
 /**
  * This thread's rank data when `webshard-run` started it as a rank (see [Note: ranks as
- * threads]); `null` in a main thread, another worker, or a browser. `node:worker_threads` is
- * loaded only in Node, so the main entry stays loadable in browsers.
+ * threads]); `null` in a main thread, another worker, or a browser. `node:worker_threads` comes
+ * through `#platform`, so a browser bundle of the main entry has no Node built-in.
  */
 export async function threadRankData(): Promise<ThreadRank | null> {
   if (typeof process === 'undefined' || typeof process.versions?.node !== 'string') return null;
-  const { isMainThread, parentPort, workerData } = await import('node:worker_threads');
+  const threads = await loadWorkerThreads();
+  if (threads === null) return null;
+  const { isMainThread, parentPort, workerData } = threads;
   if (isMainThread || parentPort === null) return null;
   if (workerData === null || typeof workerData !== 'object') return null;
   const data = (workerData as Record<string, unknown>)[THREAD_RANK_KEY];
