@@ -2,7 +2,7 @@ import { bytesPerElement } from '../../dtype.js';
 import type { HostArray } from '../../dtype.js';
 import { saturateToI32 } from '../../dtype-convert.js';
 import { IndexError } from '../../errors.js';
-import { PooledBackend } from '../pooled-backend.js';
+import { checkReadTarget, PooledBackend } from '../pooled-backend.js';
 import { CachingAllocator, type MemoryStats } from '../../memory/caching-allocator.js';
 import { philoxNormal, philoxUniform } from '../../random/philox.js';
 import type {
@@ -197,14 +197,18 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   }
 
   // ---- transfers --------------------------------------------------------------------------
-  write(dst: KernelTensor, data: HostArray): void {
+  write(dst: KernelTensor, data: HostArray, done?: () => void): void {
     this.assertLive('write');
     rawView(dst).set(data as never);
+    done?.();
   }
 
-  read(src: KernelTensor): Promise<HostArray> {
+  async read<T extends HostArray>(src: KernelTensor, into?: T): Promise<T> {
     this.assertLive('read');
-    return Promise.resolve(rawView(src).slice());
+    if (into === undefined) return rawView(src).slice() as T;
+    checkReadTarget(src, into);
+    into.set(rawView(src) as never);
+    return into;
   }
 
   sync(): Promise<void> {
