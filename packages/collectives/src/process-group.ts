@@ -42,6 +42,7 @@ import {
   overlaps,
   widen,
 } from './operand.js';
+import { OperandStaging, type StagingStats } from './operand-staging.js';
 import { RegisteredMemory } from './registered-memory.js';
 import { shardRange } from './shard.js';
 import type { SharedArena } from './shared-arena.js';
@@ -408,6 +409,8 @@ export class ProcessGroup {
   private readonly registered = new WeakMap<object, { offset: number; bytes: number }>();
   /** Tensors pinned by the call being issued, handed to its work by `schedule`. */
   private readonly pinned: Tensor[] = [];
+  /** Host arrays for tensor operands: see [Note: operand staging]. */
+  private readonly staging = new OperandStaging();
   private fingerprintIn = new Int32Array(0);
   private seq = 0;
   /** Point-to-point sequence numbers per peer, one counter per direction: `send` to / `recv` from. */
@@ -622,7 +625,7 @@ export class ProcessGroup {
       },
       options,
       async (ctx) => {
-        const operand = await hostOperand('allReduce', info, false);
+        const operand = await hostOperand('allReduce', info, false, this.staging);
         const count = info.count;
         const step = this.sharedStep(ctx);
         const offsets = this.registeredOffsets(ctx);
@@ -742,8 +745,8 @@ export class ProcessGroup {
       options,
       async (ctx) => {
         const [source, target] = await Promise.all([
-          hostOperand('allGather', inInfo, false),
-          hostOperand('allGather', outInfo, true),
+          hostOperand('allGather', inInfo, false, this.staging),
+          hostOperand('allGather', outInfo, true, this.staging),
         ]);
         const element = elementBytes(outInfo.dtype);
         const chunk = (c: number): [number, number] => {
@@ -798,8 +801,8 @@ export class ProcessGroup {
       options,
       async (ctx) => {
         const [source, target] = await Promise.all([
-          hostOperand('reduceScatter', inInfo, false),
-          hostOperand('reduceScatter', outInfo, true),
+          hostOperand('reduceScatter', inInfo, false, this.staging),
+          hostOperand('reduceScatter', outInfo, true, this.staging),
         ]);
         const count = inInfo.count;
         const step = this.sharedStep(ctx);
@@ -901,7 +904,7 @@ export class ProcessGroup {
       { op: 'broadcast', dtype: info.dtype, count: info.count, extra: root },
       options,
       async (ctx) => {
-        const operand = await hostOperand('broadcast', info, this.rank !== root);
+        const operand = await hostOperand('broadcast', info, this.rank !== root, this.staging);
         const bytes = bytesOf(operand.host);
         const step = this.sharedStep(ctx);
         if (step !== null) await sharedBroadcast(step, bytes, root);
@@ -939,7 +942,7 @@ export class ProcessGroup {
     this.checkPeer('send', peer, false);
     const info = this.pin(described);
     return this.enqueuePeer('send', peer, info, options, async (ctx) => {
-      const operand = await hostOperand('send', info, false);
+      const operand = await hostOperand('send', info, false, this.staging);
       await ctx.send(peer, bytesOf(operand.host));
     });
   }
@@ -950,7 +953,7 @@ export class ProcessGroup {
     this.checkPeer('recv', peer, false);
     const info = this.pin(described);
     return this.enqueuePeer('recv', peer, info, options, async (ctx) => {
-      const operand = await hostOperand('recv', info, true);
+      const operand = await hostOperand('recv', info, true, this.staging);
       await ctx.recv(peer, bytesOf(operand.host));
       operand.commit();
     });
@@ -972,8 +975,14 @@ export class ProcessGroup {
     if (this.lifecycle === 'closed') return;
     await this.tail;
     this.lifecycle = 'closed';
+    this.staging.clear();
     this.shared.tags.delete(this.tag);
     if (this.path === '') await this.transport.close();
+  }
+
+  /** Host memory this group keeps for tensor operands ([Note: operand staging]). */
+  stagingStats(): StagingStats {
+    return this.staging.stats();
   }
 
   /** The shared-memory schedule's view of the op, when this group runs collectives that way. */
@@ -1226,6 +1235,7 @@ export class ProcessGroup {
     this.tail = promise.catch(noop);
     const unpin = () => {
       for (const t of pinned) t.free();
+      this.staging.recycle();
     };
     promise.then(unpin, unpin);
     return new Work(op, seq, promise);
