@@ -12,6 +12,7 @@ import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
+import { webGpuOperandRows } from './webgpu-operands.js';
 import {
   BENCH_OPS,
   type BenchOp,
@@ -185,4 +186,6 @@ for (const world of worlds) {
     }
   }
 }
+// All-gather of WebGPU tensors, host copies counted (`local`: WebGPU cannot run in worker threads).
+rows.push(...(await webGpuOperandRows(sizesMiB.filter((s) => s >= 16))));
 writeBenchResults('collectives', rows);

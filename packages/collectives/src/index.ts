@@ -24,6 +24,7 @@ export {
 export type { ReduceOp } from './kernels/reduce.js';
 export { REDUCE_OPS } from './kernels/reduce.js';
 export type { CollectiveData, CommDType, HostData } from './operand.js';
+export type { StagingStats } from './operand-staging.js';
 export type { GroupState, OpOptions, ProcessGroupOptions, ReduceOptions } from './process-group.js';
 export { Work } from './group/work.js';
 export { ProcessGroup } from './process-group.js';

@@ -7,6 +7,7 @@ import {
   hostArrayFor,
   Tensor,
 } from '@webshard/tensor-core';
+import type { OperandStaging } from './operand-staging.js';
 
 /** The element types the collectives move and reduce. 16-bit floats are reduced in f32. */
 export type CommDType = 'f32' | 'f16' | 'bf16' | 'i32';
@@ -93,26 +94,28 @@ export function directView(tensor: Tensor, dtype: CommDType): HostData | null {
 
 /**
  * The operand's elements on the host. `fill` (true for outputs that are overwritten whole) skips
- * reading the tensor. Tensors not viewable in place are read with `readRaw` (a plain ArrayBuffer)
- * and written back by `commit` with the backend's `write`: never a view on shared memory, which the
- * `webgpu` package's `queue.writeBuffer` cannot take (ANCHORS.md).
+ * reading the tensor. Tensors not viewable in place are read into a host array and written back by
+ * `commit` with the backend's `write`: never a view on shared memory, which the `webgpu` package's
+ * `queue.writeBuffer` cannot take (ANCHORS.md). With `staging` (the group's), that array is one of
+ * the group's reused arrays, lent to the backend's write (see [Note: operand staging]); without it,
+ * a fresh array.
  */
 export async function hostOperand(
   op: string,
   info: OperandInfo,
   fill: boolean,
+  staging?: OperandStaging,
 ): Promise<HostOperand> {
   const { data, dtype } = info;
   if (!(data instanceof Tensor)) return { dtype, host: data, commit: () => {} };
   const direct = directView(data, dtype);
   if (direct !== null) return { dtype, host: direct, commit: () => {} };
-  const host = fill
-    ? (hostArrayFor(dtype, data.size) as HostData)
-    : ((await data.readRaw()) as HostData);
+  const host = staging?.take(dtype, data.size) ?? (hostArrayFor(dtype, data.size) as HostData);
+  if (!fill) await data.backend.read(data.kernel(op), host);
   return {
     dtype,
     host,
-    commit: () => data.backend.write(data.kernel(op), host),
+    commit: () => data.backend.write(data.kernel(op), host, staging?.lend(host)),
   };
 }
 

@@ -11,6 +11,7 @@ import {
 } from './operand.js';
 import { FingerprintExchange, REDUCE_NAMES } from './group/fingerprint.js';
 import { OpQueue } from './group/op-queue.js';
+import { OperandStaging, type StagingStats } from './operand-staging.js';
 import { CollectivePlan } from './group/plan.js';
 import { registeredShards } from './group/registered-buffers.js';
 import type { Work } from './group/work.js';
@@ -96,6 +97,8 @@ export class ProcessGroup {
   private readonly shared: GroupShared;
   private readonly path: string;
   private readonly plan: CollectivePlan;
+  /** Host arrays for tensor operands: see [Note: operand staging]. */
+  private readonly staging = new OperandStaging();
   private readonly queue: OpQueue;
   private children = 0;
   private lifecycle: GroupState = 'ready';
@@ -147,10 +150,14 @@ export class ProcessGroup {
     }
     shared.tags.set(this.tag, path);
     this.shared = shared;
-    this.plan = new CollectivePlan(this, this.options, path === '');
+    this.plan = new CollectivePlan(this, this.options, path === '', this.staging);
     const fingerprints = new FingerprintExchange(this, () => this.plan.sharedArena());
-    this.queue = new OpQueue(this, fingerprints, this.options.timeoutMs, (fields) =>
-      this.assertUsable(fields),
+    this.queue = new OpQueue(
+      this,
+      fingerprints,
+      this.options.timeoutMs,
+      (fields) => this.assertUsable(fields),
+      () => this.staging.recycle(),
     );
     transport.onAbort(() => {
       if (this.lifecycle === 'ready') this.lifecycle = 'aborted';
@@ -320,7 +327,7 @@ export class ProcessGroup {
     this.checkPeer('send', peer, false);
     const info = this.queue.pin(described);
     return this.queue.enqueuePeer('send', peer, info, options.timeoutMs, async (ctx) => {
-      const operand = await hostOperand('send', info, false);
+      const operand = await hostOperand('send', info, false, this.staging);
       await ctx.send(peer, bytesOf(operand.host));
     });
   }
@@ -331,7 +338,7 @@ export class ProcessGroup {
     this.checkPeer('recv', peer, false);
     const info = this.queue.pin(described);
     return this.queue.enqueuePeer('recv', peer, info, options.timeoutMs, async (ctx) => {
-      const operand = await hostOperand('recv', info, true);
+      const operand = await hostOperand('recv', info, true, this.staging);
       await ctx.recv(peer, bytesOf(operand.host));
       operand.commit();
     });
@@ -349,10 +356,16 @@ export class ProcessGroup {
    * Wait for the ops already issued, then refuse further ones. Closing the world group (the one
    * from `fromTransport`) also closes the transport.
    */
+  /** Host memory this group keeps for tensor operands ([Note: operand staging]). */
+  stagingStats(): StagingStats {
+    return this.staging.stats();
+  }
+
   async close(): Promise<void> {
     if (this.lifecycle === 'closed') return;
     await this.queue.drained();
     this.lifecycle = 'closed';
+    this.staging.clear();
     this.shared.tags.delete(this.tag);
     if (this.path === '') await this.transport.close();
   }

@@ -55,6 +55,8 @@ export class OpQueue {
     private readonly fingerprints: FingerprintExchange,
     private readonly defaultTimeoutMs: number,
     private readonly assertUsable: (fields: CollectiveErrorFields) => void,
+    /** Called as each op settles (the group recycles its operand staging then). */
+    private readonly onSettled: () => void = () => {},
   ) {}
 
   /** Settles once every op issued so far has settled. */
@@ -148,6 +150,7 @@ export class OpQueue {
     this.tail = promise.catch(noop);
     const unpin = () => {
       for (const t of pinned) t.free();
+      this.onSettled();
     };
     promise.then(unpin, unpin);
     return new Work(op, seq, promise);

@@ -20,6 +20,7 @@ import {
   overlaps,
   widen,
 } from '../operand.js';
+import type { OperandStaging } from '../operand-staging.js';
 import { shardRange } from '../shard.js';
 import type { SharedArena } from '../shared-arena.js';
 import { registeredOffsetsOf } from './fingerprint.js';
@@ -58,6 +59,8 @@ export class CollectivePlan {
     private readonly group: GroupView,
     private readonly options: PlanOptions,
     private readonly world: boolean,
+    /** Host arrays for tensor operands: see [Note: operand staging]. */
+    private readonly staging: OperandStaging,
   ) {
     this.settings = { segmentBytes: options.segmentBytes, size: group.size };
     // Receive slots and, for a registered reduce-scatter, as many forward slots (`ringReduce`).
@@ -75,7 +78,7 @@ export class CollectivePlan {
 
   /** `ProcessGroup.allReduce`'s body. */
   async allReduce(ctx: OpContext, info: OperandInfo, op: ReduceOp): Promise<void> {
-    const operand = await hostOperand('allReduce', info, false);
+    const operand = await hostOperand('allReduce', info, false, this.staging);
     const count = info.count;
     const step = this.sharedStep(ctx);
     const offsets = registeredOffsetsOf(ctx, this.group.size);
@@ -175,8 +178,8 @@ export class CollectivePlan {
   /** `ProcessGroup.allGather`'s body. */
   async allGather(ctx: OpContext, inInfo: OperandInfo, outInfo: OperandInfo): Promise<void> {
     const [source, target] = await Promise.all([
-      hostOperand('allGather', inInfo, false),
-      hostOperand('allGather', outInfo, true),
+      hostOperand('allGather', inInfo, false, this.staging),
+      hostOperand('allGather', outInfo, true, this.staging),
     ]);
     const element = elementBytes(outInfo.dtype);
     const chunk = (c: number): [number, number] => {
@@ -219,8 +222,8 @@ export class CollectivePlan {
     op: ReduceOp,
   ): Promise<void> {
     const [source, target] = await Promise.all([
-      hostOperand('reduceScatter', inInfo, false),
-      hostOperand('reduceScatter', outInfo, true),
+      hostOperand('reduceScatter', inInfo, false, this.staging),
+      hostOperand('reduceScatter', outInfo, true, this.staging),
     ]);
     const count = inInfo.count;
     const step = this.sharedStep(ctx);
@@ -315,7 +318,7 @@ export class CollectivePlan {
 
   /** `ProcessGroup.broadcast`'s body. */
   async broadcast(ctx: OpContext, info: OperandInfo, root: number): Promise<void> {
-    const operand = await hostOperand('broadcast', info, this.group.rank !== root);
+    const operand = await hostOperand('broadcast', info, this.group.rank !== root, this.staging);
     const bytes = bytesOf(operand.host);
     const step = this.sharedStep(ctx);
     if (step !== null) await sharedBroadcast(step, bytes, root);

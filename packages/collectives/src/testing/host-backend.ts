@@ -17,7 +17,7 @@ export function createHostBackend(kind: 'cpu' | 'webgpu'): Backend {
       return { buffer: new ArrayBuffer(byteSize), byteSize };
     },
     release(): void {},
-    write(dst: KernelTensor, data: HostArray): void {
+    write(dst: KernelTensor, data: HostArray, done?: () => void): void {
       const element = bytesPerElement(dst.dtype);
       const target = new Uint8Array(
         dst.storage.buffer as ArrayBuffer,
@@ -25,13 +25,14 @@ export function createHostBackend(kind: 'cpu' | 'webgpu'): Backend {
         data.byteLength,
       );
       target.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+      done?.();
     },
-    async read(src: KernelTensor): Promise<HostArray> {
+    async read(src: KernelTensor, into?: HostArray): Promise<HostArray> {
       let size = 1;
       for (const d of src.shape) size *= d;
-      const out = hostArrayFor(src.dtype, size);
+      const out = into ?? hostArrayFor(src.dtype, size);
       const element = bytesPerElement(src.dtype);
-      new Uint8Array(out.buffer).set(
+      new Uint8Array(out.buffer, out.byteOffset).set(
         new Uint8Array(src.storage.buffer as ArrayBuffer, src.offset * element, size * element),
       );
       return out;

@@ -144,10 +144,19 @@ export interface Backend {
   emptyCache(): void;
 
   // ---- transfers --------------------------------------------------------------------------
-  /** Copy host data (of `dst.dtype`'s host array type, see `HostArray`) into `dst`. */
-  write(dst: KernelTensor, data: HostArray): void;
-  /** The tensor's elements on the host, after all queued work that writes them. */
-  read(src: KernelTensor): Promise<HostArray>;
+  /**
+   * Copy host data (of `dst.dtype`'s host array type, see `HostArray`) into `dst`. Without
+   * `done`, `data` is the caller's again when `write` returns. With `done`, the caller lends it:
+   * the backend may keep it (instead of copying it) until the write has run, and calls `done`
+   * once it no longer needs it; the caller must not change it before.
+   */
+  write(dst: KernelTensor, data: HostArray, done?: () => void): void;
+  /**
+   * The tensor's elements on the host, after all queued work that writes them and before any
+   * work queued after the call. With `into` (the dtype's host array type, at least the tensor's
+   * elements; else `ArgumentError`), the elements go to its start and `into` is the result.
+   */
+  read<T extends HostArray = HostArray>(src: KernelTensor, into?: T): Promise<T>;
   /** Wait for all queued work. Rejects with a deferred kernel error (e.g. an out-of-range index). */
   sync(): Promise<void>;
   /** Release the device. Using the backend afterwards is an error. */

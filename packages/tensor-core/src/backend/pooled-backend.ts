@@ -1,6 +1,22 @@
-import { BackendError } from '../errors.js';
+import { bytesPerElement, type HostArray, hostArrayFor } from '../dtype.js';
+import { ArgumentError, BackendError } from '../errors.js';
 import type { Block, CachingAllocator, MemoryStats } from '../memory/caching-allocator.js';
-import type { RawStorage } from './backend.js';
+import type { KernelTensor, RawStorage } from './backend.js';
+
+/**
+ * Checks `Backend.read`'s `into` before anything is read: the host array type of the tensor's
+ * dtype (`hostArrayFor`), with at least the tensor's elements.
+ */
+export function checkReadTarget(src: KernelTensor, into: HostArray): void {
+  const size = src.shape.reduce((a, b) => a * b, 1);
+  const type = hostArrayFor(src.dtype, 0).constructor;
+  if (into.constructor !== type || into.length < size) {
+    throw new ArgumentError(
+      'read',
+      `into must be a ${type.name} of at least ${size} elements (${size * bytesPerElement(src.dtype)} bytes) for a ${src.dtype} tensor of shape [${src.shape.join(', ')}], got a ${into.constructor.name} of ${into.length} elements`,
+    );
+  }
+}
 
 /** A backend's lifecycle: kernels and allocations are refused once it is disposed. */
 export type BackendLifecycle = 'live' | 'disposed';

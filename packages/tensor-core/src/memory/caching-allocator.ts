@@ -25,9 +25,13 @@ export interface MemoryStats {
   peakExternalBytes?: number;
 }
 
-/** How a backend creates and destroys its raw buffers; the allocator does the rest. */
+/**
+ * How a backend creates and destroys its raw buffers; the allocator does the rest. `usage` is the
+ * kind of buffer asked for (`allocate`'s second argument): `'storage'` for tensors, others where a
+ * backend needs buffers that tensors cannot use (WebGPU's MAP_READ staging buffers).
+ */
 export interface BufferFactory<B> {
-  create(byteSize: number): B;
+  create(byteSize: number, usage: string): B;
   destroy(buffer: B): void;
 }
 
@@ -35,9 +39,16 @@ export interface BufferFactory<B> {
 export interface Block<B> {
   readonly buffer: B;
   readonly byteSize: number;
+  /** The kind of buffer (`allocate`'s `usage`); blocks go back to the pool of their kind. */
+  readonly usage?: string;
 }
 
 const MIN_BLOCK = 256;
+const STORAGE = 'storage';
+
+function poolKey(usage: string, size: number): string {
+  return `${usage}:${size}`;
+}
 const LARGE = 1 << 20;
 const LARGE_ROUND = 2 << 20;
 
@@ -60,9 +71,13 @@ export function sizeClass(byteSize: number): number {
  * class and are reused. The limit applies to `allocated`, as a real device's memory would: when an
  * allocation would pass it, the pool is emptied first (its memory counts against the device) and
  * the allocation throws `OutOfMemoryError` if `allocated` alone would still pass it.
+ *
+ * Buffers of another kind than tensor storage (`usage`, such as WebGPU's MAP_READ staging buffers
+ * for reads) come from the same allocator in their own pools: every device byte is in `allocated`,
+ * `reserved` and their peaks, and under the limit, whatever it is for.
  */
 export class CachingAllocator<B> {
-  private readonly pools = new Map<number, B[]>();
+  private readonly pools = new Map<string, B[]>();
   private allocated = 0;
   private reserved = 0;
   private peakAllocated = 0;
@@ -76,40 +91,44 @@ export class CachingAllocator<B> {
     private readonly deviceName = 'device',
   ) {}
 
-  allocate(byteSize: number): Block<B> {
+  /** A block of at least `byteSize` bytes of kind `usage` (default `'storage'`). */
+  allocate(byteSize: number, usage = STORAGE): Block<B> {
     const size = sizeClass(byteSize);
     if (this.limit !== undefined && this.allocated + size > this.limit) {
       throw new OutOfMemoryError(size, this.allocated, this.limit, this.deviceName);
     }
-    const pool = this.pools.get(size);
+    const key = poolKey(usage, size);
+    const pool = this.pools.get(key);
     let buffer = pool?.pop();
     if (buffer !== undefined) {
       this.poolHits++;
     } else {
       if (this.limit !== undefined && this.reserved + size > this.limit) this.emptyCache();
-      buffer = this.factory.create(size);
+      buffer = this.factory.create(size, usage);
       this.reserved += size;
     }
     this.allocated += size;
     this.allocations++;
     this.peakAllocated = Math.max(this.peakAllocated, this.allocated);
     this.peakReserved = Math.max(this.peakReserved, this.reserved);
-    return { buffer, byteSize: size };
+    return usage === STORAGE ? { buffer, byteSize: size } : { buffer, byteSize: size, usage };
   }
 
   release(block: Block<B>): void {
     this.allocated -= block.byteSize;
     this.allocations--;
-    let pool = this.pools.get(block.byteSize);
+    const key = poolKey(block.usage ?? STORAGE, block.byteSize);
+    let pool = this.pools.get(key);
     if (!pool) {
       pool = [];
-      this.pools.set(block.byteSize, pool);
+      this.pools.set(key, pool);
     }
     pool.push(block.buffer);
   }
 
   emptyCache(): void {
-    for (const [size, pool] of this.pools) {
+    for (const [key, pool] of this.pools) {
+      const size = Number(key.slice(key.lastIndexOf(':') + 1));
       for (const buffer of pool) {
         this.factory.destroy(buffer);
         this.reserved -= size;

@@ -13,7 +13,7 @@ import type {
   StridedOperand,
   UnaryOp,
 } from '../backend.js';
-import { PooledBackend } from '../pooled-backend.js';
+import { checkReadTarget, PooledBackend } from '../pooled-backend.js';
 import { type CpuStorage, outputValues, rawView } from './cpu-storage.js';
 import {
   axpyKernel,
@@ -132,14 +132,18 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   }
 
   // ---- transfers --------------------------------------------------------------------------
-  write(dst: KernelTensor, data: HostArray): void {
+  write(dst: KernelTensor, data: HostArray, done?: () => void): void {
     this.assertLive('write');
     rawView(dst).set(data as never);
+    done?.();
   }
 
-  read(src: KernelTensor): Promise<HostArray> {
+  async read<T extends HostArray>(src: KernelTensor, into?: T): Promise<T> {
     this.assertLive('read');
-    return Promise.resolve(rawView(src).slice());
+    if (into === undefined) return rawView(src).slice() as T;
+    checkReadTarget(src, into);
+    into.set(rawView(src) as never);
+    return into;
   }
 
   sync(): Promise<void> {

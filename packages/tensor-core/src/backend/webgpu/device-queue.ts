@@ -57,7 +57,13 @@ type Command =
       dstOffset: number;
       size: number;
     }
-  | { kind: 'write'; dst: GPUBuffer; byteOffset: number; data: ArrayBuffer }
+  | {
+      kind: 'write';
+      dst: GPUBuffer;
+      byteOffset: number;
+      data: ArrayBuffer | ArrayBufferView<ArrayBuffer>;
+      done: (() => void) | undefined;
+    }
   | { kind: 'release'; action: () => void };
 
 const SUBMIT_EVERY = 64;
@@ -126,9 +132,17 @@ export class DeviceQueue {
     this.pump();
   }
 
-  /** `data` is a plain ArrayBuffer owned by the queue from now on (it may wait there). */
-  write(dst: GPUBuffer, byteOffset: number, data: ArrayBuffer): void {
-    this.commands.push({ kind: 'write', dst, byteOffset, data });
+  /**
+   * `data` (never a view on shared memory) is the queue's until the write has run: then `done` is
+   * called, and the caller may reuse it.
+   */
+  write(
+    dst: GPUBuffer,
+    byteOffset: number,
+    data: ArrayBuffer | ArrayBufferView<ArrayBuffer>,
+    done?: () => void,
+  ): void {
+    this.commands.push({ kind: 'write', dst, byteOffset, data, done });
     this.pump();
   }
 
@@ -248,6 +262,7 @@ export class DeviceQueue {
         this.commands.shift();
         this.submit();
         this.device.queue.writeBuffer(c.dst, c.byteOffset, c.data);
+        c.done?.();
       } else {
         this.commands.shift();
         this.submit();

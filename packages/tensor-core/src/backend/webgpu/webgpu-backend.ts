@@ -5,7 +5,7 @@ import { envChoice } from '../../env.js';
 import { BackendError, DTypeError, OutOfMemoryError } from '../../errors.js';
 import { CachingAllocator } from '../../memory/caching-allocator.js';
 import { philoxNormal } from '../../random/philox.js';
-import { PooledBackend } from '../pooled-backend.js';
+import { checkReadTarget, PooledBackend } from '../pooled-backend.js';
 import type {
   AdamHyper,
   Backend,
@@ -25,7 +25,6 @@ import {
   BufferUsage,
   describeAdapter,
   isCpuAdapter,
-  MapMode,
 } from './gpu-runtime.js';
 import {
   adamLaunch,
@@ -52,6 +51,7 @@ import {
 import { type MatmulKernel, matmulLaunch } from './matmul.js';
 import type { Launch } from './program.js';
 import { randomUniformLaunch } from './random-kernels.js';
+import { READ_STAGING, Readbacks } from './readback.js';
 
 /** Options of `createWebGpuBackend`. */
 export interface WebGpuBackendOptions extends AdapterOptions {
@@ -91,12 +91,6 @@ export function f16Layout(
 function chooseF16(option: F16Storage | undefined): F16Storage {
   const choices: F16Storage[] = ['auto', 'native', 'packed'];
   return envChoice('createWebGpuBackend', 'WEBSHARD_F16', option, choices, 'auto');
-}
-
-interface Staging {
-  buffer: GPUBuffer;
-  size: number;
-  busy: boolean;
 }
 
 const USAGE = () => BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
@@ -155,7 +149,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   /** The matmul kernel in use on this adapter. */
   readonly matmulKernel: MatmulKernel;
   private readonly queue: DeviceQueue;
-  private readonly staging: Staging[] = [];
+  /** Reads in flight: see [Note: chunked reads through pooled staging]. */
+  private readonly readbacks: Readbacks;
 
   /** @internal Use `createWebGpuBackend`. */
   constructor(
@@ -173,20 +168,26 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     // createWebGpuBackend resolved the option (and WEBSHARD_F16) already.
     const nativeF16 = f16Layout(options.f16 ?? 'auto', hasF16, isCpuAdapter(adapter)) === 'native';
     const queue = new DeviceQueue(device, { nativeF16 });
+    let readbacks: Readbacks | undefined;
     const allocator: CachingAllocator<GPUBuffer> = new CachingAllocator<GPUBuffer>(
       {
-        create: (size) => {
+        create: (size, usage) => {
           if (size > maxBytes) {
             throw new OutOfMemoryError(size, allocator.stats().allocated, maxBytes, 'webgpu');
           }
-          return device.createBuffer({ size, usage: USAGE() });
+          return device.createBuffer({
+            size,
+            usage: usage === READ_STAGING ? BufferUsage.MAP_READ | BufferUsage.COPY_DST : USAGE(),
+          });
         },
-        destroy: (buffer) => queue.destroyLater(buffer),
+        destroy: (buffer) => readbacks?.destroyWhenFree(buffer),
       },
       'webgpu',
     );
     super(allocator, 'WebGPU');
     this.queue = queue;
+    readbacks = new Readbacks(queue, allocator, (buffer) => queue.destroyLater(buffer));
+    this.readbacks = readbacks;
     const cpu = isCpuAdapter(adapter);
     const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_MATMUL : undefined;
     this.matmulKernel =
@@ -209,82 +210,73 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
 
   // ---- transfers --------------------------------------------------------------------------
 
-  write(dst: KernelTensor, data: HostArray): void {
+  write(dst: KernelTensor, data: HostArray, done?: () => void): void {
     this.assertLive('write');
     this.checkDType('write', dst.dtype);
     const bpe = bytesPerElement(dst.dtype);
     const size = shapeSize(dst.shape);
-    if (size === 0) return;
+    if (size === 0) {
+      done?.();
+      return;
+    }
     const buffer = dst.storage.buffer as GPUBuffer;
     const byteOffset = dst.offset * bpe;
     if (byteOffset % 4 === 0 && (size * bpe) % 4 === 0) {
-      // Straight from the caller's memory when nothing is queued and it is not shared; a copy
-      // otherwise (see plainCopy).
-      if (this.queue.idle && data.buffer instanceof ArrayBuffer) {
-        this.queue.writeNow(buffer, byteOffset, data as ArrayBufferView<ArrayBuffer>);
-        return;
+      this.readbacks.beforeWrite(buffer);
+      // Straight from the caller's memory when nothing is queued and it is not shared; when the
+      // queue is busy, the caller's memory waits in the queue if the caller lends it (`done`),
+      // else a copy does (see plainCopy).
+      const view =
+        data.buffer instanceof ArrayBuffer
+          ? new Uint8Array(data.buffer, data.byteOffset, size * bpe)
+          : undefined;
+      if (this.queue.idle && view !== undefined) {
+        this.queue.writeNow(buffer, byteOffset, view);
+        done?.();
+      } else if (done !== undefined && view !== undefined) {
+        this.queue.write(buffer, byteOffset, view, done);
+      } else {
+        this.queue.write(buffer, byteOffset, plainCopy(data));
+        done?.();
       }
-      this.queue.write(buffer, byteOffset, plainCopy(data));
       return;
     }
     // A packed 16-bit range that starts or ends inside a word: stage it, then copy with a kernel
     // that keeps the neighbouring halves.
     const tmp = this.allocate(size * bpe);
+    this.readbacks.beforeWrite(tmp.buffer as GPUBuffer);
     this.queue.write(tmp.buffer as GPUBuffer, 0, plainCopy(data));
+    done?.();
     this.run(copyLaunch({ storage: tmp, offset: 0, dtype: dst.dtype, size }, dense(dst)));
     this.release(tmp);
   }
 
-  async read(src: KernelTensor): Promise<HostArray> {
+  async read<T extends HostArray>(src: KernelTensor, into?: T): Promise<T> {
     this.assertLive('read');
     this.checkDType('read', src.dtype);
     const bpe = bytesPerElement(src.dtype);
     const size = shapeSize(src.shape);
+    const out = into ?? (hostArrayFor(src.dtype, size) as T);
+    checkReadTarget(src, out);
     const start = Math.floor((src.offset * bpe) / 4) * 4;
     const end = Math.ceil(((src.offset + size) * bpe) / 4) * 4;
     const bytes = Math.max(end - start, 0);
-    const staging = this.takeStaging(bytes + 16);
-    try {
-      if (bytes > 0)
-        this.queue.copy(src.storage.buffer as GPUBuffer, start, staging.buffer, 0, bytes);
-      this.queue.copy(this.queue.errorFlag, 0, staging.buffer, bytes, 16);
-      await this.queue.flush();
-      await staging.buffer.mapAsync(MapMode.READ, 0, bytes + 16);
-      const mapped = staging.buffer.getMappedRange(0, bytes + 16);
-      const flag = new Uint32Array(mapped, bytes, 4).slice();
-      const out = hostArrayFor(src.dtype, size);
-      const head = src.offset * bpe - start;
-      const view = new Uint8Array(out.buffer, out.byteOffset, size * bpe);
-      view.set(new Uint8Array(mapped, head, size * bpe));
-      staging.buffer.unmap();
-      this.raiseDeferred(flag);
-      return out;
-    } finally {
-      if (staging.buffer.mapState === 'mapped') staging.buffer.unmap();
-      staging.busy = false;
-    }
+    const view = new Uint8Array(out.buffer, out.byteOffset, size * bpe);
+    const buffer = src.storage.buffer as GPUBuffer;
+    const flag = await this.readbacks.read(buffer, start, bytes, view, src.offset * bpe - start);
+    this.raiseDeferred(flag);
+    return out;
   }
 
   async sync(): Promise<void> {
     this.assertLive('sync');
-    const staging = this.takeStaging(16);
-    try {
-      this.queue.copy(this.queue.errorFlag, 0, staging.buffer, 0, 16);
-      await this.queue.flush();
-      await staging.buffer.mapAsync(MapMode.READ, 0, 16);
-      const flag = new Uint32Array(staging.buffer.getMappedRange(0, 16)).slice();
-      staging.buffer.unmap();
-      this.raiseDeferred(flag);
-    } finally {
-      if (staging.buffer.mapState === 'mapped') staging.buffer.unmap();
-      staging.busy = false;
-    }
+    const flag = await this.readbacks.read(this.queue.errorFlag, 0, 0, new Uint8Array(0), 0);
+    this.raiseDeferred(flag);
   }
 
   dispose(): void {
     if (this.lifecycle === 'disposed') return;
     this.lifecycle = 'disposed';
-    for (const s of this.staging) s.buffer.destroy();
     this.device.destroy();
   }
 
@@ -292,24 +284,6 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     if ((flag[0] ?? 0) === 0) return;
     this.queue.clearErrorFlag();
     DeviceQueue.checkErrorFlag(flag);
-  }
-
-  private takeStaging(bytes: number): Staging {
-    let s = this.staging.find((x) => !x.busy && x.size >= bytes);
-    if (!s) {
-      const size = Math.max(2 ** Math.ceil(Math.log2(Math.max(bytes, 4096))), 4096);
-      s = {
-        buffer: this.device.createBuffer({
-          size,
-          usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
-        }),
-        size,
-        busy: false,
-      };
-      this.staging.push(s);
-    }
-    s.busy = true;
-    return s;
   }
 
   private checkDType(op: string, dtype: DType): void {
@@ -338,6 +312,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const writable = new Set(
       launch.bindings.filter((b) => b.writable).map((b) => b.storage.buffer),
     );
+    for (const buffer of writable) this.readbacks.beforeWrite(buffer as GPUBuffer);
     const boundWritable = new Set<unknown>();
     const temps: RawStorage[] = [];
     const copyBacks: Launch[] = [];
@@ -353,6 +328,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
       const end = Math.ceil(((b.offset + b.extent) * bpe) / 4) * 4;
       const tmp = this.allocate(end);
       temps.push(tmp);
+      this.readbacks.beforeWrite(tmp.buffer as GPUBuffer);
       this.queue.copy(
         b.storage.buffer as GPUBuffer,
         start,
