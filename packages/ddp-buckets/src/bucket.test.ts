@@ -31,13 +31,13 @@ describeBackends('Bucket', (ctx) => {
       const write = backend.write.bind(backend);
       let reads = 0;
       let writes = 0;
-      backend.read = (t) => {
+      backend.read = (t, into) => {
         reads++;
-        return read(t);
+        return read(t, into);
       };
-      backend.write = (t, data) => {
+      backend.write = (t, data, done) => {
         writes++;
-        write(t, data);
+        write(t, data, done);
       };
       try {
         const buckets = groups.map((g, r) => new Bucket(g, params[r]!, dtype, comm));

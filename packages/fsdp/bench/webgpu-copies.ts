@@ -7,6 +7,8 @@ import {
   type Backend,
   createCpuBackend,
   createWebGpuBackend,
+  type HostArray,
+  type KernelTensor,
   NoAdapterError,
   type Tensor,
 } from '@webshard/tensor-core';
@@ -32,12 +34,12 @@ export interface CopyCounts {
 function count(backend: Backend, totals: { up: number; down: number }): void {
   const write = backend.write.bind(backend);
   const read = backend.read.bind(backend);
-  backend.write = (dst, data) => {
+  backend.write = (dst, data, done) => {
     totals.up += data.byteLength;
-    write(dst, data);
+    write(dst, data, done);
   };
-  backend.read = async (src) => {
-    const out = await read(src);
+  backend.read = async <T extends HostArray>(src: KernelTensor, into?: T): Promise<T> => {
+    const out = await read(src, into);
     totals.down += out.byteLength;
     return out;
   };
