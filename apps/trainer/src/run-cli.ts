@@ -27,9 +27,10 @@ const SOFTWARE_ADAPTER = /swiftshader|llvmpipe|lavapipe|warp|software/i;
  * [Note: the trainer's default backend]
  * `auto` means WebGPU on a real GPU and the CPU backend otherwise. An adapter that is a software
  * rasterizer (SwiftShader, which Dawn finds on a machine without a GPU) counts as no GPU: on the
- * 2-core reference machine the CPU backend trains the default model (2 layers, 64 wide, 512 tokens
- * a step) 2.6x as fast as WebGPU on SwiftShader, 202 against 528 ms a step (`bench/backends.ts`
- * measures both in one run), and the two give the same losses. `--backend webgpu` forces WebGPU.
+ * 2-core reference machine the CPU backend (its matmul in WASM SIMD) trains the default model (2
+ * layers, 64 wide, 512 tokens a step) 2.14x as fast as WebGPU on SwiftShader (132 against 282 ms a
+ * step) and 1.38x as fast as on lavapipe (123 against 169 ms; `bench/backends.ts` measures both in
+ * one run, 2026-11-23), and the two give the same losses. `--backend webgpu` forces WebGPU.
  */
 async function chooseBackend(config: TrainConfig, io: CliIO): Promise<Backend> {
   const memory = config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit };
