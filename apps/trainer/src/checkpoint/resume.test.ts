@@ -3,17 +3,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runMain } from '../test-support/cli.js';
-import { FIXTURES, maxRelativeGap } from '../test-support/fixtures.js';
-
-interface CliFixture {
-  flags: string[];
-  losses: number[];
-}
+import {
+  type CliFixture,
+  FIXTURES,
+  maxRelativeGap,
+  readCliFixture,
+} from '../test-support/fixtures.js';
 
 let fixture: CliFixture;
 let out: string;
 beforeAll(async () => {
-  fixture = JSON.parse(await readFile(join(FIXTURES, 'gpt-cli.json'), 'utf8')) as CliFixture;
+  fixture = await readCliFixture();
   out = await mkdtemp(join(tmpdir(), 'webshard-resume-'));
 });
 afterAll(async () => {

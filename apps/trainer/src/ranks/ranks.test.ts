@@ -4,19 +4,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runMain } from '../test-support/cli.js';
-import { FIXTURES, maxRelativeGap } from '../test-support/fixtures.js';
+import {
+  type CliFixture,
+  FIXTURES,
+  maxRelativeGap,
+  readCliFixture,
+} from '../test-support/fixtures.js';
 
 const CLI = join(import.meta.dirname, '..', 'cli.ts');
-
-interface CliFixture {
-  flags: string[];
-  losses: number[];
-}
 
 let fixture: CliFixture;
 let out: string;
 beforeAll(async () => {
-  fixture = JSON.parse(await readFile(join(FIXTURES, 'gpt-cli.json'), 'utf8')) as CliFixture;
+  fixture = await readCliFixture();
   out = await mkdtemp(join(tmpdir(), 'webshard-ranks-'));
 });
 afterAll(async () => {

@@ -68,3 +68,14 @@ export function gptConfigOf(reference: Reference): GPTConfig {
     bias: Boolean(c.bias),
   };
 }
+
+/** `gpt-cli.json`: the flags of the CLI run PyTorch made, and its per-step losses. */
+export interface CliFixture {
+  flags: string[];
+  losses: number[];
+}
+
+/** The CLI fixture (see [Note: every strategy against PyTorch] in strategies.test.ts). */
+export async function readCliFixture(): Promise<CliFixture> {
+  return JSON.parse(await readFile(join(FIXTURES, 'gpt-cli.json'), 'utf8')) as CliFixture;
+}
