@@ -5,7 +5,7 @@
  * backend]). Run: `pnpm --filter @webshard/trainer bench`.
  */
 import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
-import { AdamW, type Backend, createBackend, Generator, tensor } from '@webshard/tensor-core';
+import { AdamW, type Backend, createBackend, RandomGenerator, tensor } from '@webshard/tensor-core';
 import { loadCorpus } from '../src/corpus.js';
 import { BatchSampler } from '../src/data/batches.js';
 import { CharTokenizer } from '../src/data/char-tokenizer.js';
@@ -18,7 +18,7 @@ const BATCH = 16;
 async function stepMs(backend: Backend, text: string): Promise<number> {
   const tokenizer = CharTokenizer.fromText(text);
   const config = { ...DEFAULT_MODEL, vocabSize: tokenizer.vocabSize };
-  const model = new GPT(config, { backend, generator: new Generator(1) });
+  const model = new GPT(config, { backend, generator: new RandomGenerator(1) });
   const params = model.parameters();
   const optimizer = new AdamW(decayGroups(model, 0.1), { lr: 3e-3, betas: [0.9, 0.95] });
   const sampler = new BatchSampler(tokenizer.encode(text), BATCH, config.blockSize, 1);

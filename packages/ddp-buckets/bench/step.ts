@@ -3,7 +3,7 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import {
   createCpuBackend,
-  Generator,
+  RandomGenerator,
   Linear,
   type Module,
   mseLoss,
@@ -39,7 +39,7 @@ export interface StepResult {
 /** Median step time in ms on this rank (and how many buckets the plan made). */
 export async function benchStep(group: ProcessGroup | null, plan: StepPlan): Promise<StepResult> {
   const backend = createCpuBackend();
-  const generator = new Generator(1);
+  const generator = new RandomGenerator(1);
   const layers: Module<[Tensor], Tensor>[] = [];
   for (let i = 0; i < plan.layers; i++) {
     layers.push(new Linear(plan.width, plan.width, { backend, generator }), new ReLU());

@@ -3,7 +3,7 @@ import {
   type Backend,
   createCpuBackend,
   GELU,
-  Generator,
+  RandomGenerator,
   Linear,
   Module,
   mseLoss,
@@ -220,9 +220,15 @@ class WithGelu extends Module<[Tensor, Tensor], Promise<Tensor>> {
     readonly act: Module<[Tensor], unknown>,
   ) {
     super();
-    this.a = this.registerModule('a', new Linear(3, 4, { backend, generator: new Generator(3) }));
+    this.a = this.registerModule(
+      'a',
+      new Linear(3, 4, { backend, generator: new RandomGenerator(3) }),
+    );
     this.registerModule('act', act);
-    this.b = this.registerModule('b', new Linear(4, 2, { backend, generator: new Generator(4) }));
+    this.b = this.registerModule(
+      'b',
+      new Linear(4, 2, { backend, generator: new RandomGenerator(4) }),
+    );
   }
   async forward(x: Tensor, y: Tensor): Promise<Tensor> {
     const h = (await this.act.call(this.a.call(x))) as Tensor;

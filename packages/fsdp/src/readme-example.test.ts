@@ -4,7 +4,7 @@ import {
   AdamW,
   type Backend,
   createCpuBackend,
-  Generator,
+  RandomGenerator,
   Linear,
   Module,
   mseLoss,
@@ -20,7 +20,7 @@ describe('README quick start', () => {
     class Mlp extends Module<[Tensor], Tensor> {
       readonly fc1: Linear;
       readonly fc2: Linear;
-      constructor(backend: Backend, generator = new Generator(0)) {
+      constructor(backend: Backend, generator = new RandomGenerator(0)) {
         super();
         this.fc1 = this.registerModule('fc1', new Linear(4, 32, { backend, generator }));
         this.fc2 = this.registerModule('fc2', new Linear(32, 1, { backend, generator }));

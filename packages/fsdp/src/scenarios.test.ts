@@ -1,10 +1,17 @@
 // Scenarios transcribed from fairscale's FSDP tests (test_fsdp_*.py): each trains with FSDP on
 // several local ranks and compares with single-process training, or checks the schedule directly.
 import { describe, expect, it } from 'vitest';
-import { add, type Backend, Generator, Linear, type Module, narrow } from '@webshard/tensor-core';
+import {
+  add,
+  type Backend,
+  RandomGenerator,
+  Linear,
+  type Module,
+  narrow,
+} from '@webshard/tensor-core';
 
 function makeUnused(backend: Backend): Linear {
-  return new Linear(3, 2, { backend, generator: new Generator(5) });
+  return new Linear(3, 2, { backend, generator: new RandomGenerator(5) });
 }
 import {
   type CustomRun,

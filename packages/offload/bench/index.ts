@@ -11,7 +11,7 @@ import {
   type Backend,
   createCpuBackend,
   createWebGpuBackend,
-  Generator,
+  RandomGenerator,
   Linear,
   mseLoss,
   NoAdapterError,
@@ -27,7 +27,7 @@ const BATCH = 64;
 const SLICES = [2, 4, 8, 16];
 
 function makeModel(backend: Backend): Sequential {
-  const generator = new Generator(1);
+  const generator = new RandomGenerator(1);
   const layers = [];
   for (let i = 0; i < LAYERS; i++) {
     layers.push(new Linear(WIDTH, WIDTH, { backend, generator }));

@@ -4,7 +4,7 @@ import {
   createCpuBackend,
   Dropout,
   GELU,
-  Generator,
+  RandomGenerator,
   keep,
   Linear,
   mseLoss,
@@ -29,14 +29,14 @@ const BATCH = 12;
 
 /** Seven layers, two dropouts with their own streams, built the same on any backend. */
 function makeModel(backend: Backend): Sequential {
-  const generator = new Generator(11);
+  const generator = new RandomGenerator(11);
   return new Sequential(
     new Linear(6, 10, { backend, generator }),
     new ReLU(),
-    new Dropout(0.25, { generator: new Generator(3) }),
+    new Dropout(0.25, { generator: new RandomGenerator(3) }),
     new Linear(10, 10, { backend, generator }),
     new GELU(),
-    new Dropout(0.25, { generator: new Generator(5) }),
+    new Dropout(0.25, { generator: new RandomGenerator(5) }),
     new Linear(10, 3, { backend, generator }),
   );
 }
@@ -144,7 +144,7 @@ describe('OffloadModel parity with plain training (CPU device)', () => {
 
 /** Five layers whose first and last Linear share their weight (as a GPT's embedding and head). */
 function makeTiedModel(backend: Backend): Sequential {
-  const generator = new Generator(17);
+  const generator = new RandomGenerator(17);
   const first = new Linear(6, 6, { backend, generator });
   const middle = new Linear(6, 6, { backend, generator });
   const last = new Linear(6, 6, { backend, generator });
@@ -420,7 +420,7 @@ describe('OffloadModel under an emulated device limit', () => {
   const WIDTH = 32;
 
   function bigModel(backend: Backend): Sequential {
-    const generator = new Generator(1);
+    const generator = new RandomGenerator(1);
     return new Sequential(
       ...Array.from(
         { length: LAYERS },

@@ -4,7 +4,7 @@ import {
   clone,
   concat,
   enableGrad,
-  Generator,
+  RandomGenerator,
   getDefaultGenerator,
   isGradEnabled,
   keep,
@@ -43,12 +43,12 @@ interface Pending {
   readonly input: Tensor | null;
 }
 
-function generatorsOf(slice: Slice): Generator[] {
-  const found = new Set<Generator>([getDefaultGenerator()]);
+function generatorsOf(slice: Slice): RandomGenerator[] {
+  const found = new Set<RandomGenerator>([getDefaultGenerator()]);
   for (const layer of slice.layers) {
     for (const m of layer.modules()) {
       const g = (m as { generator?: unknown }).generator;
-      if (g instanceof Generator) found.add(g);
+      if (g instanceof RandomGenerator) found.add(g);
     }
   }
   return [...found];

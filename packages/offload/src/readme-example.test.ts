@@ -2,7 +2,7 @@
 import {
   AdamW,
   createCpuBackend,
-  Generator,
+  RandomGenerator,
   Linear,
   mseLoss,
   OutOfMemoryError,
@@ -17,7 +17,7 @@ describe('README example', () => {
   it('trains a model almost three times the device limit, and the loss falls', async () => {
     const host = createCpuBackend();
     const device = createCpuBackend({ memoryLimit: 384 * 1024 }); // or: await createWebGpuBackend()
-    const generator = new Generator(0);
+    const generator = new RandomGenerator(0);
     const layers = [];
     for (let i = 0; i < 16; i++) {
       layers.push(new Linear(128, 128, { backend: host, generator }), new ReLU());

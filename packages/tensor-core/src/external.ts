@@ -2,7 +2,7 @@ import type { Backend } from './backend/backend.js';
 import { CpuBackend } from './backend/cpu/cpu-backend.js';
 import { bytesPerElement, type DType } from './dtype.js';
 import { ArgumentError, BackendError, ShapeError } from './errors.js';
-import { Storage } from './storage.js';
+import { TensorStorage } from './storage.js';
 import { shapeSize, Tensor } from './tensor.js';
 
 /** Typed arrays a CPU tensor can live in. */
@@ -71,5 +71,5 @@ export function tensorFromHostArray(
     array.byteLength,
     options.onRelease,
   );
-  return new Tensor(new Storage(backend, raw), array.byteOffset / element, shape, dtype);
+  return new Tensor(new TensorStorage(backend, raw), array.byteOffset / element, shape, dtype);
 }

@@ -23,7 +23,7 @@ export type { GradcheckOptions, GradcheckResult } from './autograd/gradcheck.js'
 export { gradients, reduceTo } from './autograd/gradients.js';
 export { enableGrad, isGradEnabled, noGrad, setGradEnabled } from './autograd/grad-mode.js';
 export type { RemovableHandle } from './autograd/hooks.js';
-export { AccumulateGrad, isParameter, markParameter, Node } from './autograd/node.js';
+export { AccumulateGrad, isParameter, markParameter, GradNode } from './autograd/node.js';
 export type {
   Edge,
   GradContext,
@@ -41,7 +41,7 @@ export type {
   BinaryOp,
   KernelTensor,
   RawStorage,
-  ReduceOp,
+  ReductionOp,
   SgdHyper,
   StridedOperand,
   UnaryOp,
@@ -234,7 +234,7 @@ export type {
 } from './optim/optimizer.js';
 export { SGD } from './optim/sgd.js';
 export type { SgdHyperparameters, SgdState } from './optim/sgd.js';
-export { Generator, getDefaultGenerator, manualSeed } from './random/generator.js';
+export { RandomGenerator, getDefaultGenerator, manualSeed } from './random/generator.js';
 export {
   isValidCounter,
   mulHi32,
@@ -245,7 +245,7 @@ export {
 } from './random/philox.js';
 export { createCpuBackend, getDefaultBackend, setDefaultBackend } from './runtime.js';
 export { keep, tidy, tidyAsync } from './scope.js';
-export { Storage } from './storage.js';
+export { TensorStorage } from './storage.js';
 export { checkShape, shapeSize, Tensor, toHostArray } from './tensor.js';
 export type { ExternalArray } from './external.js';
 export { tensorFromHostArray } from './external.js';

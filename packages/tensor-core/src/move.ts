@@ -1,7 +1,7 @@
 import type { Backend, KernelTensor } from './backend/backend.js';
 import type { HostArray } from './dtype.js';
 import { FreedTensorError, SharedStorageError } from './errors.js';
-import { Storage } from './storage.js';
+import { TensorStorage } from './storage.js';
 import type { Tensor } from './tensor.js';
 
 /**
@@ -38,7 +38,7 @@ import type { Tensor } from './tensor.js';
 
 /** One storage on the move and the tensors over it. */
 interface StorageMove {
-  readonly source: Storage;
+  readonly source: TensorStorage;
   readonly tensors: Tensor[];
 }
 
@@ -48,7 +48,7 @@ function planMoves(op: string, tensors: readonly Tensor[], backend: Backend): St
     all.add(t);
     if (t.grad !== null) all.add(t.grad);
   }
-  const byStorage = new Map<Storage, Tensor[]>();
+  const byStorage = new Map<TensorStorage, Tensor[]>();
   for (const t of all) {
     if (t.isFreed) throw new FreedTensorError(op, t.name);
     if (t.backend === backend) continue;
@@ -65,7 +65,7 @@ function planMoves(op: string, tensors: readonly Tensor[], backend: Backend): St
   return moves;
 }
 
-function checkHolders(op: string, storage: Storage, tensors: readonly Tensor[]): void {
+function checkHolders(op: string, storage: TensorStorage, tensors: readonly Tensor[]): void {
   if (storage.refCount !== tensors.length) {
     throw new SharedStorageError(op, tensors[0]!.name, storage.refCount, tensors.length);
   }
@@ -102,11 +102,11 @@ export async function moveTensors_(tensors: readonly Tensor[], backend: Backend)
       Promise.all(parts[i]!.map((r) => m.source.backend.read({ storage: m.source.raw, ...r }))),
     ),
   );
-  const targets: Storage[] = [];
+  const targets: TensorStorage[] = [];
   try {
     moves.forEach((m, i) => {
       checkHolders(op, m.source, m.tensors);
-      const target = Storage.allocate(backend, m.source.raw.byteSize);
+      const target = TensorStorage.allocate(backend, m.source.raw.byteSize);
       targets.push(target);
       parts[i]!.forEach((r, j) => {
         backend.write({ storage: target.raw, ...r }, data[i]![j]!);

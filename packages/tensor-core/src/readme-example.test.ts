@@ -6,7 +6,7 @@ import {
   createBackend,
   crossEntropy,
   GELU,
-  Generator,
+  RandomGenerator,
   Linear,
   Sequential,
   tensor,
@@ -15,7 +15,7 @@ import {
 describe('README quick start', () => {
   it('trains a two-layer MLP and the loss falls', async () => {
     const backend = await createBackend({ kind: 'cpu' }); // 'auto' picks WebGPU where an adapter exists
-    const generator = new Generator(0);
+    const generator = new RandomGenerator(0);
     const model = new Sequential(
       new Linear(4, 16, { backend, generator }),
       new GELU(),

@@ -5,15 +5,15 @@ import { BackendError } from './errors.js';
  * Reference-counted backend storage. Tensors and views that share it each hold one reference; the
  * last release returns the memory to the backend's caching allocator.
  */
-export class Storage {
+export class TensorStorage {
   private refs = 1;
   constructor(
     readonly backend: Backend,
     readonly raw: RawStorage,
   ) {}
 
-  static allocate(backend: Backend, byteSize: number): Storage {
-    return new Storage(backend, backend.allocate(Math.max(byteSize, 4)));
+  static allocate(backend: Backend, byteSize: number): TensorStorage {
+    return new TensorStorage(backend, backend.allocate(Math.max(byteSize, 4)));
   }
 
   get refCount(): number {

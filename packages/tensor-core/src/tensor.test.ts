@@ -3,7 +3,7 @@ import type { DType, HostArray } from './dtype.js';
 import { BackendError, DTypeError, FreedTensorError, ShapeError } from './errors.js';
 import { createCpuBackend } from './runtime.js';
 import { keep, tidy } from './scope.js';
-import { Storage } from './storage.js';
+import { TensorStorage } from './storage.js';
 import { Tensor } from './tensor.js';
 import { describeBackends } from './testing/index.js';
 
@@ -146,7 +146,7 @@ describe('Tensor storage and views', () => {
 
   it('storage release is idempotent and retain after release is an error', () => {
     const backend = createCpuBackend();
-    const storage = Storage.allocate(backend, 16);
+    const storage = TensorStorage.allocate(backend, 16);
     storage.release();
     storage.release();
     expect(storage.isReleased).toBe(true);

@@ -12,7 +12,7 @@ import type { RemovableHandle } from './autograd/hooks.js';
 import type { PostAccumulateGradHook, TensorHook } from './autograd/node.js';
 import { moveTensors_ } from './move.js';
 import { registerInScope, tensorMarker } from './scope.js';
-import { Storage } from './storage.js';
+import { TensorStorage } from './storage.js';
 import { bindEmptyTensor, TensorBrand } from './tensor-brand.js';
 
 /** The minimal view of an autograd node a tensor holds; `src/autograd/` owns the real type. */
@@ -37,10 +37,10 @@ export function checkShape(op: string, shape: readonly number[]): void {
 let nextTensorId = 1;
 
 /**
- * An n-dimensional array: contiguous row-major elements at `offset` in a `Storage`.
+ * An n-dimensional array: contiguous row-major elements at `offset` in a `TensorStorage`.
  *
  * [Note: tensor storage and views]
- * A tensor does not own memory; it holds one reference to a `Storage`. `view` makes another tensor
+ * A tensor does not own memory; it holds one reference to a `TensorStorage`. `view` makes another tensor
  * over the same storage at another offset, which is how FSDP's flat parameter hands out each
  * parameter. `free()` drops the reference and marks the tensor freed: any later use throws
  * `FreedTensorError` naming the tensor. `reallocate()` gives a freed (or live) tensor fresh storage
@@ -70,11 +70,11 @@ export class Tensor extends TensorBrand {
   /** The node that produced this tensor, for non-leaf tensors under autograd. */
   gradFn: GradNodeLike | null = null;
 
-  private storageRef: Storage | null;
+  private storageRef: TensorStorage | null;
   private storageOffset: number;
   private backendRef: Backend;
 
-  constructor(storage: Storage, offset: number, shape: readonly number[], dtype: DType) {
+  constructor(storage: TensorStorage, offset: number, shape: readonly number[], dtype: DType) {
     super();
     this.backendRef = storage.backend;
     this.storageRef = storage;
@@ -96,7 +96,7 @@ export class Tensor extends TensorBrand {
   /** Uninitialized tensor of the given shape on `backend`. */
   static empty(backend: Backend, shape: readonly number[], dtype: DType = 'f32'): Tensor {
     checkShape('empty', shape);
-    const storage = Storage.allocate(backend, shapeSize(shape) * bytesPerElement(dtype));
+    const storage = TensorStorage.allocate(backend, shapeSize(shape) * bytesPerElement(dtype));
     return new Tensor(storage, 0, shape, dtype);
   }
 
@@ -118,7 +118,7 @@ export class Tensor extends TensorBrand {
   }
 
   /** The storage; throws `FreedTensorError` (naming `op`) when freed. */
-  storage(op = 'storage'): Storage {
+  storage(op = 'storage'): TensorStorage {
     if (this.storageRef === null) throw new FreedTensorError(op, this.name);
     return this.storageRef;
   }
@@ -146,7 +146,7 @@ export class Tensor extends TensorBrand {
   /** Give the tensor fresh, uninitialized storage of its own size (after `free()`, or to detach it). */
   reallocate(): this {
     this.storageRef?.release();
-    this.storageRef = Storage.allocate(this.backend, this.size * bytesPerElement(this.dtype));
+    this.storageRef = TensorStorage.allocate(this.backend, this.size * bytesPerElement(this.dtype));
     this.storageOffset = 0;
     return this;
   }
@@ -306,7 +306,7 @@ export class Tensor extends TensorBrand {
    * reference and taking over the caller's reference. Internal to the in-place move (`move.ts`).
    * @internal
    */
-  rebindStorage(storage: Storage, offset: number): void {
+  rebindStorage(storage: TensorStorage, offset: number): void {
     this.storageRef?.release();
     this.storageRef = storage;
     this.storageOffset = offset;

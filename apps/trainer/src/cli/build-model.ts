@@ -1,6 +1,6 @@
 import {
   type Backend,
-  Generator,
+  RandomGenerator,
   loadSafetensors,
   type Module,
   SafetensorsError,
@@ -15,7 +15,7 @@ import type { TrainConfig } from './options.js';
 
 /** The model a config asks for, seeded (nanoGPT's init for the GPT, PyTorch's for the MLP). */
 export function buildModel(config: TrainConfig, vocabSize: number, backend: Backend): GPT | MLP {
-  const generator = new Generator(config.seed);
+  const generator = new RandomGenerator(config.seed);
   if (config.model === 'mlp') {
     return new MLP({ nIn: MLP_IN, nHidden: config.nEmbd, nOut: MLP_OUT }, { backend, generator });
   }

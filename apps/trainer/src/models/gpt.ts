@@ -9,7 +9,7 @@ import {
   Embedding,
   GELU,
   keep,
-  type Generator,
+  type RandomGenerator,
   LayerNorm,
   Linear,
   Module,
@@ -38,7 +38,7 @@ export interface GPTConfig {
 /** Where the model lives and which random stream initializes it. */
 export interface GPTOptions {
   backend: Backend;
-  generator?: Generator;
+  generator?: RandomGenerator;
 }
 
 /** nanoGPT's `MLP`: c_fc (C -> 4C), exact GELU, c_proj (4C -> C), dropout. */

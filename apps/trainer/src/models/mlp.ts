@@ -2,7 +2,7 @@ import {
   type Backend,
   cast,
   GELU,
-  type Generator,
+  type RandomGenerator,
   Linear,
   Module,
   mseLoss,
@@ -28,7 +28,7 @@ export class MLP extends Module<[Tensor], Tensor> {
 
   constructor(
     readonly config: MLPConfig,
-    options: { backend: Backend; generator?: Generator },
+    options: { backend: Backend; generator?: RandomGenerator },
   ) {
     super();
     this.fc1 = this.registerModule('fc1', new Linear(config.nIn, config.nHidden, options));

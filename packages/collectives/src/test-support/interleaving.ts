@@ -4,7 +4,7 @@
 import {
   checkpoint,
   createCpuBackend,
-  Generator,
+  RandomGenerator,
   Linear,
   mseLoss,
   queueCallback,
@@ -27,7 +27,7 @@ export async function interleavedGradients(
   group: ProcessGroup | null,
 ): Promise<RankGradients> {
   const backend = createCpuBackend();
-  const generator = new Generator(1);
+  const generator = new RandomGenerator(1);
   const fc1 = new Linear(3, 8, { backend, generator });
   const fc2 = new Linear(8, 2, { backend, generator });
   const log: string[] = [];

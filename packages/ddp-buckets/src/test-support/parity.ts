@@ -5,7 +5,7 @@ import type { ProcessGroup } from '@webshard/collectives';
 import {
   AdamW,
   type Backend,
-  Generator,
+  RandomGenerator,
   Linear,
   matmul,
   mseLoss,
@@ -55,7 +55,7 @@ const OUT = 4;
 
 /** The MLP; `seed` differs per rank so that only the broadcast makes the replicas equal. */
 export function makeModel(backend: Backend, dtype: 'f32' | 'f16', seed: number): Sequential {
-  const generator = new Generator(seed);
+  const generator = new RandomGenerator(seed);
   const options = { backend, dtype, generator };
   const model = new Sequential(
     new Linear(IN, HIDDEN, options),

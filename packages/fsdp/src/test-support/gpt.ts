@@ -7,7 +7,7 @@ import {
   crossEntropy,
   Embedding,
   GELU,
-  Generator,
+  RandomGenerator,
   keep,
   LayerNorm,
   Linear,
@@ -39,7 +39,7 @@ export class GptBlock extends Module<[Tensor], Tensor> {
   readonly fc: Linear;
   readonly gelu = new GELU();
   readonly proj: Linear;
-  constructor(c: GptConfig, backend: Backend, generator: Generator) {
+  constructor(c: GptConfig, backend: Backend, generator: RandomGenerator) {
     super();
     this.ln1 = this.registerModule('ln_1', new LayerNorm(c.nEmbd, { backend }));
     this.attn = this.registerModule(
@@ -76,7 +76,7 @@ export class Gpt extends Module<[Tensor, Tensor], Promise<Tensor>> {
     seed = 0,
   ) {
     super();
-    const generator = new Generator(seed);
+    const generator = new RandomGenerator(seed);
     this.wte = this.registerModule(
       'wte',
       new Embedding(config.vocabSize, config.nEmbd, { backend }),

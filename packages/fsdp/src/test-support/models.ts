@@ -2,7 +2,7 @@ import {
   add,
   checkpoint,
   type Backend,
-  Generator,
+  RandomGenerator,
   Linear,
   Module,
   ModuleList,
@@ -20,7 +20,7 @@ export class Block extends Module<[Tensor], Tensor> {
     width: number,
     hidden: number,
     backend: Backend,
-    generator: Generator,
+    generator: RandomGenerator,
     /** Recompute the block's inside in backward (activation checkpointing inside the unit). */
     readonly checkpointed = false,
   ) {
@@ -70,7 +70,7 @@ export class Net extends Module<[Tensor, Tensor], Promise<Tensor>> {
   readonly head: Linear;
   constructor(config: NetConfig, backend: Backend, seed = 0) {
     super();
-    const generator = new Generator(seed);
+    const generator = new RandomGenerator(seed);
     this.embed = this.registerModule(
       'embed',
       new Linear(config.inFeatures, config.width, { backend, generator }),

@@ -4,7 +4,7 @@ import { Linear } from '../nn/layers.js';
 import { mseLoss, sum, tensor } from '../ops/index.js';
 import { Adam } from '../optim/adam.js';
 import { SGD } from '../optim/sgd.js';
-import { Generator } from '../random/generator.js';
+import { RandomGenerator } from '../random/generator.js';
 import { createCpuBackend, setDefaultBackend } from '../runtime.js';
 import type { Tensor } from '../tensor.js';
 import { GradScaler } from './grad-scaler.js';
@@ -125,7 +125,7 @@ describe('GradScaler', () => {
 describe('MixedPrecision', () => {
   for (const dtype of ['bf16', 'f16'] as const) {
     it(`trains a ${dtype} copy of an f32 master: gradients match f32 within ${dtype} precision`, async () => {
-      const make = () => new Linear(3, 2, { generator: new Generator(5) });
+      const make = () => new Linear(3, 2, { generator: new RandomGenerator(5) });
       const reference = make();
       const model = make();
       const masters = model.parameters();
@@ -163,7 +163,7 @@ describe('MixedPrecision', () => {
   }
 
   it('lets an f16 overflow reach the scaler, which skips the step and backs off', async () => {
-    const model = new Linear(2, 1, { generator: new Generator(1) });
+    const model = new Linear(2, 1, { generator: new RandomGenerator(1) });
     const mp = new MixedPrecision(model, { computeDType: 'f16' });
     const scaler = new GradScaler({ initScale: 2 ** 24 });
     const loss = sum(model.call(tensor([1000, 1000], { shape: [1, 2], dtype: 'f16' })));

@@ -1,9 +1,9 @@
 import { Tensor } from '../tensor.js';
 import { keep } from '../scope.js';
-import { getDefaultGenerator, type Generator } from '../random/generator.js';
+import { getDefaultGenerator, type RandomGenerator } from '../random/generator.js';
 import { backward, gradientEdge as gradientEdgeOf, setGradFn } from './engine.js';
 import { enableGrad, isGradEnabled, noGrad } from './grad-mode.js';
-import { metaOf, Node, SavedTensor } from './node.js';
+import { metaOf, GradNode, SavedTensor } from './node.js';
 import { endProbe, startProbe } from './record.js';
 
 /** What a checkpointed function returns: a tensor or tensors, or a promise of them. */
@@ -16,7 +16,7 @@ export interface CheckpointOptions {
    * the default generator (a Dropout with its own generator inside the function). When the
    * function is a module, the generators of the Dropout modules inside it are found by itself.
    */
-  generators?: readonly Generator[];
+  generators?: readonly RandomGenerator[];
 }
 
 /** Something with a `call` (a Module), checkpointed as a function of its arguments. */
@@ -36,13 +36,13 @@ function asList(result: CheckpointResult): readonly Tensor[] {
   return result instanceof Tensor ? [result] : result;
 }
 
-function generatorsOf(target: Fn | Callable, extra: readonly Generator[]): Generator[] {
-  const found = new Set<Generator>([getDefaultGenerator(), ...extra]);
+function generatorsOf(target: Fn | Callable, extra: readonly RandomGenerator[]): RandomGenerator[] {
+  const found = new Set<RandomGenerator>([getDefaultGenerator(), ...extra]);
   if (typeof target !== 'function' && target.modules) {
     for (const m of target.modules()) {
       const g = (m as { generator?: unknown }).generator;
-      if (g !== undefined && g !== null && typeof (g as Generator).getState === 'function') {
-        found.add(g as Generator);
+      if (g !== undefined && g !== null && typeof (g as RandomGenerator).getState === 'function') {
+        found.add(g as RandomGenerator);
       }
     }
   }
@@ -53,7 +53,7 @@ function generatorsOf(target: Fn | Callable, extra: readonly Generator[]): Gener
  * The backward node of a checkpointed region: recomputes the region with grad on and backpropagates
  * through the recomputation (a nested backward), returning the gradients of the region's inputs.
  */
-class CheckpointNode extends Node {
+class CheckpointNode extends GradNode {
   readonly name = 'checkpoint';
   private readonly saved: SavedTensor[];
 
@@ -61,9 +61,9 @@ class CheckpointNode extends Node {
     private readonly run: Fn,
     inputs: readonly Tensor[],
     outputs: readonly Tensor[],
-    private readonly generators: readonly Generator[],
+    private readonly generators: readonly RandomGenerator[],
     private readonly states: readonly { seed: number; offset: number }[],
-    next: Node['next'],
+    next: GradNode['next'],
   ) {
     super(next, outputs.map(metaOf));
     this.saved = inputs.map((t) => new SavedTensor(t));

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FreedTensorError } from '../errors.js';
 import { Dropout, Linear } from '../nn/layers.js';
 import { add, exp, gelu, matmul, mul, sum, tanh, tensor } from '../ops/index.js';
-import { Generator, getDefaultGenerator, manualSeed } from '../random/generator.js';
+import { RandomGenerator, getDefaultGenerator, manualSeed } from '../random/generator.js';
 import { createCpuBackend, setDefaultBackend } from '../runtime.js';
 import { tidy } from '../scope.js';
 import { Tensor } from '../tensor.js';
@@ -291,9 +291,9 @@ describe('parameter storage under FSDP-style swapping', () => {
 
 describe('checkpoint', () => {
   async function gradsOf(useCheckpoint: boolean): Promise<number[][]> {
-    const gen = new Generator(3);
-    const lin1 = new Linear(4, 8, { generator: new Generator(1) });
-    const lin2 = new Linear(8, 4, { generator: new Generator(2) });
+    const gen = new RandomGenerator(3);
+    const lin1 = new Linear(4, 8, { generator: new RandomGenerator(1) });
+    const lin2 = new Linear(8, 4, { generator: new RandomGenerator(2) });
     const drop = new Dropout(0.5, { generator: gen });
     const x = leaf(
       Array.from({ length: 8 }, (_, i) => Math.sin(i)),
@@ -317,7 +317,7 @@ describe('checkpoint', () => {
   it('restores the DEFAULT generator: dropout without its own generator gives the same gradients', async () => {
     async function run(useCheckpoint: boolean): Promise<number[][]> {
       manualSeed(11);
-      const lin = new Linear(4, 8, { generator: new Generator(1) });
+      const lin = new Linear(4, 8, { generator: new RandomGenerator(1) });
       const drop = new Dropout(0.5);
       expect(drop.generator).toBeUndefined();
       const x = leaf(
@@ -408,7 +408,7 @@ describe('checkpoint', () => {
   });
 
   it('finds Dropout generators in a module and supports async functions', async () => {
-    const gen = new Generator(9);
+    const gen = new RandomGenerator(9);
     const drop = new Dropout(0.5, { generator: gen });
     const w = leaf(Array.from({ length: 16 }, () => 1));
     const y = checkpoint(drop, w);

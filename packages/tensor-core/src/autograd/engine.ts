@@ -10,7 +10,7 @@ import {
   AccumulateGrad,
   GraphRoot,
   type Edge,
-  Node,
+  GradNode,
   OpNode,
   type PostAccumulateGradHook,
   type TensorHook,
@@ -55,7 +55,7 @@ const outputIndices = new WeakMap<Tensor, number>();
 const accumulators = new WeakMap<Tensor, AccumulateGrad>();
 
 /** Make `tensor` output `index` of `node` (called when recording). */
-export function setGradFn(tensor: Tensor, node: Node, index: number): void {
+export function setGradFn(tensor: Tensor, node: GradNode, index: number): void {
   tensor.gradFn = node;
   tensor.requiresGrad = true;
   if (index !== 0) outputIndices.set(tensor, index);
@@ -73,7 +73,7 @@ export function accumulatorOf(leaf: Tensor): AccumulateGrad {
 
 /** Where the gradient of `tensor` goes, or null when it does not require grad. */
 export function gradientEdge(tensor: Tensor): Edge | null {
-  if (tensor.gradFn instanceof Node) {
+  if (tensor.gradFn instanceof GradNode) {
     return { node: tensor.gradFn, index: outputIndices.get(tensor) ?? 0 };
   }
   if (tensor.requiresGrad) return { node: accumulatorOf(tensor), index: 0 };
@@ -220,19 +220,22 @@ async function callHook<R>(fn: () => R): Promise<Awaited<R>> {
 
 /** Max-heap of ready nodes by sequence number; ties (AccumulateGrad) in readiness order. */
 class ReadyQueue {
-  private readonly heap: { node: Node; order: number }[] = [];
+  private readonly heap: { node: GradNode; order: number }[] = [];
   private order = 0;
 
   get size(): number {
     return this.heap.length;
   }
 
-  private before(a: { node: Node; order: number }, b: { node: Node; order: number }): boolean {
+  private before(
+    a: { node: GradNode; order: number },
+    b: { node: GradNode; order: number },
+  ): boolean {
     if (a.node.sequenceNr !== b.node.sequenceNr) return a.node.sequenceNr > b.node.sequenceNr;
     return a.order < b.order;
   }
 
-  push(node: Node): void {
+  push(node: GradNode): void {
     const h = this.heap;
     h.push({ node, order: this.order++ });
     let i = h.length - 1;
@@ -244,7 +247,7 @@ class ReadyQueue {
     }
   }
 
-  pop(): Node {
+  pop(): GradNode {
     const h = this.heap;
     const top = h[0]!;
     const last = h.pop()!;
@@ -266,10 +269,10 @@ class ReadyQueue {
   }
 }
 
-function dependencies(root: Node): Map<Node, number> {
-  const deps = new Map<Node, number>();
-  const seen = new Set<Node>([root]);
-  const stack: Node[] = [root];
+function dependencies(root: GradNode): Map<GradNode, number> {
+  const deps = new Map<GradNode, number>();
+  const seen = new Set<GradNode>([root]);
+  const stack: GradNode[] = [root];
   while (stack.length > 0) {
     const node = stack.pop()!;
     for (const edge of node.next) {
@@ -355,7 +358,7 @@ export async function backward(
 
 async function run(task: GraphTask, root: GraphRoot): Promise<void> {
   const deps = dependencies(root);
-  const buffers = new Map<Node, (Tensor | null)[]>();
+  const buffers = new Map<GradNode, (Tensor | null)[]>();
   const ready = new ReadyQueue();
   ready.push(root);
   while (ready.size > 0) {
@@ -394,7 +397,7 @@ async function run(task: GraphTask, root: GraphRoot): Promise<void> {
 /** Run one ready node: its tensor hooks, then its formula (or accumulation). */
 async function runNode(
   task: GraphTask,
-  node: Node,
+  node: GradNode,
   buffer: (Tensor | null)[],
 ): Promise<(Tensor | null)[]> {
   if (node instanceof GraphRoot) {
@@ -447,7 +450,7 @@ async function runNode(
 }
 
 /** Run a node's synchronous formula under noGrad inside tidy (its temporaries are freed). */
-export function applyFormula(node: Node, grads: readonly Tensor[]): (Tensor | null)[] {
+export function applyFormula(node: GradNode, grads: readonly Tensor[]): (Tensor | null)[] {
   const previous = setGradEnabled(false);
   try {
     return tidy(() => node.apply(grads) as (Tensor | null)[]);

@@ -26,7 +26,7 @@ export type PostAccumulateGradHook = (param: Tensor) => VoidOrPromise;
 
 /** Where a gradient goes: output `index` of `node`. */
 export interface Edge {
-  readonly node: Node;
+  readonly node: GradNode;
   readonly index: number;
 }
 
@@ -45,7 +45,7 @@ let nextSequenceNr = 0;
  *   kernel) is saved as its base plus shape and element offset, and rebuilt over the base's storage
  *   of the moment: retaining the view's storage would pin the full parameter FSDP means to free.
  * - anything else (activations, masks, integer targets, layer norm statistics) is saved by
- *   RETAINING its storage: the node holds a detached view (one `Storage` reference), kept out of
+ *   RETAINING its storage: the node holds a detached view (one `TensorStorage` reference), kept out of
  *   `tidy` scopes, and frees it as soon as its backward has run (unless `retainGraph`). So
  *   intermediate memory drops during backward.
  * A graph that is never backpropagated releases its retained storage when its nodes are garbage
@@ -157,7 +157,7 @@ export type NodeState = 'recorded' | 'released';
  * A node of the backward graph. `next[i]` is where the gradient of input i goes (null when input i
  * does not require grad). `preHooks` holds the tensor hooks of each output.
  */
-export abstract class Node implements GradNodeLike {
+export abstract class GradNode implements GradNodeLike {
   abstract readonly name: string;
   readonly sequenceNr: number;
   state: NodeState = 'recorded';
@@ -222,7 +222,7 @@ export interface GradientDef {
 }
 
 /** A node for one recorded op: its gradient formula and saved tensors. */
-export class OpNode extends Node {
+export class OpNode extends GradNode {
   private readonly savedInputs = new Map<number, SavedTensor>();
   private readonly savedOutputs = new Map<number, SavedTensor>();
   private readonly savedAttrs = new Map<string, SavedTensor>();
@@ -311,7 +311,7 @@ export class OpNode extends Node {
  * apply to every backward. Its sequence number is +Infinity: among ready nodes it runs first, so
  * gradients reach `.grad` (and post-accumulate hooks fire) as early as possible.
  */
-export class AccumulateGrad extends Node {
+export class AccumulateGrad extends GradNode {
   readonly name = 'AccumulateGrad';
   readonly postHooks = new HookList<PostAccumulateGradHook>();
 
@@ -326,10 +326,10 @@ export class AccumulateGrad extends Node {
 
 /**
  * The virtual node whose inputs are the roots of a backward call (the engine's). It lives here,
- * beside `Node`, and not in engine.ts: node.ts imports tensor.ts, which imports engine.ts, so a
- * subclass declared there would run before `Node` exists whenever node.ts is imported first.
+ * beside `GradNode`, and not in engine.ts: node.ts imports tensor.ts, which imports engine.ts, so a
+ * subclass declared there would run before `GradNode` exists whenever node.ts is imported first.
  */
-export class GraphRoot extends Node {
+export class GraphRoot extends GradNode {
   readonly name = 'GraphRoot';
   constructor(
     next: readonly Edge[],

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Linear } from '../nn/layers.js';
 import { Module } from '../nn/module.js';
 import { gelu, sum, tensor } from '../ops/index.js';
-import { Generator } from '../random/generator.js';
+import { RandomGenerator } from '../random/generator.js';
 import { createCpuBackend, setDefaultBackend } from '../runtime.js';
 import { Tensor } from '../tensor.js';
 import { checkpoint } from './checkpoint.js';
@@ -22,8 +22,14 @@ afterAll(() => setDefaultBackend(undefined));
 const tick = () => new Promise<void>((r) => setTimeout(r, 1));
 
 class Mlp extends Module<[Tensor], Tensor> {
-  readonly fc1 = this.registerModule('fc1', new Linear(3, 4, { generator: new Generator(1) }));
-  readonly fc2 = this.registerModule('fc2', new Linear(4, 2, { generator: new Generator(2) }));
+  readonly fc1 = this.registerModule(
+    'fc1',
+    new Linear(3, 4, { generator: new RandomGenerator(1) }),
+  );
+  readonly fc2 = this.registerModule(
+    'fc2',
+    new Linear(4, 2, { generator: new RandomGenerator(2) }),
+  );
   forward(x: Tensor): Tensor {
     return this.fc2.call(gelu(this.fc1.call(x)));
   }

@@ -79,7 +79,7 @@ export type BinaryOp =
   | 'geluGrad'
   | 'geluTanhGrad';
 
-export type ReduceOp = 'sum' | 'mean' | 'max' | 'min' | 'argmax';
+export type ReductionOp = 'sum' | 'mean' | 'max' | 'min' | 'argmax';
 
 export interface AdamHyper {
   lr: number;
@@ -197,7 +197,7 @@ export interface Backend {
    * Reduce `x` along `axis`; out has x's shape without that axis. argmax writes i32 (first
    * maximum wins). x is viewed as [outer, x.shape[axis], inner].
    */
-  reduce(op: ReduceOp, x: KernelTensor, axis: number, out: KernelTensor): void;
+  reduce(op: ReductionOp, x: KernelTensor, axis: number, out: KernelTensor): void;
   /** Softmax (or log-softmax) over the last axis; out has x's shape. */
   softmax(x: KernelTensor, out: KernelTensor, log: boolean): void;
   /**

@@ -1,7 +1,7 @@
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import { full, rand, randn } from '../ops/index.js';
-import type { Generator } from '../random/generator.js';
+import type { RandomGenerator } from '../random/generator.js';
 import type { Tensor } from '../tensor.js';
 
 /**
@@ -11,7 +11,7 @@ import type { Tensor } from '../tensor.js';
 export interface LayerOptions {
   backend?: Backend;
   dtype?: DType;
-  generator?: Generator;
+  generator?: RandomGenerator;
 }
 
 /** Uniform in [-bound, bound), PyTorch's `init.uniform_`. */

@@ -14,7 +14,7 @@ import {
 } from '../ops/index.js';
 import { ArgumentError } from '../errors.js';
 import type { CrossEntropyOptions } from '../ops/index.js';
-import type { Generator } from '../random/generator.js';
+import type { RandomGenerator } from '../random/generator.js';
 import type { Tensor } from '../tensor.js';
 import {
   constantInit,
@@ -144,10 +144,10 @@ export class ReLU extends Module<[Tensor], Tensor> {
  * Returns a new tensor in both modes.
  */
 export class Dropout extends Module<[Tensor], Tensor> {
-  readonly generator: Generator | undefined;
+  readonly generator: RandomGenerator | undefined;
   constructor(
     readonly p = 0.5,
-    options: { generator?: Generator } = {},
+    options: { generator?: RandomGenerator } = {},
   ) {
     super();
     if (!(p >= 0 && p <= 1)) {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ArgumentError, FreedTensorError } from '../errors.js';
 import { mul, square, sum, tensor } from '../ops/index.js';
-import { Generator } from '../random/generator.js';
+import { RandomGenerator } from '../random/generator.js';
 import { createCpuBackend, setDefaultBackend } from '../runtime.js';
 import { Tensor } from '../tensor.js';
 import { CausalSelfAttention } from './attention.js';
@@ -206,14 +206,14 @@ describe('Module', () => {
 
 describe('layers', () => {
   it('initializes as PyTorch: Linear U(+-1/sqrt(in)), Embedding N(0,1), LayerNorm ones/zeros', async () => {
-    const lin = new Linear(16, 32, { generator: new Generator(1) });
+    const lin = new Linear(16, 32, { generator: new RandomGenerator(1) });
     const w = await values(lin.weight);
     const bound = 1 / Math.sqrt(16);
     expect(Math.max(...w.map(Math.abs))).toBeLessThanOrEqual(bound);
     expect(Math.max(...w.map(Math.abs))).toBeGreaterThan(bound * 0.9);
-    const again = new Linear(16, 32, { generator: new Generator(1) });
+    const again = new Linear(16, 32, { generator: new RandomGenerator(1) });
     expect(await values(again.weight)).toEqual(w);
-    const emb = await values(new Embedding(100, 20, { generator: new Generator(2) }).weight);
+    const emb = await values(new Embedding(100, 20, { generator: new RandomGenerator(2) }).weight);
     const m = emb.reduce((p, v) => p + v, 0) / emb.length;
     const sd = Math.sqrt(emb.reduce((p, v) => p + (v - m) ** 2, 0) / emb.length);
     expect(Math.abs(m)).toBeLessThan(0.1);
@@ -249,7 +249,7 @@ describe('layers', () => {
       const sd = Math.sqrt(n * (1 / 8) * (7 / 8));
       for (const count of bins) expect(Math.abs(count - n / 8)).toBeLessThan(5 * sd);
     };
-    const lin = new Linear(64, 1024, { generator: new Generator(5) });
+    const lin = new Linear(64, 1024, { generator: new RandomGenerator(5) });
     const bound = 1 / Math.sqrt(64); // from in_features: 1/sqrt(out) would be 1/32
     expectUniform(await values(lin.weight), bound);
     expectUniform(await values(lin.bias!), bound);
@@ -260,7 +260,7 @@ describe('layers', () => {
   });
 
   it('Dropout: seeded mask, 1/(1-p) scaling, identity in eval', async () => {
-    const drop = new Dropout(0.5, { generator: new Generator(7) });
+    const drop = new Dropout(0.5, { generator: new RandomGenerator(7) });
     const x = tensor(Array.from({ length: 64 }, () => 1));
     const y = await values(drop.call(x));
     expect(new Set(y)).toEqual(new Set([0, 2]));

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { bf16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../dtype-convert.js';
 import { ArgumentError, BackendError, DTypeError, ShapeError } from '../errors.js';
-import { Generator, manualSeed } from '../random/generator.js';
+import { RandomGenerator, manualSeed } from '../random/generator.js';
 import { philoxNormal, philoxUniform } from '../random/philox.js';
 import { createCpuBackend, getDefaultBackend, setDefaultBackend } from '../runtime.js';
 import { describeBackends } from '../testing/index.js';
@@ -44,7 +44,7 @@ describeBackends('creation', (ctx) => {
   });
 
   it('rand and randn equal the Philox reference for (seed, offset) and advance the generator', async () => {
-    const g = new Generator(1234);
+    const g = new RandomGenerator(1234);
     const u = rand([5, 7], { ...b(), generator: g, low: -1, high: 2 });
     const expectedU = new Float32Array(35);
     philoxUniform(expectedU, 1234, 0, -1, 2);
@@ -60,7 +60,7 @@ describeBackends('creation', (ctx) => {
 
   it('randn is bit-identical to the Philox reference in every float dtype, at large counters', async () => {
     const seed = 2 ** 40 + 7;
-    const g = new Generator(seed).setOffset(2 ** 32 - 500);
+    const g = new RandomGenerator(seed).setOffset(2 ** 32 - 500);
     for (const dtype of ['f32', 'f16', 'bf16'] as const) {
       const offset = g.offset;
       const n = randn([1001], { ...b(), dtype, generator: g, mean: -0.25, std: 3 });
@@ -74,20 +74,20 @@ describeBackends('creation', (ctx) => {
   });
 
   it('same seed gives the same values; consecutive draws do not overlap', async () => {
-    const a = await rand([64], { ...b(), generator: new Generator(9) }).read();
-    const again = await rand([64], { ...b(), generator: new Generator(9) }).read();
+    const a = await rand([64], { ...b(), generator: new RandomGenerator(9) }).read();
+    const again = await rand([64], { ...b(), generator: new RandomGenerator(9) }).read();
     expect([...again]).toEqual([...a]);
-    const g = new Generator(9);
+    const g = new RandomGenerator(9);
     const first = await rand([32], { ...b(), generator: g }).read();
     const second = await rand([32], { ...b(), generator: g }).read();
     expect([...first, ...second]).toEqual([...a]);
-    const other = await rand([64], { ...b(), generator: new Generator(10) }).read();
+    const other = await rand([64], { ...b(), generator: new RandomGenerator(10) }).read();
     expect([...other]).not.toEqual([...a]);
   });
 
   it('rand in f16 and bf16 stores the rounded f32 values', async () => {
-    const h = rand([9], { ...b(), dtype: 'bf16', generator: new Generator(3) });
-    const f = rand([9], { ...b(), generator: new Generator(3) });
+    const h = rand([9], { ...b(), dtype: 'bf16', generator: new RandomGenerator(3) });
+    const f = rand([9], { ...b(), generator: new RandomGenerator(3) });
     const fv = await f.read();
     expect([...(await h.read())]).toEqual([...fv].map((v) => bf16BitsToF32(f32ToBf16Bits(v))));
     expect(() => rand([2], { ...b(), dtype: 'i32' })).toThrow(DTypeError);

@@ -1,7 +1,7 @@
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import { ArgumentError, ShapeError } from '../errors.js';
-import { getDefaultGenerator, type Generator } from '../random/generator.js';
+import { getDefaultGenerator, type RandomGenerator } from '../random/generator.js';
 import { checkShape, shapeSize, Tensor, toHostArray } from '../tensor.js';
 import { requireFloatDType, resolveBackend } from './validate.js';
 
@@ -144,7 +144,7 @@ export function arange(start: number, end?: number, step = 1, options: CreateOpt
 /** Options of the random creation ops. */
 export interface RandomOptions extends CreateOptions {
   /** Defaults to the process-wide generator (`manualSeed`). */
-  generator?: Generator;
+  generator?: RandomGenerator;
 }
 
 /** Uniform values in [low, high) from Philox (see [Note: counter-based random numbers]). */

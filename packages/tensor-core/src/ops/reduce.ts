@@ -1,4 +1,4 @@
-import type { ReduceOp } from '../backend/backend.js';
+import type { ReductionOp } from '../backend/backend.js';
 import { recordOp } from '../autograd/record.js';
 import { DTypeError, ShapeError } from '../errors.js';
 import { Tensor } from '../tensor.js';
@@ -19,7 +19,7 @@ export type Axes = number | readonly number[] | undefined;
  * shape (the element layout is the same). Intermediates are freed.
  */
 function reduceAxes(
-  op: ReduceOp,
+  op: ReductionOp,
   name: string,
   x: Tensor,
   axes: number[],

@@ -6,12 +6,12 @@ import { isValidCounter } from './philox.js';
  * Each random op takes `count` consecutive counters with `next(count)`, so the same seed gives the
  * same values on every backend and every rank, and two draws never share a counter.
  */
-export class Generator {
+export class RandomGenerator {
   private currentSeed: number;
   private currentOffset = 0;
 
   constructor(seed = 0) {
-    this.currentSeed = checkSeed('Generator', seed);
+    this.currentSeed = checkSeed('RandomGenerator', seed);
   }
 
   get seed(): number {
@@ -43,7 +43,7 @@ export class Generator {
   next(count: number): { seed: number; offset: number } {
     const offset = this.currentOffset;
     if (!isValidCounter(offset + count)) {
-      throw new ArgumentError('Generator', `offset ${offset} + ${count} passes 2^53`);
+      throw new ArgumentError('RandomGenerator', `offset ${offset} + ${count} passes 2^53`);
     }
     this.currentOffset = offset + count;
     return { seed: this.currentSeed, offset };
@@ -67,15 +67,15 @@ function checkSeed(op: string, seed: number): number {
   return seed;
 }
 
-let defaultGenerator: Generator | undefined;
+let defaultGenerator: RandomGenerator | undefined;
 
 /** The process-wide generator random ops use when given none (created on first use, seed 0). */
-export function getDefaultGenerator(): Generator {
-  defaultGenerator ??= new Generator(0);
+export function getDefaultGenerator(): RandomGenerator {
+  defaultGenerator ??= new RandomGenerator(0);
   return defaultGenerator;
 }
 
 /** Reseed the process-wide generator, like `torch.manual_seed`. */
-export function manualSeed(seed: number): Generator {
+export function manualSeed(seed: number): RandomGenerator {
   return getDefaultGenerator().manualSeed(seed);
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ArgumentError } from '../errors.js';
-import { Generator } from './generator.js';
+import { RandomGenerator } from './generator.js';
 import { mulHi32, philox4x32, philoxNormal, philoxUniform, splitU64 } from './philox.js';
 
 function run(ctr: number[], key: number[]): number[] {
@@ -102,9 +102,9 @@ describe('philoxUniform / philoxNormal', () => {
   });
 });
 
-describe('Generator', () => {
+describe('RandomGenerator', () => {
   it('advances its offset by each draw and restarts on manualSeed', () => {
-    const g = new Generator(5);
+    const g = new RandomGenerator(5);
     expect(g.next(10)).toEqual({ seed: 5, offset: 0 });
     expect(g.next(3)).toEqual({ seed: 5, offset: 10 });
     expect(g.offset).toBe(13);
@@ -115,8 +115,8 @@ describe('Generator', () => {
   });
 
   it('rejects seeds that are not integers in [0, 2^53)', () => {
-    expect(() => new Generator(-1)).toThrow(ArgumentError);
-    expect(() => new Generator(1.5)).toThrow('[Generator] seed 1.5 is not an integer');
-    expect(() => new Generator(0).setOffset(2 ** 53)).toThrow('[setOffset] offset');
+    expect(() => new RandomGenerator(-1)).toThrow(ArgumentError);
+    expect(() => new RandomGenerator(1.5)).toThrow('[RandomGenerator] seed 1.5 is not an integer');
+    expect(() => new RandomGenerator(0).setOffset(2 ** 53)).toThrow('[setOffset] offset');
   });
 });

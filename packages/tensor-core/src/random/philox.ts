@@ -5,7 +5,7 @@
  * 1, 2, 3", the Random123 library; also PyTorch's CUDA generator). Element i of a random tensor uses
  * key = the seed as two u32 words (lo, hi) and counter = [lo(offset + i), hi(offset + i), 0, 0], so
  * its value depends only on (seed, offset, i): the same on the CPU and WebGPU backends, on every
- * rank, whatever the dispatch shape. A `Generator` advances `offset` by each tensor's element count,
+ * rank, whatever the dispatch shape. A `RandomGenerator` advances `offset` by each tensor's element count,
  * so consecutive draws never reuse a counter.
  *
  * These functions are the reference the WGSL kernels are ported from. The uniform value is

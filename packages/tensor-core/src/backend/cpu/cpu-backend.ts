@@ -8,7 +8,7 @@ import type {
   BinaryOp,
   KernelTensor,
   RawStorage,
-  ReduceOp,
+  ReductionOp,
   SgdHyper,
   StridedOperand,
   UnaryOp,
@@ -203,7 +203,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     whereKernel(cond, a, b, out);
   }
 
-  reduce(op: ReduceOp, x: KernelTensor, axis: number, out: KernelTensor): void {
+  reduce(op: ReductionOp, x: KernelTensor, axis: number, out: KernelTensor): void {
     this.assertLive('reduce');
     reduceKernel(op, x, axis, out);
   }

@@ -1,6 +1,6 @@
 // CPU kernels that move or fold along axes: strided copies and reductions over one axis.
 import { bytesPerElement } from '../../dtype.js';
-import type { KernelTensor, ReduceOp, StridedOperand } from '../backend.js';
+import type { KernelTensor, ReductionOp, StridedOperand } from '../backend.js';
 import { type CpuStorage, outputValues, rawViewAt, readValues, shapeCount } from './cpu-storage.js';
 import { forEachRow } from './kernel-common.js';
 
@@ -32,7 +32,12 @@ export function copyStridedKernel(
   });
 }
 
-export function reduceKernel(op: ReduceOp, x: KernelTensor, axis: number, out: KernelTensor): void {
+export function reduceKernel(
+  op: ReductionOp,
+  x: KernelTensor,
+  axis: number,
+  out: KernelTensor,
+): void {
   const shape = x.shape;
   let outer = 1;
   for (let i = 0; i < axis; i++) outer *= shape[i]!;

@@ -1,4 +1,4 @@
-import type { ReduceOp } from '../backend.js';
+import type { ReductionOp } from '../backend.js';
 import {
   broadcastStrides,
   coalesce,
@@ -111,7 +111,7 @@ fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec
 // ---- reductions -------------------------------------------------------------------------------
 
 export function reduceLaunch(
-  op: ReduceOp,
+  op: ReductionOp,
   x: Dense,
   outer: number,
   length: number,

@@ -13,7 +13,7 @@ import type {
   BinaryOp,
   KernelTensor,
   RawStorage,
-  ReduceOp,
+  ReductionOp,
   SgdHyper,
   StridedOperand,
   UnaryOp,
@@ -388,7 +388,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     this.run(whereLaunch(denseShaped(cond), operand(a), operand(b), denseShaped(out)));
   }
 
-  reduce(op: ReduceOp, x: KernelTensor, axis: number, out: KernelTensor): void {
+  reduce(op: ReductionOp, x: KernelTensor, axis: number, out: KernelTensor): void {
     const outer = shapeSize(x.shape.slice(0, axis));
     const inner = shapeSize(x.shape.slice(axis + 1));
     this.run(reduceLaunch(op, dense(x), outer, x.shape[axis] ?? 1, inner, dense(out)));
