@@ -9,6 +9,7 @@ export default defineConfig({
       'platform/browser': 'src/platform/browser.ts',
       'platform/node': 'src/platform/node.ts',
       testing: 'src/testing/index.ts',
+      transports: 'src/transports.ts',
     },
     // The testing entry runs inside the user's vitest; `#platform` stays an import so the
     // consumer's resolver picks the Node or browser file ([Note: the collectives platform module]).

@@ -4,6 +4,9 @@ import { defineConfig } from 'tsup';
 export default defineConfig({
   ...definePackageConfig({
     entry: {
+      autograd: 'src/autograd.ts',
+      backend: 'src/backend.ts',
+      io: 'src/io.ts',
       node: 'src/node.ts',
       'platform/browser': 'src/platform/browser.ts',
       'platform/node': 'src/platform/node.ts',

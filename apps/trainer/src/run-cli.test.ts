@@ -1,7 +1,8 @@
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createCpuBackend, loadSafetensors, saveSafetensors, tensor } from '@webshard/tensor-core';
+import { createCpuBackend, tensor } from '@webshard/tensor-core';
+import { loadSafetensors, saveSafetensors } from '@webshard/tensor-core/node';
 import { describeBackends } from '@webshard/tensor-core/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runMain, snapshot, TINY } from './test-support/cli.js';

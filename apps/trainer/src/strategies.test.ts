@@ -1,7 +1,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createCpuBackend, loadSafetensors } from '@webshard/tensor-core';
+import { createCpuBackend } from '@webshard/tensor-core';
+import { loadSafetensors } from '@webshard/tensor-core/node';
 import { webGpuTestsEnabled } from '@webshard/tensor-core/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runMain } from './test-support/cli.js';

@@ -8,9 +8,9 @@ import {
   type Backend,
   createBackend,
   createCpuBackend,
-  encodeSafetensors,
   type Tensor,
 } from '@webshard/tensor-core';
+import { encodeSafetensors } from '@webshard/tensor-core/io';
 import {
   finishCheckpoint,
   LATEST,

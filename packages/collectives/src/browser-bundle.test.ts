@@ -25,6 +25,15 @@ describe('browser bundle', () => {
     expect(inputs).toContain('src/rendezvous/store-client.ts');
   });
 
+  it('the transports entry bundles for the browser with no Node built-in in it', async () => {
+    const { nodeImports, inputs } = await bundleForBrowser(
+      join(here, 'transports.ts'),
+      packageRoot,
+    );
+    expect(nodeImports).toEqual([]);
+    expect(inputs).toContain('src/transports/shm/join-shm.ts');
+  });
+
   it('catches Node imports (the node entry has them)', async () => {
     const { nodeImports } = await bundleForBrowser(join(here, 'node.ts'), packageRoot);
     expect(nodeImports).toContain('src/transports/shm/launch-threads.ts: node:worker_threads');

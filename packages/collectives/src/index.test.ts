@@ -39,14 +39,20 @@ describe('package entries', () => {
     const nodeOnly = external.filter((line) => / (node:|ws$)/.test(line));
     expect(nodeOnly).toEqual([]);
     // The walk really followed the graph: the process group, the shm transport and the
-    // rendezvous client are in it, tensor-core is its only package dependency, and the Node-only
+    // rendezvous client are in it, tensor-core (its root and `/backend`) is its only package dependency, and the Node-only
     // modules are reached through `#platform` (browser-bundle.test.ts checks its browser side).
     expect(files.has(join(here, 'process-group.ts'))).toBe(true);
     expect(files.has(join(here, 'transports', 'shm', 'shm-transport.ts'))).toBe(true);
     expect(files.has(join(here, 'rendezvous', 'store-client.ts'))).toBe(true);
     expect(new Set(external.map((line) => line.split(': ')[1]))).toEqual(
-      new Set(['@webshard/tensor-core', '#platform']),
+      new Set(['@webshard/tensor-core', '@webshard/tensor-core/backend', '#platform']),
     );
+  });
+
+  it('the transports entry reaches no Node-only module through static imports either', () => {
+    const { files, external } = staticGraph(join(here, 'transports.ts'));
+    expect(external.filter((line) => / (node:|ws$)/.test(line))).toEqual([]);
+    expect(files.has(join(here, 'transports', 'ws', 'ws-transport.ts'))).toBe(true);
   });
 
   it('the walk catches a Node-only import (the node entry has them)', () => {
@@ -54,11 +60,12 @@ describe('package entries', () => {
     expect(external).toContain('transports/shm/launch-threads.ts: node:worker_threads');
   });
 
-  it('the main entry loads and exports the collectives, the node entry the shm launcher', async () => {
+  it('the main entry loads and exports the collectives, transports the shm join, node the launcher', async () => {
     const main = await import('./index.js');
     expect(typeof main.ProcessGroup).toBe('function');
-    expect(typeof main.joinShm).toBe('function');
     expect('launchThreads' in main).toBe(false);
+    const transports = await import('./transports.js');
+    expect(typeof transports.joinShm).toBe('function');
     const node = await import('./node.js');
     expect(typeof node.launchThreads).toBe('function');
     expect(typeof node.runShmWorker).toBe('function');

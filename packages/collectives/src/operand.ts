@@ -1,12 +1,10 @@
+import { ArgumentError, DTypeError, Tensor } from '@webshard/tensor-core';
 import {
-  ArgumentError,
-  DTypeError,
   f16BitsToF32,
   f32ToBf16Bits,
   f32ToF16Bits,
   hostArrayFor,
-  Tensor,
-} from '@webshard/tensor-core';
+} from '@webshard/tensor-core/backend';
 import type { OperandStaging } from './operand-staging.js';
 
 /** The element types the collectives move and reduce. 16-bit floats are reduced in f32. */

@@ -1,4 +1,5 @@
-import { type Backend, type DType, roundToDType, Tensor } from '@webshard/tensor-core';
+import { type Backend, type DType, Tensor } from '@webshard/tensor-core';
+import { roundToDType } from '@webshard/tensor-core/backend';
 import { describeBackends } from '@webshard/tensor-core/testing';
 import { expect, it } from 'vitest';
 import type { ReduceOp } from './kernels/reduce.js';

@@ -1,14 +1,11 @@
 import type { ProcessGroup, Work } from '@webshard/collectives';
+import { copy_, type DType, keep, Tensor } from '@webshard/tensor-core';
 import {
   bf16BitsToF32,
-  copy_,
-  type DType,
   f16BitsToF32,
   f32ToBf16Bits,
   f32ToF16Bits,
-  keep,
-  Tensor,
-} from '@webshard/tensor-core';
+} from '@webshard/tensor-core/backend';
 
 /** The dtypes a bucket moves (the collectives' float dtypes). */
 export type BucketDType = 'f32' | 'f16' | 'bf16';

@@ -1,11 +1,6 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import {
-  type DType,
-  Module,
-  type RemovableHandle,
-  type Tensor,
-  queueCallback,
-} from '@webshard/tensor-core';
+import { type DType, Module, type RemovableHandle, type Tensor } from '@webshard/tensor-core';
+import { queueCallback } from '@webshard/tensor-core/autograd';
 import {
   type DistributedDataParallelOptions,
   type ResolvedOptions,

@@ -8,10 +8,10 @@ import {
   createCpuBackend,
   createWebGpuBackend,
   type HostArray,
-  type KernelTensor,
   NoAdapterError,
   type Tensor,
 } from '@webshard/tensor-core';
+import type { KernelTensor } from '@webshard/tensor-core/backend';
 import { autoWrap, moduleClassAutoWrapPolicy } from '../src/index.js';
 import {
   Gpt,

@@ -1,11 +1,6 @@
-import {
-  type Backend,
-  type DType,
-  type KernelTensor,
-  keep,
-  markParameter,
-  Tensor,
-} from '@webshard/tensor-core';
+import { type Backend, type DType, keep, Tensor } from '@webshard/tensor-core';
+import { markParameter } from '@webshard/tensor-core/autograd';
+import type { KernelTensor } from '@webshard/tensor-core/backend';
 import { FsdpWrapError } from './errors.js';
 
 /** One original parameter inside a flat parameter. */

@@ -4,12 +4,11 @@ import {
   isFloatDType,
   isGradEnabled,
   keep,
-  markManagedParameter,
   Module,
-  queueCallback,
   type RemovableHandle,
   Tensor,
 } from '@webshard/tensor-core';
+import { markManagedParameter, queueCallback } from '@webshard/tensor-core/autograd';
 import { type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
 import { FlatParameter, type FlatParamSource } from './flat-param.js';

@@ -1,10 +1,5 @@
-import {
-  AdamW,
-  type Backend,
-  createCpuBackend,
-  OutOfMemoryError,
-  sizeClass,
-} from '@webshard/tensor-core';
+import { AdamW, type Backend, createCpuBackend, OutOfMemoryError } from '@webshard/tensor-core';
+import { sizeClass } from '@webshard/tensor-core/backend';
 import { describe, expect, it } from 'vitest';
 import { defaultPredivideFactor } from './api.js';
 import { makeBatches, Net, slice } from './test-support/models.js';

@@ -1,4 +1,5 @@
-import { type Backend, moveTensors_, type StepOptions, type Tensor } from '@webshard/tensor-core';
+import type { Backend, StepOptions, Tensor } from '@webshard/tensor-core';
+import { moveTensors_ } from '@webshard/tensor-core/backend';
 import type { Slice } from './slice-plan.js';
 
 /** An optimizer as `OffloadModel.step` drives it (tensor-core's `Adam`, `AdamW`, `SGD`). */

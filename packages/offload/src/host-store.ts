@@ -1,4 +1,5 @@
-import { axpy_, type Tensor } from '@webshard/tensor-core';
+import type { Tensor } from '@webshard/tensor-core';
+import { axpy_ } from '@webshard/tensor-core/backend';
 
 /**
  * What lives on the host between a slice's visits to the device: gradients accumulated so far and

@@ -8,12 +8,12 @@ import {
   getDefaultGenerator,
   isGradEnabled,
   keep,
-  moveTensors_,
   noGrad,
   type Sequential,
   type StepOptions,
   type Tensor,
 } from '@webshard/tensor-core';
+import { moveTensors_ } from '@webshard/tensor-core/backend';
 import {
   type Layer,
   type OffloadOptions,

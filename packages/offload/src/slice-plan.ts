@@ -1,4 +1,5 @@
-import { bytesPerElement, Module, Sequential, sizeClass, type Tensor } from '@webshard/tensor-core';
+import { bytesPerElement, Module, Sequential, type Tensor } from '@webshard/tensor-core';
+import { sizeClass } from '@webshard/tensor-core/backend';
 import type { Layer } from './api.js';
 import { OffloadConfigError } from './errors.js';
 

@@ -1,4 +1,5 @@
-import { type Backend, bytesPerElement, moveTensors_, type Tensor } from '@webshard/tensor-core';
+import { type Backend, bytesPerElement, type Tensor } from '@webshard/tensor-core';
+import { moveTensors_ } from '@webshard/tensor-core/backend';
 
 /** Bytes of the tensors moved each way (with their gradients) and the transfers made. */
 export interface TransferStats {

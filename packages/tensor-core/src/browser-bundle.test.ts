@@ -15,10 +15,22 @@ describe('browser bundle', () => {
     expect(inputs.filter((file) => /platform\/node\.ts|\/webgpu\/index\.js/.test(file))).toEqual(
       [],
     );
-    // The walk saw the whole package: the WebGPU backend and safetensors are in the bundle.
+    // The walk saw the package: the WebGPU backend is in the bundle.
     expect(inputs).toContain('src/backend/webgpu/webgpu-backend.ts');
-    expect(inputs).toContain('src/io/safetensors.ts');
   });
+
+  it.each([
+    ['autograd.ts', 'src/autograd/gradcheck.ts'],
+    ['backend.ts', 'src/memory/caching-allocator.ts'],
+    ['io.ts', 'src/io/safetensors.ts'],
+  ])(
+    'the %s entry bundles for the browser with no Node built-in in it',
+    async (entry, expected) => {
+      const { nodeImports, inputs } = await bundleForBrowser(join(here, entry), packageRoot);
+      expect(nodeImports).toEqual([]);
+      expect(inputs).toContain(expected);
+    },
+  );
 
   it('catches a Node import (the Node file of #platform has them)', async () => {
     const { nodeImports } = await bundleForBrowser(join(here, 'platform', 'node.ts'), packageRoot);

@@ -17,8 +17,8 @@ function importFirst(path: string): Promise<string> {
 }
 
 describe('module import order', () => {
-  // node.ts -> tensor.ts -> engine.ts -> node.ts is a cycle: a class extending Node declared in
-  // engine.ts ran before Node existed when one of these was the first module imported.
+  // node.ts -> tensor.ts -> engine.ts -> node.ts is a cycle: a class extending GradNode declared
+  // in engine.ts ran before GradNode existed when one of these was the first module imported.
   it.each(['./autograd/node.ts', './nn/module.ts', './nn/containers.ts'])(
     'loads %s when it is the first module imported',
     async (path) => {

@@ -1,3 +1,21 @@
+/**
+ * [Note: the public surface]
+ * The root entry holds what a program that trains a model uses: tensors and their ops, `nn`,
+ * optimizers, mixed precision, the user-level autograd controls (`backward`, `noGrad`,
+ * `checkpoint`, `tidy`), random generators, backends as a user creates them, dtypes and the
+ * error classes. What a library author or a backend implementer needs lives under named subpaths,
+ * so that the root stays short and a change to either shows in its own API report
+ * (`api/*.api.md`, checked by `pnpm check:api`):
+ * - `@webshard/tensor-core/autograd`: the graph (`GradNode`, edges, hooks, `queueCallback`,
+ *   `recordOp`, `gradients`, `gradcheck`, parameter marks) for wrappers such as FSDP and DDP;
+ * - `@webshard/tensor-core/backend`: the kernel contract (`KernelTensor`, `RawStorage`, op
+ *   kinds), the backend classes, the caching allocator, `TensorStorage`, dtype bit conversions,
+ *   Philox, and the fused in-place steps (`adamStep`, `sgdStep`, `axpy_`, `checkFinite`);
+ * - `@webshard/tensor-core/io`: safetensors bytes (`encodeSafetensors`, `decodeSafetensors`);
+ * - `@webshard/tensor-core/node`: safetensors files (Node only);
+ * - `@webshard/tensor-core/testing`: `describeBackends` and the reference helpers.
+ * No name is exported from two entries.
+ */
 export { GradScaler } from './amp/grad-scaler.js';
 export type {
   GradScalerOptions,
@@ -6,66 +24,23 @@ export type {
 } from './amp/grad-scaler.js';
 export { MixedPrecision } from './amp/mixed-precision.js';
 export type { MixedPrecisionOptions } from './amp/mixed-precision.js';
-export { checkpoint, checkpointWith } from './autograd/checkpoint.js';
-export type { CheckpointOptions, CheckpointResult } from './autograd/checkpoint.js';
-export {
-  backward,
-  gradientEdge,
-  isBackwardRunning,
-  queueCallback,
-  registerPostAccumulateGradHook,
-  registerTensorHook,
-} from './autograd/engine.js';
+export { checkpoint } from './autograd/checkpoint.js';
+export type { CheckpointOptions } from './autograd/checkpoint.js';
+export { backward } from './autograd/engine.js';
 export type { BackwardOptions } from './autograd/engine.js';
 export { AutogradError } from './autograd/errors.js';
-export { gradcheck } from './autograd/gradcheck.js';
-export type { GradcheckOptions, GradcheckResult } from './autograd/gradcheck.js';
-export { gradients, reduceTo } from './autograd/gradients.js';
 export { enableGrad, isGradEnabled, noGrad, setGradEnabled } from './autograd/grad-mode.js';
 export type { RemovableHandle } from './autograd/hooks.js';
-export { AccumulateGrad, isParameter, markParameter, GradNode } from './autograd/node.js';
-export type {
-  Edge,
-  GradContext,
-  GradientDef,
-  PostAccumulateGradHook,
-  TensorHook,
-} from './autograd/node.js';
-export { recordOp } from './autograd/record.js';
-export type { OpRecord } from './autograd/record.js';
-export type {
-  AdamHyper,
-  Backend,
-  BackendCapabilities,
-  BackendKind,
-  BinaryOp,
-  KernelTensor,
-  RawStorage,
-  ReductionOp,
-  SgdHyper,
-  StridedOperand,
-  UnaryOp,
-} from './backend/backend.js';
-export { CpuBackend } from './backend/cpu/cpu-backend.js';
-export type { CpuBackendOptions } from './backend/cpu/cpu-backend.js';
+export type { TensorHook } from './autograd/node.js';
+export type { Backend, BackendKind } from './backend/backend.js';
 export { createBackend } from './backend/create.js';
 export type { CreateBackendOptions } from './backend/create.js';
-export { isCpuAdapter, webGpuLikelyAvailable } from './backend/webgpu/gpu-runtime.js';
-export type { AdapterOptions } from './backend/webgpu/gpu-runtime.js';
-export type { MatmulKernel } from './backend/webgpu/matmul.js';
-export { createWebGpuBackend, WebGpuBackend } from './backend/webgpu/webgpu-backend.js';
-export type { F16Storage, WebGpuBackendOptions } from './backend/webgpu/webgpu-backend.js';
-export { bytesPerElement, DTYPES, hostArrayFor, isFloatDType } from './dtype.js';
+export type { CpuBackendOptions } from './backend/cpu/cpu-backend.js';
+export { webGpuLikelyAvailable } from './backend/webgpu/gpu-runtime.js';
+export { createWebGpuBackend } from './backend/webgpu/webgpu-backend.js';
+export type { WebGpuBackendOptions } from './backend/webgpu/webgpu-backend.js';
+export { bytesPerElement, DTYPES, isFloatDType } from './dtype.js';
 export type { DType, HostArray } from './dtype.js';
-export {
-  bf16BitsToF32,
-  bitsToF32,
-  f16BitsToF32,
-  f32ToBf16Bits,
-  f32ToBits,
-  f32ToF16Bits,
-  roundToDType,
-} from './dtype-convert.js';
 export {
   ArgumentError,
   BackendError,
@@ -80,24 +55,6 @@ export {
   StateError,
   WebshardError,
 } from './errors.js';
-export {
-  DEFAULT_CHUNK_BYTES,
-  decodeSafetensors,
-  encodeSafetensors,
-  loadSafetensors,
-  readSafetensorsHeader,
-  saveSafetensors,
-} from './io/safetensors.js';
-export type {
-  LoadSafetensorsOptions,
-  SafetensorsContents,
-  SaveSafetensorsOptions,
-} from './io/safetensors.js';
-export { SafetensorsError, safetensorsDType } from './io/safetensors-format.js';
-export type { SafetensorsEntry, SafetensorsHeader } from './io/safetensors-format.js';
-export { CachingAllocator, sizeClass } from './memory/caching-allocator.js';
-export type { Block, BufferFactory, MemoryStats } from './memory/caching-allocator.js';
-export { moveTensors_ } from './move.js';
 export { CausalSelfAttention } from './nn/attention.js';
 export type { CausalSelfAttentionOptions } from './nn/attention.js';
 export { ModuleDict, ModuleList, Sequential } from './nn/containers.js';
@@ -130,21 +87,16 @@ export type {
 export { StateDictError } from './nn/state-dict.js';
 export {
   abs,
-  activationGrad,
-  adamStep,
   add,
   arange,
   argmax,
-  axpy_,
   batchedMatmul,
   broadcastTo,
   cast,
-  checkFinite,
   chunk,
   clone,
   concat,
   copy_,
-  createFull,
   crossEntropy,
   div,
   embedding,
@@ -188,7 +140,6 @@ export {
   reshape,
   rsqrt,
   scatterAdd,
-  sgdStep,
   sigmoid,
   slice,
   softmax,
@@ -224,7 +175,7 @@ export { Adam, AdamW } from './optim/adam.js';
 export type { AdamHyperparameters, AdamState } from './optim/adam.js';
 export { clipGradNorm, partialNorm } from './optim/clip-grad-norm.js';
 export type { ClipGradNormOptions } from './optim/clip-grad-norm.js';
-export { markManagedParameter, Optimizer, zeroGrads } from './optim/optimizer.js';
+export { Optimizer, zeroGrads } from './optim/optimizer.js';
 export type {
   OptimizerParamState,
   OptimizerStateDict,
@@ -234,19 +185,7 @@ export type {
 } from './optim/optimizer.js';
 export { SGD } from './optim/sgd.js';
 export type { SgdHyperparameters, SgdState } from './optim/sgd.js';
-export { RandomGenerator, getDefaultGenerator, manualSeed } from './random/generator.js';
-export {
-  isValidCounter,
-  mulHi32,
-  philox4x32,
-  philoxNormal,
-  philoxUniform,
-  splitU64,
-} from './random/philox.js';
+export { getDefaultGenerator, manualSeed, RandomGenerator } from './random/generator.js';
 export { createCpuBackend, getDefaultBackend, setDefaultBackend } from './runtime.js';
 export { keep, tidy, tidyAsync } from './scope.js';
-export { TensorStorage } from './storage.js';
-export { checkShape, shapeSize, Tensor, toHostArray } from './tensor.js';
-export type { ExternalArray } from './external.js';
-export { tensorFromHostArray } from './external.js';
-export type { GradNodeLike } from './tensor.js';
+export { Tensor } from './tensor.js';

@@ -1,15 +1,15 @@
 import { readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ProcessGroup } from '@webshard/collectives';
-import {
-  type Backend,
-  encodeSafetensors,
-  type GradScalerStateDict,
-  loadSafetensors,
-  type Optimizer,
-  type OptimizerStateDict,
-  type Tensor,
+import type {
+  Backend,
+  GradScalerStateDict,
+  Optimizer,
+  OptimizerStateDict,
+  Tensor,
 } from '@webshard/tensor-core';
+import { encodeSafetensors } from '@webshard/tensor-core/io';
+import { loadSafetensors } from '@webshard/tensor-core/node';
 import type { TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
 import { writeFileAtomically } from '../io/atomic-write.js';

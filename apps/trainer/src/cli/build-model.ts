@@ -1,12 +1,12 @@
 import {
   type Backend,
   RandomGenerator,
-  loadSafetensors,
   type Module,
-  SafetensorsError,
   StateDictError,
   type Tensor,
 } from '@webshard/tensor-core';
+import { SafetensorsError } from '@webshard/tensor-core/io';
+import { loadSafetensors } from '@webshard/tensor-core/node';
 import { UsageError } from '../errors.js';
 import { GPT } from '../models/gpt.js';
 import { MLP } from '../models/mlp.js';

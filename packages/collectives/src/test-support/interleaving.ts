@@ -7,11 +7,11 @@ import {
   RandomGenerator,
   Linear,
   mseLoss,
-  queueCallback,
   relu,
   type Tensor,
   tensor,
 } from '@webshard/tensor-core';
+import { queueCallback } from '@webshard/tensor-core/autograd';
 import type { ProcessGroup } from '../process-group.js';
 
 export interface RankGradients {

@@ -1,7 +1,8 @@
 // A rank of tensor-registered.test.ts: collectives on CPU tensors over registered buffers
 // (tensorFromHostArray over group.allocate) beside the same collectives on ordinary tensors,
 // reporting both results and how many copying rounds of the shared arena each took.
-import { createCpuBackend, Tensor, tensorFromHostArray } from '@webshard/tensor-core';
+import { createCpuBackend, Tensor } from '@webshard/tensor-core';
+import { tensorFromHostArray } from '@webshard/tensor-core/backend';
 import type { ProcessGroup } from '../process-group.js';
 import { shardRange } from '../shard.js';
 import { runShmWorker } from '../transports/shm/launch-threads.js';

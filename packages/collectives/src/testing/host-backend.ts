@@ -1,5 +1,7 @@
-import type { Backend, HostArray, KernelTensor, RawStorage } from '@webshard/tensor-core';
-import { bytesPerElement, hostArrayFor } from '@webshard/tensor-core';
+import type { Backend, HostArray } from '@webshard/tensor-core';
+import type { KernelTensor, RawStorage } from '@webshard/tensor-core/backend';
+import { bytesPerElement } from '@webshard/tensor-core';
+import { hostArrayFor } from '@webshard/tensor-core/backend';
 
 /**
  * A test double of a tensor-core backend with only the memory and transfer half of the contract

@@ -1,4 +1,5 @@
-import { roundToDType, Tensor, createCpuBackend } from '@webshard/tensor-core';
+import { Tensor, createCpuBackend } from '@webshard/tensor-core';
+import { roundToDType } from '@webshard/tensor-core/backend';
 import { CollectiveError } from '../errors.js';
 import type { ReduceOp } from '../kernels/reduce.js';
 import type { CommDType, HostData } from '../operand.js';

@@ -1,7 +1,8 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AdamW, createCpuBackend, loadSafetensors, type Tensor } from '@webshard/tensor-core';
+import { AdamW, createCpuBackend, type Tensor } from '@webshard/tensor-core';
+import { loadSafetensors } from '@webshard/tensor-core/node';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { FullyShardedDataParallel } from '../fully-sharded.js';
 import { gatherFullOptimStateDict } from '../optim-state.js';

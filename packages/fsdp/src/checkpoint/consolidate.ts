@@ -1,4 +1,5 @@
-import { createCpuBackend, encodeSafetensors, keep, Tensor } from '@webshard/tensor-core';
+import { createCpuBackend, keep, Tensor } from '@webshard/tensor-core';
+import { encodeSafetensors } from '@webshard/tensor-core/io';
 import { consolidateFlat } from '../state-dict.js';
 import { writeFileAtomic } from './atomic-write.js';
 import { readCheckpoint } from './sharded-checkpoint.js';

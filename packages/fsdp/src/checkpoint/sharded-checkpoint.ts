@@ -3,14 +3,13 @@ import { mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   createCpuBackend,
-  decodeSafetensors,
-  encodeSafetensors,
   keep,
   type Optimizer,
   type OptimizerParamState,
   type OptimizerStateDict,
   Tensor,
 } from '@webshard/tensor-core';
+import { decodeSafetensors, encodeSafetensors } from '@webshard/tensor-core/io';
 import { FsdpError } from '../errors.js';
 import type { FullyShardedDataParallel } from '../fully-sharded.js';
 import { buffersOf, flatParamsOf, type ShardedLayout, shardedLayout } from '../layout.js';
