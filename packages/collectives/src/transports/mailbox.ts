@@ -1,29 +1,62 @@
 import { type AbortReason, TransportAbortedError } from '../errors.js';
 import { arrive } from '../transport.js';
 
-/** A receive waiting for its message. */
-export interface PendingRecv {
+/** A receive posted by `recv`. */
+interface PostedRecv {
   readonly dst: Uint8Array;
-  /** Rule 9 of the transport contract: run once the message is in `dst`, before it resolves. */
-  readonly onArrive?: () => void;
+  /** Rule 9 of [Note: the transport contract]: called before the next message is matched. */
+  readonly onArrive: (() => void) | undefined;
   readonly resolve: () => void;
   readonly reject: (error: Error) => void;
 }
 
+/** A message arrived before its receive, kept in a pooled buffer. */
+interface Stashed {
+  readonly buffer: ArrayBuffer;
+  readonly length: number;
+}
+
 interface Slot {
-  /** Messages that arrived before a receive claimed them (copies). */
-  readonly arrived: Uint8Array[];
-  /** Receives posted before their message arrived, in posting order. */
-  readonly waiting: PendingRecv[];
+  readonly arrived: Stashed[];
+  readonly waiting: PostedRecv[];
+}
+
+/** One incoming message being filled: straight into a posted receive, or into a pooled stash. */
+export interface Incoming {
+  readonly peer: number;
+  readonly tag: number;
+  /** Where the payload bytes go, exactly `length` long. */
+  readonly target: Uint8Array;
+  readonly recv: PostedRecv | null;
+  readonly stash: ArrayBuffer | null;
+}
+
+const MIN_POOLED = 4096;
+
+const MAX_POOLED_BYTES = 512 << 20;
+
+function sizeClass(length: number): number {
+  return length <= MIN_POOLED ? MIN_POOLED : 2 ** Math.ceil(Math.log2(length));
 }
 
 /**
- * Matches incoming messages to posted receives per `(peer, tag)` in order (rules 1 and 2 of the
- * transport contract). Used by the transports of this package; the network transports may reuse
- * it. A delivery to a posted receive copies straight into its destination.
+ * Matches incoming messages to receives per `(peer, tag)`, in order (rules 1 to 3 of
+ * [Note: the transport contract]); the one receive queue of every transport here. A transport
+ * that reads a message piece by piece calls `begin` when its length is known and `complete` once
+ * `Incoming.target` is full: when the receive is already posted, the target is the receive's own
+ * buffer, so the bytes are written (or read from a socket) straight into it. A message that comes
+ * first goes into a buffer from a pool by power-of-two size class, returned when a receive consumes
+ * it, so a steady stream of same-sized messages allocates nothing. `deliver` does both steps for a
+ * message already whole in memory (the local transport). Browser-safe.
  */
 export class Mailbox {
   private readonly slots = new Map<number, Map<number, Slot>>();
+  private readonly pool = new Map<number, ArrayBuffer[]>();
+  private pooledBytes = 0;
+  /** Payload bytes that arrived before their receive was posted, and were copied aside. */
+  unexpectedBytes = 0;
+  private readonly inflight = new Set<Incoming>();
+  private abortError: TransportAbortedError | null = null;
 
   constructor(
     private readonly rank: number,
@@ -44,92 +77,173 @@ export class Mailbox {
     return slot;
   }
 
-  /**
-   * The posted receive the next message from `peer` on `tag` goes to, removed from the queue, or
-   * null when none is posted (then call `stash`).
-   */
-  takeWaiting(peer: number, tag: number): PendingRecv | null {
-    return this.slot(peer, tag).waiting.shift() ?? null;
-  }
-
-  /** Keep a message nobody waits for yet. `data` must be a copy the mailbox may own. */
-  stash(peer: number, tag: number, data: Uint8Array): void {
-    this.slot(peer, tag).arrived.push(data);
-  }
-
-  /** Deliver a whole message: into a posted receive when there is one, else stashed as a copy. */
-  deliver(peer: number, tag: number, data: Uint8Array): void {
-    const waiting = this.takeWaiting(peer, tag);
-    if (waiting === null) {
-      this.stash(peer, tag, data.slice());
-      return;
-    }
-    if (!this.checkLength(peer, tag, data.byteLength, waiting)) return;
-    waiting.dst.set(data);
-    arrive(waiting.onArrive);
-    waiting.resolve();
-  }
-
-  /** Checks rule 3; on a mismatch rejects the receive and reports a violation. */
-  checkLength(peer: number, tag: number, length: number, waiting: PendingRecv): boolean {
-    if (length === waiting.dst.byteLength) return true;
-    const reason: AbortReason = {
-      kind: 'error',
-      origin: this.rank,
-      peer,
-      message: `rank ${this.rank} expected a message of ${waiting.dst.byteLength} bytes from rank ${peer} on tag ${tag}, got ${length}`,
-    };
-    waiting.reject(new TransportAbortedError(reason));
-    this.onViolation(reason);
-    return false;
-  }
-
-  /** Deliver a message the caller hands over (no copy when nobody waits: it is kept as is). */
-  deliverOwned(peer: number, tag: number, data: Uint8Array): void {
-    const waiting = this.takeWaiting(peer, tag);
-    if (waiting === null) {
-      this.stash(peer, tag, data);
-      return;
-    }
-    if (!this.checkLength(peer, tag, data.byteLength, waiting)) return;
-    waiting.dst.set(data);
-    arrive(waiting.onArrive);
-    waiting.resolve();
-  }
-
-  /** Post a receive: filled at once from a stashed message, or queued. */
+  /** Posts a receive: filled at once from a stashed message, or queued. */
   recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+    if (this.abortError !== null) return Promise.reject(this.abortError);
     return new Promise<void>((resolve, reject) => {
       const slot = this.slot(peer, tag);
-      const pending: PendingRecv = { dst, onArrive, resolve, reject };
       const arrived = slot.arrived.shift();
       if (arrived === undefined) {
-        slot.waiting.push(pending);
+        slot.waiting.push({ dst, onArrive, resolve, reject });
         return;
       }
-      if (!this.checkLength(peer, tag, arrived.byteLength, pending)) return;
-      dst.set(arrived);
-      arrive(onArrive);
-      resolve();
+      const ok = arrived.length === dst.byteLength;
+      if (ok) dst.set(new Uint8Array(arrived.buffer, 0, arrived.length));
+      this.release(arrived.buffer);
+      if (ok) {
+        arrive(onArrive);
+        resolve();
+      } else this.violate(peer, tag, arrived.length, dst.byteLength, reject);
     });
   }
 
-  /** Whether any receive is posted and still waits for its message. */
+  /**
+   * Starts an incoming message of `length` bytes from `peer` on `tag`. Returns null after a
+   * length mismatch with the posted receive, or when no buffer of `length` bytes can be allocated
+   * (the violation is already reported).
+   */
+  begin(peer: number, tag: number, length: number): Incoming | null {
+    const recv = this.slot(peer, tag).waiting.shift() ?? null;
+    if (recv !== null) {
+      if (recv.dst.byteLength !== length) {
+        this.violate(peer, tag, length, recv.dst.byteLength, recv.reject);
+        return null;
+      }
+      const incoming: Incoming = { peer, tag, target: recv.dst, recv, stash: null };
+      this.inflight.add(incoming);
+      return incoming;
+    }
+    let stash: ArrayBuffer;
+    try {
+      stash = this.acquire(length);
+    } catch (error) {
+      // A length the frame check let through (up to `maxMessageBytes`) that this process cannot
+      // allocate: a typed abort naming the peer, never a throw into the socket's callback.
+      const reason: AbortReason = {
+        kind: 'error',
+        origin: this.rank,
+        peer,
+        message: `rank ${this.rank} cannot hold a message of ${length} bytes from rank ${peer} on tag ${tag}: ${String(error)}`,
+      };
+      this.onViolation(reason);
+      return null;
+    }
+    this.unexpectedBytes += length;
+    const incoming: Incoming = {
+      peer,
+      tag,
+      target: new Uint8Array(stash, 0, length),
+      recv: null,
+      stash,
+    };
+    this.inflight.add(incoming);
+    return incoming;
+  }
+
+  /** Finishes a message whose `target` is full. */
+  complete(incoming: Incoming): void {
+    if (!this.inflight.delete(incoming)) return;
+    if (incoming.recv !== null) {
+      arrive(incoming.recv.onArrive);
+      incoming.recv.resolve();
+      return;
+    }
+    const slot = this.slot(incoming.peer, incoming.tag);
+    const waiting = slot.waiting.shift();
+    if (waiting === undefined) {
+      slot.arrived.push({ buffer: incoming.stash!, length: incoming.target.byteLength });
+      return;
+    }
+    const length = incoming.target.byteLength;
+    if (waiting.dst.byteLength !== length) {
+      this.release(incoming.stash!);
+      this.violate(incoming.peer, incoming.tag, length, waiting.dst.byteLength, waiting.reject);
+      return;
+    }
+    waiting.dst.set(incoming.target);
+    this.release(incoming.stash!);
+    arrive(waiting.onArrive);
+    waiting.resolve();
+  }
+
+  /** A whole message in memory: `begin`, one copy into the target, `complete`. */
+  deliver(peer: number, tag: number, data: Uint8Array): void {
+    const incoming = this.begin(peer, tag, data.byteLength);
+    if (incoming === null) return;
+    incoming.target.set(data);
+    this.complete(incoming);
+  }
+
+  /** Whether a receive from `peer` is posted or being filled. */
+  hasPending(peer: number): boolean {
+    for (const incoming of this.inflight) if (incoming.peer === peer && incoming.recv) return true;
+    for (const slot of this.slots.get(peer)?.values() ?? [])
+      if (slot.waiting.length > 0) return true;
+    return false;
+  }
+
+  /** Whether any receive is posted and still waits for (the rest of) its message. */
   hasWaiting(): boolean {
+    for (const incoming of this.inflight) if (incoming.recv !== null) return true;
     for (const byTag of this.slots.values()) {
       for (const slot of byTag.values()) if (slot.waiting.length > 0) return true;
     }
     return false;
   }
 
-  /** Reject every posted receive and drop every stashed message. */
+  /** Rejects every posted receive, now and later (those being filled too); drops stashed ones. */
   abort(reason: AbortReason): void {
-    const error = new TransportAbortedError(reason);
+    if (this.abortError !== null) return;
+    this.abortError = new TransportAbortedError(reason);
+    for (const incoming of this.inflight) incoming.recv?.reject(this.abortError);
+    this.inflight.clear();
     for (const byTag of this.slots.values()) {
       for (const slot of byTag.values()) {
-        for (const waiting of slot.waiting.splice(0)) waiting.reject(error);
+        for (const waiting of slot.waiting.splice(0)) waiting.reject(this.abortError);
         slot.arrived.length = 0;
       }
     }
+    this.pool.clear();
+    this.pooledBytes = 0;
+  }
+
+  private violate(
+    peer: number,
+    tag: number,
+    got: number,
+    expected: number,
+    reject: (error: Error) => void,
+  ): void {
+    const reason: AbortReason = {
+      kind: 'error',
+      origin: this.rank,
+      peer,
+      message: `rank ${this.rank} expected a message of ${expected} bytes from rank ${peer} on tag ${tag}, got ${got}`,
+    };
+    reject(new TransportAbortedError(reason));
+    this.onViolation(reason);
+  }
+
+  private acquire(length: number): ArrayBuffer {
+    const size = sizeClass(length);
+    const free = this.pool.get(size);
+    const buffer = free?.pop();
+    if (buffer !== undefined) {
+      this.pooledBytes -= size;
+      return buffer;
+    }
+    return new ArrayBuffer(size);
+  }
+
+  private release(buffer: ArrayBuffer): void {
+    if (this.abortError !== null) return;
+    if (this.pooledBytes + buffer.byteLength > MAX_POOLED_BYTES) return;
+    let free = this.pool.get(buffer.byteLength);
+    if (free === undefined) {
+      free = [];
+      this.pool.set(buffer.byteLength, free);
+    }
+    free.push(buffer);
+    this.pooledBytes += buffer.byteLength;
   }
 }

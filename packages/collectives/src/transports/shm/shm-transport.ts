@@ -2,8 +2,8 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { SharedReducer } from '../../kernels/reduce.js';
 import { FreeLists } from '../../registered-memory.js';
 import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
-import { AbortState, arrive, type Transport } from '../../transport.js';
-import { Mailbox, type PendingRecv } from '../mailbox.js';
+import { AbortState, type Transport } from '../../transport.js';
+import { type Incoming, Mailbox } from '../mailbox.js';
 import {
   ARENA_MAX_BYTES,
   arenaAllocatorWord,
@@ -30,9 +30,9 @@ interface IncomingState {
   readonly header: Uint8Array;
   headerFill: number;
   tag: number;
-  /** Where the payload goes: a posted receive's buffer, or a fresh buffer to stash. */
+  /** Where the payload goes: a posted receive's buffer, or a pooled buffer to stash. */
   target: Uint8Array | null;
-  waiting: PendingRecv | null;
+  message: Incoming | null;
   fill: number;
 }
 
@@ -110,7 +110,7 @@ export class ShmTransport implements Transport {
         headerFill: 0,
         tag: 0,
         target: null,
-        waiting: null,
+        message: null,
         fill: 0,
       });
     }
@@ -182,16 +182,13 @@ export class ShmTransport implements Transport {
   }
 
   /**
-   * Rejects every pending receive: those the mailbox holds, and the one a peer's frame was being
-   * read into (it left the mailbox when its header arrived; a peer that dies mid-frame never
-   * completes it).
+   * Rejects every pending receive (the mailbox's abort covers the ones a peer's frame was being
+   * read into: a peer that dies mid-frame never completes it) and forgets the frames half read.
    */
   private failReceives(reason: AbortReason): void {
     this.mailbox.abort(reason);
-    const error = new TransportAbortedError(reason);
     for (const state of this.incoming) {
-      state.waiting?.reject(error);
-      state.waiting = null;
+      state.message = null;
       state.target = null;
       state.headerFill = 0;
     }
@@ -313,14 +310,9 @@ export class ShmTransport implements Transport {
         const view = new DataView(state.header.buffer);
         state.tag = view.getUint32(0, true);
         const size = view.getUint32(4, true);
-        state.waiting = this.mailbox.takeWaiting(peer, state.tag);
-        if (
-          state.waiting !== null &&
-          !this.mailbox.checkLength(peer, state.tag, size, state.waiting)
-        ) {
-          return chunk.length;
-        }
-        state.target = state.waiting?.dst ?? new Uint8Array(size);
+        state.message = this.mailbox.begin(peer, state.tag, size);
+        if (state.message === null) return chunk.length;
+        state.target = state.message.target;
         state.fill = 0;
         if (size === 0) {
           this.complete(peer, state);
@@ -338,13 +330,10 @@ export class ShmTransport implements Transport {
   }
 
   private complete(peer: number, state: IncomingState): void {
-    if (state.waiting !== null) {
-      arrive(state.waiting.onArrive);
-      state.waiting.resolve();
-    } else this.mailbox.deliverOwned(peer, state.tag, state.target!);
+    this.mailbox.complete(state.message!);
     state.headerFill = 0;
     state.target = null;
-    state.waiting = null;
+    state.message = null;
   }
 
   /**

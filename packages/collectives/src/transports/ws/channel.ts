@@ -5,9 +5,22 @@ import type { RendezvousOptions } from '../../rendezvous/env.js';
 export type WsTlsOptions = NonNullable<RendezvousOptions['tls']>;
 
 /**
+ * Takes a peer's messages piece by piece as a channel reads them (the transport's `FrameReader`
+ * in message mode): `begin`, `bytes` (or a direct read into `directTarget`, then `advanceDirect`),
+ * `end`.
+ */
+export interface MessageReader {
+  begin(binary: boolean, length: number | undefined): void;
+  bytes(chunk: Uint8Array): void;
+  end(): void;
+  directTarget(min: number): Uint8Array | null;
+  advanceDirect(n: number, stream?: boolean): void;
+}
+
+/**
  * A message channel to one peer: what the `ws` transport needs from a WebSocket, with one
- * implementation over the browser's native `WebSocket` here (browser-safe) and one over the `ws`
- * package in `ws-node.ts` (Node only, loaded lazily).
+ * implementation over the browser's native `WebSocket` here (browser-safe) and one that reads and
+ * writes WebSocket frames on a Node socket itself in `ws-node.ts` (Node only, loaded lazily).
  */
 export interface Channel {
   /** Sends one binary message; `done` runs once `bytes` may be reused. */
@@ -25,6 +38,11 @@ export interface Channel {
    * strangers (see [Note: strangers on a port]). Absent on dialed channels.
    */
   authenticated?: () => void;
+  /**
+   * From now on, hand messages to `reader` piece by piece instead of whole to `onMessage` (Node
+   * channels, after the hello; absent where messages only come whole, as in browsers).
+   */
+  stream?: (reader: MessageReader) => void;
 }
 
 /** How a listener treats connections before their hello (Node). */

@@ -3,42 +3,34 @@ import { createServer as createHttpServer, type Server as HttpServer } from 'nod
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { ArgumentError } from '@webshard/tensor-core';
-import { WebSocket, WebSocketServer } from 'ws';
 import { PreAuthGuard } from '../../pre-auth-guard.js';
-import type { Channel, ChannelFactory, Listener, WsTlsOptions } from './channel.js';
+import type { ChannelFactory, Listener, WsTlsOptions } from './channel.js';
+import { WebSocketChannel } from './websocket-channel.js';
+import { acceptKey, dialWebSocket } from './websocket-dial.js';
 
-/** The `ws` client masks with zeros: it then skips the XOR pass and the copy it needs. */
-function zeroMask(mask: Uint8Array): void {
-  mask.fill(0);
-}
+/** The largest message a channel takes whole (before it streams: the hello and its answer). */
+const MAX_WHOLE_MESSAGE = 2 ** 31 - 1;
 
-function wrap(socket: WebSocket, authenticated?: () => void): Channel {
-  const channel: Channel = {
-    send(bytes, done) {
-      socket.send(
-        bytes,
-        { binary: true },
-        done === undefined ? undefined : (error) => done(error ?? undefined),
-      );
-    },
-    close: () => socket.close(1000, 'bye'),
-    destroy: () => socket.terminate(),
-    onMessage: () => {},
-    onClose: () => {},
-    ...(authenticated === undefined ? {} : { authenticated }),
-  };
-  socket.on('message', (data: Buffer, isBinary: boolean) => {
-    channel.onMessage(isBinary ? data : data.toString());
-  });
-  socket.on('error', () => {});
-  socket.on('close', (code) => channel.onClose(`its WebSocket closed (${code})`));
-  return channel;
+/** Whether an upgrade request is a WebSocket version 13 handshake with a well-formed key. */
+function validUpgrade(request: import('node:http').IncomingMessage): string | null {
+  const key = request.headers['sec-websocket-key'];
+  if (
+    request.method !== 'GET' ||
+    request.headers.upgrade?.toLowerCase() !== 'websocket' ||
+    request.headers['sec-websocket-version'] !== '13' ||
+    typeof key !== 'string' ||
+    !/^[+/0-9A-Za-z]{22}==$/.test(key)
+  ) {
+    return null;
+  }
+  return key;
 }
 
 /**
- * Channels over the `ws` package: zero masks, no compression, TCP_NODELAY (ws's default). With
- * `tls`, this rank listens on `wss://` with `tls.cert` and `tls.key`, dials only `wss://` URLs and
- * trusts `tls.ca` (else Node's default CAs); see [Note: ws over TLS].
+ * Node channels: the upgrade handshake over `node:http(s)` and our own WebSocket framing after it
+ * (`WebSocketChannel`; zero masks, no extension so no compression, TCP_NODELAY). With `tls`, this
+ * rank listens on `wss://` with `tls.cert` and `tls.key`, dials only `wss://` URLs and trusts
+ * `tls.ca` (else Node's default CAs); see [Note: ws over TLS].
  */
 export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
   return {
@@ -51,16 +43,9 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
           ),
         );
       }
-      return new Promise((resolve, reject) => {
-        const socket = new WebSocket(url, {
-          perMessageDeflate: false,
-          generateMask: zeroMask,
-          maxPayload: 2 ** 31 - 1,
-          ...(tls?.ca === undefined ? {} : { ca: tls.ca }),
-        });
-        socket.binaryType = 'nodebuffer';
-        socket.once('open', () => resolve(wrap(socket)));
-        socket.once('error', (error) => reject(error));
+      return dialWebSocket(url, {
+        maxMessageBytes: MAX_WHOLE_MESSAGE,
+        ...(tls?.ca === undefined ? {} : { ca: tls.ca }),
       });
     },
     async listen(host, maxMessageBytes, accept, options = {}): Promise<Listener> {
@@ -93,15 +78,30 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
         response.writeHead(426, { connection: 'close' }).end();
         response.socket?.destroy();
       });
-      const server = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload });
-      server.on('error', () => {});
+      const open = new Set<WebSocketChannel>();
       http.on('upgrade', (request, raw: Socket, head: Buffer) => {
         guard.countBytes(raw, head.byteLength);
         if (raw.destroyed) return;
-        server.handleUpgrade(request, raw, head, (socket) => {
-          socket.binaryType = 'nodebuffer';
-          accept(wrap(socket, () => guard.authenticated(raw)));
-        });
+        const key = validUpgrade(request);
+        if (key === null) {
+          raw.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+          raw.destroySoon();
+          return;
+        }
+        raw.setNoDelay(true);
+        raw.setTimeout(0);
+        raw.write(
+          'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
+            `Sec-WebSocket-Accept: ${acceptKey(key)}\r\n\r\n`,
+        );
+        const channel = new WebSocketChannel(raw, false, maxPayload, () =>
+          guard.authenticated(raw),
+        );
+        open.add(channel);
+        raw.once('close', () => open.delete(channel));
+        accept(channel);
+        if (head.byteLength > 0) channel.push(head);
+        raw.on('data', (chunk: Buffer) => channel.push(chunk));
       });
       await new Promise<void>((resolve, reject) => {
         http.once('error', reject);
@@ -117,8 +117,7 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
         url: `${tls === undefined ? 'ws' : 'wss'}://${urlHost}:${port}`,
         close: async () => {
           guard.close();
-          for (const client of server.clients) client.terminate();
-          await new Promise<void>((resolve) => server.close(() => resolve()));
+          for (const channel of open) channel.destroy();
           http.closeAllConnections();
           await new Promise<void>((resolve) => http.close(() => resolve()));
         },

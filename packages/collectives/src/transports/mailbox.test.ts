@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { type AbortReason, TransportAbortedError } from '../errors.js';
+import { Mailbox } from './mailbox.js';
+
+describe('Mailbox', () => {
+  it('reports a message too large to allocate as a violation naming the peer, never a throw', () => {
+    const reasons: AbortReason[] = [];
+    const mailbox = new Mailbox(0, (reason) => reasons.push(reason));
+    expect(mailbox.begin(1, 3, 2 ** 52)).toBeNull();
+    expect(reasons).toHaveLength(1);
+    expect(reasons[0]).toMatchObject({ kind: 'error', origin: 0, peer: 1 });
+    expect(reasons[0]!.message).toMatch(
+      `rank 0 cannot hold a message of ${2 ** 52} bytes from rank 1 on tag 3: RangeError`,
+    );
+    expect(mailbox.unexpectedBytes).toBe(0);
+  });
+
+  it('matches messages to receives per peer and tag in order, whichever comes first', async () => {
+    const mailbox = new Mailbox(0, () => {});
+    const first = new Uint8Array(2);
+    const posted = mailbox.recv(1, 7, first);
+    mailbox.deliver(1, 7, Uint8Array.from([1, 2]));
+    mailbox.deliver(1, 7, Uint8Array.from([3, 4]));
+    mailbox.deliver(2, 7, Uint8Array.from([5, 6]));
+    await posted;
+    const second = new Uint8Array(2);
+    const other = new Uint8Array(2);
+    await Promise.all([mailbox.recv(1, 7, second), mailbox.recv(2, 7, other)]);
+    expect([...first, ...second, ...other]).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(mailbox.unexpectedBytes).toBe(4);
+  });
+
+  it('rejects a receive being filled when it aborts, and every receive posted after', async () => {
+    const mailbox = new Mailbox(0, () => {});
+    const filling = mailbox.recv(1, 0, new Uint8Array(8)).catch((e: unknown) => e);
+    expect(mailbox.begin(1, 0, 8)).not.toBeNull();
+    expect(mailbox.hasWaiting()).toBe(true);
+    const reason: AbortReason = { kind: 'user', origin: 0, message: 'closed' };
+    mailbox.abort(reason);
+    expect(await filling).toBeInstanceOf(TransportAbortedError);
+    await expect(mailbox.recv(1, 0, new Uint8Array(8))).rejects.toThrow(TransportAbortedError);
+  });
+});
