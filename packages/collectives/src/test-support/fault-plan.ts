@@ -6,7 +6,8 @@
  * survivors leave as soon as they fail: `exit-after-detect`) and when it strikes (before the rank
  * calls the op, or once some bytes of the op have reached it: the first message, all the
  * fingerprints, or part of a ring). Every rank runs the plan (`runFaultRank`), the ops followed by
- * a final barrier, so a fault in the last op still reaches every survivor. `judgeFaultRun` then
+ * a final barrier, so a fault in an op that the survivors got through without the victim still
+ * reaches every survivor. `judgeFaultRun` then
  * asks of every survivor: it failed, with the error type of the fault, naming the faulty rank
  * (`namedRanks`), within the op's deadline plus the blame window plus a margin; a run that passes
  * its hard limit is a hang. The seed of a run that fails is printed, and `WEBSHARD_FAULT_SEED=<seed>`
@@ -52,7 +53,7 @@ export interface FaultPlan {
   readonly root: number;
   readonly victim: number;
   readonly fault: FaultKind;
-  /** The op (index into `ops`, or `ops.length` for the final barrier) the fault strikes in. */
+  /** The op (index into `ops`) the fault strikes in. */
   readonly at: number;
   /** 0: before the victim calls that op; else once this many bytes of it have reached it. */
   readonly afterBytes: number;
@@ -86,8 +87,10 @@ export function planFault(seed: number, worlds: readonly FaultWorld[]): FaultPla
   const size = 2 + Math.floor(random() * 3);
   const ops = Array.from({ length: 1 + Math.floor(random() * 4) }, () => pick(FAULT_OPS));
   const fault = pick(FAULTS_OF[world]);
-  const at = Math.floor(random() * (ops.length + 1));
-  const op = ops[at] ?? 'barrier';
+  // Never in the final barrier: a victim that strikes after its fingerprint left may let the
+  // others through it. Struck in an earlier op, the victim never reaches the final barrier.
+  const at = Math.floor(random() * ops.length);
+  const op = ops[at]!;
   const fingerprints = 24 * (size - 1);
   const after = [1, fingerprints, ...(op === 'ring' ? [16 * 1024] : [])];
   // A throw happens inside an op: it needs a message to throw on.
