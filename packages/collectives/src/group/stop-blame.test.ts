@@ -5,6 +5,7 @@ import {
   FAULT_MARGIN_MS,
 } from '../test-support/fault-plan.js';
 import { runPlanInChildren, runPlanInProcess } from '../test-support/fault-world.js';
+import { runPlanInThreads } from '../test-support/shm/fault-threads.js';
 import { BLAME_WINDOW_MS, ranksText } from './blame.js';
 
 /**
@@ -55,6 +56,7 @@ function checkSurvivor(run: FaultPlan, report: FaultRankReport | null | undefine
     kind: 'timeout',
     origin,
     peers: error!.peers,
+    reasonBlamed: [run.victim],
   });
   expect(survivors).toContain(origin);
   expect(error!.peers!.length).toBeGreaterThan(0);
@@ -95,3 +97,23 @@ describe.each([
     }
   }, 30_000);
 });
+
+describe.each([
+  [3, false],
+  [4, false],
+  [3, true],
+  [4, true],
+] as const)(
+  'a thread blocked in Atomics.wait over shm, world size %i (shared arena: %s)',
+  (size, arena) => {
+    it('is named by every survivor', async () => {
+      // In the arena nothing is received: the thread blocks before the all-reduce instead.
+      const run = { ...plan('local', size, size - 1), afterBytes: arena ? 0 : 16 * 1024 };
+      const stallMs = run.timeoutMs + BLAME_WINDOW_MS + FAULT_MARGIN_MS + 500;
+      const reports = await runPlanInThreads(run, stallMs, arena);
+      for (let rank = 0; rank < size; rank++) {
+        if (rank !== run.victim) checkSurvivor(run, reports[rank]);
+      }
+    }, 60_000);
+  },
+);

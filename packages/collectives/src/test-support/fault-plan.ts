@@ -120,10 +120,12 @@ export interface FaultErrorReport {
   readonly peer?: number;
   readonly blamed?: readonly number[];
   readonly waiting?: readonly number[];
-  /** The abort reason's kind and origin, when the error came from an abort. */
+  /** The abort reason's kind, origin, waited-for, dead and blamed ranks, when it came from one. */
   readonly kind?: string;
   readonly origin?: number;
   readonly peers?: readonly number[];
+  readonly reasonPeer?: number;
+  readonly reasonBlamed?: readonly number[];
 }
 
 /** A rank's outcome: its first error (null when every op succeeded). */
@@ -145,6 +147,25 @@ export const EXPECTED_ERROR: Record<FaultKind, string> = {
   throw: 'GroupAbortedError',
 };
 
+/** The abort reason kind each fault leads to. */
+const EXPECTED_REASON: Record<FaultKind, string> = {
+  kill: 'peer-lost',
+  'exit-after-detect': 'peer-lost',
+  'close-socket': 'peer-lost',
+  stop: 'timeout',
+  throw: 'error',
+};
+
+/**
+ * Whether `error` is the one a survivor may see for `fault`: its type, or `GroupAbortedError`
+ * with the fault's reason (a survivor that was between two ops when the group aborted gets that,
+ * as every later call does).
+ */
+export function expectedError(fault: FaultKind, error: FaultErrorReport): boolean {
+  if (error.name === EXPECTED_ERROR[fault]) return true;
+  return error.name === 'GroupAbortedError' && error.kind === EXPECTED_REASON[fault];
+}
+
 /** The ranks an error blames: the dead peer, the blamed ranks of a timeout, a thrower. */
 export function namedRanks(error: FaultErrorReport): readonly number[] {
   switch (error.name) {
@@ -153,7 +174,10 @@ export function namedRanks(error: FaultErrorReport): readonly number[] {
     case 'CollectiveTimeoutError':
       return error.blamed ?? [];
     case 'GroupAbortedError':
-      return error.kind === 'error' && error.origin !== undefined ? [error.origin] : [];
+      if (error.kind === 'error' && error.origin !== undefined) return [error.origin];
+      if (error.kind === 'peer-lost' && error.reasonPeer !== undefined) return [error.reasonPeer];
+      if (error.kind === 'timeout') return error.reasonBlamed ?? error.peers ?? [];
+      return [];
     default:
       return [];
   }
@@ -183,7 +207,7 @@ export function judgeFaultRun(
     if (report === null || report === undefined || error === null) {
       outcome = 'wrong-error';
       details.push(report ? seen : `rank ${rank}: no report`);
-    } else if (error.name !== EXPECTED_ERROR[plan.fault]) {
+    } else if (!expectedError(plan.fault, error)) {
       if (outcome === 'right') outcome = 'wrong-error';
       details.push(seen);
     } else if (namedRanks(error).join() !== String(plan.victim)) {

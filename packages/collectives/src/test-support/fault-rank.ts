@@ -40,7 +40,13 @@ function describe(error: unknown): FaultErrorReport {
     ...(timeout === null ? {} : { blamed: [...timeout.blamed], waiting: [...timeout.waiting] }),
     ...(reason === undefined
       ? {}
-      : { kind: reason.kind, origin: reason.origin, peers: [...(reason.peers ?? [])] }),
+      : {
+          kind: reason.kind,
+          origin: reason.origin,
+          peers: [...(reason.peers ?? [])],
+          ...(reason.peer === undefined ? {} : { reasonPeer: reason.peer }),
+          ...(reason.blamed === undefined ? {} : { reasonBlamed: [...reason.blamed] }),
+        }),
   };
 }
 
