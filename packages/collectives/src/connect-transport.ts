@@ -1,7 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { loadLocalAddressToward, loadTcpTransport } from '#platform';
 import type { AbortReason } from './errors.js';
-import { attachProgressBoard, progressReportOf, shareProgress } from './group/progress.js';
+import { attachProgressBoard, progressReportOf, shareProgress } from './progress/progress.js';
 import { StoreProgressBoard } from './rendezvous/store-progress-board.js';
 import type { Transport } from './transport.js';
 import type { RendezvousOptions } from './rendezvous/env.js';

@@ -54,7 +54,7 @@ async function runOne(plan: FaultPlan, tally: Tally): Promise<void> {
   const { outcome, detail } = judgeFaultRun(plan, reports, BLAME_WINDOW_MS);
   tally.runs++;
   tally.outcomes[outcome]++;
-  const kind = (tally.byFault[plan.fault] ??= { runs: 0, right: 0 });
+  const kind = tally.byFault[plan.fault]!;
   kind.runs++;
   if (outcome === 'right') kind.right++;
   tally.byWorld[plan.world] = (tally.byWorld[plan.world] ?? 0) + 1;

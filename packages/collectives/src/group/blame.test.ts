@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { AbortReason } from '../errors.js';
 import { type BlameQuestion, judge } from './blame.js';
-import type { ProgressReport } from './progress.js';
+import type { ProgressReport } from '../progress/progress.js';
 
 const question: BlameQuestion = {
   op: 'allReduce',

@@ -1,5 +1,5 @@
 import type { AbortReason } from '../errors.js';
-import type { ProgressReport } from './progress.js';
+import type { ProgressReport } from '../progress/progress.js';
 
 /**
  * [Note: blaming a stalled rank]

@@ -13,7 +13,7 @@ import {
   progressBoardOf,
   progressTrackerOf,
   type RunningOp,
-} from './progress.js';
+} from '../progress/progress.js';
 
 /** What an op needs of its group: who is in it and where its messages go. */
 export interface GroupView {

@@ -1,4 +1,4 @@
-import type { ProgressBoard, ProgressReport } from '../group/progress.js';
+import type { ProgressBoard, ProgressReport } from '../progress/progress.js';
 import { RendezvousError } from './errors.js';
 import type { StoreClient } from './store-client.js';
 

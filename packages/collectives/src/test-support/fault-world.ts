@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MemoryProgressHub } from '../group/memory-progress-board.js';
-import { attachProgressBoard, progressReportOf, silenceProgress } from '../group/progress.js';
+import { MemoryProgressHub } from '../progress/memory-progress-board.js';
+import { attachProgressBoard, progressReportOf, silenceProgress } from '../progress/progress.js';
 import { freePort } from '../launcher/launcher.js';
 import { ProcessGroup } from '../process-group.js';
 import type { Transport } from '../transport.js';

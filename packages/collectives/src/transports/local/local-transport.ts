@@ -2,8 +2,8 @@ import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox } from '../mailbox.js';
-import { MemoryProgressHub } from '../../group/memory-progress-board.js';
-import { attachProgressBoard, progressReportOf } from '../../group/progress.js';
+import { MemoryProgressHub } from '../../progress/memory-progress-board.js';
+import { attachProgressBoard, progressReportOf } from '../../progress/progress.js';
 
 /**
  * The shared state of N local ranks: their mailboxes and one abort state. An abort on any rank is

@@ -1,5 +1,5 @@
-import { attachProgressBoard, progressReportOf } from '../../group/progress.js';
-import { SharedProgressBoard } from '../../group/shared-progress-board.js';
+import { attachProgressBoard, progressReportOf } from '../../progress/progress.js';
+import { SharedProgressBoard } from '../../progress/shared-progress-board.js';
 import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import type { ShmHandle } from './shm-layout.js';
 import { ShmTransport } from './shm-transport.js';

@@ -1,5 +1,5 @@
 import type { AbortReason } from '../../errors.js';
-import { createProgressBuffer } from '../../group/shared-progress-board.js';
+import { createProgressBuffer } from '../../progress/shared-progress-board.js';
 import { SHARED_ARENA_SETS } from '../../shared-arena.js';
 
 /**
