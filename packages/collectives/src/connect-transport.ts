@@ -1,6 +1,8 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { loadLocalAddressToward, loadTcpTransport } from '#platform';
 import type { AbortReason } from './errors.js';
+import { attachProgressBoard, progressReportOf, shareProgress } from './progress/progress.js';
+import { StoreProgressBoard } from './rendezvous/store-progress-board.js';
 import type { Transport } from './transport.js';
 import type { RendezvousOptions } from './rendezvous/env.js';
 import { type Rendezvous, rendezvous } from './rendezvous/rendezvous.js';
@@ -76,16 +78,22 @@ export async function createNetworkTransport(
     ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
     ...(joined.options.preAuth !== undefined ? { preAuth: joined.options.preAuth } : {}),
   };
+  let transport: Transport;
   if (backend === 'tcp') {
     const TcpTransport = await loadTcpTransport();
-    return TcpTransport.create(common);
+    transport = await TcpTransport.create(common);
+  } else {
+    const { WsTransport } = await import('./transports/ws/ws-transport.js');
+    transport = await WsTransport.create({
+      ...common,
+      ...(options.listen !== undefined ? { listen: options.listen } : {}),
+      ...(joined.options.tls !== undefined ? { tls: joined.options.tls } : {}),
+    });
   }
-  const { WsTransport } = await import('./transports/ws/ws-transport.js');
-  return WsTransport.create({
-    ...common,
-    ...(options.listen !== undefined ? { listen: options.listen } : {}),
-    ...(joined.options.tls !== undefined ? { tls: joined.options.tls } : {}),
-  });
+  // Deadlines poll the ranks through the store: see [Note: blaming a stalled rank].
+  const board = new StoreProgressBoard(joined.store, () => progressReportOf(transport));
+  attachProgressBoard(transport, board);
+  return transport;
 }
 
 /**
@@ -105,7 +113,9 @@ export async function connectNetworkTransport(
     await joined.close();
     throw error;
   }
-  return new JoinedTransport(transport, joined);
+  const wrapper = new JoinedTransport(transport, joined);
+  shareProgress(wrapper, transport);
+  return wrapper;
 }
 
 /** A transport that owns its rendezvous: closing it leaves the store too. */

@@ -28,6 +28,14 @@ export interface AbortReason {
   readonly peer?: number;
   /** Ranks the origin was still waiting for (`timeout`). */
   readonly peers?: readonly number[];
+  /**
+   * `timeout`: the global ranks blamed for it, the ones that never reached or never finished the op
+   * ([Note: blaming a stalled rank]); absent when the deadline could not poll its peers (then the
+   * ranks in `peers` are blamed).
+   */
+  readonly blamed?: readonly number[];
+  /** `timeout`: the global ranks that answered the poll and were merely waiting. */
+  readonly waiting?: readonly number[];
 }
 
 /** Where and when a collective failed: the op, the rank that reports it, the op's sequence number. */
@@ -69,20 +77,29 @@ export class CollectiveError extends WebshardError {
   }
 }
 
-/** An op passed its deadline. `waitingFor` lists the ranks whose messages never came. */
+/**
+ * An op passed its deadline. `waitingFor` lists the ranks whose messages never came (to the rank
+ * whose deadline passed); `blamed` the world ranks that never reached or never finished the op,
+ * `waiting` those that were merely waiting for them ([Note: blaming a stalled rank]). `peer` is
+ * the first blamed rank.
+ */
 export class CollectiveTimeoutError extends CollectiveError {
   readonly timeoutMs: number;
   readonly waitingFor: readonly number[];
+  readonly blamed: readonly number[];
+  readonly waiting: readonly number[];
   constructor(
     fields: CollectiveErrorFields,
     timeoutMs: number,
     waitingFor: readonly number[],
     detail: string,
-    options: { reason?: AbortReason } = {},
+    options: { reason?: AbortReason; blamed?: readonly number[]; waiting?: readonly number[] } = {},
   ) {
-    super(fields, detail, { code: 'E_COLLECTIVE_TIMEOUT', ...options });
+    super(fields, detail, { code: 'E_COLLECTIVE_TIMEOUT', reason: options.reason });
     this.timeoutMs = timeoutMs;
     this.waitingFor = waitingFor;
+    this.blamed = options.blamed ?? waitingFor;
+    this.waiting = options.waiting ?? [];
   }
 }
 
@@ -160,11 +177,15 @@ export function errorFromAbortReason(
   switch (reason.kind) {
     case 'timeout':
       return new CollectiveTimeoutError(
-        { ...fields, peer: fields.peer ?? reason.peer },
+        { ...fields, peer: fields.peer ?? reason.blamed?.[0] ?? reason.peer },
         0,
         reason.peers ?? [],
         `${reason.message}${from}`,
-        { reason },
+        {
+          reason,
+          ...(reason.blamed === undefined ? {} : { blamed: reason.blamed }),
+          ...(reason.waiting === undefined ? {} : { waiting: reason.waiting }),
+        },
       );
     case 'mismatch':
       return new CollectiveMismatchError(fields, `${reason.message}${from}`, { reason });

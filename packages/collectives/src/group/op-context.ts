@@ -7,6 +7,13 @@ import {
   TransportAbortedError,
 } from '../errors.js';
 import type { Transport } from '../transport.js';
+import { BLAME_WINDOW_MS, judge, ranksText, type Verdict } from './blame.js';
+import {
+  type ProgressBoard,
+  progressBoardOf,
+  progressTrackerOf,
+  type RunningOp,
+} from '../progress/progress.js';
 
 /** What an op needs of its group: who is in it and where its messages go. */
 export interface GroupView {
@@ -47,6 +54,9 @@ export class OpContext implements Comm {
   readonly aborted: Promise<never>;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private unsubscribe: () => void = noop;
+  private readonly untrack: () => void;
+  /** Set when the deadline passed: settles once the group's verdict is in (an abort). */
+  private verdict: Promise<void> | null = null;
 
   constructor(
     private readonly group: GroupView,
@@ -59,7 +69,34 @@ export class OpContext implements Comm {
       );
     });
     this.aborted.catch(noop);
+    const collective = fields.op !== 'send' && fields.op !== 'recv';
+    this.untrack = progressTrackerOf(group.transport).started(
+      group.tag,
+      fields.seq,
+      collective,
+      () => this.running(),
+    );
     this.timer = setTimeout(() => this.expire(), timeoutMs);
+  }
+
+  /** What this op tells a blame poll ([Note: blaming a stalled rank]). */
+  private running(): RunningOp {
+    const waitingFor = [...this.waiting.keys()].sort((a, b) => a - b);
+    return {
+      tag: this.group.tag,
+      op: this.fields.op,
+      seq: this.fields.seq,
+      waitingFor: waitingFor.map((peer) => this.group.ranks[peer]!),
+    };
+  }
+
+  /**
+   * Settles at once while the deadline has not passed; after it, rejects once the poll of
+   * [Note: blaming a stalled rank] has aborted the group, even if the op's data came meanwhile.
+   */
+  afterDeadline(): Promise<void> {
+    if (this.verdict === null) return Promise.resolve();
+    return this.verdict.then(() => this.aborted);
   }
 
   get rank(): number {
@@ -139,25 +176,68 @@ export class OpContext implements Comm {
   private expire(): void {
     this.timer = null;
     const waitingFor = [...this.waiting.keys()].sort((a, b) => a - b);
+    const board = progressBoardOf(this.group.transport);
+    if (board === null) {
+      this.fail(waitingFor, null);
+      return;
+    }
+    this.verdict = this.poll(board, waitingFor).catch(noop);
+  }
+
+  /** Asks every member where it is, then fails the group with the verdict. */
+  private async poll(board: ProgressBoard, waitingFor: number[]): Promise<void> {
+    const { ranks, tag, transport } = this.group;
+    const members = ranks.filter((rank) => rank !== transport.rank);
+    const reports = await board.poll(members, BLAME_WINDOW_MS);
+    if (transport.abortReason !== null) return;
+    if (reports === null) {
+      this.fail(waitingFor, null);
+      return;
+    }
+    const verdict = judge(
+      {
+        op: this.fields.op,
+        seq: this.fields.seq,
+        tag,
+        self: transport.rank,
+        members: ranks,
+        waitingFor: waitingFor.map((peer) => ranks[peer]!),
+        collective: this.fields.op !== 'send' && this.fields.op !== 'recv',
+        windowMs: BLAME_WINDOW_MS,
+      },
+      reports,
+    );
+    if (verdict.kind === 'adopt') transport.abort(verdict.reason);
+    else this.fail(waitingFor, verdict);
+  }
+
+  /** Aborts the group with this rank's timeout, blaming the verdict's ranks (or `waitingFor`). */
+  private fail(waitingFor: number[], verdict: Extract<Verdict, { kind: 'blame' }> | null): void {
     const who =
       waitingFor.length === 0
         ? 'while sending (the receivers are not draining)'
-        : `waiting for rank${waitingFor.length > 1 ? 's' : ''} ${waitingFor.join(', ')}`;
-    const message = `timed out after ${this.timeoutMs} ms ${who}`;
+        : `waiting for ${ranksText(waitingFor)}`;
+    const why = verdict === null ? '' : ` (${verdict.detail})`;
+    const message = `timed out after ${this.timeoutMs} ms ${who}${why}`;
+    const peers = waitingFor.map((peer) => this.group.ranks[peer]!);
+    const blame =
+      verdict === null ? {} : { blamed: [...verdict.blamed], waiting: [...verdict.waiting] };
     const reason: AbortReason = {
       kind: 'timeout',
       origin: this.group.transport.rank,
       op: this.fields.op,
       seq: this.fields.seq,
-      peers: waitingFor.map((peer) => this.group.ranks[peer]!),
+      peers,
+      ...blame,
       message: `${this.fields.op} #${this.fields.seq} on rank ${this.fields.rank} ${message}`,
     };
+    const peer = verdict === null ? waitingFor[0] : verdict.blamed[0];
     this.ownError = new CollectiveTimeoutError(
-      { ...this.fields, peer: waitingFor[0] },
+      { ...this.fields, peer },
       this.timeoutMs,
       waitingFor,
       message,
-      { reason },
+      { reason, ...blame },
     );
     this.group.transport.abort(reason);
   }
@@ -166,5 +246,6 @@ export class OpContext implements Comm {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
     this.unsubscribe();
+    this.untrack();
   }
 }

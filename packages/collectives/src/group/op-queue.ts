@@ -140,6 +140,8 @@ export class OpQueue {
       };
       try {
         await Promise.race([exchange(), ctx.aborted]);
+        // A deadline that passed stays firm ([Note: blaming a stalled rank]).
+        await ctx.afterDeadline();
       } catch (error) {
         throw this.translate(error, ctx);
       } finally {

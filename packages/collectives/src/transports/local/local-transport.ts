@@ -2,6 +2,8 @@ import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox } from '../mailbox.js';
+import { MemoryProgressHub } from '../../progress/memory-progress-board.js';
+import { attachProgressBoard, progressReportOf } from '../../progress/progress.js';
 
 /**
  * The shared state of N local ranks: their mailboxes and one abort state. An abort on any rank is
@@ -87,9 +89,20 @@ export class LocalTransport implements Transport {
   }
 }
 
-/** N transports over one in-process hub, rank i at index i. */
+/**
+ * N transports over one in-process hub, rank i at index i, with in-process progress boards for
+ * their deadlines ([Note: blaming a stalled rank]).
+ */
 export function createLocalTransports(size: number): LocalTransport[] {
-  return new LocalHub(size).transports;
+  const { transports } = new LocalHub(size);
+  const progress = new MemoryProgressHub();
+  for (const transport of transports) {
+    attachProgressBoard(
+      transport,
+      progress.board(transport.rank, () => progressReportOf(transport)),
+    );
+  }
+  return transports;
 }
 
 /**

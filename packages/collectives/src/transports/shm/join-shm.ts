@@ -1,3 +1,5 @@
+import { attachProgressBoard, progressReportOf } from '../../progress/progress.js';
+import { SharedProgressBoard } from '../../progress/shared-progress-board.js';
 import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import type { ShmHandle } from './shm-layout.js';
 import { ShmTransport } from './shm-transport.js';
@@ -12,5 +14,11 @@ export function joinShm(
   rank: number,
   options: ProcessGroupOptions = {},
 ): ProcessGroup {
-  return ProcessGroup.fromTransport(new ShmTransport(handle, rank), options);
+  const transport = new ShmTransport(handle, rank);
+  if (handle.progress !== undefined) {
+    const report = () => progressReportOf(transport);
+    const board = new SharedProgressBoard(handle.progress, rank, handle.size, report);
+    attachProgressBoard(transport, board);
+  }
+  return ProcessGroup.fromTransport(transport, options);
 }

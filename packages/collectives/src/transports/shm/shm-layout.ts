@@ -1,4 +1,5 @@
 import type { AbortReason } from '../../errors.js';
+import { createProgressBuffer } from '../../progress/shared-progress-board.js';
 import { SHARED_ARENA_SETS } from '../../shared-arena.js';
 
 /**
@@ -23,6 +24,11 @@ export interface ShmHandle {
    * it barely spins.
    */
   readonly spinMicros: number;
+  /**
+   * The ranks' progress board, which a deadline polls ([Note: blaming a stalled rank]); handles
+   * made before it existed have none, and their deadlines blame as before.
+   */
+  readonly progress?: SharedArrayBuffer;
 }
 
 /** Options of `createShmHandle`. */
@@ -148,6 +154,7 @@ export function createShmHandle(size: number, options: ShmHandleOptions = {}): S
   new Int32Array(arena.buffer)[arenaAllocatorWord(size)] = registeredStart / 64;
   return {
     buffer: new SharedArrayBuffer(total),
+    progress: createProgressBuffer(size),
     size,
     capacity: rounded,
     arena,

@@ -1,0 +1,104 @@
+import type { ProgressBoard, ProgressReport } from '../progress/progress.js';
+import { RendezvousError } from './errors.js';
+import type { StoreClient } from './store-client.js';
+
+/** How long one watch of the ask key stays posted before it is posted again. */
+const WATCH_MS = 15_000;
+/** How long a read of an answer that the store already holds may take. */
+const READ_MS = 2_000;
+
+function isTimeout(error: unknown): error is RendezvousError {
+  return error instanceof RendezvousError && error.code === 'E_TIMEOUT';
+}
+
+function validReport(value: unknown, rank: number): ProgressReport | null {
+  if (typeof value !== 'object' || value === null) return null;
+  const report = value as Partial<ProgressReport>;
+  if (report.rank !== rank || !Array.isArray(report.ops)) return null;
+  if (typeof report.reached !== 'object' || report.reached === null) return null;
+  return report as ProgressReport;
+}
+
+/**
+ * The progress board of the network transports, kept in the rendezvous store (whose connection
+ * does not share a stalled data path's fate): see [Note: blaming a stalled rank].
+ *
+ * A poll takes the next ask number `k` (`add` on `<prefix>/asks`) and sets `<prefix>/ask/<k>`;
+ * every rank keeps one `wait` posted on the next ask key, so the store wakes it, and it answers
+ * under `<prefix>/answer/<k>/<rank>` from its event loop. The poll waits for the answers of the
+ * ranks it asked, at most the window; the store's timeout lists the keys never set, which are the
+ * ranks that did not answer. Asks are rare (one per deadline that passes), so each rank answers
+ * every ask in turn.
+ */
+export class StoreProgressBoard implements ProgressBoard {
+  private stopped = false;
+
+  constructor(
+    private readonly store: StoreClient,
+    private readonly report: () => ProgressReport | null,
+    private readonly prefix = '__progress',
+  ) {
+    void this.watch();
+  }
+
+  /** Stops answering (the store connection closing stops it too). */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  private async watch(): Promise<void> {
+    let next = 1;
+    while (!this.stopped) {
+      try {
+        await this.store.wait([`${this.prefix}/ask/${next}`], WATCH_MS);
+      } catch (error) {
+        if (isTimeout(error)) continue;
+        return;
+      }
+      const report = this.report();
+      if (this.stopped || report === null) return;
+      const key = `${this.prefix}/answer/${next}/${this.store.rank}`;
+      try {
+        await this.store.set(key, JSON.stringify(report));
+      } catch {
+        return;
+      }
+      next++;
+    }
+  }
+
+  async poll(
+    ranks: readonly number[],
+    windowMs: number,
+  ): Promise<Map<number, ProgressReport> | null> {
+    const { store, prefix } = this;
+    try {
+      const ask = await store.add(`${prefix}/asks`, 1);
+      await store.set(`${prefix}/ask/${ask}`, String(store.rank));
+      const keyOf = (rank: number) => `${prefix}/answer/${ask}/${rank}`;
+      let missing = new Set<string>();
+      try {
+        await store.wait(ranks.map(keyOf), windowMs);
+      } catch (error) {
+        if (!isTimeout(error)) throw error;
+        missing = new Set(error.missingKeys);
+      }
+      const reports = new Map<number, ProgressReport>();
+      const answered = ranks.filter((rank) => !missing.has(keyOf(rank)));
+      const texts = await Promise.all(answered.map((rank) => store.get(keyOf(rank), READ_MS)));
+      answered.forEach((rank, i) => {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(texts[i]!);
+        } catch {
+          return;
+        }
+        const report = validReport(parsed, rank);
+        if (report !== null) reports.set(rank, report);
+      });
+      return reports;
+    } catch {
+      return null;
+    }
+  }
+}
