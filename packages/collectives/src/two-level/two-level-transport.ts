@@ -47,8 +47,14 @@ export class TwoLevelTransport implements Transport {
     this.rank = network.rank;
     this.size = network.size;
     this.kind = `shm+${network.kind}`;
-    local.onAbort((reason) => this.abort(reason));
-    network.onAbort((reason) => this.abort(reason));
+    // Closing is not a failure: a transport that closes may report it as its own abort (tcp does),
+    // which must not reach the node-mates still running.
+    local.onAbort((reason) => {
+      if (this.closing === null) this.abort(reason);
+    });
+    network.onAbort((reason) => {
+      if (this.closing === null) this.abort(reason);
+    });
   }
 
   /** Whether `peer` is on this rank's node. */
@@ -70,7 +76,7 @@ export class TwoLevelTransport implements Transport {
   get abortReason(): AbortReason | null {
     // Reading the media's reasons polls them (shm reads its shared abort word).
     const seen = this.local.abortReason ?? this.network.abortReason;
-    if (seen !== null) this.abort(seen);
+    if (seen !== null && this.closing === null) this.abort(seen);
     return this.state.reason;
   }
 

@@ -69,6 +69,7 @@ export async function runTwoLevelJob(
     const match = REPORT.exec(line);
     if (match !== null) reports[Number(match[1])] = JSON.parse(match[2]!) as RankReport;
   }
+  if (process.env.WEBSHARD_DEBUG_TWO_LEVEL) console.log(out, err);
   if (job.kind === 'cases' && reports.some((r) => r === null)) {
     throw new Error(`a rank did not report:\n${out}\n${err}`);
   }
