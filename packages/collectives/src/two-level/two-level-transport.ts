@@ -91,10 +91,16 @@ export class TwoLevelTransport implements Transport {
   }
 
   close(): Promise<void> {
-    this.closing ??= (async () => {
+    if (this.closing !== null) return this.closing;
+    let started!: () => void;
+    // Set before either transport starts closing: tcp reports its close as an abort at once.
+    this.closing = new Promise<void>((resolve) => {
+      started = resolve;
+    }).then(async () => {
       await Promise.all([this.local.close(), this.network.close()]);
       await this.onClosed();
-    })();
+    });
+    started();
     return this.closing;
   }
 }
