@@ -186,7 +186,9 @@ export async function sharedReduceScatter(
   output: HostData,
   op: ReduceOp,
 ): Promise<void> {
-  const shards = Array.from({ length: step.size }, (_, r) => shardRange(input.length, step.size, r));
+  const shards = Array.from({ length: step.size }, (_, r) =>
+    shardRange(input.length, step.size, r),
+  );
   await sharedReduceScatterShards(step, dtype, input, shards, output, dtype, op);
 }
 

@@ -34,7 +34,7 @@ export class TwoLevelPlan {
   private readonly localRank: number;
 
   private constructor(
-    private readonly group: GroupView,
+    group: GroupView,
     private readonly topology: NodeTopology,
     private readonly sharedArena: SharedArena,
     segment: number | 'auto',
@@ -90,10 +90,21 @@ export class TwoLevelPlan {
       size: topology.nodes[node]!.length,
       arena: sharedArena,
       barrier: async () => {
-        await sharedArena.barrier((ranks) =>
-          ctx.waitFor(ranks.map((r) => topology.rankOf(node, r))),
-        );
-        ctx.waitFor([]);
+        // The node-mates the barrier waits for join the op's other waits (fingerprints from
+        // other nodes) for a deadline's message, instead of replacing them.
+        const added = new Set<number>();
+        try {
+          await sharedArena.barrier((ranks) => {
+            for (const r of ranks) {
+              const rank = topology.rankOf(node, r);
+              if (ctx.waiting.has(rank)) continue;
+              ctx.waiting.set(rank, 1);
+              added.add(rank);
+            }
+          });
+        } finally {
+          for (const rank of added) ctx.waiting.delete(rank);
+        }
       },
     };
     const comm: Comm = {

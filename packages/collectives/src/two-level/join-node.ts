@@ -59,16 +59,18 @@ export async function joinThreadNode(
     };
     await meeting.store.set(`two-level/place/${rank}`, JSON.stringify(place));
     const places = await Promise.all(
-      Array.from({ length: worldSize }, async (_, peer) =>
-        JSON.parse(
-          await publishedBy(
-            meeting.store,
-            `two-level/place/${peer}`,
-            peer,
-            timeoutMs,
-            'initProcessGroup',
-          ),
-        ) as RankPlace,
+      Array.from(
+        { length: worldSize },
+        async (_, peer) =>
+          JSON.parse(
+            await publishedBy(
+              meeting.store,
+              `two-level/place/${peer}`,
+              peer,
+              timeoutMs,
+              'initProcessGroup',
+            ),
+          ) as RankPlace,
       ),
     );
     const topology = new NodeTopology(places);

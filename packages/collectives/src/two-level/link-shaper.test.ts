@@ -79,7 +79,10 @@ describe('LinkShaper', () => {
       const [a, b] = shaped(2, settings);
       const start = performance.now();
       for (let i = 0; i < 20; i++) {
-        await Promise.all([a!.send(1, 0, new Uint8Array(1460)), b!.recv(0, 0, new Uint8Array(1460))]);
+        await Promise.all([
+          a!.send(1, 0, new Uint8Array(1460)),
+          b!.recv(0, 0, new Uint8Array(1460)),
+        ]);
       }
       return performance.now() - start;
     };

@@ -49,7 +49,10 @@ export function parseLinkSettings(text: string): LinkSettings | null {
   for (const part of trimmed.split(',')) {
     const [name, raw = ''] = part.split('=').map((s) => s.trim());
     const bad = () =>
-      new ArgumentError('link', `cannot read '${part}' in '${text}' (latency=1ms,bandwidth=10gbit,loss=0.001)`);
+      new ArgumentError(
+        'link',
+        `cannot read '${part}' in '${text}' (latency=1ms,bandwidth=10gbit,loss=0.001)`,
+      );
     const number = (value: string) => {
       const parsed = Number(value);
       if (value === '' || !Number.isFinite(parsed) || parsed < 0) throw bad();
@@ -228,4 +231,3 @@ export class LinkShaper implements Transport {
 export function shapeLink(transport: Transport, settings: LinkSettings): Transport {
   return new LinkShaper(transport, settings);
 }
-

@@ -50,12 +50,12 @@ export class NodeTopology {
     }
     const nodeOfRank: number[] = [];
     const localOfRank: number[] = [];
-    nodes.forEach((ranks, node) =>
-      ranks.forEach((rank, local) => {
+    for (const [node, ranks] of nodes.entries()) {
+      for (const [local, rank] of ranks.entries()) {
         nodeOfRank[rank] = node;
         localOfRank[rank] = local;
-      }),
-    );
+      }
+    }
     this.nodes = nodes;
     this.nodeOfRank = nodeOfRank;
     this.localOfRank = localOfRank;

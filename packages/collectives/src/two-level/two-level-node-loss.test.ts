@@ -59,8 +59,11 @@ describe('two-level world: a node killed', () => {
     await new Promise((resolve) => setTimeout(resolve, 200));
     const killedAt = Date.now();
     nodes[1]!.child.kill('SIGKILL');
-    const code = await new Promise<number | null>((resolve) => nodes[0]!.child.on('close', resolve));
-    const errors = nodes[0]!.out()
+    const code = await new Promise<number | null>((resolve) =>
+      nodes[0]!.child.on('close', resolve),
+    );
+    const errors = nodes[0]!
+      .out()
       .split('\n')
       .filter((line) => line.includes('@@error '))
       .map(

@@ -13,6 +13,8 @@ try {
 } catch (error) {
   const e = error as CollectiveError;
   const fields = CollectiveError.isInstance(error) ? { peer: e.peer } : {};
-  console.log(`@@error ${JSON.stringify({ name: e.name, message: e.message, at: Date.now(), ...fields })}`);
+  console.log(
+    `@@error ${JSON.stringify({ name: e.name, message: e.message, at: Date.now(), ...fields })}`,
+  );
 }
 await group.close();
