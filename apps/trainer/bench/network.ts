@@ -4,7 +4,7 @@
  * between them shaped by `WEBSHARD_LINK` ([Note: the link shaper] in @webshard/collectives) at
  * 1, 10 and 100 Gbit/s and 0.1, 1 and 10 ms, for `--strategy ddp` and `fsdp`, beside the same run
  * with no shaping. Each cell is the median step time of the steps after the first two (which
- * build buckets and warm up). Run: `pnpm --filter @webshard/trainer bench:network`
+ * build buckets and warm up), rank 0's. Run: `pnpm --filter @webshard/trainer bench:network`
  * (`-- --quick` for one setting per axis).
  */
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -16,10 +16,15 @@ import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { launch } from '@webshard/collectives/node';
 
 const CLI = join(import.meta.dirname, '..', 'src', 'cli.ts');
-const STEPS = 7;
-const TOKENS_PER_STEP = 8 * 32;
-/** A model large enough that its gradients (3.3 MB in f32) are felt on a slow link. */
-const MODEL = ['--n-layer', '4', '--n-head', '4', '--n-embd', '128', '--block-size', '32'];
+const STEPS = 6;
+const BATCH = 4;
+const BLOCK = 16;
+const TOKENS_PER_STEP = BATCH * BLOCK;
+/**
+ * Many parameters (3.2 M: 12.7 MB of f32 gradients) and little compute (one sequence of 16 tokens
+ * per rank), so the link, not the CPU, is what a step waits for where it can.
+ */
+const MODEL = ['--n-layer', '4', '--n-head', '4', '--n-embd', '256', '--block-size', String(BLOCK)];
 
 class Discard extends Writable {
   text = '';
@@ -52,7 +57,7 @@ async function stepMs(dir: string, strategy: 'ddp' | 'fsdp', link: string): Prom
   const out = new Discard();
   const args = [
     ...MODEL,
-    ...['--batch-size', '8', '--steps', String(STEPS), '--sample-length', '0'],
+    ...['--batch-size', String(BATCH), '--steps', String(STEPS), '--sample-length', '0'],
     ...['--backend', 'cpu', '--strategy', strategy, '--transport', 'tcp', '--log-jsonl', log],
   ];
   const results = await Promise.all(
