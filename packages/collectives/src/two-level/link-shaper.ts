@@ -24,17 +24,50 @@ function now(): number {
   return performance.timeOrigin + performance.now();
 }
 
-/** Resolves at `at` (`now()` time): a timer for most of the wait, then turns of the event loop. */
-function until(at: number): Promise<void> {
-  return new Promise((resolve) => {
-    const tick = () => {
-      const left = at - now();
-      if (left <= 0) resolve();
-      else if (left > 2) setTimeout(tick, left - 1);
-      else setImmediate(tick);
-    };
-    tick();
-  });
+/**
+ * Wakes waiters at their due times (`now()` clock) with one timer for all of them: a timeout for
+ * waits over 2 ms, then turns of the event loop for the last stretch (Node's timers are 1 ms
+ * coarse), so many receives in flight cost one poll, not one each.
+ */
+class DueQueue {
+  private readonly waiters: { at: number; wake: () => void }[] = [];
+  /** The pending timer and the time it fires at, or null (a poll by `setImmediate` or nothing). */
+  private timer: { handle: ReturnType<typeof setTimeout>; at: number } | null = null;
+  private polling = false;
+
+  wait(at: number): Promise<void> {
+    return new Promise((wake) => {
+      const index = this.waiters.findIndex((w) => w.at > at);
+      if (index < 0) this.waiters.push({ at, wake });
+      else this.waiters.splice(index, 0, { at, wake });
+      this.arm();
+    });
+  }
+
+  private tick = (): void => {
+    this.timer = null;
+    this.polling = false;
+    const time = now();
+    while (this.waiters.length > 0 && this.waiters[0]!.at <= time) this.waiters.shift()!.wake();
+    this.arm();
+  };
+
+  private arm(): void {
+    if (this.polling || this.waiters.length === 0) return;
+    const at = this.waiters[0]!.at;
+    if (this.timer !== null) {
+      if (this.timer.at <= at - 1) return;
+      clearTimeout(this.timer.handle);
+      this.timer = null;
+    }
+    const left = at - now();
+    if (left > 2) {
+      this.timer = { handle: setTimeout(this.tick, left - 1), at: at - 1 };
+    } else {
+      this.polling = true;
+      setImmediate(this.tick);
+    }
+  }
 }
 
 /**
@@ -123,13 +156,14 @@ interface LinkState {
  * the real medium at once, so a sender's buffer is free as soon as the real send says so (as a NIC
  * that copied it would), and the shaped link is never faster than the real one: on loopback between
  * two processes of this machine about 1-2 GB/s, so settings above some 10 Gbit/s measure the
- * machine, not the link. The arrival hint (rule 9) is not given: a receive completes late on
- * purpose. Every rank must shape alike (`agreedLink` checks it).
+ * machine, not the link. A receive completes late on purpose, but the arrival hint (rule 9) comes when the bytes are in place, so a group posts its
+next receives as it would unshaped. Every rank must shape alike (`agreedLink` checks it).
  */
 export class LinkShaper implements Transport {
   readonly kind: string;
   private readonly links = new Map<number, LinkState>();
   private readonly bytesPerMs: number;
+  private readonly due = new DueQueue();
   private random: number;
 
   constructor(
@@ -163,7 +197,7 @@ export class LinkShaper implements Transport {
   }
 
   /** When a message of `bytes` sent now to `peer` is due there. */
-  private due(peer: number, bytes: number): number {
+  private dueAt(peer: number, bytes: number): number {
     const latency = this.settings.latencyMs ?? 0;
     let link = this.links.get(peer);
     if (link === undefined) {
@@ -190,16 +224,18 @@ export class LinkShaper implements Transport {
   }
 
   send(peer: number, tag: number, data: Uint8Array): Promise<void> {
-    const stamp = new Float64Array([this.due(peer, data.byteLength)]);
+    const stamp = new Float64Array([this.dueAt(peer, data.byteLength)]);
     const stamped = this.inner.send(peer, tag, new Uint8Array(stamp.buffer));
     stamped.catch(() => {});
     return Promise.all([stamped, this.inner.send(peer, tag, data)]).then(() => {});
   }
 
-  async recv(peer: number, tag: number, dst: Uint8Array): Promise<void> {
+  async recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     const stamp = new Float64Array(1);
     const stamped = this.inner.recv(peer, tag, new Uint8Array(stamp.buffer));
-    const received = this.inner.recv(peer, tag, dst);
+    // The hint when the bytes are in `dst` (the group posts its next receives then); the promise
+    // when the message is due.
+    const received = this.inner.recv(peer, tag, dst, onArrive);
     stamped.catch(() => {});
     received.catch(() => {});
     await stamped;
@@ -209,7 +245,7 @@ export class LinkShaper implements Transport {
     // A receive waiting for its due time still fails at once with an abort (rule 5).
     await new Promise<void>((resolve, reject) => {
       const off = this.inner.onAbort((reason) => reject(new TransportAbortedError(reason)));
-      void until(at).then(() => {
+      void this.due.wait(at).then(() => {
         off();
         resolve();
       });
