@@ -12,6 +12,7 @@ import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
+import { runTwoLevel } from './two-level.js';
 import { webGpuOperandRows } from './webgpu-operands.js';
 import {
   BENCH_OPS,
@@ -31,7 +32,8 @@ function option(name: string, fallback: string): string[] {
   return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
 }
 
-const transports = option('transports', 'shm,ws,tcp');
+// `two-level`: 2 simulated nodes of world / 2 threads each (even worlds of 4 and up).
+const transports = option('transports', 'shm,ws,tcp,two-level');
 const worlds = option('worlds', '2,4').map(Number);
 const sizesMiB = option('sizes', '1,16,64').map(Number);
 const allOps: readonly BenchOp[] = [...BENCH_OPS, ...REGISTERED_OPS];
@@ -46,6 +48,11 @@ const plan: BenchPlan = {
   warmup: 3,
 };
 const registeredOps = ops.filter((op) => REGISTERED_OPS.includes(op));
+/** The ops that run in two levels (broadcast is the flat chain over the same links). */
+const twoLevelPlan: BenchPlan = {
+  ...plan,
+  ops: plan.ops.filter((op) => op !== 'broadcast'),
+};
 
 async function runNetwork(backend: string, world: number): Promise<BenchResult[]> {
   const port = await freePort();
@@ -151,10 +158,16 @@ for (const world of worlds) {
     }
   }
   for (const transport of transports) {
+    if (transport === 'two-level' && (world < 4 || world % 2 !== 0)) continue;
     console.log(`${transport}, ${world} ranks...`);
     let results: BenchResult[];
     try {
-      results = transport === 'shm' ? await runShm(world) : await runNetwork(transport, world);
+      results =
+        transport === 'shm'
+          ? await runShm(world)
+          : transport === 'two-level'
+            ? await runTwoLevel(world, twoLevelPlan)
+            : await runNetwork(transport, world);
     } catch (error) {
       // One transport failing must not lose the others' rows: say so and go on.
       console.error(`${transport}, ${world} ranks failed: ${(error as Error).message}`);
@@ -173,7 +186,10 @@ for (const world of worlds) {
         ? `${result.op.replace('Registered', '')} (registered)`
         : result.op;
       const row: BenchRow = {
-        name: `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
+        name:
+          transport === 'two-level'
+            ? `${label} two-level (2 nodes x ${world / 2} threads, shm + tcp) ${result.sizeMiB} MiB`
+            : `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
         metric: 'busbw',
         value: Math.round(busbw),
         unit: 'MB/s',

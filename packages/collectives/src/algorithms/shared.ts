@@ -186,13 +186,33 @@ export async function sharedReduceScatter(
   output: HostData,
   op: ReduceOp,
 ): Promise<void> {
+  const shards = Array.from({ length: step.size }, (_, r) =>
+    shardRange(input.length, step.size, r),
+  );
+  await sharedReduceScatterShards(step, dtype, input, shards, output, dtype, op);
+}
+
+/**
+ * `sharedReduceScatter` with any shards (`shards[r]`, rank r's range of `input`, in elements;
+ * ranges need not be in rank order) and the result in `outDtype`: the two-level collectives keep
+ * f16/bf16 partial sums in f32 (`outDtype` 'f32') and cut a node's block of the world's shards.
+ */
+export async function sharedReduceScatterShards(
+  step: SharedStep,
+  dtype: CommDType,
+  input: HostData,
+  shards: readonly { start: number; count: number }[],
+  output: HostData,
+  outDtype: CommDType,
+  op: ReduceOp,
+): Promise<void> {
   const { arena, rank, size } = step;
   const kind = dtype === 'i32' ? 'i32' : 'f32';
   const { buffer, slotBytes } = arena;
-  const shards = Array.from({ length: size }, (_, r) => shardRange(input.length, size, r));
   const per = Math.floor(slotBytes / 4 / size);
   const own = shards[rank]!;
-  for (let at = 0; at < shards[0]!.count; at += per) {
+  const longest = Math.max(...shards.map((s) => s.count));
+  for (let at = 0; at < longest; at += per) {
     const base = arena.nextRound();
     const mine = base + rank * slotBytes;
     for (let s = 0; s < size; s++) {
@@ -213,7 +233,7 @@ export async function sharedReduceScatter(
     for (let peer = 1; peer < size; peer++)
       arena.reduce(op, kind, dst, dst + peer * slotBytes, length);
     if (op === 'avg') arena.scale(dst, length, 1 / size);
-    narrow(dtype, work(kind, buffer, dst, length), output.subarray(at, at + length));
+    narrow(outDtype, work(kind, buffer, dst, length), output.subarray(at, at + length));
   }
 }
 
@@ -229,7 +249,8 @@ export async function sharedAllGather(
 ): Promise<void> {
   const { arena, rank, size } = step;
   const { buffer, slotBytes } = arena;
-  const longest = shard(0)[1];
+  let longest = 0;
+  for (let peer = 0; peer < size; peer++) longest = Math.max(longest, shard(peer)[1]);
   for (let at = 0; at < longest; at += slotBytes) {
     const base = arena.nextRound();
     const length = clamp(input.byteLength, at, slotBytes);

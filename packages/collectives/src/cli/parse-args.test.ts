@@ -29,21 +29,21 @@ describe('parseArgs', () => {
       nodeRank: 1,
       masterAddr: '10.0.0.1',
       masterPort: 7000,
-      ranksAs: 'processes',
+      ranksAs: 'threads',
       script: 'train.ts',
       args: ['--lr', '3'],
     });
     expect(parseArgs(['--help'], none)).toBe('help');
   });
 
-  it('runs one node as threads and several nodes or an executable as processes, unless told', () => {
+  it('runs threads, on one node or several, and an executable as processes, unless told', () => {
     const ranksAs = (...argv: string[]) => {
       const options = parseArgs([...argv, 's.mjs'], none);
       return options === 'help' ? options : options.ranksAs;
     };
     expect(ranksAs('--nproc-per-node', '2')).toBe('threads');
     expect(ranksAs('--nproc-per-node', '2', '--nnodes', '1')).toBe('threads');
-    expect(ranksAs('--nproc-per-node', '2', '--nnodes', '2')).toBe('processes');
+    expect(ranksAs('--nproc-per-node', '2', '--nnodes', '2')).toBe('threads');
     expect(ranksAs('--nproc-per-node', '2', '--no-node')).toBe('processes');
     expect(ranksAs('--nproc-per-node', '2', '--ranks-as', 'processes')).toBe('processes');
     expect(ranksAs('--nproc-per-node', '2', '--ranks_as=threads')).toBe('threads');
@@ -99,7 +99,7 @@ describe('parseArgs in a cluster', () => {
       nnodes: 2,
       nodeRank: 1,
       masterAddr: 'gpu07',
-      ranksAs: 'processes',
+      ranksAs: 'threads',
     });
     const oneNode = { ...slurm, SLURM_NTASKS: '1', SLURM_NNODES: '1', SLURM_NODEID: '0' };
     expect(parsed(['--nproc-per-node', '2'], oneNode).ranksAs).toBe('threads');
@@ -112,7 +112,7 @@ describe('parseArgs in a cluster', () => {
       nodeRank: 1,
       masterAddr: 'train-0.train',
       masterPort: 23456,
-      ranksAs: 'processes',
+      ranksAs: 'threads',
     });
     expect(parsed([], { ...pet, PET_NNODES: '2:2' }).nnodes).toBe(2);
   });
@@ -144,7 +144,7 @@ describe('parseArgs in a cluster', () => {
       nodeRank: 2,
       masterAddr: 'h',
       masterPort: 5,
-      ranksAs: 'processes',
+      ranksAs: 'threads',
     });
     // A value that a flag replaces is never read, so a bad one does not matter.
     expect(

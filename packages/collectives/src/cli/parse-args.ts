@@ -8,10 +8,11 @@ export const USAGE = `usage: webshard-run --nproc-per-node N [--nnodes M --node-
                     [--token T] [--grace-ms MS] [--no-node] script [args...]
 
 Starts N ranks of script with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT) and WEBSHARD_TOKEN. On one node the ranks are worker threads over
-shared memory (initProcessGroup() joins it); with --ranks-as processes, or several nodes, they
-are processes (node script, or node --import tsx for .ts). When one rank fails, the others are
-stopped and webshard-run exits with its code.
+MASTER_ADDR, MASTER_PORT) and WEBSHARD_TOKEN. The ranks are worker threads over shared memory
+(initProcessGroup() joins it, and with several nodes the other nodes' ranks over tcp, running
+collectives in two levels); with --ranks-as processes, or --no-node, they are processes (node
+script, or node --import tsx for .ts). When one rank fails, the others are stopped and
+webshard-run exits with its code.
 
 Flags not given come from Kubernetes training operators' PET_NNODES, PET_NODE_RANK,
 PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT, or from Slurm (SLURM_NNODES, SLURM_NODEID,
@@ -58,8 +59,8 @@ function checkOneLauncherPerNode(env: Env, nodeRankFlag: string | undefined): vo
  * Parses `webshard-run`'s arguments: options (`--flag value`, `--flag=value`, torchrun's
  * underscore spellings too) up to the script; everything after the script is the script's. Flags
  * not given are read from `env` ([Note: where ranks learn their place] in
- * rendezvous/cluster-env.ts). Ranks run as threads on one node and as processes on several,
- * unless `--ranks-as` says. Returns `'help'` for `--help`.
+ * rendezvous/cluster-env.ts). Ranks run as threads (as processes with `--no-node`) unless
+ * `--ranks-as` says. Returns `'help'` for `--help`.
  */
 export function parseArgs(argv: readonly string[], env: Env = process.env): LaunchOptions | 'help' {
   const values = new Map<string, string>();
@@ -138,6 +139,6 @@ export function parseArgs(argv: readonly string[], env: Env = process.env): Laun
       `--ranks-as must be threads or processes, got '${ranksAs}'`,
     );
   }
-  options.ranksAs = ranksAs ?? ((nnodes ?? 1) === 1 && !noNode ? 'threads' : 'processes');
+  options.ranksAs = ranksAs ?? (noNode ? 'processes' : 'threads');
   return options;
 }

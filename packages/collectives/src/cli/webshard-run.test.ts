@@ -51,8 +51,8 @@ describe('webshard-run under Slurm', () => {
       runs.map((run) => run.errors).join('\n'),
     ).toEqual([0, 0]);
     expect(runs[1]!.out.trim().split('\n').sort()).toEqual([
-      '[rank 2] rank 2 of 4 over tcp: sum 10, count 4',
-      '[rank 3] rank 3 of 4 over tcp: sum 10, count 4',
+      '[rank 2] rank 2 of 4 over shm+tcp: sum 10, count 4',
+      '[rank 3] rank 3 of 4 over shm+tcp: sum 10, count 4',
     ]);
   });
 });
@@ -60,12 +60,12 @@ describe('webshard-run under Slurm', () => {
 describe('webshard-run refusals', () => {
   it('says why in one line and exits 2 when options conflict', async () => {
     const { code, out, errors } = await runCli(
-      ['--nproc-per-node', '2', '--nnodes', '2', '--ranks-as', 'threads', allReduce],
+      ['--nproc-per-node', '2', '--ranks-as', 'threads', '--no-node', allReduce],
       { WEBSHARD_TOKEN: 't' },
     );
     expect([code, out]).toEqual([2, '']);
     expect(errors).toBe(
-      "[webshard-run] --ranks-as threads runs one node's ranks in one shared-memory world; with --nnodes 2 use --ranks-as processes\n",
+      '[webshard-run] --no-node runs an executable, which cannot be a thread: use --ranks-as processes\n',
     );
   });
 });

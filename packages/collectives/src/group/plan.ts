@@ -26,6 +26,7 @@ import type { SharedArena } from '../shared-arena.js';
 import { registeredOffsetsOf } from './fingerprint.js';
 import type { GroupView, OpContext } from './op-context.js';
 import { RegisteredBuffers } from './registered-buffers.js';
+import { TwoLevelPlan } from './two-level-plan.js';
 import {
   type RingSettings,
   reduceLayout,
@@ -44,8 +45,9 @@ export interface PlanOptions {
 
 /**
  * How one group runs each collective: through the transport's shared arena (the world group on
- * `shm`), on registered memory (`shm`, `tcp`), by direct exchange at or below `smallMessageBytes`,
- * or over the segmented ring; and the staging each needs. The bodies run inside the op's turn,
+ * `shm`), in two levels (the world group of nodes of threads: `TwoLevelPlan`), on registered
+ * memory (`shm`, `tcp`), by direct exchange at or below `smallMessageBytes`, or over the
+ * segmented ring; and the staging each needs. The bodies run inside the op's turn,
  * after (or, over messages, beside) the fingerprint exchange.
  */
 export class CollectivePlan {
@@ -53,6 +55,8 @@ export class CollectivePlan {
   /** The buffers `allocate` hands out, and the check of operands against them. */
   readonly buffers: RegisteredBuffers;
   private readonly settings: RingSettings;
+  /** The world group of a node of several: [Note: two-level collectives]. */
+  private readonly twoLevel: TwoLevelPlan | null;
 
   /** `world`: whether the group is its transport's world group (the one `fromTransport` makes). */
   constructor(
@@ -66,6 +70,7 @@ export class CollectivePlan {
     // Receive slots and, for a registered reduce-scatter, as many forward slots (`ringReduce`).
     const tcpBytes = 2 * ringStagingBytes(this.settings) + 64;
     this.buffers = new RegisteredBuffers(group, () => this.sharedArena(), tcpBytes);
+    this.twoLevel = TwoLevelPlan.for(group, world, options);
   }
 
   /** The arena this group runs collectives (and keeps registered buffers) through, or null. */
@@ -79,6 +84,11 @@ export class CollectivePlan {
   /** `ProcessGroup.allReduce`'s body. */
   async allReduce(ctx: OpContext, info: OperandInfo, op: ReduceOp): Promise<void> {
     const operand = await hostOperand('allReduce', info, false, this.staging);
+    if (this.twoLevel !== null) {
+      await this.twoLevel.allReduce(ctx, info.dtype, operand.host, op);
+      operand.commit();
+      return;
+    }
     const count = info.count;
     const step = this.sharedStep(ctx);
     const offsets = registeredOffsetsOf(ctx, this.group.size);
@@ -195,6 +205,19 @@ export class CollectivePlan {
       placeOwn(bytes, own, start);
       own = bytes.subarray(start, start + length);
     }
+    if (this.twoLevel !== null) {
+      placeOwn(bytes, own, chunk(this.group.rank)[0]);
+      const [start, length] = chunk(this.group.rank);
+      await this.twoLevel.allGather(
+        ctx,
+        bytes.subarray(start, start + length),
+        bytes,
+        outInfo.count,
+        element,
+      );
+      target.commit();
+      return;
+    }
     const step = this.sharedStep(ctx);
     const offsets = registeredOffsetsOf(ctx, this.group.size);
     if (step !== null) {
@@ -225,6 +248,11 @@ export class CollectivePlan {
       hostOperand('reduceScatter', inInfo, false, this.staging),
       hostOperand('reduceScatter', outInfo, true, this.staging),
     ]);
+    if (this.twoLevel !== null) {
+      await this.twoLevel.reduceScatter(ctx, inInfo.dtype, source.host, target.host, op);
+      target.commit();
+      return;
+    }
     const count = inInfo.count;
     const step = this.sharedStep(ctx);
     const offsets = registeredOffsetsOf(ctx, this.group.size);

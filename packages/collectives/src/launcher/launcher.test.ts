@@ -302,12 +302,7 @@ describe('launch with ranks as threads', () => {
     expect(result).toEqual({ exitCode: 3, failedRank: 1, rankExitCodes: [1, 3, 1] });
   });
 
-  it('refuses threads on several nodes and for executables', async () => {
-    await expect(
-      launch({ nprocPerNode: 2, nnodes: 2, token: 't', ranksAs: 'threads', script: 'x.mjs' }),
-    ).rejects.toThrow(
-      "[webshard-run] --ranks-as threads runs one node's ranks in one shared-memory world; with --nnodes 2 use --ranks-as processes",
-    );
+  it('refuses threads for executables', async () => {
     await expect(
       launch({ nprocPerNode: 2, ranksAs: 'threads', noNode: true, script: 'x' }),
     ).rejects.toThrow(

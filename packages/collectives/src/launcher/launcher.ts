@@ -4,6 +4,7 @@ import type { Writable } from 'node:stream';
 import { ArgumentError } from '@webshard/tensor-core';
 import { processRanks } from './process-ranks.js';
 import { type LaunchResult, supervise } from './supervise.js';
+import type { ShmHandleOptions } from '../transports/shm/shm-layout.js';
 import { threadRanks } from './thread-ranks.js';
 
 export type { LaunchResult } from './supervise.js';
@@ -45,13 +46,16 @@ export interface LaunchOptions {
   forwardSignals?: boolean;
   /**
    * `processes` (the default here; the `webshard-run` CLI defaults to `threads` on one node) or
-   * `threads`: worker threads of this process over one shared-memory world, one node only, whose
+   * `threads`: worker threads of this process over one shared-memory world, whose
    * `initProcessGroup` joins that world ([Note: ranks as threads] in
-   * transports/shm/thread-rank.ts).
+   * transports/shm/thread-rank.ts) and, with several nodes, the other nodes' over the network
+   * ([Note: two-level collectives] in two-level/two-level-transport.ts).
    */
   ranksAs?: RanksAs;
   /** Threads only: Node flags of every rank's worker (default this process's `execArgv`). */
   execArgv?: readonly string[];
+  /** Threads only: sizes of the node's shm world (arena slots, rings); tests make them small. */
+  shm?: ShmHandleOptions;
 }
 
 /** A free TCP port on 127.0.0.1 (the OS picks; released before it is returned). */
@@ -84,12 +88,6 @@ function validate(options: LaunchOptions): void {
   }
   if (options.script === '') throw new ArgumentError('webshard-run', 'no script given');
   if (options.ranksAs === 'threads') {
-    if ((options.nnodes ?? 1) > 1) {
-      throw new ArgumentError(
-        'webshard-run',
-        `--ranks-as threads runs one node's ranks in one shared-memory world; with --nnodes ${options.nnodes} use --ranks-as processes`,
-      );
-    }
     if (options.noNode) {
       throw new ArgumentError(
         'webshard-run',
@@ -160,7 +158,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       ? threadRanks({
           ...common,
           nprocPerNode: nproc,
+          multiNode: nnodes > 1,
           ...(options.execArgv !== undefined ? { execArgv: options.execArgv } : {}),
+          ...(options.shm !== undefined ? { shm: options.shm } : {}),
         })
       : processRanks({ ...common, noNode: options.noNode ?? false });
   return supervise(

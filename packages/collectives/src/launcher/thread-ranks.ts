@@ -1,11 +1,17 @@
 import { createRequire } from 'node:module';
-import { availableParallelism } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { availableParallelism, hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { ArgumentError } from '@webshard/tensor-core';
-import { createShmHandle, type ShmHandle, writeShmAbort } from '../transports/shm/shm-layout.js';
+import {
+  createShmHandle,
+  type ShmHandle,
+  type ShmHandleOptions,
+  writeShmAbort,
+} from '../transports/shm/shm-layout.js';
 import {
   THREAD_RANK_KEY,
   type ThreadRankData,
@@ -25,6 +31,13 @@ export interface ThreadRanksOptions {
   execArgv?: readonly string[];
   stdout: Writable;
   stderr: Writable;
+  /**
+   * Whether the job has other nodes: then the threads' `initProcessGroup` joins them over the
+   * network too ([Note: two-level collectives] in two-level/two-level-transport.ts).
+   */
+  multiNode?: boolean;
+  /** Sizes of the shm world (default: 1 MiB arena slots, rings from the rank count). */
+  shm?: ShmHandleOptions;
 }
 
 /**
@@ -94,7 +107,9 @@ function within(promise: Promise<unknown>, ms: number): Promise<void> {
 export function threadRanks(options: ThreadRanksOptions): StartRank {
   const handle: ShmHandle = createShmHandle(options.nprocPerNode, {
     cores: availableParallelism(),
+    ...options.shm,
   });
+  const node = options.multiNode ? { id: randomUUID(), host: hostname() } : undefined;
   const entry = workerEntry(options.script);
   const abort = (rank: number, kind: 'error' | 'peer-lost', message: string) => {
     writeShmAbort(
@@ -105,7 +120,7 @@ export function threadRanks(options: ThreadRanksOptions): StartRank {
     );
   };
   return (localRank, rank, exited) => {
-    const data: ThreadRankData = { handle, rank: localRank };
+    const data: ThreadRankData = { handle, rank: localRank, ...(node ? { node } : {}) };
     const worker = new Worker(entry.file, {
       eval: entry.eval,
       argv: [...options.args],

@@ -1,5 +1,7 @@
 import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
 import { joinThreadRank, threadRankData } from '../transports/shm/thread-rank.js';
+import { joinThreadNode } from '../two-level/join-node.js';
+import type { LinkSettings } from '../two-level/link-shaper.js';
 import {
   connectNetworkTransport,
   type NetworkBackend,
@@ -12,6 +14,12 @@ export interface InitProcessGroupOptions extends Omit<NetworkTransportOptions, '
   backend?: NetworkBackend;
   /** Settings of the world group (deadlines, segment sizes). */
   group?: ProcessGroupOptions;
+  /**
+   * A thread rank of a job of several nodes only: a simulated link between the nodes (latency,
+   * bandwidth, loss; [Note: the link shaper] in two-level/link-shaper.ts). Default `WEBSHARD_LINK`
+   * (`latency=1ms,bandwidth=10gbit,loss=0.0001`), else none. Every rank must give the same.
+   */
+  link?: LinkSettings | string;
 }
 
 function defaultBackend(): NetworkBackend {
@@ -21,7 +29,9 @@ function defaultBackend(): NetworkBackend {
 
 /**
  * torch.distributed's `init_process_group` for webshard: in a rank that `webshard-run` started as
- * a worker thread, joins that node's shared-memory world ([Note: ranks as threads] in
+ * a worker thread of a job of several nodes, joins its node's shared-memory world and the network
+ * between nodes as one two-level world ([Note: two-level collectives]); of one node, joins that
+ * node's shared-memory world ([Note: ranks as threads] in
  * transports/shm/thread-rank.ts; `backend` and the rendezvous options are not used there, and a
  * `rank` or `worldSize` that differs from the launcher's is an `ArgumentError`). Anywhere else,
  * joins the rendezvous (rank 0 hosts the store; options not given come from `RANK`, `WORLD_SIZE`,
@@ -33,8 +43,11 @@ function defaultBackend(): NetworkBackend {
 export async function initProcessGroup(
   options: InitProcessGroupOptions = {},
 ): Promise<ProcessGroup> {
-  const { group, backend, ...transportOptions } = options;
+  const { group, backend, link: _link, ...transportOptions } = options;
   const thread = await threadRankData();
+  // A node of several: its shm world joins the others' over the network ([Note: two-level
+  // collectives] in two-level/two-level-transport.ts).
+  if (thread?.node !== undefined) return joinThreadNode(thread, options);
   if (thread !== null) return joinThreadRank(thread, options, group);
   const transport = await connectNetworkTransport({
     ...transportOptions,

@@ -46,8 +46,14 @@ class ThreadRankTransport extends ShmTransport {
 /** What `webshard-run` gives a rank it starts as a worker thread. */
 export interface ThreadRankData {
   readonly handle: ShmHandle;
-  /** The rank in the world (this node's ranks only: the world is one node). */
+  /** The rank in the node's shm world (its local rank; the world is this node's ranks). */
   readonly rank: number;
+  /**
+   * Set when the job has several nodes: this node's shm world joins the others over the network
+   * ([Note: two-level collectives] in two-level/two-level-transport.ts). `id` names this node's
+   * world uniquely; `host` is the machine, for messages.
+   */
+  readonly node?: { readonly id: string; readonly host: string };
 }
 
 let joined = false;

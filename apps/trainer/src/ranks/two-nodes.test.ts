@@ -1,0 +1,94 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { launch } from '@webshard/collectives/node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  type CliFixture,
+  FIXTURES,
+  maxRelativeGap,
+  readCliFixture,
+} from '../test-support/fixtures.js';
+
+const CLI = join(import.meta.dirname, '..', 'cli.ts');
+const STEPS = 4;
+
+let fixture: CliFixture;
+let out: string;
+beforeAll(async () => {
+  fixture = await readCliFixture();
+  out = await mkdtemp(join(tmpdir(), 'webshard-two-nodes-'));
+});
+afterAll(async () => {
+  await rm(out, { recursive: true, force: true });
+});
+
+class Collect extends Writable {
+  text = '';
+  override _write(chunk: Buffer, _: BufferEncoding, done: () => void): void {
+    this.text += chunk.toString();
+    done();
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+describe('two nodes of threads (two launchers on this machine)', () => {
+  for (const strategy of ['ddp', 'fsdp'] as const) {
+    it(`${strategy}: 2 nodes x 2 threads train with the losses of PyTorch's one-node run`, async () => {
+      const log = join(out, `${strategy}.jsonl`);
+      const port = await freePort();
+      const stdout = new Collect();
+      const stderr = new Collect();
+      // As `webshard-run --nproc-per-node 2 --nnodes 2 --node-rank K webshard-train ...` on
+      // each node: the trainer in each thread joins the two-level world.
+      const args = [
+        ...fixture.flags,
+        ...['--steps', String(STEPS), '--backend', 'cpu', '--strategy', strategy],
+        ...['--transport', 'tcp', '--log-jsonl', log],
+      ];
+      const results = await Promise.all(
+        [0, 1].map((node) =>
+          launch({
+            nprocPerNode: 2,
+            nnodes: 2,
+            nodeRank: node,
+            masterPort: port,
+            token: 'two-nodes',
+            script: CLI,
+            args,
+            ranksAs: 'threads',
+            execArgv: ['--conditions=@webshard/source'],
+            env: { INIT_CWD: FIXTURES },
+            stdout,
+            stderr,
+            forwardSignals: false,
+          }),
+        ),
+      );
+      expect(
+        results.map((r) => r.exitCode),
+        stdout.text + stderr.text,
+      ).toEqual([0, 0]);
+      expect(stdout.text).toContain(`[rank 0] strategy: ${strategy} on 4 rank(s)`);
+      const losses = (await readFile(log, 'utf8'))
+        .trim()
+        .split('\n')
+        .map((line) => (JSON.parse(line) as { loss: number }).loss);
+      expect(losses).toHaveLength(STEPS);
+      expect(maxRelativeGap(losses, fixture.losses.slice(0, STEPS))).toBeLessThan(1e-5);
+      // Starting 4 threads in 2 launchers and compiling the trainer takes most of it.
+    }, 240_000);
+  }
+});
