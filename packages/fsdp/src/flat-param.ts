@@ -41,6 +41,11 @@ export interface FlatParamPlacement {
   readonly computeBackend: Backend;
   /** dtype of the full parameters and of their gradients. */
   readonly computeDtype: DType;
+  /**
+   * A flat buffer that collectives read or write: in registered memory on host data ([Note: flat
+   * buffers in registered memory]), else `Tensor.empty`. Kept (`keep`); contents undefined.
+   */
+  readonly allocate: (backend: Backend, count: number, dtype: DType) => Tensor;
 }
 
 function kernelSlice(t: Tensor, offset: number, count: number, op: string): KernelTensor {
@@ -138,7 +143,7 @@ export class FlatParameter {
           kernelSlice(flat, e.offset, e.numel, 'flatten'),
         );
       });
-      this.shard = keep(Tensor.empty(backend, [this.shardNumel], 'f32'));
+      this.shard = placement.allocate(backend, this.shardNumel, 'f32');
       backend.copy(
         kernelSlice(flat, placement.rank * this.shardNumel, this.shardNumel, 'flatten'),
         this.shard.kernel('flatten'),
@@ -185,7 +190,11 @@ export class FlatParameter {
     if (!this.requiresGrad) return;
     const backend = this.placement.computeBackend;
     if (this.fullGrad === null) {
-      this.fullGrad = keep(Tensor.empty(backend, [this.paddedNumel], this.placement.computeDtype));
+      this.fullGrad = this.placement.allocate(
+        backend,
+        this.paddedNumel,
+        this.placement.computeDtype,
+      );
       backend.fill(this.fullGrad.kernel('attachGrads'), 0);
     }
     const storage = this.fullGrad.storage();

@@ -13,6 +13,7 @@ import {
 import { type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
 import { FlatParameter, type FlatParamSource } from './flat-param.js';
+import { flatBuffer } from './host-buffers.js';
 import {
   cleanPath,
   forEachTensor,
@@ -141,6 +142,7 @@ export class FullyShardedDataParallel<
             gradBackend: shardBackend!,
             computeBackend: computeBackend!,
             computeDtype: this.options.computeDtype,
+            allocate: (backend, count, dtype) => flatBuffer(group, backend, count, dtype),
           },
           replacements,
         ),
