@@ -222,3 +222,26 @@ export class FlatParameter {
     return this.requiresGrad ? this.entries.length : 0;
   }
 }
+
+/**
+ * A unit's flat parameters from its own parameters: with `flattenParameters`, one of the trainable
+ * and one of the frozen ones (either left out when empty), else one per parameter.
+ */
+export function flattenSources(
+  unitName: string,
+  sources: readonly FlatParamSource[],
+  options: { readonly flattenParameters: boolean },
+  placement: FlatParamPlacement,
+  replacements: Map<Tensor, Tensor>,
+): FlatParameter[] {
+  const groups: FlatParamSource[][] = [];
+  if (options.flattenParameters) {
+    const trainable = sources.filter((s) => s.tensor.requiresGrad);
+    const frozen = sources.filter((s) => !s.tensor.requiresGrad);
+    if (trainable.length > 0) groups.push(trainable);
+    if (frozen.length > 0) groups.push(frozen);
+  } else {
+    for (const s of sources) groups.push([s]);
+  }
+  return groups.map((g, i) => new FlatParameter(unitName, i, g, placement, replacements));
+}
