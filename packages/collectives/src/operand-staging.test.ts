@@ -47,6 +47,7 @@ describeBackends('operand staging of a group', (ctx) => {
           await group.allReduce(tensor).wait();
           await group.reduceScatter(tensor, shard).wait();
         }
+        expect(group.allocatesRegistered).toBe(false);
         const stats = group.stagingStats();
         const values = await tensor.read();
         await group.close();
@@ -62,7 +63,8 @@ describeBackends('operand staging of a group', (ctx) => {
         // One array of the full tensor and one of the shard, whatever the number of ops.
         expect(stats).toMatchObject({ bytes: count * 4 + count * 2, arrays: 2, reuses: 7 });
       }
-      // Ordinary operands on `local`: each collective copies them into the work area and out.
+      // `local` has no registered memory: each collective copies the operands into the work area
+      // and out.
       expect(stats.stagedOps).toBe(6);
       expect(stats.stagedBytes).toBe(3 * (2 * count * 4 + (count + count / 2) * 4));
       expect(closed.bytes).toBe(0);

@@ -14,6 +14,7 @@ function expectClean(reports: ChurnReport[]): void {
   for (const report of reports) {
     expect(report.errors).toEqual([]);
     expect(report.ops).toBe(job.steps * job.counts.length * 2);
+    expect(report.registered).toBe(true);
     // Every operand registered: every collective ran in place.
     expect(report.stagedOps).toBe(0);
   }

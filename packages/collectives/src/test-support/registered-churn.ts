@@ -23,6 +23,8 @@ export interface ChurnReport {
   readonly ops: number;
   /** Of those, the ones that copied an operand through the transport's staging. */
   readonly stagedOps: number;
+  /** `group.allocatesRegistered`. */
+  readonly registered: boolean;
 }
 
 /** Element i of rank r's shard of unit u at step s: small integers, so sums in f32 are exact. */
@@ -109,7 +111,12 @@ export async function runChurn(group: ProcessGroup, job: ChurnJob): Promise<Chur
     await Promise.all(reductions);
     for (const shard of shards) group.free(shard);
   }
-  return { errors, ops, stagedOps: group.stagingStats().stagedOps };
+  return {
+    errors,
+    ops,
+    stagedOps: group.stagingStats().stagedOps,
+    registered: group.allocatesRegistered,
+  };
 }
 
 /** Which rank's shard holds element i of `count` elements. */
