@@ -10,6 +10,14 @@ export interface StagingStats {
   arrays: number;
   /** Operands served by an array the group already had. */
   reuses: number;
+  /**
+   * Collectives that copied an operand through the transport's staging (the shm arena's slots, the
+   * ring's work area) instead of running on it in place; 0 while every operand is a registered
+   * buffer where the transport has them (see [Note: registered buffers]).
+   */
+  stagedOps: number;
+  /** Operand bytes those collectives copied into the staging and out of it (each way counted). */
+  stagedBytes: number;
 }
 
 /**
@@ -33,6 +41,8 @@ export class OperandStaging {
   private peakBytes = 0;
   private arrays = 0;
   private reuses = 0;
+  private stagedOps = 0;
+  private stagedBytes = 0;
   private closed = false;
 
   /** A host array of `count` elements of `dtype` for the running op (contents undefined). */
@@ -81,12 +91,21 @@ export class OperandStaging {
     this.pools.clear();
   }
 
+  /** An op copied `bytes` of its operands through the transport's staging (none: in place). */
+  staged(bytes: number): void {
+    if (bytes === 0) return;
+    this.stagedOps++;
+    this.stagedBytes += bytes;
+  }
+
   stats(): StagingStats {
     return {
       bytes: this.bytes,
       peakBytes: this.peakBytes,
       arrays: this.arrays,
       reuses: this.reuses,
+      stagedOps: this.stagedOps,
+      stagedBytes: this.stagedBytes,
     };
   }
 

@@ -214,6 +214,14 @@ export class ProcessGroup {
     return this.plan.buffers.allocate(dtype, count);
   }
 
+  /**
+   * Whether `allocate` hands out registered memory, on which collectives run in place (the `shm`
+   * world group, `tcp` with more than one rank), rather than ordinary arrays.
+   */
+  get allocatesRegistered(): boolean {
+    return this.plan.buffers.registered;
+  }
+
   /** Releases a buffer from `allocate` (a no-op for ordinary arrays). */
   free(buffer: Float32Array | Int32Array | Uint16Array): void {
     this.plan.buffers.free(buffer);

@@ -30,6 +30,7 @@ async function measure(
   world: number,
   limitAllGathers: number,
   strategy: 'fsdp' | 'ddp' = 'fsdp',
+  registered = true,
 ): Promise<StepResult> {
   const job: StepJob = {
     config: CONFIG,
@@ -38,6 +39,7 @@ async function measure(
     warmup: 2,
     iterations: 6,
     strategy,
+    registered,
   };
   const outcomes = await launchThreads<StepJob, StepResult>(world, bootstrap, job, {
     eval: true,
@@ -53,6 +55,8 @@ async function measure(
     gatherMs: Math.max(...results.map((r) => r.gatherMs)),
     exposedMs: Math.max(...results.map((r) => r.exposedMs)),
     peakBytes: Math.max(...results.map((r) => r.peakBytes)),
+    registeredBytes: Math.max(...results.map((r) => r.registeredBytes)),
+    stagedOps: Math.max(...results.map((r) => r.stagedOps)),
   };
 }
 
@@ -62,6 +66,7 @@ for (const world of worlds) {
   const on = await measure(world, 1);
   const off = await measure(world, 0);
   const ddp = await measure(world, 0, 'ddp');
+  const ordinary = world > 1 ? await measure(world, 1, 'fsdp', false) : null;
   const name = `GPT 4x96, ${world} rank${world > 1 ? 's' : ''} over shm`;
   rows.push({
     name,
@@ -72,6 +77,28 @@ for (const world of worlds) {
     peerValue: ddp.stepMs,
   });
   rows.push({ name, metric: 'step (no prefetch)', value: off.stepMs, unit: 'ms' });
+  if (ordinary !== null) {
+    rows.push({
+      name,
+      metric: 'step (prefetch), vs flat buffers in ordinary memory',
+      value: on.stepMs,
+      unit: 'ms',
+      peer: 'FSDP, ordinary tensors (copied through the arena)',
+      peerValue: ordinary.stepMs,
+    });
+    rows.push({
+      name,
+      metric: 'collectives per step that staged an operand, ordinary tensors',
+      value: ordinary.stagedOps,
+      unit: 'ops',
+    });
+    rows.push({
+      name,
+      metric: 'waiting for all-gathers, prefetch, ordinary tensors',
+      value: ordinary.exposedMs,
+      unit: 'ms',
+    });
+  }
   rows.push({
     name,
     metric: 'tokens/s',
@@ -80,11 +107,27 @@ for (const world of worlds) {
   });
   rows.push({
     name,
-    metric: 'peak memory per rank, vs DDP',
+    metric: 'peak memory per rank (allocator + registered), vs DDP',
     value: on.peakBytes / 2 ** 20,
     unit: 'MiB',
     peer: 'DDP (@webshard/ddp-buckets)',
     peerValue: ddp.peakBytes / 2 ** 20,
+  });
+  rows.push({
+    name,
+    metric: 'registered memory per rank, peak, vs DDP',
+    value: on.registeredBytes / 2 ** 20,
+    unit: 'MiB',
+    peer: 'DDP (@webshard/ddp-buckets)',
+    peerValue: ddp.registeredBytes / 2 ** 20,
+  });
+  rows.push({
+    name,
+    metric: 'collectives per step that staged an operand, vs DDP',
+    value: on.stagedOps,
+    unit: 'ops',
+    peer: 'DDP (@webshard/ddp-buckets)',
+    peerValue: ddp.stagedOps,
   });
   if (world > 1) {
     rows.push({

@@ -31,6 +31,11 @@ export interface StepJob {
   readonly iterations: number;
   /** FSDP, or the peer: DDP over the same model and ranks. */
   readonly strategy: 'fsdp' | 'ddp';
+  /**
+   * False: FSDP's flat buffers are ordinary tensors, copied through the arena by every collective
+   * (the peer of [Note: flat buffers in registered memory]).
+   */
+  readonly registered: boolean;
 }
 
 export interface StepResult {
@@ -40,7 +45,18 @@ export interface StepResult {
   readonly gatherMs: number;
   /** Median time per step the step waited for gathers (not hidden behind compute), ms. */
   readonly exposedMs: number;
+  /** Peak bytes: the allocator's peak plus the peak of registered (external) memory. */
   readonly peakBytes: number;
+  /** Of that, the peak of registered memory (`memoryStats().peakExternalBytes`). */
+  readonly registeredBytes: number;
+  /** Median per step of the collectives that copied an operand through staging (`stagedOps`). */
+  readonly stagedOps: number;
+}
+
+function peaks(backend: Backend): { peakBytes: number; registeredBytes: number } {
+  const stats = backend.memoryStats();
+  const registeredBytes = stats.peakExternalBytes ?? 0;
+  return { peakBytes: stats.peakAllocated + registeredBytes, registeredBytes };
 }
 
 function median(values: number[]): number {
@@ -51,6 +67,7 @@ function median(values: number[]): number {
 async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
   const backend = createCpuBackend();
   if (job.strategy === 'ddp') return runDdp(group, job, backend);
+  if (!job.registered) Object.defineProperty(group, 'allocatesRegistered', { value: false });
   const model = autoWrap(new Gpt(job.config, backend), moduleClassAutoWrapPolicy([GptBlock]), {
     group,
     limitAllGathers: job.limitAllGathers,
@@ -80,12 +97,14 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
   const steps: number[] = [];
   const gathers: number[] = [];
   const exposed: number[] = [];
+  const staged: number[] = [];
   for (const [i, rows] of batches.entries()) {
     const [x, y] = tokenSlice(backend, rows, group.rank * job.rows, (group.rank + 1) * job.rows);
     if (i === job.warmup) backend.resetPeakMemoryStats();
     gatherMs = 0;
     exposedMs = 0;
     await group.barrier().wait();
+    const stagedBefore = group.stagingStats().stagedOps;
     const t0 = performance.now();
     const loss = await model.call(x, y);
     await loss.backward();
@@ -100,13 +119,16 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
       steps.push(ms);
       gathers.push(gatherMs);
       exposed.push(exposedMs);
+      // Less the closing barrier's (it stages nothing either way: no operand).
+      staged.push(group.stagingStats().stagedOps - stagedBefore);
     }
   }
   return {
     stepMs: median(steps),
     gatherMs: median(gathers),
     exposedMs: median(exposed),
-    peakBytes: backend.memoryStats().peakAllocated,
+    ...peaks(backend),
+    stagedOps: median(staged),
   };
 }
 
@@ -118,10 +140,12 @@ async function runDdp(group: ProcessGroup, job: StepJob, backend: Backend): Prom
   const optimizer = new AdamW(net.parameters(), { lr: 1e-3 });
   const batches = tokenBatches(job.config, job.warmup + job.iterations, job.rows * group.size);
   const steps: number[] = [];
+  const staged: number[] = [];
   for (const [i, rows] of batches.entries()) {
     const [x, y] = tokenSlice(backend, rows, group.rank * job.rows, (group.rank + 1) * job.rows);
     if (i === job.warmup) backend.resetPeakMemoryStats();
     await group.barrier().wait();
+    const stagedBefore = group.stagingStats().stagedOps;
     const t0 = performance.now();
     const loss = (await ddp.call(x, y)) as Tensor;
     await loss.backward();
@@ -132,13 +156,17 @@ async function runDdp(group: ProcessGroup, job: StepJob, backend: Backend): Prom
     loss.free();
     x.free();
     y.free();
-    if (i >= job.warmup) steps.push(ms);
+    if (i >= job.warmup) {
+      steps.push(ms);
+      staged.push(group.stagingStats().stagedOps - stagedBefore);
+    }
   }
   return {
     stepMs: median(steps),
     gatherMs: 0,
     exposedMs: 0,
-    peakBytes: backend.memoryStats().peakAllocated,
+    ...peaks(backend),
+    stagedOps: median(staged),
   };
 }
 

@@ -1,5 +1,5 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { type Backend, bytesPerElement, keep, Tensor } from '@webshard/tensor-core';
+import { type Backend, bytesPerElement, type Tensor } from '@webshard/tensor-core';
 import {
   accumulateShardGrad,
   prepareGrad,
@@ -7,6 +7,7 @@ import {
   reduceScatterGrad,
 } from './collectives.js';
 import type { FlatParameter } from './flat-param.js';
+import { flatBuffer } from './host-buffers.js';
 
 interface Pending {
   readonly flat: FlatParameter;
@@ -54,7 +55,7 @@ export class ReduceScatterBucketer {
     if (flat.shardNumel * element >= this.capacityBytes || this.group.size === 1) {
       return reduceScatterGrad(this.group, flat, fullGrad, settings);
     }
-    const { input, temps } = prepareGrad(fullGrad, settings);
+    const { input, temps } = prepareGrad(this.group, fullGrad, settings);
     const key = `${backendId(input.backend)}:${backendId(flat.shard.backend)}:${input.dtype}`;
     const waiting = this.buckets.get(key) ?? [];
     const fill = waiting.reduce((n, p) => n + p.flat.shardNumel, 0);
@@ -81,7 +82,7 @@ export class ReduceScatterBucketer {
     const fill = items.reduce((n, p) => n + p.flat.shardNumel, 0);
     const first = items[0]!.input;
     const backend = first.backend;
-    const input = keep(Tensor.empty(backend, [world * fill], first.dtype));
+    const input = flatBuffer(this.group, backend, world * fill, first.dtype);
     let offset = 0;
     for (const item of items) {
       const per = item.flat.shardNumel;
@@ -92,13 +93,18 @@ export class ReduceScatterBucketer {
             offset: item.input.offset + r * per,
             shape: [per],
           },
-          { ...input.kernel('reduceScatter'), offset: r * fill + offset, shape: [per] },
+          // The bucket may be a view of registered memory: offsets count from its own start.
+          {
+            ...input.kernel('reduceScatter'),
+            offset: input.offset + r * fill + offset,
+            shape: [per],
+          },
         );
       }
       offset += per;
       for (const t of item.temps) t.free();
     }
-    const out = keep(Tensor.empty(items[0]!.flat.shard.backend, [fill], first.dtype));
+    const out = flatBuffer(this.group, items[0]!.flat.shard.backend, fill, first.dtype);
     const fail = (error: unknown): void => {
       for (const item of items) item.reject(error);
     };
@@ -111,7 +117,7 @@ export class ReduceScatterBucketer {
             const part = out.view([item.flat.shardNumel], at);
             const temps: Tensor[] = [part];
             try {
-              accumulateShardGrad(item.flat, part, item.postdivide, temps);
+              accumulateShardGrad(this.group, item.flat, part, item.postdivide, temps);
             } finally {
               for (const t of temps) t.free();
             }

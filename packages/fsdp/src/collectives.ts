@@ -1,6 +1,7 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import { keep, Tensor } from '@webshard/tensor-core';
 import type { FlatParameter } from './flat-param.js';
+import { flatBuffer } from './host-buffers.js';
 
 /**
  * [Note: one rank]
@@ -30,7 +31,7 @@ export function isSoleRank(group: ProcessGroup, flat: FlatParameter): boolean {
 export function gatherFull(group: ProcessGroup, flat: FlatParameter): Promise<Tensor> {
   if (isSoleRank(group, flat)) return Promise.resolve(keep(flat.shard.detach()));
   const { shardBackend, computeBackend, computeDtype } = flat.placement;
-  const full = keep(Tensor.empty(computeBackend, [flat.paddedNumel], computeDtype));
+  const full = flatBuffer(group, computeBackend, flat.paddedNumel, computeDtype);
   let input = flat.shard;
   let cast: Tensor | null = null;
   if (computeDtype !== 'f32') {
@@ -65,6 +66,7 @@ export interface ReduceSettings {
  * among them: the input takes it over).
  */
 export function prepareGrad(
+  group: ProcessGroup,
   fullGrad: Tensor,
   settings: ReduceSettings,
 ): { input: Tensor; temps: Tensor[] } {
@@ -72,13 +74,13 @@ export function prepareGrad(
   const temps: Tensor[] = [fullGrad];
   let input = fullGrad;
   if (settings.fp32ReduceScatter && input.dtype !== 'f32') {
-    const wide = keep(Tensor.empty(backend, input.shape, 'f32'));
+    const wide = flatBuffer(group, backend, input.size, 'f32');
     backend.cast(input.kernel('reduceScatter'), wide.kernel('reduceScatter'));
     temps.push(wide);
     input = wide;
   }
   if (settings.predivide !== 1) {
-    const scaled = keep(Tensor.empty(backend, input.shape, input.dtype));
+    const scaled = flatBuffer(group, backend, input.size, input.dtype);
     backend.binary(
       'div',
       input.kernel('reduceScatter'),
@@ -113,14 +115,14 @@ export function reduceScatterGrad(
     }
     const temps = [fullGrad];
     try {
-      accumulateShardGrad(flat, fullGrad, 1, temps);
+      accumulateShardGrad(group, flat, fullGrad, 1, temps);
     } finally {
       for (const t of temps) t.free();
     }
     return Promise.resolve();
   }
-  const { input, temps } = prepareGrad(fullGrad, settings);
-  const out = keep(Tensor.empty(flat.shard.backend, [flat.shardNumel], input.dtype));
+  const { input, temps } = prepareGrad(group, fullGrad, settings);
+  const out = flatBuffer(group, flat.shard.backend, flat.shardNumel, input.dtype);
   temps.push(out);
   const freeAll = (): void => {
     for (const t of temps) t.free();
@@ -129,7 +131,7 @@ export function reduceScatterGrad(
   return work.promise.then(
     () => {
       try {
-        accumulateShardGrad(flat, out, settings.postdivide, temps);
+        accumulateShardGrad(group, flat, out, settings.postdivide, temps);
       } finally {
         freeAll();
       }
@@ -146,6 +148,7 @@ export function reduceScatterGrad(
  * `postdivide`, into `flat.shard.grad` in f32 (created when null). Temporaries go to `temps`.
  */
 export function accumulateShardGrad(
+  group: ProcessGroup,
   flat: FlatParameter,
   reduced: Tensor,
   postdivide: number,
@@ -154,7 +157,7 @@ export function accumulateShardGrad(
   const backend = reduced.backend;
   let part = reduced;
   if (postdivide !== 1) {
-    const scaled = keep(Tensor.empty(backend, part.shape, part.dtype));
+    const scaled = flatBuffer(group, backend, part.size, part.dtype);
     backend.binary('div', part.kernel('reduceScatter'), postdivide, scaled.kernel('reduceScatter'));
     temps.push(scaled);
     part = scaled;
@@ -167,7 +170,7 @@ export function accumulateShardGrad(
   }
   const shard = flat.shard;
   if (shard.grad === null || shard.grad.isFreed) {
-    const grad = keep(Tensor.empty(backend, shard.shape, 'f32'));
+    const grad = flatBuffer(group, backend, shard.size, 'f32');
     backend.copy(part.kernel('reduceScatter'), grad.kernel('reduceScatter'));
     shard.grad = grad;
   } else {

@@ -36,6 +36,11 @@ export interface FlatParamPlacement {
   readonly computeBackend: Backend;
   /** dtype of the full parameters and of their gradients. */
   readonly computeDtype: DType;
+  /**
+   * A flat buffer that collectives read or write: in registered memory on host data ([Note: flat
+   * buffers in registered memory]), else `Tensor.empty`. Kept (`keep`); contents undefined.
+   */
+  readonly allocate: (backend: Backend, count: number, dtype: DType) => Tensor;
 }
 
 function kernelSlice(t: Tensor, offset: number, count: number, op: string): KernelTensor {
@@ -133,7 +138,7 @@ export class FlatParameter {
           kernelSlice(flat, e.offset, e.numel, 'flatten'),
         );
       });
-      this.shard = keep(Tensor.empty(backend, [this.shardNumel], 'f32'));
+      this.shard = placement.allocate(backend, this.shardNumel, 'f32');
       backend.copy(
         kernelSlice(flat, placement.rank * this.shardNumel, this.shardNumel, 'flatten'),
         this.shard.kernel('flatten'),
@@ -180,7 +185,11 @@ export class FlatParameter {
     if (!this.requiresGrad) return;
     const backend = this.placement.computeBackend;
     if (this.fullGrad === null) {
-      this.fullGrad = keep(Tensor.empty(backend, [this.paddedNumel], this.placement.computeDtype));
+      this.fullGrad = this.placement.allocate(
+        backend,
+        this.paddedNumel,
+        this.placement.computeDtype,
+      );
       backend.fill(this.fullGrad.kernel('attachGrads'), 0);
     }
     const storage = this.fullGrad.storage();
@@ -207,4 +216,27 @@ export class FlatParameter {
   get gradCount(): number {
     return this.requiresGrad ? this.entries.length : 0;
   }
+}
+
+/**
+ * A unit's flat parameters from its own parameters: with `flattenParameters`, one of the trainable
+ * and one of the frozen ones (either left out when empty), else one per parameter.
+ */
+export function flattenSources(
+  unitName: string,
+  sources: readonly FlatParamSource[],
+  options: { readonly flattenParameters: boolean },
+  placement: FlatParamPlacement,
+  replacements: Map<Tensor, Tensor>,
+): FlatParameter[] {
+  const groups: FlatParamSource[][] = [];
+  if (options.flattenParameters) {
+    const trainable = sources.filter((s) => s.tensor.requiresGrad);
+    const frozen = sources.filter((s) => !s.tensor.requiresGrad);
+    if (trainable.length > 0) groups.push(trainable);
+    if (frozen.length > 0) groups.push(frozen);
+  } else {
+    for (const s of sources) groups.push([s]);
+  }
+  return groups.map((g, i) => new FlatParameter(unitName, i, g, placement, replacements));
 }

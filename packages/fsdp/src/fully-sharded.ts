@@ -1,17 +1,17 @@
 import {
   type Backend,
-  cast,
-  isFloatDType,
+  type DType,
   isGradEnabled,
-  keep,
   Module,
   type RemovableHandle,
-  Tensor,
+  type Tensor,
 } from '@webshard/tensor-core';
 import { markManagedParameter, queueCallback } from '@webshard/tensor-core/autograd';
 import { type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
+import { castBuffers, castInputs } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
-import { FlatParameter, type FlatParamSource } from './flat-param.js';
+import { type FlatParameter, flattenSources } from './flat-param.js';
+import { flatBuffer } from './host-buffers.js';
 import {
   cleanPath,
   forEachTensor,
@@ -117,33 +117,18 @@ export class FullyShardedDataParallel<
       );
     }
     const computeBackend: Backend | undefined = this.options.computeBackend ?? shardBackend;
-    const groups: FlatParamSource[][] = [];
-    if (this.options.flattenParameters) {
-      const trainable = sources.filter((s) => s.tensor.requiresGrad);
-      const frozen = sources.filter((s) => !s.tensor.requiresGrad);
-      if (trainable.length > 0) groups.push(trainable);
-      if (frozen.length > 0) groups.push(frozen);
-    } else {
-      for (const s of sources) groups.push([s]);
-    }
+    const placement = {
+      rank: group.rank,
+      worldSize: group.size,
+      shardBackend: shardBackend!,
+      gradBackend: shardBackend!,
+      computeBackend: computeBackend!,
+      computeDtype: this.options.computeDtype,
+      allocate: (backend: Backend, count: number, dtype: DType) =>
+        flatBuffer(group, backend, count, dtype),
+    };
     const replacements = new Map<Tensor, Tensor>();
-    const flats = groups.map(
-      (g, i) =>
-        new FlatParameter(
-          module.typeName,
-          i,
-          g,
-          {
-            rank: group.rank,
-            worldSize: group.size,
-            shardBackend: shardBackend!,
-            gradBackend: shardBackend!,
-            computeBackend: computeBackend!,
-            computeDtype: this.options.computeDtype,
-          },
-          replacements,
-        ),
-    );
+    const flats = flattenSources(module.typeName, sources, this.options, placement, replacements);
     for (const { tensor } of sources) this.sources.add(tensor);
     if (replacements.size > 0) module.replaceTensors(replacements);
     this.paramGroup = new FsdpParamGroup(() => this.unitName, group, flats, {
@@ -263,7 +248,7 @@ export class FullyShardedDataParallel<
     this.trainingState = 'FORWARD';
     try {
       let inputs = args;
-      if (this.isRoot) inputs = this.castInputs(args);
+      if (this.isRoot) inputs = castInputs(args, this.options);
       shared.recordForward(this);
       this.paramGroup.unshard();
       if (shared.root.trainingState === 'FORWARD')
@@ -341,39 +326,8 @@ export class FullyShardedDataParallel<
         m.path = cleanPath(path);
       }
     }
-    await this.castBuffers();
+    await castBuffers(this.module, this.options);
     return shared;
-  }
-
-  /** Under mixed precision, floating buffers in `bufferDtype` on the compute backend. */
-  private async castBuffers(): Promise<void> {
-    const { bufferDtype, mixedPrecision } = this.options;
-    const backend = this.options.computeBackend;
-    if (!mixedPrecision && backend === undefined) return;
-    const replacements = new Map<Tensor, Tensor>();
-    for (const [, b] of this.module.namedBuffers()) {
-      if (!isFloatDType(b.dtype)) continue;
-      const target = backend ?? b.backend;
-      const dtype = mixedPrecision ? bufferDtype : b.dtype;
-      if (b.dtype === dtype && b.backend === target) continue;
-      const moved = keep(await b.to(target));
-      const out = keep(Tensor.empty(target, b.shape, dtype));
-      target.cast(moved.kernel('castBuffers'), out.kernel('castBuffers'));
-      if (moved !== b) moved.free();
-      out.name = b.name;
-      replacements.set(b, out);
-    }
-    if (replacements.size > 0) this.module.replaceTensors(replacements);
-  }
-
-  /** The root casts floating inputs to the compute dtype (or to f32 with `forceInputToFp32`). */
-  private castInputs(args: Args): Args {
-    const { mixedPrecision, computeDtype, forceInputToFp32 } = this.options;
-    const target = mixedPrecision ? computeDtype : forceInputToFp32 ? 'f32' : null;
-    if (target === null) return args;
-    return args.map((a) =>
-      a instanceof Tensor && isFloatDType(a.dtype) && a.dtype !== target ? cast(a, target) : a,
-    ) as Args;
   }
 
   /** Issue `unit`'s gather ahead of its use, unless that would pass `limitAllGathers`. */

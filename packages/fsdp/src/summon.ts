@@ -93,7 +93,7 @@ export async function summonFullParams<T>(
         backend.copy(
           {
             ...full.kernel('summonFullParams'),
-            offset: group.rank * flat.shardNumel,
+            offset: full.offset + group.rank * flat.shardNumel,
             shape: [flat.shardNumel],
           },
           flat.shard.kernel('summonFullParams'),

@@ -97,6 +97,7 @@ export class CollectivePlan {
       return;
     }
     if (step !== null) {
+      this.staging.staged(2 * operand.host.byteLength);
       await sharedAllReduce(step, info.dtype, operand.host, op);
       operand.commit();
       return;
@@ -121,6 +122,8 @@ export class CollectivePlan {
       });
       return;
     }
+    // Every path below copies the operand into the group's work area and the result out of it.
+    this.staging.staged(2 * host.byteLength);
     if (!direct && (info.dtype === 'f32' || info.dtype === 'i32')) {
       // [Note: the fused ring]: the user's buffer is read, reduced into and gathered in place.
       const bytes = bytesOf(operand.host);
@@ -223,7 +226,11 @@ export class CollectivePlan {
     if (step !== null) {
       placeOwn(bytes, own, chunk(this.group.rank)[0]);
       if (offsets !== null) await sharedAllGatherRegistered(step, own, offsets, chunk);
-      else await sharedAllGather(step, own, bytes, chunk);
+      else {
+        // Its own shard into its slot, every other rank's out of theirs.
+        this.staging.staged(bytes.byteLength);
+        await sharedAllGather(step, own, bytes, chunk);
+      }
     } else if (bytes.byteLength <= this.options.smallMessageBytes)
       await directAllGather(ctx, bytes, own, chunk);
     else
@@ -258,6 +265,7 @@ export class CollectivePlan {
     const offsets = registeredOffsetsOf(ctx, this.group.size);
     if (step !== null && offsets !== null) {
       const outputOffset = this.buffers.offsetOf(outInfo);
+      if (outputOffset < 0) this.staging.staged(target.host.byteLength);
       await sharedReduceScatterRegistered(
         step,
         inInfo.dtype as 'f32' | 'i32',
@@ -271,6 +279,7 @@ export class CollectivePlan {
       return;
     }
     if (step !== null) {
+      this.staging.staged(source.host.byteLength + target.host.byteLength);
       await sharedReduceScatter(step, inInfo.dtype, source.host, target.host, op);
       target.commit();
       return;
@@ -291,6 +300,10 @@ export class CollectivePlan {
       // Reads `input` piece by piece while writing `output`: only for separate buffers. A
       // registered input is read in place ([Note: registered memory on the tcp transport]).
       const registered = memory?.owns(input.buffer) === true;
+      const inPlaceOutput = registered && memory.owns(output.buffer);
+      this.staging.staged(
+        (registered ? 0 : input.byteLength) + (inPlaceOutput ? 0 : output.byteLength),
+      );
       await ringReduce(
         ctx,
         registered
@@ -303,9 +316,7 @@ export class CollectivePlan {
           resultBase: start,
           gather: null,
           scale,
-          registered: registered
-            ? { result: memory.owns(output.buffer) ? output.byteOffset : -1 }
-            : undefined,
+          registered: registered ? { result: inPlaceOutput ? output.byteOffset : -1 } : undefined,
         },
       );
       target.commit();
@@ -319,6 +330,7 @@ export class CollectivePlan {
       count,
       direct ? Math.ceil(count / this.group.size) : 0,
     );
+    this.staging.staged(source.host.byteLength + target.host.byteLength);
     widen(inInfo.dtype, source.host, this.workView(layout, count));
     if (this.group.size > 1 && count > 0) {
       if (direct) {
@@ -349,8 +361,10 @@ export class CollectivePlan {
     const operand = await hostOperand('broadcast', info, this.group.rank !== root, this.staging);
     const bytes = bytesOf(operand.host);
     const step = this.sharedStep(ctx);
-    if (step !== null) await sharedBroadcast(step, bytes, root);
-    else
+    if (step !== null) {
+      this.staging.staged(bytes.byteLength);
+      await sharedBroadcast(step, bytes, root);
+    } else
       await broadcastBytes(
         ctx,
         bytes,

@@ -53,6 +53,15 @@ export class RegisteredBuffers {
     private readonly tcpBytes: number,
   ) {}
 
+  /**
+   * Whether `allocate` hands out registered memory (the shm arena, tcp's shared WASM memory)
+   * rather than ordinary arrays.
+   */
+  get registered(): boolean {
+    if (this.sharedArena() !== null) return true;
+    return this.group.transport.kind === 'tcp' && this.group.size > 1;
+  }
+
   /** The group's registered memory on `tcp`, once a buffer was allocated there; else null. */
   get tcpMemory(): RegisteredMemory | null {
     return this.tcp;

@@ -32,6 +32,12 @@ export interface ParityRun {
 export interface ParityResult {
   readonly losses: number[];
   readonly params: Map<string, Float32Array>;
+  /**
+   * FSDP runs: each step's collectives that copied an operand through the transport's staging
+   * instead of running in place (`stagingStats().stagedOps`, see [Note: flat buffers in registered
+   * memory]).
+   */
+  readonly stagedOps?: number[];
 }
 
 const ADAM = { lr: 0.01, weightDecay: 0.01 };
@@ -109,7 +115,9 @@ export async function trainRank(
   const micro = run.accumulate ?? 1;
   const rows = run.batch / group.size / micro;
   const losses: number[] = [];
+  const stagedOps: number[] = [];
   for (const batch of makeBatches(backend, config, run.steps, run.batch)) {
+    const staged = group.stagingStats().stagedOps;
     let total = 0;
     for (let m = 0; m < micro; m++) {
       // Rank r's rows of micro-batch m: the single-process run's micro-batch m, split over ranks.
@@ -129,13 +137,14 @@ export async function trainRank(
     losses.push(total / micro);
     optimizer.step();
     optimizer.zeroGrad();
+    stagedOps.push(group.stagingStats().stagedOps - staged);
   }
   const params = new Map<string, Float32Array>();
   await model.summonFullParams(async () => {
     for (const [name, p] of model.namedParameters())
       params.set(name, (await p.read()) as Float32Array);
   });
-  return { losses, params };
+  return { losses, params, stagedOps };
 }
 
 /** `world` ranks in this thread over the `local` transport; each rank's result. */
