@@ -43,6 +43,8 @@ export { joinShm } from './transports/shm/join-shm.js';
 export type { ShmHandle } from './transports/shm/shm-layout.js';
 export { createShmHandle } from './transports/shm/shm-layout.js';
 export { ShmTransport } from './transports/shm/shm-transport.js';
+export type { BrowserRank, BrowserRankOptions, JoinUrl } from './browser-rank.js';
+export { connectBrowserRank, formatJoinUrl, parseJoinUrl } from './browser-rank.js';
 export type {
   NetworkBackend,
   NetworkTransportOptions,
