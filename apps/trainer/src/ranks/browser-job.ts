@@ -45,6 +45,10 @@ export async function servePage(
   const server: Server = createServer((request, response) => {
     const path = new URL(request.url ?? '/', 'http://127.0.0.1').pathname;
     const file = files[path];
+    if (path === '/favicon.ico') {
+      response.writeHead(204).end();
+      return;
+    }
     if (request.method !== 'GET' || file === undefined) {
       response.writeHead(404).end();
       return;

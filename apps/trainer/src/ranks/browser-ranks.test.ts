@@ -98,6 +98,22 @@ describe.skipIf(skipWithoutChromium('browser-ranks.test.ts'))('browser tabs as r
     }, 240_000);
   }
 
+  it('two Node ranks (launched processes) and one tab: the README command, with the losses of three Node ranks', async () => {
+    const steps = ['--strategy', 'fsdp', '--steps', '2', ...RUN];
+    const reference = await main([...steps, '--transport', 'local'], captureIO().io);
+    const expected = reference.summary!.records.map((r) => r.loss);
+    const run = await startWithTabs([...steps, '--transport', 'ws', '--browser-ranks', '1'], 1);
+    const outcome = await run.outcome;
+    expect(outcome.exitCode).toBe(0);
+    expect(run.out()).toContain('[rank 0] strategy: fsdp on 3 rank(s) over ws');
+    expect(await statusOf(run.pages[0]!)).toMatchObject({
+      state: 'done',
+      rank: 2,
+      losses: expected,
+    });
+    await run.pages[0]!.close();
+  }, 240_000);
+
   it('a tab closed mid-run fails the Node rank within the group deadline, naming its rank', async () => {
     const run = await startWithTabs(
       [

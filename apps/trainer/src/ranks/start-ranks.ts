@@ -94,7 +94,7 @@ async function joinAsRank(
   const group = await initProcessGroup({
     backend: transport,
     timeoutMs: config.browserRanks > 0 ? BROWSER_JOIN_MS : GROUP_TIMEOUT_MS,
-    ...(config.browserRanks > 0 ? { group: { timeoutMs: GROUP_TIMEOUT_MS } } : {}),
+    ...(config.browserRanks > 0 ? { worldSize, group: { timeoutMs: GROUP_TIMEOUT_MS } } : {}),
   });
   try {
     const summary = await train(rankConfig, io, group);
