@@ -14,8 +14,8 @@ import { StoreClient, type WebSocketConstructor } from './rendezvous/store-clien
  * connection holds is refused ("rank r has already joined"), so two tabs opened at once never
  * get the same rank, and no new message is needed in the protocol. The page then stays joined
  * with that connection and connects the `ws` transport over it, without listening: it dials the
- * Node ranks, and its traffic with other pages goes through rank 0's relay (see [Note: the ws
- * transport] in transports/ws/ws-transport.ts). The token is passed apart from the URL, so a page
+ * Node ranks, and its traffic with other pages goes through rank 0's relay (see [Note: ws
+ * connections] in transports/ws/ws-transport.ts). The token is passed apart from the URL, so a page
  * can keep it out of anything it sends (a URL fragment, not a query).
  */
 

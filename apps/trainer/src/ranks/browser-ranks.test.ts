@@ -1,3 +1,6 @@
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { findChromium, skipWithoutChromium } from '@webshard/test-config/browser-page';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -82,8 +85,16 @@ describe.skipIf(skipWithoutChromium('browser-ranks.test.ts'))('browser tabs as r
       expect(reference.exitCode).toBe(0);
       const expected = reference.summary!.records.map((r) => r.loss);
 
-      const run = await startWithTabs([...steps, '--transport', 'ws', '--browser-ranks', '2'], 2);
+      // Rank 0's outputs stay with --browser-ranks: --save gathers the full weights from the tabs.
+      const dir = mkdtempSync(join(tmpdir(), 'browser-ranks-'));
+      const save = join(dir, 'model.safetensors');
+      const run = await startWithTabs(
+        [...steps, '--transport', 'ws', '--browser-ranks', '2', '--save', save],
+        2,
+      );
       const outcome = await run.outcome;
+      expect(existsSync(save)).toBe(true);
+      rmSync(dir, { recursive: true });
       expect(run.err()).toBe('');
       expect(outcome.exitCode).toBe(0);
       expect(run.out()).toContain(`strategy: ${strategy} on 3 rank(s) over ws`);
