@@ -1,7 +1,3 @@
-import { open } from 'node:fs/promises';
-import { freemem } from 'node:os';
-import { dirname, join } from 'node:path';
-import { mkdir } from 'node:fs/promises';
 import type { ProcessGroup } from '@webshard/collectives';
 import {
   AdamW,
@@ -12,28 +8,31 @@ import {
 } from '@webshard/tensor-core';
 import { encodeSafetensors } from '@webshard/tensor-core/io';
 import {
+  checkFiles,
+  DEFAULT_CORPUS_PATH,
   finishCheckpoint,
-  LATEST,
-  type RunState,
+  freeHostMemory,
+  joinPath,
+  loadDataset,
+  openLog,
   readRunState,
   resolveResume,
   stepDirName,
-} from './checkpoint/run-checkpoint.js';
+  writeFileAtomically,
+} from '#platform';
+import type { RunState } from './checkpoint/run-checkpoint.js';
 import { buildModel, loadInitialWeights } from './cli/build-model.js';
 import { checkMemory } from './cli/memory-estimate.js';
 import type { TrainConfig } from './cli/options.js';
-import { checkInputFile, checkOutputFile } from './cli/preflight.js';
-import { DEFAULT_CORPUS_PATH } from './corpus.js';
-import { type Dataset, loadDataset } from './data/dataset.js';
+import type { Dataset } from './data/dataset.js';
 import { rankMicroBatches } from './data/global-batch.js';
 import { NonFiniteLossError, UsageError } from './errors.js';
 import { evaluate, regressionTensors, sample, tokenTensors } from './evaluate.js';
-import { writeFileAtomically } from './io/atomic-write.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
-import { type EvalPoint, renderReport } from './report/html-report.js';
 import { gatherPerRank } from './ranks/gather.js';
+import { type EvalPoint, renderReport } from './report/html-report.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
 import { accumulatedStep } from './train-step.js';
 
@@ -53,6 +52,11 @@ export interface RunIO {
   isTTY: boolean;
   /** Choose the backend; the CLI's default prefers the CPU over a software WebGPU adapter. */
   createBackend?: (config: TrainConfig) => Promise<Backend>;
+  /**
+   * The data set of `path` (default: read the file). A browser rank passes the bytes its page
+   * fetched from the Node process that serves it (see [Note: the trainer's platform module]).
+   */
+  loadData?: (path: string, blockSize: number) => Promise<Dataset>;
 }
 
 /** What a finished run did. */
@@ -71,26 +75,6 @@ export function learningRate(step: number, steps: number, lr: number, warmup: nu
   if (step < warmup) return (lr * (step + 1)) / (warmup + 1);
   const progress = steps <= warmup ? 1 : (step - warmup) / Math.max(1, steps - 1 - warmup);
   return minLr + 0.5 * (1 + Math.cos(Math.PI * Math.min(1, progress))) * (lr - minLr);
-}
-
-/** Check the run's files before anything is read or written: readable inputs, writable outputs. */
-export async function checkFiles(config: TrainConfig): Promise<void> {
-  const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
-  if (dataPath !== null) await checkInputFile(dataPath, '--data');
-  if (config.init !== null) await checkInputFile(config.init, '--init');
-  const outputs = {
-    save: config.save,
-    samples: config.samples,
-    report: config.report,
-    'log-jsonl': config.logJsonl,
-  };
-  for (const [name, path] of Object.entries(outputs)) {
-    if (path !== null) await checkOutputFile(path, `--${name}`);
-  }
-  if (config.checkpointDir !== null) {
-    await checkOutputFile(join(config.checkpointDir, LATEST), '--checkpoint-dir');
-  }
-  if (config.resume !== null) await readRunState(await resolveResume(config.resume), config);
 }
 
 /**
@@ -121,7 +105,7 @@ export async function train(
 
   // Data: token windows of a file, or the MLP's synthetic stream.
   const data: Dataset | null =
-    dataPath === null ? null : await loadDataset(dataPath, config.blockSize);
+    dataPath === null ? null : await (io.loadData ?? loadDataset)(dataPath, config.blockSize);
   let vocabSize = data?.vocabSize ?? 0;
   if (config.vocabSize !== null) {
     if (config.vocabSize < vocabSize) {
@@ -138,7 +122,7 @@ export async function train(
   }
 
   // Memory: refuse a run whose estimate passes the device limit or the host's free memory.
-  checkMemory(config, vocabSize, freemem());
+  checkMemory(config, vocabSize, freeHostMemory());
 
   // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
   const backend = io.createBackend
@@ -158,7 +142,7 @@ export async function train(
   const resumeDir = config.resume === null ? null : await resolveResume(config.resume);
   const resumed = resumeDir === null ? null : await readRunState(resumeDir, config);
   if (resumeDir !== null && config.strategy !== 'fsdp') {
-    await loadInitialWeights(model, join(resumeDir, 'model.safetensors'), '--resume');
+    await loadInitialWeights(model, joinPath(resumeDir, 'model.safetensors'), '--resume');
   }
   say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
   if (group !== null) {
@@ -188,16 +172,12 @@ export async function train(
       worldSize: config.worldSize,
       scaler: mixed?.scaler.stateDict() ?? null,
     };
-    await prepared.saveCheckpoint(join(root, stepDirName(step)), optimizer, state);
+    await prepared.saveCheckpoint(joinPath(root, stepDirName(step)), optimizer, state);
     if (lead) await finishCheckpoint(root, state);
   };
 
   // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file).
-  let log: Awaited<ReturnType<typeof open>> | null = null;
-  if (config.logJsonl !== null && lead) {
-    await mkdir(dirname(config.logJsonl), { recursive: true });
-    log = await open(config.logJsonl, 'w');
-  }
+  const log = config.logJsonl !== null && lead ? await openLog(config.logJsonl) : null;
   const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY);
   const heldOut = { ...(data === null ? {} : { tokens: data.validation }), seed: config.seed };
   const evalBatch = Math.min(config.batchSize, 16);

@@ -10,6 +10,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
 import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
+import { browserRankRows } from './browser-ranks.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
 import { runTwoLevel } from './two-level.js';
@@ -202,6 +203,9 @@ for (const world of worlds) {
     }
   }
 }
+// Browser tabs as ws ranks beside Node ranks (the relay between tabs included), up to 16 MiB.
+if (transports.includes('ws'))
+  rows.push(...(await browserRankRows(sizesMiB.filter((s) => s <= 16))));
 // All-gather of WebGPU tensors, host copies counted (`local`: WebGPU cannot run in worker threads).
 rows.push(...(await webGpuOperandRows(sizesMiB.filter((s) => s >= 16))));
 writeBenchResults('collectives', rows);

@@ -1,13 +1,22 @@
 // One rank of the network benchmark in its own process (started by index.ts with torchrun's
-// environment). Rank 0 prints the results as one JSON line.
+// environment). Rank 0 prints the results as one JSON line. With a third argument (JSON ranks),
+// the plan runs on that subgroup, whose first rank prints, and every rank then meets in a world
+// barrier (rank 0 outside the subgroup keeps relaying for it: browser-ranks.ts).
 import { ProcessGroup } from '../src/process-group.js';
 import { connectNetworkTransport, type NetworkBackend } from '../src/connect-transport.js';
 import { type BenchPlan, runBenchPlan } from './plan.js';
 
-const [backend, planText] = process.argv.slice(2) as [NetworkBackend, string];
+const [backend, planText, ranksText] = process.argv.slice(2) as [NetworkBackend, string, string?];
 const transport = await connectNetworkTransport({ backend, timeoutMs: 60_000 });
-const group = ProcessGroup.fromTransport(transport, { timeoutMs: 120_000 });
-const results = await runBenchPlan(group, JSON.parse(planText) as BenchPlan);
-if (group.rank === 0) process.stdout.write(`@@results ${JSON.stringify(results)}\n`);
+const timeoutMs = ranksText === undefined ? 120_000 : 600_000;
+const group = ProcessGroup.fromTransport(transport, { timeoutMs });
+const plan = JSON.parse(planText) as BenchPlan;
+const members = ranksText === undefined ? null : (JSON.parse(ranksText) as number[]);
+const runner = members === null ? group : group.newGroup(members, { timeoutMs });
+if (runner !== null) {
+  const results = await runBenchPlan(runner, plan);
+  if (runner.rank === 0) process.stdout.write(`@@results ${JSON.stringify(results)}\n`);
+}
+if (members !== null) await group.barrier().wait();
 await group.close();
 process.exit(0);

@@ -119,7 +119,7 @@ export async function connectNetworkTransport(
 }
 
 /** A transport that owns its rendezvous: closing it leaves the store too. */
-class JoinedTransport implements Transport {
+export class JoinedTransport implements Transport {
   private closing: Promise<void> | null = null;
   constructor(
     private readonly inner: Transport,

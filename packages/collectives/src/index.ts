@@ -35,6 +35,8 @@ export type { ReduceOp } from './kernels/reduce.js';
 export { REDUCE_OPS } from './kernels/reduce.js';
 export type { CollectiveData, CommDType, HostData } from './operand.js';
 export type { StagingStats } from './operand-staging.js';
+export type { BrowserRank, BrowserRankOptions, JoinUrl } from './browser-rank.js';
+export { connectBrowserRank, formatJoinUrl, parseJoinUrl } from './browser-rank.js';
 export type { PreAuthLimits } from './pre-auth-guard.js';
 export type { GroupState, OpOptions, ProcessGroupOptions, ReduceOptions } from './process-group.js';
 export { ProcessGroup } from './process-group.js';

@@ -329,3 +329,29 @@ describe('one rank ([Note: one rank])', () => {
     expect(ops!.filter((op) => op === 'allGather').length).toBeGreaterThan(0);
   });
 });
+
+describe('a rank lost mid-forward', () => {
+  it('fails the forward, and the prefetched gather it leaves behind is no unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      await onLocalRanks(2, async (group, backend) => {
+        const net = new Net(SMALL, backend);
+        const [x, y] = batchFor(backend, group.rank);
+        const model = wrapNet(net, group, {}, true);
+        // One step records the forward order, so the next forward prefetches.
+        await (await model.call(x, y)).backward();
+        if (group.rank === 1) {
+          group.abort('rank 1 left');
+          return;
+        }
+        await expect(model.call(x, y)).rejects.toMatchObject({ name: 'GroupAbortedError' });
+      });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+    expect(unhandled).toEqual([]);
+  });
+});

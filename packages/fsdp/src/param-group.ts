@@ -65,6 +65,10 @@ export class FsdpParamGroup {
         throw error;
       },
     );
+    // A prefetched gather may fail (a peer lost mid-forward) with no `waitForUnshard` left to
+    // await it; the failure reaches the rank through the op that aborted the group, not as an
+    // unhandled rejection. A waiter still gets the error from `this.gathers` itself.
+    this.gathers.catch(() => {});
   }
 
   /** Wait for the gathers `unshard` issued; afterwards every parameter has its full data. */

@@ -1,6 +1,5 @@
 import { readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ProcessGroup } from '@webshard/collectives';
 import type {
   Backend,
   GradScalerStateDict,
@@ -161,9 +160,4 @@ export async function loadFullOptimizer(
   } finally {
     for (const t of Object.values(tensors)) t.free();
   }
-}
-
-/** Every rank waits until rank 0 (or every rank) has written its part. */
-export async function barrier(group: ProcessGroup | null): Promise<void> {
-  if (group !== null && group.size > 1) await group.barrier().wait();
 }

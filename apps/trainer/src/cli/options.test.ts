@@ -164,6 +164,60 @@ describe('parseOptions', () => {
     for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
   });
 
+  it('takes --browser-ranks for ddp and fsdp over ws with a Node rank 0, and refuses the rest by name', () => {
+    const tabs = ['--world-size', '3', '--transport', 'ws', '--batch-size', '12'];
+    expect(parse('--strategy', 'fsdp', ...tabs, '--browser-ranks', '2')).toMatchObject({
+      browserRanks: 2,
+      browserPort: 0,
+    });
+    expect(
+      parse('--strategy', 'ddp', ...tabs, '--browser-ranks', '1', '--browser-port', '8123'),
+    ).toMatchObject({
+      browserRanks: 1,
+      browserPort: 8123,
+    });
+    expect(parse()).toMatchObject({ browserRanks: 0, browserPort: 0 });
+    const cases: [string[], string, string][] = [
+      [
+        ['--strategy', 'fsdp', '--world-size', '3', '--batch-size', '12', '--browser-ranks', '1'],
+        '--browser-ranks 1: browser tabs join over --transport ws, not shm',
+        '--transport',
+      ],
+      [
+        ['--strategy', 'fsdp', ...tabs, '--browser-ranks', '3'],
+        '--browser-ranks 3: --world-size 3 leaves no Node rank, and rank 0 must be one: it hosts the rendezvous store',
+        '--world-size',
+      ],
+      [
+        ['--strategy', 'fsdp', ...tabs, '--browser-ranks', '1', '--init', 'w.safetensors'],
+        '--browser-ranks 1: --init needs files on every rank, and a browser tab reads and writes none',
+        '--init',
+      ],
+      [
+        ['--strategy', 'ddp', ...tabs, '--browser-ranks', '1', '--resume', 'ckpt'],
+        '--browser-ranks 1: --resume needs files on every rank, and a browser tab reads and writes none',
+        '--resume',
+      ],
+      [
+        [
+          '--strategy',
+          'fsdp',
+          ...tabs,
+          '--browser-ranks',
+          '1',
+          '--checkpoint-every',
+          '5',
+          '--checkpoint-dir',
+          'c',
+        ],
+        '--browser-ranks 1: --checkpoint-every needs files on every rank, and a browser tab reads and writes none',
+        '--checkpoint-every',
+      ],
+      [['--browser-port', '8123'], '--browser-port applies with --browser-ranks', '--browser-port'],
+    ];
+    for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
+  });
+
   it('rejects non-finite and out-of-range numbers naming the flag', () => {
     const cases: [string[], string][] = [
       [['--lr', 'Infinity'], '--lr Infinity is not a finite number'],

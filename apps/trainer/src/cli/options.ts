@@ -1,6 +1,7 @@
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { UsageError } from '../errors.js';
+import { checkBrowserRanks } from './browser-rank-options.js';
 
 /** The strategies `--strategy` accepts. */
 export const STRATEGIES = ['single', 'ddp', 'fsdp', 'offload'] as const;
@@ -19,6 +20,10 @@ export interface TrainConfig {
   /** Ranks that share the batch. */
   worldSize: number;
   transport: TransportName;
+  /** Ranks `worldSize - browserRanks ..` are browser tabs (ws only; see ranks/browser-ranks.ts). */
+  browserRanks: number;
+  /** Port of the page that adds a tab as a rank (0: a free one). */
+  browserPort: number;
   /** FSDP: free each unit's full parameters after forward (fairscale's default). */
   reshardAfterForward: boolean;
   /** FSDP: one unit per transformer block (`block`), or the root only (`none`). */
@@ -108,6 +113,9 @@ Execution
   --world-size <n>             ranks sharing each batch (default 1; the batch must divide by it)
   --transport <local|shm|tcp|ws>  how ranks run: local (one thread), shm (worker threads, the
                                default), tcp or ws (processes, started through webshard-run)
+  --browser-ranks <k>          ddp, fsdp over ws: the last k ranks are browser tabs; prints the
+                               page to open in each, and waits for them (default 0)
+  --browser-port <port>        where that page is served on 127.0.0.1 (default: a free port)
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
@@ -136,6 +144,8 @@ const OPTIONS = {
   strategy: { type: 'string' },
   'world-size': { type: 'string' },
   transport: { type: 'string' },
+  'browser-ranks': { type: 'string' },
+  'browser-port': { type: 'string' },
   'bucket-mb': { type: 'string' },
   'reshard-after-forward': { type: 'string' },
   'auto-wrap': { type: 'string' },
@@ -299,6 +309,8 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     evalEvery: int('eval-every', 0, 0),
     sampleLength: int('sample-length', 200, 0),
     transport: choice('transport', v.transport, TRANSPORTS, 'shm'),
+    browserRanks: int('browser-ranks', 0, 0, 63),
+    browserPort: int('browser-port', 0, 0, 65535),
     reshardAfterForward:
       choice('reshard-after-forward', v['reshard-after-forward'], ['true', 'false'], 'true') ===
       'true',
@@ -321,6 +333,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     });
   }
   checkStrategyFlags(config, values);
+  checkBrowserRanks(config);
   if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {
     throw new UsageError('--warmup-steps needs --lr-schedule cosine', { option: '--warmup-steps' });
   }

@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import { UsageError } from '../errors.js';
 import { CharTokenizer } from './char-tokenizer.js';
 
@@ -75,27 +74,19 @@ function fromText(
     };
   }
   const decoder: Decoder = {
-    decode: (ids) => Buffer.from(Array.from(ids)).toString('latin1'),
-    encode: (prompt) => Int32Array.from(Buffer.from(prompt, 'latin1')),
+    decode: (ids) => Array.from(ids, (id) => String.fromCharCode(id)).join(''),
+    encode: (prompt) => Int32Array.from(prompt, (c) => c.charCodeAt(0) & 255),
   };
   return { tokens: Int32Array.from(bytes), vocabSize: 256, kind: 'bytes', decoder };
 }
 
 /**
- * Read `path` as a data set: a `.bin` of uint16 tokens, or any other file as characters (bytes
- * when it is not UTF-8). The first 90 % trains, the last 10 % is held out. Both parts must hold
- * more than one window of `blockSize + 1` tokens.
+ * `bytes` (the file `path`) as a data set: a `.bin` of uint16 tokens, or any other file as
+ * characters (bytes when it is not UTF-8). The first 90 % trains, the last 10 % is held out. Both
+ * parts must hold more than one window of `blockSize + 1` tokens. No file io, so a browser rank
+ * parses the bytes its page fetched (read-dataset.ts reads the file in Node).
  */
-export async function loadDataset(path: string, blockSize: number): Promise<Dataset> {
-  let bytes: Uint8Array;
-  try {
-    bytes = await readFile(path);
-  } catch (error) {
-    throw new UsageError(`--data ${path} cannot be read: ${(error as Error).message}`, {
-      option: '--data',
-      cause: error,
-    });
-  }
+export function datasetFromBytes(bytes: Uint8Array, path: string, blockSize: number): Dataset {
   const { tokens, ...rest } = path.endsWith('.bin') ? fromBin(bytes, path) : fromText(bytes);
   const split = Math.floor(tokens.length * 0.9);
   const train = tokens.subarray(0, split);

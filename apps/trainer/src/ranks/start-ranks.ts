@@ -9,7 +9,9 @@ import { launch, launchThreads } from '@webshard/collectives/node';
 import type { Backend } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
-import { checkFiles, type TrainSummary, train } from '../train.js';
+import { checkFiles } from '../cli/check-files.js';
+import { BROWSER_JOIN_MS, type NodeRanksPlan, runWithBrowserRanks } from './browser-ranks.js';
+import { type TrainSummary, train } from '../train.js';
 
 /** Where one rank writes, and how it makes its backend. */
 export interface RankIO {
@@ -54,9 +56,15 @@ export async function runRanks(
   const env = process.env;
   const launched = env.RANK !== undefined && env.WORLD_SIZE !== undefined;
   if (launched && (config.transport === 'tcp' || config.transport === 'ws')) {
-    return joinAsRank(config, io, Number(env.WORLD_SIZE));
+    // With browser ranks the launcher counts the Node ranks only; the tabs come after them.
+    return joinAsRank(config, io, Number(env.WORLD_SIZE) + config.browserRanks);
   }
   await checkFiles(config);
+  if (config.browserRanks > 0) {
+    return runWithBrowserRanks(config, io, GROUP_TIMEOUT_MS, (plan) =>
+      runProcesses(config, argv, io, plan),
+    );
+  }
   if (config.transport === 'local' || config.worldSize === 1) return runLocal(config, io);
   if (config.transport === 'shm') return runThreads(config, io);
   return runProcesses(config, argv, io);
@@ -83,7 +91,11 @@ async function joinAsRank(
   };
   checkBatchDivides(rankConfig);
   const transport = config.transport as 'tcp' | 'ws';
-  const group = await initProcessGroup({ backend: transport, timeoutMs: GROUP_TIMEOUT_MS });
+  const group = await initProcessGroup({
+    backend: transport,
+    timeoutMs: config.browserRanks > 0 ? BROWSER_JOIN_MS : GROUP_TIMEOUT_MS,
+    ...(config.browserRanks > 0 ? { worldSize, group: { timeoutMs: GROUP_TIMEOUT_MS } } : {}),
+  });
   try {
     const summary = await train(rankConfig, io, group);
     return { ok: true, ...(group.rank === 0 ? { summary } : {}) };
@@ -198,11 +210,15 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
   return { ok: false, exitCode: name === 'UsageError' ? 2 : 1, error, rank: cause.rank };
 }
 
-/** One process per rank, started by webshard-run's launcher with this command's arguments. */
+/**
+ * One process per rank, started by webshard-run's launcher with this command's arguments (with
+ * browser ranks, the Node ranks only, on the store port and token the page was given).
+ */
 async function runProcesses(
   config: TrainConfig,
   argv: readonly string[],
   io: RankIO,
+  plan?: NodeRanksPlan,
 ): Promise<RanksOutcome> {
   const cli = sibling('../cli.ts', './cli.js');
   const sink = (write: (text: string) => void) =>
@@ -214,6 +230,7 @@ async function runProcesses(
     });
   const result = await launch({
     nprocPerNode: config.worldSize,
+    ...plan,
     script: cli.path,
     args: [...argv],
     // Relative paths in `argv` are the user's: every rank resolves them where the user ran this.

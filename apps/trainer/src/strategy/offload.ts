@@ -1,6 +1,6 @@
 import { OffloadConfigError, OffloadModel, SliceTooLargeError } from '@webshard/offload';
 import { type Backend, keep, Sequential, type Tensor } from '@webshard/tensor-core';
-import { loadFullOptimizer, saveFullCheckpoint } from '../checkpoint/run-checkpoint.js';
+import { loadFullOptimizer, saveFullCheckpoint } from '#platform';
 import type { TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
 import { GPT, gptLoss } from '../models/gpt.js';

@@ -18,13 +18,13 @@ import {
   type ParamGroupInput,
   type Tensor,
 } from '@webshard/tensor-core';
-import { loadShardedCheckpoint, saveShardedCheckpoint } from '@webshard/fsdp/checkpoint';
 import {
-  barrier,
   loadFullOptimizer,
-  type RunState,
+  loadShardedCheckpoint,
   saveFullCheckpoint,
-} from '../checkpoint/run-checkpoint.js';
+  saveShardedCheckpoint,
+} from '#platform';
+import type { RunState } from '../checkpoint/run-checkpoint.js';
 import type { TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
 import { Block, GPT } from '../models/gpt.js';
@@ -112,7 +112,8 @@ export function prepareModel(
       if (group === null || group.rank === 0) {
         await saveFullCheckpoint(dir, stateDictOf(model, mixed), optimizer);
       }
-      await barrier(group);
+      // Every rank waits until rank 0 has written the checkpoint.
+      if (group !== null && group.size > 1) await group.barrier().wait();
     },
     loadCheckpoint: (dir: string, optimizer: AnyOptimizer) =>
       loadFullOptimizer(dir, optimizer, params[0]!.backend),

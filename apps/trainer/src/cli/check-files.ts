@@ -1,0 +1,25 @@
+import { join } from 'node:path';
+import { LATEST, readRunState, resolveResume } from '../checkpoint/run-checkpoint.js';
+import { DEFAULT_CORPUS_PATH } from '../corpus.js';
+import type { TrainConfig } from './options.js';
+import { checkInputFile, checkOutputFile } from './preflight.js';
+
+/** Check the run's files before anything is read or written: readable inputs, writable outputs. */
+export async function checkFiles(config: TrainConfig): Promise<void> {
+  const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
+  if (dataPath !== null) await checkInputFile(dataPath, '--data');
+  if (config.init !== null) await checkInputFile(config.init, '--init');
+  const outputs = {
+    save: config.save,
+    samples: config.samples,
+    report: config.report,
+    'log-jsonl': config.logJsonl,
+  };
+  for (const [name, path] of Object.entries(outputs)) {
+    if (path !== null) await checkOutputFile(path, `--${name}`);
+  }
+  if (config.checkpointDir !== null) {
+    await checkOutputFile(join(config.checkpointDir, LATEST), '--checkpoint-dir');
+  }
+  if (config.resume !== null) await readRunState(await resolveResume(config.resume), config);
+}

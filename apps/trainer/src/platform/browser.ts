@@ -1,0 +1,35 @@
+// `#platform` for the browser bundle of the rank loop (ranks/browser-page.ts): what a tab cannot do
+// throws `NodeRequiredError`. See [Note: the trainer's platform module] in ./node.ts.
+import { NodeRequiredError } from '@webshard/tensor-core';
+import type * as NodePlatform from './node.js';
+
+const noFiles = (what: string) => () => {
+  throw new NodeRequiredError(
+    'webshard-train',
+    `${what}: a browser rank reads and writes no files (rank 0, a Node process, writes the run's outputs)`,
+  );
+};
+const noFilesAsync = (what: string) => async () => noFiles(what)();
+
+/** Nothing to check in a tab: the Node process that served the page checked the run's files. */
+export const checkFiles: typeof NodePlatform.checkFiles = async () => {};
+/** Unknown in a page (a tab's memory is the browser's): the estimate checks the device limit only. */
+export const freeHostMemory: typeof NodePlatform.freeHostMemory = () => Number.POSITIVE_INFINITY;
+/** A name for the shipped corpus in a tab's lines; its bytes come through `RunIO.loadData`. */
+export const DEFAULT_CORPUS_PATH: typeof NodePlatform.DEFAULT_CORPUS_PATH = 'data/sonnets.txt';
+export const joinPath: typeof NodePlatform.joinPath = (...parts) => parts.join('/');
+export const loadDataset: typeof NodePlatform.loadDataset = noFilesAsync('--data');
+export const writeFileAtomically: typeof NodePlatform.writeFileAtomically = noFilesAsync('outputs');
+export const openLog: typeof NodePlatform.openLog = noFilesAsync('--log-jsonl');
+export const resolveResume: typeof NodePlatform.resolveResume = noFilesAsync('--resume');
+export const readRunState: typeof NodePlatform.readRunState = noFilesAsync('--resume');
+export const finishCheckpoint: typeof NodePlatform.finishCheckpoint =
+  noFilesAsync('--checkpoint-every');
+export const stepDirName: typeof NodePlatform.stepDirName = noFiles('--checkpoint-every');
+export const saveFullCheckpoint: typeof NodePlatform.saveFullCheckpoint =
+  noFilesAsync('--checkpoint-every');
+export const loadFullOptimizer: typeof NodePlatform.loadFullOptimizer = noFilesAsync('--resume');
+export const saveShardedCheckpoint: typeof NodePlatform.saveShardedCheckpoint =
+  noFilesAsync('--checkpoint-every');
+export const loadShardedCheckpoint: typeof NodePlatform.loadShardedCheckpoint =
+  noFilesAsync('--resume');

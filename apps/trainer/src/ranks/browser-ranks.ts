@@ -1,0 +1,93 @@
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
+import { formatJoinUrl, initProcessGroup } from '@webshard/collectives';
+import type { TrainConfig } from '../cli/options.js';
+import { DEFAULT_CORPUS_PATH } from '../corpus.js';
+import { UsageError } from '../errors.js';
+import { train } from '../train.js';
+import { servePage } from './browser-job.js';
+import type { RankIO, RanksOutcome } from './start-ranks.js';
+
+/** How long the Node ranks wait for every tab to join (the user has to open them). */
+export const BROWSER_JOIN_MS = 600_000;
+
+/** Where the Node ranks' store listens and the token they share, for the launcher. */
+export interface NodeRanksPlan {
+  nprocPerNode: number;
+  masterPort: number;
+  token: string;
+}
+
+/**
+ * [Note: browser tabs as ranks]
+ * `--browser-ranks k` makes the last k of `--world-size W` ranks browser tabs. This process picks
+ * the store's port and a join token, serves the page (./browser-job.ts) on 127.0.0.1 and prints
+ * its address, `http://127.0.0.1:port/#token=...`, to open in k tabs. The first `W - k` ranks
+ * are Node: with one, it is this process (so its summary comes back to `main`); with more, they
+ * are processes of the launcher, as for `--transport ws`, whose children count the tabs in their
+ * world (`WORLD_SIZE + k`). Rank 0 hosts the store, and each tab claims a free rank of the join
+ * URL from it (`connectBrowserRank`), so a tab never needs to know its rank; the Node ranks wait
+ * `BROWSER_JOIN_MS` for the tabs to join. A tab runs train.ts as any rank does, bundled for the
+ * browser ([Note: the trainer's platform module]), on the backend the same rule picks ([Note: the
+ * trainer's default backend]); its traffic with other tabs goes through rank 0's relay. A tab
+ * closed mid-run is a lost peer: every Node rank's next collective fails naming it.
+ */
+export async function runWithBrowserRanks(
+  config: TrainConfig,
+  io: RankIO,
+  groupTimeoutMs: number,
+  launchNodeRanks: (plan: NodeRanksPlan) => Promise<RanksOutcome>,
+): Promise<RanksOutcome> {
+  const k = config.browserRanks;
+  const nodeRanks = config.worldSize - k;
+  const masterPort = await freePort();
+  const token = randomBytes(24).toString('hex');
+  const tabRanks = Array.from({ length: k }, (_, i) => nodeRanks + i);
+  const join = formatJoinUrl(`ws://127.0.0.1:${masterPort}`, config.worldSize, tabRanks);
+  const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
+  const page = await servePage(
+    { config: { ...config, data: dataPath }, join },
+    dataPath,
+    token,
+    config.browserPort,
+  );
+  const ranks = k === 1 ? `rank ${nodeRanks}` : `ranks ${nodeRanks} to ${config.worldSize - 1}`;
+  io.stdout(
+    `browser ranks: open ${page.url} in ${k} tab(s) of a browser on this machine (WebGPU or not): they join as ${ranks} of ${config.worldSize}; waiting ${BROWSER_JOIN_MS / 1000} s for them\n`,
+  );
+  try {
+    if (nodeRanks > 1) return await launchNodeRanks({ nprocPerNode: nodeRanks, masterPort, token });
+    const group = await initProcessGroup({
+      backend: 'ws',
+      rank: 0,
+      worldSize: config.worldSize,
+      masterAddr: '127.0.0.1',
+      masterPort,
+      token,
+      timeoutMs: BROWSER_JOIN_MS,
+      group: { timeoutMs: groupTimeoutMs },
+    });
+    try {
+      return { ok: true, summary: await train(config, io, group) };
+    } catch (error) {
+      group.abort(`rank 0 failed: ${(error as Error).message}`);
+      return { ok: false, exitCode: UsageError.isInstance(error) ? 2 : 1, error, rank: 0 };
+    } finally {
+      await group.close();
+    }
+  } finally {
+    await page.close();
+  }
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago, for rank 0's store. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}

@@ -1,0 +1,220 @@
+// Browser tabs as ranks over `ws`, beside Node ranks in the same run: an all-reduce between a tab
+// and a Node rank, between two tabs (ranks 1 and 2 of 3, every byte through rank 0's relay), and
+// over a world of one Node rank and two tabs. Rank 0 is always a Node process (it hosts the
+// store); the tabs are headless Chromium pages that join with `connectBrowserRank`. Each row's
+// peer is the same all-reduce between Node ranks only (for the tabs' pair, Node ranks 1 and 2,
+// which connect directly), measured just before it.
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { WebSocketServer } from 'ws';
+import type { BenchRow } from '@webshard/bench';
+import { bundleForBrowser } from '@webshard/test-config/browser-bundle';
+import { findChromium, openPage } from '@webshard/test-config/browser-page';
+import { formatJoinUrl } from '../src/browser-rank.js';
+import { freePort } from '../src/launcher/launcher.js';
+import { type BenchPlan, type BenchResult, busFactor } from './plan.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const MiB = 1 << 20;
+const TOKEN = 'bench';
+
+const PAGE = `<!doctype html><title>bench</title><script type="module" src="/bench.js"></script>`;
+
+/** A world: how many ranks, how many of the last are tabs, the subgroup that runs (or all). */
+interface World {
+  size: number;
+  tabs: number;
+  name: string;
+  members?: number[];
+}
+
+const WORLDS: { world: World; peer: World }[] = [
+  {
+    world: { size: 2, tabs: 1, name: 'Node + tab' },
+    peer: { size: 2, tabs: 0, name: '2 Node' },
+  },
+  {
+    world: { size: 3, tabs: 2, name: 'tab + tab (relayed by Node rank 0)', members: [1, 2] },
+    peer: { size: 3, tabs: 0, name: 'Node + Node (ranks 1, 2 of 3)', members: [1, 2] },
+  },
+  {
+    world: { size: 3, tabs: 2, name: 'Node + 2 tabs' },
+    peer: { size: 3, tabs: 0, name: '3 Node' },
+  },
+];
+
+/** Starts the Node ranks of `world` (bench/net-rank.ts); resolves with the results one printed. */
+function nodeRanks(world: World, port: number, plan: BenchPlan): Promise<BenchResult[] | null> {
+  const children = Array.from({ length: world.size - world.tabs }, (_, rank) => {
+    const child = spawn(
+      process.execPath,
+      [
+        '--conditions=@webshard/source',
+        '--import',
+        'tsx',
+        join(here, 'net-rank.ts'),
+        'ws',
+        JSON.stringify(plan),
+        ...(world.members === undefined ? [] : [JSON.stringify(world.members)]),
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+        env: {
+          ...process.env,
+          RANK: String(rank),
+          LOCAL_RANK: String(rank),
+          WORLD_SIZE: String(world.size),
+          MASTER_ADDR: '127.0.0.1',
+          MASTER_PORT: String(port),
+          WEBSHARD_TOKEN: TOKEN,
+        },
+      },
+    );
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    return new Promise<string>((resolve, reject) =>
+      child.on('close', (code) =>
+        code === 0 ? resolve(out) : reject(new Error(`ws rank ${rank} exited ${code}`)),
+      ),
+    );
+  });
+  return Promise.all(children).then((outputs) => {
+    const line = outputs
+      .join('\n')
+      .split('\n')
+      .find((l) => l.startsWith('@@results '));
+    return line === undefined
+      ? null
+      : (JSON.parse(line.slice('@@results '.length)) as BenchResult[]);
+  });
+}
+
+/**
+ * The rows, or none (with a line saying why) where no Chromium is installed. `sizesMiB`: the
+ * all-reduce sizes.
+ */
+export async function browserRankRows(sizesMiB: readonly number[]): Promise<BenchRow[]> {
+  if (findChromium() === null) {
+    console.log(
+      'browser ranks skipped: no chromium (apt-get install chromium, or WEBSHARD_CHROMIUM)',
+    );
+    return [];
+  }
+  const plan: BenchPlan = { ops: ['allReduce'], sizesMiB, warmup: 3 };
+  const bundle = await bundleForBrowser(join(here, 'browser-rank-page.ts'), dirname(here));
+  if (bundle.nodeImports.length > 0)
+    throw new Error(`bench page: ${bundle.nodeImports.join(', ')}`);
+  const opened = await openPage({
+    '/': { type: 'text/html', body: PAGE },
+    '/bench.js': { type: 'text/javascript', body: bundle.code },
+  });
+  const rows: BenchRow[] = [];
+  try {
+    const tabs = [opened.page, await opened.browser.newPage()];
+    await tabs[1]!.goto(opened.page.url());
+    const run = async (world: World) => {
+      console.log(`ws, ${world.name}...`);
+      const port = await freePort();
+      const tabRanks = Array.from({ length: world.tabs }, (_, i) => world.size - world.tabs + i);
+      const url =
+        tabRanks.length === 0 ? '' : formatJoinUrl(`ws://127.0.0.1:${port}`, world.size, tabRanks);
+      const node = nodeRanks(world, port, plan);
+      const pages = tabs.slice(0, world.tabs).map((tab) =>
+        tab.evaluate(
+          ([u, t, p, m]) =>
+            (
+              window as unknown as {
+                runRank(
+                  u: string,
+                  t: string,
+                  p: BenchPlan,
+                  m: number[] | null,
+                ): Promise<BenchResult[] | null>;
+              }
+            ).runRank(u, t, p, m),
+          [url, TOKEN, plan, world.members ?? null] as const,
+        ),
+      );
+      const results = (await Promise.all([node, ...pages])).find((r) => r !== null);
+      if (results === undefined) throw new Error(`${world.name}: no rank reported results`);
+      return results;
+    };
+    rows.push(...(await rawReceiveRows(opened.page, sizesMiB)));
+    const busbw = (result: BenchResult, size: number) =>
+      Math.round(
+        ((result.sizeMiB * MiB) / (result.medianMs / 1e3) / 1e6) * busFactor('allReduce', size),
+      );
+    for (const { world, peer } of WORLDS) {
+      const peerResults = await run(peer);
+      const results = await run(world);
+      for (const result of results) {
+        const peerResult = peerResults.find((r) => r.sizeMiB === result.sizeMiB)!;
+        rows.push({
+          name: `allReduce ws ${world.name} ${result.sizeMiB} MiB`,
+          metric: 'busbw',
+          value: busbw(result, world.size),
+          unit: 'MB/s',
+          peer: `ws ${peer.name}`,
+          peerValue: busbw(peerResult, peer.size),
+        });
+      }
+    }
+  } finally {
+    await opened.close();
+  }
+  return rows;
+}
+
+/**
+ * The bound under any tab's traffic: a plain WebSocket in the page receiving one message of each
+ * size from a Node `ws` server (median of 7), no transport, no reduction.
+ */
+async function rawReceiveRows(
+  page: Awaited<ReturnType<typeof openPage>>['page'],
+  sizesMiB: readonly number[],
+): Promise<BenchRow[]> {
+  const server = new WebSocketServer({ port: 0, host: '127.0.0.1', maxPayload: 1 << 30 });
+  await new Promise((resolve) => server.once('listening', resolve));
+  server.on('connection', (socket) =>
+    socket.on('message', (data) => socket.send(Buffer.alloc(Number(data.toString())))),
+  );
+  try {
+    const port = (server.address() as { port: number }).port;
+    const medians = await page.evaluate(
+      async ([port, sizes]) => {
+        const socket = new WebSocket(`ws://127.0.0.1:${port}`);
+        socket.binaryType = 'arraybuffer';
+        await new Promise((resolve) => {
+          socket.onopen = resolve;
+        });
+        const out: number[] = [];
+        for (const size of sizes) {
+          const times: number[] = [];
+          for (let i = 0; i < 7; i++) {
+            const start = performance.now();
+            socket.send(String(size * 2 ** 20));
+            await new Promise((resolve) => {
+              socket.onmessage = resolve;
+            });
+            times.push(performance.now() - start);
+          }
+          out.push(times.sort((a, b) => a - b)[3]!);
+        }
+        socket.close();
+        return out;
+      },
+      [port, sizesMiB] as const,
+    );
+    return sizesMiB.map((sizeMiB, i) => ({
+      name: `tab bound: a page's WebSocket receiving ${sizeMiB} MiB from Node ws`,
+      metric: 'bandwidth',
+      value: Math.round((sizeMiB * MiB) / (medians[i]! / 1e3) / 1e6),
+      unit: 'MB/s',
+    }));
+  } finally {
+    server.close();
+  }
+}
