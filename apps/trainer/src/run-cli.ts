@@ -1,4 +1,5 @@
 import { type Backend, createBackend, WebshardError } from '@webshard/tensor-core';
+import { chooseAutoBackend, realChoiceDeps } from './cli/backend-choice.js';
 import { parseOptions, type TrainConfig, USAGE } from './cli/options.js';
 import { NonFiniteLossError, UsageError } from './errors.js';
 import { runRanks } from './ranks/start-ranks.js';
@@ -20,32 +21,18 @@ export interface CliOutcome {
   summary?: TrainSummary;
 }
 
-/** Adapters that are software rasterizers on the CPU (the WebGPU backend's own test, by name). */
-const SOFTWARE_ADAPTER = /swiftshader|llvmpipe|lavapipe|warp|software/i;
-
 /**
- * [Note: the trainer's default backend]
- * `auto` means WebGPU on a real GPU and the CPU backend otherwise. An adapter that is a software
- * rasterizer (SwiftShader, which Dawn finds on a machine without a GPU) counts as no GPU: on the
- * 2-core reference machine the CPU backend (its matmul in WASM SIMD) trains the default model (2
- * layers, 64 wide, 512 tokens a step) 2.14x as fast as WebGPU on SwiftShader (132 against 282 ms a
- * step) and 1.38x as fast as on lavapipe (123 against 169 ms; `bench/backends.ts` measures both in
- * one run, 2026-11-23), and the two give the same losses. `--backend webgpu` forces WebGPU.
+ * The run's backend: `--backend cpu|webgpu` as asked, `auto` by a measured probe of the run's own
+ * model on each backend ([Note: the trainer's default backend]), printing why it chose.
  */
-async function chooseBackend(config: TrainConfig, io: CliIO): Promise<Backend> {
+async function chooseBackend(config: TrainConfig, vocabSize: number, io: CliIO): Promise<Backend> {
   const memory = config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit };
-  const backend = await createBackend({ kind: config.backend, ...memory });
-  if (
-    config.backend === 'auto' &&
-    backend.kind === 'webgpu' &&
-    SOFTWARE_ADAPTER.test(backend.description)
-  ) {
-    io.stdout(
-      `the WebGPU adapter is a software one (${backend.description}): the CPU backend is faster for this model, using it (--backend webgpu to override)\n`,
-    );
-    backend.dispose();
-    return createBackend({ kind: 'cpu', ...memory });
-  }
+  if (config.backend !== 'auto') return createBackend({ kind: config.backend, ...memory });
+  const { backend, reason } = await chooseAutoBackend(
+    config,
+    realChoiceDeps(config, vocabSize, memory),
+  );
+  io.stdout(`backend auto: ${reason} (--backend cpu|webgpu to override)\n`);
   return backend;
 }
 
@@ -75,7 +62,7 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       stderr: io.stderr,
       isTTY: io.isTTY,
       cwd: io.cwd,
-      createBackend: (c: TrainConfig) => chooseBackend(c, io),
+      createBackend: (c: TrainConfig, vocabSize: number) => chooseBackend(c, vocabSize, io),
     };
     if (config.strategy === 'single' || config.strategy === 'offload') {
       return { exitCode: 0, summary: await train(config, runIO) };

@@ -52,7 +52,7 @@ export interface RunIO {
   stdout(text: string): void;
   isTTY: boolean;
   /** Choose the backend; the CLI's default prefers the CPU over a software WebGPU adapter. */
-  createBackend?: (config: TrainConfig) => Promise<Backend>;
+  createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
 }
 
 /** What a finished run did. */
@@ -142,7 +142,7 @@ export async function train(
 
   // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
   const backend = io.createBackend
-    ? await io.createBackend(config)
+    ? await io.createBackend(config, vocabSize)
     : await createBackend({
         kind: config.backend,
         ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
