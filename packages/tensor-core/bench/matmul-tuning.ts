@@ -22,21 +22,30 @@ function tiled(
   return { kernel: 'registerTiled', tileM, tileN, workgroup: [wx, wy], columns, vectorLoads };
 }
 
-const CANDIDATES: MatmulTuning[] = [
-  tiled(8, 8, 8, 8, 'blocked'),
-  tiled(8, 8, 8, 8, 'blocked', true),
-  tiled(4, 8, 8, 8, 'blocked', true),
-  tiled(8, 4, 8, 8, 'blocked', true),
-  tiled(4, 4, 8, 8, 'blocked', true),
-  tiled(8, 8, 8, 1, 'strided'),
-  tiled(8, 8, 8, 1, 'strided', true),
-  tiled(4, 8, 16, 1, 'strided', true),
-  tiled(8, 4, 16, 1, 'strided', true),
-  tiled(8, 8, 16, 1, 'strided', true),
-  tiled(8, 8, 8, 2, 'strided', true),
-  tiled(4, 4, 16, 4, 'strided', true),
-  tiled(16, 8, 8, 1, 'strided', true),
-];
+const CANDIDATES: MatmulTuning[] = (
+  process.env.CANDIDATES === 'swiftshader'
+    ? [
+        tiled(8, 8, 8, 8, 'blocked'),
+        tiled(8, 8, 8, 8, 'blocked', true),
+        tiled(16, 8, 8, 1, 'strided', true),
+        tiled(16, 8, 8, 4, 'blocked', true),
+        tiled(8, 16, 8, 4, 'blocked', true),
+        tiled(16, 16, 4, 4, 'blocked', true),
+        tiled(8, 8, 4, 4, 'blocked', true),
+      ]
+    : [
+        tiled(8, 8, 8, 8, 'blocked'),
+        tiled(8, 8, 8, 8, 'blocked', true),
+        tiled(8, 4, 8, 8, 'blocked', true),
+        tiled(4, 4, 8, 8, 'blocked', true),
+        tiled(4, 4, 16, 16, 'blocked', true),
+        tiled(8, 4, 16, 4, 'blocked', true),
+        tiled(8, 4, 8, 1, 'blocked', true),
+        tiled(4, 8, 8, 8, 'strided', true),
+        tiled(8, 4, 32, 2, 'blocked', true),
+        tiled(16, 4, 8, 8, 'blocked', true),
+      ]
+) as MatmulTuning[];
 
 const name = (t: MatmulTuning) =>
   t.kernel === 'sharedMemory'
