@@ -262,7 +262,7 @@ describe('webshard-train refuses bad input with exit code 2, touching nothing', 
 
 /*
  * The CLI on each backend the tensor-core suites run on, named with --backend (so the WebGPU one
- * runs on SwiftShader too, which `auto` passes over: [Note: the trainer's default backend]).
+ * runs on SwiftShader too, whatever `auto`'s probe would choose: [Note: the trainer's default backend]).
  */
 describeBackends('webshard-train --backend <kind>', (ctx) => {
   it('trains a tiny GPT three steps with a finite, falling loss and peak memory reported', async () => {

@@ -47,7 +47,7 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       stderr: io.stderr,
       isTTY: io.isTTY,
       cwd: io.cwd,
-      createBackend: (c: TrainConfig) => chooseBackend(c, io.stdout),
+      createBackend: (c: TrainConfig, vocabSize: number) => chooseBackend(c, vocabSize, io.stdout),
     };
     if (config.strategy === 'single' || config.strategy === 'offload') {
       return { exitCode: 0, summary: await train(config, runIO) };

@@ -50,8 +50,8 @@ export const DEFAULT_MODEL: Omit<GPTConfig, 'vocabSize'> = {
 export interface RunIO {
   stdout(text: string): void;
   isTTY: boolean;
-  /** Choose the backend; the CLI's default prefers the CPU over a software WebGPU adapter. */
-  createBackend?: (config: TrainConfig) => Promise<Backend>;
+  /** Choose the backend (the CLI's `auto` measures both: [Note: the trainer's default backend]). */
+  createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
   /**
    * The data set of `path` (default: read the file). A browser rank passes the bytes its page
    * fetched from the Node process that serves it (see [Note: the trainer's platform module]).
@@ -126,7 +126,7 @@ export async function train(
 
   // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
   const backend = io.createBackend
-    ? await io.createBackend(config)
+    ? await io.createBackend(config, vocabSize)
     : await createBackend({
         kind: config.backend,
         ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),

@@ -1,23 +1,63 @@
 /**
- * tensor-core benchmarks: f32 matmul GFLOP/s on WebGPU beside tfjs-backend-webgpu on the same
- * adapter in the same run (tfjs gets `navigator.gpu` from the backend's own `webgpu` instance), the
- * CPU backend at the same sizes beside tfjs-backend-wasm and the CPU backend's TypeScript kernel, and
- * host <-> device transfer GB/s for 64 MiB. Where no WebGPU
- * adapter exists, the WebGPU, tfjs and transfer rows are skipped with a message and the CPU rows
- * still run. Run: `pnpm --filter @webshard/tensor-core bench`.
+ * tensor-core benchmarks, every row beside a peer measured in the same run:
+ * - WebGPU f32 matmul against tfjs-backend-webgpu, on every adapter installed (lavapipe from
+ *   /usr/share/vulkan/icd.d, SwiftShader where Chromium installs it; or only the one
+ *   VK_ICD_FILENAMES names), each adapter in a child process (`bench/webgpu-rows.ts`), with its
+ *   transfer and f16 rows;
+ * - the CPU backend's f32 matmul (WASM SIMD, its worker threads) against tfjs-backend-wasm
+ *   (XNNPACK, SIMD; Node gives it one thread), the same kernel on one thread, and the TypeScript
+ *   kernel; onnxruntime-node is not a dependency of the repo, so its row is skipped with a message.
+ * Ours and the peer alternate call by call and each reports its median: the machine is shared.
+ * Run: `pnpm --filter @webshard/tensor-core bench`.
  */
-import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { type BenchRow, median, writeBenchResults } from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
-import { createWebGpuBackend, type WebGpuBackend } from '../src/backend/webgpu/webgpu-backend.js';
-import { NoAdapterError } from '../src/errors.js';
+import { SWIFTSHADER_ICD_PATHS } from '../src/backend/webgpu/gpu-runtime.js';
 import { createCpuBackend } from '../src/runtime.js';
 
-const SIZES = [256, 512, 1024];
 const CPU_SIZES = [256, 512, 1024];
+const rows: BenchRow[] = [];
 
-function tensor(backend: Backend, shape: number[]): KernelTensor {
-  const n = shape.reduce((a, b) => a * b, 1);
-  return { storage: backend.allocate(n * 4), offset: 0, dtype: 'f32', shape };
+/** The Vulkan drivers to bench: VK_ICD_FILENAMES if set, else lavapipe and SwiftShader if present. */
+function adapters(): { name: string; icd: string }[] {
+  const set = process.env.VK_ICD_FILENAMES;
+  if (set) return [{ name: /swiftshader/i.test(set) ? 'SwiftShader' : 'lavapipe', icd: set }];
+  const found: { name: string; icd: string }[] = [];
+  const dir = '/usr/share/vulkan/icd.d';
+  if (existsSync(dir)) {
+    const lvp = readdirSync(dir).find((f) => /^lvp_icd.*\.json$/.test(f));
+    if (lvp) found.push({ name: 'lavapipe', icd: `${dir}/${lvp}` });
+  }
+  const swiftShader = SWIFTSHADER_ICD_PATHS.find((p) => existsSync(p));
+  if (swiftShader) found.push({ name: 'SwiftShader', icd: swiftShader });
+  return found;
+}
+
+const gpuAdapters = adapters();
+if (gpuAdapters.length === 0) {
+  console.log('skipping the WebGPU rows: neither lavapipe nor SwiftShader is installed');
+}
+for (const { name, icd } of gpuAdapters) {
+  const script = fileURLToPath(new URL('./webgpu-rows.ts', import.meta.url));
+  try {
+    const out = execFileSync(
+      process.execPath,
+      ['--conditions=@webshard/source', '--import', 'tsx', script, name],
+      {
+        encoding: 'utf8',
+        env: { ...process.env, VK_ICD_FILENAMES: icd, WEBSHARD_NO_SWIFTSHADER: '1' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+        timeout: 900_000,
+      },
+    );
+    rows.push(...(JSON.parse(out.trim().split('\n').at(-1) ?? '[]') as BenchRow[]));
+  } catch (error) {
+    console.log(`skipping the WebGPU rows on ${name}: ${(error as Error).message.split('\n')[0]}`);
+  }
 }
 
 function randomData(n: number): Float32Array {
@@ -26,219 +66,126 @@ function randomData(n: number): Float32Array {
   return data;
 }
 
-async function matmulMs(backend: Backend, n: number): Promise<number> {
-  const a = tensor(backend, [1, n, n]);
-  const b = tensor(backend, [1, n, n]);
-  const c = tensor(backend, [1, n, n]);
-  backend.write(a, randomData(n * n));
-  backend.write(b, randomData(n * n));
-  const ms = await timeMedian(
-    async () => {
+const gflops = (n: number, ms: number) => (2 * n * n * n) / (ms * 1e6);
+
+/** One n x n matmul on a backend, as a timed call (operands made once). */
+function backendCall(backend: Backend, n: number): { call: () => Promise<void>; free(): void } {
+  const make = (data?: Float32Array): KernelTensor => {
+    const t: KernelTensor = {
+      storage: backend.allocate(n * n * 4),
+      offset: 0,
+      dtype: 'f32',
+      shape: [1, n, n],
+    };
+    if (data) backend.write(t, data);
+    return t;
+  };
+  const [a, b, c] = [make(randomData(n * n)), make(randomData(n * n)), make()];
+  return {
+    call: async () => {
       backend.matmul(a, b, c, false, false);
       await backend.read(c);
     },
-    { warmup: 2, iterations: n >= 1024 ? 5 : 9, maxMs: 20_000 },
-  );
-  for (const t of [a, b, c]) backend.release(t.storage);
-  return ms;
-}
-
-const gflops = (n: number, ms: number) => (2 * n * n * n) / (ms * 1e6);
-
-const rows: BenchRow[] = [];
-
-async function webGpuOrSkip(): Promise<WebGpuBackend | undefined> {
-  try {
-    return await createWebGpuBackend();
-  } catch (error) {
-    if (!NoAdapterError.isInstance(error)) throw error;
-    console.log(
-      `skipping the WebGPU rows (webgpu matmul, tfjs-backend-webgpu, transfers): ${(error as Error).message}`,
-    );
-    return undefined;
-  }
-}
-
-const gpu = await webGpuOrSkip();
-type Tfjs = typeof import('@tensorflow/tfjs-core');
-let tf: Tfjs | undefined;
-
-if (gpu) {
-  console.log(`${gpu.description}, matmul kernel ${gpu.matmulKernel}`);
-  // tfjs-backend-webgpu on the same `webgpu` instance (it needs the GPU* globals and navigator.gpu).
-  const webgpuModule = (await import('webgpu')) as unknown as { globals: object };
-  Object.assign(globalThis, webgpuModule.globals);
-  Object.defineProperty(globalThis, 'navigator', {
-    value: { gpu: gpu.gpu, userAgent: 'node' },
-    configurable: true,
-  });
-  tf = await import('@tensorflow/tfjs-core');
-  await import('@tensorflow/tfjs-backend-webgpu');
-  await tf.setBackend('webgpu');
-  await tf.ready();
-}
-
-async function tfjsMs(tf: Tfjs, n: number): Promise<number> {
-  const a = tf.tensor2d(randomData(n * n), [n, n]);
-  const b = tf.tensor2d(randomData(n * n), [n, n]);
-  const ms = await timeMedian(
-    async () => {
-      const c = tf.matMul(a, b);
-      await c.data();
-      c.dispose();
+    free: () => {
+      for (const t of [a, b, c]) backend.release(t.storage);
     },
-    { warmup: 2, iterations: n >= 1024 ? 5 : 9, maxMs: 20_000 },
-  );
-  a.dispose();
-  b.dispose();
-  return ms;
+  };
 }
 
-if (gpu && tf) {
-  for (const n of SIZES) {
-    const ours = gflops(n, await matmulMs(gpu, n));
-    const peer = gflops(n, await tfjsMs(tf, n));
-    console.log(
-      `matmul n=${n}: webgpu ${ours.toFixed(2)} GFLOP/s, tfjs-backend-webgpu ${peer.toFixed(2)}`,
-    );
-    rows.push({
-      name: `matmul f32 n=${n} (webgpu)`,
-      metric: 'throughput',
-      value: ours,
-      unit: 'GFLOP/s',
-      peer: 'tfjs-backend-webgpu 4.22',
-      peerValue: peer,
-    });
+/** Medians (ms) of calls that alternate between the contenders, after two warm-ups each. */
+async function alternate(calls: (() => Promise<void>)[], rounds: number): Promise<number[]> {
+  for (let i = 0; i < 2; i++) for (const call of calls) await call();
+  const times = calls.map(() => [] as number[]);
+  for (let r = 0; r < rounds; r++) {
+    for (const [i, call] of calls.entries()) {
+      const t0 = performance.now();
+      await call();
+      times[i]!.push(performance.now() - t0);
+    }
   }
+  return times.map(median);
 }
 
-// The CPU backend's f32 matmul at the same sizes: the WASM SIMD kernel against tfjs-backend-wasm
-// (XNNPACK, SIMD; Node gives it one thread) and against the TypeScript kernel it replaced, in the
-// same run. See [Note: the WASM SIMD matmul].
+// The CPU backend (threads started before timing) against tfjs-backend-wasm and onnxruntime-node.
 const cpu = createCpuBackend();
+const threads = await cpu.startMatmulThreads();
+const oneThread = createCpuBackend({ matmulThreads: 1 });
 const cpuTypescript = createCpuBackend({ matmulKernel: 'typescript' });
-console.log(`cpu matmul kernel ${cpu.matmulKernel}`);
-tf ??= await import('@tensorflow/tfjs-core');
+const ours = `cpu backend, ${cpu.matmulKernel}${cpu.description.includes('FMA') ? ' + relaxed FMA' : ''}, ${threads} thread(s)`;
+console.log(ours);
+const tf = await import('@tensorflow/tfjs-core');
 await import('@tensorflow/tfjs-backend-wasm');
 await tf.setBackend('wasm');
 await tf.ready();
 const tfjsWasmPeer = `tfjs-backend-wasm 4.22 (simd ${tf.env().getBool('WASM_HAS_SIMD_SUPPORT') ? 'on' : 'off'}, threads ${tf.env().getBool('WASM_HAS_MULTITHREAD_SUPPORT') ? 'on' : 'off'})`;
-for (const n of CPU_SIZES) {
-  const value = gflops(n, await matmulMs(cpu, n));
-  const peer = gflops(n, await tfjsMs(tf, n));
-  const typescript = gflops(n, await matmulMs(cpuTypescript, n));
+
+// onnxruntime-node is not a dependency of this repository (its WebGPU provider and the `webgpu`
+// package cannot share a process, ANCHORS.md); its row is reported as skipped.
+try {
+  createRequire(import.meta.url).resolve('onnxruntime-node');
   console.log(
-    `matmul n=${n}: cpu ${cpu.matmulKernel} ${value.toFixed(2)} GFLOP/s, ${tfjsWasmPeer} ${peer.toFixed(2)}, cpu typescript ${typescript.toFixed(2)}`,
+    'skipping the onnxruntime-node rows: it is installed, but this bench builds no ONNX MatMul model for it',
   );
-  rows.push({
-    name: `matmul f32 n=${n} (cpu backend, ${cpu.matmulKernel})`,
-    metric: 'throughput',
-    value,
-    unit: 'GFLOP/s',
-    peer: tfjsWasmPeer,
-    peerValue: peer,
-  });
-  rows.push({
-    name: `matmul f32 n=${n} (cpu backend, ${cpu.matmulKernel} vs typescript)`,
-    metric: 'throughput',
-    value,
-    unit: 'GFLOP/s',
-    peer: 'the TypeScript kernel, same run',
-    peerValue: typescript,
-  });
+} catch {
+  console.log(
+    'skipping the onnxruntime-node rows: onnxruntime-node is not installed in this repository (not a dependency)',
+  );
+}
+
+for (const n of CPU_SIZES) {
+  const mine = backendCall(cpu, n);
+  const single = backendCall(oneThread, n);
+  const ta = tf.tensor2d(randomData(n * n), [n, n]);
+  const tb = tf.tensor2d(randomData(n * n), [n, n]);
+  const tfjsCall = async () => {
+    const out = tf.matMul(ta, tb);
+    await out.data();
+    out.dispose();
+  };
+  const [oursMs, peerMs, singleMs] = await alternate(
+    [mine.call, tfjsCall, single.call],
+    n >= 1024 ? 7 : 11,
+  );
+  const typescript = backendCall(cpuTypescript, n);
+  const [tsMs] = await alternate([typescript.call], n >= 1024 ? 2 : 3);
+  const value = gflops(n, oursMs!);
+  console.log(
+    `matmul n=${n}: ${ours} ${value.toFixed(2)} GFLOP/s, one thread ${gflops(n, singleMs!).toFixed(2)}, ${tfjsWasmPeer} ${gflops(n, peerMs!).toFixed(2)}, typescript ${gflops(n, tsMs!).toFixed(2)}`,
+  );
+  rows.push(
+    {
+      name: `matmul f32 n=${n} (${ours})`,
+      metric: 'throughput',
+      value,
+      unit: 'GFLOP/s',
+      peer: tfjsWasmPeer,
+      peerValue: gflops(n, peerMs!),
+    },
+    {
+      name: `matmul f32 n=${n} (${ours} vs one thread)`,
+      metric: 'throughput',
+      value,
+      unit: 'GFLOP/s',
+      peer: 'the same kernel on one thread',
+      peerValue: gflops(n, singleMs!),
+    },
+    {
+      name: `matmul f32 n=${n} (${ours} vs typescript)`,
+      metric: 'throughput',
+      value,
+      unit: 'GFLOP/s',
+      peer: 'the TypeScript kernel, same run',
+      peerValue: gflops(n, tsMs!),
+    },
+  );
+  for (const call of [mine, single, typescript]) call.free();
+  ta.dispose();
+  tb.dispose();
 }
 cpu.dispose();
+oneThread.dispose();
 cpuTypescript.dispose();
 
-// Transfers, 64 MiB.
-if (gpu) {
-  const bytes = 64 << 20;
-  const big = tensor(gpu, [bytes / 4]);
-  const host = randomData(bytes / 4);
-  const h2d = await timeMedian(
-    async () => {
-      gpu.write(big, host);
-      await gpu.sync();
-    },
-    { warmup: 1, iterations: 5 },
-  );
-  const d2h = await timeMedian(() => gpu.read(big), { warmup: 1, iterations: 5 });
-  const into = new Float32Array(bytes / 4);
-  const d2hInto = await timeMedian(() => gpu.read(big, into), { warmup: 1, iterations: 5 });
-  rows.push({
-    name: 'host to device 64 MiB (write + sync)',
-    metric: 'bandwidth',
-    value: bytes / h2d / 1e6,
-    unit: 'GB/s',
-  });
-  rows.push({
-    name: 'device to host 64 MiB (read)',
-    metric: 'bandwidth',
-    value: bytes / d2h / 1e6,
-    unit: 'GB/s',
-  });
-  // What collectives do with their staging arrays: no fresh 64 MiB host array per read.
-  rows.push({
-    name: 'device to host 64 MiB (read into a reused array)',
-    metric: 'bandwidth',
-    value: bytes / d2hInto / 1e6,
-    unit: 'GB/s',
-  });
-  gpu.release(big.storage);
-}
-
-// f16 kernels with native storage beside packed storage on the same adapter, where it has
-// shader-f16 (lavapipe, real GPUs): an element-wise add (one invocation per element against one
-// per word) and a transpose (plain stores against atomicAnd/atomicOr on packed words). These rows
-// decide `f16Layout`'s 'auto'.
-if (gpu?.capabilities.shaderF16) {
-  const native = await createWebGpuBackend({ f16: 'native' });
-  const packed = await createWebGpuBackend({ f16: 'packed' });
-  const n = 2048;
-  const f16Ms = async (backend: Backend, kernel: 'add' | 'transpose') => {
-    const make = () => ({
-      storage: backend.allocate(n * n * 2),
-      offset: 0,
-      dtype: 'f16' as const,
-      shape: [n, n],
-    });
-    const [a, b, out] = [make(), make(), make()];
-    const bits = Uint16Array.from({ length: n * n }, (_, i) => 0x3c00 + (i % 1024));
-    backend.write(a, bits);
-    backend.write(b, bits);
-    const run =
-      kernel === 'add'
-        ? () => backend.binary('add', a, b, out)
-        : () => backend.copyStrided({ ...a, strides: [1, n] }, { ...out, strides: [n, 1] }, [n, n]);
-    const ms = await timeMedian(
-      async () => {
-        for (let k = 0; k < 10; k++) run();
-        await backend.sync();
-      },
-      { warmup: 2, iterations: 7 },
-    );
-    for (const t of [a, b, out]) backend.release(t.storage);
-    return ms / 10;
-  };
-  for (const kernel of ['add', 'transpose'] as const) {
-    const viaNative = await f16Ms(native, kernel);
-    const viaPacked = await f16Ms(packed, kernel);
-    // Bytes moved: add reads two operands and writes one; transpose reads one and writes one.
-    const bytes = n * n * 2 * (kernel === 'add' ? 3 : 2);
-    rows.push({
-      name: `f16 ${kernel} ${n}x${n}, native storage (webgpu)`,
-      metric: 'bandwidth',
-      value: bytes / viaNative / 1e6,
-      unit: 'GB/s',
-      peer: 'packed storage, same adapter',
-      peerValue: bytes / viaPacked / 1e6,
-    });
-  }
-  native.dispose();
-  packed.dispose();
-}
-
 writeBenchResults('tensor-core', rows);
-tf?.engine().reset();
-gpu?.dispose();
+tf.engine().reset();
 process.exit(0);

@@ -124,7 +124,7 @@ Execution
   --num-microbatches <n>       offload: batch chunks per slice visit (default 1)
   --checkpoint-activation      offload: recompute each slice in backward from its input
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
-  --backend <auto|cpu|webgpu>  default auto: WebGPU on a hardware adapter, else the CPU
+  --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
   --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit)
 Output

@@ -40,7 +40,8 @@ export async function runBrowserRank(report: (status: RankStatus) => void): Prom
         {
           stdout: (text) => console.log(text.trimEnd()),
           isTTY: false,
-          createBackend: (config) => chooseBackend(config, (text) => console.log(text.trimEnd())),
+          createBackend: (config, vocabSize) =>
+            chooseBackend(config, vocabSize, (text) => console.log(text.trimEnd())),
           loadData: async (path, blockSize) => {
             const response = await fetch('/data');
             if (!response.ok) throw new Error(`GET /data: ${response.status}`);

@@ -20,7 +20,7 @@ export interface RankIO {
   isTTY: boolean;
   /** The directory the user ran the command in (ranks started as processes resolve paths there). */
   cwd: string;
-  createBackend?: (config: TrainConfig) => Promise<Backend>;
+  createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
 }
 
 /** How a multi-rank run ended: rank 0's summary where it ran in this thread, or the failure. */

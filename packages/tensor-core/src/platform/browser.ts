@@ -22,3 +22,6 @@ export const importDawn: typeof NodePlatform.importDawn = async () => {
     'the webgpu package is Dawn for Node; pages use navigator.gpu',
   );
 };
+
+/** No worker threads in a bundle for the web: the CPU matmul runs on one thread there. */
+export const importThreads: typeof NodePlatform.importThreads = async () => null;

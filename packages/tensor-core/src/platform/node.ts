@@ -28,3 +28,21 @@ export async function nodeFs(_op: string): Promise<typeof import('node:fs/promis
 export async function importDawn(): Promise<DawnModule> {
   return (await import('webgpu')) as unknown as DawnModule;
 }
+
+/** What the CPU matmul's worker threads need from Node (null where there are none). */
+export interface NodeThreads {
+  Worker: typeof import('node:worker_threads').Worker;
+  /** Cores this process may use (`os.availableParallelism`). */
+  cores: number;
+  /** Whether this is the process's main thread (ranks in worker threads already fill the cores). */
+  isMainThread: boolean;
+}
+
+/** `node:worker_threads` and the core count, loaded on first use. */
+export async function importThreads(): Promise<NodeThreads | null> {
+  const [{ Worker, isMainThread }, os] = await Promise.all([
+    import('node:worker_threads'),
+    import('node:os'),
+  ]);
+  return { Worker, cores: os.availableParallelism?.() ?? os.cpus().length, isMainThread };
+}

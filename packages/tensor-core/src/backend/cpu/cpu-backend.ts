@@ -46,6 +46,18 @@ export interface CpuBackendOptions {
    * TypeScript kernel elsewhere; 'typescript' always runs the TypeScript kernel (the reference).
    */
   matmulKernel?: 'auto' | 'typescript';
+  /**
+   * Threads of the WASM matmul, the caller's included: `'auto'` (the default) one per core on the
+   * main thread and one in worker threads; 1 never starts a worker ([Note: matmul threads]).
+   * Results are identical bit for bit whatever the count.
+   */
+  matmulThreads?: number | 'auto';
+  /**
+   * Relaxed SIMD's fused multiply-add in the WASM matmul: `'auto'` (the default) where the engine
+   * has it, `'off'` never (results then agree bit for bit with every engine; see [Note: the WASM
+   * SIMD matmul]).
+   */
+  matmulFma?: 'auto' | 'off';
 }
 
 /**
@@ -75,12 +87,26 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       'cpu',
     );
     this.allocator.setLimit(options.memoryLimit);
-    this.wasmMatmul = options.matmulKernel === 'typescript' ? null : loadWasmMatmul();
+    this.wasmMatmul =
+      options.matmulKernel === 'typescript'
+        ? null
+        : loadWasmMatmul(undefined, {
+            threads: options.matmulThreads ?? 'auto',
+            fma: options.matmulFma ?? 'auto',
+          });
     this.matmulKernel = this.wasmMatmul === null ? 'typescript' : 'wasm-simd';
     this.description =
       this.wasmMatmul === null
         ? 'CPU (TypeScript kernels)'
-        : 'CPU (TypeScript kernels, WebAssembly SIMD f32 matmul)';
+        : `CPU (TypeScript kernels, WebAssembly SIMD f32 matmul${this.wasmMatmul.fma ? ' with relaxed FMA' : ''})`;
+  }
+
+  /**
+   * Starts the WASM matmul's worker threads now rather than at the first large matmul; resolves
+   * to the threads it uses (1 with the TypeScript kernel or without workers).
+   */
+  startMatmulThreads(): Promise<number> {
+    return this.wasmMatmul?.startThreads() ?? Promise.resolve(1);
   }
 
   // ---- external memory --------------------------------------------------------------------
@@ -153,6 +179,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
 
   dispose(): void {
     this.allocator.emptyCache();
+    this.wasmMatmul?.dispose();
     this.lifecycle = 'disposed';
   }
 

@@ -20,8 +20,9 @@ const KC = 256;
 const MC = 64;
 // k steps unrolled per trip of the register tile's loop.
 const UNROLL = 4;
-// Bytes 0..255 hold the edge tile (MR x NR f32); operands start at SCRATCH_BYTES.
-const SCRATCH_BYTES = 256;
+// Bytes 0..SCRATCH_BYTES-1 hold one edge tile (MR x NR f32) per thread, 16 threads at most;
+// operands start at SCRATCH_BYTES.
+const SCRATCH_BYTES = 16 * MR * NR * 4;
 if (MC % MR !== 0 || MR * NR * 4 > SCRATCH_BYTES)
   throw new Error('MC must be a multiple of MR and the edge tile must fit the scratch bytes');
 
@@ -30,8 +31,9 @@ const accLocals = Array.from({ length: MR }, (_, r) =>
   [0, 1].map((h) => `(local ${acc(r, h)} v128)`).join(' '),
 ).join(' ');
 
-// One k step: two B vectors, then each row's A value splatted and multiplied into its row.
-function kStep(step) {
+// One k step: two B vectors, then each row's A value splatted and multiplied into its row; with
+// `relaxed`, one relaxed fused multiply-add instead of a multiply and an add.
+function kStep(step, relaxed) {
   const b = step * NR * 4;
   const a = step * MR * 4;
   const lines = [
@@ -42,7 +44,9 @@ function kStep(step) {
     lines.push(`(local.set $a (v128.load32_splat offset=${a + r * 4} (local.get $pa)))`);
     for (const h of [0, 1]) {
       lines.push(
-        `(local.set ${acc(r, h)} (f32x4.add (local.get ${acc(r, h)}) (f32x4.mul (local.get $a) (local.get $b${h}))))`,
+        relaxed
+          ? `(local.set ${acc(r, h)} (f32x4.relaxed_madd (local.get $a) (local.get $b${h}) (local.get ${acc(r, h)})))`
+          : `(local.set ${acc(r, h)} (f32x4.add (local.get ${acc(r, h)}) (f32x4.mul (local.get $a) (local.get $b${h}))))`,
       );
     }
   }
@@ -75,7 +79,7 @@ const zeroAcc = Array.from({ length: MR }, (_, r) =>
 function edgeCopy(toTile) {
   const cell =
     '(i32.add (local.get $ct) (i32.add (i32.mul (local.get $r) (local.get $ldc)) (i32.shl (local.get $q) (i32.const 2))))';
-  const tileCell = `(i32.shl (i32.add (i32.mul (local.get $r) (i32.const ${NR})) (local.get $q)) (i32.const 2))`;
+  const tileCell = `(i32.add (local.get $zero) (i32.shl (i32.add (i32.mul (local.get $r) (i32.const ${NR})) (local.get $q)) (i32.const 2)))`;
   const body = toTile
     ? `(f32.store ${tileCell} (f32.load ${cell}))`
     : `(f32.store ${cell} (f32.load ${tileCell}))`;
@@ -124,10 +128,13 @@ const pack = `  ;; Pack a matrix into panels of \`width\` lanes along \`outer\`,
       (br $pl))))
 `;
 
-// gemm(ap, bp, c, m, k, n): C[m, n] (row-major at c) = packed A times packed B, each element
-// summed in f32 in k order: (((0 + a0 b0) + a1 b1) + ...), whatever the blocking.
-const gemm = `  ;; C = A B from packed panels: A as ceil(m/${MR}) panels [k][${MR}], B as ceil(n/${NR}) panels [k][${NR}].
-  (func (export "gemm") (param $ap i32) (param $bp i32) (param $c i32) (param $m i32) (param $k i32) (param $n i32)
+// gemm(ap, bp, c, m, k, n, tile): C[m, n] (row-major at c) = packed A times packed B, each element
+// summed in f32 in k order: (((0 + a0 b0) + a1 b1) + ...), whatever the blocking. `tile` is the
+// address of this caller's edge tile (threads each pass their own).
+const gemm = (
+  relaxed,
+) => `  ;; C = A B from packed panels: A as ceil(m/${MR}) panels [k][${MR}], B as ceil(n/${NR}) panels [k][${NR}].
+  (func (export "gemm") (param $ap i32) (param $bp i32) (param $c i32) (param $m i32) (param $k i32) (param $n i32) (param $zero i32)
     (local $k0 i32) (local $kc i32) (local $i0 i32) (local $i1 i32) (local $i i32) (local $j i32)
     (local $pa i32) (local $pb i32) (local $kk i32) (local $kend i32) (local $ldc i32) (local $ct i32)
     (local $rows i32) (local $cols i32) (local $r i32) (local $q i32) (local $edge i32)
@@ -171,14 +178,14 @@ ${forRows('load', '$ct', '$ldc')}))))
             (local.set $kend (i32.and (local.get $kc) (i32.const ${-UNROLL})))
             (block $ud (loop $ul
               (br_if $ud (i32.ge_u (local.get $kk) (local.get $kend)))
-${Array.from({ length: UNROLL }, (_, s) => kStep(s)).join('\n')}
+${Array.from({ length: UNROLL }, (_, s) => kStep(s, relaxed)).join('\n')}
               (local.set $pa (i32.add (local.get $pa) (i32.const ${UNROLL * MR * 4})))
               (local.set $pb (i32.add (local.get $pb) (i32.const ${UNROLL * NR * 4})))
               (local.set $kk (i32.add (local.get $kk) (i32.const ${UNROLL})))
               (br $ul)))
             (block $sd (loop $sl
               (br_if $sd (i32.ge_u (local.get $kk) (local.get $kc)))
-${kStep(0)}
+${kStep(0, relaxed)}
               (local.set $pa (i32.add (local.get $pa) (i32.const ${MR * 4})))
               (local.set $pb (i32.add (local.get $pb) (i32.const ${NR * 4})))
               (local.set $kk (i32.add (local.get $kk) (i32.const 1)))
@@ -199,37 +206,71 @@ ${forRows('store', '$ct', '$ldc')}))
       (br $kl))))
 `;
 
-// The edge tile lives at byte 0 with a row stride of NR floats; `$zero` and `$tileStride` are
-// locals so forRows can address it like C.
-const gemmWithTile = gemm
-  .replace('(local $edge i32)', `(local $edge i32) (local $zero i32) (local $tileStride i32)`)
-  .replace('(local.set $ldc', `(local.set $tileStride (i32.const ${NR * 4}))\n    (local.set $ldc`);
+// The edge tile lives at `$zero` (a parameter) with a row stride of NR floats; `$tileStride` is a
+// local so forRows can address it like C.
+const gemmWithTile = (relaxed) =>
+  gemm(relaxed)
+    .replace('(local $edge i32)', '(local $edge i32) (local $tileStride i32)')
+    .replace(
+      '(local.set $ldc',
+      `(local.set $tileStride (i32.const ${NR * 4}))\n    (local.set $ldc`,
+    );
 
-const wat = `;; GENERATED by generate-matmul-wasm.mjs: the CPU backend's f32 matmul, f32x4 SIMD.
+// Four modules: plain SIMD or relaxed SIMD's fused multiply-add, each with its own memory or
+// importing a shared one (threads: every worker instantiates the module over the same memory).
+// The largest memory is 2 GiB (32768 pages), the cap of i32 offsets as the loader uses them.
+function moduleWat({ relaxed, shared }) {
+  const memory = shared
+    ? '(memory (import "env" "memory") 1 32768 shared)'
+    : '(memory (export "memory") 1)';
+  return `;; GENERATED by generate-matmul-wasm.mjs: the CPU backend's f32 matmul, f32x4 SIMD${relaxed ? ' with relaxed fused multiply-add' : ''}${shared ? ', over an imported shared memory' : ''}.
 ;; A ${MR}x${NR} register tile (${2 * MR} f32x4 accumulators), k blocks of ${KC}, row blocks of ${MC}.
-;; Every pointer is a byte offset into the exported memory; bytes 0..${SCRATCH_BYTES - 1} are the edge tile.
+;; Every pointer is a byte offset into the memory; bytes 0..${SCRATCH_BYTES - 1} hold the edge tiles, ${MR * NR * 4} bytes per thread.
 (module
-  (memory (export "memory") 1)
+  ${memory}
   (global (export "scratchBytes") i32 (i32.const ${SCRATCH_BYTES}))
   (global (export "mr") i32 (i32.const ${MR}))
   (global (export "nr") i32 (i32.const ${NR}))
-${pack}${gemmWithTile})
+${pack}${gemmWithTile(relaxed)})
 `;
+}
 
 const wabt = await wabtInit();
-const module = wabt.parseWat('matmul.wat', wat, { simd: true });
-module.validate();
-const { buffer } = module.toBinary({});
-module.destroy();
-new WebAssembly.Module(buffer);
+const VARIANTS = {
+  simd: { relaxed: false, shared: false },
+  relaxedSimd: { relaxed: true, shared: false },
+  sharedSimd: { relaxed: false, shared: true },
+  sharedRelaxedSimd: { relaxed: true, shared: true },
+};
+const encoded = {};
+for (const [name, variant] of Object.entries(VARIANTS)) {
+  const wat = moduleWat(variant);
+  const module = wabt.parseWat('matmul.wat', wat, {
+    simd: true,
+    relaxed_simd: variant.relaxed,
+    threads: variant.shared,
+  });
+  // wabt's validate forgets the threads feature; Node's own validation checks the shared variants
+  // (relaxed SIMD needs --experimental-wasm-relaxed-simd in Node 20, so those are checked by wabt).
+  if (!variant.shared) module.validate();
+  const { buffer } = module.toBinary({});
+  module.destroy();
+  if (!variant.relaxed && !WebAssembly.validate(buffer))
+    throw new Error(`${name} does not validate`);
+  encoded[name] = Buffer.from(buffer).toString('base64');
+  if (name === 'simd') writeFileSync(join(here, 'matmul.wat'), wat);
+  console.log(`matmul.wasm (${name}): ${buffer.length} bytes`);
+}
 
-writeFileSync(join(here, 'matmul.wat'), wat);
 writeFileSync(
   join(here, 'matmul-wasm.generated.ts'),
-  `// GENERATED by src/backend/cpu/generate-matmul-wasm.mjs from matmul.wat; do not edit.\n` +
-    `/** The f32 matmul's WASM SIMD module (${buffer.length} bytes), base64. */\n` +
-    `export const matmulWasmBase64 =\n  '${Buffer.from(buffer).toString('base64')}';\n` +
-    `/** The register tile the module was built with: rows of A and columns of B per panel. */\n` +
-    `export const matmulTile = { rows: ${MR}, columns: ${NR} } as const;\n`,
+  `// GENERATED by src/backend/cpu/generate-matmul-wasm.mjs (matmul.wat is the plain variant); do not edit.\n` +
+    `/** The f32 matmul's WASM modules, base64: plain SIMD or relaxed SIMD, own or shared memory. */\n` +
+    `export const matmulWasmBase64 = {\n${Object.entries(encoded)
+      .map(([name, text]) => `  ${name}:\n    '${text}',`)
+      .join('\n')}\n} as const;\n` +
+    `/** The register tile the modules were built with: rows of A and columns of B per panel. */\n` +
+    `export const matmulTile = { rows: ${MR}, columns: ${NR} } as const;\n` +
+    `/** Bytes of edge tiles at the start of memory: ${SCRATCH_BYTES / (MR * NR * 4)} threads' worth. */\n` +
+    `export const matmulScratchBytes = ${SCRATCH_BYTES};\n`,
 );
-console.log(`matmul.wasm: ${buffer.length} bytes`);

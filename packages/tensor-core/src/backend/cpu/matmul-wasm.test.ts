@@ -77,7 +77,7 @@ async function matmul(
 }
 
 describe('the WASM SIMD f32 matmul', () => {
-  const wasm = createCpuBackend();
+  const wasm = createCpuBackend({ matmulFma: 'off' });
   const typescript = createCpuBackend({ matmulKernel: 'typescript' });
 
   it('runs where the engine has WebAssembly SIMD (Node)', () => {

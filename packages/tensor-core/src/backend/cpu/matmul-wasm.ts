@@ -1,4 +1,5 @@
-import { matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
+import { matmulScratchBytes, matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
+import { MatmulThreads } from './matmul-threads.js';
 
 /**
  * [Note: the WASM SIMD matmul]
@@ -13,19 +14,27 @@ import { matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
  *   once.
  * - The register tile. `gemm` computes C in 4x8 tiles held in 8 f32x4 locals (V8 keeps them in xmm
  *   registers): per k step, two vector loads of B, four splat loads of A and 8 multiply-adds, with
- *   the k loop unrolled 4 times. Edge tiles go through a 4x8 scratch tile at byte 0.
+ *   the k loop unrolled 4 times. Edge tiles go through a 4x8 scratch tile, one per thread, in the
+ *   first bytes of memory.
  * - Cache blocks. k runs in blocks of 256 and rows in blocks of 64: one tile's slices of an A panel
  *   (4 KiB) and a B panel (8 KiB) stay in L1, and a 64x256 block of A (64 KiB) stays in L2 while
  *   every B panel passes over it.
  * - Numerics. Each element is summed in f32, in k order, from f32 products: (((0 + a0 b0) + a1 b1)
  *   + ...). The accumulators of the second and later k blocks start from C's partial sums, so the
- *   order, and so every bit of the result, does not depend on the blocking; the result is the same
- *   on every run and every engine (no fused multiply-add: relaxed SIMD's madd may or may not round
- *   once, and ranks on different machines must agree). The TypeScript kernel sums in f64 and rounds
- *   once; the two agree to the f32 tolerance, and PyTorch, tfjs and onnxruntime also sum f32 in f32.
+ *   order, and so every bit of the result, does not depend on the blocking or on the thread count
+ *   (threads split C's rows, never k: [Note: matmul threads]). Where the engine validates relaxed
+ *   SIMD (Chrome; Node 20 only with --experimental-wasm-relaxed-simd, `matmul-threads.test.ts`
+ *   checks both), the multiply-add is `f32x4.relaxed_madd`, which rounds once where the engine
+ *   fuses it (x64 with FMA3, arm64) and twice elsewhere: still the same on every run and thread
+ *   count of one machine, but two machines whose engines differ can differ in the last bits.
+ *   `createCpuBackend({ matmulFma: 'off' })` keeps the unfused module, whose results are the same
+ *   on every engine (ranks on mixed machines). The TypeScript kernel sums in f64 and rounds once;
+ *   the kernels agree to the f32 tolerance, and PyTorch, tfjs and onnxruntime also sum f32 in f32.
  * - Memory. Each backend has its own instance; its memory grows to the largest call's operands,
  *   packed panels and result, and is kept for reuse (scratch, like the TypeScript kernel's copies,
  *   so not in `memoryStats`).
+ * - Variants. Four modules from the one generator: plain or relaxed SIMD, each with its own memory
+ *   or importing a shared one (for threads).
  * - Fallback. Where `WebAssembly.validate` rejects the module (no SIMD) or the operands would not fit
  *   in a 2 GiB memory, the TypeScript kernel runs; f16, bf16 and f64 always take it.
  */
@@ -33,7 +42,12 @@ import { matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
 /** The kernel's register tile: rows of A and columns of B per panel. */
 const MR = matmulTile.rows;
 const NR = matmulTile.columns;
-const SCRATCH_BYTES = 256;
+const SCRATCH_BYTES = matmulScratchBytes;
+/** One thread's edge tile: threads at most is SCRATCH_BYTES / TILE_BYTES. */
+const TILE_BYTES = MR * NR * 4;
+const MAX_THREADS = SCRATCH_BYTES / TILE_BYTES;
+/** Pages of the shared memory's maximum (2 GiB), as the shared modules declare. */
+const SHARED_MAX_PAGES = 32768;
 /** Past this many bytes of operands the TypeScript kernel runs (i32 offsets, V8's memory cap). */
 const MAX_BYTES = 2 ** 31 - 2 ** 16;
 const PAGE = 65536;
@@ -49,13 +63,37 @@ interface MatmulExports {
     strideOuter: number,
     strideInner: number,
   ) => void;
-  readonly gemm: (ap: number, bp: number, c: number, m: number, k: number, n: number) => void;
+  readonly gemm: (
+    ap: number,
+    bp: number,
+    c: number,
+    m: number,
+    k: number,
+    n: number,
+    tile: number,
+  ) => void;
 }
 
 /** The parts of the `WebAssembly` namespace the loader uses (a test passes one without SIMD). */
 export type WasmApi = Pick<typeof WebAssembly, 'validate' | 'Module' | 'Instance'>;
 
-const compiled = new WeakMap<WasmApi, WebAssembly.Module | null>();
+type Variant = keyof typeof matmulWasmBase64;
+const compiled = new WeakMap<WasmApi, Map<Variant, WebAssembly.Module | null>>();
+
+function compile(wasm: WasmApi, variant: Variant): WebAssembly.Module | null {
+  let modules = compiled.get(wasm);
+  if (modules === undefined) {
+    modules = new Map();
+    compiled.set(wasm, modules);
+  }
+  let module = modules.get(variant);
+  if (module === undefined) {
+    const bytes = decodeBase64(matmulWasmBase64[variant]);
+    module = wasm.validate(bytes) ? new wasm.Module(bytes) : null;
+    modules.set(variant, module);
+  }
+  return module;
+}
 
 function decodeBase64(text: string): Uint8Array<ArrayBuffer> {
   const binary = atob(text);
@@ -83,7 +121,23 @@ export interface MatmulShape {
 
 /** The WASM SIMD f32 matmul over one module instance, whose memory only grows. */
 export class WasmMatmul {
-  constructor(private readonly exports: MatmulExports) {}
+  constructor(
+    private readonly exports: MatmulExports,
+    /** Whether the module multiplies and adds with relaxed SIMD's fused multiply-add. */
+    readonly fma: boolean,
+    private readonly memory: WebAssembly.Memory,
+    private readonly threads: MatmulThreads | null = null,
+  ) {}
+
+  /** Starts the worker threads if they have not started; resolves to the threads in use. */
+  startThreads(): Promise<number> {
+    return this.threads?.start() ?? Promise.resolve(1);
+  }
+
+  /** Stops the worker threads. */
+  dispose(): void {
+    this.threads?.stop();
+  }
 
   /** The bytes of module memory `shape` needs, or Infinity past what the module can address. */
   static bytesFor(s: MatmulShape): number {
@@ -105,7 +159,7 @@ export class WasmMatmul {
   /** Write A B into `out` (`batch * m * n` floats). The caller checks `accepts(shape)` first. */
   run(a: Float32Array, b: Float32Array, out: Float32Array, s: MatmulShape): void {
     const { batch, batchA, batchB, m, k, n } = s;
-    const memory = this.exports.memory;
+    const memory = this.memory;
     const need = WasmMatmul.bytesFor(s);
     if (memory.buffer.byteLength < need) {
       memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
@@ -125,10 +179,25 @@ export class WasmMatmul {
     for (let p = 0; p < batch; p++) {
       if (p === 0 || batchA !== 1) pack(aRaw + p * m * k * 4, aPack, m, k, MR, aOuter, aInner);
       if (p === 0 || batchB !== 1) pack(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner);
-      gemm(aPack, bPack, c + p * m * n * 4, m, k, n);
+      if (this.threads === null) gemm(aPack, bPack, c + p * m * n * 4, m, k, n, 0);
+      else this.threads.gemm(gemm, aPack, bPack, c + p * m * n * 4, m, k, n);
     }
     out.set(new Float32Array(buffer, c, batch * m * n));
   }
+}
+
+/** How `loadWasmMatmul` builds the kernel. */
+export interface WasmMatmulOptions {
+  /**
+   * Relaxed SIMD's fused multiply-add: `'auto'` (the default) where the engine validates it,
+   * `'off'` never. See [Note: the WASM SIMD matmul] on what it changes.
+   */
+  fma?: 'auto' | 'off';
+  /**
+   * Threads in all, the caller's included, or `'auto'` (the default): one per core on the main
+   * thread, one in worker threads. See [Note: matmul threads].
+   */
+  threads?: number | 'auto';
 }
 
 /**
@@ -138,15 +207,31 @@ export class WasmMatmul {
  */
 export function loadWasmMatmul(
   wasm: WasmApi | null = globalThis.WebAssembly ?? null,
+  options: WasmMatmulOptions = {},
 ): WasmMatmul | null {
   if (wasm === null) return null;
-  let module = compiled.get(wasm);
-  if (module === undefined) {
-    const bytes = decodeBase64(matmulWasmBase64);
-    module = wasm.validate(bytes) ? new wasm.Module(bytes) : null;
-    compiled.set(wasm, module);
+  const relaxed = options.fma !== 'off' && compile(wasm, 'relaxedSimd') !== null;
+  const threads = options.threads ?? 'auto';
+  if (threads !== 1 && typeof SharedArrayBuffer !== 'undefined') {
+    const module = compile(wasm, relaxed ? 'sharedRelaxedSimd' : 'sharedSimd');
+    if (module !== null) {
+      try {
+        const memory = new WebAssembly.Memory({
+          initial: 1,
+          maximum: SHARED_MAX_PAGES,
+          shared: true,
+        });
+        const instance = new wasm.Instance(module, { env: { memory } });
+        const pool = new MatmulThreads(module, memory, threads, MAX_THREADS, MR, TILE_BYTES);
+        return new WasmMatmul(instance.exports as unknown as MatmulExports, relaxed, memory, pool);
+      } catch {
+        // no shared memory here (a page that is not cross-origin isolated): one thread
+      }
+    }
   }
+  const module = compile(wasm, relaxed ? 'relaxedSimd' : 'simd');
   if (module === null) return null;
   const instance = new wasm.Instance(module, {});
-  return new WasmMatmul(instance.exports as unknown as MatmulExports);
+  const exports = instance.exports as unknown as MatmulExports;
+  return new WasmMatmul(exports, relaxed, exports.memory);
 }

@@ -1,6 +1,13 @@
 import type { DType } from '../../dtype.js';
 import type { Dense } from './kernels.js';
 import { input, type Launch, output, Params, type Program } from './program.js';
+import {
+  type RegisterTiling,
+  registerTiledWgsl,
+  tilingKey,
+  type VectorLoads,
+  workgroupTile,
+} from './matmul-tiled-wgsl.js';
 import { CONVERT, declare, loader, paramsDecl } from './wgsl.js';
 
 /**
@@ -22,101 +29,16 @@ import { CONVERT, declare, loader, paramsDecl } from './wgsl.js';
  */
 export type MatmulKernel = 'registerTiled' | 'sharedMemory';
 
-const TM = 8;
-const TN = 8;
-const RWG: [number, number, number] = [8, 8, 1];
+/** Which kernel a backend runs, with the register tiling where it is the register-tiled one. */
+export type MatmulTuning =
+  | { readonly kernel: 'sharedMemory' }
+  | ({ readonly kernel: 'registerTiled'; readonly vectorLoads?: boolean } & RegisterTiling);
 
 function indexExprs(transposeA: boolean, transposeB: boolean) {
   return {
     a: (m: string, k: string) => (transposeA ? `aBase + (${k}) * M + ${m}` : `${m} * K + (${k})`),
     b: (k: string, n: string) => (transposeB ? `${n} * K + (${k})` : `bBase + (${k}) * N + ${n}`),
   };
-}
-
-function registerTiledWgsl(a: DType, b: DType, transposeA: boolean, transposeB: boolean): string {
-  const L: string[] = [];
-  const rows = Array.from({ length: TM }, (_, r) => r);
-  const groups = Array.from({ length: TN / 4 }, (_, j) => j);
-  const cols = Array.from({ length: TN }, (_, c) => c);
-  L.push(
-    CONVERT,
-    declare(0, 'A', a, 'read'),
-    loader('A', a),
-    declare(1, 'B', b, 'read'),
-    loader('B', b),
-  );
-  L.push('@group(0) @binding(2) var<storage, read_write> C: array<f32>;', paramsDecl(3));
-  L.push(`@compute @workgroup_size(${RWG[0]}, ${RWG[1]}, 1)
-fn main(@builtin(global_invocation_id) g: vec3u) {
-  let M = prm[0];
-  let N = prm[1];
-  let K = prm[2];
-  let row0 = g.y * ${TM}u;
-  let col0 = g.x * ${TN}u;
-  if (row0 >= M || col0 >= N) { return; }
-  let aBase = prm[3] + g.z * prm[6];
-  let bBase = prm[4] + g.z * prm[7];`);
-  for (const r of rows) {
-    L.push(`  let m${r} = min(row0 + ${r}u, M - 1u);`);
-    if (!transposeA) L.push(`  let ar${r} = aBase + m${r} * K;`);
-  }
-  for (const c of cols) {
-    L.push(`  let n${c} = min(col0 + ${c}u, N - 1u);`);
-    if (transposeB) L.push(`  let bc${c} = bBase + n${c} * K;`);
-  }
-  for (const r of rows) for (const j of groups) L.push(`  var acc${r}_${j} = vec4f(0.0);`);
-  const ix = indexExprs(transposeA, transposeB);
-  const aAt = (r: number, k: string) =>
-    transposeA ? `ld_A(${ix.a(`m${r}`, k)})` : `ld_A(ar${r} + ${k})`;
-  const bAt = (k: string, c: number) =>
-    transposeB ? `ld_B(bc${c} + ${k})` : `ld_B(${ix.b(k, `n${c}`)})`;
-  L.push('  let K4 = K & ~3u;');
-  L.push('  for (var k = 0u; k < K4; k += 4u) {');
-  for (const r of rows) {
-    L.push(
-      `    let a${r} = vec4f(${[0, 1, 2, 3].map((q) => aAt(r, q === 0 ? 'k' : `k + ${q}u`)).join(', ')});`,
-    );
-  }
-  for (const q of [0, 1, 2, 3]) {
-    const k = q === 0 ? 'k' : `k + ${q}u`;
-    for (const j of groups) {
-      L.push(
-        `    let b${q}_${j} = vec4f(${[0, 1, 2, 3].map((c) => bAt(k, j * 4 + c)).join(', ')});`,
-      );
-    }
-  }
-  for (const r of rows) {
-    for (const j of groups) {
-      L.push(
-        `    acc${r}_${j} = acc${r}_${j} + a${r}.x * b0_${j} + a${r}.y * b1_${j} + a${r}.z * b2_${j} + a${r}.w * b3_${j};`,
-      );
-    }
-  }
-  L.push('  }');
-  L.push('  for (var k = K4; k < K; k++) {');
-  for (const j of groups) {
-    L.push(`    let b_${j} = vec4f(${[0, 1, 2, 3].map((c) => bAt('k', j * 4 + c)).join(', ')});`);
-  }
-  for (const r of rows) {
-    L.push(`    let a${r} = ${aAt(r, 'k')};`);
-    for (const j of groups) L.push(`    acc${r}_${j} = acc${r}_${j} + a${r} * b_${j};`);
-  }
-  L.push('  }');
-  L.push('  let cBase = prm[5] + g.z * M * N;');
-  for (const r of rows) {
-    L.push(`  if (row0 + ${r}u < M) {`);
-    L.push(`    let cr = cBase + (row0 + ${r}u) * N + col0;`);
-    for (const j of groups) {
-      for (const c of [0, 1, 2, 3]) {
-        const col = j * 4 + c;
-        const comp = ['x', 'y', 'z', 'w'][c];
-        L.push(`    if (col0 + ${col}u < N) { C[cr + ${col}u] = acc${r}_${j}.${comp}; }`);
-      }
-    }
-    L.push('  }');
-  }
-  L.push('}');
-  return L.join('\n');
 }
 
 function sharedMemoryWgsl(a: DType, b: DType, transposeA: boolean, transposeB: boolean): string {
@@ -196,6 +118,25 @@ fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u)
 }`;
 }
 
+const NO_VECTORS: VectorLoads = { a: false, b: false };
+
+/**
+ * Which operands this call can read as vec4: f32, not transposed, the rows of every batch element
+ * starting at a multiple of 4 floats (so K, resp. N, a multiple of 4, and the offset too).
+ */
+function vectorLoads(
+  a: Dense,
+  b: Dense,
+  transposeA: boolean,
+  transposeB: boolean,
+  s: MatmulShape,
+): VectorLoads {
+  return {
+    a: a.dtype === 'f32' && !transposeA && s.k % 4 === 0 && a.offset % 4 === 0,
+    b: b.dtype === 'f32' && !transposeB && s.n % 4 === 0 && b.offset % 4 === 0,
+  };
+}
+
 export interface MatmulShape {
   batch: number;
   m: number;
@@ -207,7 +148,7 @@ export interface MatmulShape {
 
 /** out (f32, contiguous [batch, M, N]) = A x B. */
 export function matmulLaunch(
-  kernel: MatmulKernel,
+  tuning: MatmulTuning,
   a: Dense,
   b: Dense,
   out: Dense,
@@ -215,31 +156,30 @@ export function matmulLaunch(
   transposeB: boolean,
   s: MatmulShape,
 ): Launch {
-  const key = `matmul:${kernel}:${a.dtype}:${b.dtype}:${transposeA}:${transposeB}`;
-  const program: Program =
-    kernel === 'registerTiled'
-      ? {
-          name: 'matmul',
-          key,
-          workgroupSize: RWG,
-          dispatch: (sh) => [
-            Math.ceil((sh[1] ?? 1) / (TN * RWG[0])),
-            Math.ceil((sh[0] ?? 1) / (TM * RWG[1])),
-            sh[2] ?? 1,
-          ],
-          wgsl: () => registerTiledWgsl(a.dtype, b.dtype, transposeA, transposeB),
-        }
-      : {
-          name: 'matmul',
-          key,
-          workgroupSize: [16, 16, 1],
-          dispatch: (sh) => [
-            Math.ceil((sh[1] ?? 1) / 64),
-            Math.ceil((sh[0] ?? 1) / 64),
-            sh[2] ?? 1,
-          ],
-          wgsl: () => sharedMemoryWgsl(a.dtype, b.dtype, transposeA, transposeB),
-        };
+  let program: Program;
+  if (tuning.kernel === 'registerTiled') {
+    const [rowsPerGroup, colsPerGroup] = workgroupTile(tuning);
+    const vec = tuning.vectorLoads ? vectorLoads(a, b, transposeA, transposeB, s) : NO_VECTORS;
+    program = {
+      name: 'matmul',
+      key: `matmul:tiled:${tilingKey(tuning)}:${a.dtype}:${b.dtype}:${transposeA}:${transposeB}:${vec.a}:${vec.b}`,
+      workgroupSize: [tuning.workgroup[0], tuning.workgroup[1], 1],
+      dispatch: (sh) => [
+        Math.ceil((sh[1] ?? 1) / colsPerGroup),
+        Math.ceil((sh[0] ?? 1) / rowsPerGroup),
+        sh[2] ?? 1,
+      ],
+      wgsl: () => registerTiledWgsl(a.dtype, b.dtype, transposeA, transposeB, tuning, vec),
+    };
+  } else {
+    program = {
+      name: 'matmul',
+      key: `matmul:shared:${a.dtype}:${b.dtype}:${transposeA}:${transposeB}`,
+      workgroupSize: [16, 16, 1],
+      dispatch: (sh) => [Math.ceil((sh[1] ?? 1) / 64), Math.ceil((sh[0] ?? 1) / 64), sh[2] ?? 1],
+      wgsl: () => sharedMemoryWgsl(a.dtype, b.dtype, transposeA, transposeB),
+    };
+  }
   const params = new Params()
     .u(s.m)
     .u(s.n)

@@ -48,7 +48,8 @@ import {
   unaryLaunch,
   whereLaunch,
 } from './kernels.js';
-import { type MatmulKernel, matmulLaunch } from './matmul.js';
+import { type MatmulKernel, type MatmulTuning, matmulLaunch } from './matmul.js';
+import { matmulKernelFromEnv, matmulTuningFor } from './matmul-tuning.js';
 import type { Launch } from './program.js';
 import { randomUniformLaunch } from './random-kernels.js';
 import { READ_STAGING, Readbacks } from './readback.js';
@@ -59,6 +60,8 @@ export interface WebGpuBackendOptions extends AdapterOptions {
   memoryLimit?: number;
   /** Force a matmul kernel instead of choosing per adapter. */
   matmulKernel?: MatmulKernel;
+  /** Force a full matmul tuning (benchmarks of the tuning table). */
+  matmulTuning?: MatmulTuning;
   /**
    * How f16 tensors are stored (see [Note: native f16 storage]): `'native'` (`array<f16>`; throws
    * a `BackendError` where the adapter lacks `shader-f16`), `'packed'` (two per u32 word, on every
@@ -148,6 +151,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   readonly description: string;
   /** The matmul kernel in use on this adapter. */
   readonly matmulKernel: MatmulKernel;
+  /** Its tuning, from the adapter's row of [Note: matmul tuning per adapter]. */
+  readonly matmulTuning: MatmulTuning;
   private readonly queue: DeviceQueue;
   /** Reads in flight: see [Note: chunked reads through pooled staging]. */
   private readonly readbacks: Readbacks;
@@ -188,17 +193,10 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     this.queue = queue;
     readbacks = new Readbacks(queue, allocator, (buffer) => queue.destroyLater(buffer));
     this.readbacks = readbacks;
-    const cpu = isCpuAdapter(adapter);
     const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_MATMUL : undefined;
-    this.matmulKernel =
-      options.matmulKernel ??
-      (env === 'shared'
-        ? 'sharedMemory'
-        : env === 'tiled'
-          ? 'registerTiled'
-          : cpu
-            ? 'registerTiled'
-            : 'sharedMemory');
+    const chosen = matmulTuningFor(adapter.info, options.matmulKernel ?? matmulKernelFromEnv(env));
+    this.matmulTuning = options.matmulTuning ?? chosen.tuning;
+    this.matmulKernel = this.matmulTuning.kernel;
     this.capabilities = {
       shaderF16: hasF16,
       f16Storage: nativeF16 ? 'native' : 'packed',
@@ -470,7 +468,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const o = dense(out);
     if (o.dtype === 'f32') {
       this.run(
-        matmulLaunch(this.matmulKernel, dense(a), dense(b), o, transposeA, transposeB, shape),
+        matmulLaunch(this.matmulTuning, dense(a), dense(b), o, transposeA, transposeB, shape),
       );
       return;
     }
@@ -478,7 +476,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const tmp = this.allocate(o.size * 4);
     const f32: Dense = { storage: tmp, offset: 0, dtype: 'f32', size: o.size };
     this.run(
-      matmulLaunch(this.matmulKernel, dense(a), dense(b), f32, transposeA, transposeB, shape),
+      matmulLaunch(this.matmulTuning, dense(a), dense(b), f32, transposeA, transposeB, shape),
     );
     this.run(copyLaunch(f32, o));
     this.release(tmp);

@@ -1,0 +1,150 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCpuBackend } from '../../runtime.js';
+import { seededValues } from '../../testing/reference.js';
+import type { Backend } from '../backend.js';
+import type { CpuBackend } from './cpu-backend.js';
+import { THREADED_MIN_MACS } from './matmul-threads.js';
+
+// Shapes past the threading threshold, with odd sizes on every axis (edge tiles, uneven splits),
+// both operands transposed or not, and batches with a broadcast operand.
+const SHAPES = [
+  { batchA: 1, batchB: 1, m: 131, k: 97, n: 101 },
+  { batchA: 1, batchB: 1, m: 257, k: 300, n: 19 },
+  { batchA: 3, batchB: 1, m: 99, k: 97, n: 103 },
+  { batchA: 2, batchB: 2, m: 7, k: 513, n: 301 },
+];
+
+async function run(
+  backend: Backend,
+  s: (typeof SHAPES)[number],
+  transposeA: boolean,
+  transposeB: boolean,
+): Promise<Float32Array> {
+  const batch = Math.max(s.batchA, s.batchB);
+  const make = (shape: number[], seed?: number) => {
+    const size = shape.reduce((x, y) => x * y, 1);
+    const t = { storage: backend.allocate(size * 4), offset: 0, dtype: 'f32' as const, shape };
+    if (seed !== undefined) backend.write(t, Float32Array.from(seededValues(size, seed, -1, 1)));
+    return t;
+  };
+  const a = make(transposeA ? [s.batchA, s.k, s.m] : [s.batchA, s.m, s.k], s.m + s.k);
+  const b = make(transposeB ? [s.batchB, s.n, s.k] : [s.batchB, s.k, s.n], s.n + 3 * s.k);
+  const out = make([batch, s.m, s.n]);
+  backend.matmul(a, b, out, transposeA, transposeB);
+  const result = (await backend.read(out)) as Float32Array;
+  for (const t of [a, b, out]) backend.release(t.storage);
+  return result;
+}
+
+describe('the WASM matmul on several threads', () => {
+  const backends = new Map<number, CpuBackend>();
+  for (const threads of [1, 2, 3]) {
+    backends.set(threads, createCpuBackend({ matmulThreads: threads, matmulFma: 'off' }));
+  }
+  const typescript = createCpuBackend({ matmulKernel: 'typescript' });
+  afterAll(() => {
+    for (const b of backends.values()) b.dispose();
+    typescript.dispose();
+  });
+
+  it('starts the threads it was asked for', async () => {
+    expect(await backends.get(1)!.startMatmulThreads()).toBe(1);
+    expect(await backends.get(2)!.startMatmulThreads()).toBe(2);
+    expect(await backends.get(3)!.startMatmulThreads()).toBe(3);
+    expect(131 * 97 * 101).toBeGreaterThan(THREADED_MIN_MACS);
+  });
+
+  for (const s of SHAPES) {
+    for (const [ta, tb] of [
+      [false, false],
+      [true, false],
+      [false, true],
+      [true, true],
+    ] as const) {
+      it(`gives identical bits on 1, 2 and 3 threads, close to the TypeScript kernel: ${s.batchA}/${s.batchB} x ${s.m}x${s.k}x${s.n}, transposes ${ta} ${tb}`, async () => {
+        const one = await run(backends.get(1)!, s, ta, tb);
+        expect(await run(backends.get(2)!, s, ta, tb)).toEqual(one);
+        expect(await run(backends.get(3)!, s, ta, tb)).toEqual(one);
+        const reference = await run(typescript, s, ta, tb);
+        // f32 sums of k terms in (-1, 1): well inside (k + 1) 2^-24 sum |a b| <= (k + 1) k 2^-24.
+        const tolerance = (s.k + 1) * s.k * 2 ** -24;
+        let worst = 0;
+        for (let i = 0; i < one.length; i++) {
+          worst = Math.max(worst, Math.abs(one[i]! - reference[i]!));
+        }
+        expect(worst).toBeLessThan(tolerance);
+      });
+    }
+  }
+
+  it('runs on one thread where worker threads are not wanted', async () => {
+    const single = createCpuBackend({ matmulThreads: 1 });
+    expect(await single.startMatmulThreads()).toBe(1);
+    single.dispose();
+  });
+});
+
+/*
+ * Relaxed SIMD: Node 20's V8 (11.3) rejects relaxed-SIMD opcodes unless started with
+ * --experimental-wasm-relaxed-simd (`WebAssembly.validate` returns false; checked below), so the
+ * kernel detects it at run time and uses the fused multiply-add only where it validates.
+ */
+describe('relaxed SIMD fused multiply-add', () => {
+  const script = `
+    const { createCpuBackend } = await import(${JSON.stringify(
+      fileURLToPath(new URL('../../runtime.ts', import.meta.url)),
+    )});
+    const backend = createCpuBackend({ matmulThreads: 1 });
+    const off = createCpuBackend({ matmulThreads: 1, matmulFma: 'off' });
+    const n = 67, k = 301;
+    const a = Float32Array.from({ length: n * k }, (_, i) => Math.sin(i) );
+    const b = Float32Array.from({ length: k * n }, (_, i) => Math.cos(3 * i));
+    const results = [];
+    for (const be of [backend, off]) {
+      const t = (shape, data) => { const x = { storage: be.allocate(shape[0] * shape[1] * shape[2] * 4), offset: 0, dtype: 'f32', shape }; if (data) be.write(x, data); return x; };
+      const out = t([1, n, n]);
+      be.matmul(t([1, n, k], a), t([1, k, n], b), out, false, false);
+      results.push(await be.read(out));
+    }
+    let fused = 0, worst = 0;
+    for (let i = 0; i < n * n; i++) {
+      // A fused multiply-add rounds once where mul + add round twice: the sums differ somewhere.
+      if (results[0][i] !== results[1][i]) fused++;
+      worst = Math.max(worst, Math.abs(results[0][i] - results[1][i]));
+    }
+    console.log(JSON.stringify({ description: backend.description, fused, worst }));
+  `;
+  const runNode = (flags: string[]) =>
+    new Promise<{ description: string; fused: number; worst: number }>((resolve, reject) => {
+      execFile(
+        process.execPath,
+        [
+          ...flags,
+          '--conditions=@webshard/source',
+          '--import',
+          'tsx',
+          '--input-type=module',
+          '-e',
+          script,
+        ],
+        { timeout: 60_000 },
+        (error, stdout) => (error ? reject(error) : resolve(JSON.parse(stdout.trim()))),
+      );
+    });
+
+  it('is detected at run time: off in plain Node 20, on with --experimental-wasm-relaxed-simd, within f32 rounding of the unfused kernel', async () => {
+    const plain = await runNode([]);
+    const major = Number(process.versions.node.split('.')[0]);
+    if (major === 20) {
+      expect(plain.description).not.toContain('relaxed FMA');
+      expect(plain.fused).toBe(0);
+    }
+    const flagged = await runNode(['--experimental-wasm-relaxed-simd']);
+    expect(flagged.description).toContain('relaxed FMA');
+    // V8 lowers relaxed_madd to a fused instruction on x64 with FMA3 (every machine CI runs on).
+    expect(flagged.fused).toBeGreaterThan(0);
+    expect(flagged.worst).toBeLessThan(301 * 302 * 2 ** -24);
+  }, 120_000);
+});

@@ -1,0 +1,182 @@
+import { importThreads } from '#platform';
+
+/**
+ * [Note: matmul threads]
+ *
+ * The WASM matmul runs on several threads where the engine can share memory between them (Node's
+ * worker threads): every worker instantiates the same module over the same shared
+ * `WebAssembly.Memory`, and a call splits C's rows between the calling thread and the workers, in
+ * multiples of the register tile's rows. The split is by output tiles, never along k: every
+ * element of C is computed by the same instructions in the same order whatever the thread count,
+ * so results are identical bit for bit across thread counts (the tests check it).
+ *
+ * The calling thread publishes a call in a small shared control block (operands' addresses and
+ * each worker's rows), bumps a generation counter and wakes the workers with `Atomics.notify`,
+ * computes its own rows, then waits with `Atomics.wait` until every worker has counted itself
+ * done; the kernel API stays synchronous. Each thread has its own edge tile in the scratch bytes.
+ * Workers start in the background when the backend is created; until they are ready (and for
+ * small products, where waking them costs more than it saves) the calling thread does all rows.
+ * Workers are `unref`ed (they never keep a process alive) and stopped by `dispose`. In pages,
+ * `#platform` has no threads and the matmul runs on one.
+ */
+
+/** Control block words. */
+const GENERATION = 0;
+const DONE = 1;
+const STOP = 2;
+const FAILED = 3;
+const ARGS = 4; // ap, bp, c, k, n
+const ROWS = 9; // [rowStart, rows] per worker
+/** Below this many multiply-adds a call runs on the calling thread alone. */
+export const THREADED_MIN_MACS = 96 * 96 * 96;
+
+// Runs in each worker (CommonJS, evaluated): waits for a generation, computes its rows, counts.
+const WORKER_SOURCE = `
+const { workerData } = require('node:worker_threads');
+const { module, memory, control, index, tileBytes } = workerData;
+const { gemm } = new WebAssembly.Instance(module, { env: { memory } }).exports;
+const ctl = new Int32Array(control);
+let seen = 0;
+for (;;) {
+  Atomics.wait(ctl, ${GENERATION}, seen);
+  seen = Atomics.load(ctl, ${GENERATION});
+  if (Atomics.load(ctl, ${STOP}) !== 0) break;
+  const start = ctl[${ROWS} + 2 * index];
+  const rows = ctl[${ROWS} + 2 * index + 1];
+  const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
+  try {
+    if (rows > 0) gemm(ap + start * k * 4, bp, c + start * n * 4, rows, k, n, (index + 1) * tileBytes);
+  } catch {
+    Atomics.store(ctl, ${FAILED}, 1);
+  }
+  Atomics.add(ctl, ${DONE}, 1);
+  Atomics.notify(ctl, ${DONE});
+}
+`;
+
+type Gemm = (
+  ap: number,
+  bp: number,
+  c: number,
+  m: number,
+  k: number,
+  n: number,
+  tile: number,
+) => void;
+
+interface WorkerHandle {
+  unref(): void;
+  terminate(): Promise<number>;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+}
+
+/** Worker threads sharing one module instance's memory. */
+export class MatmulThreads {
+  private readonly control: Int32Array;
+  private workers: WorkerHandle[] = [];
+  private ready = false;
+  private stopped = false;
+  private starting: Promise<number> | null = null;
+
+  /**
+   * @param threads threads in all, the caller's included, or `'auto'`: one per core, on the main
+   *   thread only (ranks in worker threads already fill the cores), at most `maxThreads`.
+   * @param rowMultiple rows per split are a multiple of this (the register tile's rows).
+   * @param tileBytes bytes of one thread's edge tile; thread i's is at i * tileBytes.
+   */
+  constructor(
+    private readonly module: WebAssembly.Module,
+    private readonly memory: WebAssembly.Memory,
+    private readonly threads: number | 'auto',
+    private readonly maxThreads: number,
+    private readonly rowMultiple: number,
+    private readonly tileBytes: number,
+  ) {
+    this.control = new Int32Array(new SharedArrayBuffer(4 * (ROWS + 2 * maxThreads)));
+  }
+
+  /**
+   * Starts the workers (once; the first call large enough to use them does it too) and resolves
+   * to the thread count in use: 1 when none could start.
+   */
+  start(): Promise<number> {
+    this.starting ??= this.spawn();
+    return this.starting;
+  }
+
+  private async spawn(): Promise<number> {
+    const platform = await importThreads().catch(() => null);
+    if (platform === null || this.stopped) return 1;
+    const wanted =
+      this.threads === 'auto' ? (platform.isMainThread ? platform.cores : 1) : this.threads;
+    const count = Math.min(this.maxThreads, Math.max(1, wanted)) - 1;
+    const { module, memory } = this;
+    for (let index = 0; index < count; index++) {
+      const worker = new platform.Worker(WORKER_SOURCE, {
+        eval: true,
+        workerData: {
+          module,
+          memory,
+          control: this.control.buffer,
+          index,
+          tileBytes: this.tileBytes,
+        },
+      }) as unknown as WorkerHandle;
+      worker.unref();
+      // A worker that dies is not waited for again: the pool stops and calls run on one thread.
+      worker.on('error', () => this.stop());
+      this.workers.push(worker);
+    }
+    this.ready = this.workers.length > 0;
+    return this.workers.length + 1;
+  }
+
+  /** Threads a call of this size would use now. */
+  threadsFor(m: number, k: number, n: number): number {
+    if (m * k * n < THREADED_MIN_MACS) return 1;
+    if (!this.ready) {
+      if (!this.stopped) void this.start();
+      return 1;
+    }
+    return Math.min(this.workers.length + 1, Math.ceil(m / this.rowMultiple));
+  }
+
+  /** C rows [0, m) = packed A times packed B, split between this thread and the workers. */
+  gemm(gemm: Gemm, ap: number, bp: number, c: number, m: number, k: number, n: number): void {
+    const threads = this.threadsFor(m, k, n);
+    if (threads === 1) {
+      gemm(ap, bp, c, m, k, n, 0);
+      return;
+    }
+    const ctl = this.control;
+    const per = Math.ceil(m / this.rowMultiple / threads) * this.rowMultiple;
+    ctl.set([ap, bp, c, k, n], ARGS);
+    for (let w = 0; w < this.workers.length; w++) {
+      const start = Math.min(m, (w + 1) * per);
+      ctl[ROWS + 2 * w] = start;
+      ctl[ROWS + 2 * w + 1] = Math.min(m, start + per) - start;
+    }
+    Atomics.store(ctl, DONE, 0);
+    Atomics.add(ctl, GENERATION, 1);
+    Atomics.notify(ctl, GENERATION);
+    gemm(ap, bp, c, Math.min(m, per), k, n, 0);
+    const workers = this.workers.length;
+    for (let done = Atomics.load(ctl, DONE); done < workers; done = Atomics.load(ctl, DONE)) {
+      Atomics.wait(ctl, DONE, done);
+    }
+    if (Atomics.load(ctl, FAILED) !== 0) {
+      this.stop();
+      throw new Error('[matmul] a worker thread of the WASM matmul trapped');
+    }
+  }
+
+  /** Stops the workers (later calls run on one thread). */
+  stop(): void {
+    this.ready = false;
+    this.stopped = true;
+    Atomics.store(this.control, STOP, 1);
+    Atomics.add(this.control, GENERATION, 1);
+    Atomics.notify(this.control, GENERATION);
+    for (const worker of this.workers.splice(0)) void worker.terminate();
+  }
+}
