@@ -1,5 +1,6 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { type Backend, type DType, keep, Tensor, tensorFromHostArray } from '@webshard/tensor-core';
+import { type Backend, type DType, keep, Tensor } from '@webshard/tensor-core';
+import { tensorFromHostArray } from '@webshard/tensor-core/backend';
 
 /**
  * [Note: flat buffers in registered memory]

@@ -4,7 +4,8 @@
 // freshly allocated registered gradient into a registered output, freeing both once done; sizes
 // vary by unit and step, so freed buffers come back at other units' offsets. Some operands are CPU
 // tensors over the registered arrays (`tensorFromHostArray`), as FSDP's are.
-import { createCpuBackend, tensorFromHostArray } from '@webshard/tensor-core';
+import { createCpuBackend } from '@webshard/tensor-core';
+import { tensorFromHostArray } from '@webshard/tensor-core/backend';
 import type { ProcessGroup } from '../process-group.js';
 import { shardRange } from '../shard.js';
 
