@@ -15,6 +15,7 @@ describe('parity across processes (webshard-run)', () => {
       const reference = await trainReference(job, 2, backend);
       for (const report of reports) {
         expect(report, output).not.toBeNull();
+        expect(report!.transport).toBe(transport);
         expect(maxRelativeDifference(report!.params, reference.params)).toBeLessThan(1e-6);
         expect(report!.buckets.at(-1)!.length).toBeGreaterThan(1);
       }

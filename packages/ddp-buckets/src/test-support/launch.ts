@@ -49,7 +49,11 @@ export function runProcesses(
   size: number,
   backend: 'tcp' | 'ws',
   job: ParityJob,
-): Promise<{ exitCode: number | null; reports: (ParityReport | null)[]; output: string }> {
+): Promise<{
+  exitCode: number | null;
+  reports: ((ParityReport & { transport: string }) | null)[];
+  output: string;
+}> {
   return new Promise((resolve) => {
     const child = spawn(
       process.execPath,
@@ -57,6 +61,10 @@ export function runProcesses(
         ...webshardRun(),
         '--nproc-per-node',
         String(size),
+        // Processes, not webshard-run's default on one node (threads over shm, where `backend`
+        // would not be used): these tests are about tcp and ws between processes.
+        '--ranks-as',
+        'processes',
         join(here, 'net-rank.ts'),
         backend,
         JSON.stringify(job),
@@ -74,10 +82,14 @@ export function runProcesses(
       output += chunk.toString();
     });
     child.on('exit', (exitCode) => {
-      const reports: (ParityReport | null)[] = Array.from({ length: size }, () => null);
+      const reports: ((ParityReport & { transport: string }) | null)[] = Array.from(
+        { length: size },
+        () => null,
+      );
       for (const line of output.split('\n')) {
         const match = /^\[rank (\d+)\] REPORT (.*)$/.exec(line);
-        if (match) reports[Number(match[1])] = JSON.parse(match[2]!) as ParityReport;
+        if (match)
+          reports[Number(match[1])] = JSON.parse(match[2]!) as ParityReport & { transport: string };
       }
       resolve({ exitCode, reports, output });
     });

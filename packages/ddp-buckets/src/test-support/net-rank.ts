@@ -10,5 +10,5 @@ const group = await initProcessGroup({
 });
 const job = JSON.parse(process.argv[3]!) as ParityJob;
 const report = await trainRank(group, job, createCpuBackend());
-process.stdout.write(`REPORT ${JSON.stringify(report)}\n`);
+process.stdout.write(`REPORT ${JSON.stringify({ ...report, transport: group.transport.kind })}\n`);
 await group.close();
