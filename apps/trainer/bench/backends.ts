@@ -56,24 +56,27 @@ function torchStepMs(vocabSize: number): { ms: number; label: string } | null {
   const { nLayer, nHead, nEmbd, blockSize } = DEFAULT_MODEL;
   const threads = availableParallelism();
   const args = [vocabSize, nLayer, nHead, nEmbd, blockSize, BATCH, threads].map(String);
-  try {
-    const out = execFileSync('python3', [script, ...args], {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 300_000,
-    });
-    const result = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as {
-      ms: number;
-      torch: string;
-    };
-    return { ms: result.ms, label: `PyTorch ${result.torch} CPU, ${threads} threads` };
-  } catch (error) {
-    const reason = (error as { stderr?: string }).stderr?.trim().split('\n').at(-1);
-    console.log(
-      `skipping the PyTorch row: python3 with torch is needed (${reason ?? (error as Error).message})`,
-    );
-    return null;
+  // The first Python with torch: `python3` on the PATH, else Debian's (where python3-torch lives).
+  const reasons: string[] = [];
+  for (const python of ['python3', '/usr/bin/python3']) {
+    try {
+      const out = execFileSync(python, [script, ...args], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+        timeout: 300_000,
+      });
+      const result = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as {
+        ms: number;
+        torch: string;
+      };
+      return { ms: result.ms, label: `PyTorch ${result.torch} CPU, ${threads} threads` };
+    } catch (error) {
+      const reason = (error as { stderr?: string }).stderr?.trim().split('\n').at(-1);
+      reasons.push(`${python}: ${reason ?? (error as Error).message}`);
+    }
   }
+  console.log(`skipping the PyTorch row: no python3 with torch (${reasons.join('; ')})`);
+  return null;
 }
 
 const text = await loadCorpus();
