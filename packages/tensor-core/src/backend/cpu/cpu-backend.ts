@@ -53,9 +53,10 @@ export interface CpuBackendOptions {
    */
   matmulThreads?: number | 'auto';
   /**
-   * Relaxed SIMD's fused multiply-add in the WASM matmul: `'auto'` (the default) where the engine
-   * has it, `'off'` never (results then agree bit for bit with every engine; see [Note: the WASM
-   * SIMD matmul]).
+   * Relaxed SIMD's fused multiply-add in the WASM matmul: `'off'` (the default) never, so results
+   * agree bit for bit on every engine (a Chromium tab, which has relaxed SIMD, and a Node rank of
+   * one job compute the same numbers); `'auto'` where the engine has it (see [Note: the WASM SIMD
+   * matmul]).
    */
   matmulFma?: 'auto' | 'off';
 }
@@ -92,7 +93,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
         ? null
         : loadWasmMatmul(undefined, {
             threads: options.matmulThreads ?? 'auto',
-            fma: options.matmulFma ?? 'auto',
+            fma: options.matmulFma ?? 'off',
           });
     this.matmulKernel = this.wasmMatmul === null ? 'typescript' : 'wasm-simd';
     this.description =

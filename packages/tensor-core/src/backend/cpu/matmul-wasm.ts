@@ -24,11 +24,12 @@ import { MatmulThreads } from './matmul-threads.js';
  *   order, and so every bit of the result, does not depend on the blocking or on the thread count
  *   (threads split C's rows, never k: [Note: matmul threads]). Where the engine validates relaxed
  *   SIMD (Chrome; Node 20 only with --experimental-wasm-relaxed-simd, `matmul-threads.test.ts`
- *   checks both), the multiply-add is `f32x4.relaxed_madd`, which rounds once where the engine
- *   fuses it (x64 with FMA3, arm64) and twice elsewhere: still the same on every run and thread
- *   count of one machine, but two machines whose engines differ can differ in the last bits.
- *   `createCpuBackend({ matmulFma: 'off' })` keeps the unfused module, whose results are the same
- *   on every engine (ranks on mixed machines). The TypeScript kernel sums in f64 and rounds once;
+ *   checks both) and `createCpuBackend({ matmulFma: 'auto' })` asks for it, the multiply-add is
+ *   `f32x4.relaxed_madd`, which rounds once where the engine fuses it (x64 with FMA3, arm64) and
+ *   twice elsewhere: still the same on every run and thread count of one machine, but two engines
+ *   can differ in the last bits. The default (`'off'`) keeps the unfused module, whose results are
+ *   the same on every engine: a browser tab's rank and the Node ranks of its job agree, and
+ *   training is reproducible across machines. The TypeScript kernel sums in f64 and rounds once;
  *   the kernels agree to the f32 tolerance, and PyTorch, tfjs and onnxruntime also sum f32 in f32.
  * - Memory. Each backend has its own instance; its memory grows to the largest call's operands,
  *   packed panels and result, and is kept for reuse (scratch, like the TypeScript kernel's copies,
