@@ -48,13 +48,13 @@ describe('LinkShaper', () => {
     const first = performance.now() - start;
     await b!.recv(0, 0, small);
     expect(first).toBeGreaterThanOrEqual(29);
-    expect(first).toBeLessThan(29 + 200);
+    // Generous: a loaded machine delays timers, never makes them early.
+    expect(first).toBeLessThan(29 + 2000);
     expect(got.every((x) => x === 7)).toBe(true);
     expect([...small]).toEqual([9, 9, 9, 9]);
   });
 
   it('makes an all-reduce wait for the link, with the right result', async () => {
-    const plain = createLocalTransports(2).map((t) => ProcessGroup.fromTransport(t));
     const slow = shaped(2, 'latency=15ms').map((t) => ProcessGroup.fromTransport(t));
     const run = async (groups: ProcessGroup[]) => {
       const start = performance.now();
@@ -62,16 +62,14 @@ describe('LinkShaper', () => {
       await Promise.all(groups.map((g, i) => g.allReduce(data[i]!).wait()));
       return { ms: performance.now() - start, data };
     };
-    const fast = await run(plain);
     const shapedRun = await run(slow);
     expect(shapedRun.data.map((d) => [...d])).toEqual([
       [3, 4],
       [3, 4],
     ]);
-    // The fingerprint and the data each cross the link once: at least one latency, more than
-    // the unshaped run.
+    // The fingerprint and the data each cross the link: at least one latency (local transports
+    // deliver at once without the shaper).
     expect(shapedRun.ms).toBeGreaterThanOrEqual(14);
-    expect(shapedRun.ms).toBeGreaterThan(fast.ms);
   });
 
   it('adds retransmissions for lost packets, repeatably from the seed', async () => {

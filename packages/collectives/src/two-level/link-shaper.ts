@@ -146,7 +146,9 @@ interface LinkState {
 /**
  * [Note: the link shaper]
  * A `Transport` wrapper that makes the messages to each peer arrive as if over a link of the given
- * latency, bandwidth and loss: to plan a job past one machine on one machine (two `webshard-run`s
+ * latency, bandwidth and loss (one link per pair of ranks and direction: the L ranks of a node
+ * that talk to L peers have L links, as with one NIC per rank; a node sharing one NIC would see
+ * 1/L of the bandwidth per rank): to plan a job past one machine on one machine (two `webshard-run`s
  * as two nodes). The sender keeps a clock per link: a message departs when the link is free
  * (`free`), occupies it for its bytes at the bandwidth, and is due at the receiver one latency
  * later, plus, for each packet the seeded loss model drops, a retransmission (max(2 x latency,
