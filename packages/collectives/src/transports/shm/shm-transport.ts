@@ -315,7 +315,7 @@ export class ShmTransport implements Transport {
         state.target = state.message.target;
         state.fill = 0;
         if (size === 0) {
-          this.complete(peer, state);
+          this.complete(state);
           continue;
         }
       }
@@ -324,12 +324,12 @@ export class ShmTransport implements Transport {
       target.set(chunk.subarray(used, used + length), state.fill);
       state.fill += length;
       used += length;
-      if (state.fill === target.byteLength) this.complete(peer, state);
+      if (state.fill === target.byteLength) this.complete(state);
     }
     return used;
   }
 
-  private complete(peer: number, state: IncomingState): void {
+  private complete(state: IncomingState): void {
     this.mailbox.complete(state.message!);
     state.headerFill = 0;
     state.target = null;

@@ -71,8 +71,8 @@ export class WebSocketChannel implements Channel, WebSocketEvents {
   }
 
   /** For `onread`: where the next bytes should be read (see `WebSocketFrameDecoder.readBuffer`). */
-  readBuffer(): Uint8Array {
-    return this.decoder.readBuffer(this.scratch, DIRECT_READ_MIN);
+  readBuffer(scratch: Uint8Array = this.scratch): Uint8Array {
+    return this.decoder.readBuffer(scratch, DIRECT_READ_MIN);
   }
 
   /** For `onread`: `n` bytes were read into `buffer`. */

@@ -1,4 +1,3 @@
-import { loadNodeChannels } from '#platform';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { type PreAuthLimits, preAuthLimits } from '../../pre-auth-guard.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
@@ -6,22 +5,12 @@ import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
 import type { FrameHandler, PayloadPlan } from '../framed/frame-reader.js';
 import { FramedPeer, FramedTransport } from '../framed/framed-transport.js';
-import { helloFrame, parseHello, validReason } from '../framed/hello.js';
-import {
-  type Channel,
-  type ChannelFactory,
-  type Listener,
-  nativeChannels,
-  type WsTlsOptions,
-} from './channel.js';
-import {
-  type FrameHeader,
-  FrameKind,
-  frameKindName,
-  HEADER_BYTES,
-  readHeader,
-  writeHeader,
-} from './frame.js';
+import { helloFrame, parseHello } from '../framed/hello.js';
+import { abortKey, publishedReason } from './blame.js';
+import { defaultChannels, isNode } from './default-channels.js';
+import { relayAllowed, relayedFrameProblem, relayHeader } from './relay.js';
+import type { Channel, ChannelFactory, Listener, WsTlsOptions } from './channel.js';
+import { type FrameHeader, FrameKind, frameKindName, HEADER_BYTES, writeHeader } from './frame.js';
 
 /** Options of the `ws` transport. */
 export interface WsTransportOptions {
@@ -67,41 +56,7 @@ class WsPeer extends FramedPeer {
 /** How long an aborted transport lets its abort frames drain before closing (see `shutdown`). */
 const ABORT_FLUSH_MS = 500;
 
-/** How long a rank looks up a lost peer's published abort reason before blaming the peer. */
-const BLAME_LOOKUP_MS = 500;
-
 function noop(): void {}
-
-function isNode(): boolean {
-  return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
-}
-
-/**
- * [Note: ws over TLS]
- * With `tls` (the rendezvous' option, so `initProcessGroup({ backend: 'ws', tls })` covers the
- * store and the data connections alike), every Node rank serves its listener over HTTPS and
- * advertises a `wss://` URL; the certificate must be valid for the address the rank advertises
- * (`host` / `WEBSHARD_HOST_ADDR`, 127.0.0.1 on one machine) and signed by a CA every rank trusts
- * (`tls.ca`, else Node's default CAs). A rank with `tls` dials only `wss://` URLs: a peer started
- * without TLS is refused before the hello, so the join token never crosses the network in the
- * clear. The token check, frames and relaying are the same as without TLS; TLS costs a handshake
- * per pair and encryption on the data path (the tcp transport has no TLS).
- */
-async function defaultChannels(tls: WsTlsOptions | undefined): Promise<ChannelFactory> {
-  if (isNode()) {
-    const nodeChannels = await loadNodeChannels();
-    return nodeChannels(tls);
-  }
-  const native = (globalThis as { WebSocket?: unknown }).WebSocket;
-  return nativeChannels(native as Parameters<typeof nativeChannels>[0]);
-}
-
-/** A relay header announcing `length` bytes of a frame for (`relay`) or from (`relayed`) `rank`. */
-function relayHeader(kind: FrameKind, rank: number, length: number, sender: number): Uint8Array {
-  const header = new Uint8Array(HEADER_BYTES);
-  writeHeader(header, { kind, tag: rank, seq: 0, length, sender });
-  return header;
-}
 
 /**
  * The `ws` transport: one WebSocket per pair of ranks, binary messages, for processes on one or
@@ -307,13 +262,7 @@ export class WsTransport extends FramedTransport<WsPeer> {
     if (header.kind !== FrameKind.relay && header.kind !== FrameKind.relayed) {
       return super.otherFrame(peer, header);
     }
-    const other = this.peers[header.tag];
-    const ok =
-      peer.via === null &&
-      other !== undefined &&
-      other !== null &&
-      other !== peer &&
-      (header.kind === FrameKind.relay ? other.via === null : other.via === peer);
+    const ok = relayAllowed(header.kind, peer, this.peers[header.tag]);
     if (!ok) {
       const detail = `${frameKindName(header.kind)} frame for rank ${header.tag} is not allowed`;
       return this.violation(peer, detail);
@@ -354,19 +303,12 @@ export class WsTransport extends FramedTransport<WsPeer> {
 
   /** A frame `source` sent through the relay: read as if it came on a channel from `source`. */
   private deliverRelayed(source: WsPeer, frame: Uint8Array): void {
-    if (frame.byteLength < HEADER_BYTES) {
-      this.violation(source, `relayed frame of ${frame.byteLength} bytes has no header`);
+    const problem = relayedFrameProblem(frame, this.maxMessageBytes);
+    if (problem !== null) {
+      this.violation(source, problem);
       return;
     }
     const header = frame.subarray(0, HEADER_BYTES);
-    const parsed = readHeader(header, this.maxMessageBytes);
-    if (typeof parsed !== 'string' && parsed.length !== frame.byteLength - HEADER_BYTES) {
-      this.violation(
-        source,
-        `relayed frame announces ${parsed.length} bytes but carries ${frame.byteLength - HEADER_BYTES}`,
-      );
-      return;
-    }
     source.reader.message(header);
     if (frame.byteLength > HEADER_BYTES && source.reader.expectsPayload) {
       source.reader.message(frame.subarray(HEADER_BYTES));
@@ -379,46 +321,12 @@ export class WsTransport extends FramedTransport<WsPeer> {
 
   protected override blame(peer: WsPeer, lost: AbortReason): void {
     if (this.abortState.reason !== null) return;
-    const blaming = this.publishedReason(peer.rank).then((published) => {
+    const { store, prefix = 'ws' } = this.options;
+    const blaming = publishedReason(store, prefix, peer.rank).then((published) => {
       if (this.blaming === blaming) this.blaming = null;
       this.abort(published ?? lost);
     });
     this.blaming = blaming;
-  }
-
-  /**
-   * [Note: blaming a rank that left]
-   * A rank that aborts (it saw a death, a deadline, a mismatch) sends its reason to its peers in
-   * abort frames and also puts it in the store under `<prefix>/abort/<rank>`, before it closes
-   * anything; closing waits (at most 500 ms) for both to leave. A rank that then sees that rank's
-   * connection close (or the store report it lost) looks the key up before blaming it: when the
-   * leaver published a reason, that reason (which names the rank that really failed) is the
-   * group's, as if its abort frame had arrived. The leaver wrote the key before it closed, so the
-   * look-up finds it; a rank that died without a word has no key, and is blamed after one store
-   * round trip. Without the look-up a survivor that left at once was sometimes named in place of
-   * the rank that died (#20 item 4): its abort frame can lose the race with its closing
-   * connection. A send or receive naming the lost peer waits for the look-up, so it rejects with
-   * the same reason. Where the store itself is gone (rank 0 left), the look-up fails and the
-   * leaver is blamed.
-   */
-  private async publishedReason(rank: number): Promise<AbortReason | null> {
-    const { store } = this.options;
-    const key = `${this.options.prefix ?? 'ws'}/abort/${rank}`;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const lookUp = (async () => {
-      if (!(await store.check([key]))) return null;
-      return validReason(JSON.parse(await store.get(key, BLAME_LOOKUP_MS)));
-    })();
-    const deadline = new Promise<null>((resolve) => {
-      timer = setTimeout(() => resolve(null), BLAME_LOOKUP_MS);
-    });
-    try {
-      return await Promise.race([lookUp, deadline]);
-    } catch {
-      return null;
-    } finally {
-      clearTimeout(timer);
-    }
   }
 
   /** When `peer` is dead and its blame is being looked up: the rejection that follows it. */
@@ -431,7 +339,7 @@ export class WsTransport extends FramedTransport<WsPeer> {
 
   protected sendAbort(reason: AbortReason, frame: Uint8Array): void {
     // See [Note: blaming a rank that left].
-    const key = `${this.options.prefix ?? 'ws'}/abort/${this.rank}`;
+    const key = abortKey(this.options.prefix ?? 'ws', this.rank);
     if (reason.kind !== 'user') {
       this.abortPublished = this.options.store.set(key, JSON.stringify(reason)).catch(noop);
     }
