@@ -35,7 +35,7 @@ export type { ReduceOp } from './kernels/reduce.js';
 export { REDUCE_OPS } from './kernels/reduce.js';
 export type { CollectiveData, CommDType, HostData } from './operand.js';
 export type { StagingStats } from './operand-staging.js';
-export type { PreAuthLimits } from './pre-auth-guard.js';
+export type { PreAuthLimits } from './pre-auth-limits.js';
 export type { GroupState, OpOptions, ProcessGroupOptions, ReduceOptions } from './process-group.js';
 export { ProcessGroup } from './process-group.js';
 export type { RendezvousOptions } from './rendezvous/env.js';

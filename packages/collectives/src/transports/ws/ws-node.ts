@@ -56,7 +56,7 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
           perMessageDeflate: false,
           generateMask: zeroMask,
           maxPayload: 2 ** 31 - 1,
-          ...(tls?.ca === undefined ? {} : { ca: tls.ca }),
+          ...(tls?.ca === undefined ? {} : { ca: tls.ca as string | Buffer }),
         });
         socket.binaryType = 'nodebuffer';
         socket.once('open', () => resolve(wrap(socket)));
@@ -79,8 +79,9 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
           ? createHttpServer(limits)
           : createHttpsServer({
               ...limits,
-              cert: tls.cert,
-              key: tls.key,
+              // Any ArrayBufferView works in Node's TLS; its types name Buffer.
+              cert: tls.cert as string | Buffer,
+              key: tls.key as string | Buffer,
               handshakeTimeout: guard.limits.handshakeTimeoutMs,
             });
       guard.capServer(http, options.expectedConnections ?? 0);

@@ -3,7 +3,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
-import { type PreAuthLimits, preAuthLimits } from '../../pre-auth-guard.js';
+import { type PreAuthLimits, preAuthLimits } from '../../pre-auth-limits.js';
 import { AbortState, type Transport } from '../../transport.js';
 import {
   type Channel,
