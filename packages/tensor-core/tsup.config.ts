@@ -16,6 +16,10 @@ export default defineConfig({
     // browser file by condition (package.json `imports`; [Note: the platform module]).
     external: ['vitest', 'webgpu', '#platform'],
   }),
+  // The declarations name WebGPU's types (GPUAdapter, GPUDevice): the reference makes a consumer
+  // load them from the `@webgpu/types` dependency, so they typecheck with `skipLibCheck: false`
+  // (tsup drops the sources' own `/// <reference>` lines).
+  dts: { banner: '/// <reference types="@webgpu/types" />' },
   // Shared chunks, so the entries (and the two `#platform` files) use one copy of Tensor and of
   // the error classes.
   splitting: true,

@@ -37,7 +37,7 @@ export type { CollectiveData, CommDType, HostData } from './operand.js';
 export type { StagingStats } from './operand-staging.js';
 export type { BrowserRank, BrowserRankOptions, JoinUrl } from './browser-rank.js';
 export { connectBrowserRank, formatJoinUrl, parseJoinUrl } from './browser-rank.js';
-export type { PreAuthLimits } from './pre-auth-guard.js';
+export type { PreAuthLimits } from './pre-auth-limits.js';
 export type { GroupState, OpOptions, ProcessGroupOptions, ReduceOptions } from './process-group.js';
 export { ProcessGroup } from './process-group.js';
 export type { RendezvousOptions } from './rendezvous/env.js';

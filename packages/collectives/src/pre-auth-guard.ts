@@ -1,5 +1,12 @@
 import type { Server } from 'node:net';
 import type { Socket } from 'node:net';
+import {
+  DEFAULT_HANDSHAKE_TIMEOUT_MS,
+  DEFAULT_MAX_PENDING,
+  DEFAULT_PRE_AUTH_BYTES,
+  type PreAuthLimits,
+  preAuthLimits,
+} from './pre-auth-limits.js';
 
 /**
  * [Note: strangers on a port]
@@ -28,28 +35,8 @@ import type { Socket } from 'node:net';
  * tests shorten the deadline with it.
  */
 
-/** Limits on connections that have not yet shown the join token (see [Note: strangers on a port]). */
-export interface PreAuthLimits {
-  /** Milliseconds from accept to a verified hello; then the connection is destroyed (10 000). */
-  handshakeTimeoutMs?: number;
-  /** Bytes a connection may send before its hello is verified (8 KiB). */
-  maxBytes?: number;
-  /** Unverified connections held at once; one more is destroyed on accept (64). */
-  maxPending?: number;
-}
-
-export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
-export const DEFAULT_PRE_AUTH_BYTES = 8 << 10;
-export const DEFAULT_MAX_PENDING = 64;
-
-/** The limits with every default filled in. */
-export function preAuthLimits(limits: PreAuthLimits = {}): Required<PreAuthLimits> {
-  return {
-    handshakeTimeoutMs: limits.handshakeTimeoutMs ?? DEFAULT_HANDSHAKE_TIMEOUT_MS,
-    maxBytes: limits.maxBytes ?? DEFAULT_PRE_AUTH_BYTES,
-    maxPending: limits.maxPending ?? DEFAULT_MAX_PENDING,
-  };
-}
+export type { PreAuthLimits };
+export { DEFAULT_HANDSHAKE_TIMEOUT_MS, DEFAULT_MAX_PENDING, DEFAULT_PRE_AUTH_BYTES, preAuthLimits };
 
 /** Why a stranger was dropped. */
 export type DropReason = 'too many pending' | 'handshake deadline' | 'too many bytes';

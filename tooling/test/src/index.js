@@ -1,6 +1,12 @@
 // Plain JavaScript with a declaration file beside it: vitest loads package configs with Node, which
 // does not run TypeScript from node_modules.
 import { defineProject } from 'vitest/config';
+import { filterNativeWebGpuNoise } from './native-noise.js';
+
+// Test logs show what the tests print, not Dawn's and Vulkan's own lines ([Note: native WebGPU
+// noise] in native-noise.js). This module is loaded by the main vitest process, which receives
+// every test process's stderr.
+filterNativeWebGpuNoise(process.stderr);
 
 /**
  * The shared vitest project for a package. Tests read sibling packages from source through the

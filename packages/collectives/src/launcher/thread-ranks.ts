@@ -56,7 +56,7 @@ function tsxApi(): string {
   }
   throw new ArgumentError(
     'webshard-run',
-    'running a TypeScript script as threads needs tsx: install it (npm i -D tsx) or pass --ranks-as processes',
+    'running a TypeScript script as threads needs tsx: install it (npm i -D tsx) or run the compiled .js script',
   );
 }
 

@@ -1,5 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
-import type { PreAuthLimits } from '../pre-auth-guard.js';
+import type { PreAuthLimits } from '../pre-auth-limits.js';
 import { type Env, fromEnv, processEnv, RANK_SETTINGS } from './cluster-env.js';
 
 /** Where and how a rank joins: the fields torchrun passes in the environment, plus the token. */
@@ -21,8 +21,11 @@ export interface RendezvousOptions {
    * `masterAddr` when that is not a loopback address.
    */
   bindAddr?: string;
-  /** Serve and join with `wss://`: PEM certificate and key (rank 0), CA to trust (all ranks). */
-  tls?: { cert?: string | Buffer; key?: string | Buffer; ca?: string | Buffer };
+  /**
+   * Serve and join with `wss://`: PEM certificate and key (rank 0), CA to trust (all ranks), as
+   * strings or bytes (a Node `Buffer` is a `Uint8Array`).
+   */
+  tls?: { cert?: string | Uint8Array; key?: string | Uint8Array; ca?: string | Uint8Array };
   /**
    * Limits on connections to this rank's ports (the store on rank 0, the data listener) before
    * they show the join token: deadline, bytes, how many at once (see [Note: strangers on a port]).

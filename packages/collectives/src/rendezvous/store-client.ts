@@ -45,7 +45,7 @@ export interface StoreClientOptions {
   /** Deadline for connecting (retried while rank 0 is not up yet) and the default for waits. */
   timeoutMs?: number;
   /** Node only: trusted CA for `wss://` (PEM), for self-signed certificates. */
-  ca?: string | Buffer;
+  ca?: string | Uint8Array;
   /** Overrides the WebSocket implementation. */
   WebSocket?: WebSocketConstructor;
 }

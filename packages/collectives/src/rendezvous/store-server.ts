@@ -14,10 +14,10 @@ import {
   type StoreResponse,
 } from './protocol.js';
 
-/** TLS material for `wss://`: PEM strings or buffers. */
+/** TLS material for `wss://`: PEM strings or bytes. */
 export interface TlsOptions {
-  cert: string | Buffer;
-  key: string | Buffer;
+  cert: string | Uint8Array;
+  key: string | Uint8Array;
 }
 
 /** Options of the rendezvous store server that rank 0 hosts. */
@@ -103,8 +103,10 @@ export class StoreServer {
     const http = this.options.tls
       ? createHttpsServer({
           ...limits,
-          cert: this.options.tls.cert,
-          key: this.options.tls.key,
+          // Node's TLS takes any ArrayBufferView; its types name Buffer, so the public types
+          // (which must not need @types/node) say Uint8Array.
+          cert: this.options.tls.cert as string | Buffer,
+          key: this.options.tls.key as string | Buffer,
           handshakeTimeout: guard.limits.handshakeTimeoutMs,
         })
       : createHttpServer(limits);

@@ -1,4 +1,4 @@
-import type { PreAuthLimits } from '../../pre-auth-guard.js';
+import type { PreAuthLimits } from '../../pre-auth-limits.js';
 import type { RendezvousOptions } from '../../rendezvous/env.js';
 
 /** TLS material of the `ws` transport: the rendezvous' `tls` option (PEM strings or buffers). */

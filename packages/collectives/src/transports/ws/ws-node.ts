@@ -64,8 +64,9 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
           ? createHttpServer(limits)
           : createHttpsServer({
               ...limits,
-              cert: tls.cert,
-              key: tls.key,
+              // Any ArrayBufferView works in Node's TLS; its types name Buffer.
+              cert: tls.cert as string | Buffer,
+              key: tls.key as string | Buffer,
               handshakeTimeout: guard.limits.handshakeTimeoutMs,
             });
       guard.capServer(http, options.expectedConnections ?? 0);

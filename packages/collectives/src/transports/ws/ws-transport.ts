@@ -1,5 +1,5 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
-import { type PreAuthLimits, preAuthLimits } from '../../pre-auth-guard.js';
+import { type PreAuthLimits, preAuthLimits } from '../../pre-auth-limits.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import { publishedBy } from '../../rendezvous/published-by.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
