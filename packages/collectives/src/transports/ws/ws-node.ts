@@ -45,7 +45,7 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
       }
       return dialWebSocket(url, {
         maxMessageBytes: MAX_WHOLE_MESSAGE,
-        ...(tls?.ca === undefined ? {} : { ca: tls.ca }),
+        ...(tls?.ca === undefined ? {} : { ca: tls.ca as string | Buffer }),
       });
     },
     async listen(host, maxMessageBytes, accept, options = {}): Promise<Listener> {
