@@ -75,6 +75,10 @@ for (const name of readdirSync(join(root, 'packages')).sort()) {
             // A type used in a signature but exported from another entry of the package (or not
             // at all) is noted in the report instead of failing the run.
             'ae-forgotten-export': { logLevel: 'none', addToApiReportFile: true },
+            // Missing doc comments are listed by line of tsup's hashed declaration chunks
+            // (dist/backend-<hash>.d.ts), which move with any change to the build: a report that
+            // churns on every commit hides the changes it is there to show.
+            'ae-undocumented': { logLevel: 'none', addToApiReportFile: false },
           },
           tsdocMessageReporting: { default: { logLevel: 'none' } },
         },
