@@ -19,7 +19,7 @@ export interface ShmHandle {
   readonly arena: WebAssembly.Memory;
   readonly slotBytes: number;
   /**
-   * Microseconds a barrier polls before blocking (see [Note: barrier waits] in shm-transport.ts):
+   * Microseconds a barrier polls before blocking (see [Note: barrier waits] in shm-arena.ts):
    * when ranks outnumber cores a spinning rank takes the core the rank it waits for needs, so then
    * it barely spins.
    */
@@ -46,7 +46,7 @@ export interface ShmHandleOptions {
   cores?: number;
   /**
    * Microseconds a barrier polls before blocking, overriding the choice made from `cores` (30
-   * with a core per rank, 2 when they share; see [Note: barrier waits] in shm-transport.ts).
+   * with a core per rank, 2 when they share; see [Note: barrier waits] in shm-arena.ts).
    */
   spinMicros?: number;
 }
@@ -133,7 +133,7 @@ const MAX_PAGES = ARENA_MAX_BYTES / 65536;
 
 /**
  * Barrier spin before blocking when every rank has a core, and when they share cores (see
- * [Note: barrier waits] in shm-transport.ts).
+ * [Note: barrier waits] in shm-arena.ts).
  */
 const SPIN_MICROS_DEDICATED = 30;
 const SPIN_MICROS_SHARED = 2;

@@ -1,21 +1,16 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
-import { SharedReducer } from '../../kernels/reduce.js';
-import { FreeLists } from '../../registered-memory.js';
-import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
+import type { SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { type Incoming, Mailbox } from '../mailbox.js';
+import { ShmArena } from './shm-arena.js';
 import {
-  ARENA_MAX_BYTES,
-  arenaAllocatorWord,
-  arenaHeaderBytes,
-  EXCHANGE_SLOT_BYTES,
   READ_OFFSET,
   readShmAbort,
   type ShmHandle,
-  shmAbortPublished,
   shmOffsets,
   writeShmAbort,
 } from './shm-layout.js';
+import { waitAsync } from './shm-wait.js';
 
 interface OutgoingFrame {
   readonly tag: number;
@@ -39,17 +34,6 @@ interface IncomingState {
 /** Polls of the doorbell before sleeping on it: a wake-up costs tens of microseconds. */
 const SPIN_POLLS = 2000;
 const HEADER_BYTES = 8;
-
-/** `Atomics.waitAsync` (Node 16+, ES2024; the repo's lib is ES2023). */
-const waitAsync = (
-  Atomics as unknown as {
-    waitAsync(
-      words: Int32Array,
-      index: number,
-      value: number,
-    ): { async: false; value: string } | { async: true; value: Promise<string> };
-  }
-).waitAsync;
 
 /** `setImmediate` where it exists (Node), else a zero-delay timer (browsers' Web Workers). */
 const immediate: (run: () => void) => void =
@@ -390,205 +374,5 @@ export class ShmTransport implements Transport {
       else await Promise.resolve();
     }
     this.pumping = false;
-  }
-}
-
-/** Where a barrier is in its wait: polling, blocked in `Atomics.wait`, asleep in `waitAsync`. */
-type BarrierPhase = 'spin' | 'block' | 'sleep';
-
-/**
- * [Note: barrier waits]
- * Waiting at a barrier has three phases. Spin: poll the arrivals for the handle's `spinMicros`
- * (30 us with a core per rank, 2 us when ranks outnumber cores), the fastest hand-off when the last
- * rank is running on another core. Block: `Atomics.wait` on this rank's gate for up to
- * BLOCK_MICROS, which gives the core up (to the very rank being waited for, when the ranks or
- * other processes share the cores) and wakes within tens of microseconds; it holds this thread's
- * event loop, hence the bound. Sleep: `Atomics.waitAsync`, which keeps the event loop running
- * (deadline timers, the ring pump) but costs about 100 us per wake-up. Where `Atomics.wait` is not
- * allowed (a browser's main thread) the block phase is skipped.
- *
- * Measured on 2 ranks on this 2-core machine, 1 MiB all-reduce. Spin then waitAsync: a 50 us spin
- * took 450-600 us (each late wake-up made the next barrier wait past its spin too, 1.5 sleeps per
- * op); a 500 us spin took 100 us while the cores were free, but 2.4 ms (and 2.2 ms for 4 bytes)
- * while other processes kept them busy, every barrier spinning out while the rank it waited for
- * had no core. Spin then block, interleaved in one run on the busy machine: no spin 270 us, 30 us
- * 290 us, 100 us 440 us; 16 MiB 4.3 / 5.0 / 5.1 ms.
- */
-const BLOCK_MICROS = 2000;
-
-let blockingAllowed: boolean | null = null;
-
-/** Whether this thread may block in `Atomics.wait` (not on a browser's main thread). */
-function canBlock(): boolean {
-  if (blockingAllowed === null) {
-    try {
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 1, 0);
-      blockingAllowed = true;
-    } catch {
-      blockingAllowed = false;
-    }
-  }
-  return blockingAllowed;
-}
-
-/**
- * The shm transport's `SharedArena`: the handle's shared WebAssembly memory with the reduction
- * kernels instantiated over it, and a barrier on per-rank arrival epochs. A rank arrives by storing
- * the barrier's epoch and ringing every other rank's gate; it then polls the arrivals, blocks on
- * its own gate with `Atomics.wait` for at most 2 ms, and sleeps with `Atomics.waitAsync`, so its
- * event loop (deadline timers, the ring pump) runs again ([Note: barrier waits]). An abort
- * rings every gate (and ends this rank's sleep directly), so a waiting barrier fails at once.
- */
-class ShmArena extends SharedReducer implements SharedArena {
-  readonly slotBytes: number;
-  /** Every SharedArrayBuffer object this thread has seen for the arena (one per growth). */
-  private readonly seen = new WeakSet<ArrayBufferLike>();
-  /** This rank's released registered allocations, by size in bytes. */
-  private readonly free = new FreeLists();
-  /** Ends the barrier's current sleep; the transport's abort calls it. */
-  private wake: (() => void) | null = null;
-  private round = 0;
-  private exchanges = 0;
-  private epoch = 0;
-
-  constructor(
-    private readonly transport: ShmTransport,
-    private readonly handle: ShmHandle,
-    private readonly words: Int32Array,
-    private readonly offsets: ReturnType<typeof shmOffsets>,
-  ) {
-    super(handle.arena);
-    this.slotBytes = handle.slotBytes;
-    transport.onAbort(() => this.wake?.());
-  }
-
-  get buffer(): SharedArrayBuffer {
-    const buffer = this.handle.arena.buffer as unknown as SharedArrayBuffer;
-    this.seen.add(buffer);
-    return buffer;
-  }
-
-  owns(buffer: ArrayBufferLike): boolean {
-    if (this.seen.has(buffer)) return true;
-    // Not seen yet: it may be the memory's current buffer, if the memory grew since the last look.
-    return buffer === this.buffer;
-  }
-
-  allocate(bytes: number): number {
-    const size = FreeLists.sizeOf(bytes);
-    const reused = this.free.take(size);
-    if (reused !== undefined) return reused;
-    const memory = this.handle.arena;
-    const words = new Int32Array(this.buffer);
-    const unit = Atomics.add(words, arenaAllocatorWord(this.handle.size), size / 64);
-    const offset = unit * 64;
-    const end = offset + size;
-    if (unit < 0 || end > ARENA_MAX_BYTES) {
-      throw new RangeError(
-        `[allocate] rank ${this.transport.rank}: ${size} bytes of registered memory do not fit the shared arena (2 GiB in all)`,
-      );
-    }
-    // Any rank may grow the shared memory; growing past what another rank already grew is harmless.
-    while (memory.buffer.byteLength < end) {
-      try {
-        memory.grow(Math.ceil((end - memory.buffer.byteLength) / 65536));
-      } catch (error) {
-        if (memory.buffer.byteLength >= end) break;
-        throw new RangeError(
-          `[allocate] rank ${this.transport.rank}: ${size} bytes of registered memory exceed the shared arena's reserve: ${(error as Error).message}`,
-        );
-      }
-    }
-    return offset;
-  }
-
-  release(offset: number, bytes: number): void {
-    this.free.put(offset, FreeLists.sizeOf(bytes));
-  }
-
-  nextRound(): number {
-    const set = this.round;
-    this.round = (this.round + 1) % SHARED_ARENA_SETS;
-    return arenaHeaderBytes(this.handle.size) + set * this.handle.size * this.slotBytes;
-  }
-
-  async exchange(
-    words: Int32Array,
-    waiting: (ranks: readonly number[]) => void,
-  ): Promise<Int32Array> {
-    const { size, rank } = this.transport;
-    const stride = EXCHANGE_SLOT_BYTES / 4;
-    if (words.length > stride) {
-      throw new RangeError(`[exchange] at most ${stride} words per rank, got ${words.length}`);
-    }
-    const set = this.exchanges;
-    this.exchanges ^= 1;
-    const all = new Int32Array(this.buffer, set * size * EXCHANGE_SLOT_BYTES, size * stride);
-    all.set(words, rank * stride);
-    await this.barrier(waiting);
-    return all;
-  }
-
-  async barrier(waiting: (ranks: readonly number[]) => void): Promise<void> {
-    const { words, offsets, transport } = this;
-    const { rank, size } = transport;
-    this.epoch = (this.epoch + 1) | 0;
-    const epoch = this.epoch;
-    Atomics.store(words, offsets.arrival(rank), epoch);
-    for (let peer = 0; peer < size; peer++) {
-      if (peer === rank) continue;
-      Atomics.add(words, offsets.gate(peer), 1);
-      Atomics.notify(words, offsets.gate(peer));
-    }
-    const gate = offsets.gate(rank);
-    const spinUntil = performance.now() + this.handle.spinMicros / 1000;
-    let blockUntil = 0;
-    let phase: BarrierPhase = 'spin';
-    let polls = 0;
-    let from = 0;
-    for (;;) {
-      const seen = Atomics.load(words, gate);
-      while (from < size && ((Atomics.load(words, offsets.arrival(from)) - epoch) | 0) >= 0) from++;
-      // A barrier every rank reached has completed, even if the world aborts right after.
-      if (from === size) return;
-      if (shmAbortPublished(words) || transport.aborted) {
-        throw new TransportAbortedError(transport.abortReason!);
-      }
-      if (phase === 'spin') {
-        if ((++polls & 63) !== 0 || performance.now() < spinUntil) continue;
-        waiting(this.missing(from, epoch));
-        phase = canBlock() ? 'block' : 'sleep';
-        blockUntil = performance.now() + BLOCK_MICROS / 1000;
-      }
-      if (phase === 'block') {
-        const left = blockUntil - performance.now();
-        if (left > 0) {
-          Atomics.wait(words, gate, seen, left);
-          continue;
-        }
-        phase = 'sleep';
-      }
-      waiting(this.missing(from, epoch));
-      // An abort rings the gate, but when this thread aborts itself (its deadline timer) nothing
-      // else may keep its event loop alive until the wake-up arrives: Node does not count a
-      // pending waitAsync, and a worker would exit. So the abort also wakes the barrier directly.
-      const wait = waitAsync(words, gate, seen);
-      if (!wait.async) continue;
-      await new Promise<void>((resolve) => {
-        this.wake = resolve;
-        void wait.value.then(() => resolve());
-      });
-      this.wake = null;
-    }
-  }
-
-  /** The ranks from `from` on that have not arrived at barrier `epoch`. */
-  private missing(from: number, epoch: number): number[] {
-    const { words, offsets } = this;
-    const missing: number[] = [];
-    for (let peer = from; peer < this.transport.size; peer++) {
-      if (((Atomics.load(words, offsets.arrival(peer)) - epoch) | 0) < 0) missing.push(peer);
-    }
-    return missing;
   }
 }
