@@ -1,9 +1,6 @@
 /// <reference types="@webgpu/types" />
 import { bytesPerElement, type DType, type HostArray, hostArrayFor } from '../../dtype.js';
-import { f32ToBf16Bits, f32ToF16Bits } from '../../dtype-convert.js';
-import { envChoice } from '../../env.js';
-import { BackendError, DTypeError, OutOfMemoryError } from '../../errors.js';
-import { CachingAllocator } from '../../memory/caching-allocator.js';
+import { DTypeError } from '../../errors.js';
 import { philoxNormal } from '../../random/philox.js';
 import { checkReadTarget, PooledBackend } from '../pooled-backend.js';
 import type {
@@ -12,30 +9,21 @@ import type {
   BackendCapabilities,
   BinaryOp,
   KernelTensor,
-  RawStorage,
   ReductionOp,
   SgdHyper,
   StridedOperand,
   UnaryOp,
 } from '../backend.js';
 import { DeviceQueue } from './device-queue.js';
-import {
-  type AdapterOptions,
-  acquireAdapter,
-  BufferUsage,
-  describeAdapter,
-  isCpuAdapter,
-} from './gpu-runtime.js';
+import { describeAdapter, isCpuAdapter } from './gpu-runtime.js';
 import {
   adamLaunch,
   axpyLaunch,
-  type BroadcastOperand,
   binaryLaunch,
   checkFiniteLaunch,
   copyLaunch,
   copyStridedLaunch,
   crossEntropyLaunch,
-  type Dense,
   fillLaunch,
   gatherLaunch,
   layerNormBackwardLaunches,
@@ -48,97 +36,31 @@ import {
   unaryLaunch,
   whereLaunch,
 } from './kernels.js';
-import { type MatmulKernel, type MatmulTuning, matmulLaunch } from './matmul.js';
+import type { MatmulKernel, MatmulTuning } from './matmul.js';
 import { matmulKernelFromEnv, matmulTuningFor } from './matmul-tuning.js';
 import type { Launch } from './program.js';
 import { randomUniformLaunch } from './random-kernels.js';
-import { READ_STAGING, Readbacks } from './readback.js';
+import { Readbacks } from './readback.js';
+import {
+  deviceAllocator,
+  f16Layout,
+  openWebGpuDevice,
+  type WebGpuBackendOptions,
+} from './webgpu-device.js';
+import {
+  dense,
+  denseShaped,
+  adamScalars,
+  dispatch,
+  type LaunchContext,
+  operand,
+  requireF32State,
+  runMatmul,
+} from './webgpu-dispatch.js';
+import { hostArrayFromF32, stageWrite } from './webgpu-staging.js';
 
-/** Options of `createWebGpuBackend`. */
-export interface WebGpuBackendOptions extends AdapterOptions {
-  /** Emulated device memory limit in bytes (see `Backend.setMemoryLimit`). */
-  memoryLimit?: number;
-  /** Force a matmul kernel instead of choosing per adapter. */
-  matmulKernel?: MatmulKernel;
-  /** Force a full matmul tuning (benchmarks of the tuning table). */
-  matmulTuning?: MatmulTuning;
-  /**
-   * How f16 tensors are stored (see [Note: native f16 storage]): `'native'` (`array<f16>`; throws
-   * a `BackendError` where the adapter lacks `shader-f16`), `'packed'` (two per u32 word, on every
-   * adapter), or `'auto'`: native on GPUs that have the feature, packed on CPU adapters (see
-   * `f16Layout`). Default: the environment variable `WEBSHARD_F16`, else `'auto'`. Results are
-   * bit-identical either way.
-   */
-  f16?: F16Storage;
-}
-
-/** The `f16` option of `createWebGpuBackend`. */
-export type F16Storage = 'auto' | 'native' | 'packed';
-
-/**
- * The f16 layout a backend uses: `'native'` needs `shader-f16` (callers check first); `'auto'` is
- * native on GPUs with the feature and packed on CPU adapters, where packed measured faster
- * (lavapipe: an f16 add 1.9x, a transpose 1.35-1.7x; the bench's "native storage" rows): they run a
- * workgroup as SIMD lanes of a CPU core, and packed storage does two elements per invocation.
- */
-export function f16Layout(
-  option: F16Storage,
-  hasShaderF16: boolean,
-  cpuAdapter: boolean,
-): 'native' | 'packed' {
-  if (option === 'packed' || !hasShaderF16) return 'packed';
-  if (option === 'native') return 'native';
-  return cpuAdapter ? 'packed' : 'native';
-}
-
-function chooseF16(option: F16Storage | undefined): F16Storage {
-  const choices: F16Storage[] = ['auto', 'native', 'packed'];
-  return envChoice('createWebGpuBackend', 'WEBSHARD_F16', option, choices, 'auto');
-}
-
-const USAGE = () => BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
-
-function dense(t: KernelTensor): Dense {
-  return { storage: t.storage, offset: t.offset, dtype: t.dtype, size: shapeSize(t.shape) };
-}
-
-function denseShaped(t: KernelTensor): Dense & { shape: readonly number[] } {
-  return { ...dense(t), shape: t.shape };
-}
-
-function operand(v: KernelTensor | number): BroadcastOperand {
-  return typeof v === 'number' ? v : denseShaped(v);
-}
-
-/** The fused optimizer kernels read and write their state as f32 words. */
-function requireF32State(op: string, state: readonly KernelTensor[]): void {
-  const other = state.find((t) => t.dtype !== 'f32');
-  if (other) {
-    throw new DTypeError(
-      op,
-      [other.dtype],
-      'the WebGPU optimizer kernels update f32 parameters and state (keep an f32 master copy)',
-    );
-  }
-}
-
-/** f32 values in `dtype`'s storage format, rounded as the CPU backend's stores round them. */
-function hostArrayFromF32(values: Float32Array, dtype: DType): HostArray {
-  if (dtype === 'f32') return values;
-  if (dtype !== 'f16' && dtype !== 'bf16') {
-    throw new DTypeError('randomNormal', [dtype], 'normal values need a float dtype');
-  }
-  const encode = dtype === 'f16' ? f32ToF16Bits : f32ToBf16Bits;
-  return Uint16Array.from(values, encode);
-}
-
-function plainCopy(data: HostArray): ArrayBuffer {
-  // queue.writeBuffer on a SharedArrayBuffer view segfaults (ANCHORS.md): always hand it a plain
-  // ArrayBuffer of our own, which also lets the write wait in the queue safely.
-  const bytes = new Uint8Array(data.byteLength + ((4 - (data.byteLength % 4)) % 4));
-  bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-  return bytes.buffer;
-}
+// Setup, staging and dispatch live in their own files; these kept their old module path.
+export { type F16Storage, f16Layout, type WebGpuBackendOptions } from './webgpu-device.js';
 
 /**
  * The WebGPU backend: device buffers from a caching allocator, kernels as WGSL programs enqueued in
@@ -156,6 +78,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   private readonly queue: DeviceQueue;
   /** Reads in flight: see [Note: chunked reads through pooled staging]. */
   private readonly readbacks: Readbacks;
+  /** What the staging and dispatch helpers use of this backend. */
+  private readonly ctx: LaunchContext;
 
   /** @internal Use `createWebGpuBackend`. */
   constructor(
@@ -174,25 +98,20 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const nativeF16 = f16Layout(options.f16 ?? 'auto', hasF16, isCpuAdapter(adapter)) === 'native';
     const queue = new DeviceQueue(device, { nativeF16 });
     let readbacks: Readbacks | undefined;
-    const allocator: CachingAllocator<GPUBuffer> = new CachingAllocator<GPUBuffer>(
-      {
-        create: (size, usage) => {
-          if (size > maxBytes) {
-            throw new OutOfMemoryError(size, allocator.stats().allocated, maxBytes, 'webgpu');
-          }
-          return device.createBuffer({
-            size,
-            usage: usage === READ_STAGING ? BufferUsage.MAP_READ | BufferUsage.COPY_DST : USAGE(),
-          });
-        },
-        destroy: (buffer) => readbacks?.destroyWhenFree(buffer),
-      },
-      'webgpu',
+    const allocator = deviceAllocator(device, maxBytes, (buffer) =>
+      readbacks?.destroyWhenFree(buffer),
     );
     super(allocator, 'WebGPU');
     this.queue = queue;
     readbacks = new Readbacks(queue, allocator, (buffer) => queue.destroyLater(buffer));
     this.readbacks = readbacks;
+    this.ctx = {
+      queue,
+      readbacks,
+      allocate: (bytes) => this.allocate(bytes),
+      release: (storage) => this.release(storage),
+      run: (launch) => this.run(launch),
+    };
     const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_MATMUL : undefined;
     const chosen = matmulTuningFor(adapter.info, options.matmulKernel ?? matmulKernelFromEnv(env));
     this.matmulTuning = options.matmulTuning ?? chosen.tuning;
@@ -211,42 +130,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   write(dst: KernelTensor, data: HostArray, done?: () => void): void {
     this.assertLive('write');
     this.checkDType('write', dst.dtype);
-    const bpe = bytesPerElement(dst.dtype);
-    const size = shapeSize(dst.shape);
-    if (size === 0) {
-      done?.();
-      return;
-    }
-    const buffer = dst.storage.buffer as GPUBuffer;
-    const byteOffset = dst.offset * bpe;
-    if (byteOffset % 4 === 0 && (size * bpe) % 4 === 0) {
-      this.readbacks.beforeWrite(buffer);
-      // Straight from the caller's memory when nothing is queued and it is not shared; when the
-      // queue is busy, the caller's memory waits in the queue if the caller lends it (`done`),
-      // else a copy does (see plainCopy).
-      const view =
-        data.buffer instanceof ArrayBuffer
-          ? new Uint8Array(data.buffer, data.byteOffset, size * bpe)
-          : undefined;
-      if (this.queue.idle && view !== undefined) {
-        this.queue.writeNow(buffer, byteOffset, view);
-        done?.();
-      } else if (done !== undefined && view !== undefined) {
-        this.queue.write(buffer, byteOffset, view, done);
-      } else {
-        this.queue.write(buffer, byteOffset, plainCopy(data));
-        done?.();
-      }
-      return;
-    }
-    // A packed 16-bit range that starts or ends inside a word: stage it, then copy with a kernel
-    // that keeps the neighbouring halves.
-    const tmp = this.allocate(size * bpe);
-    this.readbacks.beforeWrite(tmp.buffer as GPUBuffer);
-    this.queue.write(tmp.buffer as GPUBuffer, 0, plainCopy(data));
-    done?.();
-    this.run(copyLaunch({ storage: tmp, offset: 0, dtype: dst.dtype, size }, dense(dst)));
-    this.release(tmp);
+    stageWrite(this.ctx, dst, data, done);
   }
 
   async read<T extends HostArray>(src: KernelTensor, into?: T): Promise<T> {
@@ -294,56 +178,11 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     }
   }
 
-  /**
-   * Enqueue a launch. WebGPU forbids a buffer bound as writable storage from being bound again in
-   * the same dispatch, as read-only storage or as another writable binding (Dawn rejects aliasing
-   * writable bindings whose ranges overlap, and a binding here is the whole buffer). Views of one
-   * flat buffer (FSDP's flat parameters, an optimizer's state) would hit both, so: a read-only
-   * operand in a buffer the launch also writes is copied to a temporary first; a second writable
-   * operand in one buffer runs on a temporary copy of its range, copied back into its view after
-   * the kernel by an element-wise copy (which keeps neighbouring 16-bit halves).
-   */
+  /** Enqueue a launch, after the checks; `dispatch` handles operands that share a buffer. */
   private run(launch: Launch): void {
     this.assertLive(launch.program.name);
     for (const b of launch.bindings) this.checkDType(launch.program.name, b.dtype);
-    if (launch.shape.some((d) => d === 0)) return;
-    const writable = new Set(
-      launch.bindings.filter((b) => b.writable).map((b) => b.storage.buffer),
-    );
-    for (const buffer of writable) this.readbacks.beforeWrite(buffer as GPUBuffer);
-    const boundWritable = new Set<unknown>();
-    const temps: RawStorage[] = [];
-    const copyBacks: Launch[] = [];
-    const bindings = launch.bindings.map((b) => {
-      if (b.writable && !boundWritable.has(b.storage.buffer)) {
-        boundWritable.add(b.storage.buffer);
-        return b;
-      }
-      if (!b.writable && !writable.has(b.storage.buffer)) return b;
-      // Same byte positions in the temporary, so the operand's offset (in the params) still holds.
-      const bpe = bytesPerElement(b.dtype);
-      const start = Math.floor((b.offset * bpe) / 4) * 4;
-      const end = Math.ceil(((b.offset + b.extent) * bpe) / 4) * 4;
-      const tmp = this.allocate(end);
-      temps.push(tmp);
-      this.readbacks.beforeWrite(tmp.buffer as GPUBuffer);
-      this.queue.copy(
-        b.storage.buffer as GPUBuffer,
-        start,
-        tmp.buffer as GPUBuffer,
-        start,
-        end - start,
-      );
-      if (b.writable) {
-        const view = { offset: b.offset, dtype: b.dtype, size: b.extent };
-        copyBacks.push(copyLaunch({ ...view, storage: tmp }, { ...view, storage: b.storage }));
-      }
-      return { ...b, storage: tmp };
-    });
-    const buffers = bindings.map((b) => b.storage.buffer as GPUBuffer);
-    this.queue.launch(launch, buffers);
-    for (const c of copyBacks) this.run(c);
-    for (const t of temps) this.release(t);
+    dispatch(this.ctx, launch);
   }
 
   // ---- kernels ----------------------------------------------------------------------------
@@ -458,28 +297,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     transposeA: boolean,
     transposeB: boolean,
   ): void {
-    const [aBatch = 1, a1 = 1, a2 = 1] = a.shape;
-    const [bBatch = 1, b1 = 1, b2 = 1] = b.shape;
-    const m = transposeA ? a2 : a1;
-    const k = transposeA ? a1 : a2;
-    const n = transposeB ? b1 : b2;
-    const batch = out.shape[0] ?? 1;
-    const shape = { batch, m, n, k, aBatch, bBatch };
-    const o = dense(out);
-    if (o.dtype === 'f32') {
-      this.run(
-        matmulLaunch(this.matmulTuning, dense(a), dense(b), o, transposeA, transposeB, shape),
-      );
-      return;
-    }
-    // 16-bit outputs: accumulate into f32, then round once (an element-wise cast owns whole words).
-    const tmp = this.allocate(o.size * 4);
-    const f32: Dense = { storage: tmp, offset: 0, dtype: 'f32', size: o.size };
-    this.run(
-      matmulLaunch(this.matmulTuning, dense(a), dense(b), f32, transposeA, transposeB, shape),
-    );
-    this.run(copyLaunch(f32, o));
-    this.release(tmp);
+    runMatmul(this.ctx, this.matmulTuning, a, b, out, transposeA, transposeB);
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {
@@ -537,19 +355,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     h: AdamHyper,
   ): void {
     requireF32State('adam', [param, expAvg, expAvgSq]);
-    this.run(
-      adamLaunch(dense(param), dense(grad), dense(expAvg), dense(expAvgSq), {
-        lr: h.lr,
-        beta1: h.beta1,
-        beta2: h.beta2,
-        eps: h.eps,
-        weightDecay: h.weightDecay,
-        decoupled: h.decoupled,
-        gradScale: h.gradScale,
-        biasCorrection1: 1 - h.beta1 ** h.step,
-        biasCorrection2Sqrt: Math.sqrt(1 - h.beta2 ** h.step),
-      }),
-    );
+    this.run(adamLaunch(dense(param), dense(grad), dense(expAvg), dense(expAvgSq), adamScalars(h)));
   }
 
   sgd(
@@ -594,25 +400,6 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
 export async function createWebGpuBackend(
   options: WebGpuBackendOptions = {},
 ): Promise<WebGpuBackend> {
-  const f16 = chooseF16(options.f16);
-  const { gpu, adapter } = await acquireAdapter(options);
-  if (f16 === 'native' && !adapter.features.has('shader-f16')) {
-    throw new BackendError(
-      'createWebGpuBackend',
-      `f16: 'native' needs the shader-f16 feature, which this adapter lacks (${describeAdapter(adapter)}); use 'auto' or 'packed'`,
-    );
-  }
-  const requiredFeatures: GPUFeatureName[] = adapter.features.has('shader-f16')
-    ? ['shader-f16']
-    : [];
-  const device = await adapter.requestDevice({
-    requiredFeatures,
-    requiredLimits: {
-      maxBufferSize: adapter.limits.maxBufferSize,
-      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-      maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage,
-      maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize,
-    },
-  });
+  const { gpu, adapter, device, f16 } = await openWebGpuDevice(options);
   return new WebGpuBackend(gpu, adapter, device, { ...options, f16 });
 }
