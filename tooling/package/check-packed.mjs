@@ -20,8 +20,9 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
+import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import { publishedPackages, syncPublishConfig } from './publish-config.mjs';
 
 const root = resolve(new URL('../..', import.meta.url).pathname);
@@ -130,6 +131,46 @@ for (const [name, project] of Object.entries(projects)) {
   }
 }
 
+// A web app's bundler over the packed packages (#22): Vite, Rollup underneath, builds a page that
+// imports every entry but the Node-only ones (`./node`; `./testing`, test helpers over vitest;
+// fsdp's `./checkpoint`, which writes files), resolving with the `browser` condition as any web
+// app does.
+// A Node built-in that some module reaches is recorded (and left external so one run lists them
+// all) and fails the check.
+const viteImports = [];
+const app = join(consumer, 'vite-app');
+mkdirSync(app, { recursive: true });
+writeFileSync(
+  join(app, 'main.js'),
+  importsOf((subpath) => !['./node', './testing', './checkpoint'].includes(subpath)),
+);
+const builtins = new Set(builtinModules);
+try {
+  const { build } = await import('vite');
+  await build({
+    root: app,
+    configFile: false,
+    logLevel: 'silent',
+    build: { write: false, minify: false, rollupOptions: { input: join(app, 'main.js') } },
+    plugins: [
+      {
+        name: 'record-node-builtins',
+        enforce: 'pre',
+        resolveId(source, importer) {
+          const bare = source.replace(/^node:/, '').split('/')[0] ?? '';
+          if (!source.startsWith('node:') && !builtins.has(bare)) return null;
+          viteImports.push(`${importer ? relative(modules, importer) : '?'}: ${source}`);
+          return { id: source, external: true };
+        },
+      },
+    ],
+  });
+} catch (error) {
+  problems.push(`Vite could not build a page importing the packages: ${error.message}`);
+}
+if (viteImports.length > 0)
+  problems.push(`Vite's browser build reached Node built-ins:\n  ${viteImports.join('\n  ')}`);
+
 if (problems.length > 0) {
   console.error(`packed packages: ${problems.length} problem(s)\n${problems.join('\n')}`);
   console.error(`(the consumer project is kept in ${work})`);
@@ -137,5 +178,5 @@ if (problems.length > 0) {
 }
 rmSync(work, { recursive: true, force: true });
 console.log(
-  `packed packages: ${packed.length} tarballs clean, a Node and a browser consumer typecheck with skipLibCheck: false`,
+  `packed packages: ${packed.length} tarballs clean, a Node and a browser consumer typecheck with skipLibCheck: false, Vite builds a page of every browser entry with no Node built-in`,
 );
