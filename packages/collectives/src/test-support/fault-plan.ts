@@ -1,3 +1,5 @@
+import { random as seededRandom } from '../testing/suite-reference.js';
+
 /**
  * [Note: the fault-injection suite]
  * One seed makes one run: `planFault(seed, scope)` picks the world size (2 to 4), the transport
@@ -67,21 +69,10 @@ export interface FaultPlan {
 export const FAULT_COUNT = 4096;
 export const RING_COUNT = 16 * 1024;
 
-/** mulberry32: a small seeded generator, so a run reproduces from its seed. */
-function generator(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** The plan of `seed`, in one of `worlds`. */
 export function planFault(seed: number, worlds: readonly FaultWorld[]): FaultPlan {
-  const random = generator(seed);
+  // mulberry32, the shared suite's generator: a run reproduces from its seed.
+  const random = seededRandom(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
   const world = pick(worlds);
   const size = 2 + Math.floor(random() * 3);

@@ -1,4 +1,5 @@
 import { importThreads } from '#platform';
+import type { Gemm } from './matmul-wasm.js';
 
 /**
  * [Note: matmul threads]
@@ -53,16 +54,6 @@ for (;;) {
   Atomics.notify(ctl, ${DONE});
 }
 `;
-
-type Gemm = (
-  ap: number,
-  bp: number,
-  c: number,
-  m: number,
-  k: number,
-  n: number,
-  tile: number,
-) => void;
 
 interface WorkerHandle {
   unref(): void;

@@ -64,16 +64,19 @@ interface MatmulExports {
     strideOuter: number,
     strideInner: number,
   ) => void;
-  readonly gemm: (
-    ap: number,
-    bp: number,
-    c: number,
-    m: number,
-    k: number,
-    n: number,
-    tile: number,
-  ) => void;
+  readonly gemm: Gemm;
 }
+
+/** The module's `gemm` export: C (at `c`) from the packed panels of A and B, rows by tile. */
+export type Gemm = (
+  ap: number,
+  bp: number,
+  c: number,
+  m: number,
+  k: number,
+  n: number,
+  tile: number,
+) => void;
 
 /** The parts of the `WebAssembly` namespace the loader uses (a test passes one without SIMD). */
 export type WasmApi = Pick<typeof WebAssembly, 'validate' | 'Module' | 'Instance'>;
