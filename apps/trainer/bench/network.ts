@@ -8,12 +8,11 @@
  * (`-- --quick` for one setting per axis).
  */
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
-import { launch } from '@webshard/collectives/node';
+import { freePort, launch } from '@webshard/collectives/node';
 
 const CLI = join(import.meta.dirname, '..', 'src', 'cli.ts');
 const STEPS = 6;
@@ -32,17 +31,6 @@ class Discard extends Writable {
     this.text = (this.text + chunk.toString()).slice(-4000);
     done();
   }
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }
 
 function median(values: number[]): number {

@@ -12,4 +12,4 @@ export type {
   LaunchResult,
   RanksAs,
 } from './launcher/launcher.js';
-export { launch } from './launcher/launcher.js';
+export { freePort, launch } from './launcher/launcher.js';

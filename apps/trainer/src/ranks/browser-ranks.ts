@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
 import { formatJoinUrl, initProcessGroup } from '@webshard/collectives';
+import { freePort } from '@webshard/collectives/node';
 import type { TrainConfig } from '../cli/options.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
 import { UsageError } from '../errors.js';
@@ -78,16 +78,4 @@ export async function runWithBrowserRanks(
   } finally {
     await page.close();
   }
-}
-
-/** A TCP port on 127.0.0.1 that was free a moment ago, for rank 0's store. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }

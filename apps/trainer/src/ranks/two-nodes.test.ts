@@ -1,9 +1,8 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { launch } from '@webshard/collectives/node';
+import { freePort, launch } from '@webshard/collectives/node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type CliFixture,
@@ -31,17 +30,6 @@ class Collect extends Writable {
     this.text += chunk.toString();
     done();
   }
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }
 
 describe('two nodes of threads (two launchers on this machine)', () => {
