@@ -25,7 +25,27 @@ function entries(pkg) {
   return out;
 }
 
+/**
+ * Names an entry's declarations export under a bundler's short alias (`export { loadSafetensors as
+ * l }`): tsup's declaration bundler does this when one entry's module is also imported by another
+ * entry, which makes the first entry export the second's names as `l`, `D`, `S`. Split the module
+ * so each entry reaches its own (as tensor-core's io/safetensors-file.ts is split from
+ * io/safetensors.ts). Only an entry's own export list counts: re-exports `from` a shared chunk
+ * (`export { u as lt } from './tensor-<hash>.js'`) rename the chunk's aliases back to real names.
+ */
+function aliasedExports(file) {
+  const text = readFileSync(file, 'utf8');
+  const out = [];
+  for (const statement of text.matchAll(/^export \{([^}]*)\};/gm)) {
+    for (const match of statement[1].matchAll(/([\w$]+) as ([\w$]{1,2})\s*(?:,|$)/g)) {
+      out.push(`${match[1]} as ${match[2]}`);
+    }
+  }
+  return out;
+}
+
 const differs = [];
+const aliased = [];
 let reports = 0;
 for (const name of readdirSync(join(root, 'packages')).sort()) {
   const dir = join(root, 'packages', name);
@@ -36,6 +56,10 @@ for (const name of readdirSync(join(root, 'packages')).sort()) {
     if (check && !existsSync(join(dir, 'api', `${entry}.api.md`))) {
       differs.push(`packages/${name}/api/${entry}.api.md (missing)`);
       continue;
+    }
+    if (existsSync(join(dir, types))) {
+      for (const alias of aliasedExports(join(dir, types)))
+        aliased.push(`${name}/${types}: ${alias}`);
     }
     const config = ExtractorConfig.prepare({
       configObjectFullPath: join(dir, 'api-extractor.json'),
@@ -107,6 +131,12 @@ for (const name of readdirSync(join(root, 'packages')).sort()) {
 }
 rmSync(scratch, { recursive: true, force: true });
 
+if (aliased.length > 0) {
+  console.error(
+    `api report: declarations export names under a bundler's short alias (see aliasedExports):\n  ${aliased.join('\n  ')}`,
+  );
+  process.exitCode = 1;
+}
 if (differs.length > 0) {
   console.error(
     `api report: the public surface changed; these reports differ from the build:\n  ${differs.join('\n  ')}\n` +

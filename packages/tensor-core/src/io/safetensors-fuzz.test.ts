@@ -7,7 +7,8 @@ import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import type { DType } from '../dtype.js';
 import { fuzzParameters } from '../testing/fuzz.js';
 import { Tensor } from '../tensor.js';
-import { decodeSafetensors, encodeSafetensors, loadSafetensors } from './safetensors.js';
+import { decodeSafetensors, encodeSafetensors } from './safetensors.js';
+import { loadSafetensors } from './safetensors-file.js';
 import { SafetensorsError } from './safetensors-format.js';
 
 /**

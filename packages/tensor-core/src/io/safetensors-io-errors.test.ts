@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import { Tensor } from '../tensor.js';
-import { loadSafetensors, readSafetensorsHeader, saveSafetensors } from './safetensors.js';
+import { loadSafetensors, readSafetensorsHeader, saveSafetensors } from './safetensors-file.js';
 import { SafetensorsError } from './safetensors-format.js';
 
 /**

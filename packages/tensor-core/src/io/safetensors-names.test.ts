@@ -4,13 +4,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import { Tensor } from '../tensor.js';
-import {
-  decodeSafetensors,
-  encodeSafetensors,
-  loadSafetensors,
-  readSafetensorsHeader,
-  saveSafetensors,
-} from './safetensors.js';
+import { decodeSafetensors, encodeSafetensors } from './safetensors.js';
+import { loadSafetensors, readSafetensorsHeader, saveSafetensors } from './safetensors-file.js';
 
 /** Spelled through a constant: `x.__proto__` would read the prototype accessor. */
 const PROTO = '__proto__';

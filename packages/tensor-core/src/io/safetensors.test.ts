@@ -7,13 +7,8 @@ import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import type { DType, HostArray } from '../dtype.js';
 import { FreedTensorError, OutOfMemoryError, WebshardError } from '../errors.js';
 import { Tensor } from '../tensor.js';
-import {
-  decodeSafetensors,
-  encodeSafetensors,
-  loadSafetensors,
-  readSafetensorsHeader,
-  saveSafetensors,
-} from './safetensors.js';
+import { decodeSafetensors, encodeSafetensors } from './safetensors.js';
+import { loadSafetensors, readSafetensorsHeader, saveSafetensors } from './safetensors-file.js';
 import { describeBackends } from '../testing/describe-backends.js';
 import { SafetensorsError } from './safetensors-format.js';
 
