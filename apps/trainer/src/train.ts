@@ -146,7 +146,9 @@ export async function train(
   }
   say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
   if (group !== null) {
-    say(`strategy: ${config.strategy} on ${group.size} rank(s) over ${config.transport}`);
+    // The transport the group really runs on (`shm+tcp` for a thread rank of a job of several
+    // nodes, `shm` for one of one node), not the `--transport` flag's.
+    say(`strategy: ${config.strategy} on ${group.size} rank(s) over ${group.transport.kind}`);
   }
 
   // The strategy's model, and AdamW on what it steps (f32: masters in 16 bits, shards in fsdp).

@@ -83,7 +83,9 @@ async function joinAsRank(
     );
   }
   // webshard-run runs one node's ranks as threads over shm by default: `initProcessGroup` joins
-  // that world whatever the flag says, so the run reports the transport it really uses.
+  // that world (with the other nodes' over the flag's transport, `shm+tcp`), so a thread rank is
+  // configured as one (the CPU backend: workers have no WebGPU adapter); the run's label names
+  // the group's own transport.
   const rankConfig = {
     ...config,
     worldSize,

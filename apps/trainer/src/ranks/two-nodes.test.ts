@@ -69,7 +69,8 @@ describe('two nodes of threads (two launchers on this machine)', () => {
         results.map((r) => r.exitCode),
         stdout.text + stderr.text,
       ).toEqual([0, 0]);
-      expect(stdout.text).toContain(`[rank 0] strategy: ${strategy} on 4 rank(s)`);
+      // Its threads run shm in each node and tcp between them: the label says so.
+      expect(stdout.text).toContain(`[rank 0] strategy: ${strategy} on 4 rank(s) over shm+tcp`);
       const losses = (await readFile(log, 'utf8'))
         .trim()
         .split('\n')

@@ -107,6 +107,22 @@ export class FingerprintExchange {
    * receive (it waits in the transport until the abort discards it), so a wrong count still fails
    * as `CollectiveMismatchError`, never as a length error. The shared-memory exchange is a barrier
    * and still runs before the body.
+   *
+   * [Note: a mismatch waits for every fingerprint]
+   * A rank that finds a peer's fingerprint unlike its own does not abort at once: it holds the
+   * mismatch (that peer's receives stay closed, so none of its data lands) and raises it once the
+   * fingerprints of every peer of the op are in. A rank sends op k's fingerprint only after its op
+   * k - 1 settled (ops run in issue order), so by then every rank has finished op k - 1, and the
+   * abort fails op k everywhere, the op whose calls differ. Raised at once, it could reach a rank
+   * still finishing op k - 1 and fail that op there instead (with op k's message and seq k - 1),
+   * so that rank never reached op k: in a two-level world the two ranks of the node that found the
+   * mismatch among themselves were often a phase ahead of the other node, whose ranks then ended
+   * the two-level suite's failure scenarios without a report (one full run in three under load).
+   * PyTorch's fingerprint check (`TORCH_DISTRIBUTED_DEBUG=DETAIL`, `ProcessGroupWrapper`) is an
+   * all-gather, so it too meets every rank first. The cost is only when a mismatch shows: when the
+   * slowest rank reaches the op, and if one never does, at the op's deadline, which then raises the
+   * mismatch rather than a timeout (`OpContext.heldMismatch`). The shared-memory exchange, a
+   * barrier, always met every rank first.
    */
   async exchange(
     ctx: OpContext,
@@ -152,24 +168,26 @@ export class FingerprintExchange {
     for (const peer of sendTo) pending.push(ctx.send(peer, outBytes));
     // Checked once per peer: where the transport gives the arrival hint, synchronously as the
     // fingerprint lands (so the held receives are posted before the data behind it is parsed),
-    // else when the receive resolves. A mismatch is kept and thrown on the promise path.
-    const outcomes = new Map<number, unknown>();
+    // else when the receive resolves. The first mismatch is held, its peer's receives stay closed,
+    // and it is raised once every fingerprint is in ([Note: a mismatch waits for every
+    // fingerprint]), or by the op's deadline.
+    const checked = new Set<number>();
+    let held: { peer: number; mine: string; theirs: string } | null = null;
+    const raise = () => {
+      ctx.heldMismatch = null;
+      if (held !== null) this.mismatch(ctx, held.peer, held.mine, held.theirs);
+    };
     const check = (peer: number) => {
-      if (outcomes.has(peer)) return;
+      if (checked.has(peer)) return;
+      checked.add(peer);
       const at = peer * FINGERPRINT_WORDS;
-      try {
-        for (let w = 0; w < FINGERPRINT_WORDS; w++) {
-          if (incoming[at + w] !== out[w])
-            this.mismatch(
-              ctx,
-              peer,
-              describeFingerprint(out, 0),
-              describeFingerprint(incoming, at),
-            );
+      for (let w = 0; w < FINGERPRINT_WORDS; w++) {
+        if (incoming[at + w] === out[w]) continue;
+        if (held === null) {
+          const theirs = describeFingerprint(incoming, at);
+          held = { peer, mine: describeFingerprint(out, 0), theirs };
+          ctx.heldMismatch = raise;
         }
-        outcomes.set(peer, null);
-      } catch (error) {
-        outcomes.set(peer, error);
         return;
       }
       ctx.open(peer);
@@ -183,14 +201,11 @@ export class FingerprintExchange {
           new Uint8Array(incoming.buffer, peer * FINGERPRINT_WORDS * 4, FINGERPRINT_WORDS * 4),
           () => check(peer),
         )
-        .then(() => {
-          check(peer);
-          const error = outcomes.get(peer);
-          if (error !== null) throw error;
-        }),
+        .then(() => check(peer)),
     );
     try {
       await Promise.all([...checks, ...pending]);
+      raise();
     } catch (error) {
       ctx.failGated(error);
       throw error;

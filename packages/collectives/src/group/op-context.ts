@@ -45,6 +45,12 @@ export class OpContext implements Comm {
   readonly waiting = new Map<number, number>();
   private readonly gated = new Map<number, HeldRecv[]>();
   ownError: CollectiveError | null = null;
+  /**
+   * Raises the mismatch the fingerprint exchange found and holds until every fingerprint is in
+   * ([Note: a mismatch waits for every fingerprint] in fingerprint.ts): the deadline raises it
+   * when one never comes.
+   */
+  heldMismatch: (() => void) | null = null;
   /** Every rank's words of the shared-memory fingerprint exchange, when the op had one. */
   sharedWords: Int32Array | null = null;
   /**
@@ -175,6 +181,14 @@ export class OpContext implements Comm {
 
   private expire(): void {
     this.timer = null;
+    if (this.heldMismatch !== null) {
+      try {
+        this.heldMismatch();
+      } catch {
+        // Raised: the group is aborted with the mismatch, which the op settles with.
+      }
+      return;
+    }
     const waitingFor = [...this.waiting.keys()].sort((a, b) => a - b);
     const board = progressBoardOf(this.group.transport);
     if (board === null) {

@@ -13,6 +13,57 @@ import { Work } from './work.js';
 const noop = () => {};
 
 /**
+ * How long an op's body gets to finish once its transport aborted, before the backstop settles
+ * the op with the abort ([Note: an abort does not undo a finished op]). Bodies on a transport that
+ * keeps its contract settle within a few milliseconds of the abort (their waits reject at once),
+ * so this only delays the backstop's error where a wait never settles.
+ */
+export const ABORT_GRACE_MS = 1000;
+
+/** Whether `body` resolves within `ms` (false if it rejects or takes longer). */
+function resolvesWithin(body: Promise<void>, ms: number): Promise<boolean> {
+  return new Promise((done) => {
+    const timer = setTimeout(() => done(false), ms);
+    const settle = (resolved: boolean) => {
+      clearTimeout(timer);
+      done(resolved);
+    };
+    body.then(
+      () => settle(true),
+      () => settle(false),
+    );
+  });
+}
+
+/**
+ * [Note: an abort does not undo a finished op]
+ * The backstop of [Note: ordering, deadlines and abort] settles an op when its transport aborts,
+ * whatever its body waits for. But an abort can reach a rank that is behind while the last thing
+ * its op waited for has already happened: the faster ranks finished op k and one of them failed
+ * after it (`abort()` over its own error, a peer lost, a deadline). In a two-level world it reaches
+ * a lagging rank by one medium (another node's socket, its node's shm abort word) while the shm
+ * barrier that ends op k (every node-mate arrived) wakes it a moment later: the abort listener ran
+ * before the body's continuation, and op k, complete on every rank, failed on this one. The
+ * two-level suite's failure scenarios lost a rank's report that way (its first op failed, with a
+ * mismatch of op #1 found before [Note: a mismatch waits for every fingerprint]; the body resolved
+ * 0.6 ms after the abort). So when the abort wins the race, the body gets `ABORT_GRACE_MS` to
+ * finish: a body whose waits were all satisfied completes and so does the op (the next call then
+ * fails with the abort, as on every other rank); one whose waits reject (a transport keeping rule 5
+ * of its contract rejects them at once) or never settle fails as before. An op whose own deadline
+ * aborted the group fails in any case. Not covered: data a peer sent that this rank's transport had
+ * not read yet when the abort came over another connection (the transport rejects that receive).
+ */
+async function finishedOrAborted(body: Promise<void>, ctx: OpContext): Promise<void> {
+  body.catch(noop);
+  try {
+    await Promise.race([body, ctx.aborted]);
+  } catch (error) {
+    if (ctx.ownError !== null) throw error;
+    if (!(await resolvesWithin(body, ABORT_GRACE_MS)) || ctx.ownError !== null) throw error;
+  }
+}
+
+/**
  * The order of one group's calls: sequence numbers, one op after another, each under its own
  * `OpContext` (deadline, abort), fingerprint first, errors turned into the group's typed errors.
  *
@@ -23,7 +74,8 @@ const noop = () => {};
  * element count, reduce op or root) to every other rank of the group (24 bytes each), and accepts
  * no data from a peer before that peer's fingerprint has matched (see [Note: fingerprints ahead of
  * the data]). A rank whose fingerprints differ from a peer's aborts the transport with a
- * `mismatch` reason naming both calls; every rank of the group then fails with
+ * `mismatch` reason naming both calls, once every peer's fingerprint is in ([Note: a mismatch
+ * waits for every fingerprint]); every rank of the group then fails with
  * `CollectiveMismatchError` before any payload with a wrong size could be received. The all-to-all
  * fingerprint is also the barrier, and it tells a timed-out barrier exactly which ranks never
  * arrived. Deadlines: each op arms a timer when it starts; when it fires, the rank aborts the
@@ -139,7 +191,7 @@ export class OpQueue {
         }
       };
       try {
-        await Promise.race([exchange(), ctx.aborted]);
+        await finishedOrAborted(exchange(), ctx);
         // A deadline that passed stays firm ([Note: blaming a stalled rank]).
         await ctx.afterDeadline();
       } catch (error) {

@@ -178,8 +178,9 @@ describe('launch with ranks as threads', () => {
   const quiet = { stderr: new PassThrough(), forwardSignals: false, execArgv } as const;
 
   for (const size of [2, 4]) {
-    it(`runs the same all-reduce script as ${size} threads over shm`, async () => {
+    it(`runs the same all-reduce script as ${size} threads over shm, saying once that its backend is not used`, async () => {
       const out = capture();
+      const err = capture();
       const result = await launch({
         nprocPerNode: size,
         ranksAs: 'threads',
@@ -187,8 +188,21 @@ describe('launch with ranks as threads', () => {
         args: ['tcp'],
         stdout: out.stream,
         ...quiet,
+        stderr: err.stream,
       });
       expect(result).toEqual({ exitCode: 0, rankExitCodes: new Array(size).fill(0) });
+      // The script asks for tcp: local rank 0 warns, once for the node.
+      const warnings = err
+        .text()
+        .split('\n')
+        .filter((line) => line.includes('WebshardWarning'));
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toMatch(
+        /^\[rank 0\] \(node:\d+\) \[WEBSHARD_BACKEND_NOT_USED\] WebshardWarning: /,
+      );
+      expect(warnings[0]).toContain(
+        `initProcessGroup: backend 'tcp' is not used: webshard-run started this node's ${size} ranks as threads of one process, which run over shm; start them with --ranks-as processes to run over tcp`,
+      );
       const sum = (size * (size + 1)) / 2;
       expect(out.text().trim().split('\n').sort()).toEqual(
         Array.from(
@@ -417,6 +431,8 @@ describe('webshard-run with ranks as threads (its default on one node)', () => {
       '[rank 0] rank 0 of 2 over shm: sum 3, count 2',
       '[rank 1] rank 1 of 2 over shm: sum 3, count 2',
     ]);
+    // No backend asked for, none ignored: nothing to warn about.
+    expect(errors).not.toContain('WebshardWarning');
   });
 
   it('exits non-zero naming the thread that threw', async () => {

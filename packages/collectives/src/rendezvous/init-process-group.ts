@@ -32,8 +32,10 @@ function defaultBackend(): NetworkBackend {
  * a worker thread of a job of several nodes, joins its node's shared-memory world and the network
  * between nodes as one two-level world ([Note: two-level collectives]); of one node, joins that
  * node's shared-memory world ([Note: ranks as threads] in
- * transports/shm/thread-rank.ts; `backend` and the rendezvous options are not used there, and a
- * `rank` or `worldSize` that differs from the launcher's is an `ArgumentError`). Anywhere else,
+ * transports/shm/thread-rank.ts; the rendezvous options are not used there, a `backend` given is
+ * not either and the node's rank 0 warns once that it runs over shm instead (Node warning
+ * `WEBSHARD_BACKEND_NOT_USED`), and a `rank` or `worldSize` that differs from the launcher's is an
+ * `ArgumentError`). Anywhere else,
  * joins the rendezvous (rank 0 hosts the store; options not given come from `RANK`, `WORLD_SIZE`,
  * `MASTER_ADDR`, `MASTER_PORT`, `LOCAL_RANK` and `WEBSHARD_TOKEN`, as `webshard-run` sets them, or
  * from Slurm's and Kubernetes' variables, see `resolveRendezvousOptions`), connects the `tcp` or

@@ -6,12 +6,17 @@ import { runTwoLevelJob } from '../test-support/two-level/run-nodes.js';
 // suite's sizes leave uneven shards at both). Starting the threads dominates each run.
 const shape = (size: number): [number, number] => (size === 6 ? [3, 2] : [2, 2]);
 
-// The failure scenarios run only with WEBSHARD_TWO_LEVEL_FAILURES=1: in about one full CI run in
-// three, one of them (mismatch-op, once mismatch-dtype) got reports from only one node's two ranks
-// (the other node's threads ended without reporting), not yet understood. A node killed for real
-// is tested in CI by two-level-node-loss.test.ts.
-runTransportSuite('two levels (shm in a node, tcp between nodes)', {
-  sizes: [4, 6],
-  failureSizes: process.env.WEBSHARD_TWO_LEVEL_FAILURES === '1' ? [4] : [],
-  run: (size, job) => runTwoLevelJob(...shape(size), job),
-});
+// The failure scenarios once in CI; WEBSHARD_TWO_LEVEL_FAILURE_RUNS=N runs them N times (a long
+// run: a lagging rank once lost its report here, see [Note: an abort does not undo a finished op]
+// in group/op-queue.ts).
+const failureRuns = Math.max(1, Number(process.env.WEBSHARD_TWO_LEVEL_FAILURE_RUNS ?? 1) || 1);
+for (let run = 1; run <= failureRuns; run++) {
+  runTransportSuite(
+    `two levels (shm in a node, tcp between nodes)${run > 1 ? `, failure run ${run}` : ''}`,
+    {
+      sizes: run === 1 ? [4, 6] : [],
+      failureSizes: [4],
+      run: (size, job) => runTwoLevelJob(...shape(size), job),
+    },
+  );
+}

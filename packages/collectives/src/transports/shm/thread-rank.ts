@@ -12,7 +12,13 @@ import { ShmTransport } from './shm-transport.js';
  * the same `process.argv`, and in `workerData` under `THREAD_RANK_KEY` the handle of one
  * shared-memory world and its rank. `initProcessGroup` looks there first: in such a thread it joins
  * that `shm` world (the fastest transport here, see the README's benchmarks) instead of the
- * network, whatever `backend` says, so `await initProcessGroup()` is the same line in both. The
+ * network, so `await initProcessGroup()` is the same line in both. A `backend` the script names
+ * (`'tcp'`, `'ws'`) is not used there: rather than refuse a script that runs unchanged as processes
+ * (PyTorch's `init_process_group('gloo')` under torchrun never fails over its medium either), the
+ * node's local rank 0 emits one Node warning (`WEBSHARD_BACKEND_NOT_USED`, silenced as any other by
+ * `--no-warnings`) naming the backend asked for, the one the ranks run over, and
+ * `--ranks-as processes` to get the former. In a job of several nodes `backend` is what the nodes
+ * talk over (`shm+tcp`, `shm+ws`), so nothing is ignored and nothing is said. The
  * handle travels in `workerData` rather than in a global: it is per thread, needs no registry, and
  * a thread the script starts itself does not inherit it. One thread joins once: a second
  * `ShmTransport` on the same rank would read the same rings, so the second call is refused.
@@ -86,14 +92,17 @@ export interface ThreadRank extends ThreadRankData {
   readonly tell: (event: ThreadRankEvent) => void;
 }
 
+/** The code of the warning a thread rank emits when `backend` is not what it runs over. */
+export const BACKEND_NOT_USED = 'WEBSHARD_BACKEND_NOT_USED';
+
 /**
  * Joins the shm world of a thread rank. `expected` holds what the caller asked for (`rank`,
  * `worldSize`): a value that differs from the launcher's is an `ArgumentError`, since the world
- * cannot honour it.
+ * cannot honour it; a `backend` is warned about (see [Note: ranks as threads]).
  */
 export function joinThreadRank(
   data: ThreadRank,
-  expected: { rank?: number; worldSize?: number },
+  expected: { rank?: number; worldSize?: number; backend?: string },
   options: ProcessGroupOptions = {},
 ): ProcessGroup {
   const given = (name: string, value: number | undefined, actual: number) => {
@@ -113,6 +122,12 @@ export function joinThreadRank(
     );
   }
   joined = true;
+  if (expected.backend !== undefined && data.rank === 0) {
+    process.emitWarning(
+      `initProcessGroup: backend '${expected.backend}' is not used: webshard-run started this node's ${data.handle.size} ranks as threads of one process, which run over shm; start them with --ranks-as processes to run over ${expected.backend}`,
+      { type: 'WebshardWarning', code: BACKEND_NOT_USED },
+    );
+  }
   const group = ProcessGroup.fromTransport(
     new ThreadRankTransport(data.handle, data.rank, data.tell),
     options,
