@@ -49,10 +49,13 @@ const plan: BenchPlan = {
   warmup: 3,
 };
 const registeredOps = ops.filter((op) => REGISTERED_OPS.includes(op));
-/** The ops that run in two levels (broadcast is the flat chain over the same links). */
+/**
+ * The ops that run in two levels (broadcast is the flat chain over the same links), registered
+ * buffers included (in the node's arena).
+ */
 const twoLevelPlan: BenchPlan = {
   ...plan,
-  ops: plan.ops.filter((op) => op !== 'broadcast'),
+  ops: [...plan.ops.filter((op) => op !== 'broadcast'), ...registeredOps],
 };
 
 async function runNetwork(backend: string, world: number): Promise<BenchResult[]> {

@@ -165,16 +165,19 @@ export async function stagedAllReduce(
       },
     );
   }
-  await node.barrier();
-  for (let r = 0; r < node.size; r++) {
+  const copyOut = (r: number) => {
     const { start, count: length } = slices[r]!;
-    if (length === 0 || (r === node.rank && registered >= 0)) continue;
+    if (length === 0) return;
     narrow(
       dtype,
       wide(kind, arena, offsets[r]! + start * 4, length),
       host.subarray(start, start + length),
     );
-  }
+  };
+  // This rank's own slice is final already: copied out while the node-mates finish theirs.
+  if (registered < 0) copyOut(node.rank);
+  await node.barrier();
+  for (let r = 0; r < node.size; r++) if (r !== node.rank) copyOut(r);
   if (seen.registered) await node.barrier();
   return true;
 }

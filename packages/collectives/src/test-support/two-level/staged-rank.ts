@@ -78,7 +78,8 @@ const cases: [CommDType, ReduceOp][] = [
   ['i32', 'sum'],
 ];
 for (const count of [5, 1003, 4099]) {
-  for (const [dtype, op] of cases) {
+  // The largest count (several ring segments between nodes) with fewer cases: CI's time.
+  for (const [dtype, op] of count > 1003 ? cases.filter(([, o]) => o === 'sum') : cases) {
     const expected = reference(dtype, op, count);
     for (const where of ['array', 'registered'] as const) {
       const name = `allReduce ${op} ${dtype} ${where} x${count}`;
