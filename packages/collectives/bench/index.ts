@@ -33,7 +33,9 @@ function option(name: string, fallback: string): string[] {
   return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
 }
 
-// `two-level`: 2 simulated nodes of world / 2 threads each (even worlds of 4 and up).
+// `two-level`: 2 simulated nodes of world / 2 threads each (even worlds of 4 and up);
+// `two-level-slots` (not by default): the same with the node's phases in rounds through the
+// arena's slots, the schedule before [Note: two-level node phases on staged memory].
 const transports = option('transports', 'shm,ws,tcp,two-level');
 const worlds = option('worlds', '2,4').map(Number);
 const sizesMiB = option('sizes', '1,16,64').map(Number);
@@ -162,15 +164,16 @@ for (const world of worlds) {
     }
   }
   for (const transport of transports) {
-    if (transport === 'two-level' && (world < 4 || world % 2 !== 0)) continue;
+    const twoLevel = transport === 'two-level' || transport === 'two-level-slots';
+    if (twoLevel && (world < 4 || world % 2 !== 0)) continue;
     console.log(`${transport}, ${world} ranks...`);
     let results: BenchResult[];
     try {
       results =
         transport === 'shm'
           ? await runShm(world)
-          : transport === 'two-level'
-            ? await runTwoLevel(world, twoLevelPlan)
+          : twoLevel
+            ? await runTwoLevel(world, twoLevelPlan, transport === 'two-level-slots')
             : await runNetwork(transport, world);
     } catch (error) {
       // One transport failing must not lose the others' rows: say so and go on.
@@ -190,10 +193,9 @@ for (const world of worlds) {
         ? `${result.op.replace('Registered', '')} (registered)`
         : result.op;
       const row: BenchRow = {
-        name:
-          transport === 'two-level'
-            ? `${label} two-level (2 nodes x ${world / 2} threads, shm + tcp) ${result.sizeMiB} MiB`
-            : `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
+        name: twoLevel
+          ? `${label} ${transport} (2 nodes x ${world / 2} threads, shm + tcp) ${result.sizeMiB} MiB`
+          : `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
         metric: 'busbw',
         value: Math.round(busbw),
         unit: 'MB/s',

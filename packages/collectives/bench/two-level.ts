@@ -9,8 +9,16 @@ import type { BenchPlan, BenchResult } from './plan.js';
 const here = dirname(fileURLToPath(import.meta.url));
 const cli = join(here, '..', 'src', 'cli', 'webshard-run.ts');
 
-/** Runs `plan` on 2 nodes of `world / 2` threads; rank 0's results. */
-export async function runTwoLevel(world: number, plan: BenchPlan): Promise<BenchResult[]> {
+/**
+ * Runs `plan` on 2 nodes of `world / 2` threads; rank 0's results. `slots`: the node's phases in
+ * rounds through the arena's slots (`WEBSHARD_TWO_LEVEL_ROUNDS=1`, the schedule before staging),
+ * to compare the two in one run.
+ */
+export async function runTwoLevel(
+  world: number,
+  plan: BenchPlan,
+  slots = false,
+): Promise<BenchResult[]> {
   const port = await freePort();
   const nodes = [0, 1].map((node) => {
     const child = spawn(
@@ -25,7 +33,10 @@ export async function runTwoLevel(world: number, plan: BenchPlan): Promise<Bench
         join(here, 'two-level-rank.ts'),
         JSON.stringify(plan),
       ],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+        env: { ...process.env, ...(slots ? { WEBSHARD_TWO_LEVEL_ROUNDS: '1' } : {}) },
+      },
     );
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => {

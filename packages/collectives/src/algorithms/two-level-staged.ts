@@ -12,8 +12,9 @@ import { type ReduceLayout, ringReduce } from './reduce.js';
  * two-level/two-level-transport.ts) run on memory every node-mate maps: each rank's operand in
  * the node's shm arena, either the operand itself (a registered buffer from `group.allocate`) or a
  * staging copy of it (one copy in, widened to f32 for f16/bf16). One exchange of arena offsets
- * (`StagedNode.exchange`, a barrier) then says every operand is in; from there a rank reads its
- * node-mates' operands in place, with no rounds through the arena's slots:
+ * (`StagedNode.exchange`, a barrier) then says every operand is in (a staging rank copies the
+ * parts its node-mates read first, and its own part after the exchange, while they start); from
+ * there a rank reads its node-mates' operands in place, with no rounds through the arena's slots:
  *
  * - all-reduce: local rank l sums slice l (`shardRange(count, L, l)`) of every node-mate's
  *   operand into its own, in rank order (the order of the slot schedule: the same bits); the ring
@@ -100,6 +101,25 @@ async function exchangeOffsets(
   return offsets.some((o) => o < 0) ? null : { offsets, registered: any };
 }
 
+/**
+ * Widens `ranges` (`[start, count]` in elements) of `host` into the same places of the staging at
+ * `offset`: what the node-mates read before the exchange, this rank's own part after it.
+ */
+function stageRanges(
+  dtype: CommDType,
+  host: HostData,
+  arena: SharedArena,
+  offset: number,
+  ranges: readonly (readonly [number, number])[],
+): void {
+  const kind = wideKind(dtype);
+  for (const [start, length] of ranges) {
+    if (length === 0) continue;
+    const target = wide(kind, arena, offset + start * 4, length);
+    widen(dtype, host.subarray(start, start + length), target);
+  }
+}
+
 /** `dst = in[0] op in[1] op ...` in rank order over `count` elements at byte `at` of each. */
 function reduceInRankOrder(
   arena: SharedArena,
@@ -134,16 +154,27 @@ export async function stagedAllReduce(
   const { arena } = node;
   const count = host.length;
   const kind = wideKind(dtype);
+  const slices = Array.from({ length: node.size }, (_, r) => shardRange(count, node.size, r));
+  const own = slices[node.rank]!;
   let offset = step.ready ? registered : -1;
-  if (offset < 0 && step.ready) {
+  const staged = offset < 0 && step.ready;
+  if (staged) {
     offset = step.staging(count * 4);
-    if (offset >= 0) widen(dtype, host, wide(kind, arena, offset, count));
+    const others = slices.filter((_, r) => r !== node.rank);
+    if (offset >= 0)
+      stageRanges(
+        dtype,
+        host,
+        arena,
+        offset,
+        others.map((s) => [s.start, s.count]),
+      );
   }
   const seen = await exchangeOffsets(node, offset, registered >= 0);
   if (seen === null) return false;
   const { offsets } = seen;
-  const slices = offsets.map((_, r) => shardRange(count, node.size, r));
-  const own = slices[node.rank]!;
+  // Only this rank reads its own slice: staged while the node-mates start on theirs.
+  if (staged) stageRanges(dtype, host, arena, offset, [[own.start, own.count]]);
   if (own.count > 0) {
     const at = own.start * 4;
     reduceInRankOrder(arena, phaseOp(op), kind, offset + at, offsets, at, own.count);
@@ -213,12 +244,23 @@ export async function stagedReduceScatter(
   const staged = registered >= 0 ? 0 : count * 4;
   const staging = step.ready ? step.staging(staged + total * 4) : -1;
   let offset = registered;
+  // The node-mates' shards of every node block before the exchange, this rank's after it.
+  const shards = (mine: boolean) => {
+    const ranges: [number, number][] = [];
+    for (let g = 0; g < L * comm.size; g++) {
+      if (g % L === node.rank) {
+        if (mine) ranges.push([chunk(g).start, chunk(g).count]);
+      } else if (!mine) ranges.push([chunk(g).start, chunk(g).count]);
+    }
+    return ranges;
+  };
   if (registered < 0 && staging >= 0) {
     offset = staging;
-    widen(dtype, input, wide(kind, arena, offset, count));
+    stageRanges(dtype, input, arena, offset, shards(false));
   }
   const seen = await exchangeOffsets(node, staging < 0 ? -1 : offset, registered >= 0);
   if (seen === null) return false;
+  if (registered < 0) stageRanges(dtype, input, arena, offset, shards(true));
   const work = staging + staged;
   for (let b = 0; b < comm.size; b++) {
     const [at, length] = pieces[b]!;
