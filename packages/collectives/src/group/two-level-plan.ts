@@ -38,6 +38,16 @@ import {
  */
 const STAGING_LIMIT_BYTES = 256 << 20;
 
+/**
+ * `WEBSHARD_TWO_LEVEL_ROUNDS=1`: the slot schedule only, to compare the two (read at each op, so
+ * a benchmark can interleave them; every rank of a node must see the same value).
+ */
+function roundsOnly(): boolean {
+  const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process
+    ?.env;
+  return env?.WEBSHARD_TWO_LEVEL_ROUNDS === '1';
+}
+
 /** A staging buffer of this rank in the node's arena. */
 interface Staging {
   offset: number;
@@ -62,10 +72,6 @@ export class TwoLevelPlan {
   private nextStaging = 0;
   /** The ring's receive slots in the arena (allocated with the first staged op). */
   private ringSlots = -1;
-  /** `WEBSHARD_TWO_LEVEL_ROUNDS=1`: the slot schedule only (to compare the two). */
-  private readonly roundsOnly =
-    (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env
-      .WEBSHARD_TWO_LEVEL_ROUNDS === '1';
 
   private constructor(
     group: GroupView,
@@ -170,7 +176,7 @@ export class TwoLevelPlan {
 
   /** Whether the ring's receive slots are in the arena (allocated once); false in rounds-only mode. */
   private ensureRingSlots(): boolean {
-    if (this.roundsOnly) return false;
+    if (roundsOnly()) return false;
     if (this.ringSlots >= 0) return true;
     try {
       this.ringSlots = this.sharedArena.allocate(ringStagingBytes(this.settings));
