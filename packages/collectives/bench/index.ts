@@ -13,7 +13,7 @@ import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { browserRankRows } from './browser-ranks.js';
 import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
-import { runTwoLevel } from './two-level.js';
+import { type AbResult, runTwoLevel, runTwoLevelAb } from './two-level.js';
 import { webGpuOperandRows } from './webgpu-operands.js';
 import {
   BENCH_OPS,
@@ -33,7 +33,10 @@ function option(name: string, fallback: string): string[] {
   return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
 }
 
-// `two-level`: 2 simulated nodes of world / 2 threads each (even worlds of 4 and up).
+// `two-level`: 2 simulated nodes of world / 2 threads each (even worlds of 4 and up);
+// `two-level-slots` (not by default): the same with the node's phases in rounds through the
+// arena's slots, the schedule before [Note: two-level node phases on staged memory];
+// `two-level-ab` (not by default): both, interleaved iteration by iteration, with CPU per op.
 const transports = option('transports', 'shm,ws,tcp,two-level');
 const worlds = option('worlds', '2,4').map(Number);
 const sizesMiB = option('sizes', '1,16,64').map(Number);
@@ -49,10 +52,13 @@ const plan: BenchPlan = {
   warmup: 3,
 };
 const registeredOps = ops.filter((op) => REGISTERED_OPS.includes(op));
-/** The ops that run in two levels (broadcast is the flat chain over the same links). */
+/**
+ * The ops that run in two levels (broadcast is the flat chain over the same links), registered
+ * buffers included (in the node's arena).
+ */
 const twoLevelPlan: BenchPlan = {
   ...plan,
-  ops: plan.ops.filter((op) => op !== 'broadcast'),
+  ops: [...plan.ops.filter((op) => op !== 'broadcast'), ...registeredOps],
 };
 
 async function runNetwork(backend: string, world: number): Promise<BenchResult[]> {
@@ -120,6 +126,39 @@ async function runShm(world: number): Promise<BenchResult[]> {
   return first.value;
 }
 
+/** The A/B rows: staged busbw against the slot schedule's, and each one's CPU per op. */
+function abRows(world: number, results: readonly AbResult[]): BenchRow[] {
+  const out: BenchRow[] = [];
+  const shape = `2 nodes x ${world / 2} threads, shm + tcp`;
+  for (const staged of results.filter((r) => r.variant === 'staged')) {
+    const slots = results.find(
+      (r) => r.variant === 'slots' && r.op === staged.op && r.sizeMiB === staged.sizeMiB,
+    )!;
+    const busbw = (r: AbResult) =>
+      Math.round(((r.sizeMiB * MiB) / (r.medianMs / 1e3) / 1e6) * busFactor(r.op, world));
+    const label = staged.op.endsWith('Registered')
+      ? `${staged.op.replace('Registered', '')} (registered)`
+      : staged.op;
+    out.push({
+      name: `${label} two-level staged, interleaved with the slot schedule (${shape}) ${staged.sizeMiB} MiB`,
+      metric: 'busbw',
+      value: busbw(staged),
+      unit: 'MB/s',
+      peer: 'slot schedule, same iterations',
+      peerValue: busbw(slots),
+    });
+    for (const r of [staged, slots]) {
+      out.push({
+        name: `${label} two-level ${r.variant === 'staged' ? 'staged' : 'slot schedule'} (${shape}) ${r.sizeMiB} MiB: CPU per op, one node's process`,
+        metric: 'cpu',
+        value: Math.round(r.cpuMs),
+        unit: 'ms',
+      });
+    }
+  }
+  return out;
+}
+
 const glooProblem = glooUnavailable(repoRoot);
 if (glooProblem !== null) console.log(`gloo peer skipped: ${glooProblem}`);
 
@@ -159,15 +198,25 @@ for (const world of worlds) {
     }
   }
   for (const transport of transports) {
-    if (transport === 'two-level' && (world < 4 || world % 2 !== 0)) continue;
+    const twoLevel = transport === 'two-level' || transport === 'two-level-slots';
+    if (twoLevel && (world < 4 || world % 2 !== 0)) continue;
     console.log(`${transport}, ${world} ranks...`);
+    if (transport === 'two-level-ab') {
+      if (world < 4 || world % 2 !== 0) continue;
+      try {
+        rows.push(...abRows(world, await runTwoLevelAb(world, twoLevelPlan)));
+      } catch (error) {
+        console.error(`${transport}, ${world} ranks failed: ${(error as Error).message}`);
+      }
+      continue;
+    }
     let results: BenchResult[];
     try {
       results =
         transport === 'shm'
           ? await runShm(world)
-          : transport === 'two-level'
-            ? await runTwoLevel(world, twoLevelPlan)
+          : twoLevel
+            ? await runTwoLevel(world, twoLevelPlan, transport === 'two-level-slots')
             : await runNetwork(transport, world);
     } catch (error) {
       // One transport failing must not lose the others' rows: say so and go on.
@@ -187,10 +236,9 @@ for (const world of worlds) {
         ? `${result.op.replace('Registered', '')} (registered)`
         : result.op;
       const row: BenchRow = {
-        name:
-          transport === 'two-level'
-            ? `${label} two-level (2 nodes x ${world / 2} threads, shm + tcp) ${result.sizeMiB} MiB`
-            : `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
+        name: twoLevel
+          ? `${label} ${transport} (2 nodes x ${world / 2} threads, shm + tcp) ${result.sizeMiB} MiB`
+          : `${label} ${transport} ${world} ranks ${result.sizeMiB} MiB`,
         metric: 'busbw',
         value: Math.round(busbw),
         unit: 'MB/s',

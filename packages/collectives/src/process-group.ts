@@ -200,8 +200,9 @@ export class ProcessGroup {
 
   /**
    * A buffer for this group's collectives, like NCCL's `ncclMemAlloc`: in the shared arena on the
-   * `shm` transport's world group, in the group's shared WASM memory on `tcp`, where collectives
-   * of such buffers run in place; an ordinary typed array elsewhere (see [Note: registered
+   * `shm` transport's world group (and the node's arena on the world group of several nodes of
+   * threads), in the group's shared WASM memory on `tcp`, where collectives of such buffers run
+   * in place; an ordinary typed array elsewhere (see [Note: registered
    * buffers] in `group/registered-buffers.ts`). Release it with `free`; using it after that is
    * undefined, as with any freed memory.
    */
@@ -216,7 +217,8 @@ export class ProcessGroup {
 
   /**
    * Whether `allocate` hands out registered memory, on which collectives run in place (the `shm`
-   * world group, `tcp` with more than one rank), rather than ordinary arrays.
+   * world group, the two-level world group, `tcp` with more than one rank), rather than ordinary
+   * arrays.
    */
   get allocatesRegistered(): boolean {
     return this.plan.buffers.registered;

@@ -26,12 +26,6 @@ export interface CrossPhase {
     op: ReduceOp,
     scale: number | null,
   ): Promise<void>;
-  /** All-gather bytes: node c's piece is `piece(c)` (`[byteOffset, byteLength]`) of `buffer`. */
-  allGather(
-    buffer: Uint8Array,
-    own: Uint8Array,
-    piece: (node: number) => [number, number],
-  ): Promise<void>;
 }
 
 /** One op's two phases, and scratch memory of 4-byte elements that lives as long as the group. */
@@ -130,13 +124,12 @@ export async function twoLevelReduceScatter(
 }
 
 /**
- * All-gather in two levels: `own` (this rank's shard, already in place in `output`) goes around
- * the ranks of the same local index between nodes, then each node block's shards are gathered in
- * the node. `element` is the bytes per element; `count` the output's elements.
+ * The node's phase of a two-level all-gather in rounds through the arena's slots, the fallback of
+ * `stagedAllGather` (whose ring between nodes already put this rank's shard of every node block
+ * in `output`): each node block's shards are gathered in the node.
  */
-export async function twoLevelAllGather(
+export async function nodeAllGather(
   step: TwoLevelStep,
-  own: Uint8Array,
   output: Uint8Array,
   count: number,
   element: number,
@@ -148,7 +141,6 @@ export async function twoLevelAllGather(
     const shard = shardRange(count, world, g);
     return [shard.start * element, shard.count * element];
   };
-  await cross.allGather(output, own, (c) => range(c * L + local.rank));
   for (let b = 0; b < cross.comm.size; b++) {
     const [start, length] = range(b * L + local.rank);
     await sharedAllGather(local, output.subarray(start, start + length), output, (r) =>

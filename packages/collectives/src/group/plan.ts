@@ -69,7 +69,13 @@ export class CollectivePlan {
     this.settings = { segmentBytes: options.segmentBytes, size: group.size };
     // Receive slots and, for a registered reduce-scatter, as many forward slots (`ringReduce`).
     const tcpBytes = 2 * ringStagingBytes(this.settings) + 64;
-    this.buffers = new RegisteredBuffers(group, () => this.sharedArena(), tcpBytes);
+    // Two levels: registered buffers in the node's arena ([Note: two-level node phases on
+    // staged memory] in algorithms/two-level-staged.ts).
+    this.buffers = new RegisteredBuffers(
+      group,
+      () => this.sharedArena() ?? this.twoLevel?.nodeArena ?? null,
+      tcpBytes,
+    );
     this.twoLevel = TwoLevelPlan.for(group, world, options);
   }
 

@@ -30,7 +30,9 @@ export function registeredShards(input: OperandInfo, output: OperandInfo): boole
  * fingerprint. A reduce-scatter of registered inputs sums this rank's shard straight from every
  * input (into the output when that is registered too), and an all-gather into registered outputs
  * writes each rank's shard straight into the others' outputs; an output inside its own input
- * falls back to copying. On `tcp` it lives in shared WASM memory of the group: an all-reduce of
+ * falls back to copying. On the world group of several nodes of threads it lies in the node's
+ * arena, where the node's phases read it in place ([Note: two-level node phases on staged
+ * memory]). On `tcp` it lives in shared WASM memory of the group: an all-reduce of
  * it runs in place, and a reduce-scatter reads it in place (see [Note: registered memory on the
  * tcp transport]). Elsewhere (`ws`,
  * `local`, shm sub-groups, a single rank) it is an ordinary typed array, so code that allocates
