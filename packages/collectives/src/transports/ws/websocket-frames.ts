@@ -8,8 +8,10 @@
  * them into one new buffer, and the transport then copies that into the receive's buffer, about
  * a quarter of tcp's throughput. After the upgrade the Node channel reads the socket itself: this
  * decoder passes each frame's payload bytes on as they arrive, the transport's `FrameReader`
- * writes them straight into the destination (`directTarget`: a socket we dialed reads into it
- * with `onread`, no copy at all), and nothing is joined. What the protocol requires stays: a
+ * writes them straight into the destination (`directTarget`: every plain Node socket, dialed or
+ * accepted, reads into it with `onread`, no copy at all; [Note: reading an accepted socket in
+ * place]), and a browser's masked payload is unmasked there in place, a word at a time; nothing
+ * is joined. What the protocol requires stays: a
  * server refuses unmasked frames and a client masked ones, control frames (close, ping, pong) may
  * come between the fragments of a message and are answered, reserved bits and unknown opcodes
  * are protocol errors (close code 1002), and no extension is ever negotiated, so no frame is
