@@ -14,7 +14,18 @@ const plan = JSON.parse(planText) as BenchPlan;
 const members = ranksText === undefined ? null : (JSON.parse(ranksText) as number[]);
 const runner = members === null ? group : group.newGroup(members, { timeoutMs });
 if (runner !== null) {
+  const cpu = process.cpuUsage();
+  const t0 = performance.now();
   const results = await runBenchPlan(runner, plan);
+  if (process.env.WEBSHARD_BENCH_CPU) {
+    // Where a rank's time went: user and kernel CPU against wall time over the whole plan.
+    const { user, system } = process.cpuUsage(cpu);
+    const wall = performance.now() - t0;
+    const share = (us: number) => `${((100 * us) / 1000 / wall).toFixed(0)}%`;
+    process.stderr.write(
+      `${backend} rank ${runner.rank}/${runner.size}: wall ${wall.toFixed(0)} ms, user ${share(user)}, system ${share(system)}\n`,
+    );
+  }
   if (runner.rank === 0) process.stdout.write(`@@results ${JSON.stringify(results)}\n`);
 }
 if (members !== null) await group.barrier().wait();

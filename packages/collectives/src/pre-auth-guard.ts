@@ -43,6 +43,8 @@ export type DropReason = 'too many pending' | 'handshake deadline' | 'too many b
 
 interface Pending {
   timer: ReturnType<typeof setTimeout>;
+  /** When the handshake deadline passes (`Date.now()` time). */
+  deadline: number;
   bytes: number;
   onData: ((chunk: Buffer) => void) | null;
 }
@@ -90,14 +92,29 @@ export class PreAuthGuard {
       this.drop(socket, 'too many pending');
       return false;
     }
-    const timer = setTimeout(
-      () => this.drop(socket, 'handshake deadline'),
-      this.limits.handshakeTimeoutMs,
-    );
-    this.pending.set(socket, { timer, bytes: 0, onData: null });
-    socket.once('close', () => this.release(socket));
+    this.hold(socket, Date.now() + this.limits.handshakeTimeoutMs, 0);
     if (options.countBytes !== false) this.countBytes(socket);
     return true;
+  }
+
+  /**
+   * `to` took over `from`'s connection (a socket made on the same handle, which reads with
+   * `onread` and so emits no 'data'): it is held in `from`'s place, with the bytes read so far
+   * and the same deadline; its reader reports what it reads with `addBytes`.
+   */
+  transfer(from: Socket, to: Socket): void {
+    const entry = this.pending.get(from);
+    if (entry === undefined) return;
+    this.release(from);
+    this.hold(to, entry.deadline, entry.bytes);
+  }
+
+  /** `n` more bytes were read from the pending `socket` (sockets that emit no 'data'). */
+  addBytes(socket: Socket, n: number): void {
+    const entry = this.pending.get(socket);
+    if (entry === undefined) return;
+    entry.bytes += n;
+    if (entry.bytes > this.limits.maxBytes) this.drop(socket, 'too many bytes');
   }
 
   /** From now on, bytes read from this pending socket count against `maxBytes`. */
@@ -135,6 +152,15 @@ export class PreAuthGuard {
     this.dropped[reason]++;
     this.release(socket);
     socket.destroy();
+  }
+
+  private hold(socket: Socket, deadline: number, bytes: number): void {
+    const timer = setTimeout(
+      () => this.drop(socket, 'handshake deadline'),
+      Math.max(0, deadline - Date.now()),
+    );
+    this.pending.set(socket, { timer, deadline, bytes, onData: null });
+    socket.once('close', () => this.release(socket));
   }
 
   private release(socket: Socket): void {

@@ -36,17 +36,22 @@ export class WebSocketChannel implements Channel, WebSocketEvents {
   private closeCode: number | undefined;
   private corked = false;
   private readonly decoder: WebSocketFrameDecoder;
-  private readonly scratch: Buffer;
+  /** Where reads with `onread` go when not straight into a destination (made on first use). */
+  private scratch: Buffer | null = null;
 
-  /** `client`: this end dialed (it masks its frames, the other end must not). */
+  /**
+   * `client`: this end dialed (it masks its frames, the other end must not). `strangerBytes`
+   * (an accepted socket that reads with `onread`): told how many bytes each read brought until
+   * the channel streams, for the limits on strangers ([Note: strangers on a port]).
+   */
   constructor(
     private readonly socket: Socket,
     private readonly client: boolean,
     private readonly maxMessageBytes: number,
     authenticated?: () => void,
+    private readonly strangerBytes?: (n: number) => void,
   ) {
     this.decoder = new WebSocketFrameDecoder(this, !client);
-    this.scratch = Buffer.allocUnsafe(client ? SCRATCH_BYTES : 0);
     if (authenticated !== undefined) this.authenticated = authenticated;
     socket.on('error', () => {});
     // The peer finished sending: finish too (an HTTP server's sockets allow half-open ones).
@@ -65,18 +70,25 @@ export class WebSocketChannel implements Channel, WebSocketEvents {
     }
   }
 
+  /** Payload bytes the kernel read straight into their destination (a tuning counter). */
+  get bytesReadInPlace(): number {
+    return this.decoder.bytesInPlace;
+  }
+
   /** Bytes read from the socket by 'data' events (accepted and TLS sockets). */
   push(bytes: Uint8Array): void {
     this.decoder.push(bytes);
   }
 
   /** For `onread`: where the next bytes should be read (see `WebSocketFrameDecoder.readBuffer`). */
-  readBuffer(scratch: Uint8Array = this.scratch): Uint8Array {
-    return this.decoder.readBuffer(scratch, DIRECT_READ_MIN);
+  readBuffer(): Uint8Array {
+    this.scratch ??= Buffer.allocUnsafe(SCRATCH_BYTES);
+    return this.decoder.readBuffer(this.scratch, DIRECT_READ_MIN);
   }
 
   /** For `onread`: `n` bytes were read into `buffer`. */
   afterRead(buffer: Uint8Array, n: number): void {
+    if (this.reader === null) this.strangerBytes?.(n);
     this.decoder.afterRead(buffer, n);
   }
 

@@ -78,12 +78,16 @@ function feed(decoder: WebSocketFrameDecoder, stream: Uint8Array, cuts: number[]
   }
 }
 
+/** RFC 6455 section 5.3, byte by byte: the reference `unmask` must agree with. */
+function maskReference(bytes: Uint8Array, mask: ArrayLike<number>, offset: number): Uint8Array {
+  return bytes.map((byte, i) => byte ^ mask[(offset + i) % 4]!);
+}
+
 function masked(opcode: number, fin: boolean, payload: Uint8Array, mask: number[]): Uint8Array {
   const head = frameHead(opcode, payload.byteLength, true);
   if (!fin) head[0] = head[0]! & 0x7f;
   head.set(mask, head.byteLength - 4);
-  const body = payload.slice();
-  unmask(body, Uint8Array.from(mask), 0);
+  const body = maskReference(payload, mask, 0);
   const frame = new Uint8Array(head.byteLength + body.byteLength);
   frame.set(head);
   frame.set(body, head.byteLength);
@@ -158,6 +162,33 @@ describe('WebSocket frames under fuzzing', () => {
       );
     });
   }
+
+  it('unmasks in place like the byte-by-byte rule, at any alignment, length and phase', () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 4, maxLength: 4 }),
+        fc.integer({ min: 0, max: 7 }),
+        fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 40, max: 5000 })),
+        fc.integer({ min: 0, max: 2 ** 31 }),
+        fc.integer({ min: 0, max: 2 ** 32 - 1 }),
+        (mask, byteOffset, length, offset, seed) => {
+          const buffer = new Uint8Array(byteOffset + length + 8);
+          for (let i = 0; i < buffer.byteLength; i++) buffer[i] = (seed >>> (i % 24)) + i;
+          const before = buffer.slice();
+          const view = buffer.subarray(byteOffset, byteOffset + length);
+          const expected = maskReference(view, mask, offset);
+          unmask(view, mask, offset);
+          expect([...view]).toEqual([...expected]);
+          // Nothing outside the view moves.
+          expect([...buffer.subarray(0, byteOffset)]).toEqual([...before.subarray(0, byteOffset)]);
+          expect([...buffer.subarray(byteOffset + length)]).toEqual([
+            ...before.subarray(byteOffset + length),
+          ]);
+        },
+      ),
+      fuzzParameters(2000),
+    );
+  });
 
   it('ends any bytes in messages or a protocol error, never a throw', () => {
     fc.assert(

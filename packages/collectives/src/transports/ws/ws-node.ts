@@ -6,10 +6,13 @@ import { ArgumentError } from '@webshard/tensor-core';
 import { PreAuthGuard } from '../../pre-auth-guard.js';
 import type { ChannelFactory, Listener, WsTlsOptions } from './channel.js';
 import { WebSocketChannel } from './websocket-channel.js';
+import { takeOverSocket } from './take-over-socket.js';
 import { acceptKey, dialWebSocket } from './websocket-dial.js';
 
 /** The largest message a channel takes whole (before it streams: the hello and its answer). */
 const MAX_WHOLE_MESSAGE = 2 ** 31 - 1;
+/** An accepted socket's first read, before its channel exists (the hello fits). */
+const HANDSHAKE_READ_BYTES = 4 << 10;
 
 /** Whether an upgrade request is a WebSocket version 13 handshake with a well-formed key. */
 function validUpgrade(request: import('node:http').IncomingMessage): string | null {
@@ -91,18 +94,36 @@ export function nodeChannels(tls?: WsTlsOptions): ChannelFactory {
         }
         raw.setNoDelay(true);
         raw.setTimeout(0);
-        raw.write(
+        // See [Note: reading an accepted socket in place]; TLS sockets keep 'data' events.
+        let channel: WebSocketChannel | null = null;
+        // The socket asks for its first buffer as it is made, before the channel exists.
+        const first = Buffer.allocUnsafe(HANDSHAKE_READ_BYTES);
+        const taken = takeOverSocket(raw, {
+          buffer: () => channel?.readBuffer() ?? first,
+          callback: (nread, buffer) => {
+            if (nread > 0) channel?.afterRead(buffer, nread);
+            return true;
+          },
+        });
+        const socket = taken ?? raw;
+        if (taken !== null) guard.transfer(raw, taken);
+        socket.write(
           'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
             `Sec-WebSocket-Accept: ${acceptKey(key)}\r\n\r\n`,
         );
-        const channel = new WebSocketChannel(raw, false, maxPayload, () =>
-          guard.authenticated(raw),
+        const opened = new WebSocketChannel(
+          socket,
+          false,
+          maxPayload,
+          () => guard.authenticated(socket),
+          (n) => guard.addBytes(socket, n),
         );
-        open.add(channel);
-        raw.once('close', () => open.delete(channel));
-        accept(channel);
-        if (head.byteLength > 0) channel.push(head);
-        raw.on('data', (chunk: Buffer) => channel.push(chunk));
+        channel = opened;
+        open.add(opened);
+        socket.once('close', () => open.delete(opened));
+        accept(opened);
+        if (head.byteLength > 0) opened.push(head);
+        if (taken === null) raw.on('data', (chunk: Buffer) => opened.push(chunk));
       });
       await new Promise<void>((resolve, reject) => {
         http.once('error', reject);
