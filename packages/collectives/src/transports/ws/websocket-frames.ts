@@ -45,22 +45,30 @@ export interface WebSocketEvents {
 const MAX_HEAD_BYTES = 14;
 const MAX_CONTROL_PAYLOAD = 125;
 
-/** XORs `bytes` with `mask`, starting `offset` bytes into the frame's payload. */
+/** The 4-byte mask as one native-endian word, rotated to start `offset` bytes into it. */
+const maskWordBytes = new Uint8Array(4);
+const maskWord = new Uint32Array(maskWordBytes.buffer);
+
+/**
+ * XORs `bytes` with `mask`, starting `offset` bytes into the frame's payload. A browser masks
+ * every frame it sends with a random key, so a Node rank with tabs as peers runs this over every
+ * byte they send: it XORs aligned 32-bit words (about twice as fast as byte by byte in V8), bytes
+ * only up to the first word boundary and after the last.
+ */
 export function unmask(bytes: Uint8Array, mask: Uint8Array, offset: number): void {
-  const m0 = mask[offset & 3]!;
-  const m1 = mask[(offset + 1) & 3]!;
-  const m2 = mask[(offset + 2) & 3]!;
-  const m3 = mask[(offset + 3) & 3]!;
   const n = bytes.byteLength;
+  const lead = Math.min(n, (4 - (bytes.byteOffset & 3)) & 3);
   let i = 0;
-  for (; i + 4 <= n; i += 4) {
-    bytes[i] = bytes[i]! ^ m0;
-    bytes[i + 1] = bytes[i + 1]! ^ m1;
-    bytes[i + 2] = bytes[i + 2]! ^ m2;
-    bytes[i + 3] = bytes[i + 3]! ^ m3;
+  for (; i < lead; i++) bytes[i] = bytes[i]! ^ mask[(offset + i) & 3]!;
+  const words = (n - i) >>> 2;
+  if (words > 0) {
+    for (let k = 0; k < 4; k++) maskWordBytes[k] = mask[(offset + i + k) & 3]!;
+    const word = maskWord[0]!;
+    const view = new Uint32Array(bytes.buffer, bytes.byteOffset + i, words);
+    for (let w = 0; w < words; w++) view[w] = view[w]! ^ word;
+    i += words * 4;
   }
-  const rest = [m0, m1, m2];
-  for (let k = 0; i < n; i++, k++) bytes[i] = bytes[i]! ^ rest[k]!;
+  for (; i < n; i++) bytes[i] = bytes[i]! ^ mask[(offset + i) & 3]!;
 }
 
 /**
