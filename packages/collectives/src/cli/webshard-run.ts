@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { WebshardError } from '@webshard/tensor-core';
 import { launch } from '../launcher/launcher.js';
+import { runWithNativeNoiseFiltered } from './native-noise.js';
 import { parseArgs, USAGE } from './parse-args.js';
 
 /** `webshard-run`: torchrun for webshard. See `USAGE`. */
@@ -35,12 +36,15 @@ async function main(argv: readonly string[]): Promise<number> {
   return result.exitCode;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (error: unknown) => {
-    process.stderr.write(`[webshard-run] ${(error as Error).stack ?? String(error)}\n`);
-    process.exitCode = 1;
-  },
-);
+// Dawn's and Mesa's own lines on stderr are dropped: see [Note: quiet native stderr in the CLIs].
+runWithNativeNoiseFiltered()
+  .then(() => main(process.argv.slice(2)))
+  .then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      process.stderr.write(`[webshard-run] ${(error as Error).stack ?? String(error)}\n`);
+      process.exitCode = 1;
+    },
+  );
