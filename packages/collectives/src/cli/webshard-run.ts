@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { WebshardError } from '@webshard/tensor-core';
 import { launch } from '../launcher/launcher.js';
+import { browserJoin } from './browser-ranks.js';
 import { runWithNativeNoiseFiltered } from './native-noise.js';
 import { parseArgs, USAGE } from './parse-args.js';
 
@@ -20,6 +21,16 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   let result: Awaited<ReturnType<typeof launch>>;
   try {
+    if (
+      (options.browserRanks ?? 0) > 0 &&
+      options.ranksAs === 'processes' &&
+      (options.nnodes ?? 1) === 1
+    ) {
+      const join = await browserJoin(options);
+      for (const line of join.warnings) process.stderr.write(`${line}\n`);
+      for (const line of join.lines) process.stdout.write(`${line}\n`);
+      options = join.options;
+    }
     result = await launch(options);
   } catch (error) {
     // Options that only conflict once combined (--ranks-as threads with --nnodes 2, a missing
