@@ -1,12 +1,14 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { isNativeWebGpuNoise } from '@webshard/collectives/node';
+import { webGpuTestsEnabled } from '@webshard/tensor-core/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /*
  * The bin as a user runs it (through tsx, as `pnpm webshard-train` does), in a directory of its
- * own. The two spawns are the only ones in the suite; everything else calls `main` in process.
+ * own. These spawns are the only ones in the suite; everything else calls `main` in process.
  */
 const ROOT = join(import.meta.dirname, '..', '..', '..');
 const TSX = join(ROOT, 'node_modules', 'tsx', 'dist', 'cli.mjs');
@@ -48,4 +50,61 @@ describe('the webshard-train bin', () => {
     );
     expect(await readdir(dir)).toEqual([]);
   });
+});
+
+/** A WebGPU run of the bin short enough for a test: the MLP, 2 steps. */
+const WEBGPU_RUN = [
+  '--model',
+  'mlp',
+  '--backend',
+  'webgpu',
+  '--steps',
+  '2',
+  '--sample-length',
+  '0',
+];
+
+describe.skipIf(!webGpuTestsEnabled())("the bin's stderr with WebGPU", () => {
+  // [Note: quiet native stderr in the CLIs] in @webshard/collectives.
+  it("prints none of Dawn's and Mesa's own lines, which WEBSHARD_DAWN_LOGS=1 shows", () => {
+    const noisy = spawnCli(WEBGPU_RUN, { WEBSHARD_DAWN_LOGS: '1' });
+    expect(noisy.status).toBe(0);
+    // Without the filter the noise is there (else this test could not fail).
+    expect(noisy.stderr.split('\n').filter(isNativeWebGpuNoise).length).toBeGreaterThan(0);
+    const run = spawnCli(WEBGPU_RUN, {});
+    expect(run.status).toBe(0);
+    expect(run.stdout).toMatch(/trained 2 steps/);
+    expect(run.stderr).toBe('');
+  }, 120_000);
+
+  it('still prints a real error, with its exit code', () => {
+    const run = spawnCli([...WEBGPU_RUN, '--lr', '0'], {});
+    expect(run.status).toBe(2);
+    expect(run.stderr).toBe('webshard-train: --lr 0 is out of range (0, 10]\n');
+  });
+
+  it('passes SIGTERM on to the run and exits as it does (143)', async () => {
+    const { INIT_CWD: _, ...rest } = process.env;
+    const child = spawn(
+      process.execPath,
+      [TSX, '--conditions=@webshard/source', CLI, ...WEBGPU_RUN, '--steps', '100000'],
+      { cwd: dir, env: rest, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk;
+    });
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (chunk: Buffer) => {
+        stdout += chunk;
+        if (/step +1\//.test(stdout)) resolve();
+      });
+      child.once('close', () => reject(new Error(`exited before step 1: ${stderr}`)));
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('close', resolve));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(143);
+    expect(stderr).toBe('');
+  }, 120_000);
 });

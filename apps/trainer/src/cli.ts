@@ -1,6 +1,12 @@
 #!/usr/bin/env node
-import { removePendingOutputs } from './io/atomic-write.js';
-import { main } from './run-cli.js';
+import { runWithNativeNoiseFiltered } from '@webshard/collectives/node';
+
+// Dawn's and Mesa's own lines on stderr are dropped by a parent process that runs this again as
+// its child (see [Note: quiet native stderr in the CLIs] in @webshard/collectives); the run itself
+// is loaded only in the child.
+await runWithNativeNoiseFiltered();
+const { removePendingOutputs } = await import('./io/atomic-write.js');
+const { main } = await import('./run-cli.js');
 
 // Relative paths are the user's: pnpm runs scripts in the package's directory but passes the
 // directory it was called from as INIT_CWD.

@@ -10,14 +10,26 @@ import { fileURLToPath } from 'node:url';
 import { WebSocketServer } from 'ws';
 import type { BenchRow } from '@webshard/bench';
 import { bundleForBrowser } from '@webshard/test-config/browser-bundle';
-import { findChromium, openPage } from '@webshard/test-config/browser-page';
+import { findChromium } from '@webshard/test-config/browser-page';
+import { openTabs } from '@webshard/test-config/browser-tabs';
 import { formatJoinUrl } from '../src/browser-rank.js';
 import { freePort } from '../src/launcher/launcher.js';
+import type { TabJob } from './browser-rank-page.js';
 import { type BenchPlan, type BenchResult, busFactor } from './plan.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MiB = 1 << 20;
 const TOKEN = 'bench';
+
+/**
+ * [Note: best of rounds on a shared machine]
+ * Each row is the best of `ROUNDS` runs, the Node peer and the tabs taking turns, and every run's
+ * figure is printed. A tab is three processes (the page's renderer, Chromium's network service
+ * and its browser) where a Node rank is one, so on a machine other jobs keep busy a single run of
+ * either swings 2-3x with the load of the moment; the best of a few alternating runs compares the
+ * two at their least disturbed.
+ */
+const ROUNDS = Number(process.env.WEBSHARD_BENCH_BROWSER_ROUNDS ?? 3);
 
 const PAGE = `<!doctype html><title>bench</title><script type="module" src="/bench.js"></script>`;
 
@@ -94,7 +106,8 @@ function nodeRanks(world: World, port: number, plan: BenchPlan): Promise<BenchRe
 
 /**
  * The rows, or none (with a line saying why) where no Chromium is installed. `sizesMiB`: the
- * all-reduce sizes.
+ * all-reduce sizes. Each world's tabs run in a fresh headless Chromium that no DevTools client
+ * drives ([Note: timing tabs without the DevTools protocol] in tooling/test/src/browser-tabs.js).
  */
 export async function browserRankRows(sizesMiB: readonly number[]): Promise<BenchRow[]> {
   if (findChromium() === null) {
@@ -107,63 +120,69 @@ export async function browserRankRows(sizesMiB: readonly number[]): Promise<Benc
   const bundle = await bundleForBrowser(join(here, 'browser-rank-page.ts'), dirname(here));
   if (bundle.nodeImports.length > 0)
     throw new Error(`bench page: ${bundle.nodeImports.join(', ')}`);
-  const opened = await openPage({
+  const files = {
     '/': { type: 'text/html', body: PAGE },
     '/bench.js': { type: 'text/javascript', body: bundle.code },
-  });
-  const rows: BenchRow[] = [];
-  try {
-    const tabs = [opened.page, await opened.browser.newPage()];
-    await tabs[1]!.goto(opened.page.url());
-    const run = async (world: World) => {
-      console.log(`ws, ${world.name}...`);
-      const port = await freePort();
-      const tabRanks = Array.from({ length: world.tabs }, (_, i) => world.size - world.tabs + i);
-      const url =
-        tabRanks.length === 0 ? '' : formatJoinUrl(`ws://127.0.0.1:${port}`, world.size, tabRanks);
-      const node = nodeRanks(world, port, plan);
-      const pages = tabs.slice(0, world.tabs).map((tab) =>
-        tab.evaluate(
-          ([u, t, p, m]) =>
-            (
-              window as unknown as {
-                runRank(
-                  u: string,
-                  t: string,
-                  p: BenchPlan,
-                  m: number[] | null,
-                ): Promise<BenchResult[] | null>;
-              }
-            ).runRank(u, t, p, m),
-          [url, TOKEN, plan, world.members ?? null] as const,
-        ),
-      );
-      const results = (await Promise.all([node, ...pages])).find((r) => r !== null);
-      if (results === undefined) throw new Error(`${world.name}: no rank reported results`);
-      return results;
-    };
-    rows.push(...(await rawReceiveRows(opened.page, sizesMiB)));
-    const busbw = (result: BenchResult, size: number) =>
-      Math.round(
-        ((result.sizeMiB * MiB) / (result.medianMs / 1e3) / 1e6) * busFactor('allReduce', size),
-      );
-    for (const { world, peer } of WORLDS) {
-      const peerResults = await run(peer);
-      const results = await run(world);
-      for (const result of results) {
-        const peerResult = peerResults.find((r) => r.sizeMiB === result.sizeMiB)!;
-        rows.push({
-          name: `allReduce ws ${world.name} ${result.sizeMiB} MiB`,
-          metric: 'busbw',
-          value: busbw(result, world.size),
-          unit: 'MB/s',
-          peer: `ws ${peer.name}`,
-          peerValue: busbw(peerResult, peer.size),
-        });
-      }
+  };
+  /** Opens one tab per job and resolves with what each reported. */
+  const inTabs = async (jobs: TabJob[]): Promise<unknown[]> => {
+    const paths = jobs.map(
+      (job, tab) => `/?${new URLSearchParams({ tab: String(tab), job: JSON.stringify(job) })}`,
+    );
+    const tabs = await openTabs(files, paths);
+    try {
+      return await Promise.all(tabs.results);
+    } finally {
+      await tabs.close();
     }
-  } finally {
-    await opened.close();
+  };
+  const run = async (world: World) => {
+    console.log(`ws, ${world.name}...`);
+    const port = await freePort();
+    const tabRanks = Array.from({ length: world.tabs }, (_, i) => world.size - world.tabs + i);
+    const url =
+      tabRanks.length === 0 ? '' : formatJoinUrl(`ws://127.0.0.1:${port}`, world.size, tabRanks);
+    const node = nodeRanks(world, port, plan);
+    const jobs = tabRanks.map(
+      (): TabJob => ({ kind: 'rank', url, token: TOKEN, plan, members: world.members ?? null }),
+    );
+    const pages = jobs.length === 0 ? Promise.resolve([]) : inTabs(jobs);
+    const [fromNode, fromTabs] = await Promise.all([node, pages]);
+    const results = [fromNode, ...(fromTabs as (BenchResult[] | null)[])].find((r) => r !== null);
+    if (results === undefined) throw new Error(`${world.name}: no rank reported results`);
+    return results;
+  };
+  const rows: BenchRow[] = await rawReceiveRows(inTabs, sizesMiB);
+  const busbw = (result: BenchResult, size: number) =>
+    Math.round(
+      ((result.sizeMiB * MiB) / (result.medianMs / 1e3) / 1e6) * busFactor('allReduce', size),
+    );
+  // Best of `ROUNDS`, the peer and the tabs alternating: on a shared machine one run of either
+  // can land in a burst of other load (see [Note: best of rounds on a shared machine]).
+  const best = (runs: BenchResult[][], sizeMiB: number, size: number) =>
+    Math.max(...runs.map((r) => busbw(r.find((x) => x.sizeMiB === sizeMiB)!, size)));
+  for (const { world, peer } of WORLDS) {
+    const peerRuns: BenchResult[][] = [];
+    const worldRuns: BenchResult[][] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      peerRuns.push(await run(peer));
+      worldRuns.push(await run(world));
+    }
+    for (const sizeMiB of sizesMiB) {
+      const all = (runs: BenchResult[][], size: number) =>
+        runs.map((r) => busbw(r.find((x) => x.sizeMiB === sizeMiB)!, size)).join(', ');
+      console.log(
+        `${world.name} ${sizeMiB} MiB: ${all(worldRuns, world.size)} MB/s; ${peer.name}: ${all(peerRuns, peer.size)} MB/s`,
+      );
+      rows.push({
+        name: `allReduce ws ${world.name} ${sizeMiB} MiB (best of ${ROUNDS})`,
+        metric: 'busbw',
+        value: best(worldRuns, sizeMiB, world.size),
+        unit: 'MB/s',
+        peer: `ws ${peer.name}`,
+        peerValue: best(peerRuns, sizeMiB, peer.size),
+      });
+    }
   }
   return rows;
 }
@@ -173,7 +192,7 @@ export async function browserRankRows(sizesMiB: readonly number[]): Promise<Benc
  * size from a Node `ws` server (median of 7), no transport, no reduction.
  */
 async function rawReceiveRows(
-  page: Awaited<ReturnType<typeof openPage>>['page'],
+  inTabs: (jobs: TabJob[]) => Promise<unknown[]>,
   sizesMiB: readonly number[],
 ): Promise<BenchRow[]> {
   const server = new WebSocketServer({ port: 0, host: '127.0.0.1', maxPayload: 1 << 30 });
@@ -183,35 +202,11 @@ async function rawReceiveRows(
   );
   try {
     const port = (server.address() as { port: number }).port;
-    const medians = await page.evaluate(
-      async ([port, sizes]) => {
-        const socket = new WebSocket(`ws://127.0.0.1:${port}`);
-        socket.binaryType = 'arraybuffer';
-        await new Promise((resolve) => {
-          socket.onopen = resolve;
-        });
-        const out: number[] = [];
-        for (const size of sizes) {
-          const times: number[] = [];
-          for (let i = 0; i < 7; i++) {
-            const start = performance.now();
-            socket.send(String(size * 2 ** 20));
-            await new Promise((resolve) => {
-              socket.onmessage = resolve;
-            });
-            times.push(performance.now() - start);
-          }
-          out.push(times.sort((a, b) => a - b)[3]!);
-        }
-        socket.close();
-        return out;
-      },
-      [port, sizesMiB] as const,
-    );
+    const [medians] = (await inTabs([{ kind: 'raw', port, sizesMiB }])) as number[][];
     return sizesMiB.map((sizeMiB, i) => ({
       name: `tab bound: a page's WebSocket receiving ${sizeMiB} MiB from Node ws`,
       metric: 'bandwidth',
-      value: Math.round((sizeMiB * MiB) / (medians[i]! / 1e3) / 1e6),
+      value: Math.round((sizeMiB * MiB) / (medians![i]! / 1e3) / 1e6),
       unit: 'MB/s',
     }));
   } finally {

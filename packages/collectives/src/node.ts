@@ -13,3 +13,8 @@ export type {
   RanksAs,
 } from './launcher/launcher.js';
 export { freePort, launch } from './launcher/launcher.js';
+export {
+  copyWithoutNativeNoise,
+  isNativeWebGpuNoise,
+  runWithNativeNoiseFiltered,
+} from './cli/native-noise.js';

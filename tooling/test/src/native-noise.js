@@ -10,6 +10,8 @@
 // process's `process.stderr`, so the main process can drop these lines there: the shared config
 // calls `filterNativeWebGpuNoise(process.stderr)` once. native-noise.test.ts (tensor-core) runs a
 // real WebGPU backend in a child process and fails if a line of its stderr passes this filter.
+// The CLIs filter the same lines for users ([Note: quiet native stderr in the CLIs] in
+// packages/collectives/src/cli/native-noise.ts, whose test keeps the two lists equal).
 
 /** Whole stderr lines that Dawn, Vulkan drivers and Mesa print on their own. */
 export const NATIVE_WEBGPU_NOISE = [

@@ -17,8 +17,14 @@ export function checkBrowserRanks(config: TrainConfig): void {
         option: '--browser-port',
       });
     }
+    if (config.browserHost !== '127.0.0.1') {
+      throw new UsageError('--browser-host applies with --browser-ranks', {
+        option: '--browser-host',
+      });
+    }
     return;
   }
+  checkBrowserHost(config.browserHost);
   const refuse = (option: string, why: string) => {
     throw new UsageError(`--browser-ranks ${k}: ${why}`, { option });
   };
@@ -48,5 +54,26 @@ export function checkBrowserRanks(config: TrainConfig): void {
         option,
         `${option} needs files on every rank, and a browser tab reads and writes none`,
       );
+  }
+}
+
+/** Addresses that bind every interface: a tab cannot dial them, and the job advertises its host. */
+const ANY_ADDRESS = new Set(['0.0.0.0', '::', '[::]', '']);
+
+/**
+ * `--browser-host`: one address tabs can reach (an IP or a host name of this machine), since the
+ * job both listens on it and gives it to the tabs (in the join URL and the Node ranks' addresses).
+ */
+function checkBrowserHost(host: string): void {
+  if (ANY_ADDRESS.has(host.trim())) {
+    throw new UsageError(
+      `--browser-host ${JSON.stringify(host)}: give the address tabs reach this machine at (its IP or host name on their network), not one that means every interface: the job listens on it and tells the tabs to dial it`,
+      { option: '--browser-host' },
+    );
+  }
+  if (/[\s/#?@]/.test(host)) {
+    throw new UsageError(`--browser-host ${JSON.stringify(host)}: not a host name or address`, {
+      option: '--browser-host',
+    });
   }
 }

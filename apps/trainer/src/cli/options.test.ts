@@ -218,6 +218,37 @@ describe('parseOptions', () => {
     for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
   });
 
+  it('takes --browser-host, the address tabs reach this machine at, and refuses what tabs cannot dial', () => {
+    const tabs = ['--strategy', 'ddp', '--world-size', '2', '--transport', 'ws'];
+    expect(parse(...tabs, '--browser-ranks', '1')).toMatchObject({ browserHost: '127.0.0.1' });
+    for (const host of ['192.168.1.20', 'trainer.lan', '::1', 'fe80::1']) {
+      expect(parse(...tabs, '--browser-ranks', '1', '--browser-host', host)).toMatchObject({
+        browserHost: host,
+      });
+    }
+    const every = (host: string) =>
+      `--browser-host ${JSON.stringify(host)}: give the address tabs reach this machine at (its IP or host name on their network), not one that means every interface: the job listens on it and tells the tabs to dial it`;
+    const cases: [string[], string, string][] = [
+      [
+        [...tabs, '--browser-ranks', '1', '--browser-host', '0.0.0.0'],
+        every('0.0.0.0'),
+        '--browser-host',
+      ],
+      [[...tabs, '--browser-ranks', '1', '--browser-host', '::'], every('::'), '--browser-host'],
+      [
+        [...tabs, '--browser-ranks', '1', '--browser-host', 'http://x'],
+        '--browser-host "http://x": not a host name or address',
+        '--browser-host',
+      ],
+      [
+        [...tabs, '--browser-host', '10.0.0.2'],
+        '--browser-host applies with --browser-ranks',
+        '--browser-host',
+      ],
+    ];
+    for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
+  });
+
   it('rejects non-finite and out-of-range numbers naming the flag', () => {
     const cases: [string[], string][] = [
       [['--lr', 'Infinity'], '--lr Infinity is not a finite number'],

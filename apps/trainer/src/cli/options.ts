@@ -24,6 +24,11 @@ export interface TrainConfig {
   browserRanks: number;
   /** Port of the page that adds a tab as a rank (0: a free one). */
   browserPort: number;
+  /**
+   * The address tabs reach this machine at: the page, the store and the Node ranks listen there
+   * and advertise it (default `127.0.0.1`: tabs of this machine only).
+   */
+  browserHost: string;
   /** FSDP: free each unit's full parameters after forward (fairscale's default). */
   reshardAfterForward: boolean;
   /** FSDP: one unit per transformer block (`block`), or the root only (`none`). */
@@ -115,7 +120,11 @@ Execution
                                default), tcp or ws (processes, started through webshard-run)
   --browser-ranks <k>          ddp, fsdp over ws: the last k ranks are browser tabs; prints the
                                page to open in each, and waits for them (default 0)
-  --browser-port <port>        where that page is served on 127.0.0.1 (default: a free port)
+  --browser-port <port>        where that page is served (default: a free port)
+  --browser-host <address>     the address tabs reach this machine at: the page, the store and
+                               the Node ranks listen there (default 127.0.0.1: tabs on this
+                               machine only; another address lets other machines join, with the
+                               token; set WEBSHARD_TLS_CERT and WEBSHARD_TLS_KEY for https/wss)
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
@@ -146,6 +155,7 @@ const OPTIONS = {
   transport: { type: 'string' },
   'browser-ranks': { type: 'string' },
   'browser-port': { type: 'string' },
+  'browser-host': { type: 'string' },
   'bucket-mb': { type: 'string' },
   'reshard-after-forward': { type: 'string' },
   'auto-wrap': { type: 'string' },
@@ -311,6 +321,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     transport: choice('transport', v.transport, TRANSPORTS, 'shm'),
     browserRanks: int('browser-ranks', 0, 0, 63),
     browserPort: int('browser-port', 0, 0, 65535),
+    browserHost: v['browser-host'] ?? '127.0.0.1',
     reshardAfterForward:
       choice('reshard-after-forward', v['reshard-after-forward'], ['true', 'false'], 'true') ===
       'true',

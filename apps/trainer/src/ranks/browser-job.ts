@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { BrowserJob } from './browser-page.js';
 import { rankPageBundle } from './page-bundle.js';
@@ -12,25 +13,31 @@ const PAGE = `<!doctype html>
 <script type="module" src="/rank.js"></script>
 `;
 
-/** The page server of a run with browser ranks: where it listens; `close` stops it. */
+/** The page server of a run with browser ranks: the port it listens on; `close` stops it. */
 export interface PageServer {
-  /** `http://127.0.0.1:port/#token=...`: the address a user opens in each tab. */
-  url: string;
+  port: number;
   close(): Promise<void>;
 }
 
+/** Where the page is served: `host` and `port` (0: a free one), over https with `tls`. */
+export interface PageListen {
+  host: string;
+  port: number;
+  tls?: { cert: Buffer; key: Buffer };
+}
+
 /**
- * Serves the page that adds a tab as a rank, on 127.0.0.1 (a secure context, as WebGPU needs, and
- * reachable only from this machine): `/` (the page), `/rank.js` (./browser-page.ts bundled),
- * `/job.json` (the run's flags and join URL) and `/data` (the run's data file; `dataPath` null for
- * the MLP's synthetic data). Nothing else, and the join token only in the URL's fragment, which a
- * browser keeps to itself.
+ * Serves the page that adds a tab as a rank, on `listen.host` (127.0.0.1 by default: a secure
+ * context, as WebGPU needs, and reachable only from this machine; see [Note: browser tabs on other
+ * machines] in ./browser-ranks.ts for another address): `/` (the page), `/rank.js`
+ * (./browser-page.ts bundled), `/job.json` (the run's flags and join URL) and `/data` (the run's
+ * data file; `dataPath` null for the MLP's synthetic data). Nothing else, and the join token is
+ * never served: the user's URL carries it in its fragment, which a browser keeps to itself.
  */
 export async function servePage(
   job: BrowserJob,
   dataPath: string | null,
-  token: string,
-  port: number,
+  listen: PageListen,
 ): Promise<PageServer> {
   const files: Record<string, { type: string; body: () => Promise<string | Uint8Array> }> = {
     '/': { type: 'text/html; charset=utf-8', body: async () => PAGE },
@@ -42,7 +49,7 @@ export async function servePage(
   }
   // Bundled once, when first asked for (esbuild from source takes a second or two).
   const cache = new Map<string, Promise<string | Uint8Array>>();
-  const server: Server = createServer((request, response) => {
+  const handler: Parameters<typeof createServer>[1] = (request, response) => {
     const path = new URL(request.url ?? '/', 'http://127.0.0.1').pathname;
     const file = files[path];
     if (path === '/favicon.ico') {
@@ -58,14 +65,17 @@ export async function servePage(
       .get(path)!
       .then((body) => response.writeHead(200, { 'content-type': file.type }).end(body))
       .catch((error: Error) => response.writeHead(500).end(error.message));
-  });
+  };
+  const server: Server =
+    listen.tls === undefined
+      ? createServer(handler)
+      : createTlsServer({ cert: listen.tls.cert, key: listen.tls.key }, handler);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => resolve());
+    server.listen(listen.port, listen.host, () => resolve());
   });
-  const bound = (server.address() as AddressInfo).port;
   return {
-    url: `http://127.0.0.1:${bound}/#token=${token}`,
+    port: (server.address() as AddressInfo).port,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -1,5 +1,5 @@
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findChromium, skipWithoutChromium } from '@webshard/test-config/browser-page';
 import type { Browser, Page } from 'playwright-core';
@@ -21,7 +21,7 @@ function captureIO() {
   const io = {
     stdout: (text: string) => {
       stdout += text;
-      const match = /open (http:\/\/127\.0\.0\.1:\d+\/#token=[0-9a-f]+) in/.exec(text);
+      const match = /open (http:\/\/[^/\s]+:\d+\/#token=[0-9a-f]+) in/.exec(text);
       if (match) found(match[1]!);
     },
     stderr: (text: string) => {
@@ -124,6 +124,34 @@ describe.skipIf(skipWithoutChromium('browser-ranks.test.ts'))('browser tabs as r
     });
     await run.pages[0]!.close();
   }, 240_000);
+
+  // --browser-host: the page, the store and the Node rank on another address of this machine (a
+  // tab elsewhere would dial the same), not loopback; plain http, so the run warns.
+  const lan = Object.values(networkInterfaces())
+    .flat()
+    .find((i) => i !== undefined && i.family === 'IPv4' && !i.internal)?.address;
+  it.skipIf(lan === undefined)(
+    '--browser-host: a tab joins through another address of this machine, with the cleartext warnings',
+    async () => {
+      const steps = ['--strategy', 'ddp', '--steps', '2', ...RUN, '--world-size', '2'];
+      const reference = await main([...steps, '--transport', 'local'], captureIO().io);
+      const expected = reference.summary!.records.map((r) => r.loss);
+      const flags = [...steps, '--transport', 'ws', '--browser-ranks', '1', '--browser-host', lan!];
+      const run = await startWithTabs(flags, 1);
+      expect(run.pages[0]!.url()).toMatch(new RegExp(`^http://${lan!.replaceAll('.', '\\.')}:`));
+      const outcome = await run.outcome;
+      expect(outcome.exitCode).toBe(0);
+      expect(run.err()).toContain(`--browser-host ${lan} without TLS`);
+      expect(run.err()).toContain('not a secure context');
+      expect(await statusOf(run.pages[0]!)).toMatchObject({
+        state: 'done',
+        rank: 1,
+        losses: expected,
+      });
+      await run.pages[0]!.close();
+    },
+    240_000,
+  );
 
   it('a tab closed mid-run fails the Node rank within the group deadline, naming its rank', async () => {
     const run = await startWithTabs(

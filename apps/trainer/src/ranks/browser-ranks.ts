@@ -1,11 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { formatJoinUrl, initProcessGroup } from '@webshard/collectives';
+import { readFile } from 'node:fs/promises';
+import { initProcessGroup } from '@webshard/collectives';
 import { freePort } from '@webshard/collectives/node';
 import type { TrainConfig } from '../cli/options.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
 import { UsageError } from '../errors.js';
 import { train } from '../train.js';
-import { servePage } from './browser-job.js';
+import { browserAddresses } from './browser-address.js';
+import { type PageListen, servePage } from './browser-job.js';
 import type { RankIO, RanksOutcome } from './start-ranks.js';
 
 /** How long the Node ranks wait for every tab to join (the user has to open them). */
@@ -14,6 +16,7 @@ export const BROWSER_JOIN_MS = 600_000;
 /** Where the Node ranks' store listens and the token they share, for the launcher. */
 export interface NodeRanksPlan {
   nprocPerNode: number;
+  masterAddr: string;
   masterPort: number;
   token: string;
 }
@@ -31,6 +34,17 @@ export interface NodeRanksPlan {
  * browser ([Note: the trainer's platform module]), on the backend the same rule picks ([Note: the
  * trainer's default backend]); its traffic with other tabs goes through rank 0's relay. A tab
  * closed mid-run is a lost peer: every Node rank's next collective fails naming it.
+ *
+ * [Note: browser tabs on other machines]
+ * `--browser-host H` (default 127.0.0.1) is the one address tabs reach this machine at, and the
+ * run uses it for everything a tab dials: the page server listens on H, H is the Node ranks'
+ * `MASTER_ADDR` (so the store binds there), and the Node ranks' `ws` listeners bind to and
+ * advertise their address toward it, which is H itself. An address that means every interface
+ * (0.0.0.0) is refused: the tabs could not dial it. With `WEBSHARD_TLS_CERT` and `WEBSHARD_TLS_KEY`
+ * the page is served over https with that certificate and every connection is `wss://` (the ws
+ * transport's TLS, which the Node ranks read from the same variables); without them, on an
+ * address other than loopback, the run warns that the page, the token and the gradients travel in
+ * cleartext, and that a page from http://H is no secure context, so its tab has no WebGPU.
  */
 export async function runWithBrowserRanks(
   config: TrainConfig,
@@ -40,28 +54,42 @@ export async function runWithBrowserRanks(
 ): Promise<RanksOutcome> {
   const k = config.browserRanks;
   const nodeRanks = config.worldSize - k;
+  const host = config.browserHost;
   const masterPort = await freePort();
   const token = randomBytes(24).toString('hex');
   const tabRanks = Array.from({ length: k }, (_, i) => nodeRanks + i);
-  const join = formatJoinUrl(`ws://127.0.0.1:${masterPort}`, config.worldSize, tabRanks);
+  const tls = await tlsFiles();
+  const listen: PageListen = { host, port: config.browserPort, ...(tls ? { tls } : {}) };
+  const addresses = (pagePort: number) =>
+    browserAddresses({
+      host,
+      pagePort,
+      masterPort,
+      worldSize: config.worldSize,
+      tabRanks,
+      token,
+      tls: tls !== undefined,
+    });
+  const { join } = addresses(0);
   const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
-  const page = await servePage(
-    { config: { ...config, data: dataPath }, join },
-    dataPath,
-    token,
-    config.browserPort,
-  );
-  const ranks = k === 1 ? `rank ${nodeRanks}` : `ranks ${nodeRanks} to ${config.worldSize - 1}`;
-  io.stdout(
-    `browser ranks: open ${page.url} in ${k} tab(s) of a browser on this machine (WebGPU or not): they join as ${ranks} of ${config.worldSize}; waiting ${BROWSER_JOIN_MS / 1000} s for them\n`,
-  );
+  const page = await servePage({ config: { ...config, data: dataPath }, join }, dataPath, listen);
+  const { message, warnings } = addresses(page.port);
+  for (const warning of warnings) io.stderr(`${warning}\n`);
+  io.stdout(`${message}; waiting ${BROWSER_JOIN_MS / 1000} s for them\n`);
   try {
-    if (nodeRanks > 1) return await launchNodeRanks({ nprocPerNode: nodeRanks, masterPort, token });
+    if (nodeRanks > 1) {
+      return await launchNodeRanks({
+        nprocPerNode: nodeRanks,
+        masterAddr: host,
+        masterPort,
+        token,
+      });
+    }
     const group = await initProcessGroup({
       backend: 'ws',
       rank: 0,
       worldSize: config.worldSize,
-      masterAddr: '127.0.0.1',
+      masterAddr: host,
       masterPort,
       token,
       timeoutMs: BROWSER_JOIN_MS,
@@ -78,4 +106,11 @@ export async function runWithBrowserRanks(
   } finally {
     await page.close();
   }
+}
+
+/** The certificate and key named by `WEBSHARD_TLS_CERT` and `WEBSHARD_TLS_KEY`, when both are set. */
+async function tlsFiles(): Promise<{ cert: Buffer; key: Buffer } | undefined> {
+  const { WEBSHARD_TLS_CERT: cert, WEBSHARD_TLS_KEY: key } = process.env;
+  if (!cert || !key) return undefined;
+  return { cert: await readFile(cert), key: await readFile(key) };
 }

@@ -238,6 +238,10 @@ async function runProcesses(
     // Relative paths in `argv` are the user's: every rank resolves them where the user ran this.
     env: {
       INIT_CWD: io.cwd,
+      // Each rank's stderr comes back through `io`: it need not filter its own native noise
+      // (see [Note: quiet native stderr in the CLIs] in @webshard/collectives) by starting itself
+      // again, whoever called this.
+      WEBSHARD_STDERR_FILTERED: '1',
       ...(cli.isSource ? { NODE_OPTIONS: '--conditions=@webshard/source' } : {}),
     },
     stdout: sink(io.stdout),

@@ -47,6 +47,14 @@ describe('parseArgs', () => {
     expect(ranksAs('--nproc-per-node', '2', '--no-node')).toBe('processes');
     expect(ranksAs('--nproc-per-node', '2', '--ranks-as', 'processes')).toBe('processes');
     expect(ranksAs('--nproc-per-node', '2', '--ranks_as=threads')).toBe('threads');
+    // Tabs cannot join a world of threads: browser ranks make processes the default.
+    expect(ranksAs('--nproc-per-node', '2', '--browser-ranks', '1')).toBe('processes');
+    expect(ranksAs('--nproc-per-node', '2', '--browser-ranks', '0')).toBe('threads');
+    const options = parseArgs(['--nproc-per-node', '2', '--browser_ranks=3', 's.mjs'], none);
+    expect(options).toMatchObject({ browserRanks: 3, nprocPerNode: 2 });
+    expect(() =>
+      parseArgs(['--nproc-per-node', '2', '--browser-ranks', 'x', 's.mjs'], none),
+    ).toThrow("[webshard-run] --browser-ranks needs an integer, got 'x'");
   });
 
   it('rejects bad input with the option named', () => {

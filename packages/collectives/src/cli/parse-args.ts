@@ -5,7 +5,8 @@ import { type Env, fromEnv, NODE_SETTINGS, settingVariable } from '../rendezvous
 /** The usage text of `webshard-run`. */
 export const USAGE = `usage: webshard-run --nproc-per-node N [--nnodes M --node-rank K]
                     [--ranks-as threads|processes] [--master-addr A] [--master-port P]
-                    [--token T] [--grace-ms MS] [--no-node] script [args...]
+                    [--token T] [--grace-ms MS] [--no-node] [--browser-ranks K]
+                    script [args...]
 
 Starts N ranks of script with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT) and WEBSHARD_TOKEN. The ranks are worker threads over shared memory
@@ -17,7 +18,12 @@ webshard-run exits with its code.
 Flags not given come from Kubernetes training operators' PET_NNODES, PET_NODE_RANK,
 PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT, or from Slurm (SLURM_NNODES, SLURM_NODEID,
 the first host of SLURM_JOB_NODELIST; one webshard-run per node); MASTER_ADDR and MASTER_PORT
-win over both.`;
+win over both.
+
+--browser-ranks K: K browser tabs join as the last ranks (WORLD_SIZE is N + K; the ranks run as
+processes and must call initProcessGroup({ backend: 'ws' })); webshard-run prints the join URL
+and token that a page passes to connectBrowserRank. The tabs reach MASTER_ADDR (127.0.0.1 by
+default: this machine only).`;
 
 const VALUED = new Set([
   'nproc-per-node',
@@ -28,6 +34,7 @@ const VALUED = new Set([
   'token',
   'grace-ms',
   'ranks-as',
+  'browser-ranks',
 ]);
 
 function integer(flag: string, text: string): number {
@@ -139,6 +146,10 @@ export function parseArgs(argv: readonly string[], env: Env = process.env): Laun
       `--ranks-as must be threads or processes, got '${ranksAs}'`,
     );
   }
-  options.ranksAs = ranksAs ?? (noNode ? 'processes' : 'threads');
+  const browserRanks = flag('browser-ranks', (t) => integer('browser-ranks', t));
+  if (browserRanks !== undefined) options.browserRanks = browserRanks;
+  // Tabs cannot join a world of threads: with browser ranks, processes unless told otherwise
+  // (which launch() then refuses by name).
+  options.ranksAs = ranksAs ?? (noNode || (browserRanks ?? 0) > 0 ? 'processes' : 'threads');
   return options;
 }

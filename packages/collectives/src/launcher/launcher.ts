@@ -56,6 +56,12 @@ export interface LaunchOptions {
   execArgv?: readonly string[];
   /** Threads only: sizes of the node's shm world (arena slots, rings); tests make them small. */
   shm?: ShmHandleOptions;
+  /**
+   * Browser tabs that join as the last ranks (`connectBrowserRank`): `WORLD_SIZE` counts them, so
+   * the ranks' `initProcessGroup({ backend: 'ws' })` waits for them. Processes, one node only
+   * (default 0). See [Note: browser ranks in webshard-run] in cli/browser-ranks.ts.
+   */
+  browserRanks?: number;
 }
 
 /** A free TCP port on 127.0.0.1 (the OS picks; released before it is returned). */
@@ -87,6 +93,22 @@ function validate(options: LaunchOptions): void {
     );
   }
   if (options.script === '') throw new ArgumentError('webshard-run', 'no script given');
+  const tabs = options.browserRanks ?? 0;
+  if (!Number.isSafeInteger(tabs) || tabs < 0) {
+    throw new ArgumentError('webshard-run', `--browser-ranks must be 0 or more, got ${tabs}`);
+  }
+  if (tabs > 0 && options.ranksAs === 'threads') {
+    throw new ArgumentError(
+      'webshard-run',
+      '--browser-ranks: tabs join over ws, and ranks as threads share one shm world they cannot join: use --ranks-as processes',
+    );
+  }
+  if (tabs > 0 && (options.nnodes ?? 1) > 1) {
+    throw new ArgumentError(
+      'webshard-run',
+      '--browser-ranks: one node only (the tabs are the last ranks of one flat ws world)',
+    );
+  }
   if (options.ranksAs === 'threads') {
     if (options.noNode) {
       throw new ArgumentError(
@@ -139,7 +161,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       ...options.env,
       RANK: String(rank),
       LOCAL_RANK: String(localRank),
-      WORLD_SIZE: String(nnodes * nproc),
+      WORLD_SIZE: String(nnodes * nproc + (options.browserRanks ?? 0)),
       LOCAL_WORLD_SIZE: String(nproc),
       GROUP_RANK: String(nodeRank),
       MASTER_ADDR: masterAddr,

@@ -249,3 +249,24 @@ describe('WebSocket frames under fuzzing', () => {
     }
   });
 });
+
+describe('unmask', () => {
+  it('XORs byte i with mask[(offset + i) % 4] at every alignment, offset and length', () => {
+    const mask = Uint8Array.of(0x12, 0x9a, 0xff, 0x01);
+    const backing = new Uint8Array(64).map((_, i) => (i * 37 + 5) & 0xff);
+    for (let start = 0; start < 8; start++) {
+      for (let length = 0; length <= 23; length++) {
+        for (let offset = 0; offset < 8; offset++) {
+          const bytes = backing.slice().subarray(start, start + length);
+          unmask(bytes, mask, offset);
+          const expected = backing
+            .subarray(start, start + length)
+            .map((b, i) => b ^ mask[(offset + i) % 4]!);
+          expect([...bytes], `start ${start} length ${length} offset ${offset}`).toEqual([
+            ...expected,
+          ]);
+        }
+      }
+    }
+  });
+});

@@ -47,6 +47,11 @@ export interface WebSocketEvents {
 const MAX_HEAD_BYTES = 14;
 const MAX_CONTROL_PAYLOAD = 125;
 
+/** The 4-byte mask as one native-endian word, rotated to start `offset` bytes into it. */
+const maskWordBytes = new Uint8Array(4);
+const maskWord = new Uint32Array(maskWordBytes.buffer);
+
+
 /**
  * XORs `bytes` with `mask` in place, starting `offset` bytes into the frame's payload: byte by
  * byte up to a 4-byte boundary of the underlying buffer, then a 32-bit word at a time with the
@@ -61,10 +66,9 @@ export function unmask(bytes: Uint8Array, mask: Uint8Array, offset: number): voi
   for (; i < lead; i++) bytes[i] = bytes[i]! ^ mask[(offset + i) & 3]!;
   const words = (n - i) >>> 2;
   if (words > 0) {
-    const key = new Uint8Array(4);
-    for (let k = 0; k < 4; k++) key[k] = mask[(offset + i + k) & 3]!;
-    const word = new Int32Array(key.buffer)[0]!;
-    const view = new Int32Array(bytes.buffer, bytes.byteOffset + i, words);
+    for (let k = 0; k < 4; k++) maskWordBytes[k] = mask[(offset + i + k) & 3]!;
+    const word = maskWord[0]!;
+    const view = new Uint32Array(bytes.buffer, bytes.byteOffset + i, words);
     for (let w = 0; w < words; w++) view[w] = view[w]! ^ word;
     i += words * 4;
   }
