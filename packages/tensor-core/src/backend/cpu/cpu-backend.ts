@@ -276,6 +276,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     rstd: KernelTensor,
   ): void {
     this.assertLive('layerNorm');
+    if (this.wasmKernels?.layerNorm(x, weight, bias, eps, out, mean, rstd)) return;
     layerNormKernel(x, weight, bias, eps, out, mean, rstd);
   }
 
@@ -290,6 +291,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     dBias: KernelTensor | null,
   ): void {
     this.assertLive('layerNormBackward');
+    if (this.wasmKernels?.layerNormBackward(dy, x, weight, mean, rstd, dx, dWeight, dBias)) return;
     layerNormBackwardKernel(dy, x, weight, mean, rstd, dx, dWeight, dBias);
   }
 
@@ -343,6 +345,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     hyper: AdamHyper,
   ): void {
     this.assertLive('adam');
+    if (this.wasmKernels?.adam(param, grad, expAvg, expAvgSq, hyper)) return;
     adamKernel(param, grad, expAvg, expAvgSq, hyper);
   }
 

@@ -129,6 +129,13 @@ describe('the WASM SIMD kernels', () => {
     expect(kernels.unary('tanh', t([2, 3]), t([2, 3]))).toBe(false);
     expect(kernels.softmax(t([2, 3]), t([2, 3]), true)).toBe(false);
     expect(kernels.reduce('max', t([2, 3]), 1, t([2]))).toBe(false);
+    expect(kernels.reduce('sum', t([2, 3]), 0, t([3]))).toBe(true);
+    expect(kernels.layerNorm(t([2, 3]), null, null, 1e-5, t([2, 3]), t([2]), t([2]))).toBe(true);
+    const [p, g, m, v] = [t([5]), t([5]), t([5]), t([5])];
+    const hyper = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0 };
+    const adam = { ...hyper, step: 1, decoupled: true, gradScale: 1 };
+    expect(kernels.adam(p, g, m, v, adam)).toBe(true);
+    expect(kernels.adam(p, { ...g, dtype: 'f16' }, m, v, adam)).toBe(false);
   });
 
   for (const n of SIZES) {
@@ -206,6 +213,87 @@ describe('the WASM SIMD kernels', () => {
           );
           expect(bits(got)).toEqual(bits(reference));
         }
+      }
+    });
+  }
+
+  for (const cols of SIZES) {
+    for (const [withWeight, withBias] of [
+      [true, true],
+      [true, false],
+      [false, false],
+    ] as const) {
+      it(`layer norm and its backward agree bit for bit: 6 rows of ${cols}, weight ${withWeight}, bias ${withBias}`, async () => {
+        const rows = 6;
+        const x = seededValues(rows * cols, cols, -3, 5);
+        const weight = seededValues(cols, cols + 1, 0.5, 1.5);
+        const bias = seededValues(cols, cols + 2, -1, 1);
+        const dy = seededValues(rows * cols, cols + 3, -1, 1);
+        const results: Float32Array[][] = [];
+        for (const backend of [wasm, typescript]) {
+          // Outputs start at 7, so one the kernel must leave alone compares equal only if it does.
+          const t = (shape: number[], values?: number[]) =>
+            operand(backend, shape, values ?? new Array(shape.reduce((a, b) => a * b, 1)).fill(7));
+          const [xt, wt, bt] = [t([rows, cols], x), t([cols], weight), t([cols], bias)];
+          const [out, mean, rstd] = [t([rows, cols]), t([rows]), t([rows])];
+          backend.layerNorm(
+            xt,
+            withWeight ? wt : null,
+            withBias ? bt : null,
+            1e-5,
+            out,
+            mean,
+            rstd,
+          );
+          const [dx, dw, db] = [t([rows, cols]), t([cols]), t([cols])];
+          backend.layerNormBackward(
+            t([rows, cols], dy),
+            xt,
+            withWeight ? wt : null,
+            mean,
+            rstd,
+            dx,
+            withWeight ? dw : null,
+            withBias ? db : null,
+          );
+          results.push(
+            (await Promise.all(
+              [out, mean, rstd, dx, dw, db].map((r) => backend.read(r)),
+            )) as Float32Array[],
+          );
+        }
+        const [got, reference] = results as [Float32Array[], Float32Array[]];
+        for (let i = 0; i < got.length; i++) expect(bits(got[i]!)).toEqual(bits(reference[i]!));
+      });
+    }
+
+    it(`Adam and AdamW agree bit for bit, n = ${cols}`, async () => {
+      for (const [weightDecay, decoupled] of [
+        [0, true],
+        [0.1, true],
+        [0.01, false],
+      ] as const) {
+        const hyper = {
+          lr: 3e-3,
+          beta1: 0.9,
+          beta2: 0.95,
+          eps: 1e-8,
+          weightDecay,
+          step: 3,
+          decoupled,
+          gradScale: 0.5,
+        };
+        const values = [0, 1, 2, 3].map((i) => seededValues(cols, cols + i, -1, 1));
+        values[3] = values[3]!.map(Math.abs);
+        const results: Float32Array[][] = [];
+        for (const backend of [wasm, typescript]) {
+          const [p, g, m, v] = values.map((x) => operand(backend, [cols], x)) as KernelTensor[];
+          backend.adam(p!, g!, m!, v!, hyper);
+          results.push(
+            (await Promise.all([p!, m!, v!].map((t) => backend.read(t)))) as Float32Array[],
+          );
+        }
+        for (let i = 0; i < 3; i++) expect(bits(results[0]![i]!)).toEqual(bits(results[1]![i]!));
       }
     });
   }

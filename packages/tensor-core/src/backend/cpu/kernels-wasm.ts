@@ -1,5 +1,5 @@
-import type { BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '../backend.js';
-import { readValues, shapeCount } from './cpu-storage.js';
+import type { AdamHyper, BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '../backend.js';
+import { outputValues, readValues, shapeCount } from './cpu-storage.js';
 import { kernelsWasmBase64 } from './kernels-wasm.generated.js';
 import type { WasmApi } from './matmul-wasm.js';
 
@@ -23,6 +23,9 @@ import type { WasmApi } from './matmul-wasm.js';
  *   attention mask): a select, bit for bit.
  * - Sums and means along an axis: each output summed in f64 in index order and rounded once, as
  *   the TypeScript kernel sums, so bit for bit, two columns per f64x2 lane pair.
+ * - Layer norm forward and backward, and the fused Adam/AdamW update (kernels-wat-f64.mjs): the
+ *   TypeScript kernels' f64 arithmetic, op for op, row sums as scalar f64 adds in index order and
+ *   the per-element work in f64x2 lanes, so bit for bit as well.
  * - GELU (erf form) and its gradient: erf by the rational approximation Eigen and XLA use for f32,
  *   evaluated in f64 (abs error under 1e-7), and exp by Cephes' expf polynomial in f32; softmax
  *   with that exp and an f64 sum. These differ from the TypeScript kernels' f64 erf and Math.exp in
@@ -104,7 +107,8 @@ export class WasmKernels {
     let next = BASE;
     for (const length of lengths) {
       at.push(next);
-      next += Math.ceil(length / 4) * 16;
+      // One vector of padding past each array: f64x2 kernels may touch one element past the end.
+      next += Math.ceil(length / 4) * 16 + 16;
     }
     return this.reserve(next - BASE) ? at : null;
   }
@@ -259,6 +263,136 @@ export class WasmKernels {
     this.put(x, px);
     this.exports.sum_axis!(px, po, outer, r, inner, op === 'mean' ? 1 : 0);
     this.take(out, po, n);
+    return true;
+  }
+
+  /** Layer norm over the last axis with its per-row mean and rstd; false unless all are f32. */
+  layerNorm(
+    x: KernelTensor,
+    weight: KernelTensor | null,
+    bias: KernelTensor | null,
+    eps: number,
+    out: KernelTensor,
+    mean: KernelTensor,
+    rstd: KernelTensor,
+  ): boolean {
+    if (![x, weight, bias, out, mean, rstd].every((t) => t === null || t.dtype === 'f32')) {
+      return false;
+    }
+    const cols = x.shape[x.shape.length - 1] ?? 0;
+    const n = shapeCount(x.shape);
+    if (cols === 0 || n === 0) return false;
+    const rows = n / cols;
+    const at = this.layout([n, cols, cols, n, rows, rows]);
+    if (at === null) return false;
+    const [px, pw, pb, po, pm, ps] = at as [number, number, number, number, number, number];
+    this.put(x, px);
+    if (weight) this.put(weight, pw);
+    if (bias) this.put(bias, pb);
+    const flags = (weight ? 1 : 0) | (bias ? 2 : 0);
+    this.exports.layer_norm!(px, pw, pb, po, pm, ps, rows, cols, eps, flags);
+    this.take(out, po, n);
+    this.take(mean, pm, rows);
+    this.take(rstd, ps, rows);
+    return true;
+  }
+
+  /** Layer norm's backward; false unless all are f32. */
+  layerNormBackward(
+    dy: KernelTensor,
+    x: KernelTensor,
+    weight: KernelTensor | null,
+    mean: KernelTensor,
+    rstd: KernelTensor,
+    dx: KernelTensor,
+    dWeight: KernelTensor | null,
+    dBias: KernelTensor | null,
+  ): boolean {
+    const all = [dy, x, weight, mean, rstd, dx, dWeight, dBias];
+    if (!all.every((t) => t === null || t.dtype === 'f32')) return false;
+    const cols = x.shape[x.shape.length - 1] ?? 0;
+    const n = shapeCount(x.shape);
+    if (cols === 0 || n === 0) return false;
+    const rows = n / cols;
+    // dw and db are f64 arrays of cols + 1: twice the floats.
+    const at = this.layout([n, n, cols, rows, rows, n, 2 * cols + 2, 2 * cols + 2]);
+    if (at === null) return false;
+    const [pdy, px, pw, pm, ps, pdx, pdw, pdb] = at as number[] as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
+    this.put(dy, pdy);
+    this.put(x, px);
+    if (weight) this.put(weight, pw);
+    this.put(mean, pm);
+    this.put(rstd, ps);
+    this.exports.layer_norm_backward!(
+      pdy,
+      px,
+      pw,
+      pm,
+      ps,
+      pdx,
+      pdw,
+      pdb,
+      rows,
+      cols,
+      weight ? 1 : 0,
+    );
+    this.take(dx, pdx, n);
+    const buffer = this.exports.memory.buffer;
+    // The f64 sums, rounded once on store as the TypeScript kernel stores them.
+    if (dWeight) outputValues(dWeight).values.set(new Float64Array(buffer, pdw, cols));
+    if (dBias) outputValues(dBias).values.set(new Float64Array(buffer, pdb, cols));
+    return true;
+  }
+
+  /** The fused Adam/AdamW update in place; false unless all four tensors are f32. */
+  adam(
+    param: KernelTensor,
+    grad: KernelTensor,
+    expAvg: KernelTensor,
+    expAvgSq: KernelTensor,
+    hyper: AdamHyper,
+  ): boolean {
+    if (![param, grad, expAvg, expAvgSq].every((t) => t.dtype === 'f32')) return false;
+    const n = shapeCount(param.shape);
+    const at = n === 0 ? null : this.layout([n, n, n, n]);
+    if (at === null) return false;
+    const [pp, pg, pm, pv] = at as [number, number, number, number];
+    this.put(param, pp);
+    this.put(grad, pg);
+    this.put(expAvg, pm);
+    this.put(expAvgSq, pv);
+    const { lr, beta1, beta2, eps, weightDecay, step, decoupled, gradScale } = hyper;
+    const mode = weightDecay === 0 ? 0 : decoupled ? 1 : 2;
+    this.exports.adam!(
+      pp,
+      pg,
+      pm,
+      pv,
+      n,
+      gradScale,
+      mode,
+      weightDecay,
+      1 - lr * weightDecay,
+      beta1,
+      1 - beta1,
+      beta2,
+      1 - beta2,
+      lr / (1 - beta1 ** step),
+      Math.sqrt(1 - beta2 ** step),
+      eps,
+    );
+    this.take(param, pp, n);
+    this.take(expAvg, pm, n);
+    this.take(expAvgSq, pv, n);
     return true;
   }
 }
