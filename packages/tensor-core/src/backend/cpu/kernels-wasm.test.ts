@@ -4,7 +4,8 @@ import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import { expectClose, toleranceFor } from '../../testing/tolerance.js';
 import type { Backend, BinaryOp, KernelTensor } from '../backend.js';
-import { broadcastKind, loadWasmKernels } from './kernels-wasm.js';
+import { broadcastKind } from './broadcast-kind.js';
+import { loadWasmKernels } from './kernels-wasm.js';
 import type { WasmApi } from './matmul-wasm.js';
 
 // Every WASM kernel against its TypeScript reference (`kernels: 'typescript'`) on random shapes

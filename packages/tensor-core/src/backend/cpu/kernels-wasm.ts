@@ -1,4 +1,5 @@
 import type { AdamHyper, BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '../backend.js';
+import { broadcastKind } from './broadcast-kind.js';
 import { outputValues, readValues, shapeCount } from './cpu-storage.js';
 import { kernelsWasmBase64 } from './kernels-wasm.generated.js';
 import type { WasmApi } from './matmul-wasm.js';
@@ -44,41 +45,6 @@ const MAX_BYTES = 2 ** 31 - 2 ** 16;
 type Binary4 = 'add' | 'sub' | 'mul' | 'div';
 type Exports = Record<string, (...args: number[]) => void> & { memory: WebAssembly.Memory };
 
-/** How an operand of `outShape` repeats: see `broadcastKind`. */
-type Broadcast =
-  | { kind: 'same' }
-  | { kind: 'repeat'; period: number }
-  | { kind: 'perRow'; inner: number };
-
-/**
- * How an operand of `shape` fills `outShape` (right-aligned, NumPy rules): the same shape, its
- * shape the output's trailing dims (repeats every `period` elements), or its shape the output's
- * leading dims with 1s after them (one value per `inner` elements). null for any other broadcast.
- */
-export function broadcastKind(
-  shape: readonly number[],
-  outShape: readonly number[],
-): Broadcast | null {
-  const rank = outShape.length;
-  if (shape.length > rank) return null;
-  const dims = [...new Array<number>(rank - shape.length).fill(1), ...shape];
-  if (dims.every((d, i) => d === outShape[i])) return { kind: 'same' };
-  if (shapeCount(shape) === 1) return { kind: 'perRow', inner: shapeCount(outShape) };
-  // Trailing match: 1s, then the output's dims.
-  let s = 0;
-  while (s < rank && dims[s] === 1) s++;
-  if (dims.slice(s).every((d, i) => d === outShape[s + i])) {
-    return { kind: 'repeat', period: shapeCount(outShape.slice(s)) };
-  }
-  // Leading match: the output's dims, then 1s.
-  let e = rank;
-  while (e > 0 && dims[e - 1] === 1) e--;
-  if (dims.slice(0, e).every((d, i) => d === outShape[i])) {
-    return { kind: 'perRow', inner: shapeCount(outShape.slice(e)) };
-  }
-  return null;
-}
-
 const BINARY4 = new Set<BinaryOp>(['add', 'sub', 'mul', 'div']);
 
 /** The WASM SIMD f32 kernels over one module instance, whose memory only grows. */
@@ -95,7 +61,11 @@ export class WasmKernels {
     if (need > MAX_BYTES) return false;
     const memory = this.exports.memory;
     if (memory.buffer.byteLength < need) {
-      memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
+      try {
+        memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
+      } catch {
+        return false; // the engine would not grow it: the TypeScript kernel runs
+      }
       this.view = new Float32Array(memory.buffer);
     }
     return true;
