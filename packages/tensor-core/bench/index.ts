@@ -6,7 +6,10 @@
  *   transfer and f16 rows;
  * - the CPU backend's f32 matmul (WASM SIMD, its worker threads) against tfjs-backend-wasm
  *   (XNNPACK, SIMD; Node gives it one thread), the same kernel on one thread, and the TypeScript
- *   kernel; onnxruntime-node is not a dependency of the repo, so its row is skipped with a message.
+ *   kernel; onnxruntime-node is not a dependency of the repo, so its row is skipped with a message;
+ * - the CPU backend's other WASM SIMD kernels at the train step's sizes against the TypeScript
+ *   kernels and tfjs-backend-wasm (`bench/cpu-kernel-rows.ts`).
+ * `WEBSHARD_BENCH_CPU_ONLY=1` skips the WebGPU rows (a quicker run while working on the CPU backend).
  * Ours and the peer alternate call by call and each reports its median: the machine is shared.
  * Run: `pnpm --filter @webshard/tensor-core bench`.
  */
@@ -18,6 +21,7 @@ import { type BenchRow, median, writeBenchResults } from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
 import { SWIFTSHADER_ICD_PATHS } from '../src/backend/webgpu/gpu-runtime.js';
 import { createCpuBackend } from '../src/runtime.js';
+import { cpuKernelRows } from './cpu-kernel-rows.js';
 
 const CPU_SIZES = [256, 512, 1024];
 const rows: BenchRow[] = [];
@@ -37,8 +41,10 @@ function adapters(): { name: string; icd: string }[] {
   return found;
 }
 
-const gpuAdapters = adapters();
-if (gpuAdapters.length === 0) {
+const cpuOnly = process.env.WEBSHARD_BENCH_CPU_ONLY === '1';
+const gpuAdapters = cpuOnly ? [] : adapters();
+if (cpuOnly) console.log('skipping the WebGPU rows: WEBSHARD_BENCH_CPU_ONLY=1');
+else if (gpuAdapters.length === 0) {
   console.log('skipping the WebGPU rows: neither lavapipe nor SwiftShader is installed');
 }
 for (const { name, icd } of gpuAdapters) {
@@ -182,6 +188,7 @@ for (const n of CPU_SIZES) {
   ta.dispose();
   tb.dispose();
 }
+rows.push(...(await cpuKernelRows(tf, tfjsWasmPeer)));
 cpu.dispose();
 oneThread.dispose();
 cpuTypescript.dispose();

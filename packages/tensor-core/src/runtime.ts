@@ -23,6 +23,16 @@ export function createCpuBackend(options: CpuBackendOptions = {}): CpuBackend {
       `matmulKernel '${String(options.matmulKernel)}' is not 'auto' or 'typescript'`,
     );
   }
+  if (
+    options.kernels !== undefined &&
+    options.kernels !== 'auto' &&
+    options.kernels !== 'typescript'
+  ) {
+    throw new ArgumentError(
+      'createCpuBackend',
+      `kernels '${String(options.kernels)}' is not 'auto' or 'typescript'`,
+    );
+  }
   return new CpuBackend(options);
 }
 

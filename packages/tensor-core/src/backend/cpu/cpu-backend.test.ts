@@ -129,6 +129,44 @@ describe('CpuBackend kernels', () => {
     expect([...(await dst.read())]).toEqual([0, 1, 3, 0, 0, 2, 4, 0]);
   });
 
+  it('copyStrided permutes every rank from 1 to 5, at offsets, as an index walk does', async () => {
+    const backend = createCpuBackend();
+    for (const shape of [[7], [3, 5], [2, 3, 4], [2, 3, 4, 5], [2, 1, 3, 2, 3]]) {
+      const rank = shape.length;
+      const count = shape.reduce((x, y) => x * y, 1);
+      // The source is the reverse permutation's row-major layout read through its strides; the
+      // destination is row-major, both at offsets into larger buffers.
+      const order = Array.from({ length: rank }, (_, i) => rank - 1 - i);
+      const stored = order.map((i) => shape[i]!);
+      const storedStrides = stored.map((_, i) => stored.slice(i + 1).reduce((x, y) => x * y, 1));
+      const srcStrides = shape.map((_, i) => storedStrides[order.indexOf(i)]!);
+      const values = Array.from({ length: count + 3 }, (_, i) => i * 1.5 - 4);
+      const src = tensor(values, { backend, shape: [count + 3] }).kernel('t');
+      const dst = zeros([count + 2], { backend });
+      backend.copyStrided(
+        { storage: src.storage, offset: 3, dtype: 'f32', strides: srcStrides },
+        {
+          storage: dst.kernel('t').storage,
+          offset: 2,
+          dtype: 'f32',
+          strides: storedStridesOf(shape),
+        },
+        shape,
+      );
+      const expected = [0, 0];
+      for (let flat = 0; flat < count; flat++) {
+        let rest = flat;
+        let at = 3;
+        for (let d = rank - 1; d >= 0; d--) {
+          at += (rest % shape[d]!) * srcStrides[d]!;
+          rest = Math.floor(rest / shape[d]!);
+        }
+        expected.push(values[at]!);
+      }
+      expect([...(await dst.read())]).toEqual(expected);
+    }
+  });
+
   it('layerNormBackward matches finite differences in f64', async () => {
     const backend = createCpuBackend();
     const [rows, cols] = [2, 5];
@@ -182,3 +220,7 @@ describe('CpuBackend kernels', () => {
     expectClose(await dx.read(), numeric, { rtol: 1e-6, atol: 1e-7 });
   });
 });
+
+function storedStridesOf(shape: number[]): number[] {
+  return shape.map((_, i) => shape.slice(i + 1).reduce((x, y) => x * y, 1));
+}

@@ -31,6 +31,7 @@ import {
   gatherKernel,
   scatterAddKernel,
 } from './index-kernels.js';
+import { loadWasmKernels, type WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { matmulKernel } from './matmul.js';
 import { loadWasmMatmul, type WasmMatmul } from './matmul-wasm.js';
@@ -46,6 +47,13 @@ export interface CpuBackendOptions {
    * TypeScript kernel elsewhere; 'typescript' always runs the TypeScript kernel (the reference).
    */
   matmulKernel?: 'auto' | 'typescript';
+  /**
+   * The other hot f32 kernels (elementwise arithmetic with the common broadcasts, GELU and its
+   * gradient, where, softmax, sums along an axis): 'auto' (the default) runs WebAssembly SIMD where
+   * the engine has it ([Note: the WASM SIMD kernels]); 'typescript' always runs the TypeScript
+   * kernels (the reference).
+   */
+  kernels?: 'auto' | 'typescript';
   /**
    * Threads of the WASM matmul, the caller's included: `'auto'` (the default) one per core on the
    * main thread and one in worker threads; 1 never starts a worker ([Note: matmul threads]).
@@ -63,7 +71,8 @@ export interface CpuBackendOptions {
 
 /**
  * The CPU backend: every kernel of the contract in plain TypeScript over ArrayBuffers, except the
- * f32 matmul, which runs as WebAssembly SIMD where the engine has it ([Note: the WASM SIMD matmul]).
+ * f32 matmul and the other hot f32 kernels, which run as WebAssembly SIMD where the engine has it
+ * ([Note: the WASM SIMD matmul], [Note: the WASM SIMD kernels]).
  * Floats compute in doubles and round once on store (see [Note: CPU stores round once per dtype]).
  * f64 is supported here only, for gradient checks.
  */
@@ -78,6 +87,9 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   /** Which f32 matmul runs: see [Note: the WASM SIMD matmul]. */
   readonly matmulKernel: 'wasm-simd' | 'typescript';
   private readonly wasmMatmul: WasmMatmul | null;
+  /** Which of the other hot f32 kernels run: see [Note: the WASM SIMD kernels]. */
+  readonly kernels: 'wasm-simd' | 'typescript';
+  private readonly wasmKernels: WasmKernels | null;
 
   constructor(options: CpuBackendOptions = {}) {
     super(
@@ -96,10 +108,18 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
             fma: options.matmulFma ?? 'off',
           });
     this.matmulKernel = this.wasmMatmul === null ? 'typescript' : 'wasm-simd';
+    this.wasmKernels = options.kernels === 'typescript' ? null : loadWasmKernels();
+    this.kernels = this.wasmKernels === null ? 'typescript' : 'wasm-simd';
+    const wasm = [
+      ...(this.wasmMatmul === null
+        ? []
+        : [`f32 matmul${this.wasmMatmul.fma ? ' with relaxed FMA' : ''}`]),
+      ...(this.wasmKernels === null ? [] : ['hot f32 kernels']),
+    ];
     this.description =
-      this.wasmMatmul === null
+      wasm.length === 0
         ? 'CPU (TypeScript kernels)'
-        : `CPU (TypeScript kernels, WebAssembly SIMD f32 matmul${this.wasmMatmul.fma ? ' with relaxed FMA' : ''})`;
+        : `CPU (TypeScript kernels, WebAssembly SIMD ${wasm.join(' and ')})`;
   }
 
   /**
@@ -208,6 +228,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
 
   unary(op: UnaryOp, x: KernelTensor, out: KernelTensor): void {
     this.assertLive('unary');
+    if (this.wasmKernels?.unary(op, x, out)) return;
     unaryKernel(op, x, out);
   }
 
@@ -218,6 +239,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     out: KernelTensor,
   ): void {
     this.assertLive('binary');
+    if (this.wasmKernels?.binary(op, a, b, out)) return;
     binaryKernel(op, a, b, out);
   }
 
@@ -228,16 +250,19 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     out: KernelTensor,
   ): void {
     this.assertLive('where');
+    if (this.wasmKernels?.where(cond, a, b, out)) return;
     whereKernel(cond, a, b, out);
   }
 
   reduce(op: ReductionOp, x: KernelTensor, axis: number, out: KernelTensor): void {
     this.assertLive('reduce');
+    if (this.wasmKernels?.reduce(op, x, axis, out)) return;
     reduceKernel(op, x, axis, out);
   }
 
   softmax(x: KernelTensor, out: KernelTensor, log: boolean): void {
     this.assertLive('softmax');
+    if (this.wasmKernels?.softmax(x, out, log)) return;
     softmaxKernel(x, out, log);
   }
 
@@ -251,6 +276,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     rstd: KernelTensor,
   ): void {
     this.assertLive('layerNorm');
+    if (this.wasmKernels?.layerNorm(x, weight, bias, eps, out, mean, rstd)) return;
     layerNormKernel(x, weight, bias, eps, out, mean, rstd);
   }
 
@@ -265,6 +291,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     dBias: KernelTensor | null,
   ): void {
     this.assertLive('layerNormBackward');
+    if (this.wasmKernels?.layerNormBackward(dy, x, weight, mean, rstd, dx, dWeight, dBias)) return;
     layerNormBackwardKernel(dy, x, weight, mean, rstd, dx, dWeight, dBias);
   }
 
@@ -318,6 +345,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     hyper: AdamHyper,
   ): void {
     this.assertLive('adam');
+    if (this.wasmKernels?.adam(param, grad, expAvg, expAvgSq, hyper)) return;
     adamKernel(param, grad, expAvg, expAvgSq, hyper);
   }
 

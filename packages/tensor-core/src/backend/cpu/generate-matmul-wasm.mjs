@@ -1,11 +1,13 @@
 // Builds the CPU backend's WASM SIMD f32 matmul: writes matmul.wat (the source, for reading and
 // review) and matmul-wasm.generated.ts (the assembled bytes, checked in so the package needs no
-// build step to run). Run with `node src/backend/cpu/generate-matmul-wasm.mjs` after a change.
-// The design is [Note: the WASM SIMD matmul] in matmul-wasm.ts.
+// build step to run). Run with `node src/backend/cpu/generate-matmul-wasm.mjs` after a change; it
+// also builds the other kernels' module (generate-kernels-wasm.mjs). The design is [Note: the WASM
+// SIMD matmul] in matmul-wasm.ts.
 import { writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import wabtInit from 'wabt';
+import { generateKernelsWasm } from './generate-kernels-wasm.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -274,3 +276,5 @@ writeFileSync(
     `/** Bytes of edge tiles at the start of memory: ${SCRATCH_BYTES / (MR * NR * 4)} threads' worth. */\n` +
     `export const matmulScratchBytes = ${SCRATCH_BYTES};\n`,
 );
+
+await generateKernelsWasm();

@@ -24,12 +24,45 @@ export function copyStridedKernel(
   const cols = shape[rank - 1]!;
   const ss = src.strides[rank - 1]!;
   const ds = dst.strides[rank - 1]!;
+  if (rank <= 4) {
+    copyStrided4(s, d, src, dst, shape);
+    return;
+  }
   const rowShape = shape.slice(0, rank - 1);
   forEachRow([...rowShape, 1], [[...src.strides], [...dst.strides]], (_row, bases) => {
     let si = src.offset + bases[0]!;
     let di = dst.offset + bases[1]!;
     for (let c = 0; c < cols; c++, si += ss, di += ds) d[di] = s[si]!;
   });
+}
+
+/**
+ * copyStridedKernel for rank <= 4 as four plain nested loops (the attention's head transposes,
+ * rows of 16 floats): no callback and no index bookkeeping per row, 3-4x fewer instructions a row.
+ */
+function copyStrided4(
+  s: ArrayLike<number>,
+  d: { [index: number]: number },
+  src: StridedOperand,
+  dst: StridedOperand,
+  shape: readonly number[],
+): void {
+  const pad = 4 - shape.length;
+  const dim = (i: number) => (i < pad ? 1 : shape[i - pad]!);
+  const ss = (i: number) => (i < pad ? 0 : src.strides[i - pad]!);
+  const ds = (i: number) => (i < pad ? 0 : dst.strides[i - pad]!);
+  const [n0, n1, n2, n3] = [dim(0), dim(1), dim(2), dim(3)];
+  const [s0, s1, s2, s3] = [ss(0), ss(1), ss(2), ss(3)];
+  const [d0, d1, d2, d3] = [ds(0), ds(1), ds(2), ds(3)];
+  for (let i0 = 0; i0 < n0; i0++) {
+    for (let i1 = 0; i1 < n1; i1++) {
+      let si = src.offset + i0 * s0 + i1 * s1;
+      let di = dst.offset + i0 * d0 + i1 * d1;
+      for (let i2 = 0; i2 < n2; i2++, si += s2, di += d2) {
+        for (let c = 0, a = si, b = di; c < n3; c++, a += s3, b += d3) d[b] = s[a]!;
+      }
+    }
+  }
 }
 
 export function reduceKernel(

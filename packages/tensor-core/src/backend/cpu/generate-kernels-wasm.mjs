@@ -1,0 +1,413 @@
+// Builds the CPU backend's WASM SIMD f32 kernels other than matmul (elementwise maps with the
+// broadcasts the models use, GELU and its gradient, where, softmax, sums along an axis; layer norm
+// and Adam from kernels-wat-f64.mjs): writes
+// kernels.wat (the source, for reading and review) and kernels-wasm.generated.ts (the assembled
+// bytes, checked in so the package needs no build step to run). `generate-matmul-wasm.mjs` runs
+// this too. The design is [Note: the WASM SIMD kernels] in kernels-wasm.ts.
+import { writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import wabtInit from 'wabt';
+import { adam, layerNorm, layerNormBackward } from './kernels-wat-f64.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+const get = (name) => `(local.get $${name})`;
+const i32 = (value) => `(i32.const ${value})`;
+// The byte address of element `index` (an expression) of the array at `base`.
+const at = (base, index) => `(i32.add ${get(base)} (i32.shl ${index} ${i32(2)}))`;
+
+// A counted loop: `body` runs for $var = from, from + step, ... while $var + step <= limit.
+function loop(label, variable, limit, step, body) {
+  return `(block $${label}_done (loop $${label}
+      (br_if $${label}_done (i32.gt_u (i32.add ${get(variable)} ${i32(step)}) ${limit}))
+      ${body}
+      (local.set $${variable} (i32.add ${get(variable)} ${i32(step)}))
+      (br $${label})))`;
+}
+
+// ---- elementwise binary ops ----------------------------------------------------------------
+// add, sub, mul and div of two f32 values: f32 arithmetic rounds once, exactly as the TypeScript
+// kernel's f64 arithmetic rounded to f32 (both operands are f32, and f64 carries more than twice
+// f32's precision), so these agree bit for bit.
+const BINARY = ['add', 'sub', 'mul', 'div'];
+
+// vv: o[i] = a[i] op b[i] for i < n.
+const vv = (
+  op,
+) => `  (func $${op}_vv (export "${op}_vv") (param $a i32) (param $b i32) (param $o i32) (param $n i32)
+    (local $i i32)
+    ${loop('v', 'i', get('n'), 4, `(v128.store ${at('o', get('i'))} (f32x4.${op} (v128.load ${at('a', get('i'))}) (v128.load ${at('b', get('i'))})))`)}
+    ${loop('s', 'i', get('n'), 1, `(f32.store ${at('o', get('i'))} (f32.${op} (f32.load ${at('a', get('i'))}) (f32.load ${at('b', get('i'))})))`)})
+`;
+
+// vs / sv: o[i] = a[i] op s or s op a[i], with s an f64 (a JavaScript number): computed in f64 and
+// rounded once, as the TypeScript kernel does, two lanes at a time.
+function scalar(op, scalarFirst) {
+  const name = `${op}_${scalarFirst ? 'sv' : 'vs'}`;
+  const pair = (x) => (scalarFirst ? `(local.get $s2) ${x}` : `${x} (local.get $s2)`);
+  const one = (x) => (scalarFirst ? `(local.get $s) ${x}` : `${x} (local.get $s)`);
+  return `  (func $${name} (export "${name}") (param $a i32) (param $s f64) (param $o i32) (param $n i32)
+    (local $i i32) (local $s2 v128)
+    (local.set $s2 (f64x2.splat (local.get $s)))
+    ${loop('v', 'i', get('n'), 2, `(v128.store64_lane 0 ${at('o', get('i'))} (f32x4.demote_f64x2_zero (f64x2.${op} ${pair(`(f64x2.promote_low_f32x4 (v128.load64_zero ${at('a', get('i'))}))`)})))`)}
+    ${loop('s', 'i', get('n'), 1, `(f32.store ${at('o', get('i'))} (f32.demote_f64 (f64.${op} ${one(`(f64.promote_f32 (f32.load ${at('a', get('i'))}))`)})))`)})
+`;
+}
+
+// Broadcasts over rows of `cols` elements:
+//   vr: o[r, c] = a[r, c] op b[c]   (b repeats every row: a bias)
+//   rv: o[r, c] = a[c] op b[r, c]
+//   vc: o[r, c] = a[r, c] op b[r]   (one value of b per row)
+//   cv: o[r, c] = a[r] op b[r, c]
+// vc and cv splat an f32, so they agree bit for bit as vv does.
+function rows(op, kind) {
+  const name = `${op}_${kind}`;
+  const rowA = kind === 'rv' ? get('a') : at('a', '(i32.mul (local.get $r) (local.get $cols))');
+  const rowB = kind === 'vr' ? get('b') : at('b', '(i32.mul (local.get $r) (local.get $cols))');
+  const rowO = at('o', '(i32.mul (local.get $r) (local.get $cols))');
+  let body;
+  if (kind === 'vr' || kind === 'rv') {
+    body = `(call $${op}_vv ${rowA} ${rowB} ${rowO} (local.get $cols))`;
+  } else {
+    const value =
+      kind === 'vc' ? `(f32.load ${at('b', get('r'))})` : `(f32.load ${at('a', get('r'))})`;
+    const row = kind === 'vc' ? rowA : rowB;
+    body = `(call $${op}_${kind === 'vc' ? 'vf' : 'fv'} ${row} ${value} ${rowO} (local.get $cols))`;
+  }
+  return `  (func (export "${name}") (param $a i32) (param $b i32) (param $o i32) (param $rows i32) (param $cols i32)
+    (local $r i32)
+    ${loop('r', 'r', get('rows'), 1, body)})
+`;
+}
+
+// vf / fv: o[i] = a[i] op s or s op a[i] with s an f32 (the per-row value of vc and cv).
+function f32Scalar(op, scalarFirst) {
+  const name = `${op}_${scalarFirst ? 'fv' : 'vf'}`;
+  const v = (x) => (scalarFirst ? `(local.get $s4) ${x}` : `${x} (local.get $s4)`);
+  const one = (x) => (scalarFirst ? `(local.get $s) ${x}` : `${x} (local.get $s)`);
+  return `  (func $${name} (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+    (local $i i32) (local $s4 v128)
+    (local.set $s4 (f32x4.splat (local.get $s)))
+    ${loop('v', 'i', get('n'), 4, `(v128.store ${at('o', get('i'))} (f32x4.${op} ${v(`(v128.load ${at('a', get('i'))})`)}))`)}
+    ${loop('s', 'i', get('n'), 1, `(f32.store ${at('o', get('i'))} (f32.${op} ${one(`(f32.load ${at('a', get('i'))})`)}))`)})
+`;
+}
+
+// ---- where ---------------------------------------------------------------------------------
+// where_rows: o[r, c] = cond[c] != 0 ? s : b[r, c] (condFirst = 0) or cond[c] != 0 ? b[r, c] : s
+// (condFirst = 1... see the loader), with cond repeating every row (cols = its length; a cond of
+// the output's shape is one row of n). s is an f32; NaN conditions count as true, as `!== 0` does.
+const whereRows = `  (func (export "where_rows") (param $cond i32) (param $s f32) (param $b i32) (param $o i32)
+    (param $rows i32) (param $cols i32) (param $scalarIfTrue i32)
+    (local $r i32) (local $i i32) (local $row i32) (local $s4 v128) (local $m v128) (local $x v128)
+    (local $c f32)
+    (local.set $s4 (f32x4.splat (local.get $s)))
+    ${loop(
+      'r',
+      'r',
+      get('rows'),
+      1,
+      `(local.set $row (i32.mul (local.get $r) (local.get $cols)))
+      (local.set $i (i32.const 0))
+      ${loop(
+        'v',
+        'i',
+        get('cols'),
+        4,
+        `(local.set $m (f32x4.ne (v128.load ${at('cond', get('i'))}) (v128.const f32x4 0 0 0 0)))
+        (local.set $x (v128.load ${at('b', '(i32.add (local.get $row) (local.get $i))')}))
+        (v128.store ${at('o', '(i32.add (local.get $row) (local.get $i))')}
+          (if (result v128) (local.get $scalarIfTrue)
+            (then (v128.bitselect (local.get $s4) (local.get $x) (local.get $m)))
+            (else (v128.bitselect (local.get $x) (local.get $s4) (local.get $m)))))`,
+      )}
+      ${loop(
+        's',
+        'i',
+        get('cols'),
+        1,
+        `(local.set $c (f32.load ${at('cond', get('i'))}))
+        (f32.store ${at('o', '(i32.add (local.get $row) (local.get $i))')}
+          (select (local.get $s) (f32.load ${at('b', '(i32.add (local.get $row) (local.get $i))')})
+            (i32.eq (f32.ne (local.get $c) (f32.const 0)) (local.get $scalarIfTrue))))`,
+      )}`,
+    )})
+`;
+
+// ---- exp, erf, GELU ------------------------------------------------------------------------
+// exp for x <= 0 (softmax's shifted inputs and GELU's Gaussian): Cephes' expf, range reduced by
+// ln 2 (split in two for an exact product), a degree-5 polynomial, and 2^n built in the exponent
+// bits; below -87.33 (where 2^n would leave the normal range) the result is 0, NaN stays NaN.
+const expF32x4 = `  (func $exp4 (param $x v128) (result v128)
+    (local $n v128) (local $r v128) (local $p v128) (local $under v128)
+    (local.set $under (f32x4.lt (local.get $x) (v128.const f32x4 -87.33 -87.33 -87.33 -87.33)))
+    (local.set $x (f32x4.max (f32x4.min (local.get $x) (v128.const f32x4 0 0 0 0)) (v128.const f32x4 -87.33 -87.33 -87.33 -87.33)))
+    (local.set $n (f32x4.nearest (f32x4.mul (local.get $x) (v128.const f32x4 1.44269504088896341 1.44269504088896341 1.44269504088896341 1.44269504088896341))))
+    (local.set $r (f32x4.sub (local.get $x) (f32x4.mul (local.get $n) (v128.const f32x4 0.693359375 0.693359375 0.693359375 0.693359375))))
+    (local.set $r (f32x4.sub (local.get $r) (f32x4.mul (local.get $n) (v128.const f32x4 -2.12194440e-4 -2.12194440e-4 -2.12194440e-4 -2.12194440e-4))))
+    (local.set $p (v128.const f32x4 1.9875691500e-4 1.9875691500e-4 1.9875691500e-4 1.9875691500e-4))
+${['1.3981999507e-3', '8.3334519073e-3', '4.1665795894e-2', '1.6666665459e-1', '5.0000001201e-1']
+  .map(
+    (c) =>
+      `    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r)) (v128.const f32x4 ${c} ${c} ${c} ${c})))`,
+  )
+  .join('\n')}
+    (local.set $p (f32x4.add (f32x4.add (f32x4.mul (local.get $p) (f32x4.mul (local.get $r) (local.get $r))) (local.get $r)) (v128.const f32x4 1 1 1 1)))
+    (local.set $p (f32x4.mul (local.get $p)
+      (i32x4.shl (i32x4.add (i32x4.trunc_sat_f32x4_s (local.get $n)) (v128.const i32x4 127 127 127 127)) (i32.const 23))))
+    (v128.andnot (local.get $p) (local.get $under)))
+`;
+
+// erf: the rational approximation Eigen and XLA use for f32 (an odd degree-13 numerator over an
+// even degree-8 denominator on [-4, 4], abs error under 7e-8; +-1 past 4), evaluated in f64 so the
+// cancellation in GELU's 1 + erf(x) for negative x loses nothing to f32 rounding on top.
+const ERF_P = [
+  '-2.72614225801306e-10',
+  '2.77068142495902e-08',
+  '-2.10102402082508e-06',
+  '-5.69250639462346e-05',
+  '-7.34990630326855e-04',
+  '-2.95459980854025e-03',
+  '-1.60960333262415e-02',
+];
+const ERF_Q = [
+  '-1.45660718464996e-05',
+  '-2.13374055278905e-04',
+  '-1.68282697438203e-03',
+  '-7.37332916720468e-03',
+  '-1.42647390514189e-02',
+];
+const splat = (c) => `(v128.const f32x4 ${c} ${c} ${c} ${c})`;
+const splat2 = (c) => `(v128.const f64x2 ${c} ${c})`;
+function horner(coefficients, x2) {
+  let expr = splat2(coefficients[0]);
+  for (const c of coefficients.slice(1))
+    expr = `(f64x2.add (f64x2.mul ${expr} ${x2}) ${splat2(c)})`;
+  return expr;
+}
+const erfF64x2 = `  (func $erf2 (param $x v128) (result v128)
+    (local $x2 v128) (local $big v128) (local $one v128)
+    (local.set $big (f64x2.ge (f64x2.abs (local.get $x)) ${splat2(4)}))
+    (local.set $one (v128.or ${splat2(1)} (v128.and (local.get $x) (v128.const i64x2 0x8000000000000000 0x8000000000000000))))
+    (local.set $x (f64x2.max (f64x2.min (local.get $x) ${splat2(4)}) ${splat2(-4)}))
+    (local.set $x2 (f64x2.mul (local.get $x) (local.get $x)))
+    (v128.bitselect (local.get $one)
+      (f64x2.div (f64x2.mul (local.get $x) ${horner(ERF_P, '(local.get $x2)')}) ${horner(ERF_Q, '(local.get $x2)')})
+      (local.get $big)))
+`;
+
+// The f32 lanes 2 and 3 of a vector as f64x2, and two f64x2 rounded back into one f32x4.
+const HIGH = 'i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7';
+const high2 = (x) => `(f64x2.promote_low_f32x4 (${HIGH} ${x} ${x}))`;
+const low2 = (x) => `(f64x2.promote_low_f32x4 ${x})`;
+const join4 = (lo, hi) =>
+  `(i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (f32x4.demote_f64x2_zero ${lo}) (f32x4.demote_f64x2_zero ${hi}))`;
+
+// gelu(x) = x/2 (1 + erf(x / sqrt 2)) in f64; geluGrad(x, dy) = dy (Phi(x) + x phi(x)), Phi in f64
+// and x phi(x) by the f32 exp.
+const geluMap = `  (func $cdf2 (param $x v128) (result v128)
+    (f64x2.mul ${splat2(0.5)} (f64x2.add ${splat2(1)} (call $erf2 (f64x2.mul (local.get $x) ${splat2(Math.SQRT1_2)})))))
+  (func $gelu4 (param $x v128) (result v128)
+    (local $lo v128) (local $hi v128)
+    (local.set $lo ${low2('(local.get $x)')})
+    (local.set $hi ${high2('(local.get $x)')})
+    ${join4('(f64x2.mul (local.get $lo) (call $cdf2 (local.get $lo)))', '(f64x2.mul (local.get $hi) (call $cdf2 (local.get $hi)))')})
+  (func $geluGrad4 (param $x v128) (param $dy v128) (result v128)
+    (local $pdf v128) (local $lo v128) (local $hi v128)
+    (local.set $pdf (f32x4.mul (f32x4.mul (local.get $x) ${splat(1 / Math.sqrt(2 * Math.PI))})
+      (call $exp4 (f32x4.mul (f32x4.mul (local.get $x) (local.get $x)) ${splat(-0.5)}))))
+    (local.set $lo ${low2('(local.get $x)')})
+    (local.set $hi ${high2('(local.get $x)')})
+    ${join4(
+      `(f64x2.mul ${low2('(local.get $dy)')} (f64x2.add (call $cdf2 (local.get $lo)) ${low2('(local.get $pdf)')}))`,
+      `(f64x2.mul ${high2('(local.get $dy)')} (f64x2.add (call $cdf2 (local.get $hi)) ${high2('(local.get $pdf)')}))`,
+    )})
+`;
+
+// Maps of one or two arrays by a 4-lane function; the tail goes through a zero-padded vector in
+// the scratch bytes at 0..31, so every element takes the same instructions.
+function lanes(name, fn, arity) {
+  const args =
+    arity === 1
+      ? '(param $a i32) (param $o i32) (param $n i32)'
+      : '(param $a i32) (param $b i32) (param $o i32) (param $n i32)';
+  const call = (xa, xb) => (arity === 1 ? `(call $${fn} ${xa})` : `(call $${fn} ${xa} ${xb})`);
+  const tailCopy = (src, dst) =>
+    `(memory.copy ${dst} ${at(src, get('i'))} (i32.shl (i32.sub (local.get $n) (local.get $i)) ${i32(2)}))`;
+  return `  (func (export "${name}") ${args}
+    (local $i i32)
+    ${loop('v', 'i', get('n'), 4, `(v128.store ${at('o', get('i'))} ${call(`(v128.load ${at('a', get('i'))})`, `(v128.load ${at('b', get('i'))})`)})`)}
+    (if (i32.lt_u (local.get $i) (local.get $n)) (then
+      (v128.store ${i32(0)} (v128.const i32x4 0 0 0 0))
+      (v128.store ${i32(16)} (v128.const i32x4 0 0 0 0))
+      ${tailCopy('a', i32(0))}
+      ${arity === 2 ? tailCopy('b', i32(16)) : ''}
+      (v128.store ${i32(0)} ${call(`(v128.load ${i32(0)})`, `(v128.load ${i32(16)})`)})
+      (memory.copy ${at('o', get('i'))} ${i32(0)} (i32.shl (i32.sub (local.get $n) (local.get $i)) ${i32(2)})))))
+`;
+}
+
+// ---- softmax over rows ---------------------------------------------------------------------
+// Per row: the max (NaN wins, as Math.max; a row of -inf shifts by 0), exp(x - max) by exp4 (the
+// tail through the scratch vector), their sum in f64 two lanes at a time, then a divide by it.
+const softmax = `  (func (export "softmax") (param $x i32) (param $o i32) (param $rows i32) (param $cols i32)
+    (local $r i32) (local $i i32) (local $xr i32) (local $or i32) (local $m v128) (local $max f32)
+    (local $e v128) (local $sum v128) (local $total f64) (local $t f32) (local $tail i32)
+    ${loop(
+      'r',
+      'r',
+      get('rows'),
+      1,
+      `(local.set $xr ${at('x', '(i32.mul (local.get $r) (local.get $cols))')})
+      (local.set $or ${at('o', '(i32.mul (local.get $r) (local.get $cols))')})
+      (local.set $m ${splat('-inf')})
+      (local.set $i (i32.const 0))
+      ${loop('mv', 'i', get('cols'), 4, `(local.set $m (f32x4.max (local.get $m) (v128.load ${at('xr', get('i'))})))`)}
+      (local.set $max (f32.max (f32.max (f32x4.extract_lane 0 (local.get $m)) (f32x4.extract_lane 1 (local.get $m)))
+        (f32.max (f32x4.extract_lane 2 (local.get $m)) (f32x4.extract_lane 3 (local.get $m)))))
+      ${loop('ms', 'i', get('cols'), 1, `(local.set $max (f32.max (local.get $max) (f32.load ${at('xr', get('i'))})))`)}
+      (if (f32.eq (local.get $max) (f32.const -inf)) (then (local.set $max (f32.const 0))))
+      (local.set $m (f32x4.splat (local.get $max)))
+      (local.set $sum (v128.const i64x2 0 0))
+      (local.set $i (i32.const 0))
+      ${loop(
+        'ev',
+        'i',
+        get('cols'),
+        4,
+        `(local.set $e (call $exp4 (f32x4.sub (v128.load ${at('xr', get('i'))}) (local.get $m))))
+        (v128.store ${at('or', get('i'))} (local.get $e))
+        (local.set $sum (f64x2.add (local.get $sum) (f64x2.promote_low_f32x4 (local.get $e))))
+        (local.set $sum (f64x2.add (local.get $sum) ${high2('(local.get $e)')}))`,
+      )}
+      (local.set $total (f64.add (f64x2.extract_lane 0 (local.get $sum)) (f64x2.extract_lane 1 (local.get $sum))))
+      (local.set $tail (i32.sub (local.get $cols) (local.get $i)))
+      (if (local.get $tail) (then
+        (v128.store ${i32(0)} (v128.const i32x4 0 0 0 0))
+        (memory.copy ${i32(0)} ${at('xr', get('i'))} (i32.shl (local.get $tail) ${i32(2)}))
+        (local.set $e (call $exp4 (f32x4.sub (v128.load ${i32(0)}) (local.get $m))))
+        (v128.store ${i32(0)} (local.get $e))
+        (memory.copy ${at('or', get('i'))} ${i32(0)} (i32.shl (local.get $tail) ${i32(2)}))
+        (local.set $i (i32.const 0))
+        ${loop('es', 'i', get('tail'), 1, `(local.set $total (f64.add (local.get $total) (f64.promote_f32 (f32.load ${at('or', `(i32.add (i32.sub (local.get $cols) (local.get $tail)) (local.get $i))`)}))))`)}))
+      (local.set $t (f32.demote_f64 (local.get $total)))
+      (local.set $m (f32x4.splat (local.get $t)))
+      (local.set $i (i32.const 0))
+      ${loop('dv', 'i', get('cols'), 4, `(v128.store ${at('or', get('i'))} (f32x4.div (v128.load ${at('or', get('i'))}) (local.get $m)))`)}
+      ${loop('ds', 'i', get('cols'), 1, `(f32.store ${at('or', get('i'))} (f32.div (f32.load ${at('or', get('i'))}) (local.get $t)))`)}`,
+    )})
+`;
+
+// ---- sums along an axis --------------------------------------------------------------------
+// x as [outer, r, inner]: o[p, q] = sum over k of x[p, k, q], each in f64 in k order (as the
+// TypeScript kernel sums, so the results agree bit for bit), divided by r for a mean; two columns
+// per f64x2, four of those (8 columns) per pass over the rows.
+const reduceSum = `  (func (export "sum_axis") (param $x i32) (param $o i32) (param $outer i32) (param $r i32) (param $inner i32) (param $mean i32)
+    (local $p i32) (local $q i32) (local $k i32) (local $base i32) (local $at i32) (local $stride i32)
+    (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $s f64) (local $div v128)
+    (local.set $stride (i32.shl (local.get $inner) ${i32(2)}))
+    (local.set $div (f64x2.splat (f64.convert_i32_u (local.get $r))))
+    ${loop(
+      'p',
+      'p',
+      get('outer'),
+      1,
+      `(local.set $base ${at('x', '(i32.mul (i32.mul (local.get $p) (local.get $r)) (local.get $inner))')})
+      (local.set $q (i32.const 0))
+      ${loop(
+        'q8',
+        'q',
+        get('inner'),
+        8,
+        `(local.set $s0 (v128.const i64x2 0 0)) (local.set $s1 (v128.const i64x2 0 0))
+        (local.set $s2 (v128.const i64x2 0 0)) (local.set $s3 (v128.const i64x2 0 0))
+        (local.set $at ${at('base', get('q'))})
+        (local.set $k (i32.const 0))
+        ${loop(
+          'k8',
+          'k',
+          get('r'),
+          1,
+          `${[0, 1, 2, 3]
+            .map(
+              (j) =>
+                `(local.set $s${j} (f64x2.add (local.get $s${j}) (f64x2.promote_low_f32x4 (v128.load64_zero offset=${j * 8} (local.get $at)))))`,
+            )
+            .join('\n          ')}
+          (local.set $at (i32.add (local.get $at) (local.get $stride)))`,
+        )}
+        (if (local.get $mean) (then
+${[0, 1, 2, 3].map((j) => `          (local.set $s${j} (f64x2.div (local.get $s${j}) (local.get $div)))`).join('\n')}))
+${[0, 1, 2, 3]
+  .map(
+    (j) =>
+      `        (v128.store64_lane offset=${j * 8} 0 ${at('o', '(i32.add (i32.mul (local.get $p) (local.get $inner)) (local.get $q))')} (f32x4.demote_f64x2_zero (local.get $s${j})))`,
+  )
+  .join('\n')}`,
+      )}
+      ${loop(
+        'q1',
+        'q',
+        get('inner'),
+        1,
+        `(local.set $s (f64.const 0))
+        (local.set $at ${at('base', get('q'))})
+        (local.set $k (i32.const 0))
+        ${loop(
+          'k1',
+          'k',
+          get('r'),
+          1,
+          `(local.set $s (f64.add (local.get $s) (f64.promote_f32 (f32.load (local.get $at)))))
+          (local.set $at (i32.add (local.get $at) (local.get $stride)))`,
+        )}
+        (if (local.get $mean) (then (local.set $s (f64.div (local.get $s) (f64.convert_i32_u (local.get $r))))))
+        (f32.store ${at('o', '(i32.add (i32.mul (local.get $p) (local.get $inner)) (local.get $q))')} (f32.demote_f64 (local.get $s)))`,
+      )}`,
+    )})
+`;
+
+function moduleWat() {
+  const parts = [];
+  for (const op of BINARY) {
+    parts.push(
+      vv(op),
+      scalar(op, false),
+      scalar(op, true),
+      f32Scalar(op, false),
+      f32Scalar(op, true),
+    );
+    for (const kind of ['vr', 'rv', 'vc', 'cv']) parts.push(rows(op, kind));
+  }
+  parts.push(whereRows, expF32x4, erfF64x2, geluMap, lanes('gelu', 'gelu4', 1));
+  parts.push(lanes('gelu_grad', 'geluGrad4', 2), softmax, reduceSum);
+  parts.push(layerNorm, layerNormBackward, adam);
+  return `;; GENERATED by generate-kernels-wasm.mjs: the CPU backend's f32 kernels other than matmul, f32x4 SIMD.
+;; Every pointer is a byte offset into the memory; bytes 0..31 are scratch for tails.
+(module
+  (memory (export "memory") 1)
+${parts.join('')})
+`;
+}
+
+/** Assembles the module and writes kernels.wat and kernels-wasm.generated.ts. */
+export async function generateKernelsWasm() {
+  const wabt = await wabtInit();
+  const wat = moduleWat();
+  const module = wabt.parseWat('kernels.wat', wat, { simd: true, bulk_memory: true });
+  module.validate();
+  const { buffer } = module.toBinary({});
+  module.destroy();
+  if (!WebAssembly.validate(buffer)) throw new Error('kernels.wasm does not validate');
+  writeFileSync(join(here, 'kernels.wat'), wat);
+  writeFileSync(
+    join(here, 'kernels-wasm.generated.ts'),
+    `// GENERATED by src/backend/cpu/generate-kernels-wasm.mjs (kernels.wat is its source); do not edit.\n` +
+      `/** The CPU backend's f32 kernels other than matmul as one WASM SIMD module, base64. */\n` +
+      `export const kernelsWasmBase64 =\n  '${Buffer.from(buffer).toString('base64')}';\n`,
+  );
+  console.log(`kernels.wasm: ${buffer.length} bytes`);
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) await generateKernelsWasm();

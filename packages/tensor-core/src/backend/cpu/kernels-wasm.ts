@@ -1,0 +1,394 @@
+import type { AdamHyper, BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '../backend.js';
+import { broadcastKind } from './broadcast-kind.js';
+import { outputValues, readValues, shapeCount } from './cpu-storage.js';
+import { kernelsWasmBase64 } from './kernels-wasm.generated.js';
+import type { WasmApi } from './matmul-wasm.js';
+
+/**
+ * [Note: the WASM SIMD kernels]
+ * Besides matmul, the CPU backend's hottest f32 kernels in a training step run as WebAssembly
+ * SIMD, from hand-written WAT that generate-kernels-wasm.mjs writes and assembles (kernels.wat
+ * beside it, the bytes checked in as kernels-wasm.generated.ts), as the matmul is built. Each call
+ * copies its operands into the module's memory, runs, and copies the result out; the TypeScript
+ * kernels stay the reference and run every case this does not take (other dtypes, ops and
+ * broadcasts), and everywhere with `createCpuBackend({ kernels: 'typescript' })` or without
+ * WebAssembly SIMD.
+ *
+ * - Elementwise add, sub, mul, div, square: f32x4 arithmetic on f32 operands rounds once, as the
+ *   TypeScript kernel's f64 arithmetic rounded to f32 does (f64 holds more than twice f32's
+ *   precision), so results agree bit for bit. A JavaScript number operand is applied in f64 two
+ *   lanes at a time, again as the TypeScript kernel does. Broadcasts taken: an operand repeating
+ *   every row of the output (a bias: its shape is the output's trailing dims), one value per row
+ *   (its shape is the output's leading dims), or a single element.
+ * - where with a repeating (or same-shape) condition, one scalar and one same-shape tensor (the
+ *   attention mask): a select, bit for bit.
+ * - Sums and means along an axis: each output summed in f64 in index order and rounded once, as
+ *   the TypeScript kernel sums, so bit for bit, two columns per f64x2 lane pair.
+ * - Layer norm forward and backward, and the fused Adam/AdamW update (kernels-wat-f64.mjs): the
+ *   TypeScript kernels' f64 arithmetic, op for op, row sums as scalar f64 adds in index order and
+ *   the per-element work in f64x2 lanes, so bit for bit as well.
+ * - GELU (erf form) and its gradient: erf by the rational approximation Eigen and XLA use for f32,
+ *   evaluated in f64 (abs error under 1e-7), and exp by Cephes' expf polynomial in f32; softmax
+ *   with that exp and an f64 sum. These differ from the TypeScript kernels' f64 erf and Math.exp in
+ *   the last bits, within the f32 tolerance (`toleranceFor('f32')`; the tests compare them).
+ * - Every kernel is one thread and a fixed sequence of instructions per element, so results are the
+ *   same on every run and engine (no relaxed SIMD here) whatever the matmul's thread count.
+ * - Memory. Each backend has its own instance; its memory grows to the largest call's operands and
+ *   is kept for reuse (scratch, so not in `memoryStats`).
+ */
+
+const PAGE = 65536;
+/** Operands start here; bytes below are the kernels' scratch vectors. */
+const BASE = 64;
+const MAX_BYTES = 2 ** 31 - 2 ** 16;
+
+type Binary4 = 'add' | 'sub' | 'mul' | 'div';
+type Exports = Record<string, (...args: number[]) => void> & { memory: WebAssembly.Memory };
+
+const BINARY4 = new Set<BinaryOp>(['add', 'sub', 'mul', 'div']);
+
+/** The WASM SIMD f32 kernels over one module instance, whose memory only grows. */
+export class WasmKernels {
+  private view: Float32Array;
+
+  constructor(private readonly exports: Exports) {
+    this.view = new Float32Array(exports.memory.buffer);
+  }
+
+  /** Room for `bytes` of operands; false past what the module can address. */
+  private reserve(bytes: number): boolean {
+    const need = BASE + bytes;
+    if (need > MAX_BYTES) return false;
+    const memory = this.exports.memory;
+    if (memory.buffer.byteLength < need) {
+      try {
+        memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
+      } catch {
+        return false; // the engine would not grow it: the TypeScript kernel runs
+      }
+      this.view = new Float32Array(memory.buffer);
+    }
+    return true;
+  }
+
+  /** Lays out arrays of `lengths` floats from BASE, 16-byte aligned; their byte addresses. */
+  private layout(lengths: number[]): number[] | null {
+    const at: number[] = [];
+    let next = BASE;
+    for (const length of lengths) {
+      at.push(next);
+      // One vector of padding past each array: f64x2 kernels may touch one element past the end.
+      next += Math.ceil(length / 4) * 16 + 16;
+    }
+    return this.reserve(next - BASE) ? at : null;
+  }
+
+  private put(t: KernelTensor, at: number): void {
+    this.view.set(readValues(t) as Float32Array, at / 4);
+  }
+
+  private take(out: KernelTensor, at: number, n: number): void {
+    (readValues(out) as Float32Array).set(this.view.subarray(at / 4, at / 4 + n));
+  }
+
+  /** out = a op b for the ops and broadcasts the module has; false (nothing written) otherwise. */
+  binary(
+    op: BinaryOp,
+    a: KernelTensor | number,
+    b: KernelTensor | number,
+    out: KernelTensor,
+  ): boolean {
+    if (out.dtype !== 'f32' || !isF32(a) || !isF32(b)) return false;
+    const n = shapeCount(out.shape);
+    if (n === 0) return false;
+    if (op === 'geluGrad') {
+      if (typeof a === 'number' || typeof b === 'number') return false;
+      if (broadcastKind(a.shape, out.shape)?.kind !== 'same') return false;
+      if (broadcastKind(b.shape, out.shape)?.kind !== 'same') return false;
+      const at = this.layout([n, n, n]);
+      if (at === null) return false;
+      const [pa, pb, po] = at as [number, number, number];
+      this.put(a, pa);
+      this.put(b, pb);
+      this.exports.gelu_grad!(pa, pb, po, n);
+      this.take(out, po, n);
+      return true;
+    }
+    if (!BINARY4.has(op)) return false;
+    const name = op as Binary4;
+    if (typeof a === 'number' || typeof b === 'number') {
+      const tensor = typeof a === 'number' ? b : a;
+      if (typeof tensor === 'number') return false;
+      if (broadcastKind(tensor.shape, out.shape)?.kind !== 'same') return false;
+      const at = this.layout([n, n]);
+      if (at === null) return false;
+      const [px, po] = at as [number, number];
+      this.put(tensor, px);
+      if (typeof b === 'number') this.exports[`${name}_vs`]!(px, b, po, n);
+      else this.exports[`${name}_sv`]!(px, a as number, po, n);
+      this.take(out, po, n);
+      return true;
+    }
+    const ka = broadcastKind(a.shape, out.shape);
+    const kb = broadcastKind(b.shape, out.shape);
+    if (ka === null || kb === null) return false;
+    const at = this.layout([shapeCount(a.shape), shapeCount(b.shape), n]);
+    if (at === null) return false;
+    const [pa, pb, po] = at as [number, number, number];
+    if (ka.kind === 'same' && kb.kind === 'same') {
+      this.put(a, pa);
+      this.put(b, pb);
+      this.exports[`${name}_vv`]!(pa, pb, po, n);
+    } else if (ka.kind === 'same' || kb.kind === 'same') {
+      const other = ka.kind === 'same' ? kb : ka;
+      const suffix =
+        ka.kind === 'same'
+          ? other.kind === 'repeat'
+            ? 'vr'
+            : 'vc'
+          : other.kind === 'repeat'
+            ? 'rv'
+            : 'cv';
+      const cols = other.kind === 'repeat' ? other.period : (other as { inner: number }).inner;
+      this.put(a, pa);
+      this.put(b, pb);
+      this.exports[`${name}_${suffix}`]!(pa, pb, po, n / cols, cols);
+    } else {
+      return false;
+    }
+    this.take(out, po, n);
+    return true;
+  }
+
+  /** out = f(x) for gelu and square; false otherwise. */
+  unary(op: UnaryOp, x: KernelTensor, out: KernelTensor): boolean {
+    if (x.dtype !== 'f32' || out.dtype !== 'f32' || (op !== 'gelu' && op !== 'square'))
+      return false;
+    const n = shapeCount(out.shape);
+    const at = n === 0 ? null : this.layout([n, n]);
+    if (at === null) return false;
+    const [px, po] = at as [number, number];
+    this.put(x, px);
+    if (op === 'gelu') this.exports.gelu!(px, po, n);
+    else this.exports.mul_vv!(px, px, po, n);
+    this.take(out, po, n);
+    return true;
+  }
+
+  /**
+   * out = cond != 0 ? a : b where one of a, b is a number and the other has the output's shape,
+   * and cond repeats every row (or has the output's shape); false otherwise.
+   */
+  where(
+    cond: KernelTensor,
+    a: KernelTensor | number,
+    b: KernelTensor | number,
+    out: KernelTensor,
+  ): boolean {
+    if (out.dtype !== 'f32' || cond.dtype !== 'f32') return false;
+    if ((typeof a === 'number') === (typeof b === 'number')) return false;
+    const tensor = (typeof a === 'number' ? b : a) as KernelTensor;
+    if (tensor.dtype !== 'f32' || broadcastKind(tensor.shape, out.shape)?.kind !== 'same')
+      return false;
+    const kc = broadcastKind(cond.shape, out.shape);
+    if (kc === null || kc.kind === 'perRow') return false;
+    const n = shapeCount(out.shape);
+    const cols = kc.kind === 'same' ? n : kc.period;
+    const at = n === 0 ? null : this.layout([cols, n, n]);
+    if (at === null) return false;
+    const [pc, px, po] = at as [number, number, number];
+    this.put(cond, pc);
+    this.put(tensor, px);
+    const scalar = Math.fround((typeof a === 'number' ? a : b) as number);
+    this.exports.where_rows!(pc, scalar, px, po, n / cols, cols, typeof a === 'number' ? 1 : 0);
+    this.take(out, po, n);
+    return true;
+  }
+
+  /** Softmax over the last axis (not log-softmax); false otherwise. */
+  softmax(x: KernelTensor, out: KernelTensor, log: boolean): boolean {
+    if (log || x.dtype !== 'f32' || out.dtype !== 'f32' || x.shape.length === 0) return false;
+    const n = shapeCount(x.shape);
+    const cols = x.shape[x.shape.length - 1]!;
+    const at = n === 0 ? null : this.layout([n, n]);
+    if (at === null) return false;
+    const [px, po] = at as [number, number];
+    this.put(x, px);
+    this.exports.softmax!(px, po, n / cols, cols);
+    this.take(out, po, n);
+    return true;
+  }
+
+  /** Sum or mean of x along `axis`; false for other ops and dtypes. */
+  reduce(op: ReductionOp, x: KernelTensor, axis: number, out: KernelTensor): boolean {
+    if ((op !== 'sum' && op !== 'mean') || x.dtype !== 'f32' || out.dtype !== 'f32') return false;
+    const shape = x.shape;
+    const outer = shapeCount(shape.slice(0, axis));
+    const r = shape[axis]!;
+    const inner = shapeCount(shape.slice(axis + 1));
+    const n = outer * inner;
+    const at = n === 0 || r === 0 ? null : this.layout([outer * r * inner, n]);
+    if (at === null) return false;
+    const [px, po] = at as [number, number];
+    this.put(x, px);
+    this.exports.sum_axis!(px, po, outer, r, inner, op === 'mean' ? 1 : 0);
+    this.take(out, po, n);
+    return true;
+  }
+
+  /** Layer norm over the last axis with its per-row mean and rstd; false unless all are f32. */
+  layerNorm(
+    x: KernelTensor,
+    weight: KernelTensor | null,
+    bias: KernelTensor | null,
+    eps: number,
+    out: KernelTensor,
+    mean: KernelTensor,
+    rstd: KernelTensor,
+  ): boolean {
+    if (![x, weight, bias, out, mean, rstd].every((t) => t === null || t.dtype === 'f32')) {
+      return false;
+    }
+    const cols = x.shape[x.shape.length - 1] ?? 0;
+    const n = shapeCount(x.shape);
+    if (cols === 0 || n === 0) return false;
+    const rows = n / cols;
+    const at = this.layout([n, cols, cols, n, rows, rows]);
+    if (at === null) return false;
+    const [px, pw, pb, po, pm, ps] = at as [number, number, number, number, number, number];
+    this.put(x, px);
+    if (weight) this.put(weight, pw);
+    if (bias) this.put(bias, pb);
+    const flags = (weight ? 1 : 0) | (bias ? 2 : 0);
+    this.exports.layer_norm!(px, pw, pb, po, pm, ps, rows, cols, eps, flags);
+    this.take(out, po, n);
+    this.take(mean, pm, rows);
+    this.take(rstd, ps, rows);
+    return true;
+  }
+
+  /** Layer norm's backward; false unless all are f32. */
+  layerNormBackward(
+    dy: KernelTensor,
+    x: KernelTensor,
+    weight: KernelTensor | null,
+    mean: KernelTensor,
+    rstd: KernelTensor,
+    dx: KernelTensor,
+    dWeight: KernelTensor | null,
+    dBias: KernelTensor | null,
+  ): boolean {
+    const all = [dy, x, weight, mean, rstd, dx, dWeight, dBias];
+    if (!all.every((t) => t === null || t.dtype === 'f32')) return false;
+    const cols = x.shape[x.shape.length - 1] ?? 0;
+    const n = shapeCount(x.shape);
+    if (cols === 0 || n === 0) return false;
+    const rows = n / cols;
+    // dw and db are f64 arrays of cols + 1: twice the floats.
+    const at = this.layout([n, n, cols, rows, rows, n, 2 * cols + 2, 2 * cols + 2]);
+    if (at === null) return false;
+    const [pdy, px, pw, pm, ps, pdx, pdw, pdb] = at as number[] as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
+    this.put(dy, pdy);
+    this.put(x, px);
+    if (weight) this.put(weight, pw);
+    this.put(mean, pm);
+    this.put(rstd, ps);
+    this.exports.layer_norm_backward!(
+      pdy,
+      px,
+      pw,
+      pm,
+      ps,
+      pdx,
+      pdw,
+      pdb,
+      rows,
+      cols,
+      weight ? 1 : 0,
+    );
+    this.take(dx, pdx, n);
+    const buffer = this.exports.memory.buffer;
+    // The f64 sums, rounded once on store as the TypeScript kernel stores them.
+    if (dWeight) outputValues(dWeight).values.set(new Float64Array(buffer, pdw, cols));
+    if (dBias) outputValues(dBias).values.set(new Float64Array(buffer, pdb, cols));
+    return true;
+  }
+
+  /** The fused Adam/AdamW update in place; false unless all four tensors are f32. */
+  adam(
+    param: KernelTensor,
+    grad: KernelTensor,
+    expAvg: KernelTensor,
+    expAvgSq: KernelTensor,
+    hyper: AdamHyper,
+  ): boolean {
+    if (![param, grad, expAvg, expAvgSq].every((t) => t.dtype === 'f32')) return false;
+    const n = shapeCount(param.shape);
+    const at = n === 0 ? null : this.layout([n, n, n, n]);
+    if (at === null) return false;
+    const [pp, pg, pm, pv] = at as [number, number, number, number];
+    this.put(param, pp);
+    this.put(grad, pg);
+    this.put(expAvg, pm);
+    this.put(expAvgSq, pv);
+    const { lr, beta1, beta2, eps, weightDecay, step, decoupled, gradScale } = hyper;
+    const mode = weightDecay === 0 ? 0 : decoupled ? 1 : 2;
+    this.exports.adam!(
+      pp,
+      pg,
+      pm,
+      pv,
+      n,
+      gradScale,
+      mode,
+      weightDecay,
+      1 - lr * weightDecay,
+      beta1,
+      1 - beta1,
+      beta2,
+      1 - beta2,
+      lr / (1 - beta1 ** step),
+      Math.sqrt(1 - beta2 ** step),
+      eps,
+    );
+    this.take(param, pp, n);
+    this.take(expAvg, pm, n);
+    this.take(expAvgSq, pv, n);
+    return true;
+  }
+}
+
+function isF32(t: KernelTensor | number): boolean {
+  return typeof t === 'number' || t.dtype === 'f32';
+}
+
+let compiled: WeakMap<WasmApi, WebAssembly.Module | null> | undefined;
+
+/**
+ * An instance of the WASM SIMD kernels, or null where the engine cannot run them (no WebAssembly,
+ * or no SIMD: `validate` rejects the module).
+ */
+export function loadWasmKernels(
+  wasm: WasmApi | null = globalThis.WebAssembly ?? null,
+): WasmKernels | null {
+  if (wasm === null) return null;
+  compiled ??= new WeakMap();
+  let module = compiled.get(wasm);
+  if (module === undefined) {
+    const bytes = Uint8Array.from(atob(kernelsWasmBase64), (c) => c.charCodeAt(0));
+    module = wasm.validate(bytes) ? new wasm.Module(bytes) : null;
+    compiled.set(wasm, module);
+  }
+  if (module === null) return null;
+  const instance = new wasm.Instance(module, {});
+  return new WasmKernels(instance.exports as unknown as Exports);
+}
