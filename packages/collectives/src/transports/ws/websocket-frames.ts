@@ -51,7 +51,6 @@ const MAX_CONTROL_PAYLOAD = 125;
 const maskWordBytes = new Uint8Array(4);
 const maskWord = new Uint32Array(maskWordBytes.buffer);
 
-
 /**
  * XORs `bytes` with `mask` in place, starting `offset` bytes into the frame's payload: byte by
  * byte up to a 4-byte boundary of the underlying buffer, then a 32-bit word at a time with the
