@@ -80,7 +80,9 @@ function feed(decoder: WebSocketFrameDecoder, stream: Uint8Array, cuts: number[]
 
 /** RFC 6455 section 5.3, byte by byte: the reference `unmask` must agree with. */
 function maskReference(bytes: Uint8Array, mask: ArrayLike<number>, offset: number): Uint8Array {
-  return bytes.map((byte, i) => byte ^ mask[(offset + i) % 4]!);
+  const out = new Uint8Array(bytes.byteLength);
+  for (let i = 0; i < bytes.byteLength; i++) out[i] = bytes[i]! ^ mask[(offset + i) % 4]!;
+  return out;
 }
 
 function masked(opcode: number, fin: boolean, payload: Uint8Array, mask: number[]): Uint8Array {
