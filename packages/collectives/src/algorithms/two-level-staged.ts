@@ -62,6 +62,11 @@ export interface StagedCross {
 export interface StagedStep {
   /** False when this rank cannot run staged (it then says so in the exchange). */
   readonly ready: boolean;
+  /**
+   * Byte offset and size of this rank's scratch in the arena: the ring's receive slots, free
+   * until the ring starts.
+   */
+  readonly scratch: readonly [number, number];
   readonly node: StagedNode;
   readonly cross: StagedCross;
   /** This op's staging of `bytes` in the arena (byte offset), or -1 when there is none. */
@@ -139,6 +144,38 @@ function reduceInRankOrder(
 }
 
 /**
+ * The all-reduce's node sum of `count` elements at byte `at` of every operand into this rank's own
+ * (`inputs[rank]`), in rank order: `((x0 op x1) op x2) ...`. A rank past 1 would overwrite its own
+ * contribution before adding it, so its partial sum of the ranks before it goes through
+ * `scratch` piece by piece.
+ */
+function reduceIntoOwn(
+  arena: SharedArena,
+  op: ReduceOp,
+  kind: 'f32' | 'i32',
+  inputs: readonly number[],
+  rank: number,
+  at: number,
+  count: number,
+  scratch: readonly [number, number],
+): void {
+  const own = inputs[rank]! + at;
+  if (rank < 2) {
+    reduceInRankOrder(arena, op, kind, own, inputs, at, count);
+    return;
+  }
+  const piece = Math.floor(scratch[1] / 4);
+  for (let from = 0; from < count; from += piece) {
+    const length = Math.min(piece, count - from);
+    const offset = at + from * 4;
+    reduceInRankOrder(arena, op, kind, scratch[0], inputs.slice(0, rank), offset, length);
+    arena.reduceTo(op, kind, own + from * 4, scratch[0], own + from * 4, length);
+    for (let r = rank + 1; r < inputs.length; r++)
+      arena.reduce(op, kind, own + from * 4, inputs[r]! + offset, length);
+  }
+}
+
+/**
  * All-reduce `host` in two levels on staged memory (see the Note). `registered` is `host`'s byte
  * offset in the arena when it is a registered f32/i32 buffer, else -1. False, with `host`
  * unchanged, when the node must run the slot schedule instead.
@@ -177,7 +214,7 @@ export async function stagedAllReduce(
   if (staged) stageRanges(dtype, host, arena, offset, [[own.start, own.count]]);
   if (own.count > 0) {
     const at = own.start * 4;
-    reduceInRankOrder(arena, phaseOp(op), kind, offset + at, offsets, at, own.count);
+    reduceIntoOwn(arena, phaseOp(op), kind, offsets, node.rank, at, own.count, step.scratch);
     const { comm } = cross;
     const world = node.size * comm.size;
     await ringReduce(

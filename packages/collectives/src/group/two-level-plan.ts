@@ -155,6 +155,7 @@ export class TwoLevelPlan {
     };
     return {
       ready: this.ensureRingSlots(),
+      scratch: [this.ringSlots, ringStagingBytes(settings)],
       node: {
         rank: this.localRank,
         size: topology.nodes[node]!.length,
