@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { constants as osConstants } from 'node:os';
 import type { Readable, Writable } from 'node:stream';
+import { isMainThread } from 'node:worker_threads';
 
 /**
  * [Note: quiet native stderr in the CLIs]
@@ -19,7 +20,8 @@ import type { Readable, Writable } from 'node:stream';
  * SIGHUP sent to the CLI go on to the child, and Ctrl-C reaches both through the terminal's
  * process group (the CLI itself waits for the child). `WEBSHARD_DAWN_LOGS=1` turns this off (every
  * line, and one process). The child, and every process it starts, has `WEBSHARD_STDERR_FILTERED=1`,
- * so a rank started by a filtered CLI does not start itself again. The test suites drop the same
+ * so a rank started by a filtered CLI does not start itself again, and a worker thread never does.
+ * The test suites drop the same
  * lines in vitest's main process (tooling/test/src/native-noise.js, kept equal to this list by
  * native-noise.test.ts).
  */
@@ -92,7 +94,9 @@ const FORWARDED = ['SIGTERM', 'SIGHUP'] as const;
  */
 export function runWithNativeNoiseFiltered(): Promise<false> {
   const env = process.env;
-  if (env.WEBSHARD_STDERR_FILTERED === '1' || env.WEBSHARD_DAWN_LOGS === '1') {
+  // A rank that runs as a worker thread (webshard-run's default) shares its process's fd 2, which
+  // that process filters if it is a CLI; a thread cannot start itself again anyway.
+  if (!isMainThread || env.WEBSHARD_STDERR_FILTERED === '1' || env.WEBSHARD_DAWN_LOGS === '1') {
     return Promise.resolve(false);
   }
   const child = spawn(process.execPath, [...process.execArgv, ...process.argv.slice(1)], {
