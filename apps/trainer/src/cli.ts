@@ -3,30 +3,39 @@ import { runWithNativeNoiseFiltered } from '@webshard/collectives/node';
 
 // Dawn's and Mesa's own lines on stderr are dropped by a parent process that runs this again as
 // its child (see [Note: quiet native stderr in the CLIs] in @webshard/collectives); the run itself
-// is loaded only in the child.
-await runWithNativeNoiseFiltered();
-const { removePendingOutputs } = await import('./io/atomic-write.js');
-const { main } = await import('./run-cli.js');
+// is loaded only in the child. No top-level await: the package also builds as CommonJS.
+async function start(): Promise<void> {
+  await runWithNativeNoiseFiltered();
+  const { removePendingOutputs } = await import('./io/atomic-write.js');
+  const { main } = await import('./run-cli.js');
 
-// Relative paths are the user's: pnpm runs scripts in the package's directory but passes the
-// directory it was called from as INIT_CWD.
-const cwd = process.env.INIT_CWD ?? process.cwd();
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    removePendingOutputs();
-    process.exit(signal === 'SIGINT' ? 130 : 143);
+  // Relative paths are the user's: pnpm runs scripts in the package's directory but passes the
+  // directory it was called from as INIT_CWD.
+  const cwd = process.env.INIT_CWD ?? process.cwd();
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      removePendingOutputs();
+      process.exit(signal === 'SIGINT' ? 130 : 143);
+    });
+  }
+  // A closed pipe (`webshard-train --help | head`) is not an error of the run.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+  });
+  main(process.argv.slice(2), {
+    stdout: (text) => process.stdout.write(text),
+    stderr: (text) => process.stderr.write(text),
+    isTTY: process.stdout.isTTY === true,
+    cwd,
+  }).then(({ exitCode }) => {
+    // Exit now: a WebGPU device still open would keep the event loop alive.
+    process.exit(exitCode);
   });
 }
-// A closed pipe (`webshard-train --help | head`) is not an error of the run.
-process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-  if (error.code !== 'EPIPE') throw error;
-});
-main(process.argv.slice(2), {
-  stdout: (text) => process.stdout.write(text),
-  stderr: (text) => process.stderr.write(text),
-  isTTY: process.stdout.isTTY === true,
-  cwd,
-}).then(({ exitCode }) => {
-  // Exit now: a WebGPU device still open would keep the event loop alive.
-  process.exit(exitCode);
+
+start().catch((error: unknown) => {
+  process.stderr.write(
+    `webshard-train: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exit(1);
 });
