@@ -174,15 +174,30 @@ describe('a rank that dies', () => {
 
 /** The pid of the launched child whose RANK is `rank` (Linux: /proc). */
 async function findRank(parent: number, rank: number): Promise<number | undefined> {
+  // A descendant, not a child: the CLI runs itself again under a stderr filter ([Note: quiet
+  // native stderr in the CLIs] in @webshard/collectives), whose child starts the ranks.
   const { readdir } = await import('node:fs/promises');
+  const parents = new Map<number, number>();
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = await readFile(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid !== parent) continue;
-      const env = (await readFile(`/proc/${entry}/environ`, 'utf8')).split('\0');
-      if (env.includes(`RANK=${rank}`)) return Number(entry);
+      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // A process that ended meanwhile.
+    }
+  }
+  const under = (pid: number) => {
+    for (let up = parents.get(pid); up !== undefined && up > 1; up = parents.get(up)) {
+      if (up === parent) return true;
+    }
+    return false;
+  };
+  for (const pid of parents.keys()) {
+    if (!under(pid)) continue;
+    try {
+      const env = (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0');
+      if (env.includes(`RANK=${rank}`)) return pid;
     } catch {
       // A process that ended meanwhile.
     }
