@@ -131,6 +131,7 @@ for (const name of readdirSync(join(root, 'packages')).sort()) {
         // Printed once below if the report differs; the rest is noise here.
         if (message.messageId === 'console-api-report-changed') message.handled = true;
         if (message.messageId === 'console-api-report-copied') message.handled = true;
+        if (message.messageId === 'console-api-report-not-copied') message.handled = true;
         if (message.messageId === 'console-api-report-created') message.handled = true;
         if (message.messageId === 'console-api-report-unchanged') message.handled = true;
         if (message.messageId === 'console-preamble') message.handled = true;
