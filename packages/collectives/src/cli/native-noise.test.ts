@@ -1,4 +1,7 @@
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
 import { PassThrough } from 'node:stream';
+import { fileURLToPath } from 'node:url';
 import * as suites from '@webshard/test-config/native-noise';
 import { describe, expect, it } from 'vitest';
 import {
@@ -69,4 +72,51 @@ describe('copyWithoutNativeNoise', () => {
       expect(isNativeWebGpuNoise(line), line).toBe(suites.isNativeWebGpuNoise(line));
     }
   });
+});
+
+/** True while process `pid` exists. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('runWithNativeNoiseFiltered', () => {
+  it('takes the filtered child down when the CLI is killed with SIGKILL', async () => {
+    const fixture = join(
+      dirname(fileURLToPath(import.meta.url)),
+      '__fixtures__',
+      'filtered-sleeper.ts',
+    );
+    const env = { ...process.env };
+    delete env.WEBSHARD_STDERR_FILTERED;
+    delete env.WEBSHARD_DAWN_LOGS;
+    const cli = spawn(
+      process.execPath,
+      ['--conditions=@webshard/source', '--import', 'tsx', fixture],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+        env,
+      },
+    );
+    const pid = await new Promise<number>((resolve) => {
+      let out = '';
+      cli.stdout!.on('data', (chunk: Buffer) => {
+        out += chunk;
+        const match = /child (\d+)/.exec(out);
+        if (match) resolve(Number(match[1]));
+      });
+    });
+    expect(pid).not.toBe(cli.pid);
+    expect(alive(pid)).toBe(true);
+    cli.kill('SIGKILL');
+    const deadline = Date.now() + 5000;
+    while (alive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    const survived = alive(pid);
+    if (survived) process.kill(pid, 'SIGKILL');
+    expect(survived).toBe(false);
+  }, 30_000);
 });

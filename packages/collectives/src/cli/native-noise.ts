@@ -20,7 +20,8 @@ import { isMainThread } from 'node:worker_threads';
  * SIGHUP sent to the CLI go on to the child, and Ctrl-C reaches both through the terminal's
  * process group (the CLI itself waits for the child). `WEBSHARD_DAWN_LOGS=1` turns this off (every
  * line, and one process). The child, and every process it starts, has `WEBSHARD_STDERR_FILTERED=1`,
- * so a rank started by a filtered CLI does not start itself again, and a worker thread never does.
+ * so a rank started by a filtered CLI does not start itself again, and a worker thread never does;
+ * the child dies with the CLI even when the CLI is killed with SIGKILL (`dieWithParent`).
  * The test suites drop the same
  * lines in vitest's main process (tooling/test/src/native-noise.js, kept equal to this list by
  * native-noise.test.ts).
@@ -83,6 +84,26 @@ export function copyWithoutNativeNoise(from: Readable, to: Writable): Promise<vo
   });
 }
 
+/** Set only in the filtered child: its IPC channel to the CLI that started it. */
+const PARENT_CHANNEL = 'WEBSHARD_STDERR_FILTER_CHANNEL';
+
+/**
+ * In the filtered child: when the CLI that started it is gone (killed with SIGKILL, which it cannot
+ * pass on), the IPC channel closes and the child kills itself the same way, so `kill -9` of a
+ * `webshard-run` still takes its ranks down at once, as it did before the CLI started a child
+ * (the two-level node-loss test kills a node so). The channel does not keep the child alive, and
+ * the variable is not passed on to the processes the child starts.
+ */
+function dieWithParent(): void {
+  delete process.env[PARENT_CHANNEL];
+  const channel = process.channel;
+  if (channel === undefined) return;
+  channel.unref();
+  process.once('disconnect', () => {
+    process.kill(process.pid, 'SIGKILL');
+  });
+}
+
 /** Signals the CLI passes on to its child (SIGINT comes to both from the terminal). */
 const FORWARDED = ['SIGTERM', 'SIGHUP'] as const;
 
@@ -97,11 +118,12 @@ export function runWithNativeNoiseFiltered(): Promise<false> {
   // A rank that runs as a worker thread (webshard-run's default) shares its process's fd 2, which
   // that process filters if it is a CLI; a thread cannot start itself again anyway.
   if (!isMainThread || env.WEBSHARD_STDERR_FILTERED === '1' || env.WEBSHARD_DAWN_LOGS === '1') {
+    if (isMainThread && env[PARENT_CHANNEL] === '1') dieWithParent();
     return Promise.resolve(false);
   }
   const child = spawn(process.execPath, [...process.execArgv, ...process.argv.slice(1)], {
-    stdio: ['inherit', 'inherit', 'pipe'],
-    env: { ...env, WEBSHARD_STDERR_FILTERED: '1' },
+    stdio: ['inherit', 'inherit', 'pipe', 'ipc'],
+    env: { ...env, WEBSHARD_STDERR_FILTERED: '1', [PARENT_CHANNEL]: '1' },
   });
   const copied = copyWithoutNativeNoise(child.stderr!, process.stderr);
   const forward = (signal: NodeJS.Signals) => () => {
