@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { freePort } from '../launcher/launcher.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -53,6 +53,11 @@ describe('two-level world: a node killed', () => {
   it('fails every rank of the other node within the deadline, naming a rank of the dead node', async () => {
     const port = await freePort();
     const nodes = [startNode(0, port), startNode(1, port)];
+    // A failed run must not leave a node behind: a hung launcher spins on the machine's cores
+    // for every later test (one did, for half an hour, after this test timed out once).
+    onTestFinished(() => {
+      for (const node of nodes) if (node.child.exitCode === null) node.child.kill('SIGKILL');
+    });
     const ready = () => nodes.every((n) => (n.out().match(/\] ready/g) ?? []).length === 2);
     await until(ready, () => nodes.map((n) => n.out()).join('\n'), 60_000);
     // Let the all-reduce loop run, then kill node 1's launcher and its threads at once.
