@@ -11,6 +11,41 @@ export interface BenchRow {
   /** The peer measured in the same run, where there is one (tfjs-backend-webgpu, gloo, memcpy...). */
   peer?: string;
   peerValue?: number;
+  /**
+   * Whether a larger value is the better one. Left out, it follows the unit: times, sizes and counts
+   * of operations (`ms`, `MiB`, `ops`...) are better smaller, rates (`GB/s`, `tokens/s`) larger.
+   */
+  better?: 'higher' | 'lower';
+}
+
+/** Units whose smaller values are the better ones. */
+const LOWER_IS_BETTER = new Set([
+  'ns',
+  'us',
+  'µs',
+  'ms',
+  's',
+  'B',
+  'bytes',
+  'KiB',
+  'MiB',
+  'GiB',
+  'KB',
+  'MB',
+  'GB',
+  'ops',
+]);
+
+/**
+ * How many times better `value` is than the peer's: value / peer where larger is better,
+ * peer / value where smaller is, so that above 1 always means ours is better. Undefined without a
+ * peer, or where a value is zero.
+ */
+export function timesBetter(row: BenchRow): number | undefined {
+  const { value, peerValue } = row;
+  if (peerValue === undefined || peerValue === 0 || value === 0) return undefined;
+  const better = row.better ?? (LOWER_IS_BETTER.has(row.unit) ? 'lower' : 'higher');
+  return better === 'higher' ? value / peerValue : peerValue / value;
 }
 
 export interface TimingOptions {
@@ -61,17 +96,18 @@ function formatNumber(value: number | undefined): string {
   return value.toPrecision(3);
 }
 
-/** A Markdown table of rows, with the ratio to the peer where one was measured. */
+/**
+ * A Markdown table of rows, with how many times better than the peer each value is, where a peer
+ * was measured (`timesBetter`: above 1 is better, for times as for rates).
+ */
 export function formatTable(rows: BenchRow[]): string {
   const lines = [
-    '| benchmark | metric | value | unit | peer | peer value | ratio |',
+    '| benchmark | metric | value | unit | peer | peer value | ratio (above 1: better) |',
     '| --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows) {
-    const ratio =
-      row.peerValue !== undefined && row.peerValue !== 0
-        ? `${(row.value / row.peerValue).toFixed(2)}x`
-        : '-';
+    const times = timesBetter(row);
+    const ratio = times === undefined ? '-' : `${times.toFixed(2)}x`;
     lines.push(
       `| ${row.name} | ${row.metric} | ${formatNumber(row.value)} | ${row.unit} | ${row.peer ?? '-'} | ${formatNumber(row.peerValue)} | ${ratio} |`,
     );
