@@ -6,7 +6,8 @@
  *   transfer and f16 rows;
  * - the CPU backend's f32 matmul (WASM SIMD, its worker threads) against tfjs-backend-wasm
  *   (XNNPACK, SIMD; Node gives it one thread), the same kernel on one thread, and the TypeScript
- *   kernel; onnxruntime-node is not a dependency of the repo, so its row is skipped with a message;
+ *   kernel; and onnxruntime-node's CPU MatMul where one is installed (`WEBSHARD_ONNXRUNTIME_NODE`; it
+ *   is not a dependency of the repo), in a child process, skipped with a message otherwise;
  * - the CPU backend's other WASM SIMD kernels at the train step's sizes against the TypeScript
  *   kernels and tfjs-backend-wasm (`bench/cpu-kernel-rows.ts`).
  * `WEBSHARD_BENCH_CPU_ONLY=1` skips the WebGPU rows (a quicker run while working on the CPU backend).
@@ -15,13 +16,13 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { type BenchRow, median, writeBenchResults } from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
 import { SWIFTSHADER_ICD_PATHS } from '../src/backend/webgpu/gpu-runtime.js';
 import { createCpuBackend } from '../src/runtime.js';
 import { cpuKernelRows } from './cpu-kernel-rows.js';
+import { onnxruntimeMatmulMs } from './onnxruntime-peer.js';
 
 const CPU_SIZES = [256, 512, 1024];
 const rows: BenchRow[] = [];
@@ -125,19 +126,8 @@ await tf.setBackend('wasm');
 await tf.ready();
 const tfjsWasmPeer = `tfjs-backend-wasm 4.22 (simd ${tf.env().getBool('WASM_HAS_SIMD_SUPPORT') ? 'on' : 'off'}, threads ${tf.env().getBool('WASM_HAS_MULTITHREAD_SUPPORT') ? 'on' : 'off'})`;
 
-// onnxruntime-node is not a dependency of this repository (its WebGPU provider and the `webgpu`
-// package cannot share a process, ANCHORS.md); its row is reported as skipped.
-try {
-  createRequire(import.meta.url).resolve('onnxruntime-node');
-  console.log(
-    'skipping the onnxruntime-node rows: it is installed, but this bench builds no ONNX MatMul model for it',
-  );
-} catch {
-  console.log(
-    'skipping the onnxruntime-node rows: onnxruntime-node is not installed in this repository (not a dependency)',
-  );
-}
-
+// onnxruntime-node (MLAS), where one is installed, in a child process after ours (bench/onnxruntime-peer.ts).
+const oursGflops = new Map<number, number>();
 for (const n of CPU_SIZES) {
   const mine = backendCall(cpu, n);
   const single = backendCall(oneThread, n);
@@ -155,6 +145,7 @@ for (const n of CPU_SIZES) {
   const typescript = backendCall(cpuTypescript, n);
   const [tsMs] = await alternate([typescript.call], n >= 1024 ? 2 : 3);
   const value = gflops(n, oursMs!);
+  oursGflops.set(n, value);
   console.log(
     `matmul n=${n}: ${ours} ${value.toFixed(2)} GFLOP/s, one thread ${gflops(n, singleMs!).toFixed(2)}, ${tfjsWasmPeer} ${gflops(n, peerMs!).toFixed(2)}, typescript ${gflops(n, tsMs!).toFixed(2)}`,
   );
@@ -187,6 +178,22 @@ for (const n of CPU_SIZES) {
   for (const call of [mine, single, typescript]) call.free();
   ta.dispose();
   tb.dispose();
+}
+const ort = onnxruntimeMatmulMs(CPU_SIZES);
+if ('skipped' in ort) console.log(`skipping the onnxruntime-node rows: ${ort.skipped}`);
+else {
+  for (const n of CPU_SIZES) {
+    const peerValue = gflops(n, ort.ms[n]!);
+    console.log(`matmul n=${n}: ${ort.label} ${peerValue.toFixed(2)} GFLOP/s`);
+    rows.push({
+      name: `matmul f32 n=${n} (${ours} vs onnxruntime-node)`,
+      metric: 'throughput',
+      value: oursGflops.get(n)!,
+      unit: 'GFLOP/s',
+      peer: ort.label,
+      peerValue,
+    });
+  }
 }
 rows.push(...(await cpuKernelRows(tf, tfjsWasmPeer)));
 cpu.dispose();
