@@ -4,6 +4,7 @@ import {
   f32ToBf16Bits,
   f32ToF16Bits,
   hostArrayFor,
+  hostArrayOf,
 } from '@webshard/tensor-core/backend';
 import type { OperandStaging } from './operand-staging.js';
 
@@ -66,28 +67,8 @@ export function describeOperand(
  * the collective then reads and writes the tensor in place.
  */
 export function directView(tensor: Tensor, dtype: CommDType): HostData | null {
-  if (tensor.backend.kind !== 'cpu') return null;
-  const raw = tensor.kernel('collective').storage.buffer;
-  let buffer: ArrayBufferLike;
-  let byteOffset = 0;
-  if (
-    raw instanceof ArrayBuffer ||
-    (typeof SharedArrayBuffer !== 'undefined' && raw instanceof SharedArrayBuffer)
-  ) {
-    buffer = raw;
-  } else if (ArrayBuffer.isView(raw)) {
-    buffer = raw.buffer;
-    byteOffset = raw.byteOffset;
-  } else {
-    return null;
-  }
-  const host = hostArrayFor(dtype, 0).constructor as new (
-    buffer: ArrayBufferLike,
-    byteOffset: number,
-    length: number,
-  ) => HostData;
-  const element = dtype === 'f16' || dtype === 'bf16' ? 2 : 4;
-  return new host(buffer, byteOffset + tensor.offset * element, tensor.size);
+  if (tensor.dtype !== dtype) return null;
+  return hostArrayOf(tensor, 'collective') as HostData | null;
 }
 
 /**

@@ -5,6 +5,7 @@ import {
   f16BitsToF32,
   f32ToBf16Bits,
   f32ToF16Bits,
+  hostArrayOf,
 } from '@webshard/tensor-core/backend';
 
 /** The dtypes a bucket moves (the collectives' float dtypes). */
@@ -142,28 +143,8 @@ export class Bucket {
  * the storage is not host memory.
  */
 export function hostView(tensor: Tensor): HostBuffer | null {
-  if (tensor.backend.kind !== 'cpu') return null;
-  const raw = tensor.kernel('ddp').storage.buffer;
-  let buffer: ArrayBufferLike;
-  let byteOffset = 0;
-  if (
-    raw instanceof ArrayBuffer ||
-    (typeof SharedArrayBuffer !== 'undefined' && raw instanceof SharedArrayBuffer)
-  ) {
-    buffer = raw;
-  } else if (ArrayBuffer.isView(raw)) {
-    buffer = raw.buffer;
-    byteOffset = raw.byteOffset;
-  } else {
-    return null;
-  }
-  if (tensor.dtype === 'f32') {
-    return new Float32Array(buffer, byteOffset + tensor.offset * 4, tensor.size);
-  }
-  if (tensor.dtype === 'f16' || tensor.dtype === 'bf16') {
-    return new Uint16Array(buffer, byteOffset + tensor.offset * 2, tensor.size);
-  }
-  return null;
+  const view = hostArrayOf(tensor, 'ddp');
+  return view instanceof Float32Array || view instanceof Uint16Array ? view : null;
 }
 
 const decoders = { f16: f16BitsToF32, bf16: bf16BitsToF32 } as const;

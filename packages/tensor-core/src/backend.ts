@@ -29,7 +29,7 @@ export {
   roundToDType,
 } from './dtype-convert.js';
 export type { ExternalArray } from './external.js';
-export { tensorFromHostArray } from './external.js';
+export { hostArrayOf, tensorFromHostArray } from './external.js';
 export { CachingAllocator, sizeClass } from './memory/caching-allocator.js';
 export type { Block, BufferFactory, MemoryStats } from './memory/caching-allocator.js';
 export { moveTensors_ } from './move.js';

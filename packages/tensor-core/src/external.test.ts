@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { ArgumentError, BackendError } from './errors.js';
-import { tensorFromHostArray } from './external.js';
-import { add } from './ops/index.js';
+import { ArgumentError, BackendError, FreedTensorError } from './errors.js';
+import { hostArrayOf, tensorFromHostArray } from './external.js';
+import { add, tensor } from './ops/index.js';
 import { createCpuBackend } from './runtime.js';
+import { describeBackends } from './testing/index.js';
 
 describe('tensorFromHostArray', () => {
   it('computes in place on the caller’s memory, counted apart from the allocator', async () => {
@@ -46,5 +47,41 @@ describe('tensorFromHostArray', () => {
     );
     const fake = { kind: 'webgpu' } as never;
     expect(() => tensorFromHostArray(fake, new Float32Array(2))).toThrow(BackendError);
+  });
+});
+
+describeBackends('hostArrayOf', (ctx) => {
+  it('views a CPU tensor’s elements in place, from a view’s offset, in storage format; null on a device', async () => {
+    const t = tensor([1, 2, 3, 4, 5, 6], { backend: ctx.backend });
+    const tail = t.view([3], 3);
+    const view = hostArrayOf(tail, 'test');
+    if (ctx.backend.kind !== 'cpu') {
+      expect(view).toBeNull();
+      return;
+    }
+    expect(view).toBeInstanceOf(Float32Array);
+    expect([...view!]).toEqual([4, 5, 6]);
+    view![0] = 40;
+    expect([...(await t.read())]).toEqual([1, 2, 3, 40, 5, 6]);
+    const half = tensor([1, 2], { backend: ctx.backend, dtype: 'f16' });
+    expect([...(hostArrayOf(half, 'test') as Uint16Array)]).toEqual([0x3c00, 0x4000]);
+    expect(hostArrayOf(tensor([7], { backend: ctx.backend, dtype: 'i32' }), 'test')).toBeInstanceOf(
+      Int32Array,
+    );
+    expect(hostArrayOf(tensor([7], { backend: ctx.backend, dtype: 'f64' }), 'test')).toBeInstanceOf(
+      Float64Array,
+    );
+  });
+
+  it('sees the memory of a tensor over the caller’s array, and refuses a freed tensor by name', () => {
+    const backend = createCpuBackend();
+    const memory = new Float32Array(8);
+    const t = tensorFromHostArray(backend, memory.subarray(2, 6));
+    const view = hostArrayOf(t, 'test')!;
+    view[1] = 9;
+    expect(memory[3]).toBe(9);
+    t.free();
+    expect(() => hostArrayOf(t, 'allReduce')).toThrow(FreedTensorError);
+    expect(() => hostArrayOf(t, 'allReduce')).toThrow(/allReduce/);
   });
 });

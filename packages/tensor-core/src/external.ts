@@ -73,3 +73,27 @@ export function tensorFromHostArray(
   );
   return new Tensor(new TensorStorage(backend, raw), array.byteOffset / element, shape, dtype);
 }
+
+/**
+ * The elements of a tensor whose backend keeps them in host memory (the CPU backend), in place: a
+ * view of that memory in storage format (`Float32Array` for f32, `Int32Array` i32, `Float64Array`
+ * f64, `Uint16Array` the bits of f16 and bf16) from the tensor's first element. Writes through it
+ * change the tensor. null where the storage is not host memory (WebGPU): read the tensor instead.
+ * The view is valid while the tensor is; what collectives and DDP buckets read and write in place.
+ * `op` names the caller in the error of a freed tensor.
+ */
+export function hostArrayOf(tensor: Tensor, op: string): ExternalArray | null {
+  if (!(tensor.backend instanceof CpuBackend)) return null;
+  const buffer: ArrayBufferLike = (tensor.kernel(op).storage as { buffer: ArrayBufferLike }).buffer;
+  const { offset, size } = tensor;
+  switch (tensor.dtype) {
+    case 'f32':
+      return new Float32Array(buffer, offset * 4, size);
+    case 'i32':
+      return new Int32Array(buffer, offset * 4, size);
+    case 'f64':
+      return new Float64Array(buffer, offset * 8, size);
+    default:
+      return new Uint16Array(buffer, offset * 2, size);
+  }
+}
