@@ -3,6 +3,8 @@
  * VK_ICD_FILENAMES or WEBSHARD_ADAPTER), to fill [Note: matmul tuning per adapter]'s table.
  * Run: `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source
  * bench/matmul-tuning.ts [n]`. Each candidate: median of 5 after 2 warm-ups, alternated in rounds.
+ * `CANDIDATES=large` tries the tiles of 16 and more (what lavapipe's row was chosen from),
+ * `CANDIDATES=swiftshader` SwiftShader's list; the default, the smaller tiles.
  */
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
 import type { MatmulTuning } from '../src/backend/webgpu/matmul.js';
@@ -23,28 +25,39 @@ function tiled(
 }
 
 const CANDIDATES: MatmulTuning[] = (
-  process.env.CANDIDATES === 'swiftshader'
+  process.env.CANDIDATES === 'large'
     ? [
-        tiled(8, 8, 8, 8, 'blocked'),
-        tiled(8, 8, 8, 8, 'blocked', true),
-        tiled(16, 8, 8, 1, 'strided', true),
-        tiled(16, 8, 8, 4, 'blocked', true),
-        tiled(8, 16, 8, 4, 'blocked', true),
-        tiled(16, 16, 4, 4, 'blocked', true),
-        tiled(8, 8, 4, 4, 'blocked', true),
-      ]
-    : [
-        tiled(8, 8, 8, 8, 'blocked'),
-        tiled(8, 8, 8, 8, 'blocked', true),
         tiled(8, 4, 8, 8, 'blocked', true),
-        tiled(4, 4, 8, 8, 'blocked', true),
-        tiled(4, 4, 16, 16, 'blocked', true),
-        tiled(8, 4, 16, 4, 'blocked', true),
-        tiled(8, 4, 8, 1, 'blocked', true),
-        tiled(4, 8, 8, 8, 'strided', true),
-        tiled(8, 4, 32, 2, 'blocked', true),
-        tiled(16, 4, 8, 8, 'blocked', true),
+        tiled(16, 16, 4, 4, 'blocked', true),
+        tiled(16, 16, 8, 4, 'blocked', true),
+        tiled(16, 32, 4, 4, 'blocked', true),
+        tiled(16, 32, 4, 2, 'blocked', true),
+        tiled(32, 16, 2, 4, 'blocked', true),
+        tiled(24, 16, 4, 4, 'blocked', true),
+        tiled(16, 24, 4, 4, 'blocked', true),
       ]
+    : process.env.CANDIDATES === 'swiftshader'
+      ? [
+          tiled(8, 8, 8, 8, 'blocked'),
+          tiled(8, 8, 8, 8, 'blocked', true),
+          tiled(16, 8, 8, 1, 'strided', true),
+          tiled(16, 8, 8, 4, 'blocked', true),
+          tiled(8, 16, 8, 4, 'blocked', true),
+          tiled(16, 16, 4, 4, 'blocked', true),
+          tiled(8, 8, 4, 4, 'blocked', true),
+        ]
+      : [
+          tiled(8, 8, 8, 8, 'blocked'),
+          tiled(8, 8, 8, 8, 'blocked', true),
+          tiled(8, 4, 8, 8, 'blocked', true),
+          tiled(4, 4, 8, 8, 'blocked', true),
+          tiled(4, 4, 16, 16, 'blocked', true),
+          tiled(8, 4, 16, 4, 'blocked', true),
+          tiled(8, 4, 8, 1, 'blocked', true),
+          tiled(4, 8, 8, 8, 'strided', true),
+          tiled(8, 4, 32, 2, 'blocked', true),
+          tiled(16, 4, 8, 8, 'blocked', true),
+        ]
 ) as MatmulTuning[];
 
 const name = (t: MatmulTuning) =>

@@ -2,14 +2,16 @@
  * The WebGPU rows of the tensor-core bench for ONE adapter (the one VK_ICD_FILENAMES selects):
  * f32 matmul GFLOP/s beside tfjs-backend-webgpu on the same adapter (tfjs gets `navigator.gpu`
  * from the backend's own `webgpu` instance), alternating ours and tfjs call by call; host <->
- * device transfers of 64 MiB; f16 native against packed storage where the adapter has
- * shader-f16. `bench/index.ts` runs this once per installed adapter, in a child process each
- * (one Dawn instance per process), and reads the rows from the last line of stdout (JSON).
+ * device transfers of 64 MiB; the largest matmul against the adapter's arithmetic ceiling
+ * (`adapter-peak.ts`); f16 native against packed storage where the adapter has shader-f16.
+ * `bench/index.ts` runs this once per installed adapter, in a child process each (one Dawn
+ * instance per process), and reads the rows from the last line of stdout (JSON).
  */
 import { type BenchRow, median, timeMedian } from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
 import { createWebGpuBackend } from '../src/backend/webgpu/webgpu-backend.js';
 import { matmulTuningFor } from '../src/backend/webgpu/matmul-tuning.js';
+import { arithmeticPeakGflops } from './adapter-peak.js';
 
 const SIZES = [256, 512, 1024];
 const adapterName = process.argv[2] ?? 'default';
@@ -47,6 +49,7 @@ await import('@tensorflow/tfjs-backend-webgpu');
 await tf.setBackend('webgpu');
 await tf.ready();
 
+let largest = 0;
 for (const n of SIZES) {
   const a = tensor(gpu, [1, n, n]);
   const b = tensor(gpu, [1, n, n]);
@@ -98,6 +101,22 @@ for (const n of SIZES) {
   for (const t of [a, b, c]) gpu.release(t.storage);
   ta.dispose();
   tb.dispose();
+  largest = value;
+}
+
+// What the adapter's arithmetic allows any matmul (bench/adapter-peak.ts), and the share of it the
+// largest matmul above reached.
+{
+  const ceiling = await arithmeticPeakGflops(gpu.device, { workgroups: 128, steps: 1024 });
+  console.error(`arithmetic ceiling (${adapterName}): ${ceiling.toFixed(2)} GFLOP/s`);
+  rows.push({
+    name: `matmul f32 n=${SIZES.at(-1)} (webgpu, ${adapterName}), against the adapter's arithmetic ceiling`,
+    metric: 'throughput',
+    value: largest,
+    unit: 'GFLOP/s',
+    peer: 'a shader that only multiplies and adds in registers, same adapter',
+    peerValue: ceiling,
+  });
 }
 
 // Transfers, 64 MiB.

@@ -6,11 +6,17 @@ import type { MatmulKernel, MatmulTuning } from './matmul.js';
  * The register-tiled kernel's best shape differs between the CPU adapters CI installs, because
  * they run a workgroup differently (both measured with `bench/matmul-tuning.ts`, see the README):
  * SwiftShader (Chromium's Vulkan on the CPU) compiles each invocation's unrolled vec4 code
- * as-is and gains from large per-invocation tiles, while lavapipe (Mesa's llvmpipe) runs the
- * invocations of a workgroup as the lanes of AVX registers, so an invocation's own vec4 math is
- * scalar per lane, and what counts is that the lanes of one load read neighbouring addresses
- * (B's columns strided across invocations) or one address (A's rows taken from the workgroup id,
- * which Mesa loads once for all lanes). Real GPUs get the shared-memory kernel.
+ * as-is and gains from large per-invocation tiles. lavapipe (Mesa's llvmpipe) runs the
+ * invocations of a workgroup as the lanes of AVX registers, and each load an invocation makes costs
+ * about the same whether its lanes read one address, neighbouring addresses or scattered ones
+ * (`bench/matmul-tuning.ts`, 2026-11-23: with a column per lane, 8 rows and 1 or 2 columns per
+ * invocation ran at 1.19 and 2.22 GFLOP/s, in proportion to multiply-adds per load, 8/9 and
+ * 16/10, although the second's row loads are one address for every lane), so what counts there is
+ * multiply-adds per load: the 16x16 tile with vec4 loads makes 32 loads per 1024 multiply-adds
+ * (the 8x4 tile it replaced, 12 per 128), and measured 1.0-1.6x the 8x4 tile from n = 64 to 1024
+ * (1.5-2.0x at n = 1024). The adapter's arithmetic would allow far more: a shader that only
+ * multiplies and adds in registers runs at about 34 GFLOP/s on lavapipe on 2 cores
+ * (`bench/adapter-peak.ts`), against 2.3-2.5 on SwiftShader. Real GPUs get the shared-memory kernel.
  *
  * The table below is keyed by the adapter's info (vendor, architecture, device, description):
  * the first row whose pattern matches wins. `WEBSHARD_MATMUL=tiled|shared` and the backend's
@@ -35,14 +41,15 @@ const GENERIC_CPU: MatmulTuning = {
 
 export const MATMUL_TUNING_TABLE: readonly MatmulTuningRow[] = [
   {
-    // vec4 loads measured 1.3-1.9x the scalar 8x8 tile (three rounds); 8x4 and 8x8 tied.
+    // Loads per multiply-add set the pace (see the Note): the largest tile measured, 16x16 with
+    // vec4 loads, was at least the old 8x4's speed at every n from 64 to 1024.
     adapter: /llvmpipe|lavapipe/i,
     name: 'lavapipe',
     tuning: {
       kernel: 'registerTiled',
-      tileM: 8,
-      tileN: 4,
-      workgroup: [8, 8],
+      tileM: 16,
+      tileN: 16,
+      workgroup: [4, 4],
       columns: 'blocked',
       vectorLoads: true,
     },
