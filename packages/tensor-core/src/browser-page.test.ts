@@ -26,19 +26,47 @@ window.runMatmul = async (kind) => {
     return { error: { name: e.name, message: e.message } };
   }
 };
+// The CPU matmul on its worker threads (Web Workers over shared memory, where the page is
+// cross-origin isolated) against one thread, on a product large enough to split.
+window.runThreads = async () => {
+  const n = 192;
+  const data = Float32Array.from({ length: n * n }, (_, i) => Math.sin(i * 0.37));
+  const product = async (backend) => {
+    const a = tc.tensor(data, { backend, shape: [n, n] });
+    const b = tc.transpose(tc.tensor(data, { backend, shape: [n, n] }), 0, 1);
+    return Array.from(await tc.matmul(a, b).read());
+  };
+  const many = tc.createCpuBackend();
+  const threads = await many.startMatmulThreads();
+  const one = tc.createCpuBackend({ matmulThreads: 1 });
+  const [x, y] = [await product(many), await product(one)];
+  many.dispose();
+  one.dispose();
+  return { isolated: self.crossOriginIsolated, threads, same: x.every((v, i) => Object.is(v, y[i])), first: x[0] };
+};
 window.ready = true;
 </script>`;
 const EXPECTED = [4, -1, 10, -1];
 
 type Opened = Awaited<ReturnType<typeof openPage>>;
 
-async function open(code: string, initScript?: string): Promise<Opened> {
+/** What makes a page cross-origin isolated (so it has SharedArrayBuffer). */
+const ISOLATED = {
+  'Cross-Origin-Opener-Policy': 'same-origin',
+  'Cross-Origin-Embedder-Policy': 'require-corp',
+};
+
+async function open(
+  code: string,
+  initScript?: string,
+  headers?: Record<string, string>,
+): Promise<Opened> {
   const opened = await openPage(
     {
       '/': { type: 'text/html', body: PAGE },
       '/tensor-core.js': { type: 'text/javascript', body: code },
     },
-    initScript === undefined ? {} : { initScript },
+    { ...(initScript === undefined ? {} : { initScript }), ...(headers ? { headers } : {}) },
   );
   await opened.page.waitForFunction(() => (window as { ready?: boolean }).ready === true);
   return opened;
@@ -84,6 +112,34 @@ describe.skipIf(skipWithoutChromium('browser-page.test.ts'))(
       }
       expect(result).toEqual({ kind: 'webgpu', values: EXPECTED });
     });
+
+    it('runs the CPU matmul on Web Workers in a cross-origin-isolated page, with the bits of one thread', async () => {
+      interface Threads {
+        isolated: boolean;
+        threads: number;
+        same: boolean;
+        first: number;
+      }
+      const run = (o: Opened) =>
+        o.page.evaluate(() =>
+          (window as unknown as { runThreads(): Promise<Threads> }).runThreads(),
+        );
+      const isolated = await open(code, undefined, ISOLATED);
+      try {
+        const result = await run(isolated);
+        expect(result.isolated).toBe(true);
+        // Chromium reports the machine's cores; a 1-core machine has no second thread to start.
+        const cores = await isolated.page.evaluate(() => navigator.hardwareConcurrency);
+        expect(result.threads).toBe(Math.min(cores, 8));
+        expect(result.same).toBe(true);
+        expect(isolated.errors).toEqual([]);
+      } finally {
+        await isolated.close();
+      }
+      // Not isolated (the page opened in beforeAll): no shared memory, one thread, same numbers.
+      const plain = await run(opened!);
+      expect(plain).toMatchObject({ isolated: false, threads: 1, same: true });
+    }, 120_000);
 
     it('a page whose navigator.gpu gives no adapter gets NoAdapterError saying how to enable WebGPU', async () => {
       const noAdapter = await open(code, 'navigator.gpu.requestAdapter = async () => null;');

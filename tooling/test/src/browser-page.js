@@ -34,10 +34,12 @@ export function skipWithoutChromium(test) {
  * Serves `files` from a server on 127.0.0.1 (a real local origin: Chromium's local network access
  * checks refuse a routed page's WebSockets to 127.0.0.1, and http://127.0.0.1 is a secure context,
  * as WebGPU needs), opens `/` in headless Chromium with WebGPU allowed (`--enable-unsafe-webgpu`).
- * `initScript` runs in the page before its own scripts. Console errors and uncaught exceptions
+ * `initScript` runs in the page before its own scripts; `headers` go with every file served
+ * (`Cross-Origin-Opener-Policy` and `Cross-Origin-Embedder-Policy` make the page cross-origin
+ * isolated, so it has `SharedArrayBuffer`). Console errors and uncaught exceptions
  * are collected in `errors`; `close` stops the browser and the server.
  * @param {Record<string, { type: string; body: string }>} files
- * @param {{ initScript?: string }} [options]
+ * @param {{ initScript?: string; headers?: Record<string, string> }} [options]
  */
 export async function openPage(files, options = {}) {
   const executablePath = findChromium();
@@ -46,7 +48,7 @@ export async function openPage(files, options = {}) {
     const file = files[new URL(request.url ?? '/', 'http://127.0.0.1').pathname];
     if (request.url === '/favicon.ico') response.writeHead(204).end();
     else if (file === undefined) response.writeHead(404).end();
-    else response.writeHead(200, { 'content-type': file.type }).end(file.body);
+    else response.writeHead(200, { ...options.headers, 'content-type': file.type }).end(file.body);
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(undefined)));
   const address = server.address();

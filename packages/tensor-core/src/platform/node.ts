@@ -29,13 +29,32 @@ export async function importDawn(): Promise<DawnModule> {
   return (await import('webgpu')) as unknown as DawnModule;
 }
 
-/** What the CPU matmul's worker threads need from Node (null where there are none). */
+/** A worker thread the CPU matmul started (Node's `Worker` or a page's Web Worker). */
+export interface ThreadWorker {
+  /**
+   * Settles when the worker runs (rejects if it fails first). A page's worker cannot start while
+   * its page's main thread is blocked or spinning, so nothing may wait on a worker before this.
+   */
+  readonly ready: Promise<void>;
+  /** Called once if the worker fails (throws at top level, or cannot start). */
+  onError(listener: () => void): void;
+  terminate(): void;
+}
+
+/** What the CPU matmul's worker threads need from the platform (null where there are none). */
 export interface NodeThreads {
-  Worker: typeof import('node:worker_threads').Worker;
-  /** Cores this process may use (`os.availableParallelism`). */
+  /**
+   * Starts a worker that calls `loop` (the source of a function expression) with `data` (cloned:
+   * a `WebAssembly.Module`, shared memories and `SharedArrayBuffer`s are shared, not copied).
+   * Node's workers are unref'd: they never keep the process alive.
+   */
+  spawnWorker(loop: string, data: object): ThreadWorker;
+  /** Cores this process may use (`os.availableParallelism`, `navigator.hardwareConcurrency`). */
   cores: number;
   /** Whether this is the process's main thread (ranks in worker threads already fill the cores). */
   isMainThread: boolean;
+  /** Whether this thread may block in `Atomics.wait` (a page's main thread may not). */
+  canBlock: boolean;
 }
 
 /** `node:worker_threads` and the core count, loaded on first use. */
@@ -44,5 +63,20 @@ export async function importThreads(): Promise<NodeThreads | null> {
     import('node:worker_threads'),
     import('node:os'),
   ]);
-  return { Worker, cores: os.availableParallelism?.() ?? os.cpus().length, isMainThread };
+  const spawnWorker = (loop: string, data: object): ThreadWorker => {
+    const source = `(${loop})(require('node:worker_threads').workerData);`;
+    const worker = new Worker(source, { eval: true, workerData: data });
+    worker.unref();
+    const ready = new Promise<void>((resolve, reject) => {
+      worker.once('online', resolve);
+      worker.once('error', reject);
+    });
+    return {
+      ready,
+      onError: (listener) => worker.on('error', listener),
+      terminate: () => void worker.terminate(),
+    };
+  };
+  const cores = os.availableParallelism?.() ?? os.cpus().length;
+  return { spawnWorker, cores, isMainThread, canBlock: true };
 }

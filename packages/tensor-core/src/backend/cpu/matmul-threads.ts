@@ -1,11 +1,12 @@
-import { importThreads } from '#platform';
+import { importThreads, type ThreadWorker } from '#platform';
 import type { Gemm } from './matmul-wasm.js';
 
 /**
  * [Note: matmul threads]
  *
  * The WASM matmul runs on several threads where the engine can share memory between them (Node's
- * worker threads): every worker instantiates the same module over the same shared
+ * worker threads; Web Workers in a cross-origin-isolated page, where `SharedArrayBuffer` exists):
+ * every worker instantiates the same module over the same shared
  * `WebAssembly.Memory`, and a call splits C's rows between the calling thread and the workers, in
  * multiples of the register tile's rows. The split is by output tiles, never along k: every
  * element of C is computed by the same instructions in the same order whatever the thread count,
@@ -14,11 +15,14 @@ import type { Gemm } from './matmul-wasm.js';
  * The calling thread publishes a call in a small shared control block (operands' addresses and
  * each worker's rows), bumps a generation counter and wakes the workers with `Atomics.notify`,
  * computes its own rows, then waits with `Atomics.wait` until every worker has counted itself
- * done; the kernel API stays synchronous. Each thread has its own edge tile in the scratch bytes.
+ * done (a page's main thread may not block, so there it spins on the count: its own rows take
+ * about as long as a worker's, so it spins briefly); the kernel API stays synchronous. Each thread has its own edge tile in the scratch bytes.
  * Workers start in the background when the backend is created; until they are ready (and for
  * small products, where waking them costs more than it saves) the calling thread does all rows.
- * Workers are `unref`ed (they never keep a process alive) and stopped by `dispose`. In pages,
- * `#platform` has no threads and the matmul runs on one.
+ * Workers are `unref`ed in Node (they never keep a process alive) and stopped by `dispose`.
+ * `#platform` starts them (`spawnWorker`: a `node:worker_threads` Worker from source, or a Web
+ * Worker from a Blob URL whose first message is the worker's data); a page that is not
+ * cross-origin isolated has no shared memory, so there the matmul runs on one thread.
  */
 
 /** Control block words. */
@@ -31,40 +35,35 @@ const ROWS = 9; // [rowStart, rows] per worker
 /** Below this many multiply-adds a call runs on the calling thread alone. */
 export const THREADED_MIN_MACS = 96 * 96 * 96;
 
-// Runs in each worker (CommonJS, evaluated): waits for a generation, computes its rows, counts.
-const WORKER_SOURCE = `
-const { workerData } = require('node:worker_threads');
-const { module, memory, control, index, tileBytes } = workerData;
-const { gemm } = new WebAssembly.Instance(module, { env: { memory } }).exports;
-const ctl = new Int32Array(control);
-let seen = 0;
-for (;;) {
-  Atomics.wait(ctl, ${GENERATION}, seen);
-  seen = Atomics.load(ctl, ${GENERATION});
-  if (Atomics.load(ctl, ${STOP}) !== 0) break;
-  const start = ctl[${ROWS} + 2 * index];
-  const rows = ctl[${ROWS} + 2 * index + 1];
-  const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
-  try {
-    if (rows > 0) gemm(ap + start * k * 4, bp, c + start * n * 4, rows, k, n, (index + 1) * tileBytes);
-  } catch {
-    Atomics.store(ctl, ${FAILED}, 1);
+// Runs in each worker, given the worker's data: waits for a generation, computes its rows,
+// counts. An expression (a function), which each platform's `spawnWorker` calls with the data.
+const WORKER_LOOP = `(function run({ module, memory, control, index, tileBytes }) {
+  const { gemm } = new WebAssembly.Instance(module, { env: { memory } }).exports;
+  const ctl = new Int32Array(control);
+  let seen = 0;
+  for (;;) {
+    Atomics.wait(ctl, ${GENERATION}, seen);
+    seen = Atomics.load(ctl, ${GENERATION});
+    if (Atomics.load(ctl, ${STOP}) !== 0) break;
+    const start = ctl[${ROWS} + 2 * index];
+    const rows = ctl[${ROWS} + 2 * index + 1];
+    const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
+    try {
+      if (rows > 0) gemm(ap + start * k * 4, bp, c + start * n * 4, rows, k, n, (index + 1) * tileBytes);
+    } catch {
+      Atomics.store(ctl, ${FAILED}, 1);
+    }
+    Atomics.add(ctl, ${DONE}, 1);
+    Atomics.notify(ctl, ${DONE});
   }
-  Atomics.add(ctl, ${DONE}, 1);
-  Atomics.notify(ctl, ${DONE});
-}
-`;
-
-interface WorkerHandle {
-  unref(): void;
-  terminate(): Promise<number>;
-  on(event: 'error', listener: (error: Error) => void): unknown;
-}
+})`;
 
 /** Worker threads sharing one module instance's memory. */
 export class MatmulThreads {
   private readonly control: Int32Array;
-  private workers: WorkerHandle[] = [];
+  private workers: ThreadWorker[] = [];
+  /** Whether this thread may block in `Atomics.wait` (a page's main thread may not: it spins). */
+  private canBlock = true;
   private ready = false;
   private stopped = false;
   private starting: Promise<number> | null = null;
@@ -102,21 +101,28 @@ export class MatmulThreads {
       this.threads === 'auto' ? (platform.isMainThread ? platform.cores : 1) : this.threads;
     const count = Math.min(this.maxThreads, Math.max(1, wanted)) - 1;
     const { module, memory } = this;
+    this.canBlock = platform.canBlock;
     for (let index = 0; index < count; index++) {
-      const worker = new platform.Worker(WORKER_SOURCE, {
-        eval: true,
-        workerData: {
-          module,
-          memory,
-          control: this.control.buffer,
-          index,
-          tileBytes: this.tileBytes,
-        },
-      }) as unknown as WorkerHandle;
-      worker.unref();
+      const worker = platform.spawnWorker(WORKER_LOOP, {
+        module,
+        memory,
+        control: this.control.buffer,
+        index,
+        tileBytes: this.tileBytes,
+      });
       // A worker that dies is not waited for again: the pool stops and calls run on one thread.
-      worker.on('error', () => this.stop());
+      worker.onError(() => this.stop());
       this.workers.push(worker);
+    }
+    // Calls split only once every worker runs: a page's workers cannot start while its main
+    // thread spins in a call.
+    const started = await Promise.all(this.workers.map((w) => w.ready)).then(
+      () => true,
+      () => false,
+    );
+    if (!started || this.stopped) {
+      this.stop();
+      return 1;
     }
     this.ready = this.workers.length > 0;
     return this.workers.length + 1;
@@ -153,7 +159,7 @@ export class MatmulThreads {
     gemm(ap, bp, c, Math.min(m, per), k, n, 0);
     const workers = this.workers.length;
     for (let done = Atomics.load(ctl, DONE); done < workers; done = Atomics.load(ctl, DONE)) {
-      Atomics.wait(ctl, DONE, done);
+      if (this.canBlock) Atomics.wait(ctl, DONE, done);
     }
     if (Atomics.load(ctl, FAILED) !== 0) {
       this.stop();
@@ -168,6 +174,6 @@ export class MatmulThreads {
     Atomics.store(this.control, STOP, 1);
     Atomics.add(this.control, GENERATION, 1);
     Atomics.notify(this.control, GENERATION);
-    for (const worker of this.workers.splice(0)) void worker.terminate();
+    for (const worker of this.workers.splice(0)) worker.terminate();
   }
 }
