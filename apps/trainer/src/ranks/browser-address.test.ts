@@ -70,4 +70,23 @@ describe('browser rank addresses (--browser-host)', () => {
       await page.close();
     }
   });
+
+  it('serves every file cross-origin isolated (COOP and COEP), so the CPU matmul of a tab has threads', async () => {
+    const config = parseOptions(
+      ['--strategy', 'ddp', '--world-size', '2', '--transport', 'ws', '--browser-ranks', '1'],
+      process.cwd(),
+    ) as TrainConfig;
+    const join = browserAddresses({ ...base, host: '127.0.0.1', tls: false }).join;
+    const page = await servePage({ config, join }, null, { host: '127.0.0.1', port: 0 });
+    try {
+      for (const path of ['/', '/job.json']) {
+        const response = await fetch(`http://127.0.0.1:${page.port}${path}`);
+        expect(response.status).toBe(200);
+        expect(response.headers.get('cross-origin-opener-policy')).toBe('same-origin');
+        expect(response.headers.get('cross-origin-embedder-policy')).toBe('require-corp');
+      }
+    } finally {
+      await page.close();
+    }
+  });
 });

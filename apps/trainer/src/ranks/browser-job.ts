@@ -34,6 +34,17 @@ export interface PageListen {
  * data file; `dataPath` null for the MLP's synthetic data). Nothing else, and the join token is
  * never served: the user's URL carries it in its fragment, which a browser keeps to itself.
  */
+/**
+ * Sent with every file, so that the page is cross-origin isolated where it is a secure context:
+ * it then has `SharedArrayBuffer`, and the tab's CPU backend runs its matmul on Web Workers
+ * ([Note: matmul threads] in tensor-core; same bits as one thread, so ranks still agree). The
+ * page loads only its own origin's files, and its WebSockets are not subresources COEP governs.
+ */
+const ISOLATED = {
+  'cross-origin-opener-policy': 'same-origin',
+  'cross-origin-embedder-policy': 'require-corp',
+};
+
 export async function servePage(
   job: BrowserJob,
   dataPath: string | null,
@@ -63,7 +74,7 @@ export async function servePage(
     if (!cache.has(path)) cache.set(path, file.body());
     cache
       .get(path)!
-      .then((body) => response.writeHead(200, { 'content-type': file.type }).end(body))
+      .then((body) => response.writeHead(200, { ...ISOLATED, 'content-type': file.type }).end(body))
       .catch((error: Error) => response.writeHead(500).end(error.message));
   };
   const server: Server =
