@@ -1,3 +1,5 @@
+import { packWat } from './matmul-pack-wat.mjs';
+
 // The WAT text of the CPU backend's f32 matmul module, for a given register tile and cache
 // blocks: generate-matmul-wasm.mjs assembles it with the shipped parameters, and
 // bench/matmul-wasm-tiles.ts with others, to compare them. The design is [Note: the WASM SIMD
@@ -130,38 +132,6 @@ export function matmulWat(options = {}) {
             (br $rl)))`;
   }
 
-  // pack(src, dst, outer, inner, width, so, si): for each panel p of `width` along `outer`, for
-  // each t < inner, for each lane l < width: dst <- src[(p*width + l)*so + t*si], or 0 past
-  // `outer`. A packs with outer = m (so, si = A's row and k strides); B with outer = n.
-  const pack = `  ;; Pack a matrix into panels of \`width\` lanes along \`outer\`, \`inner\` deep, zero-padded.
-  ;; Element (o, t) is at src + (o*so + t*si)*4: strides in elements handle transposes.
-  (func $pack (export "pack") (param $src i32) (param $dst i32) (param $outer i32) (param $inner i32)
-    (param $width i32) (param $so i32) (param $si i32)
-    (local $o0 i32) (local $t i32) (local $l i32) (local $o i32) (local $row i32)
-    (block $pd (loop $pl
-      (br_if $pd (i32.ge_u (local.get $o0) (local.get $outer)))
-      (local.set $t (i32.const 0))
-      (block $td (loop $tl
-        (br_if $td (i32.ge_u (local.get $t) (local.get $inner)))
-        (local.set $l (i32.const 0))
-        (block $ld (loop $ll
-          (br_if $ld (i32.ge_u (local.get $l) (local.get $width)))
-          (local.set $o (i32.add (local.get $o0) (local.get $l)))
-          (f32.store (local.get $dst)
-            (if (result f32) (i32.lt_u (local.get $o) (local.get $outer))
-              (then (f32.load (i32.add (local.get $src) (i32.shl
-                (i32.add (i32.mul (local.get $o) (local.get $so)) (i32.mul (local.get $t) (local.get $si)))
-                (i32.const 2)))))
-              (else (f32.const 0))))
-          (local.set $dst (i32.add (local.get $dst) (i32.const 4)))
-          (local.set $l (i32.add (local.get $l) (i32.const 1)))
-          (br $ll)))
-        (local.set $t (i32.add (local.get $t) (i32.const 1)))
-        (br $tl)))
-      (local.set $o0 (i32.add (local.get $o0) (local.get $width)))
-      (br $pl))))
-`;
-
   // gemm(ap, bp, c, m, k, n, tile): C[m, n] (row-major at c) = packed A times packed B, each
   // element summed in f32 in k order: (((0 + a0 b0) + a1 b1) + ...), whatever the blocking.
   // `tile` is the address of this caller's edge tile (threads each pass their own).
@@ -251,7 +221,7 @@ ${forRows('store', '$ct', '$ldc')}))
   (global (export "scratchBytes") i32 (i32.const ${SCRATCH_BYTES}))
   (global (export "mr") i32 (i32.const ${MR}))
   (global (export "nr") i32 (i32.const ${NR}))
-${pack}${gemm})
+${packWat}${gemm})
 `;
   return { wat, scratchBytes: SCRATCH_BYTES, mr: MR, nr: NR };
 }

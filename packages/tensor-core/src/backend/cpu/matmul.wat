@@ -10,12 +10,71 @@
   ;; Element (o, t) is at src + (o*so + t*si)*4: strides in elements handle transposes.
   (func $pack (export "pack") (param $src i32) (param $dst i32) (param $outer i32) (param $inner i32)
     (param $width i32) (param $so i32) (param $si i32)
-    (local $o0 i32) (local $t i32) (local $l i32) (local $o i32) (local $row i32)
+    (local $o0 i32) (local $t i32) (local $l i32) (local $o i32) (local $p i32) (local $q i32)
+    (local $full i32) (local $rowBytes i32) (local $panelBytes i32)
+    (local $r0 v128) (local $r1 v128) (local $r2 v128) (local $r3 v128)
+    (local $x0 v128) (local $x1 v128) (local $x2 v128) (local $x3 v128)
+    (local.set $rowBytes (i32.shl (local.get $so) (i32.const 2)))
+    (local.set $panelBytes (i32.shl (local.get $width) (i32.const 2)))
     (block $pd (loop $pl
       (br_if $pd (i32.ge_u (local.get $o0) (local.get $outer)))
       (local.set $t (i32.const 0))
-      (block $td (loop $tl
-        (br_if $td (i32.ge_u (local.get $t) (local.get $inner)))
+      (local.set $full (i32.and
+        (i32.le_u (i32.add (local.get $o0) (local.get $width)) (local.get $outer))
+        (i32.eqz (i32.and (local.get $width) (i32.const 3)))))
+      (if (i32.and (local.get $full) (i32.eq (local.get $so) (i32.const 1)))
+        (then
+          ;; lanes contiguous: one row of the panel per t
+          (block $cd (loop $cl
+            (br_if $cd (i32.ge_u (local.get $t) (local.get $inner)))
+            (local.set $p (i32.add (local.get $src) (i32.shl
+              (i32.add (local.get $o0) (i32.mul (local.get $t) (local.get $si))) (i32.const 2))))
+            (local.set $l (i32.const 0))
+            (block $vd (loop $vl
+              (br_if $vd (i32.ge_u (local.get $l) (local.get $panelBytes)))
+              (v128.store (i32.add (local.get $dst) (local.get $l))
+                (v128.load (i32.add (local.get $p) (local.get $l))))
+              (local.set $l (i32.add (local.get $l) (i32.const 16)))
+              (br $vl)))
+            (local.set $dst (i32.add (local.get $dst) (local.get $panelBytes)))
+            (local.set $t (i32.add (local.get $t) (i32.const 1)))
+            (br $cl))))
+        (else (if (i32.and (local.get $full) (i32.eq (local.get $si) (i32.const 1)))
+          (then
+            ;; t contiguous: 4 lanes x 4 t at a time, transposed
+            (block $td (loop $tl
+              (br_if $td (i32.gt_u (i32.add (local.get $t) (i32.const 4)) (local.get $inner)))
+              (local.set $l (i32.const 0))
+              (block $gd (loop $gl
+                (br_if $gd (i32.ge_u (local.get $l) (local.get $width)))
+                (local.set $p (i32.add (local.get $src) (i32.shl (i32.add
+                  (i32.mul (i32.add (local.get $o0) (local.get $l)) (local.get $so)) (local.get $t))
+                  (i32.const 2))))
+                (local.set $r0 (v128.load (local.get $p)))
+                (local.set $r1 (v128.load (i32.add (local.get $p) (local.get $rowBytes))))
+                (local.set $p (i32.add (local.get $p) (i32.shl (local.get $rowBytes) (i32.const 1))))
+                (local.set $r2 (v128.load (local.get $p)))
+                (local.set $r3 (v128.load (i32.add (local.get $p) (local.get $rowBytes))))
+                (local.set $x0 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $r0) (local.get $r1)))
+                (local.set $x1 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $r0) (local.get $r1)))
+                (local.set $x2 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $r2) (local.get $r3)))
+                (local.set $x3 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $r2) (local.get $r3)))
+                (local.set $q (i32.add (local.get $dst) (i32.shl (local.get $l) (i32.const 2))))
+                (v128.store (local.get $q) (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $x0) (local.get $x2)))
+                (local.set $q (i32.add (local.get $q) (local.get $panelBytes)))
+                (v128.store (local.get $q) (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $x0) (local.get $x2)))
+                (local.set $q (i32.add (local.get $q) (local.get $panelBytes)))
+                (v128.store (local.get $q) (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $x1) (local.get $x3)))
+                (local.set $q (i32.add (local.get $q) (local.get $panelBytes)))
+                (v128.store (local.get $q) (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $x1) (local.get $x3)))
+                (local.set $l (i32.add (local.get $l) (i32.const 4)))
+                (br $gl)))
+              (local.set $dst (i32.add (local.get $dst) (i32.shl (local.get $panelBytes) (i32.const 2))))
+              (local.set $t (i32.add (local.get $t) (i32.const 4)))
+              (br $tl)))))))
+      ;; the scalar loop: whatever t the SIMD paths left (all of a partial panel)
+      (block $sd (loop $sl
+        (br_if $sd (i32.ge_u (local.get $t) (local.get $inner)))
         (local.set $l (i32.const 0))
         (block $ld (loop $ll
           (br_if $ld (i32.ge_u (local.get $l) (local.get $width)))
@@ -30,7 +89,7 @@
           (local.set $l (i32.add (local.get $l) (i32.const 1)))
           (br $ll)))
         (local.set $t (i32.add (local.get $t) (i32.const 1)))
-        (br $tl)))
+        (br $sl)))
       (local.set $o0 (i32.add (local.get $o0) (local.get $width)))
       (br $pl))))
   ;; C = A B from packed panels: A as ceil(m/4) panels [k][4], B as ceil(n/8) panels [k][8].
