@@ -17,7 +17,10 @@ const shuffle = (picks, x, y) =>
 // - t contiguous (si = 1: A as stored, or B transposed): 4 lanes x 4 t are loaded as 4 vectors
 //   (one per lane, along t), transposed with 8 shuffles and stored as 4 vectors (one per t).
 // Either way every element is copied, never computed on, so the panels are the scalar loop's bits.
-export const packWat = `  ;; Pack a matrix into panels of \`width\` lanes along \`outer\`, \`inner\` deep, zero-padded.
+// `simd: false` leaves the scalar loop alone (the module before the SIMD paths, for the bench).
+export const packWat = ({
+  simd = true,
+} = {}) => `  ;; Pack a matrix into panels of \`width\` lanes along \`outer\`, \`inner\` deep, zero-padded.
   ;; Element (o, t) is at src + (o*so + t*si)*4: strides in elements handle transposes.
   (func $pack (export "pack") (param $src i32) (param $dst i32) (param $outer i32) (param $inner i32)
     (param $width i32) (param $so i32) (param $si i32)
@@ -30,9 +33,13 @@ export const packWat = `  ;; Pack a matrix into panels of \`width\` lanes along 
     (block $pd (loop $pl
       (br_if $pd (i32.ge_u (local.get $o0) (local.get $outer)))
       (local.set $t (i32.const 0))
-      (local.set $full (i32.and
+      (local.set $full ${
+        simd
+          ? `(i32.and
         (i32.le_u (i32.add (local.get $o0) (local.get $width)) (local.get $outer))
-        (i32.eqz (i32.and (local.get $width) (i32.const 3)))))
+        (i32.eqz (i32.and (local.get $width) (i32.const 3))))`
+          : '(i32.const 0)'
+      })
       (if (i32.and (local.get $full) (i32.eq (local.get $so) (i32.const 1)))
         (then
           ;; lanes contiguous: one row of the panel per t

@@ -17,7 +17,12 @@ export const MATMUL_DEFAULTS = Object.freeze({
   mc: 64,
   /** k steps per trip of the register tile's loop. */
   unroll: 1,
-  /** How a k step broadcasts A's values: 'load' (v128.load32_splat) or 'shuffle' (one v128 load per 4 rows, then i8x16.shuffle). */
+  /** Whether `pack` copies full panels with SIMD (false: element by element, as before). */
+  simdPack: true,
+  /**
+   * How a k step broadcasts A's values: 'load' (v128.load32_splat) or 'shuffle' (one v128 load
+   * per 4 rows, then i8x16.shuffle per row).
+   */
   splat: 'load',
 });
 
@@ -37,6 +42,7 @@ export function matmulWat(options = {}) {
     mc: MC,
     unroll: UNROLL,
     splat,
+    simdPack,
   } = { ...MATMUL_DEFAULTS, ...options };
   const { relaxed = false, shared = false } = options;
   const NV = NR / 4;
@@ -221,7 +227,7 @@ ${forRows('store', '$ct', '$ldc')}))
   (global (export "scratchBytes") i32 (i32.const ${SCRATCH_BYTES}))
   (global (export "mr") i32 (i32.const ${MR}))
   (global (export "nr") i32 (i32.const ${NR}))
-${packWat}${gemm})
+${packWat({ simd: simdPack })}${gemm})
 `;
   return { wat, scratchBytes: SCRATCH_BYTES, mr: MR, nr: NR };
 }
