@@ -53,7 +53,7 @@ function product(
   mod: Module,
   a: Float32Array,
   b: Float32Array,
-  [m, k, n]: number[],
+  [m, k, n]: [number, number, number],
   transposeA: boolean,
   transposeB: boolean,
 ): Uint32Array {
@@ -76,7 +76,7 @@ function product(
 
 // Odd sizes on every axis: partial panels, k past the 256-deep blocks and not a multiple of 4
 // (the transposing pack's remainder), rows past the 64-row blocks.
-const SHAPES = [
+const SHAPES: [number, number, number][] = [
   [1, 1, 1],
   [5, 7, 9],
   [17, 33, 31],
@@ -105,7 +105,7 @@ describe('the WASM matmul module generator', () => {
     it(`gives the shipped module's bits on odd shapes and every transpose: ${name}`, () => {
       const ours = shipped();
       const other = assemble(options);
-      for (const [m, k, n] of SHAPES as [number, number, number][]) {
+      for (const [m, k, n] of SHAPES) {
         const a = Float32Array.from(seededValues(m * k, m + 3 * k, -1, 1));
         const b = Float32Array.from(seededValues(k * n, n + 5 * k, -1, 1));
         for (const transposeA of [false, true]) {
