@@ -16,6 +16,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { type BenchRow, median, writeBenchResults } from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
@@ -99,17 +100,30 @@ function backendCall(backend: Backend, n: number): { call: () => Promise<void>; 
   };
 }
 
-/** Medians (ms) of calls that alternate between the contenders, after two warm-ups each. */
-async function alternate(calls: (() => Promise<void>)[], rounds: number): Promise<number[]> {
+/**
+ * Medians (ms) of calls that alternate between the contenders, after two warm-ups each. `cores`
+ * gets each contender's process CPU time over its wall time (all threads): 2 threads that got
+ * only one core between them show 1.0.
+ */
+async function alternate(
+  calls: (() => Promise<void>)[],
+  rounds: number,
+  cores: number[] = [],
+): Promise<number[]> {
   for (let i = 0; i < 2; i++) for (const call of calls) await call();
   const times = calls.map(() => [] as number[]);
+  const cpuMs = calls.map(() => 0);
   for (let r = 0; r < rounds; r++) {
     for (const [i, call] of calls.entries()) {
+      const cpu0 = process.cpuUsage();
       const t0 = performance.now();
       await call();
       times[i]!.push(performance.now() - t0);
+      const cpu = process.cpuUsage(cpu0);
+      cpuMs[i]! += (cpu.user + cpu.system) / 1000;
     }
   }
+  cores.push(...times.map((t, i) => cpuMs[i]! / t.reduce((x, y) => x + y, 0)));
   return times.map(median);
 }
 
@@ -138,16 +152,18 @@ for (const n of CPU_SIZES) {
     await out.data();
     out.dispose();
   };
+  const cores: number[] = [];
   const [oursMs, peerMs, singleMs] = await alternate(
     [mine.call, tfjsCall, single.call],
     n >= 1024 ? 7 : 11,
+    cores,
   );
   const typescript = backendCall(cpuTypescript, n);
   const [tsMs] = await alternate([typescript.call], n >= 1024 ? 2 : 3);
   const value = gflops(n, oursMs!);
   oursGflops.set(n, value);
   console.log(
-    `matmul n=${n}: ${ours} ${value.toFixed(2)} GFLOP/s, one thread ${gflops(n, singleMs!).toFixed(2)}, ${tfjsWasmPeer} ${gflops(n, peerMs!).toFixed(2)}, typescript ${gflops(n, tsMs!).toFixed(2)}`,
+    `matmul n=${n}: ${ours} ${value.toFixed(2)} GFLOP/s (the process used ${cores[0]!.toFixed(2)} cores), one thread ${gflops(n, singleMs!).toFixed(2)}, ${tfjsWasmPeer} ${gflops(n, peerMs!).toFixed(2)}, typescript ${gflops(n, tsMs!).toFixed(2)}; load average ${loadavg()[0]!.toFixed(1)}`,
   );
   rows.push(
     {

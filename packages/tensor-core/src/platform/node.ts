@@ -66,11 +66,13 @@ export async function importThreads(): Promise<NodeThreads | null> {
   const spawnWorker = (loop: string, data: object): ThreadWorker => {
     const source = `(${loop})(require('node:worker_threads').workerData);`;
     const worker = new Worker(source, { eval: true, workerData: data });
-    worker.unref();
+    // Referenced until it starts: a process whose only work is awaiting `ready` (a script that
+    // awaits `startMatmulThreads()` first) would otherwise exit with the promise unsettled (code
+    // 13). Once running it never keeps the process alive.
     const ready = new Promise<void>((resolve, reject) => {
       worker.once('online', resolve);
       worker.once('error', reject);
-    });
+    }).finally(() => worker.unref());
     return {
       ready,
       onError: (listener) => worker.on('error', listener),

@@ -84,6 +84,28 @@ describe('the WASM matmul on several threads', () => {
     expect(await single.startMatmulThreads()).toBe(1);
     single.dispose();
   });
+
+  // The bench's first step: with nothing else to do, the process must wait for the workers to
+  // start (they were unref'd before they ran, so Node exited with code 13, the await unsettled).
+  it('starts its threads in a script whose only work is awaiting them', async () => {
+    const script = `
+      const { createCpuBackend } = await import(${JSON.stringify(
+        fileURLToPath(new URL('../../runtime.ts', import.meta.url)),
+      )});
+      const backend = createCpuBackend({ matmulThreads: 2 });
+      console.log(await backend.startMatmulThreads());
+      backend.dispose();
+    `;
+    const stdout = await new Promise<string>((resolve, reject) => {
+      execFile(
+        process.execPath,
+        ['--conditions=@webshard/source', '--import', 'tsx', '--input-type=module', '-e', script],
+        { timeout: 60_000 },
+        (error, out) => (error ? reject(error) : resolve(out)),
+      );
+    });
+    expect(stdout.trim()).toBe('2');
+  }, 90_000);
 });
 
 /*

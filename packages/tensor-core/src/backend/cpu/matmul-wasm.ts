@@ -10,12 +10,21 @@ import { MatmulThreads } from './matmul-threads.js';
  * - Packing. Both operands are copied into the module's memory, then `pack` lays A out as panels
  *   of 4 rows ([k][4] floats each) and B as panels of 8 columns ([k][8]), zero-padded at the edges.
  *   Packing reads through element strides, so transposed operands cost nothing extra, and the hot
- *   loop reads both panels sequentially whatever the layout. A batch of 1 broadcasts: it is packed
- *   once.
+ *   loop reads both panels sequentially whatever the layout. Full panels are copied with SIMD:
+ *   16-byte copies where a panel's lanes are contiguous (B as stored, A transposed), 4x4 transposes
+ *   by shuffles where its k steps are (A as stored, B transposed); edges element by element (the
+ *   WAT is matmul-pack-wat.mjs). A batch of 1 broadcasts: it is packed once.
  * - The register tile. `gemm` computes C in 4x8 tiles held in 8 f32x4 locals (V8 keeps them in xmm
- *   registers): per k step, two vector loads of B, four splat loads of A and 8 multiply-adds, with
- *   the k loop unrolled 4 times. Edge tiles go through a 4x8 scratch tile, one per thread, in the
- *   first bytes of memory.
+ *   registers): per k step, two vector loads of B, four splat loads of A and 8 multiplies and adds.
+ *   The k loop is not unrolled in the WAT: TurboFan schedules a trip's loads before its
+ *   arithmetic, so 4 steps unrolled made 8 B vectors and 16 splats live at once and spilled the
+ *   accumulators to the stack in the hot loop (11-20 GFLOP/s on one Zen 3 core, depending on the
+ *   process, against 30-31 without the unroll; V8 unrolls the small loop itself, without spills).
+ *   The same hoisting sets the tile: 8 accumulators, 2 B vectors, 4 splats and a product fill the
+ *   15 xmm registers V8 allocates, so 5x8 and 6x8 spill (9 and 21 GFLOP/s), 2x16 fits and runs
+ *   as fast as 4x8, and 8x8 with A loaded once per 4 rows and splatted by shuffles ran at 24.
+ *   `bench/matmul-wasm-tiles.ts` measures these variants. Edge tiles go through a 4x8 scratch
+ *   tile, one per thread, in the first bytes of memory.
  * - Cache blocks. k runs in blocks of 256 and rows in blocks of 64: one tile's slices of an A panel
  *   (4 KiB) and a B panel (8 KiB) stay in L1, and a 64x256 block of A (64 KiB) stays in L2 while
  *   every B panel passes over it.
