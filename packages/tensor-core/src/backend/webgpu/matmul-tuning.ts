@@ -13,10 +13,15 @@ import type { MatmulKernel, MatmulTuning } from './matmul.js';
  * invocation ran at 1.19 and 2.22 GFLOP/s, in proportion to multiply-adds per load, 8/9 and
  * 16/10, although the second's row loads are one address for every lane), so what counts there is
  * multiply-adds per load: the 16x16 tile with vec4 loads makes 32 loads per 1024 multiply-adds
- * (the 8x4 tile it replaced, 12 per 128), and measured 1.0-1.6x the 8x4 tile from n = 64 to 1024
- * (1.5-2.0x at n = 1024). The adapter's arithmetic would allow far more: a shader that only
- * multiplies and adds in registers runs at about 34 GFLOP/s on lavapipe on 2 cores
- * (`bench/adapter-peak.ts`), against 2.3-2.5 on SwiftShader. Real GPUs get the shared-memory kernel.
+ * (the 8x4 tile, 12 per 128), and measured 1.0-1.6x the 8x4 tile from n = 64 to 1024 (1.5-2.0x
+ * at n = 1024). But LLVM takes 15-17 s to compile each of its pipelines on lavapipe (2 cores,
+ * Mesa's shader cache empty, as on a fresh machine), against 1.7-2.2 s for 8x4 (8x8: 2.8-3.4,
+ * 16x8: 6-8): a training step needs several matmul pipelines, so a user's first step would wait
+ * minutes, and a fresh CI machine's tests timed out. So the table keeps 8x4, and the 16x16 tile is
+ * there for long runs of large matmuls through `createWebGpuBackend({ matmulTuning })`. The
+ * adapter's arithmetic would allow far more: a shader that only multiplies and adds in registers
+ * runs at about 34 GFLOP/s on lavapipe on 2 cores (`bench/adapter-peak.ts`), against 2.3-3.4 on
+ * SwiftShader. Real GPUs get the shared-memory kernel.
  *
  * The table below is keyed by the adapter's info (vendor, architecture, device, description):
  * the first row whose pattern matches wins. `WEBSHARD_MATMUL=tiled|shared` and the backend's
@@ -41,15 +46,15 @@ const GENERIC_CPU: MatmulTuning = {
 
 export const MATMUL_TUNING_TABLE: readonly MatmulTuningRow[] = [
   {
-    // Loads per multiply-add set the pace (see the Note): the largest tile measured, 16x16 with
-    // vec4 loads, was at least the old 8x4's speed at every n from 64 to 1024.
+    // vec4 loads measured 1.3-1.9x the scalar 8x8 tile; 16x16 runs up to 2x faster still but
+    // takes 15-17 s to compile per pipeline (see the Note).
     adapter: /llvmpipe|lavapipe/i,
     name: 'lavapipe',
     tuning: {
       kernel: 'registerTiled',
-      tileM: 16,
-      tileN: 16,
-      workgroup: [4, 4],
+      tileM: 8,
+      tileN: 4,
+      workgroup: [8, 8],
       columns: 'blocked',
       vectorLoads: true,
     },
