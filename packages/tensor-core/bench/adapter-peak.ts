@@ -5,13 +5,14 @@
  * On a CPU adapter (lavapipe, SwiftShader) this is the ceiling the shader compiler gives a matmul
  * kernel on this machine; a matmul's GFLOP/s divided by it is how much of that ceiling it reaches.
  */
+import { BufferUsage } from '../src/backend/webgpu/gpu-runtime.js';
 
 // 8 independent vec4 chains a = a * m + c per step: 64 f32 operations per step, in the same
 // dependency shape as a matmul's 8 vec4 accumulators. The multiplier and addend come from a
-// uniform so the compiler cannot fold the loop.
+// buffer so the compiler cannot fold the loop.
 const SHADER = /* wgsl */ `
 struct Params { m: vec4f, c: vec4f, steps: u32 }
-@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(0) var<storage, read> params: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<vec4f>;
 
 @compute @workgroup_size(64)
@@ -42,17 +43,20 @@ export async function arithmeticPeakGflops(
     layout: 'auto',
     compute: { module, entryPoint: 'main' },
   });
-  // Uniform: two vec4f and a u32, padded to 48 bytes.
-  const uniform = device.createBuffer({ size: 48, usage: 0x0040 | 0x0008 }); // UNIFORM | COPY_DST
-  const params = new ArrayBuffer(48);
-  new Float32Array(params, 0, 8).set([0.999, 0.999, 0.999, 0.999, 1e-3, 1e-3, 1e-3, 1e-3]);
-  new Uint32Array(params, 32, 1)[0] = steps;
-  device.queue.writeBuffer(uniform, 0, params);
-  const out = device.createBuffer({ size: invocations * 16, usage: 0x0080 }); // STORAGE
+  // Params: two vec4f and a u32, padded to 48 bytes.
+  const paramsBuffer = device.createBuffer({
+    size: 48,
+    usage: BufferUsage.STORAGE | BufferUsage.COPY_DST,
+  });
+  const values = new ArrayBuffer(48);
+  new Float32Array(values, 0, 8).set([0.999, 0.999, 0.999, 0.999, 1e-3, 1e-3, 1e-3, 1e-3]);
+  new Uint32Array(values, 32, 1)[0] = steps;
+  device.queue.writeBuffer(paramsBuffer, 0, values);
+  const out = device.createBuffer({ size: invocations * 16, usage: BufferUsage.STORAGE });
   const bindGroup = device.createBindGroup({
     layout: pipeline.getBindGroupLayout(0),
     entries: [
-      { binding: 0, resource: { buffer: uniform } },
+      { binding: 0, resource: { buffer: paramsBuffer } },
       { binding: 1, resource: { buffer: out } },
     ],
   });
@@ -73,7 +77,7 @@ export async function arithmeticPeakGflops(
     await run();
     times.push(performance.now() - t0);
   }
-  uniform.destroy();
+  paramsBuffer.destroy();
   out.destroy();
   times.sort((a, b) => a - b);
   const ms = times[times.length >> 1]!;

@@ -12,10 +12,11 @@
 import { loadavg } from 'node:os';
 import { median } from '@webshard/bench';
 import wabtInit from 'wabt';
+import type { MatmulExports } from '../src/backend/cpu/matmul-wasm.js';
 import {
+  assembleMatmul,
   MATMUL_DEFAULTS,
   type MatmulWatOptions,
-  matmulWat,
 } from '../src/backend/cpu/matmul-wat.mjs';
 
 const sizes = (process.argv[2] ?? '256,512,1024').split(',').map(Number);
@@ -40,20 +41,6 @@ const chosen = Object.entries(VARIANTS).filter(
   ([name]) => name === 'shipped' || only === undefined || only.includes(name),
 );
 
-interface Exports {
-  memory: WebAssembly.Memory;
-  pack(
-    src: number,
-    dst: number,
-    outer: number,
-    inner: number,
-    width: number,
-    so: number,
-    si: number,
-  ): void;
-  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number, tile: number): void;
-}
-
 const wabt = await wabtInit();
 function compile(options: MatmulWatOptions): {
   module: WebAssembly.Module;
@@ -61,17 +48,15 @@ function compile(options: MatmulWatOptions): {
   nr: number;
   scratch: number;
 } {
-  const { wat, mr, nr, scratchBytes } = matmulWat(options);
-  const parsed = wabt.parseWat('matmul.wat', wat, { simd: true });
-  const { buffer } = parsed.toBinary({});
-  parsed.destroy();
-  return { module: new WebAssembly.Module(new Uint8Array(buffer)), mr, nr, scratch: scratchBytes };
+  const { bytes, mr, nr, scratchBytes } = assembleMatmul(wabt, options);
+  return { module: new WebAssembly.Module(bytes), mr, nr, scratch: scratchBytes };
 }
 
 /** One square call of a variant on its own instance: the whole call, and the gemm's share. */
 function variantCall(options: MatmulWatOptions, a: Float32Array, b: Float32Array, n: number) {
   const { module, mr, nr, scratch } = compile(options);
-  const { memory, pack, gemm } = new WebAssembly.Instance(module, {}).exports as unknown as Exports;
+  const { memory, pack, gemm } = new WebAssembly.Instance(module, {})
+    .exports as unknown as MatmulExports;
   const aRaw = scratch;
   const bRaw = aRaw + n * n * 4;
   const aPack = bRaw + n * n * 4;

@@ -1,5 +1,6 @@
 import type { Backend } from './backend/backend.js';
 import { CpuBackend } from './backend/cpu/cpu-backend.js';
+import { rawViewAt } from './backend/cpu/cpu-storage.js';
 import { bytesPerElement, type DType } from './dtype.js';
 import { ArgumentError, BackendError, ShapeError } from './errors.js';
 import { TensorStorage } from './storage.js';
@@ -84,16 +85,6 @@ export function tensorFromHostArray(
  */
 export function hostArrayOf(tensor: Tensor, op: string): ExternalArray | null {
   if (!(tensor.backend instanceof CpuBackend)) return null;
-  const buffer: ArrayBufferLike = (tensor.kernel(op).storage as { buffer: ArrayBufferLike }).buffer;
-  const { offset, size } = tensor;
-  switch (tensor.dtype) {
-    case 'f32':
-      return new Float32Array(buffer, offset * 4, size);
-    case 'i32':
-      return new Int32Array(buffer, offset * 4, size);
-    case 'f64':
-      return new Float64Array(buffer, offset * 8, size);
-    default:
-      return new Uint16Array(buffer, offset * 2, size);
-  }
+  const buffer = (tensor.kernel(op).storage as { buffer: ArrayBuffer }).buffer;
+  return rawViewAt(buffer, tensor.dtype, tensor.offset, tensor.size);
 }

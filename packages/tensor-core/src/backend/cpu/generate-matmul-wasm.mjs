@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import wabtInit from 'wabt';
-import { MATMUL_DEFAULTS, matmulWat } from './matmul-wat.mjs';
+import { assembleMatmul, MATMUL_DEFAULTS, matmulWat } from './matmul-wat.mjs';
 import { generateKernelsWasm } from './generate-kernels-wasm.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -23,22 +23,12 @@ const VARIANTS = {
 const encoded = {};
 const { mr, nr, scratchBytes } = matmulWat(MATMUL_DEFAULTS);
 for (const [name, variant] of Object.entries(VARIANTS)) {
-  const { wat } = matmulWat(variant);
-  const module = wabt.parseWat('matmul.wat', wat, {
-    simd: true,
-    relaxed_simd: variant.relaxed,
-    threads: variant.shared,
-  });
-  // wabt's validate forgets the threads feature; Node's own validation checks the shared variants
-  // (relaxed SIMD needs --experimental-wasm-relaxed-simd in Node 20, so those are checked by wabt).
-  if (!variant.shared) module.validate();
-  const { buffer } = module.toBinary({});
-  module.destroy();
-  if (!variant.relaxed && !WebAssembly.validate(buffer))
+  const { wat, bytes } = assembleMatmul(wabt, variant);
+  if (!variant.relaxed && !WebAssembly.validate(bytes))
     throw new Error(`${name} does not validate`);
-  encoded[name] = Buffer.from(buffer).toString('base64');
+  encoded[name] = Buffer.from(bytes).toString('base64');
   if (name === 'simd') writeFileSync(join(here, 'matmul.wat'), wat);
-  console.log(`matmul.wasm (${name}): ${buffer.length} bytes`);
+  console.log(`matmul.wasm (${name}): ${bytes.length} bytes`);
 }
 
 writeFileSync(

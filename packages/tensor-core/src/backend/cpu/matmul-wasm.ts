@@ -62,7 +62,8 @@ const SHARED_MAX_PAGES = 32768;
 const MAX_BYTES = 2 ** 31 - 2 ** 16;
 const PAGE = 65536;
 
-interface MatmulExports {
+/** What an instance of the module exports (the bench and the WAT tests call it directly). */
+export interface MatmulExports {
   readonly memory: WebAssembly.Memory;
   readonly pack: (
     src: number,

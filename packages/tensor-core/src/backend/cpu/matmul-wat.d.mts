@@ -30,3 +30,8 @@ export declare function matmulWat(options?: MatmulWatOptions): {
   mr: number;
   nr: number;
 };
+/** `matmulWat(options)` assembled with an initialized wabt module: its bytes beside what matmulWat returns. */
+export declare function assembleMatmul(
+  wabt: Awaited<ReturnType<typeof import('wabt').default>>,
+  options?: MatmulWatOptions,
+): { wat: string; bytes: Uint8Array<ArrayBuffer>; scratchBytes: number; mr: number; nr: number };

@@ -3,24 +3,16 @@ import wabtInit from 'wabt';
 import { describe, expect, it } from 'vitest';
 import { seededValues } from '../../testing/reference.js';
 import { matmulScratchBytes, matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
-import { MATMUL_DEFAULTS, type MatmulWatOptions, matmulWat } from './matmul-wat.mjs';
-
-interface Exports {
-  memory: WebAssembly.Memory;
-  pack(
-    src: number,
-    dst: number,
-    outer: number,
-    inner: number,
-    width: number,
-    so: number,
-    si: number,
-  ): void;
-  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number, tile: number): void;
-}
+import type { MatmulExports } from './matmul-wasm.js';
+import {
+  assembleMatmul,
+  MATMUL_DEFAULTS,
+  type MatmulWatOptions,
+  matmulWat,
+} from './matmul-wat.mjs';
 
 interface Module {
-  exports: Exports;
+  exports: MatmulExports;
   mr: number;
   nr: number;
   scratch: number;
@@ -29,19 +21,16 @@ interface Module {
 const wabt = await wabtInit();
 
 function assemble(options: MatmulWatOptions): Module {
-  const { wat, mr, nr, scratchBytes } = matmulWat(options);
-  const parsed = wabt.parseWat('matmul.wat', wat, { simd: true });
-  const bytes = new Uint8Array(parsed.toBinary({}).buffer);
-  parsed.destroy();
+  const { bytes, mr, nr, scratchBytes } = assembleMatmul(wabt, options);
   const instance = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
-  return { exports: instance.exports as unknown as Exports, mr, nr, scratch: scratchBytes };
+  return { exports: instance.exports as unknown as MatmulExports, mr, nr, scratch: scratchBytes };
 }
 
 function shipped(): Module {
   const bytes = Uint8Array.from(atob(matmulWasmBase64.simd), (ch) => ch.charCodeAt(0));
   const instance = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
   return {
-    exports: instance.exports as unknown as Exports,
+    exports: instance.exports as unknown as MatmulExports,
     mr: matmulTile.rows,
     nr: matmulTile.columns,
     scratch: matmulScratchBytes,
