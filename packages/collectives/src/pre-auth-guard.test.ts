@@ -106,13 +106,18 @@ describe.each<PortKind>(['store', 'tcp', 'ws', 'wss'])('strangers on the %s port
     await port.alive();
   }, 60_000);
 
-  it.skipIf(kind === 'tcp')('answers a plain HTTP request with 426 and drops it', async () => {
-    const port = await start(kind);
-    const request = Buffer.from('GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
-    const plain = stranger(port, [request], { upgrade: false });
-    expect(await plain.closed).toBeLessThan(SLACK_MS);
-    expect(plain.received).toBeGreaterThan(0);
-  });
+  // Only the ports that speak HTTP (the store, ws and wss upgrade from it) have a 426 to send;
+  // the tcp data port reads its own frames, and an HTTP request there is a stranger's bytes like
+  // any other, dropped as the fuzzed strangers above are.
+  if (kind !== 'tcp') {
+    it('answers a plain HTTP request with 426 and drops it', async () => {
+      const port = await start(kind);
+      const request = Buffer.from('GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+      const plain = stranger(port, [request], { upgrade: false });
+      expect(await plain.closed).toBeLessThan(SLACK_MS);
+      expect(plain.received).toBeGreaterThan(0);
+    });
+  }
 
   it('holds 500 strangers at once in under 50 MiB, and keeps serving', async () => {
     // The port lives in a child process, so what is measured is what the strangers cost it.
