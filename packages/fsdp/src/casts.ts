@@ -25,12 +25,27 @@ export async function castBuffers(module: Module, options: ResolvedOptions): Pro
   if (replacements.size > 0) module.replaceTensors(replacements);
 }
 
-/** The root casts floating inputs to the compute dtype (or to f32 with `forceInputToFp32`). */
-export function castInputs<Args extends unknown[]>(args: Args, options: ResolvedOptions): Args {
+/**
+ * [Note: input casts]
+ * The root casts every floating tensor inside its inputs (arrays, maps, sets and plain objects
+ * too, fairscale's `apply_to_tensors`) to the compute dtype under mixed precision, or to f32 with
+ * `forceInputToFp32`. The casts are the root's own tensors: it frees them once the wrapped module
+ * returned (autograd holds its own reference to whatever it saved), except a cast the output
+ * contains, so repeated forwards leave nothing behind.
+ */
+export function castInputs<Args extends unknown[]>(
+  args: Args,
+  options: ResolvedOptions,
+): { readonly inputs: Args; readonly casts: Tensor[] } {
   const { mixedPrecision, computeDtype, forceInputToFp32 } = options;
   const target = mixedPrecision ? computeDtype : forceInputToFp32 ? 'f32' : null;
-  if (target === null) return args;
-  return args.map((a) =>
-    a instanceof Tensor && isFloatDType(a.dtype) && a.dtype !== target ? cast(a, target) : a,
-  ) as Args;
+  const casts: Tensor[] = [];
+  if (target === null) return { inputs: args, casts };
+  const inputs = args.map((a) => {
+    if (!(a instanceof Tensor) || !isFloatDType(a.dtype) || a.dtype === target) return a;
+    const out = cast(a, target);
+    casts.push(out);
+    return out;
+  }) as Args;
+  return { inputs, casts };
 }

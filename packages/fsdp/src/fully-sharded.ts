@@ -246,15 +246,17 @@ export class FullyShardedDataParallel<
     const shared = await this.lazyInit();
     this.assertState('forward', ['IDLE']);
     this.trainingState = 'FORWARD';
+    const { inputs, casts } = this.isRoot
+      ? castInputs(args, this.options)
+      : { inputs: args, casts: [] as Tensor[] };
+    let output: Awaited<Out> | undefined;
     try {
-      let inputs = args;
-      if (this.isRoot) inputs = castInputs(args, this.options);
       shared.recordForward(this);
       this.paramGroup.unshard();
       if (shared.root.trainingState === 'FORWARD')
         this.prefetch(shared.nextInForward(this), shared);
       await this.paramGroup.waitForUnshard();
-      const output = (await this.module.call(...inputs)) as Awaited<Out>;
+      output = (await this.module.call(...inputs)) as Awaited<Out>;
       let hooked = 0;
       if (isGradEnabled()) {
         forEachTensor(output, (t) => {
@@ -270,6 +272,7 @@ export class FullyShardedDataParallel<
       return output;
     } finally {
       this.trainingState = 'IDLE';
+      freeCasts(casts, output);
     }
   }
 
@@ -403,6 +406,14 @@ export class FullyShardedDataParallel<
     }
     for (const unit of shared.units) unit.assertState('end of backward', ['IDLE']);
   }
+}
+
+/** Free the root's input casts, but not one the output holds ([Note: input casts]). */
+function freeCasts(casts: readonly Tensor[], output: unknown): void {
+  if (casts.length === 0) return;
+  const kept = new Set<Tensor>();
+  forEachTensor(output, (t) => kept.add(t));
+  for (const t of casts) if (!kept.has(t)) t.free();
 }
 
 /** Whether `m` is a unit. */
