@@ -1,5 +1,6 @@
 import { cast, isFloatDType, keep, type Module, Tensor } from '@webshard/tensor-core';
 import type { ResolvedOptions } from './api.js';
+import { mapTensors } from './module-tree.js';
 
 /**
  * The root's lazy init: under mixed precision, `module`'s floating buffers in `bufferDtype`, and on
@@ -41,8 +42,8 @@ export function castInputs<Args extends unknown[]>(
   const target = mixedPrecision ? computeDtype : forceInputToFp32 ? 'f32' : null;
   const casts: Tensor[] = [];
   if (target === null) return { inputs: args, casts };
-  const inputs = args.map((a) => {
-    if (!(a instanceof Tensor) || !isFloatDType(a.dtype) || a.dtype === target) return a;
+  const inputs = mapTensors(args, (a) => {
+    if (!isFloatDType(a.dtype) || a.dtype === target) return a;
     const out = cast(a, target);
     casts.push(out);
     return out;

@@ -7,9 +7,17 @@ import {
   type Backend,
   cast,
   createCpuBackend,
+  Linear,
   MixedPrecision,
+  Module,
+  mean,
   noGrad,
+  RandomGenerator,
+  SGD,
+  type Tensor,
+  tensor,
 } from '@webshard/tensor-core';
+import { FullyShardedDataParallel } from './fully-sharded.js';
 import { describe, expect, it } from 'vitest';
 import type { FsdpOptions } from './api.js';
 import { makeBatches, Net, SMALL, slice } from './test-support/models.js';
@@ -75,6 +83,112 @@ describe('input casts are freed after the forward (test_fsdp_memory)', () => {
         if (reference !== null) {
           const mean = results.reduce((s, r) => s + r.losses[0]!, 0) / world;
           expectClose(mean, reference);
+        }
+      });
+    }
+  }
+});
+
+/** fairscale's test model: one Linear(4, 4), its input inside a list, a dict or deeper. */
+class Nested extends Module<[unknown], Tensor> {
+  readonly layer: Linear;
+  constructor(
+    backend: Backend,
+    private readonly pick: (input: unknown) => Tensor,
+  ) {
+    super();
+    this.layer = this.registerModule(
+      'layer',
+      new Linear(4, 4, { backend, generator: new RandomGenerator(3) }),
+    );
+  }
+  forward(input: unknown): Tensor {
+    return this.layer.call(this.pick(input));
+  }
+}
+
+const INPUTS: [string, (x: Tensor) => unknown, (input: unknown) => Tensor][] = [
+  ['a list', (x) => [x], (i) => (i as Tensor[])[0]!],
+  ['a dict', (x) => ({ in: x }), (i) => (i as { in: Tensor }).in],
+  [
+    'a map in a list in a dict',
+    (x) => ({ a: [new Map([['x', x]])] }),
+    (i) => (i as { a: Map<string, Tensor>[] }).a[0]!.get('x')!,
+  ],
+];
+
+const ROWS = 16;
+const STEPS = 5;
+
+function inputRows(): number[][] {
+  let state = 7;
+  return Array.from({ length: ROWS }, () =>
+    Array.from({ length: 4 }, () => {
+      state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+      return state / 2 ** 32;
+    }),
+  );
+}
+
+/** Five SGD steps on mean(layer(x)) over `rows` (x requires grad, as in fairscale's test). */
+async function trainNested(
+  model: { call(input: unknown): Tensor | Promise<Tensor> },
+  params: Tensor[],
+  backend: Backend,
+  wrap: (x: Tensor) => unknown,
+  rows: number[][],
+  mp: MixedPrecision | null,
+): Promise<void> {
+  const optimizer = new SGD(params, { lr: 0.1 });
+  for (let i = 0; i < STEPS; i++) {
+    const x32 = tensor(rows, { backend });
+    const x = mp === null ? x32 : cast(x32, mp.computeDType);
+    x.requiresGrad = true;
+    const out = await model.call(wrap(x));
+    const loss = mean(out);
+    await loss.backward();
+    mp?.gradsToMasters();
+    optimizer.step();
+    optimizer.zeroGrad();
+    mp?.mastersToCompute();
+    for (const t of new Set([x32, x, out, loss])) t.free();
+  }
+}
+
+describe('tensors inside nested inputs are cast under mixed precision (test_fsdp_input)', () => {
+  const rows = inputRows();
+  for (const [title, wrap, pick] of INPUTS) {
+    for (const world of [2, 4]) {
+      it(`${title}, world ${world}`, async () => {
+        const backend = createCpuBackend();
+        const net = new Nested(backend, pick);
+        const mp = new MixedPrecision(net, { computeDType: 'f16' });
+        await trainNested(net, mp.masterParams(), backend, wrap, rows, mp);
+        const reference = await Promise.all(
+          mp.masterParams().map(async (p) => (await p.read()) as Float32Array),
+        );
+        const per = ROWS / world;
+        const results = await onLocalRanks(world, async (group, b) => {
+          const model = new FullyShardedDataParallel(new Nested(b, pick), {
+            group,
+            mixedPrecision: true,
+          });
+          const mine = rows.slice(group.rank * per, (group.rank + 1) * per);
+          await trainNested(model, model.parameters(), b, wrap, mine, null);
+          model.assertState('after training', ['IDLE']);
+          const out: Float32Array[] = [];
+          await model.summonFullParams(async () => {
+            for (const [, p] of model.namedParameters()) out.push((await p.read()) as Float32Array);
+          });
+          return out;
+        });
+        for (const r of results) {
+          r.forEach((values, i) => {
+            const expected = reference[i]!;
+            for (let j = 0; j < expected.length; j++) {
+              expect(Math.abs(values[j]! - expected[j]!)).toBeLessThanOrEqual(2e-3);
+            }
+          });
         }
       });
     }

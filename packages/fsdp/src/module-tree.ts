@@ -70,3 +70,30 @@ export function forEachTensor(
     for (const v of Object.values(value)) forEachTensor(v, fn, seen);
   }
 }
+
+/**
+ * `value` with every tensor inside replaced by `fn(tensor)`: arrays, maps, sets and plain objects
+ * are rebuilt (only when something inside changed), anything else is kept as it is.
+ */
+export function mapTensors(value: unknown, fn: (t: Tensor) => Tensor): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  if (value instanceof Tensor) return fn(value);
+  if (Array.isArray(value)) {
+    const out = value.map((v) => mapTensors(v, fn));
+    return out.some((v, i) => v !== value[i]) ? out : value;
+  }
+  if (value instanceof Map) {
+    const out = new Map([...value].map(([k, v]) => [k, mapTensors(v, fn)] as const));
+    return [...out].some(([k, v]) => v !== value.get(k)) ? out : value;
+  }
+  if (value instanceof Set) {
+    const out = [...value].map((v) => mapTensors(v, fn));
+    return out.some((v, i) => v !== [...value][i]) ? new Set(out) : value;
+  }
+  if (Object.getPrototypeOf(value) === Object.prototype) {
+    const entries = Object.entries(value).map(([k, v]) => [k, mapTensors(v, fn)] as const);
+    const changed = entries.some(([k, v]) => v !== (value as Record<string, unknown>)[k]);
+    return changed ? Object.fromEntries(entries) : value;
+  }
+  return value;
+}
