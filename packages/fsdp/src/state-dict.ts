@@ -1,6 +1,7 @@
 import {
   type Backend,
   createCpuBackend,
+  isFloatDType,
   keep,
   type StateDictInput,
   Tensor,
@@ -55,7 +56,8 @@ async function gatherFlat(
 }
 
 /**
- * The consolidated f32 parameters and the buffers of a wrapped model under their names in the
+ * The consolidated f32 parameters and the buffers (floating ones in f32, also under mixed
+ * precision) of a wrapped model under their names in the
  * unwrapped model (fairscale's full `state_dict()`), a tied parameter once under its first name
  * (`transformer.wte.weight`, not `lm_head.weight`). Streamed one flat parameter at a time, so the
  * memory it adds to training is one flat parameter's full values plus the result. Every rank must
@@ -83,8 +85,16 @@ export async function fullStateDict(
   }
   if (holds) {
     for (const [name, b] of buffersOf(root, layout)) {
-      const t = keep(Tensor.empty(backend, b.shape, b.dtype));
+      let t = keep(Tensor.empty(backend, b.shape, b.dtype));
       backend.write(t.kernel('fullStateDict'), await b.readRaw());
+      // Mixed precision keeps floating buffers in `bufferDtype`; the state dict is full precision
+      // (fairscale casts them to f32 around `state_dict()`).
+      if (root.options.mixedPrecision && isFloatDType(b.dtype) && b.dtype !== 'f32') {
+        const f32 = keep(Tensor.empty(backend, b.shape, 'f32'));
+        backend.cast(t.kernel('fullStateDict'), f32.kernel('fullStateDict'));
+        t.free();
+        t = f32;
+      }
       t.name = name;
       byName.set(name, t);
     }
