@@ -299,11 +299,18 @@ export class FullyShardedDataParallel<
     return summonFullParams(this, fn, options);
   }
 
-  /** `apply(fn)` with the full parameters gathered, writing changes back (fairscale's `apply`). */
+  /**
+   * `apply(fn)` with the full parameters gathered, writing changes back (fairscale's `apply`): `fn`
+   * sees every module of the wrapped model, nested units too, in `Module.apply`'s order (children
+   * before their parent, children in registration order), so an initializer that draws random
+   * numbers gives the unwrapped model's weights.
+   */
   async applyFullParams(fn: (module: Module) => void | Promise<void>): Promise<this> {
-    await this.summonFullParams(async () => {
-      for (const m of this.module.modules().reverse()) await fn(m);
-    });
+    const visit = async (m: Module): Promise<void> => {
+      for (const child of m.children()) await visit(child);
+      await fn(m);
+    };
+    await this.summonFullParams(() => visit(this.module));
     return this;
   }
 
