@@ -197,8 +197,10 @@ export class FullyShardedDataParallel<
 
   /**
    * The shards of this unit and every nested unit, as `[name, shard]` (names like
-   * `transformer.h.0.flat_param_0`): what the optimizer steps on. Inside `summonFullParams` the
-   * module's own parameters under their original names instead.
+   * `transformer.h.0.flat_param_0`; with `flattenParameters: false` each shard holds one
+   * parameter and has its name, `transformer.h.0.attn.c_attn.weight`, as in fairscale): what the
+   * optimizer steps on. Inside `summonFullParams` the module's own parameters under their original
+   * names instead.
    */
   override namedParameters(
     options: { recurse?: boolean; removeDuplicate?: boolean } = {},
@@ -214,8 +216,11 @@ export class FullyShardedDataParallel<
     for (const [path, m] of modules) {
       if (!(m instanceof FullyShardedDataParallel)) continue;
       const prefix = cleanPath(path);
+      const dot = prefix === '' ? '' : `${prefix}.`;
       m.paramGroup.flatParams.forEach((flat, i) => {
-        out.push([`${prefix === '' ? '' : `${prefix}.`}flat_param_${i}`, flat.shard]);
+        // Unflattened, a flat parameter holds one parameter: the shard goes by its name.
+        const own = m.options.flattenParameters ? undefined : flat.entries[0]?.names[0];
+        out.push([`${dot}${own ?? `flat_param_${i}`}`, flat.shard]);
       });
     }
     return out;
