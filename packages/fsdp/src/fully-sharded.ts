@@ -20,6 +20,7 @@ import {
   WRAPPED_MODULE,
 } from './module-tree.js';
 import { FsdpParamGroup, type TrainingState } from './param-group.js';
+import { BorrowedParams, ownerOf, type ParamOwner, recordOwner } from './shared-params.js';
 import { FsdpSharedState } from './state.js';
 import { type SummonOptions, summonFullParams } from './summon.js';
 
@@ -81,6 +82,8 @@ export class FullyShardedDataParallel<
   /** The tensors the unit took from the module at wrap time (before any replacement). */
   private readonly sources = new Set<Tensor>();
   private readonly hookHandles: RemovableHandle[] = [];
+  /** The units whose parameters this one's module also uses ([Note: parameters shared across units]). */
+  private readonly borrowed: BorrowedParams;
 
   constructor(module: Module<Args, Out>, options: FsdpOptions) {
     super();
@@ -98,9 +101,9 @@ export class FullyShardedDataParallel<
     this.options = resolveOptions(options);
     this.module = module;
     const { group } = this.options;
-    const sources = ownParameters(module, isUnit);
+    const found = ownParameters(module, isUnit);
     for (const unit of nestedUnits(module, isUnit)) {
-      for (const { tensor, names } of sources) {
+      for (const { tensor, names } of found) {
         if (unit.sources.has(tensor)) {
           throw new FsdpWrapError(
             op,
@@ -109,6 +112,18 @@ export class FullyShardedDataParallel<
         }
       }
     }
+    // [Note: parameters shared across units]: another unit's parameters are borrowed, not sharded.
+    const sources = found.filter(({ tensor }) => ownerOf(tensor) === undefined);
+    const borrowed = new Map<Tensor, Tensor>();
+    const lenders = new Set<ParamOwner>();
+    for (const { tensor } of found) {
+      const owned = ownerOf(tensor);
+      if (owned === undefined) continue;
+      lenders.add(owned.owner);
+      if (owned.param !== tensor) borrowed.set(tensor, owned.param);
+    }
+    if (borrowed.size > 0) module.replaceTensors(borrowed);
+    this.borrowed = new BorrowedParams([...lenders]);
     const shardBackend = sources[0]?.tensor.backend ?? this.options.computeBackend;
     if (this.options.moveParamsToCpu && shardBackend !== undefined && shardBackend.kind !== 'cpu') {
       throw new FsdpWrapError(
@@ -131,6 +146,7 @@ export class FullyShardedDataParallel<
     const flats = flattenSources(module.typeName, sources, this.options, placement, replacements);
     for (const { tensor } of sources) this.sources.add(tensor);
     if (replacements.size > 0) module.replaceTensors(replacements);
+    recordOwner(this, flats, replacements);
     this.paramGroup = new FsdpParamGroup(() => this.unitName, group, flats, {
       fp32ReduceScatter: this.options.fp32ReduceScatter,
       predivide: this.options.gradientPredivideFactor,
@@ -261,6 +277,7 @@ export class FullyShardedDataParallel<
       if (shared.root.trainingState === 'FORWARD')
         this.prefetch(shared.nextInForward(this), shared);
       await this.paramGroup.waitForUnshard();
+      const lent = await this.borrowed.gather();
       output = (await this.module.call(...inputs)) as Awaited<Out>;
       let hooked = 0;
       if (isGradEnabled()) {
@@ -273,7 +290,10 @@ export class FullyShardedDataParallel<
       const keepFull =
         hooked > 0 &&
         (!this.options.reshardAfterForward || (this.isRoot && this.options.disableReshardOnRoot));
-      if (!keepFull) this.paramGroup.reshard();
+      if (!keepFull) {
+        this.paramGroup.reshard();
+        this.borrowed.reshard(lent);
+      }
       return output;
     } finally {
       this.trainingState = 'IDLE';
@@ -369,6 +389,7 @@ export class FullyShardedDataParallel<
     this.paramGroup.unshard();
     this.prefetch(shared.nextInBackward(this), shared);
     await this.paramGroup.waitForUnshard();
+    await this.borrowed.gather();
     this.paramGroup.attachGrads();
     return undefined;
   }

@@ -1,0 +1,70 @@
+import type { Tensor } from '@webshard/tensor-core';
+import type { FlatParameter } from './flat-param.js';
+import type { FsdpParamGroup, TrainingState } from './param-group.js';
+
+/** The unit that holds a parameter in one of its flat parameters, as a borrower sees it. */
+export interface ParamOwner {
+  readonly paramGroup: FsdpParamGroup;
+  readonly trainingState: TrainingState;
+  readonly unitName: string;
+}
+
+interface Owned {
+  readonly owner: ParamOwner;
+  /** The parameter the owner's module computes with (a replacement under mixed precision). */
+  readonly param: Tensor;
+}
+
+const owners = new WeakMap<Tensor, Owned>();
+
+/**
+ * [Note: parameters shared across units]
+ * A parameter used by two sibling units (fairscale's test_fsdp_shared_weights: `l1.weight` is
+ * `l3.weight`, l1 and l3 wrapped on their own) belongs to the unit wrapped first, the owner: it
+ * sits in the owner's flat parameter, the owner's hooks count its gradient and reduce-scatter it,
+ * and it is sharded once. Every unit wrapped later that finds it in its module is a borrower: its
+ * module gets the owner's tensor (the same one under mixed precision, where the owner replaced it
+ * by a 16-bit one), and around the borrower's forward and from its pre-backward the owner's flat
+ * parameters are gathered too. The owner frees them after the borrower's forward when the borrower
+ * gathered them (and reshards after forward); in backward they stay until the owner's own
+ * reduce-scatter, which waits for the gradient of every use: the parameter's gradient is complete
+ * only once the nodes of both units have run. Every rank wraps the same modules in the same order,
+ * so the extra gathers come in the same order everywhere. A parameter shared by a unit and the
+ * module around it (the root) is still a `FsdpWrapError`: the outer unit would hold the inner
+ * one's parameters gathered for its whole forward.
+ */
+export function recordOwner(
+  owner: ParamOwner,
+  flats: readonly FlatParameter[],
+  replacements: ReadonlyMap<Tensor, Tensor>,
+): void {
+  for (const [source, param] of replacements) {
+    if (!owners.has(source)) owners.set(source, { owner, param });
+  }
+  for (const flat of flats) {
+    for (const e of flat.entries) owners.set(e.param, { owner, param: e.param });
+  }
+}
+
+/** The unit that holds `t`, and the tensor a borrower's module should compute with. */
+export function ownerOf(t: Tensor): Owned | undefined {
+  return owners.get(t);
+}
+
+/** The owners a borrower gathers around its forward and in its backward. */
+export class BorrowedParams {
+  constructor(readonly owners: readonly ParamOwner[]) {}
+
+  /** Gather every owner's parameters; returns the owners that were sharded before. */
+  async gather(): Promise<ParamOwner[]> {
+    const gathered = this.owners.filter((o) => o.paramGroup.isSharded);
+    for (const o of this.owners) o.paramGroup.unshard();
+    for (const o of this.owners) await o.paramGroup.waitForUnshard();
+    return gathered;
+  }
+
+  /** Free what `gather` gathered, unless the owner is itself computing. */
+  reshard(gathered: readonly ParamOwner[]): void {
+    for (const o of gathered) if (o.trainingState === 'IDLE') o.paramGroup.reshard();
+  }
+}
