@@ -49,8 +49,10 @@ function kernelSlice(t: Tensor, offset: number, count: number, op: string): Kern
 
 /**
  * [Note: the flat parameter]
- * A unit's parameters (those with the same `requiresGrad`, so frozen weights never reach the
- * optimizer) are laid end to end in one flat buffer of `numel` elements, padded to `paddedNumel`, a
+ * A unit's parameters (those with the same `requiresGrad` at wrap time, so frozen weights never
+ * reach the optimizer; afterwards the shard's `requiresGrad` decides, copied to the parameters at
+ * each forward, so a unit frozen or unfrozen through its `parameters()` is honoured) are laid end
+ * to end in one flat buffer of `numel` elements, padded to `paddedNumel`, a
  * multiple of the world size, so every rank's shard has `shardNumel` elements and the padding sits
  * at the end of the last shards. Rank r keeps elements `[r * shardNumel, (r + 1) * shardNumel)` as
  * `shard`, an f32 leaf that the optimizer steps on (the FP32 master). The original parameters stay
@@ -70,7 +72,6 @@ export class FlatParameter {
   readonly numel: number;
   readonly paddedNumel: number;
   readonly shardNumel: number;
-  readonly requiresGrad: boolean;
   /** This rank's FP32 shard: give it to the optimizer. */
   readonly shard: Tensor;
   readonly placement: FlatParamPlacement;
@@ -93,7 +94,6 @@ export class FlatParameter {
   ) {
     const first = sources[0]!.tensor;
     this.placement = placement;
-    this.requiresGrad = first.requiresGrad;
     for (const { tensor, names } of sources) {
       if (tensor.dtype !== 'f32') {
         throw new FsdpWrapError(
@@ -147,11 +147,26 @@ export class FlatParameter {
       flat.free();
     }
     this.shard.name = `${unitName === '' ? '' : `${unitName}.`}flat_param_${index}`;
-    this.shard.requiresGrad = this.requiresGrad;
+    this.shard.requiresGrad = first.requiresGrad;
     markParameter(this.shard);
     for (const { tensor } of sources) tensor.free();
     for (const e of entries) e.param.free();
     this.state = 'sharded';
+  }
+
+  /**
+   * Whether the flat parameter trains: its shard's `requiresGrad`, which the user may change after
+   * wrapping (fairscale's way to freeze a unit: `requiresGrad = false` on its `parameters()`).
+   */
+  get requiresGrad(): boolean {
+    return this.shard.requiresGrad;
+  }
+
+  /** Give the entries' parameters the shard's `requiresGrad` (each forward, before computing). */
+  syncRequiresGrad(): void {
+    const wanted = this.shard.requiresGrad;
+    for (const e of this.entries)
+      if (e.param.requiresGrad !== wanted) e.param.requiresGrad = wanted;
   }
 
   get shardedState(): ShardedState {

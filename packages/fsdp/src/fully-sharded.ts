@@ -82,6 +82,7 @@ export class FullyShardedDataParallel<
   /** The tensors the unit took from the module at wrap time (before any replacement). */
   private readonly sources = new Set<Tensor>();
   private readonly hookHandles: RemovableHandle[] = [];
+  private readonly hooked = new Set<FlatParameter>();
   /** The units whose parameters this one's module also uses ([Note: parameters shared across units]). */
   private readonly borrowed: BorrowedParams;
 
@@ -159,10 +160,7 @@ export class FullyShardedDataParallel<
           `is sharded by a FullyShardedDataParallel unit: build the optimizer over the unit's parameters() (its flat shards)`,
         );
       }
-      if (!flat.requiresGrad) continue;
-      for (const e of flat.entries) {
-        this.hookHandles.push(e.param.registerPostAccumulateGradHook((p) => this.onGradReady(p)));
-      }
+      this.hookGrads(flat);
     }
     // The wrapper is invisible in names: keep the tensors' names as registerModule found them.
     const named = [...module.namedParameters(), ...module.namedBuffers()].map(
@@ -273,6 +271,10 @@ export class FullyShardedDataParallel<
     let output: Awaited<Out> | undefined;
     try {
       shared.recordForward(this);
+      for (const flat of this.paramGroup.flatParams) {
+        flat.syncRequiresGrad();
+        this.hookGrads(flat);
+      }
       this.paramGroup.unshard();
       if (shared.root.trainingState === 'FORWARD')
         this.prefetch(shared.nextInForward(this), shared);
@@ -347,6 +349,18 @@ export class FullyShardedDataParallel<
           ? `${op} is not allowed inside summonFullParams`
           : `${op} is not allowed now`;
       throw new FsdpStateError(op, this.unitName, this.rank, this.trainingState, states, detail);
+    }
+  }
+
+  /**
+   * Hook the post-accumulate gradient of `flat`'s parameters, once, when it trains (a flat
+   * parameter frozen at wrap time is hooked at the first forward after it is unfrozen).
+   */
+  private hookGrads(flat: FlatParameter): void {
+    if (!flat.requiresGrad || this.hooked.has(flat)) return;
+    this.hooked.add(flat);
+    for (const e of flat.entries) {
+      this.hookHandles.push(e.param.registerPostAccumulateGradHook((p) => this.onGradReady(p)));
     }
   }
 
