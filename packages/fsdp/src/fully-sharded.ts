@@ -48,7 +48,8 @@ const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
  *    requires grad.
  * 2. the first of those hooks to fire in a backward (once per backward, however many outputs or
  *    forwards feed it) is the pre-backward hook: state BACKWARD_PRE, gather again, prefetch the
- *    unit whose backward comes next, point the parameters' `.grad` at views of a flat gradient, and
+ *    next unit whose backward has not run (in the order pre-backward hooks ran in the first
+ *    backward; reversed forward order before), point the parameters' `.grad` at views of a flat gradient, and
  *    queue the root's end-of-backward callback once for the whole backward. The engine runs a
  *    tensor hook before the node that produced the output, so every node that reads the unit's
  *    parameters runs after the gather.
@@ -304,9 +305,11 @@ export class FullyShardedDataParallel<
   }
 
   /**
-   * Run `fn` without reducing gradients: they accumulate in full on every rank (and the full
-   * parameters stay gathered), to be reduced by the first backward outside it (PyTorch's
-   * `no_sync`). Do not step the optimizer inside.
+   * Run `fn` without reducing gradients: they accumulate in full on every rank, to be reduced by
+   * the first backward outside it (PyTorch's `no_sync`). The full parameters are freed after each
+   * unit's backward as after its forward (`reshardAfterForward`, not on the root with
+   * `disableReshardOnRoot`), else they stay gathered, as in fairscale. Do not step the optimizer
+   * inside.
    */
   async noSync<T>(fn: () => T | Promise<T>): Promise<T> {
     const units = this.units();
@@ -400,8 +403,12 @@ export class FullyShardedDataParallel<
     }
     this.assertState('pre-backward', ['IDLE']);
     this.trainingState = 'BACKWARD_PRE';
+    shared.recordBackward(this);
     this.paramGroup.unshard();
-    this.prefetch(shared.nextInBackward(this), shared);
+    // The next unit whose backward has not run yet: one that already reduced would be gathered
+    // again for nothing and held to the end of backward.
+    const next = shared.nextInBackward(this).find((u) => !u.preBackwardRan);
+    this.prefetch(next ?? null, shared);
     await this.paramGroup.waitForUnshard();
     await this.borrowed.gather();
     this.paramGroup.attachGrads();
@@ -413,7 +420,13 @@ export class FullyShardedDataParallel<
     const flat = this.paramGroup.gradReady(param, 'post-backward', this.rank, this.trainingState);
     if (flat === null) return;
     this.trainingState = 'BACKWARD_POST';
-    if (!this.requireGradSync) return;
+    if (!this.requireGradSync) {
+      // Inside noSync the gradient stays full and unreduced; the full parameters are freed as
+      // after forward (fairscale frees them when resharding after forward, and keeps the root's).
+      const keepsFull = this.isRoot && this.options.disableReshardOnRoot;
+      if (this.options.reshardAfterForward && !keepsFull) this.paramGroup.reshard([flat]);
+      return;
+    }
     const shared = this.shared!;
     const done = this.paramGroup.reduceGrads(flat, (f, g, s) => shared.bucketer.reduce(f, g, s));
     done.catch(() => {});

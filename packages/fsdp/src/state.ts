@@ -12,6 +12,12 @@ export class FsdpSharedState {
   readonly units: FullyShardedDataParallel[];
   /** Units in the order their forward started, recorded on the first iteration. */
   readonly forwardOrder: FullyShardedDataParallel[] = [];
+  /**
+   * Units in the order their pre-backward hook ran, recorded in the first backward: the backward
+   * prefetch order from then on. A unit nested in another runs its backward after the outer one's,
+   * though its forward started later, so the reversed forward order is only the first guess.
+   */
+  readonly backwardOrder: FullyShardedDataParallel[] = [];
   private recording = true;
   /** False inside `noSync`: gradients accumulate unreduced. */
   requireSync = true;
@@ -39,7 +45,12 @@ export class FsdpSharedState {
     if (this.recording && !this.forwardOrder.includes(unit)) this.forwardOrder.push(unit);
   }
 
-  /** The first backward ended: the forward order is fixed from now on. */
+  /** Note that `unit`'s pre-backward hook ran (first backward only). */
+  recordBackward(unit: FullyShardedDataParallel): void {
+    if (this.recording && !this.backwardOrder.includes(unit)) this.backwardOrder.push(unit);
+  }
+
+  /** The first backward ended: the forward and backward orders are fixed from now on. */
   stopRecording(): void {
     this.recording = false;
   }
@@ -50,10 +61,17 @@ export class FsdpSharedState {
     return i < 0 ? null : (this.forwardOrder[i + 1] ?? null);
   }
 
-  /** The unit whose backward follows `unit`'s (the one before it in forward order), or null. */
-  nextInBackward(unit: FullyShardedDataParallel): FullyShardedDataParallel | null {
+  /**
+   * The units whose backward follows `unit`'s, nearest first: after the first backward, those
+   * after it in the recorded backward order; before, those before it in forward order.
+   */
+  nextInBackward(unit: FullyShardedDataParallel): FullyShardedDataParallel[] {
+    if (!this.recording) {
+      const i = this.backwardOrder.indexOf(unit);
+      return i < 0 ? [] : this.backwardOrder.slice(i + 1);
+    }
     const i = this.forwardOrder.indexOf(unit);
-    return i <= 0 ? null : (this.forwardOrder[i - 1] ?? null);
+    return i <= 0 ? [] : this.forwardOrder.slice(0, i).reverse();
   }
 
   /** Non-root units whose full parameters are gathered or being gathered. */
