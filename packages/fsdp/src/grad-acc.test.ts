@@ -111,16 +111,21 @@ describe('gradient accumulation with nested units (test_fsdp_grad_acc)', () => {
           const after = { gathers: count('allGather'), scatters: count('reduceScatter') };
           const optimizer = new SGD(model.parameters(), { lr: LR });
           optimizer.step();
+          optimizer.zeroGrad();
+          // A plain step afterwards: n gathers in forward, n - 1 in backward with resharding.
+          await backwardOn(model, first!, backend);
+          const plain = count('allGather') - after.gathers;
           const params = new Map<string, number[]>();
           await model.summonFullParams(async () => {
             for (const [name, p] of model.namedParameters())
               params.set(name, [...(await p.read())]);
           });
-          return { inside, after, params };
+          return { inside, after, plain, params };
         });
         for (const r of results) {
           expect(r.inside).toEqual({ gathers: reshardAfterForward ? 7 : 4, scatters: 0 });
           expect(r.after).toEqual({ gathers: reshardAfterForward ? 13 : 4, scatters: 4 });
+          expect(r.plain).toBe(reshardAfterForward ? 7 : 4);
           for (const [name, values] of expected) {
             const got = r.params.get(name)!;
             for (let i = 0; i < values.length; i++) {
