@@ -24,7 +24,7 @@ import { onLocalRanks, recordOps } from './test-support/ranks.js';
 class Chain extends Module<[Tensor], Promise<Tensor>> {
   constructor(readonly layers: Module<[Tensor], unknown>[]) {
     super();
-    layers.forEach((l, i) => this.registerModule(String(i), l));
+    for (const [i, l] of layers.entries()) this.registerModule(String(i), l);
   }
   async forward(x: Tensor): Promise<Tensor> {
     let h = x;

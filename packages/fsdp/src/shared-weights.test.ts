@@ -35,7 +35,7 @@ class Model extends Module<[Tensor], Promise<Tensor>> {
       wrap ? wrap(l2, true) : l2,
       wrap ? wrap(l3, false) : l3,
     ] as Module<[Tensor], unknown>[];
-    this.layers.forEach((l, i) => this.registerModule(`l${i}`, l));
+    for (const [i, l] of this.layers.entries()) this.registerModule(`l${i}`, l);
   }
   async forward(x: Tensor): Promise<Tensor> {
     let h = x;
