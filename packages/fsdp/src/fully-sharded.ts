@@ -264,7 +264,8 @@ export class FullyShardedDataParallel<
   /** Run `forward` under the unit's sharding; see [Note: FSDP and autograd]. */
   async forward(...args: Args): Promise<Awaited<Out>> {
     const shared = await this.lazyInit();
-    this.assertState('forward', ['IDLE']);
+    // During a backward a forward is a checkpoint's recomputation ([Note: recomputation]).
+    this.assertState('forward', shared.finalCallbackQueued ? RECOMPUTE_STATES : ['IDLE']);
     this.trainingState = 'FORWARD';
     const { inputs, casts } = this.isRoot
       ? castInputs(args, this.options)
@@ -392,23 +393,31 @@ export class FullyShardedDataParallel<
   }
 
   /** The first output gradient of this backward arrived: gather, prefetch, attach flat gradients. */
+  /**
+   * An output gradient arrived. The first of a backward gathers, prefetches and attaches flat
+   * gradients; a later one (more outputs, more forwards, a checkpoint's recomputation) gathers again
+   * and attaches again in case the unit reduced in between ([Note: recomputation]). All are no-ops
+   * when nothing changed.
+   */
   private async preBackward(): Promise<undefined> {
-    if (this.preBackwardRan) return undefined;
-    this.preBackwardRan = true;
     const shared = this.shared!;
     if (!shared.finalCallbackQueued) {
       shared.finalCallbackQueued = true;
       const root = shared.root;
       queueCallback(() => root.finalizeBackward());
     }
-    this.assertState('pre-backward', ['IDLE']);
-    this.trainingState = 'BACKWARD_PRE';
-    shared.recordBackward(this);
+    const first = !this.preBackwardRan;
+    this.assertState('pre-backward', first ? ['IDLE'] : RECOMPUTE_STATES);
+    this.preBackwardRan = true;
+    if (this.trainingState === 'IDLE') this.trainingState = 'BACKWARD_PRE';
+    if (first) shared.recordBackward(this);
     this.paramGroup.unshard();
-    // The next unit whose backward has not run yet: one that already reduced would be gathered
-    // again for nothing and held to the end of backward.
-    const next = shared.nextInBackward(this).find((u) => !u.preBackwardRan);
-    this.prefetch(next ?? null, shared);
+    if (first) {
+      // The next unit whose backward has not run yet: one that already reduced would be gathered
+      // again for nothing and held to the end of backward.
+      const next = shared.nextInBackward(this).find((u) => !u.preBackwardRan);
+      this.prefetch(next ?? null, shared);
+    }
     await this.paramGroup.waitForUnshard();
     await this.borrowed.gather();
     this.paramGroup.attachGrads();
@@ -467,6 +476,21 @@ export class FullyShardedDataParallel<
     for (const unit of shared.units) unit.assertState('end of backward', ['IDLE']);
   }
 }
+
+/**
+ * [Note: recomputation]
+ * Under activation checkpointing a unit's parameters are used again in backward: a checkpoint
+ * inside the unit recomputes with the gathered parameters and runs a nested backward, and a
+ * checkpoint around it calls the unit's forward again during the outer backward. Each nested
+ * backward completes the parameters' gradients on its own (their accumulators have no other
+ * edges there), so a unit called several times in one forward reduces once per call, as fairscale
+ * does: the completed flat gradient is reduce-scattered and added to `shard.grad`, the unit
+ * reshards, and the next output gradient to arrive (every one runs the pre-backward hook) gathers
+ * again and attaches a fresh flat gradient. A forward during a backward is allowed in the backward
+ * states and leaves the unit IDLE until its next pre-backward. Sums of reduce-scatters are the
+ * reduce-scatter of the sum, so the result is that of one reduction, for more collectives.
+ */
+const RECOMPUTE_STATES: readonly TrainingState[] = ['IDLE', 'BACKWARD_PRE', 'BACKWARD_POST'];
 
 /** Free the root's input casts, but not one the output holds ([Note: input casts]). */
 function freeCasts(casts: readonly Tensor[], output: unknown): void {

@@ -9,7 +9,9 @@ import type { FlatParameter } from './flat-param.js';
  * `FullyShardedDataParallel`: IDLE -> FORWARD -> IDLE on every forward; IDLE -> BACKWARD_PRE when
  * the unit's first output gradient arrives; BACKWARD_PRE -> BACKWARD_POST once all its gradients
  * are accumulated; both back to IDLE at the end of backward; IDLE -> SUMMON_FULL_PARAMS -> IDLE
- * around `summonFullParams`.
+ * around `summonFullParams`. During a backward a checkpoint's recomputation may take a unit from
+ * BACKWARD_PRE or BACKWARD_POST through FORWARD to IDLE, and its next output gradient back to
+ * BACKWARD_PRE ([Note: recomputation]).
  */
 export type TrainingState =
   | 'IDLE'
@@ -118,12 +120,11 @@ export class FsdpParamGroup {
     }
     const seen = this.seen.get(flat)!;
     seen.add(param);
-    return seen.size === flat.gradCount ? flat : null;
-  }
-
-  /** Whether `flat`'s gradients all arrived in this backward. */
-  isComplete(flat: FlatParameter): boolean {
-    return this.seen.get(flat)!.size === flat.gradCount;
+    if (seen.size !== flat.gradCount) return null;
+    // Complete: counted afresh from here, since a checkpoint's recomputation completes it again
+    // in the same backward ([Note: recomputation]).
+    seen.clear();
+    return flat;
   }
 
   /** Forget which gradients arrived (end of backward). */
