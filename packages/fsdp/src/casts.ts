@@ -1,6 +1,6 @@
 import { cast, isFloatDType, keep, type Module, Tensor } from '@webshard/tensor-core';
 import type { ResolvedOptions } from './api.js';
-import { mapTensors } from './module-tree.js';
+import { forEachTensor, mapTensors } from './module-tree.js';
 
 /**
  * The root's lazy init: under mixed precision, `module`'s floating buffers in `bufferDtype`, and on
@@ -49,4 +49,12 @@ export function castInputs<Args extends unknown[]>(
     return out;
   }) as Args;
   return { inputs, casts };
+}
+
+/** Free the root's input casts, but not one the output holds ([Note: input casts]). */
+export function freeCasts(casts: readonly Tensor[], output: unknown): void {
+  if (casts.length === 0) return;
+  const kept = new Set<Tensor>();
+  forEachTensor(output, (t) => kept.add(t));
+  for (const t of casts) if (!kept.has(t)) t.free();
 }

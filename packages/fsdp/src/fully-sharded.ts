@@ -8,7 +8,7 @@ import {
 } from '@webshard/tensor-core';
 import { markManagedParameter, queueCallback } from '@webshard/tensor-core/autograd';
 import { type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
-import { castBuffers, castInputs } from './casts.js';
+import { castBuffers, castInputs, freeCasts } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
 import { type FlatParameter, flattenSources } from './flat-param.js';
 import { flatBuffer } from './host-buffers.js';
@@ -19,8 +19,13 @@ import {
   ownParameters,
   WRAPPED_MODULE,
 } from './module-tree.js';
-import { FsdpParamGroup, type TrainingState } from './param-group.js';
-import { BorrowedParams, ownerOf, type ParamOwner, recordOwner } from './shared-params.js';
+import { FsdpParamGroup, RECOMPUTE_STATES, type TrainingState } from './param-group.js';
+import {
+  type BorrowedParams,
+  borrowShared,
+  checkNotUsedOutside,
+  recordOwner,
+} from './shared-params.js';
 import { FsdpSharedState } from './state.js';
 import { type SummonOptions, summonFullParams } from './summon.js';
 
@@ -105,27 +110,10 @@ export class FullyShardedDataParallel<
     const { group } = this.options;
     const found = ownParameters(module, isUnit);
     for (const unit of nestedUnits(module, isUnit)) {
-      for (const { tensor, names } of found) {
-        if (unit.sources.has(tensor)) {
-          throw new FsdpWrapError(
-            op,
-            `parameter '${tensor.name ?? names[0]}' is used both inside the nested unit wrapping ${unit.module.typeName} and outside it: wrap the smallest module that contains every use (autoWrap does), or leave it unwrapped`,
-          );
-        }
-      }
+      checkNotUsedOutside(op, found, unit.sources, unit.module.typeName);
     }
-    // [Note: parameters shared across units]: another unit's parameters are borrowed, not sharded.
-    const sources = found.filter(({ tensor }) => ownerOf(tensor) === undefined);
-    const borrowed = new Map<Tensor, Tensor>();
-    const lenders = new Set<ParamOwner>();
-    for (const { tensor } of found) {
-      const owned = ownerOf(tensor);
-      if (owned === undefined) continue;
-      lenders.add(owned.owner);
-      if (owned.param !== tensor) borrowed.set(tensor, owned.param);
-    }
-    if (borrowed.size > 0) module.replaceTensors(borrowed);
-    this.borrowed = new BorrowedParams([...lenders]);
+    const { sources, borrowed } = borrowShared(module, found);
+    this.borrowed = borrowed;
     const shardBackend = sources[0]?.tensor.backend ?? this.options.computeBackend;
     if (this.options.moveParamsToCpu && shardBackend !== undefined && shardBackend.kind !== 'cpu') {
       throw new FsdpWrapError(
@@ -475,29 +463,6 @@ export class FullyShardedDataParallel<
     }
     for (const unit of shared.units) unit.assertState('end of backward', ['IDLE']);
   }
-}
-
-/**
- * [Note: recomputation]
- * Under activation checkpointing a unit's parameters are used again in backward: a checkpoint
- * inside the unit recomputes with the gathered parameters and runs a nested backward, and a
- * checkpoint around it calls the unit's forward again during the outer backward. Each nested
- * backward completes the parameters' gradients on its own (their accumulators have no other
- * edges there), so a unit called several times in one forward reduces once per call, as fairscale
- * does: the completed flat gradient is reduce-scattered and added to `shard.grad`, the unit
- * reshards, and the next output gradient to arrive (every one runs the pre-backward hook) gathers
- * again and attaches a fresh flat gradient. A forward during a backward is allowed in the backward
- * states and leaves the unit IDLE until its next pre-backward. Sums of reduce-scatters are the
- * reduce-scatter of the sum, so the result is that of one reduction, for more collectives.
- */
-const RECOMPUTE_STATES: readonly TrainingState[] = ['IDLE', 'BACKWARD_PRE', 'BACKWARD_POST'];
-
-/** Free the root's input casts, but not one the output holds ([Note: input casts]). */
-function freeCasts(casts: readonly Tensor[], output: unknown): void {
-  if (casts.length === 0) return;
-  const kept = new Set<Tensor>();
-  forEachTensor(output, (t) => kept.add(t));
-  for (const t of casts) if (!kept.has(t)) t.free();
 }
 
 /** Whether `m` is a unit. */

@@ -21,6 +21,22 @@ export type TrainingState =
   | 'SUMMON_FULL_PARAMS';
 
 /**
+ * [Note: recomputation]
+ * Under activation checkpointing a unit's parameters are used again in backward: a checkpoint
+ * inside the unit recomputes with the gathered parameters and runs a nested backward, and a
+ * checkpoint around it calls the unit's forward again during the outer backward. Each nested
+ * backward completes the parameters' gradients on its own (their accumulators have no other
+ * edges there), so a unit called several times in one forward reduces once per call, as fairscale
+ * does: the completed flat gradient is reduce-scattered and added to `shard.grad`, the unit
+ * reshards, and the next output gradient to arrive (every one runs the pre-backward hook) gathers
+ * again and attaches a fresh flat gradient. A forward during a backward is allowed in the backward
+ * states and leaves the unit IDLE until its next pre-backward. Sums of reduce-scatters are the
+ * reduce-scatter of the sum, so the result is that of one reduction, for more collectives.
+ */
+/** The states a unit may be in when a recomputation calls its forward or its pre-backward hook again. */
+export const RECOMPUTE_STATES: readonly TrainingState[] = ['IDLE', 'BACKWARD_PRE', 'BACKWARD_POST'];
+
+/**
  * The flat parameters of one unit, communicated together: `unshard` / `waitForUnshard` /
  * `reshard` around compute and `reduceGrads` after backward (PyTorch FSDP2's `FSDPParamGroup`).
  */

@@ -1,5 +1,6 @@
-import type { Tensor } from '@webshard/tensor-core';
-import type { FlatParameter } from './flat-param.js';
+import type { Module, Tensor } from '@webshard/tensor-core';
+import { FsdpWrapError } from './errors.js';
+import type { FlatParameter, FlatParamSource } from './flat-param.js';
 import type { FsdpParamGroup, TrainingState } from './param-group.js';
 
 /** The unit that holds a parameter in one of its flat parameters, as a borrower sees it. */
@@ -67,4 +68,46 @@ export class BorrowedParams {
   reshard(gathered: readonly ParamOwner[]): void {
     for (const o of gathered) if (o.trainingState === 'IDLE') o.paramGroup.reshard();
   }
+}
+
+/**
+ * Throw a `FsdpWrapError` when a parameter the unit found is also one of a nested unit's
+ * (`nested`, wrapping a module of type `typeName`).
+ */
+export function checkNotUsedOutside(
+  op: string,
+  found: readonly FlatParamSource[],
+  nested: ReadonlySet<Tensor>,
+  typeName: string,
+): void {
+  for (const { tensor, names } of found) {
+    if (nested.has(tensor)) {
+      throw new FsdpWrapError(
+        op,
+        `parameter '${tensor.name ?? names[0]}' is used both inside the nested unit wrapping ${typeName} and outside it: wrap the smallest module that contains every use (autoWrap does), or leave it unwrapped`,
+      );
+    }
+  }
+}
+
+/**
+ * Split the parameters a new unit found in `module` into its own (`sources`) and those another
+ * unit owns, which `module` gets the owner's tensors for; see [Note: parameters shared across
+ * units].
+ */
+export function borrowShared(
+  module: Module,
+  found: readonly FlatParamSource[],
+): { sources: FlatParamSource[]; borrowed: BorrowedParams } {
+  const sources = found.filter(({ tensor }) => ownerOf(tensor) === undefined);
+  const replacements = new Map<Tensor, Tensor>();
+  const lenders = new Set<ParamOwner>();
+  for (const { tensor } of found) {
+    const owned = ownerOf(tensor);
+    if (owned === undefined) continue;
+    lenders.add(owned.owner);
+    if (owned.param !== tensor) replacements.set(tensor, owned.param);
+  }
+  if (replacements.size > 0) module.replaceTensors(replacements);
+  return { sources, borrowed: new BorrowedParams([...lenders]) };
 }
