@@ -1,6 +1,7 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import type { Backend, DType } from '@webshard/tensor-core';
 import { FsdpConfigError } from './errors.js';
+import { checkOptionNames } from './option-names.js';
 
 /** The 16-bit dtypes mixed precision computes in. */
 export type ComputeDType = 'f16' | 'bf16';
@@ -52,6 +53,11 @@ export interface FsdpOptions {
   bucketCapMb?: number;
   /** Keep the FP32 shard (and so the optimizer state) on the CPU backend while computing on `computeBackend`. */
   moveParamsToCpu?: boolean;
+  /**
+   * @deprecated The old name of `moveParamsToCpu` (fairscale's `cpu_offload`): accepted with a
+   * warning; giving both with different values is an error.
+   */
+  cpuOffload?: boolean;
   /**
    * Keep the sharded FP32 gradient on the CPU backend. Default `moveParamsToCpu`; it must equal it,
    * since the optimizer steps each shard with its gradient on one backend.
@@ -105,9 +111,13 @@ function finitePositive(op: string, name: string, value: number): void {
   }
 }
 
-/** Check the options and fill in the defaults; throws `FsdpConfigError` naming the option. */
+/**
+ * Check the options and fill in the defaults; throws `FsdpConfigError` naming the option, or for
+ * an unknown name the nearest known one.
+ */
 export function resolveOptions(options: FsdpOptions): ResolvedOptions {
   const op = 'FullyShardedDataParallel';
+  const moveParamsToCpu = checkOptionNames(op, options ?? {}) ?? false;
   const group = options.group as ProcessGroup | undefined;
   if (group === undefined || group === null || typeof group.allGather !== 'function') {
     throw new FsdpConfigError(op, 'options.group must be a ProcessGroup');
@@ -139,7 +149,6 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
       `limitAllGathers must be an integer >= 0, got ${limitAllGathers}`,
     );
   }
-  const moveParamsToCpu = options.moveParamsToCpu ?? false;
   if (options.moveGradsToCpu !== undefined && options.moveGradsToCpu !== moveParamsToCpu) {
     throw new FsdpConfigError(
       op,
