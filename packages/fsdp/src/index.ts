@@ -27,5 +27,9 @@ export {
   loadFullStateDict,
   localStateDict,
 } from './state-dict.js';
-export type { FullOptimStateDict } from './optim-state.js';
-export { gatherFullOptimStateDict, loadFullOptimStateDict } from './optim-state.js';
+export type { FullOptimStateDict, GatherOptimOptions } from './optim-state.js';
+export {
+  gatherFullOptimStateDict,
+  getShardFromOptimStateDict,
+  loadFullOptimStateDict,
+} from './optim-state.js';

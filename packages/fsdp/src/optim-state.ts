@@ -9,6 +9,7 @@ import {
 } from '@webshard/tensor-core';
 import type { FullyShardedDataParallel } from './fully-sharded.js';
 import { flatParamsOf, type ShardedLayout, shardedLayout } from './layout.js';
+import { FsdpConfigError } from './errors.js';
 import { consolidateFlat, FsdpStateDictError } from './state-dict.js';
 
 /**
@@ -42,18 +43,38 @@ function shardIndex(
   });
 }
 
+/** Options of `gatherFullOptimStateDict`. */
+export interface GatherOptimOptions {
+  /**
+   * The rank that gets the state (fairscale's `recipient_rank`); the others get null. Default 0.
+   */
+  recipientRank?: number;
+  /** False: every rank gets the state. Default true (only `recipientRank`). */
+  rank0Only?: boolean;
+  /** Where the returned tensors live. Default: a CPU backend of their own. */
+  backend?: Backend;
+}
+
 /**
  * The full optimizer state (fairscale's `gather_full_optim_state_dict`): each shard-shaped state
- * tensor is gathered and cut into the original parameters' shapes. Every rank must call it; with
- * `rank0Only` (default true, as fairscale) the others get null.
+ * tensor is gathered and cut into the original parameters' shapes. Every rank must call it; only
+ * `recipientRank` (default 0) gets it, the others null, unless `rank0Only: false`. A recipient
+ * outside the group is a `FsdpConfigError`, before any collective.
  */
 export async function gatherFullOptimStateDict(
   root: FullyShardedDataParallel,
   optimizer: AnyOptimizer,
-  options: { rank0Only?: boolean; backend?: Backend } = {},
+  options: GatherOptimOptions = {},
 ): Promise<FullOptimStateDict | null> {
   const group = root.options.group;
-  const holds = !(options.rank0Only ?? true) || group.rank === 0;
+  const recipient = options.recipientRank ?? 0;
+  if (!Number.isInteger(recipient) || recipient < 0 || recipient >= group.size) {
+    throw new FsdpConfigError(
+      'gatherFullOptimStateDict',
+      `recipientRank must be an integer in [0, ${group.size}), got ${recipient} (rank ${group.rank})`,
+    );
+  }
+  const holds = !(options.rank0Only ?? true) || group.rank === recipient;
   const backend = options.backend ?? createCpuBackend();
   const layout = shardedLayout(root);
   const index = shardIndex(root, layout, optimizer);
@@ -98,17 +119,19 @@ export async function gatherFullOptimStateDict(
 }
 
 /**
- * Load a full optimizer state (from `gatherFullOptimStateDict` at any world size) into this rank's
- * optimizer over the shards (fairscale's `get_shard_from_optim_state_dict` followed by
- * `load_state_dict`): each state tensor is laid out flat like its parameters and this rank's slice
- * kept. Everything is checked before the optimizer is touched.
+ * This rank's shard of a full optimizer state (from `gatherFullOptimStateDict` at any world size),
+ * in memory, as the optimizer over the shards loads it (fairscale's
+ * `get_shard_from_optim_state_dict`): each state tensor laid out flat like its parameters and this
+ * rank's slice kept, on a CPU backend of its own (the caller frees the tensors, or passes the dict
+ * to `optimizer.loadStateDict`, which copies). Everything is checked before anything is made; no
+ * collective.
  */
-export async function loadFullOptimStateDict(
+export async function getShardFromOptimStateDict(
   root: FullyShardedDataParallel,
   optimizer: AnyOptimizer,
   full: FullOptimStateDict,
-): Promise<void> {
-  const op = 'loadFullOptimStateDict';
+): Promise<OptimizerStateDict> {
+  const op = 'getShardFromOptimStateDict';
   const layout = shardedLayout(root);
   const index = shardIndex(root, layout, optimizer);
   const own = optimizer.stateDict();
@@ -119,8 +142,8 @@ export async function loadFullOptimStateDict(
     );
   }
   const rank = root.options.group.rank;
+  const flatValues: { i: number; key: string; values: Float32Array; numel: number }[] = [];
   const state: OptimizerStateDict['state'] = {};
-  const shardBackend = createCpuBackend();
   for (const [i, { flat, layout: fl }] of index.entries()) {
     const entries = fl.entries.map((e) => full.state[e.names[0]!]);
     if (entries.every((s) => s === undefined)) continue;
@@ -144,16 +167,37 @@ export async function loadFullOptimStateDict(
         }
         values.set((await t.read()) as Float32Array, e.offset);
       }
-      const slice = keep(Tensor.empty(shardBackend, [flat.shardNumel], 'f32'));
-      slice.write(values.subarray(rank * flat.shardNumel, (rank + 1) * flat.shardNumel));
-      out[key] = slice;
+      flatValues.push({ i, key, values, numel: flat.shardNumel });
     }
     state[i] = out;
   }
+  const shardBackend = createCpuBackend();
+  for (const { i, key, values, numel } of flatValues) {
+    const slice = keep(Tensor.empty(shardBackend, [numel], 'f32'));
+    slice.write(values.subarray(rank * numel, (rank + 1) * numel));
+    state[i]![key] = slice;
+  }
   const groups = own.param_groups.map((g, i) => ({ ...full.param_groups[i]!, params: g.params }));
-  await optimizer.loadStateDict({ state, param_groups: groups });
-  for (const s of Object.values(state)) {
-    for (const v of Object.values(s)) if (v instanceof Tensor) v.free();
+  return { state, param_groups: groups };
+}
+
+/**
+ * Load a full optimizer state (from `gatherFullOptimStateDict` at any world size) into this rank's
+ * optimizer over the shards: `getShardFromOptimStateDict`, then `optimizer.loadStateDict`.
+ * Everything is checked before the optimizer is touched.
+ */
+export async function loadFullOptimStateDict(
+  root: FullyShardedDataParallel,
+  optimizer: AnyOptimizer,
+  full: FullOptimStateDict,
+): Promise<void> {
+  const shard = await getShardFromOptimStateDict(root, optimizer, full);
+  try {
+    await optimizer.loadStateDict(shard);
+  } finally {
+    for (const s of Object.values(shard.state)) {
+      for (const v of Object.values(s)) if (v instanceof Tensor) v.free();
+    }
   }
 }
 
