@@ -25,6 +25,7 @@ export {
   FsdpStateDictError,
   fullStateDict,
   loadFullStateDict,
+  loadLocalStateDict,
   localStateDict,
 } from './state-dict.js';
 export type { FullOptimStateDict, GatherOptimOptions } from './optim-state.js';

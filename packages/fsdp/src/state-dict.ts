@@ -9,7 +9,13 @@ import {
 import { FsdpError } from './errors.js';
 import type { FullyShardedDataParallel } from './fully-sharded.js';
 import { cleanPath } from './module-tree.js';
-import { buffersOf, flatParamsOf, type ShardedLayout, shardedLayout } from './layout.js';
+import {
+  buffersOf,
+  type FlatParamLayout,
+  flatParamsOf,
+  type ShardedLayout,
+  shardedLayout,
+} from './layout.js';
 
 /** A full state dict, a local one or a checkpoint that does not fit the model. Nothing was changed. */
 export class FsdpStateDictError extends FsdpError {
@@ -223,6 +229,85 @@ export function localStateDict(root: FullyShardedDataParallel): LocalStateDict {
   const shards = new Map<string, Tensor>();
   for (const { key, flat } of flatParamsOf(root)) shards.set(key, flat.shard);
   return { rank: root.options.group.rank, layout, shards, buffers: buffersOf(root, layout) };
+}
+
+/** Describe how the layout `given` differs from the model's `own`, one line per difference. */
+function layoutDifferences(own: ShardedLayout, given: ShardedLayout): string[] {
+  const out: string[] = [];
+  if (own.worldSize !== given.worldSize) {
+    out.push(`world size ${given.worldSize}, the model's ${own.worldSize}`);
+  }
+  const keys = (l: ShardedLayout) => l.flatParams.map((f) => f.key).join(', ');
+  if (keys(own) !== keys(given)) {
+    out.push(`flat parameters [${keys(given)}], the model's [${keys(own)}]`);
+    return out;
+  }
+  for (const [i, fl] of own.flatParams.entries()) {
+    const g = given.flatParams[i]!;
+    const entries = (f: FlatParamLayout) =>
+      f.entries.map((e) => `${e.names[0]}[${e.shape.join(',')}]@${e.offset}`).join(' ');
+    if (g.numel !== fl.numel || entries(g) !== entries(fl)) {
+      out.push(`${fl.key} holds ${entries(g)}, the model's ${entries(fl)}`);
+    }
+  }
+  const buffers = (l: ShardedLayout) => [...l.buffers].sort().join(', ');
+  if (buffers(own) !== buffers(given)) {
+    out.push(`buffers [${buffers(given)}], the model's [${buffers(own)}]`);
+  }
+  return out;
+}
+
+/**
+ * Load this rank's local state dict (from `localStateDict` of a model wrapped the same way at the
+ * same world size, on the same rank) into a wrapped model, in memory (fairscale's
+ * `load_local_state_dict`): each shard and buffer is copied in. The rank, the layout and every
+ * shard's size are checked first; a mismatch is a `FsdpStateDictError` listing every problem and
+ * nothing is written. No collective. To change world size, go through `fullStateDict` or a sharded
+ * checkpoint.
+ */
+export async function loadLocalStateDict(
+  root: FullyShardedDataParallel,
+  local: LocalStateDict,
+): Promise<void> {
+  const op = 'loadLocalStateDict';
+  for (const unit of root.units()) unit.assertState(op, ['IDLE']);
+  const rank = root.options.group.rank;
+  const layout = shardedLayout(root);
+  const problems = layoutDifferences(layout, local.layout);
+  if (local.rank !== rank) problems.unshift(`it is rank ${local.rank}'s, this is rank ${rank}`);
+  const flats = flatParamsOf(root);
+  const sources = flats.map(({ key, flat }) => {
+    const t = local.shards.get(key);
+    if (t === undefined) problems.push(`no shard ${key}`);
+    else if (t.isFreed) problems.push(`shard ${key} was freed`);
+    else if (t.size !== flat.shardNumel) {
+      problems.push(`shard ${key} has ${t.size} elements, the model's ${flat.shardNumel}`);
+    }
+    return t;
+  });
+  const own = buffersOf(root, layout);
+  for (const [name, b] of own) {
+    const t = local.buffers.get(name);
+    if (t === undefined) problems.push(`no buffer ${name}`);
+    else if (t.size !== b.size)
+      problems.push(`buffer ${name} has ${t.size} elements, the model's ${b.size}`);
+  }
+  if (problems.length > 0) {
+    throw new FsdpStateDictError(
+      op,
+      `the local state dict does not fit rank ${rank}: ${problems.join('; ')}`,
+    );
+  }
+  const values = await Promise.all(sources.map((t) => t!.read()));
+  const bufferValues = await Promise.all(
+    [...own.keys()].map((name) => local.buffers.get(name)!.read()),
+  );
+  flats.forEach(({ flat }, i) => {
+    flat.shard.write(values[i]!);
+  });
+  [...own.values()].forEach((b, i) => {
+    b.write(bufferValues[i]!);
+  });
 }
 
 /** The full values of every flat parameter, from one shard array per rank (in rank order). */
