@@ -105,7 +105,8 @@ export function defaultPredivideFactor(worldSize: number): number {
   return factor;
 }
 
-function finitePositive(op: string, name: string, value: number): void {
+/** Throw a `FsdpConfigError` unless `value` is a finite number > 0. */
+export function finitePositive(op: string, name: string, value: number): void {
   if (!Number.isFinite(value) || value <= 0) {
     throw new FsdpConfigError(op, `${name} must be a finite number > 0, got ${value}`);
   }

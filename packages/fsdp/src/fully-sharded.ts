@@ -7,7 +7,7 @@ import {
   type Tensor,
 } from '@webshard/tensor-core';
 import { markManagedParameter, queueCallback } from '@webshard/tensor-core/autograd';
-import { type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
+import { finitePositive, type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
 import { castBuffers, castInputs, freeCasts } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
 import { type FlatParameter, flattenSources } from './flat-param.js';
@@ -331,6 +331,30 @@ export class FullyShardedDataParallel<
     };
     await this.summonFullParams(() => visit(this.module));
     return this;
+  }
+
+  /**
+   * Divide gradients by `pre` before the reduce-scatter and by `post` after it (fairscale's
+   * `set_gradient_divide_factors`), in this unit and, with `recursive`, in every unit under it.
+   * Only between steps (IDLE); a factor that is not a finite number > 0 is a `FsdpConfigError`.
+   * `pre * post` should be the world size for an average.
+   */
+  setGradientDivideFactors(pre: number, post: number, recursive: boolean): void {
+    const op = 'setGradientDivideFactors';
+    finitePositive(op, 'pre', pre);
+    finitePositive(op, 'post', post);
+    const units = recursive ? this.units() : [this];
+    for (const unit of units) unit.assertState(op, ['IDLE']);
+    for (const unit of units) {
+      const settings = unit.paramGroup.settings;
+      unit.paramGroup.settings = { ...settings, predivide: pre, postdivide: post };
+    }
+  }
+
+  /** The factors gradients are divided by before and after the reduce-scatter. */
+  get gradientDivideFactors(): { readonly pre: number; readonly post: number } {
+    const { predivide, postdivide } = this.paramGroup.settings;
+    return { pre: predivide, post: postdivide };
   }
 
   /** Throw a `FsdpStateError` unless the unit is in one of `states`. */

@@ -14,7 +14,7 @@ import { makeBatches, Net, SMALL, slice } from './test-support/models.js';
 import { wrapNet } from './test-support/parity.js';
 import { onLocalRanks } from './test-support/ranks.js';
 
-async function step(model: FullyShardedDataParallel, backend: Backend, batchIndex: number) {
+async function step(model: ReturnType<typeof wrapNet>, backend: Backend, batchIndex: number) {
   const world = model.options.group.size;
   const rank = model.options.group.rank;
   const rows = 8 / world;

@@ -49,7 +49,8 @@ export class FsdpParamGroup {
     readonly unitName: () => string,
     readonly group: ProcessGroup,
     readonly flatParams: readonly FlatParameter[],
-    readonly settings: ReduceSettings,
+    /** How gradients are reduced; `setGradientDivideFactors` replaces it. */
+    public settings: ReduceSettings,
   ) {
     for (const flat of flatParams) {
       this.seen.set(flat, new Set());
