@@ -14,6 +14,13 @@ export interface FsdpOptions {
   /** The process group the parameters are sharded over. */
   group: ProcessGroup;
   /**
+   * A second group over the same ranks for the gradients' reduce-scatters, so they run beside the
+   * all-gathers instead of queueing behind them (fairscale's `process_group_reduce_scatter`; the
+   * root's is used for the whole tree). Default: `group`. Another size or rank than `group`'s is a
+   * `FsdpConfigError` (fairscale falls back to `group` with a warning).
+   */
+  processGroupReduceScatter?: ProcessGroup;
+  /**
    * The world size this unit is written for; a group of another size is an error. Defaults to the
    * group's size (no check).
    */
@@ -81,6 +88,7 @@ export interface FsdpOptions {
 /** The options with every default filled in. */
 export interface ResolvedOptions {
   readonly group: ProcessGroup;
+  readonly processGroupReduceScatter: ProcessGroup;
   readonly flattenParameters: boolean;
   readonly reshardAfterForward: boolean;
   readonly disableReshardOnRoot: boolean;
@@ -123,6 +131,16 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
   if (group === undefined || group === null || typeof group.allGather !== 'function') {
     throw new FsdpConfigError(op, 'options.group must be a ProcessGroup');
   }
+  const reduceScatter = options.processGroupReduceScatter ?? group;
+  if (typeof reduceScatter?.reduceScatter !== 'function') {
+    throw new FsdpConfigError(op, 'options.processGroupReduceScatter must be a ProcessGroup');
+  }
+  if (reduceScatter.size !== group.size || reduceScatter.rank !== group.rank) {
+    throw new FsdpConfigError(
+      op,
+      `processGroupReduceScatter is rank ${reduceScatter.rank} of ${reduceScatter.size}, group rank ${group.rank} of ${group.size}: it must hold the same ranks`,
+    );
+  }
   if (options.worldSize !== undefined && options.worldSize !== group.size) {
     throw new FsdpConfigError(
       op,
@@ -158,6 +176,7 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
   }
   return {
     group,
+    processGroupReduceScatter: reduceScatter,
     flattenParameters: options.flattenParameters ?? true,
     reshardAfterForward: options.reshardAfterForward ?? true,
     disableReshardOnRoot: options.disableReshardOnRoot ?? true,

@@ -35,7 +35,7 @@ export class FsdpSharedState {
   ) {
     this.units = units;
     this.bucketer = new ReduceScatterBucketer(
-      root.options.group,
+      root.options.processGroupReduceScatter,
       Math.floor(root.options.bucketCapMb * 2 ** 20),
     );
   }
