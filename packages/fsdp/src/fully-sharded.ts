@@ -63,7 +63,7 @@ const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
  *    to the parameter's accumulator), so the unit frees them and issues the reduce-scatter right
  *    away, overlapping the rest of backward. Frozen parameters are a flat parameter of their own and
  *    are freed at the end of backward instead.
- * 4. the end-of-backward callback issues, in unit order, the reduce-scatters of flat parameters
+ * 4. the end-of-backward callback (`FsdpSharedState.finalizeBackward`) issues, in unit order, the reduce-scatters of flat parameters
  *    whose gradients were only partly produced, awaits every reduction, frees what is still
  *    gathered and puts every unit back to IDLE. `shard.grad` then holds the averaged gradient.
  * Collectives on a group run in issue order, so every rank must issue them in the same order: the
@@ -84,7 +84,6 @@ export class FullyShardedDataParallel<
   requireGradSync = true;
   private shared: FsdpSharedState | null = null;
   private path: string | null = null;
-  private preBackwardRan = false;
   /** The tensors the unit took from the module at wrap time (before any replacement). */
   private readonly sources = new Set<Tensor>();
   private readonly hookHandles: RemovableHandle[] = [];
@@ -415,19 +414,18 @@ export class FullyShardedDataParallel<
     const shared = this.shared!;
     if (!shared.finalCallbackQueued) {
       shared.finalCallbackQueued = true;
-      const root = shared.root;
-      queueCallback(() => root.finalizeBackward());
+      queueCallback(() => shared.finalizeBackward());
     }
-    const first = !this.preBackwardRan;
+    const first = !shared.preBackwardRan.has(this);
     this.assertState('pre-backward', first ? ['IDLE'] : RECOMPUTE_STATES);
-    this.preBackwardRan = true;
+    shared.preBackwardRan.add(this);
     if (this.trainingState === 'IDLE') this.trainingState = 'BACKWARD_PRE';
     if (first) shared.recordBackward(this);
     this.paramGroup.unshard();
     if (first) {
       // The next unit whose backward has not run yet: one that already reduced would be gathered
       // again for nothing and held to the end of backward.
-      const next = shared.nextInBackward(this).find((u) => !u.preBackwardRan);
+      const next = shared.nextInBackward(this).find((u) => !shared.preBackwardRan.has(u));
       this.prefetch(next ?? null, shared);
     }
     await this.paramGroup.waitForUnshard();
@@ -452,40 +450,6 @@ export class FullyShardedDataParallel<
     const done = this.paramGroup.reduceGrads(flat, (f, g, s) => shared.bucketer.reduce(f, g, s));
     done.catch(() => {});
     shared.pending.push(done);
-  }
-
-  /** The root's end-of-backward callback; see [Note: FSDP and autograd], step 4. */
-  private async finalizeBackward(): Promise<void> {
-    const shared = this.shared!;
-    try {
-      for (const unit of shared.units) await unit.paramGroup.waitForUnshard();
-      for (const unit of shared.units) {
-        if (!unit.requireGradSync) continue;
-        for (const flat of unit.paramGroup.flatParams) {
-          if (flat.fullGrad === null) continue;
-          const done = unit.paramGroup.reduceGrads(flat, (f, g, s) =>
-            shared.bucketer.reduce(f, g, s),
-          );
-          done.catch(() => {});
-          shared.pending.push(done);
-        }
-      }
-      shared.bucketer.flush();
-      await Promise.all(shared.pending);
-    } finally {
-      shared.pending.length = 0;
-      shared.finalCallbackQueued = false;
-      shared.stopRecording();
-      for (const unit of shared.units) {
-        unit.preBackwardRan = false;
-        unit.paramGroup.resetGradCounts();
-        if (unit.requireGradSync) unit.paramGroup.reshard();
-        if (unit.trainingState === 'BACKWARD_PRE' || unit.trainingState === 'BACKWARD_POST') {
-          unit.trainingState = 'IDLE';
-        }
-      }
-    }
-    for (const unit of shared.units) unit.assertState('end of backward', ['IDLE']);
   }
 }
 

@@ -25,6 +25,8 @@ export class FsdpSharedState {
   finalCallbackQueued = false;
   /** Reductions issued during this backward, awaited by the end-of-backward callback. */
   readonly pending: Promise<void>[] = [];
+  /** The units whose pre-backward hook ran in this backward. */
+  readonly preBackwardRan = new Set<FullyShardedDataParallel>();
 
   /** Batches small reduce-scatters ([Note: reduce-scatter buckets]). */
   readonly bucketer: ReduceScatterBucketer;
@@ -79,5 +81,42 @@ export class FsdpSharedState {
     let n = 0;
     for (const u of this.units) if (u !== this.root && u.paramGroup.isUnshardedOrGathering) n++;
     return n;
+  }
+
+  /**
+   * The end-of-backward callback, queued once per backward by the first pre-backward hook; see
+   * [Note: FSDP and autograd], step 4: reduce what was only partly produced, await every
+   * reduction, reshard, and put every unit back to IDLE.
+   */
+  async finalizeBackward(): Promise<void> {
+    try {
+      for (const unit of this.units) await unit.paramGroup.waitForUnshard();
+      for (const unit of this.units) {
+        if (!unit.requireGradSync) continue;
+        for (const flat of unit.paramGroup.flatParams) {
+          if (flat.fullGrad === null) continue;
+          const done = unit.paramGroup.reduceGrads(flat, (f, g, s) =>
+            this.bucketer.reduce(f, g, s),
+          );
+          done.catch(() => {});
+          this.pending.push(done);
+        }
+      }
+      this.bucketer.flush();
+      await Promise.all(this.pending);
+    } finally {
+      this.pending.length = 0;
+      this.finalCallbackQueued = false;
+      this.preBackwardRan.clear();
+      this.stopRecording();
+      for (const unit of this.units) {
+        unit.paramGroup.resetGradCounts();
+        if (unit.requireGradSync) unit.paramGroup.reshard();
+        if (unit.trainingState === 'BACKWARD_PRE' || unit.trainingState === 'BACKWARD_POST') {
+          unit.trainingState = 'IDLE';
+        }
+      }
+    }
+    for (const unit of this.units) unit.assertState('end of backward', ['IDLE']);
   }
 }
