@@ -54,7 +54,8 @@ const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
  * 2. the first of those hooks to fire in a backward (once per backward, however many outputs or
  *    forwards feed it) is the pre-backward hook: state BACKWARD_PRE, gather again, prefetch the
  *    next unit whose backward has not run (in the order pre-backward hooks ran in the first
- *    backward; reversed forward order before), point the parameters' `.grad` at views of a flat gradient, and
+ *    backward; reversed forward order before), point the parameters' `.grad` at views of a flat
+ *    gradient, and
  *    queue the root's end-of-backward callback once for the whole backward. The engine runs a
  *    tensor hook before the node that produced the output, so every node that reads the unit's
  *    parameters runs after the gather.
@@ -63,9 +64,9 @@ const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
  *    to the parameter's accumulator), so the unit frees them and issues the reduce-scatter right
  *    away, overlapping the rest of backward. Frozen parameters are a flat parameter of their own and
  *    are freed at the end of backward instead.
- * 4. the end-of-backward callback (`FsdpSharedState.finalizeBackward`) issues, in unit order, the reduce-scatters of flat parameters
- *    whose gradients were only partly produced, awaits every reduction, frees what is still
- *    gathered and puts every unit back to IDLE. `shard.grad` then holds the averaged gradient.
+ * 4. the end-of-backward callback (`FsdpSharedState.finalizeBackward`) issues, in unit order,
+ *    the reduce-scatters of flat parameters whose gradients were only partly produced, awaits
+ *    every reduction, frees what is still gathered and puts every unit back to IDLE. `shard.grad` then holds the averaged gradient.
  * Collectives on a group run in issue order, so every rank must issue them in the same order: the
  * order above depends only on the module structure and the graph, which are the same on every
  * rank. A parameter that gets a gradient on some ranks and not others makes the reduce-scatters go
