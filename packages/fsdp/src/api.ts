@@ -83,6 +83,13 @@ export interface FsdpOptions {
    * gathered to.
    */
   computeBackend?: Backend;
+  /** `toString()` shows every option of each unit, not only fairscale's three. Default false. */
+  verbose?: boolean;
+  /**
+   * Allow `resetParameters()` after wrapping (fairscale's `allow_reset_parameters`): it calls the
+   * wrapped module's `resetParameters()` with the full parameters gathered. Default false.
+   */
+  allowResetParameters?: boolean;
 }
 
 /** The options with every default filled in. */
@@ -104,6 +111,8 @@ export interface ResolvedOptions {
   readonly forceInputToFp32: boolean;
   readonly limitAllGathers: number;
   readonly computeBackend: Backend | undefined;
+  readonly verbose: boolean;
+  readonly allowResetParameters: boolean;
 }
 
 /** fairscale's default pre-divide factor: powers of two while they divide and stay below sqrt(n). */
@@ -192,5 +201,7 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
     forceInputToFp32: options.forceInputToFp32 ?? false,
     limitAllGathers,
     computeBackend: options.computeBackend,
+    verbose: options.verbose ?? false,
+    allowResetParameters: options.allowResetParameters ?? false,
   };
 }

@@ -10,11 +10,13 @@ import { markManagedParameter, queueCallback } from '@webshard/tensor-core/autog
 import { finitePositive, type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
 import { castBuffers, castInputs, freeCasts } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
+import { extraRepr, moduleTree } from './repr.js';
 import { type FlatParameter, flattenSources } from './flat-param.js';
 import { flatBuffer } from './host-buffers.js';
 import {
   cleanPath,
   forEachTensor,
+  namedShards,
   nestedUnits,
   ownParameters,
   WRAPPED_MODULE,
@@ -23,11 +25,17 @@ import { FsdpParamGroup, RECOMPUTE_STATES, type TrainingState } from './param-gr
 import {
   type BorrowedParams,
   borrowShared,
+  appendShared,
   checkNotUsedOutside,
   recordOwner,
 } from './shared-params.js';
 import { FsdpSharedState } from './state.js';
-import { type SummonOptions, summonFullParams } from './summon.js';
+import {
+  applyWithFullParams,
+  resetWithFullParams,
+  type SummonOptions,
+  summonFullParams,
+} from './summon.js';
 
 const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
 
@@ -55,10 +63,9 @@ const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
  *    forwards feed it) is the pre-backward hook: state BACKWARD_PRE, gather again, prefetch the
  *    next unit whose backward has not run (in the order pre-backward hooks ran in the first
  *    backward; reversed forward order before), point the parameters' `.grad` at views of a flat
- *    gradient, and
- *    queue the root's end-of-backward callback once for the whole backward. The engine runs a
- *    tensor hook before the node that produced the output, so every node that reads the unit's
- *    parameters runs after the gather.
+ *    gradient, and queue the root's end-of-backward callback once for the whole backward. The
+ *    engine runs a tensor hook before the node that produced the output, so every node that reads
+ *    the unit's parameters runs after the gather.
  * 3. post-accumulate hooks count the parameters whose gradient is complete; when a flat
  *    parameter's last one arrives, every node that reads those parameters has run (each has an edge
  *    to the parameter's accumulator), so the unit frees them and issues the reduce-scatter right
@@ -66,7 +73,8 @@ const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
  *    are freed at the end of backward instead.
  * 4. the end-of-backward callback (`FsdpSharedState.finalizeBackward`) issues, in unit order,
  *    the reduce-scatters of flat parameters whose gradients were only partly produced, awaits
- *    every reduction, frees what is still gathered and puts every unit back to IDLE. `shard.grad` then holds the averaged gradient.
+ *    every reduction, frees what is still gathered and puts every unit back to IDLE. `shard.grad`
+ *    then holds the averaged gradient.
  * Collectives on a group run in issue order, so every rank must issue them in the same order: the
  * order above depends only on the module structure and the graph, which are the same on every
  * rank. A parameter that gets a gradient on some ranks and not others makes the reduce-scatters go
@@ -213,20 +221,8 @@ export class FullyShardedDataParallel<
         .namedParameters(options)
         .map(([name, t]) => [cleanPath(name), t] as [string, Tensor]);
     }
-    const out: [string, Tensor][] = [];
-    const modules: [string, Module][] =
-      options.recurse === false ? [['', this]] : this.namedModules();
-    for (const [path, m] of modules) {
-      if (!(m instanceof FullyShardedDataParallel)) continue;
-      const prefix = cleanPath(path);
-      const dot = prefix === '' ? '' : `${prefix}.`;
-      m.paramGroup.flatParams.forEach((flat, i) => {
-        // Unflattened, a flat parameter holds one parameter: the shard goes by its name.
-        const own = m.options.flattenParameters ? undefined : flat.entries[0]?.names[0];
-        out.push([`${dot}${own ?? `flat_param_${i}`}`, flat.shard]);
-      });
-    }
-    return out;
+    const units = options.recurse === false ? [['', this] as const] : this.namedModules();
+    return namedShards(units.filter((e): e is [string, FullyShardedDataParallel] => isUnit(e[1])));
   }
 
   /**
@@ -325,11 +321,7 @@ export class FullyShardedDataParallel<
    * numbers gives the unwrapped model's weights.
    */
   async applyFullParams(fn: (module: Module) => void | Promise<void>): Promise<this> {
-    const visit = async (m: Module): Promise<void> => {
-      for (const child of m.children()) await visit(child);
-      await fn(m);
-    };
-    await this.summonFullParams(() => visit(this.module));
+    await applyWithFullParams(this, fn);
     return this;
   }
 
@@ -355,6 +347,38 @@ export class FullyShardedDataParallel<
   get gradientDivideFactors(): { readonly pre: number; readonly post: number } {
     const { predivide, postdivide } = this.paramGroup.settings;
     return { pre: predivide, post: postdivide };
+  }
+
+  /**
+   * Declare that this unit's module uses `param`, a parameter another unit holds (fairscale's
+   * `append_shared_param`): the owner is gathered around this unit's forward and from its
+   * pre-backward ([Note: parameters shared across units]). A shared parameter registered in this
+   * unit's module is found at wrap time; this is for one the module reaches otherwise (a closure).
+   * Pass the tensor the owner's module computes with. Before the first forward only; a parameter no
+   * other unit holds is a `FsdpWrapError`.
+   */
+  appendSharedParam(param: Tensor): void {
+    appendShared(this, this.borrowed, param, this.shared !== null);
+  }
+
+  /**
+   * Call the wrapped module's `resetParameters()` with the full parameters gathered, writing the
+   * result back into the shards (fairscale's `reset_parameters`, which calls it on the flattened
+   * parameters). Only with `allowResetParameters`; otherwise, or when the module has no
+   * `resetParameters`, a `FsdpConfigError`.
+   */
+  resetParameters(): Promise<void> {
+    return resetWithFullParams(this);
+  }
+
+  /** The unit's settings on one line (fairscale's `extra_repr`); every option with `verbose`. */
+  extraRepr(): string {
+    return extraRepr(this.options, this.isRoot);
+  }
+
+  /** The module tree, each unit with its `extraRepr`, as PyTorch prints a module. */
+  override toString(): string {
+    return moduleTree(this, (m) => (m instanceof FullyShardedDataParallel ? m.extraRepr() : null));
   }
 
   /** Throw a `FsdpStateError` unless the unit is in one of `states`. */
@@ -404,7 +428,6 @@ export class FullyShardedDataParallel<
     unit.paramGroup.unshard();
   }
 
-  /** The first output gradient of this backward arrived: gather, prefetch, attach flat gradients. */
   /**
    * An output gradient arrived. The first of a backward gathers, prefetches and attaches flat
    * gradients; a later one (more outputs, more forwards, a checkpoint's recomputation) gathers again

@@ -1,5 +1,5 @@
 import { type Module, Tensor } from '@webshard/tensor-core';
-import type { FlatParamSource } from './flat-param.js';
+import type { FlatParameter, FlatParamSource } from './flat-param.js';
 
 /** The child name of the wrapped module; state-dict keys and unit names leave it out. */
 export const WRAPPED_MODULE = '_fsdp_wrapped_module';
@@ -96,4 +96,30 @@ export function mapTensors(value: unknown, fn: (t: Tensor) => Tensor): unknown {
     return changed ? Object.fromEntries(entries) : value;
   }
   return value;
+}
+
+/**
+ * `[name, shard]` of every flat parameter of `units` (each with its path from the unit asked):
+ * `<path>.flat_param_<i>`, or, unflattened, where a flat parameter holds one parameter, that
+ * parameter's name, as fairscale names them.
+ */
+export function namedShards(
+  units: readonly (readonly [
+    string,
+    {
+      readonly options: { readonly flattenParameters: boolean };
+      readonly flatParameters: readonly FlatParameter[];
+    },
+  ])[],
+): [string, Tensor][] {
+  const out: [string, Tensor][] = [];
+  for (const [path, unit] of units) {
+    const prefix = cleanPath(path);
+    const dot = prefix === '' ? '' : `${prefix}.`;
+    unit.flatParameters.forEach((flat, i) => {
+      const own = unit.options.flattenParameters ? undefined : flat.entries[0]?.names[0];
+      out.push([`${dot}${own ?? `flat_param_${i}`}`, flat.shard]);
+    });
+  }
+  return out;
 }

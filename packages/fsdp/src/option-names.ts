@@ -19,6 +19,8 @@ export const OPTION_NAMES = [
   'forceInputToFp32',
   'limitAllGathers',
   'computeBackend',
+  'verbose',
+  'allowResetParameters',
   'cpuOffload',
 ] as const;
 

@@ -1,5 +1,5 @@
 import type { Module, Tensor } from '@webshard/tensor-core';
-import { FsdpWrapError } from './errors.js';
+import { FsdpStateError, FsdpWrapError } from './errors.js';
 import type { FlatParameter, FlatParamSource } from './flat-param.js';
 import type { FsdpParamGroup, TrainingState } from './param-group.js';
 
@@ -54,7 +54,12 @@ export function ownerOf(t: Tensor): Owned | undefined {
 
 /** The owners a borrower gathers around its forward and in its backward. */
 export class BorrowedParams {
-  constructor(readonly owners: readonly ParamOwner[]) {}
+  constructor(private readonly owners: ParamOwner[]) {}
+
+  /** Also gather `owner`'s parameters (`appendSharedParam`); no-op when already there. */
+  add(owner: ParamOwner): void {
+    if (!this.owners.includes(owner)) this.owners.push(owner);
+  }
 
   /** Gather every owner's parameters; returns the owners that were sharded before. */
   async gather(): Promise<ParamOwner[]> {
@@ -110,4 +115,38 @@ export function borrowShared(
   }
   if (replacements.size > 0) module.replaceTensors(replacements);
   return { sources, borrowed: new BorrowedParams([...lenders]) };
+}
+
+/**
+ * `appendSharedParam`: `borrower` also gathers the unit that holds `param`; a `FsdpWrapError` when
+ * no unit, or the borrower itself, holds it, a `FsdpStateError` after the first forward.
+ */
+export function appendShared(
+  borrower: ParamOwner & { readonly rank: number },
+  borrowed: BorrowedParams,
+  param: Tensor,
+  initialized: boolean,
+): void {
+  if (initialized) {
+    throw new FsdpStateError(
+      'appendSharedParam',
+      borrower.unitName,
+      borrower.rank,
+      'initialized',
+      ['not initialized'],
+      'call it before the first forward',
+    );
+  }
+  const owned = ownerOf(param);
+  if (owned === undefined || owned.owner === borrower) {
+    const why =
+      owned === undefined
+        ? 'held by no unit: wrap the module that owns it first'
+        : "this unit's own";
+    throw new FsdpWrapError(
+      'appendSharedParam',
+      `unit '${borrower.unitName}' rank ${borrower.rank}: parameter '${param.name}' is ${why}`,
+    );
+  }
+  borrowed.add(owned.owner);
 }

@@ -7,13 +7,16 @@ import {
   createCpuBackend,
   Linear,
   Module,
+  matmul,
   RandomGenerator,
   SGD,
   sum,
   type Tensor,
   tensor,
+  transpose,
 } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
+import { FsdpWrapError } from './errors.js';
 import { FullyShardedDataParallel } from './fully-sharded.js';
 import { onLocalRanks } from './test-support/ranks.js';
 import { fullStateDict } from './state-dict.js';
@@ -124,4 +127,112 @@ describe('a weight shared by sibling units (test_fsdp_shared_weights)', () => {
       });
     }
   }
+});
+
+/** Linear(4, 4) of its own bias, and the weight of another layer, reached through a closure. */
+class BorrowsWeight extends Module<[Tensor], Tensor> {
+  readonly own: Linear;
+  constructor(
+    backend: Backend,
+    private readonly weight: () => Tensor,
+  ) {
+    super();
+    this.own = this.registerModule(
+      'own',
+      new Linear(4, 4, { backend, generator: new RandomGenerator(8) }),
+    );
+  }
+  forward(x: Tensor): Tensor {
+    const h = matmul(x, transpose(this.weight(), 0, 1));
+    const out = this.own.call(h);
+    h.free();
+    return out;
+  }
+}
+
+/** l0, then a unit around l1, then a unit around BorrowsWeight(l1.weight). */
+class Borrowing extends Module<[Tensor], Promise<Tensor>> {
+  readonly l1: Linear;
+  readonly units: Module<[Tensor], unknown>[];
+  constructor(backend: Backend, wrap?: (m: Module) => Module) {
+    super();
+    this.l1 = new Linear(4, 4, { backend, generator: new RandomGenerator(2) });
+    const l0 = new Linear(4, 4, { backend, generator: new RandomGenerator(1) });
+    const b = new BorrowsWeight(backend, () => this.l1.weight);
+    this.units = [l0, wrap ? wrap(this.l1) : this.l1, wrap ? wrap(b) : b] as Module<
+      [Tensor],
+      unknown
+    >[];
+    for (const [i, l] of this.units.entries()) this.registerModule(`l${i}`, l);
+  }
+  async forward(x: Tensor): Promise<Tensor> {
+    let h = x;
+    for (const layer of this.units) {
+      const next = (await layer.call(h)) as Tensor;
+      if (h !== x) h.free();
+      h = next;
+    }
+    return h;
+  }
+}
+
+describe('appendSharedParam (fairscale: l3.append_shared_param(l1.module.weight))', () => {
+  for (const world of [2, 4]) {
+    it(`a unit whose module reaches another unit's weight through a closure trains once it is declared, world ${world}`, async () => {
+      const backend = createCpuBackend();
+      const plain = new Borrowing(backend);
+      await train(plain, plain.parameters(), backend);
+      const expected = await valuesOf(plain.namedParameters());
+      const results = await onLocalRanks(world, async (group, b) => {
+        const build = (declare: boolean) => {
+          const units: FullyShardedDataParallel[] = [];
+          const net = new Borrowing(b, (m) => {
+            const unit = new FullyShardedDataParallel(m, { group });
+            units.push(unit);
+            return unit;
+          });
+          if (declare) units[1]!.appendSharedParam(net.l1.weight);
+          return new FullyShardedDataParallel(net, { group });
+        };
+        const undeclared = build(false);
+        const failure = await undeclared.call(tensor(INPUT, { backend: b })).then(
+          () => null,
+          (e: Error) => e.message,
+        );
+        const model = build(true);
+        await train(model, model.parameters(), b);
+        expect(() =>
+          model
+            .units()[2]!
+            .appendSharedParam(model.units()[1]!.flatParameters[0]!.entries[0]!.param),
+        ).toThrow('call it before the first forward');
+        return { failure, params: await valuesOf(await fullStateDict(model)) };
+      });
+      for (const r of results) {
+        expect(r.failure).toBe("[permute] tensor 'weight' was used after its storage was freed");
+        for (const [k, v] of expected) {
+          const got = r.params.get(k)!;
+          for (let i = 0; i < v.length; i++) {
+            expect(Math.abs(got[i]! - v[i]!), `${k}[${i}]`).toBeLessThanOrEqual(1e-5);
+          }
+        }
+      }
+    });
+  }
+
+  it('refuses a parameter that no unit holds, or the unit’s own', async () => {
+    await onLocalRanks(2, async (group, backend) => {
+      const loose = new Linear(2, 2, { backend });
+      const unit = new FullyShardedDataParallel(new Linear(2, 2, { backend }), { group });
+      expect(() => unit.appendSharedParam(loose.weight)).toThrow(
+        new FsdpWrapError(
+          'appendSharedParam',
+          `unit '<root>' rank ${group.rank}: parameter 'weight' is held by no unit: wrap the module that owns it first`,
+        ),
+      );
+      expect(() => unit.appendSharedParam(unit.flatParameters[0]!.entries[0]!.param)).toThrow(
+        `unit '<root>' rank ${group.rank}: parameter 'weight' is this unit's own`,
+      );
+    });
+  });
 });

@@ -1,4 +1,4 @@
-import { keep, Tensor } from '@webshard/tensor-core';
+import { keep, type Module, Tensor } from '@webshard/tensor-core';
 import { FsdpConfigError } from './errors.js';
 import type { FlatParameter } from './flat-param.js';
 import type { FullyShardedDataParallel } from './fully-sharded.js';
@@ -110,4 +110,40 @@ export async function summonFullParams<T>(
     }
     for (const unit of units) unit.trainingState = 'IDLE';
   }
+}
+
+/**
+ * `fn` on every module of `unit`'s wrapped model, nested units too, in `Module.apply`'s order
+ * (children before their parent, in registration order), inside `summonFullParams`.
+ */
+export async function applyWithFullParams(
+  unit: FullyShardedDataParallel,
+  fn: (module: Module) => void | Promise<void>,
+): Promise<void> {
+  const visit = async (m: Module): Promise<void> => {
+    for (const child of m.children()) await visit(child);
+    await fn(m);
+  };
+  await summonFullParams(unit, () => visit(unit.module));
+}
+
+/**
+ * The wrapped module's `resetParameters()` inside `summonFullParams` (written back into the
+ * shards); a `FsdpConfigError` without `allowResetParameters` or when there is no such method.
+ */
+export async function resetWithFullParams(unit: FullyShardedDataParallel): Promise<void> {
+  const op = 'resetParameters';
+  const where = `unit '${unit.unitName}' rank ${unit.rank}`;
+  if (!unit.options.allowResetParameters) {
+    throw new FsdpConfigError(
+      op,
+      `${where}: resetting parameters after wrapping is not allowed: pass allowResetParameters: true`,
+    );
+  }
+  const module = unit.module as Module & { resetParameters?: () => void | Promise<void> };
+  const reset = module.resetParameters;
+  if (typeof reset !== 'function') {
+    throw new FsdpConfigError(op, `${where}: ${module.typeName} has no resetParameters()`);
+  }
+  await summonFullParams(unit, () => reset.call(module));
 }
