@@ -61,8 +61,9 @@ export interface FsdpOptions {
   /** Keep the FP32 shard (and so the optimizer state) on the CPU backend while computing on `computeBackend`. */
   moveParamsToCpu?: boolean;
   /**
-   * @deprecated The old name of `moveParamsToCpu` (fairscale's `cpu_offload`): accepted with a
-   * warning; giving both with different values is an error.
+   * The old name of `moveParamsToCpu` (fairscale's `cpu_offload`): accepted with a warning; giving
+   * both with different values is an error.
+   * @deprecated Use `moveParamsToCpu`.
    */
   cpuOffload?: boolean;
   /**
