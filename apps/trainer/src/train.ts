@@ -27,12 +27,13 @@ import type { TrainConfig } from './cli/options.js';
 import type { Dataset } from './data/dataset.js';
 import { rankMicroBatches } from './data/global-batch.js';
 import { NonFiniteLossError, UsageError } from './errors.js';
-import { evaluate, regressionTensors, sample, tokenTensors } from './evaluate.js';
+import { evaluate, regressionTensors, tokenTensors } from './evaluate.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
 import { gatherPerRank } from './ranks/gather.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
+import { sample } from './sample.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
 import { accumulatedStep } from './train-step.js';
 

@@ -1,8 +1,17 @@
 import { UsageError } from '../errors.js';
 import { CharTokenizer } from './char-tokenizer.js';
 
+/** The text an id outside a decoder's vocabulary decodes to (U+FFFD, the replacement character). */
+export const UNKNOWN_TOKEN_TEXT = '\uFFFD';
+
 /** Turns token ids back into text, for samples. */
 export interface Decoder {
+  /**
+   * Ids below this decode to text; sampling draws only these (a model's vocabulary may be padded
+   * past it: [Note: sampling a padded vocabulary]).
+   */
+  vocabSize: number;
+  /** The text of `ids`; an id outside the vocabulary decodes to `UNKNOWN_TOKEN_TEXT`, never throws. */
   decode(ids: ArrayLike<number>): string;
   /** The ids of a prompt, or null when this data has no text form (`.bin` tokens). */
   encode(text: string): Int32Array | null;
@@ -40,7 +49,11 @@ function fromBin(
     tokens[i] = id;
     if (id > max) max = id;
   }
-  const decoder: Decoder = { decode: (ids) => Array.from(ids).join(' '), encode: () => null };
+  const decoder: Decoder = {
+    vocabSize: max + 1,
+    decode: (ids) => Array.from(ids).join(' '),
+    encode: () => null,
+  };
   return { tokens, vocabSize: max + 1, kind: 'uint16 tokens', decoder };
 }
 
@@ -57,7 +70,8 @@ function fromText(
   if (text !== null) {
     const tokenizer = CharTokenizer.fromText(text);
     const decoder: Decoder = {
-      decode: (ids) => tokenizer.decode(ids),
+      vocabSize: tokenizer.vocabSize,
+      decode: (ids) => Array.from(ids, (id) => tokenizer.vocab[id] ?? UNKNOWN_TOKEN_TEXT).join(''),
       encode: (prompt) => {
         try {
           return tokenizer.encode(prompt);
@@ -74,7 +88,11 @@ function fromText(
     };
   }
   const decoder: Decoder = {
-    decode: (ids) => Array.from(ids, (id) => String.fromCharCode(id)).join(''),
+    vocabSize: 256,
+    decode: (ids) =>
+      Array.from(ids, (id) =>
+        id >= 0 && id < 256 ? String.fromCharCode(id) : UNKNOWN_TOKEN_TEXT,
+      ).join(''),
     encode: (prompt) => Int32Array.from(prompt, (c) => c.charCodeAt(0) & 255),
   };
   return { tokens: Int32Array.from(bytes), vocabSize: 256, kind: 'bytes', decoder };
