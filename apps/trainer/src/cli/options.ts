@@ -98,7 +98,8 @@ Model
                                GPT shape (default 2, 4, 64, 32); --n-embd is the MLP's hidden width
   --vocab-size <n>             default: the data's (at least that)
   --init <file.safetensors>    initial weights by PyTorch names (the tied weight may be stored
-                               once, as transformer.wte.weight); default: nanoGPT's seeded init
+                               once, as transformer.wte.weight), or a transformers GPT-2
+                               checkpoint (Conv1D layout); default: nanoGPT's seeded init
   --seed <n>                   initialization and sampling seed, 0 included (default 1337)
 Data
   --data <file>                a .bin of uint16 tokens (nanoGPT's format), or any other file as
