@@ -32,9 +32,9 @@ import { MatmulThreads } from './matmul-threads.js';
  *   sums (so PyTorch's matmul): each block in k order from zero, (((0 + a0 b0) + a1 b1) + ...), and
  *   the blocks' sums added to C in k order. A running sum over all of k, as the kernel summed
  *   before, carries an error that grows with k: over GPT-2's 50304-token vocabulary (lm_head's
- *   backward) it was 30-45x pairwise summation's, against 4x now (`summation-error.test.ts`), and
- *   it put `transformer.h.3.attn.c_proj.bias` 110x further from float64 than PyTorch after 3 AdamW
- *   steps (issue 30). The blocks are fixed by k alone, so every bit of the result is independent
+ *   backward) it was 30-45x pairwise summation's, against 4x now (`summation-error.test.ts`); it
+ *   was the one long f32 running sum among the CPU kernels when issue 30 found a GPT-2 bias 110x
+ *   further from float64 than PyTorch's after 3 AdamW steps. The blocks are fixed by k alone, so every bit of the result is independent
  *   of the row blocks, the tile and the thread count (threads split C's rows, never k: [Note:
  *   matmul threads]). Where the engine validates relaxed
  *   SIMD (Chrome; Node 20 only with --experimental-wasm-relaxed-simd, `matmul-threads.test.ts`
