@@ -1,8 +1,6 @@
 import { cast, noGrad, type Tensor, tensor } from '@webshard/tensor-core';
 import type { TokenBatch } from './data/batches.js';
-import type { Decoder } from './data/dataset.js';
 import { rankMicroBatches } from './data/global-batch.js';
-import { mulberry32 } from './data/batches.js';
 import { regressionBatch } from './data/synthetic.js';
 import { GPT } from './models/gpt.js';
 import type { TrainOutput } from './strategy/train-module.js';
@@ -87,44 +85,4 @@ export function regressionTensors(
     x = compute;
   }
   return [x, tensor(batch.y, { backend, shape: [count, nOut] })];
-}
-
-/**
- * Sample `length` tokens after `prompt` (temperature sampling from the last position's logits,
- * seeded), as nanoGPT's `sample.py`, and decode them with the prompt.
- */
-export async function sample(
-  model: GPT,
-  forward: EvalForward,
-  decoder: Decoder,
-  options: { prompt?: string; length?: number; temperature?: number; seed?: number } = {},
-): Promise<string> {
-  const random = mulberry32(options.seed ?? 1);
-  const temperature = options.temperature ?? 0.8;
-  const backend = model.wte.weight.backend;
-  const ids = [...(decoder.encode(options.prompt ?? '\n') ?? [0])];
-  const { blockSize, vocabSize } = model.config;
-  for (let i = 0; i < (options.length ?? 200); i++) {
-    const context = ids.slice(-blockSize);
-    const input = tensor(context, { backend, dtype: 'i32', shape: [1, context.length] });
-    const out = await noGrad(() => forward(input, null));
-    const logits = await out.logits!.read();
-    input.free();
-    out.logits!.free();
-    const last = logits.subarray((context.length - 1) * vocabSize, context.length * vocabSize);
-    let max = Number.NEGATIVE_INFINITY;
-    for (const v of last) max = Math.max(max, v);
-    const weights = Array.from(last, (v) => Math.exp((v - max) / temperature));
-    let u = random() * weights.reduce((a, b) => a + b, 0);
-    let next = weights.length - 1;
-    for (let k = 0; k < weights.length; k++) {
-      u -= weights[k]!;
-      if (u <= 0) {
-        next = k;
-        break;
-      }
-    }
-    ids.push(next);
-  }
-  return decoder.decode(ids);
 }

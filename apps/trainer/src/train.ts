@@ -24,15 +24,16 @@ import type { RunState } from './checkpoint/run-checkpoint.js';
 import { buildModel, loadInitialWeights } from './cli/build-model.js';
 import { checkMemory } from './cli/memory-estimate.js';
 import type { TrainConfig } from './cli/options.js';
-import type { Dataset } from './data/dataset.js';
+import type { Dataset, TokenizerName } from './data/dataset.js';
 import { rankMicroBatches } from './data/global-batch.js';
 import { NonFiniteLossError, UsageError } from './errors.js';
-import { evaluate, regressionTensors, sample, tokenTensors } from './evaluate.js';
+import { evaluate, regressionTensors, tokenTensors } from './evaluate.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
 import { gatherPerRank } from './ranks/gather.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
+import { sample } from './sample.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
 import { accumulatedStep } from './train-step.js';
 
@@ -56,7 +57,7 @@ export interface RunIO {
    * The data set of `path` (default: read the file). A browser rank passes the bytes its page
    * fetched from the Node process that serves it (see [Note: the trainer's platform module]).
    */
-  loadData?: (path: string, blockSize: number) => Promise<Dataset>;
+  loadData?: (path: string, blockSize: number, tokenizer: TokenizerName) => Promise<Dataset>;
 }
 
 /** What a finished run did. */
@@ -105,7 +106,9 @@ export async function train(
 
   // Data: token windows of a file, or the MLP's synthetic stream.
   const data: Dataset | null =
-    dataPath === null ? null : await (io.loadData ?? loadDataset)(dataPath, config.blockSize);
+    dataPath === null
+      ? null
+      : await (io.loadData ?? loadDataset)(dataPath, config.blockSize, config.tokenizer);
   let vocabSize = data?.vocabSize ?? 0;
   if (config.vocabSize !== null) {
     if (config.vocabSize < vocabSize) {

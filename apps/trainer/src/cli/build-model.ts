@@ -9,6 +9,7 @@ import { SafetensorsError } from '@webshard/tensor-core/io';
 import { loadSafetensors } from '@webshard/tensor-core/node';
 import { UsageError } from '../errors.js';
 import { GPT } from '../models/gpt.js';
+import { hfGpt2StateDict, isHfGpt2 } from '../models/hf-gpt2.js';
 import { MLP } from '../models/mlp.js';
 import { MLP_IN, MLP_OUT } from './memory-estimate.js';
 import type { TrainConfig } from './options.js';
@@ -35,8 +36,21 @@ export function buildModel(config: TrainConfig, vocabSize: number, backend: Back
 
 const TIED = ['transformer.wte.weight', 'lm_head.weight'] as const;
 
+/** The GELU a file's `config` metadata (what `--save` writes) says the GPT computed with. */
+function savedGelu(metadata: Readonly<Record<string, string>>): 'none' | 'tanh' | null {
+  try {
+    const config = JSON.parse(metadata.config ?? '{}') as { geluApproximate?: unknown };
+    return config.geluApproximate === 'tanh' || config.geluApproximate === 'none'
+      ? config.geluApproximate
+      : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
- * Load `--init` weights by PyTorch names into `model`. The GPT's tied embedding may be stored
+ * Load `--init` weights by PyTorch names into `model`, or for the GPT a checkpoint of transformers'
+ * GPT-2 ([Note: transformers' GPT-2 checkpoints]). The GPT's tied embedding may be stored
  * once under either name (`torch.save` of a state dict stores it under both; safetensors' own
  * `save_model` keeps one); stored under both, the two must be equal. Any problem (a malformed
  * file, missing or unexpected keys, a shape that does not fit) is a `UsageError`, and the model
@@ -48,8 +62,11 @@ export async function loadInitialWeights(
   option: '--init' | '--resume' = '--init',
 ): Promise<void> {
   let tensors: Record<string, Tensor>;
+  let metadata: Readonly<Record<string, string>>;
   try {
-    ({ tensors } = await loadSafetensors(path, { backend: model.parameters()[0]!.backend }));
+    ({ tensors, metadata } = await loadSafetensors(path, {
+      backend: model.parameters()[0]!.backend,
+    }));
   } catch (error) {
     if (SafetensorsError.isInstance(error)) {
       throw new UsageError(`${option} ${path} is not a valid safetensors file: ${error.reason}`, {
@@ -59,8 +76,15 @@ export async function loadInitialWeights(
     }
     throw error;
   }
+  const loaded = new Set(Object.values(tensors));
+  let gelu: 'none' | 'tanh' | null = null;
   try {
     if (model instanceof GPT) {
+      gelu = savedGelu(metadata);
+      if (isHfGpt2(tensors)) {
+        tensors = hfGpt2StateDict(tensors, model.config, path);
+        gelu = 'tanh';
+      }
       const [wte, head] = TIED.map((k) => tensors[k]);
       if (wte !== undefined && head !== undefined) {
         const [a, b] = await Promise.all([wte.read(), head.read()]);
@@ -78,6 +102,7 @@ export async function loadInitialWeights(
       }
     }
     await model.loadStateDict(tensors);
+    if (model instanceof GPT && gelu !== null) model.setGeluApproximate(gelu);
   } catch (error) {
     if (StateDictError.isInstance(error)) {
       throw new UsageError(`${option} ${path} does not fit the model: ${error.message}`, {
@@ -87,6 +112,6 @@ export async function loadInitialWeights(
     }
     throw error;
   } finally {
-    for (const t of new Set(Object.values(tensors))) t.free();
+    for (const t of new Set([...loaded, ...Object.values(tensors)])) t.free();
   }
 }

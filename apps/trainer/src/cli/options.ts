@@ -1,5 +1,6 @@
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { TOKENIZERS, type TokenizerName } from '../data/dataset.js';
 import { UsageError } from '../errors.js';
 import { checkBrowserRanks } from './browser-rank-options.js';
 
@@ -56,6 +57,8 @@ export interface TrainConfig {
   /** From the data when null. */
   vocabSize: number | null;
   data: string | null;
+  /** How text data becomes tokens, and samples text: see [Note: the GPT-2 tokenizer]. */
+  tokenizer: TokenizerName;
   /** Global sequences per step, over all ranks and micro-batches. */
   batchSize: number;
   gradAccum: number;
@@ -95,11 +98,15 @@ Model
                                GPT shape (default 2, 4, 64, 32); --n-embd is the MLP's hidden width
   --vocab-size <n>             default: the data's (at least that)
   --init <file.safetensors>    initial weights by PyTorch names (the tied weight may be stored
-                               once, as transformer.wte.weight); default: nanoGPT's seeded init
+                               once, as transformer.wte.weight), or a transformers GPT-2
+                               checkpoint (Conv1D layout); default: nanoGPT's seeded init
   --seed <n>                   initialization and sampling seed, 0 included (default 1337)
 Data
   --data <file>                a .bin of uint16 tokens (nanoGPT's format), or any other file as
                                UTF-8 characters (bytes when it is not UTF-8); default: the sonnets
+  --tokenizer <char|gpt2>      char (default): a text's characters are its tokens; gpt2: GPT-2's
+                               BPE (50257 tokens; pad with --vocab-size 50304 as nanoGPT), and a
+                               .bin's tokens are GPT-2's (nanoGPT's prepare.py), decoded in samples
   --batch-size <n>             global sequences per step (default 16)
   --grad-accum <k>             micro-batches per step (default 1); the batch must divide by it
 Optimizer
@@ -145,7 +152,7 @@ Output
                                a checkpoint every n steps (fsdp: sharded, loads at any world size)
   --resume <dir>               continue a run from its checkpoint (dir/latest, or a step directory)
   --eval-every <n>             held-out loss and a short sample every n steps (default 0: at the end only)
-  --sample-length <n>          characters sampled at the end (default 200; 0 for none)
+  --sample-length <n>          tokens sampled at the end (default 200; 0 for none)
   --help                       this text
 `;
 
@@ -173,6 +180,7 @@ const OPTIONS = {
   'block-size': { type: 'string' },
   'vocab-size': { type: 'string' },
   data: { type: 'string' },
+  tokenizer: { type: 'string' },
   'batch-size': { type: 'string' },
   'grad-accum': { type: 'string' },
   init: { type: 'string' },
@@ -290,6 +298,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     blockSize: int('block-size', 32),
     vocabSize: v['vocab-size'] === undefined ? null : int('vocab-size', 0, 1, 65536),
     data: path('data'),
+    tokenizer: choice('tokenizer', v.tokenizer, TOKENIZERS, 'char'),
     batchSize: int('batch-size', 16),
     gradAccum: int('grad-accum', 1),
     init: path('init'),

@@ -1,12 +1,17 @@
 import { readFile } from 'node:fs/promises';
 import { UsageError } from '../errors.js';
-import { type Dataset, datasetFromBytes } from './dataset.js';
+import { type Dataset, datasetFromBytes, type TokenizerName } from './dataset.js';
+import { Gpt2Tokenizer } from './gpt2-tokenizer.js';
 
 /**
- * Read `path` as a data set (see `datasetFromBytes`); an unreadable file is a `UsageError` naming
- * `--data`.
+ * Read `path` as a data set (see `datasetFromBytes`), its text tokenized by `tokenizer`; an
+ * unreadable file is a `UsageError` naming `--data`.
  */
-export async function loadDataset(path: string, blockSize: number): Promise<Dataset> {
+export async function loadDataset(
+  path: string,
+  blockSize: number,
+  tokenizer: TokenizerName = 'char',
+): Promise<Dataset> {
   let bytes: Uint8Array;
   try {
     bytes = await readFile(path);
@@ -16,5 +21,6 @@ export async function loadDataset(path: string, blockSize: number): Promise<Data
       cause: error,
     });
   }
-  return datasetFromBytes(bytes, path, blockSize);
+  const gpt2 = tokenizer === 'gpt2' ? await Gpt2Tokenizer.load() : null;
+  return datasetFromBytes(bytes, path, blockSize, gpt2);
 }

@@ -33,6 +33,11 @@ export interface GPTConfig {
   dropout: number;
   /** Biases in the Linears and LayerNorms. */
   bias: boolean;
+  /**
+   * The MLP's GELU: exact (`'none'`, nanoGPT's `nn.GELU()`, the default) or the tanh form
+   * (transformers' `gelu_new`, which GPT-2's weights were trained with).
+   */
+  geluApproximate?: 'none' | 'tanh';
 }
 
 /** Where the model lives and which random stream initializes it. */
@@ -44,7 +49,7 @@ export interface GPTOptions {
 /** nanoGPT's `MLP`: c_fc (C -> 4C), exact GELU, c_proj (4C -> C), dropout. */
 class FeedForward extends Module<[Tensor], Tensor> {
   readonly cFc: Linear;
-  readonly gelu = new GELU();
+  gelu: GELU;
   readonly cProj: Linear;
   readonly dropout: Dropout;
 
@@ -52,7 +57,7 @@ class FeedForward extends Module<[Tensor], Tensor> {
     super();
     const layer = { ...options, bias: config.bias };
     this.cFc = this.registerModule('c_fc', new Linear(config.nEmbd, 4 * config.nEmbd, layer));
-    this.registerModule('gelu', this.gelu);
+    this.gelu = this.registerModule('gelu', new GELU(config.geluApproximate ?? 'none'));
     this.cProj = this.registerModule('c_proj', new Linear(4 * config.nEmbd, config.nEmbd, layer));
     this.dropout = this.registerModule('dropout', new Dropout(config.dropout, options));
   }
@@ -172,6 +177,17 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
       });
       copy_(p, values);
       values.free();
+    }
+  }
+
+  /**
+   * Switch the MLPs' GELU (see `GPTConfig.geluApproximate`): `--init` of transformers' GPT-2
+   * weights computes as they were trained, with `gelu_new`.
+   */
+  setGeluApproximate(approximate: 'none' | 'tanh'): void {
+    this.config.geluApproximate = approximate;
+    for (const block of this.blocks) {
+      block.mlp.gelu = block.mlp.registerModule('gelu', new GELU(approximate));
     }
   }
 

@@ -5,6 +5,7 @@ import { connectBrowserRank } from '@webshard/collectives';
 import { chooseBackend } from '../choose-backend.js';
 import type { TrainConfig } from '../cli/options.js';
 import { datasetFromBytes } from '../data/dataset.js';
+import { Gpt2Tokenizer } from '../data/gpt2-tokenizer.js';
 import { train } from '../train.js';
 
 /** What the Node process serves at `/job.json`: the run's flags and where its store is. */
@@ -42,10 +43,12 @@ export async function runBrowserRank(report: (status: RankStatus) => void): Prom
           isTTY: false,
           createBackend: (config, vocabSize) =>
             chooseBackend(config, vocabSize, (text) => console.log(text.trimEnd())),
-          loadData: async (path, blockSize) => {
+          loadData: async (path, blockSize, tokenizer) => {
             const response = await fetch('/data');
             if (!response.ok) throw new Error(`GET /data: ${response.status}`);
-            return datasetFromBytes(new Uint8Array(await response.arrayBuffer()), path, blockSize);
+            const bytes = new Uint8Array(await response.arrayBuffer());
+            const gpt2 = tokenizer === 'gpt2' ? await Gpt2Tokenizer.load() : null;
+            return datasetFromBytes(bytes, path, blockSize, gpt2);
           },
         },
         group,

@@ -4,6 +4,7 @@ import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import type { Backend, KernelTensor } from '../backend.js';
 import { loadWasmMatmul, type WasmApi } from './matmul-wasm.js';
+import { MATMUL_DEFAULTS } from './matmul-wat.mjs';
 
 interface Case {
   batch: number;
@@ -38,8 +39,14 @@ function operand(backend: Backend, shape: number[], values?: number[]): KernelTe
   return t;
 }
 
-/** C = A B summed in f32 in k order from f32 products: the WASM kernel's exact contract. */
-function sequentialF32(
+/** The k steps the WASM kernel sums from 0 before adding the block's sum to C. */
+const KC = MATMUL_DEFAULTS.kc;
+
+/**
+ * C = A B in f32 from f32 products, summed by blocks of KC k steps: each block in k order from 0,
+ * the blocks' sums added to C in k order. The WASM kernel's exact contract.
+ */
+function blockedF32(
   a: Float32Array,
   b: Float32Array,
   { m, k, n }: Case,
@@ -49,13 +56,17 @@ function sequentialF32(
   const c = new Float32Array(m * n);
   for (let i = 0; i < m; i++) {
     for (let j = 0; j < n; j++) {
-      let sum = 0;
-      for (let t = 0; t < k; t++) {
-        const av = transposeA ? a[t * m + i]! : a[i * k + t]!;
-        const bv = transposeB ? b[j * k + t]! : b[t * n + j]!;
-        sum = Math.fround(sum + Math.fround(av * bv));
+      let total = 0;
+      for (let k0 = 0; k0 < k; k0 += KC) {
+        let sum = 0;
+        for (let t = k0; t < Math.min(k, k0 + KC); t++) {
+          const av = transposeA ? a[t * m + i]! : a[i * k + t]!;
+          const bv = transposeB ? b[j * k + t]! : b[t * n + j]!;
+          sum = Math.fround(sum + Math.fround(av * bv));
+        }
+        total = k0 === 0 ? sum : Math.fround(total + sum);
       }
-      c[i * n + j] = sum;
+      c[i * n + j] = total;
     }
   }
   return c;
@@ -93,7 +104,7 @@ describe('the WASM SIMD f32 matmul', () => {
       [true, true],
     ] as const) {
       const name = `batch ${c.batch} (${c.batchA}, ${c.batchB}), ${c.m}x${c.k}x${c.n}, transposes ${transposeA} ${transposeB}`;
-      it(`sums in f32 in k order, bit for bit, and agrees with the TypeScript kernel: ${name}`, async () => {
+      it(`sums in f32 by blocks of k, bit for bit, and agrees with the TypeScript kernel: ${name}`, async () => {
         const av = seededValues(c.batchA * c.m * c.k, c.m + 7 * c.k, -1, 1);
         const bv = seededValues(c.batchB * c.k * c.n, c.n + 11 * c.k, -1, 1);
         const got = await matmul(wasm, c, transposeA, transposeB, av, bv);
@@ -103,7 +114,7 @@ describe('the WASM SIMD f32 matmul', () => {
         for (let p = 0; p < c.batch; p++) {
           const pa = a.subarray((c.batchA === 1 ? 0 : p) * c.m * c.k);
           const pb = b.subarray((c.batchB === 1 ? 0 : p) * c.k * c.n);
-          const expected = sequentialF32(pa, pb, c, transposeA, transposeB);
+          const expected = blockedF32(pa, pb, c, transposeA, transposeB);
           expect(got.subarray(p * c.m * c.n, (p + 1) * c.m * c.n)).toEqual(expected);
         }
         expectWithinSummationBound(got, reference, av, bv, c, transposeA, transposeB);
@@ -119,7 +130,7 @@ describe('the WASM SIMD f32 matmul', () => {
     const bv = seededValues(15, 4);
     const got = await matmul(wasm, small, false, false, av, bv);
     expect(got).toEqual(
-      sequentialF32(Float32Array.from(av), Float32Array.from(bv), small, false, false),
+      blockedF32(Float32Array.from(av), Float32Array.from(bv), small, false, false),
     );
   });
 

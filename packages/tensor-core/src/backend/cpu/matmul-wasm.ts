@@ -28,10 +28,15 @@ import { MatmulThreads } from './matmul-threads.js';
  * - Cache blocks. k runs in blocks of 256 and rows in blocks of 64: one tile's slices of an A panel
  *   (4 KiB) and a B panel (8 KiB) stay in L1, and a 64x256 block of A (64 KiB) stays in L2 while
  *   every B panel passes over it.
- * - Numerics. Each element is summed in f32, in k order, from f32 products: (((0 + a0 b0) + a1 b1)
- *   + ...). The accumulators of the second and later k blocks start from C's partial sums, so the
- *   order, and so every bit of the result, does not depend on the blocking or on the thread count
- *   (threads split C's rows, never k: [Note: matmul threads]). Where the engine validates relaxed
+ * - Numerics. Each element is summed in f32 from f32 products by blocks of 256 k steps, as BLAS
+ *   sums (so PyTorch's matmul): each block in k order from zero, (((0 + a0 b0) + a1 b1) + ...), and
+ *   the blocks' sums added to C in k order. A running sum over all of k, as the kernel summed
+ *   before, carries an error that grows with k: over GPT-2's 50304-token vocabulary (lm_head's
+ *   backward) it was 30-45x pairwise summation's, against 4x now (`summation-error.test.ts`); it
+ *   was the one long f32 running sum among the CPU kernels when issue 30 found a GPT-2 bias 110x
+ *   further from float64 than PyTorch's after 3 AdamW steps. The blocks are fixed by k alone, so every bit of the result is independent
+ *   of the row blocks, the tile and the thread count (threads split C's rows, never k: [Note:
+ *   matmul threads]). Where the engine validates relaxed
  *   SIMD (Chrome; Node 20 only with --experimental-wasm-relaxed-simd, `matmul-threads.test.ts`
  *   checks both) and `createCpuBackend({ matmulFma: 'auto' })` asks for it, the multiply-add is
  *   `f32x4.relaxed_madd`, which rounds once where the engine fuses it (x64 with FMA3, arm64) and

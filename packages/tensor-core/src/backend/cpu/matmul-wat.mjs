@@ -96,17 +96,18 @@ export function matmulWat(options = {}) {
     return lines.map((l) => `            ${l}`).join('\n');
   }
 
-  // Load or store the accumulators at the tile whose row 0 is at `base`; row stride in bytes.
+  // Store the accumulators at the tile whose row 0 is at `base` ('store'), or add them to the
+  // partial sums there ('add'); row stride in bytes.
   function forRows(op, base, stride) {
     const lines = [];
     for (const r of rowsOf) {
       const at = `(i32.add (local.get ${base}) (i32.mul (i32.const ${r}) (local.get ${stride})))`;
       for (const h of halves) {
-        lines.push(
-          op === 'load'
-            ? `(local.set ${acc(r, h)} (v128.load offset=${h * 16} ${at}))`
-            : `(v128.store offset=${h * 16} ${at} (local.get ${acc(r, h)}))`,
-        );
+        const sum =
+          op === 'add'
+            ? `(f32x4.add (v128.load offset=${h * 16} ${at}) (local.get ${acc(r, h)}))`
+            : `(local.get ${acc(r, h)})`;
+        lines.push(`(v128.store offset=${h * 16} ${at} ${sum})`);
       }
     }
     return lines.map((l) => `          ${l}`).join('\n');
@@ -139,7 +140,9 @@ export function matmulWat(options = {}) {
   }
 
   // gemm(ap, bp, c, m, k, n, tile): C[m, n] (row-major at c) = packed A times packed B, each
-  // element summed in f32 in k order: (((0 + a0 b0) + a1 b1) + ...), whatever the blocking.
+  // element summed in f32 by blocks of KC k steps: each block in k order from 0,
+  // (((0 + a0 b0) + a1 b1) + ...), and the blocks' sums added to C in k order (blocked summation,
+  // as BLAS sums: [Note: the WASM SIMD matmul]). Threads split rows, so no bit depends on them.
   // `tile` is the address of this caller's edge tile (threads each pass their own).
   // The k loop: one k step per trip, or UNROLL steps per trip and a loop for the rest.
   const stepLoop = (label, end, steps) => `            (block $${label}d (loop $${label}l
@@ -184,27 +187,27 @@ ${stepLoop('s', '(local.get $kc)', 1)}`;
             (if (i32.gt_u (local.get $cols) (i32.const ${NR})) (then (local.set $cols (i32.const ${NR}))))
             (local.set $edge (i32.or (i32.lt_u (local.get $rows) (i32.const ${MR})) (i32.lt_u (local.get $cols) (i32.const ${NR}))))
             (local.set $ct (i32.add (local.get $c) (i32.add (i32.mul (local.get $i) (local.get $ldc)) (i32.shl (local.get $j) (i32.const 2)))))
-            ;; the accumulators start at 0 on the first k block and at C's partial sums after it
-            (if (i32.eqz (local.get $k0))
-              (then
-${zeroAcc})
-              (else
-                (if (local.get $edge)
-                  (then
-${edgeCopy(true)}
-${forRows('load', '$zero', '$tileStride')})
-                  (else
-${forRows('load', '$ct', '$ldc')}))))
+            ;; every k block sums from 0; the first stores its sums in C, later ones add to C's
+${zeroAcc}
             (local.set $pa (i32.add (local.get $ap) (i32.shl (i32.add (i32.mul (local.get $i) (local.get $k)) (i32.mul (local.get $k0) (i32.const ${MR}))) (i32.const 2))))
             (local.set $pb (i32.add (local.get $bp) (i32.shl (i32.add (i32.mul (local.get $j) (local.get $k)) (i32.mul (local.get $k0) (i32.const ${NR}))) (i32.const 2))))
             (local.set $kk (i32.const 0))
 ${kLoops}
             (if (local.get $edge)
               (then
-${forRows('store', '$zero', '$tileStride')}
+                (if (i32.eqz (local.get $k0))
+                  (then
+${forRows('store', '$zero', '$tileStride')})
+                  (else
+${edgeCopy(true)}
+${forRows('add', '$zero', '$tileStride')}))
 ${edgeCopy(false)})
               (else
-${forRows('store', '$ct', '$ldc')}))
+                (if (i32.eqz (local.get $k0))
+                  (then
+${forRows('store', '$ct', '$ldc')})
+                  (else
+${forRows('add', '$ct', '$ldc')}))))
             (local.set $i (i32.add (local.get $i) (i32.const ${MR})))
             (br $il)))
           (local.set $j (i32.add (local.get $j) (i32.const ${NR})))

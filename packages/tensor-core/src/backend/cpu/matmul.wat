@@ -121,44 +121,11 @@
             (if (i32.gt_u (local.get $cols) (i32.const 8)) (then (local.set $cols (i32.const 8))))
             (local.set $edge (i32.or (i32.lt_u (local.get $rows) (i32.const 4)) (i32.lt_u (local.get $cols) (i32.const 8))))
             (local.set $ct (i32.add (local.get $c) (i32.add (i32.mul (local.get $i) (local.get $ldc)) (i32.shl (local.get $j) (i32.const 2)))))
-            ;; the accumulators start at 0 on the first k block and at C's partial sums after it
-            (if (i32.eqz (local.get $k0))
-              (then
+            ;; every k block sums from 0; the first stores its sums in C, later ones add to C's
           (local.set $c0_0 (v128.const i32x4 0 0 0 0)) (local.set $c0_1 (v128.const i32x4 0 0 0 0))
           (local.set $c1_0 (v128.const i32x4 0 0 0 0)) (local.set $c1_1 (v128.const i32x4 0 0 0 0))
           (local.set $c2_0 (v128.const i32x4 0 0 0 0)) (local.set $c2_1 (v128.const i32x4 0 0 0 0))
-          (local.set $c3_0 (v128.const i32x4 0 0 0 0)) (local.set $c3_1 (v128.const i32x4 0 0 0 0)))
-              (else
-                (if (local.get $edge)
-                  (then
-          (local.set $r (i32.const 0))
-          (block $rd (loop $rl
-            (br_if $rd (i32.ge_u (local.get $r) (local.get $rows)))
-            (local.set $q (i32.const 0))
-            (block $qd (loop $ql
-              (br_if $qd (i32.ge_u (local.get $q) (local.get $cols)))
-              (f32.store (i32.add (local.get $zero) (i32.shl (i32.add (i32.mul (local.get $r) (i32.const 8)) (local.get $q)) (i32.const 2))) (f32.load (i32.add (local.get $ct) (i32.add (i32.mul (local.get $r) (local.get $ldc)) (i32.shl (local.get $q) (i32.const 2))))))
-              (local.set $q (i32.add (local.get $q) (i32.const 1)))
-              (br $ql)))
-            (local.set $r (i32.add (local.get $r) (i32.const 1)))
-            (br $rl)))
-          (local.set $c0_0 (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride)))))
-          (local.set $c0_1 (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride)))))
-          (local.set $c1_0 (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 1) (local.get $tileStride)))))
-          (local.set $c1_1 (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 1) (local.get $tileStride)))))
-          (local.set $c2_0 (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride)))))
-          (local.set $c2_1 (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride)))))
-          (local.set $c3_0 (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride)))))
-          (local.set $c3_1 (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride))))))
-                  (else
-          (local.set $c0_0 (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc)))))
-          (local.set $c0_1 (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc)))))
-          (local.set $c1_0 (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 1) (local.get $ldc)))))
-          (local.set $c1_1 (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 1) (local.get $ldc)))))
-          (local.set $c2_0 (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc)))))
-          (local.set $c2_1 (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc)))))
-          (local.set $c3_0 (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc)))))
-          (local.set $c3_1 (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc)))))))))
+          (local.set $c3_0 (v128.const i32x4 0 0 0 0)) (local.set $c3_1 (v128.const i32x4 0 0 0 0))
             (local.set $pa (i32.add (local.get $ap) (i32.shl (i32.add (i32.mul (local.get $i) (local.get $k)) (i32.mul (local.get $k0) (i32.const 4))) (i32.const 2))))
             (local.set $pb (i32.add (local.get $bp) (i32.shl (i32.add (i32.mul (local.get $j) (local.get $k)) (i32.mul (local.get $k0) (i32.const 8))) (i32.const 2))))
             (local.set $kk (i32.const 0))
@@ -184,6 +151,8 @@
               (br $sl)))
             (if (local.get $edge)
               (then
+                (if (i32.eqz (local.get $k0))
+                  (then
           (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride))) (local.get $c0_0))
           (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride))) (local.get $c0_1))
           (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 1) (local.get $tileStride))) (local.get $c1_0))
@@ -191,7 +160,27 @@
           (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride))) (local.get $c2_0))
           (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride))) (local.get $c2_1))
           (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride))) (local.get $c3_0))
-          (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride))) (local.get $c3_1))
+          (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride))) (local.get $c3_1)))
+                  (else
+          (local.set $r (i32.const 0))
+          (block $rd (loop $rl
+            (br_if $rd (i32.ge_u (local.get $r) (local.get $rows)))
+            (local.set $q (i32.const 0))
+            (block $qd (loop $ql
+              (br_if $qd (i32.ge_u (local.get $q) (local.get $cols)))
+              (f32.store (i32.add (local.get $zero) (i32.shl (i32.add (i32.mul (local.get $r) (i32.const 8)) (local.get $q)) (i32.const 2))) (f32.load (i32.add (local.get $ct) (i32.add (i32.mul (local.get $r) (local.get $ldc)) (i32.shl (local.get $q) (i32.const 2))))))
+              (local.set $q (i32.add (local.get $q) (i32.const 1)))
+              (br $ql)))
+            (local.set $r (i32.add (local.get $r) (i32.const 1)))
+            (br $rl)))
+          (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride))) (f32x4.add (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride)))) (local.get $c0_0)))
+          (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride))) (f32x4.add (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride)))) (local.get $c0_1)))
+          (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 1) (local.get $tileStride))) (f32x4.add (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 1) (local.get $tileStride)))) (local.get $c1_0)))
+          (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 1) (local.get $tileStride))) (f32x4.add (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 1) (local.get $tileStride)))) (local.get $c1_1)))
+          (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride))) (f32x4.add (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride)))) (local.get $c2_0)))
+          (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride))) (f32x4.add (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 2) (local.get $tileStride)))) (local.get $c2_1)))
+          (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride))) (f32x4.add (v128.load offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride)))) (local.get $c3_0)))
+          (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride))) (f32x4.add (v128.load offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 3) (local.get $tileStride)))) (local.get $c3_1)))))
           (local.set $r (i32.const 0))
           (block $rd (loop $rl
             (br_if $rd (i32.ge_u (local.get $r) (local.get $rows)))
@@ -204,6 +193,8 @@
             (local.set $r (i32.add (local.get $r) (i32.const 1)))
             (br $rl))))
               (else
+                (if (i32.eqz (local.get $k0))
+                  (then
           (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc))) (local.get $c0_0))
           (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc))) (local.get $c0_1))
           (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 1) (local.get $ldc))) (local.get $c1_0))
@@ -211,7 +202,16 @@
           (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc))) (local.get $c2_0))
           (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc))) (local.get $c2_1))
           (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc))) (local.get $c3_0))
-          (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc))) (local.get $c3_1))))
+          (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc))) (local.get $c3_1)))
+                  (else
+          (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc))) (f32x4.add (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc)))) (local.get $c0_0)))
+          (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc))) (f32x4.add (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc)))) (local.get $c0_1)))
+          (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 1) (local.get $ldc))) (f32x4.add (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 1) (local.get $ldc)))) (local.get $c1_0)))
+          (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 1) (local.get $ldc))) (f32x4.add (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 1) (local.get $ldc)))) (local.get $c1_1)))
+          (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc))) (f32x4.add (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc)))) (local.get $c2_0)))
+          (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc))) (f32x4.add (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 2) (local.get $ldc)))) (local.get $c2_1)))
+          (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc))) (f32x4.add (v128.load offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc)))) (local.get $c3_0)))
+          (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc))) (f32x4.add (v128.load offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 3) (local.get $ldc)))) (local.get $c3_1)))))))
             (local.set $i (i32.add (local.get $i) (i32.const 4)))
             (br $il)))
           (local.set $j (i32.add (local.get $j) (i32.const 8)))
