@@ -1,15 +1,23 @@
 /**
  * Trainer benchmark: one training step of the default `pnpm train` model (forward, backward,
  * clip, AdamW) on the CPU backend and on WebGPU, in the same run, as the median after warm-up,
- * and PyTorch CPU's step on the same model (`bench/torch_step.py`, skipped with a message where
- * `python3` has no `torch`). Throughput rows, so a ratio above 1 means webshard is faster. The
- * CLI's `auto` measures for itself ([Note: the trainer's default backend]).
+ * and PyTorch CPU's step on the same model (`bench/torch_step.py` in PyPI's CPU wheel, the venv of
+ * `tooling/peers/torch-venv.sh` or `WEBSHARD_TORCH_PYTHON`; skipped with a message where there is
+ * none, refused where its torch runs the reference BLAS). Throughput rows, so a ratio above 1
+ * means webshard is faster. The CLI's `auto` measures for itself ([Note: the trainer's default
+ * backend]).
  * Run: `pnpm --filter @webshard/trainer bench`.
  */
-import { execFileSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
+import {
+  type BenchRow,
+  findRepoRoot,
+  findTorchPeer,
+  runTorchScript,
+  timeMedian,
+  writeBenchResults,
+} from '@webshard/bench';
 import { AdamW, type Backend, createBackend, RandomGenerator, tensor } from '@webshard/tensor-core';
 import { loadCorpus } from '../src/corpus.js';
 import { BatchSampler } from '../src/data/batches.js';
@@ -50,33 +58,23 @@ async function stepMs(backend: Backend, text: string): Promise<number> {
   );
 }
 
-/** PyTorch CPU's median step on the same model, or null (with the reason printed) without torch. */
+/**
+ * PyTorch CPU's median step on the same model, or null (with the reason printed) where there is
+ * no PyTorch peer: PyPI's CPU wheel from `tooling/peers/torch-venv.sh` or `WEBSHARD_TORCH_PYTHON`,
+ * a reference-BLAS build refused ([Note: honest PyTorch peers] in tooling/bench).
+ */
 function torchStepMs(vocabSize: number): { ms: number; label: string } | null {
+  const peer = findTorchPeer(findRepoRoot(fileURLToPath(import.meta.url)), 'speed');
+  if ('skipped' in peer) {
+    console.log(`skipping the PyTorch row: ${peer.skipped}`);
+    return null;
+  }
   const script = fileURLToPath(new URL('./torch_step.py', import.meta.url));
   const { nLayer, nHead, nEmbd, blockSize } = DEFAULT_MODEL;
   const threads = availableParallelism();
   const args = [vocabSize, nLayer, nHead, nEmbd, blockSize, BATCH, threads].map(String);
-  // The first Python with torch: `python3` on the PATH, else Debian's (where python3-torch lives).
-  const reasons: string[] = [];
-  for (const python of ['python3', '/usr/bin/python3']) {
-    try {
-      const out = execFileSync(python, [script, ...args], {
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-        timeout: 300_000,
-      });
-      const result = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as {
-        ms: number;
-        torch: string;
-      };
-      return { ms: result.ms, label: `PyTorch ${result.torch} CPU, ${threads} threads` };
-    } catch (error) {
-      const reason = (error as { stderr?: string }).stderr?.trim().split('\n').at(-1);
-      reasons.push(`${python}: ${reason ?? (error as Error).message}`);
-    }
-  }
-  console.log(`skipping the PyTorch row: no python3 with torch (${reasons.join('; ')})`);
-  return null;
+  const result = runTorchScript<{ ms: number }>(peer.build, script, args, { timeoutMs: 300_000 });
+  return { ms: result.ms, label: `${peer.label}, ${threads} threads` };
 }
 
 const text = await loadCorpus();

@@ -1,9 +1,9 @@
 """PyTorch CPU's time for one training step of the trainer's default GPT, the peer row of
-`pnpm --filter @webshard/trainer bench` (bench/backends.ts runs this; it skips the row when
-`python3` has no `torch`). The model is the fixtures' nanoGPT (__fixtures__/make_fixtures.py), the
+`pnpm --filter @webshard/trainer bench` (bench/backends.ts runs this with PyPI's CPU wheel, the
+venv of tooling/peers/torch-venv.sh or WEBSHARD_TORCH_PYTHON, and skips the row without one). The model is the fixtures' nanoGPT (__fixtures__/make_fixtures.py), the
 step as the trainer's: forward, backward, clip_grad_norm_(1.0), AdamW with nanoGPT's two groups.
 
-Usage: python3 bench/torch_step.py VOCAB N_LAYER N_HEAD N_EMBD BLOCK BATCH THREADS
+Usage: .venv-torch/bin/python bench/torch_step.py VOCAB N_LAYER N_HEAD N_EMBD BLOCK BATCH THREADS
 Prints one JSON line: {"ms": median step ms, "threads": ..., "torch": version}.
 """
 import json

@@ -2,6 +2,20 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 
+export {
+  findTorchPeer,
+  parseBlasInfo,
+  probeTorch,
+  runTorchScript,
+  TORCH_VENV_HINT,
+  TORCH_VENV_PYTHON,
+  type TorchBuild,
+  type TorchPeer,
+  type TorchPeerUse,
+  torchLabel,
+  torchPython,
+} from './torch-peer.js';
+
 /** One measured number, as `pnpm bench` records it in `bench-results/<package>.json`. */
 export interface BenchRow {
   name: string;
@@ -79,7 +93,8 @@ export function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-function findRepoRoot(from: string): string {
+/** The repository root: the nearest folder above `from` with `pnpm-workspace.yaml` (else `from`). */
+export function findRepoRoot(from: string): string {
   let dir = resolve(from);
   for (;;) {
     if (existsSync(join(dir, 'pnpm-workspace.yaml'))) return dir;
