@@ -220,18 +220,21 @@ else {
   }
 }
 // PyTorch's CPU matmul (PyPI's wheel: MKL), in a child process after ours, on as many threads as
-// ours ([Note: honest PyTorch peers] in tooling/bench; skipped with the reason without one).
+// ours and on one, the faster per size ([Note: honest PyTorch peers] in tooling/bench; skipped with
+// the reason without one).
 const torch = findTorchPeer(findRepoRoot(fileURLToPath(import.meta.url)), 'speed');
 if ('skipped' in torch) console.log(`skipping the PyTorch matmul rows: ${torch.skipped}`);
 else {
   const script = fileURLToPath(new URL('./torch_matmul.py', import.meta.url));
-  const { ms } = runTorchScript<{ ms: Record<string, number> }>(torch.build, script, [
-    CPU_SIZES.join(','),
-    String(threads),
-  ]);
-  const peer = `${torch.label}, ${threads} thread(s)`;
+  const counts = threads > 1 ? `${threads},1` : '1';
+  const result = runTorchScript<{ ms: Record<string, number>; threads: Record<string, number> }>(
+    torch.build,
+    script,
+    [CPU_SIZES.join(','), counts],
+  );
   for (const n of CPU_SIZES) {
-    const peerValue = gflops(n, ms[n]!);
+    const peer = `${torch.label}, ${result.threads[n]} thread(s)`;
+    const peerValue = gflops(n, result.ms[n]!);
     console.log(`matmul n=${n}: ${peer} ${peerValue.toFixed(2)} GFLOP/s`);
     rows.push({
       name: `matmul f32 n=${n} (${ours} vs PyTorch)`,
