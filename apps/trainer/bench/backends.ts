@@ -6,7 +6,8 @@
  * none, refused where its torch runs the reference BLAS). Throughput rows, so a ratio above 1
  * means webshard is faster. The CLI's `auto` measures for itself ([Note: the trainer's default
  * backend]).
- * Run: `pnpm --filter @webshard/trainer bench`.
+ * Run: `pnpm --filter @webshard/trainer bench`; `WEBSHARD_PROFILE=1` (or `gpt2`) prints the step
+ * profile instead (`bench/step-profile.ts`).
  */
 import { availableParallelism, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -26,6 +27,7 @@ import { CharTokenizer } from '../src/data/char-tokenizer.js';
 import { GPT } from '../src/models/gpt.js';
 import { DEFAULT_MODEL } from '../src/train.js';
 import { decayGroups, trainStep } from '../src/train-step.js';
+import { profileSize, runStepProfile } from './step-profile.js';
 
 const BATCH = 16;
 
@@ -84,6 +86,12 @@ function torchStepMs(build: TorchBuild, vocabSize: number, n: number): number {
 
 const text = await loadCorpus();
 const vocabSize = CharTokenizer.fromText(text).vocabSize;
+// `WEBSHARD_PROFILE=1` (the default model) or `=gpt2`: the step profile instead of the rows.
+const profile = process.env.WEBSHARD_PROFILE;
+if (profile !== undefined && profile !== '' && profile !== '0') {
+  await runStepProfile(profileSize(profile, vocabSize));
+  process.exit(0);
+}
 // Alternate the backends and PyTorch (cpu, webgpu, torch, cpu, webgpu, torch) and keep each one's
 // better median: the machine is shared, and a burst of load should not land on one side only.
 // PyTorch runs on as many threads as cores and on one, and its faster is the peer: its OpenMP

@@ -3,6 +3,17 @@ import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 
 export {
+  type CategoryTotals,
+  formatProfile,
+  KernelProfile,
+  type KernelWork,
+  kernelWork,
+  PROFILE_CATEGORIES,
+  type ProfileCategory,
+  type ProfileCeilings,
+  profileKernels,
+} from './kernel-profile.js';
+export {
   findTorchPeer,
   parseBlasInfo,
   probeTorch,
@@ -15,6 +26,7 @@ export {
   torchLabel,
   torchPython,
 } from './torch-peer.js';
+export { copyBandwidthGbPerS, wasmSimdPeakGflops } from './wasm-peak.js';
 
 /** One measured number, as `pnpm bench` records it in `bench-results/<package>.json`. */
 export interface BenchRow {
