@@ -81,17 +81,9 @@ function torchStep(size: ProfileSize, threads: number): string {
   return `${peer.label}, the same step: ${parts.join(', ')} (median of 3 after ${size.warmup} warm-up)`;
 }
 
-/** Profiles `size` on the CPU backend and prints the table, the ceilings, the load and PyTorch's step. */
-export async function runStepProfile(size: ProfileSize): Promise<void> {
-  const load = () =>
-    loadavg()
-      .map((v) => v.toFixed(1))
-      .join(' ');
-  console.log(
-    `step profile: ${size.name}; load average ${load()}; free memory ${(freemem() / 2 ** 30).toFixed(1)} GiB`,
-  );
+/** The profile's table, the step time and the backend's description: the model is gone after. */
+async function profileStep(size: ProfileSize, ceilings: { gflops: number; gbPerS: number }) {
   const cpu = await createBackend({ kind: 'cpu' });
-  const threads = availableParallelism();
   const { backend, profile } = profileKernels<Backend>(cpu);
   const model = new GPT(size.config, { backend, generator: new RandomGenerator(1) });
   const params = model.parameters();
@@ -121,17 +113,37 @@ export async function runStepProfile(size: ProfileSize): Promise<void> {
   const t0 = performance.now();
   for (let i = 0; i < size.steps; i++) await step();
   const stepMs = (performance.now() - t0) / size.steps;
+  const table = formatProfile(profile, stepMs, size.steps, ceilings);
+  const description = cpu.description;
+  // PyTorch's step runs next, in its own process: the model's gigabytes go back first.
+  for (const param of params) param.free();
+  cpu.dispose();
+  return { table, stepMs, description };
+}
+
+/**
+ * Profiles `size` on the CPU backend and prints the table, the ceilings, the load and PyTorch's
+ * step on the same model.
+ */
+export async function runStepProfile(size: ProfileSize): Promise<void> {
+  const load = () =>
+    loadavg()
+      .map((v) => v.toFixed(1))
+      .join(' ');
+  const gib = (freemem() / 2 ** 30).toFixed(1);
+  console.log(`step profile: ${size.name}; load average ${load()}; free memory ${gib} GiB`);
+  const threads = availableParallelism();
   const perThread = wasmSimdPeakGflops();
   const gflops = perThread * threads;
   const gbPerS = copyBandwidthGbPerS();
+  const { table, stepMs, description } = await profileStep(size, { gflops, gbPerS });
   console.log(
-    `\n${size.name}, CPU backend (${cpu.description}): ${stepMs.toFixed(1)} ms a step (mean of ${size.steps}); load average ${load()}\n`,
+    `\n${size.name}, CPU backend (${description}): ${stepMs.toFixed(1)} ms a step (mean of ${size.steps}); load average ${load()}\n`,
   );
-  console.log(formatProfile(profile, stepMs, size.steps, { gflops, gbPerS }));
+  console.log(table);
   console.log(
     `\nceilings: WebAssembly SIMD f32 ${perThread.toFixed(1)} GFLOP/s a thread x ${threads} threads = ${gflops.toFixed(1)}; 64 MiB copy ${gbPerS.toFixed(2)} GB/s (read + written)`,
   );
   console.log(torchStep(size, threads));
   console.log(`load average ${load()}`);
-  cpu.dispose();
 }
