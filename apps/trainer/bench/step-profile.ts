@@ -84,7 +84,9 @@ function torchStep(size: ProfileSize, threads: number): string {
 /** The profile's table, the step time and the backend's description: the model is gone after. */
 async function profileStep(size: ProfileSize, ceilings: { gflops: number; gbPerS: number }) {
   const cpu = await createBackend({ kind: 'cpu' });
-  const { backend, profile } = profileKernels<Backend>(cpu);
+  const { backend, profile } = profileKernels<Backend>(cpu, {
+    sequenceLength: size.config.blockSize,
+  });
   const model = new GPT(size.config, { backend, generator: new RandomGenerator(1) });
   const params = model.parameters();
   const optimizer = new AdamW(decayGroups(model, 0.1), { lr: 3e-4, betas: [0.9, 0.95] });

@@ -4,33 +4,41 @@ import { formatProfile, KernelProfile, kernelWork, profileKernels } from './kern
 const t = (shape: number[], dtype = 'f32') => ({ shape, dtype, storage: {}, offset: 0 });
 
 describe('kernelWork', () => {
-  it("counts a linear layer's matmul (weight broadcast over the batch) as matmul, 2 M N K FLOPs", () => {
-    // x [1, 512, 768] @ W^T, W [1, 2304, 768] (transposeB) -> [1, 512, 2304]
-    const work = kernelWork('matmul', [
-      t([1, 512, 768]),
-      t([1, 2304, 768]),
-      t([1, 512, 2304]),
-      false,
-      true,
-    ]);
-    expect(work).toEqual({
+  it("counts a linear layer's matmuls as matmul, 2 M N K FLOPs, its weight gradient too", () => {
+    // x [4, 256, 768] @ W^T, W [1, 2304, 768] (transposeB) -> [4, 256, 2304]
+    const forward = kernelWork(
+      'matmul',
+      [t([4, 256, 768]), t([1, 2304, 768]), t([4, 256, 2304]), false, true],
+      256,
+    );
+    expect(forward).toEqual({
       category: 'matmul',
-      flops: 2 * 512 * 2304 * 768,
-      bytes: 4 * (512 * 768 + 2304 * 768 + 512 * 2304),
+      flops: 2 * 4 * 256 * 2304 * 768,
+      bytes: 4 * (4 * 256 * 768 + 2304 * 768 + 4 * 256 * 2304),
     });
+    // dW per sequence: x^T [4, 768, 256] (transposeA) @ dy [4, 256, 768] -> [4, 768, 768]
+    const weightGradient = kernelWork(
+      'matmul',
+      [t([4, 256, 768]), t([4, 256, 768]), t([4, 768, 768]), true, false],
+      256,
+    );
+    expect(weightGradient.category).toBe('matmul');
+    expect(weightGradient.flops).toBe(2 * 4 * 768 * 768 * 256);
   });
 
-  it("counts a matmul of two batched operands as attention's, K from A's transposed shape", () => {
+  it("counts a matmul with a T x T operand or output as attention's, K from A's transposed shape", () => {
+    // scores: q [48, 256, 64] @ k^T -> [48, 256, 256]
+    const scores = [t([48, 256, 64]), t([48, 256, 64]), t([48, 256, 256]), false, true];
+    expect(kernelWork('matmul', scores, 256).category).toBe('attention');
     // dK = dScores^T @ Q: dScores [48, 256, 256] transposed (A is [B, K, M]), Q [48, 256, 64]
-    const work = kernelWork('matmul', [
-      t([48, 256, 256]),
-      t([48, 256, 64]),
-      t([48, 256, 64]),
-      true,
-      false,
-    ]);
-    expect(work.category).toBe('attention');
-    expect(work.flops).toBe(2 * 48 * 256 * 64 * 256);
+    const dk = [t([48, 256, 256]), t([48, 256, 64]), t([48, 256, 64]), true, false];
+    expect(kernelWork('matmul', dk, 256)).toEqual({
+      category: 'attention',
+      flops: 2 * 48 * 256 * 64 * 256,
+      bytes: 4 * (48 * 256 * 256 + 2 * 48 * 256 * 64),
+    });
+    // without the sequence length, every matmul is a matmul
+    expect(kernelWork('matmul', dk).category).toBe('matmul');
   });
 
   it('sorts GELU out of the element-wise ops, and counts bytes by dtype', () => {
@@ -91,7 +99,7 @@ describe('profileKernels', () => {
   it('times each kernel call once through a clock, with its work, and leaves the rest alone', () => {
     let clock = 0;
     const fake = new FakeBackend();
-    const { backend, profile } = profileKernels(fake, () => (clock += 5));
+    const { backend, profile } = profileKernels(fake, { now: () => (clock += 5) });
     expect(backend.description).toBe('fake');
     expect(backend.startThreads()).toBe(4);
     backend.matmul(t([1, 2, 3]), t([1, 3, 4]), t([1, 2, 4]));

@@ -11,10 +11,11 @@
  * kernel that calls another is timed once, as the outer kernel. Types are structural: this package
  * depends on no workspace package.
  *
- * Categories that only a GPT's structure tells apart: a matmul whose two operands are both batched
- * (neither broadcast) is attention's (scores and the value product, forward and backward: the
- * linear layers' weights are one matrix broadcast over the batch), and `where` is attention's
- * causal mask (the one `maskedFill` a GPT step calls).
+ * Categories that only a GPT's structure tells apart, given its sequence length T: a matmul with a
+ * T x T matrix among its operands or its output is attention's (the scores, the value product and
+ * their four gradients; the linear layers' operands are T x C, C x C' and their weight gradients
+ * C x C', so a model with C = T would need another rule), and `where` is attention's causal mask
+ * (the one `maskedFill` a GPT step calls). Without T, no matmul is attention's.
  */
 
 /** A kernel operand as tensor-core passes it: only what the profile reads. */
@@ -109,14 +110,19 @@ export const PROFILED_METHODS = new Set([...Object.keys(CATEGORY_OF), 'unary', '
  * A kernel call's category and work, from the method's name and arguments as tensor-core's
  * `Backend` takes them ([Note: the step profile]).
  */
-export function kernelWork(method: string, args: readonly unknown[]): KernelWork {
+export function kernelWork(
+  method: string,
+  args: readonly unknown[],
+  sequenceLength?: number,
+): KernelWork {
   const bytes = operandBytes(args);
   if (method === 'matmul') {
     const [a, b, out, transposeA] = args as [Operand, Operand, Operand, boolean];
     const [batch = 1, m = 1, n = 1] = out.shape;
     const k = (transposeA ? a.shape[1] : a.shape[2]) ?? 1;
-    const batched = (a.shape[0] ?? 1) > 1 && (b.shape[0] ?? 1) > 1;
-    return { category: batched ? 'attention' : 'matmul', flops: 2 * batch * m * n * k, bytes };
+    const square = (t: Operand) => t.shape[1] === sequenceLength && t.shape[2] === sequenceLength;
+    const attention = sequenceLength !== undefined && (square(a) || square(b) || square(out));
+    return { category: attention ? 'attention' : 'matmul', flops: 2 * batch * m * n * k, bytes };
   }
   if (method === 'unary' || method === 'binary') {
     const op = args[0] as string;
@@ -158,15 +164,24 @@ export class KernelProfile {
   }
 }
 
+/** How `profileKernels` sorts and times. */
+export interface ProfileOptions {
+  /** The model's sequence length T, which tells attention's matmuls from the linear layers'. */
+  sequenceLength?: number;
+  /** The clock, in milliseconds (tests pass their own). */
+  now?: () => number;
+}
+
 /**
  * `backend` behind a proxy that times its kernels into a `KernelProfile` ([Note: the step
  * profile]). Use the proxy everywhere the backend would be (models, tensors, optimizer), so that
- * every kernel goes through it. `now` is the clock (tests pass their own).
+ * every kernel goes through it.
  */
 export function profileKernels<T extends object>(
   backend: T,
-  now: () => number = () => performance.now(),
+  options: ProfileOptions = {},
 ): { backend: T; profile: KernelProfile } {
+  const { sequenceLength, now = () => performance.now() } = options;
   const profile = new KernelProfile();
   const proxy = new Proxy(backend, {
     get(target, property) {
@@ -179,7 +194,7 @@ export function profileKernels<T extends object>(
       return (...args: unknown[]) => {
         const start = now();
         const result = method.apply(target, args);
-        profile.add(kernelWork(property, args), now() - start);
+        profile.add(kernelWork(property, args, sequenceLength), now() - start);
         return result;
       };
     },
