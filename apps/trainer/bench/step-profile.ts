@@ -117,7 +117,6 @@ async function profileStep(size: ProfileSize, ceilings: { gflops: number; gbPerS
   const stepMs = (performance.now() - t0) / size.steps;
   const table = formatProfile(profile, stepMs, size.steps, ceilings);
   const description = cpu.description;
-  // PyTorch's step runs next, in its own process: the model's gigabytes go back first.
   for (const param of params) param.free();
   cpu.dispose();
   return { table, stepMs, description };
@@ -138,6 +137,8 @@ export async function runStepProfile(size: ProfileSize): Promise<void> {
   const perThread = wasmSimdPeakGflops();
   const gflops = perThread * threads;
   const gbPerS = copyBandwidthGbPerS();
+  // PyTorch first, before our model exists: its process and our model would share the memory.
+  const torch = torchStep(size, threads);
   const { table, stepMs, description } = await profileStep(size, { gflops, gbPerS });
   console.log(
     `\n${size.name}, CPU backend (${description}): ${stepMs.toFixed(1)} ms a step (mean of ${size.steps}); load average ${load()}\n`,
@@ -146,6 +147,6 @@ export async function runStepProfile(size: ProfileSize): Promise<void> {
   console.log(
     `\nceilings: WebAssembly SIMD f32 ${perThread.toFixed(1)} GFLOP/s a thread x ${threads} threads = ${gflops.toFixed(1)}; 64 MiB copy ${gbPerS.toFixed(2)} GB/s (read + written)`,
   );
-  console.log(torchStep(size, threads));
+  console.log(torch);
   console.log(`load average ${load()}`);
 }
