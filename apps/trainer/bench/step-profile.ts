@@ -71,14 +71,15 @@ function torchStep(size: ProfileSize, threads: number): string {
   const { vocabSize, nLayer, nHead, nEmbd, blockSize } = size.config;
   const script = fileURLToPath(new URL('./torch_step.py', import.meta.url));
   const counts = threads > 1 ? [threads, 1] : [1];
+  const iters = Math.min(3, size.steps);
   const parts = counts.map((n) => {
-    const args = [vocabSize, nLayer, nHead, nEmbd, blockSize, size.batch, n, size.warmup, 3];
+    const args = [vocabSize, nLayer, nHead, nEmbd, blockSize, size.batch, n, size.warmup, iters];
     const { ms } = runTorchScript<{ ms: number }>(peer.build, script, args.map(String), {
       timeoutMs: 600_000,
     });
     return `${n} thread${n === 1 ? '' : 's'} ${ms.toFixed(1)} ms`;
   });
-  return `${peer.label}, the same step: ${parts.join(', ')} (median of 3 after ${size.warmup} warm-up)`;
+  return `${peer.label}, the same step: ${parts.join(', ')} (median of ${iters} after ${size.warmup} warm-up)`;
 }
 
 /** The profile's table, the step time and the backend's description: the model is gone after. */
