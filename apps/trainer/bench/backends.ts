@@ -1,15 +1,25 @@
 /**
  * Trainer benchmark: one training step of the default `pnpm train` model (forward, backward,
  * clip, AdamW) on the CPU backend and on WebGPU, in the same run, as the median after warm-up,
- * and PyTorch CPU's step on the same model (`bench/torch_step.py`, skipped with a message where
- * `python3` has no `torch`). Throughput rows, so a ratio above 1 means webshard is faster. The
- * CLI's `auto` measures for itself ([Note: the trainer's default backend]).
- * Run: `pnpm --filter @webshard/trainer bench`.
+ * and PyTorch CPU's step on the same model (`bench/torch_step.py` in PyPI's CPU wheel, the venv of
+ * `tooling/peers/torch-venv.sh` or `WEBSHARD_TORCH_PYTHON`; skipped with a message where there is
+ * none, refused where its torch runs the reference BLAS). Throughput rows, so a ratio above 1
+ * means webshard is faster. The CLI's `auto` measures for itself ([Note: the trainer's default
+ * backend]).
+ * Run: `pnpm --filter @webshard/trainer bench`; `WEBSHARD_PROFILE=1` (or `gpt2`) prints the step
+ * profile instead (`bench/step-profile.ts`).
  */
-import { execFileSync } from 'node:child_process';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
+import {
+  type BenchRow,
+  findRepoRoot,
+  findTorchPeer,
+  runTorchScript,
+  type TorchBuild,
+  timeMedian,
+  writeBenchResults,
+} from '@webshard/bench';
 import { AdamW, type Backend, createBackend, RandomGenerator, tensor } from '@webshard/tensor-core';
 import { loadCorpus } from '../src/corpus.js';
 import { BatchSampler } from '../src/data/batches.js';
@@ -17,6 +27,7 @@ import { CharTokenizer } from '../src/data/char-tokenizer.js';
 import { GPT } from '../src/models/gpt.js';
 import { DEFAULT_MODEL } from '../src/train.js';
 import { decayGroups, trainStep } from '../src/train-step.js';
+import { profileSize, runStepProfile } from './step-profile.js';
 
 const BATCH = 16;
 
@@ -50,54 +61,69 @@ async function stepMs(backend: Backend, text: string): Promise<number> {
   );
 }
 
-/** PyTorch CPU's median step on the same model, or null (with the reason printed) without torch. */
-function torchStepMs(vocabSize: number): { ms: number; label: string } | null {
-  const script = fileURLToPath(new URL('./torch_step.py', import.meta.url));
-  const { nLayer, nHead, nEmbd, blockSize } = DEFAULT_MODEL;
-  const threads = availableParallelism();
-  const args = [vocabSize, nLayer, nHead, nEmbd, blockSize, BATCH, threads].map(String);
-  // The first Python with torch: `python3` on the PATH, else Debian's (where python3-torch lives).
-  const reasons: string[] = [];
-  for (const python of ['python3', '/usr/bin/python3']) {
-    try {
-      const out = execFileSync(python, [script, ...args], {
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-        timeout: 300_000,
-      });
-      const result = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as {
-        ms: number;
-        torch: string;
-      };
-      return { ms: result.ms, label: `PyTorch ${result.torch} CPU, ${threads} threads` };
-    } catch (error) {
-      const reason = (error as { stderr?: string }).stderr?.trim().split('\n').at(-1);
-      reasons.push(`${python}: ${reason ?? (error as Error).message}`);
-    }
-  }
-  console.log(`skipping the PyTorch row: no python3 with torch (${reasons.join('; ')})`);
+const threads = availableParallelism();
+/** PyTorch's thread counts: as many as cores (its default), and one where that is more. */
+const torchThreads = threads > 1 ? [threads, 1] : [1];
+/**
+ * The PyTorch peer: PyPI's CPU wheel from `tooling/peers/torch-venv.sh` or `WEBSHARD_TORCH_PYTHON`,
+ * a reference-BLAS build refused ([Note: honest PyTorch peers] in tooling/bench); null (with the
+ * reason printed) where there is none.
+ */
+function findPeer(): { build: TorchBuild; label: string } | null {
+  const peer = findTorchPeer(findRepoRoot(fileURLToPath(import.meta.url)), 'speed');
+  if (!('skipped' in peer)) return peer;
+  console.log(`skipping the PyTorch row: ${peer.skipped}`);
   return null;
 }
 
+/** PyTorch's median step on the same model (`bench/torch_step.py`) on `n` threads. */
+function torchStepMs(build: TorchBuild, vocabSize: number, n: number): number {
+  const script = fileURLToPath(new URL('./torch_step.py', import.meta.url));
+  const { nLayer, nHead, nEmbd, blockSize } = DEFAULT_MODEL;
+  const args = [vocabSize, nLayer, nHead, nEmbd, blockSize, BATCH, n].map(String);
+  return runTorchScript<{ ms: number }>(build, script, args, { timeoutMs: 300_000 }).ms;
+}
+
 const text = await loadCorpus();
-// Alternate the backends (cpu, webgpu, cpu, webgpu) and keep each one's better median: the
-// machine is shared, and a burst of load should not land on one side only.
+const vocabSize = CharTokenizer.fromText(text).vocabSize;
+// `WEBSHARD_PROFILE=1` (the default model) or `=gpt2`: the step profile instead of the rows.
+const profile = process.env.WEBSHARD_PROFILE;
+if (profile !== undefined && profile !== '' && profile !== '0') {
+  await runStepProfile(profileSize(profile, vocabSize));
+  process.exit(0);
+}
+// Alternate the backends and PyTorch (cpu, webgpu, torch, cpu, webgpu, torch) and keep each one's
+// better median: the machine is shared, and a burst of load should not land on one side only.
+// PyTorch runs on as many threads as cores and on one, and its faster is the peer: its OpenMP
+// threads spin while they wait, so on a loaded machine its 2 threads suffer most (medians of 7 ms
+// and 315 ms a minute apart at a load average of 8, one thread 14-17 ms).
 const cpuBackend = await createBackend({ kind: 'cpu' });
 const gpuBackend = await createBackend({ kind: 'webgpu' });
+const peer = findPeer();
 const cpuRuns: number[] = [];
 const gpuRuns: number[] = [];
+const torchRuns = new Map<number, number[]>(torchThreads.map((n) => [n, []]));
 for (let round = 0; round < 2; round++) {
   cpuRuns.push(await stepMs(cpuBackend, text));
   gpuRuns.push(await stepMs(gpuBackend, text));
+  for (const n of torchThreads)
+    if (peer) torchRuns.get(n)!.push(torchStepMs(peer.build, vocabSize, n));
 }
 const cpu = Math.min(...cpuRuns);
 const gpu = Math.min(...gpuRuns);
+const list = (runs: number[]) => runs.map((ms) => ms.toFixed(1)).join(', ');
 console.log(
-  `cpu backend step ${cpuRuns.map((ms) => ms.toFixed(1)).join(', ')} ms; webgpu (${gpuBackend.description}) ${gpuRuns.map((ms) => ms.toFixed(1)).join(', ')} ms`,
+  `cpu backend step ${list(cpuRuns)} ms; webgpu (${gpuBackend.description}) ${list(gpuRuns)} ms; load average ${loadavg()[0]!.toFixed(1)}`,
 );
+let torch: { label: string; ms: number } | null = null;
+if (peer) {
+  for (const [n, runs] of torchRuns) {
+    const label = `${peer.label}, ${n} thread${n === 1 ? '' : 's'}`;
+    console.log(`${label}: ${list(runs)} ms a step`);
+    if (torch === null || Math.min(...runs) < torch.ms) torch = { label, ms: Math.min(...runs) };
+  }
+}
 const tokens = BATCH * DEFAULT_MODEL.blockSize;
-const torch = torchStepMs(CharTokenizer.fromText(text).vocabSize);
-if (torch) console.log(`${torch.label}: ${torch.ms.toFixed(1)} ms a step`);
 const rows: BenchRow[] = [
   {
     name: 'train step, default GPT',

@@ -1,9 +1,10 @@
 """PyTorch CPU's time for one training step of the trainer's default GPT, the peer row of
-`pnpm --filter @webshard/trainer bench` (bench/backends.ts runs this; it skips the row when
-`python3` has no `torch`). The model is the fixtures' nanoGPT (__fixtures__/make_fixtures.py), the
+`pnpm --filter @webshard/trainer bench` (bench/backends.ts runs this with PyPI's CPU wheel, the
+venv of tooling/peers/torch-venv.sh or WEBSHARD_TORCH_PYTHON, and skips the row without one). The model is the fixtures' nanoGPT (__fixtures__/make_fixtures.py), the
 step as the trainer's: forward, backward, clip_grad_norm_(1.0), AdamW with nanoGPT's two groups.
 
-Usage: python3 bench/torch_step.py VOCAB N_LAYER N_HEAD N_EMBD BLOCK BATCH THREADS
+Usage: .venv-torch/bin/python bench/torch_step.py VOCAB N_LAYER N_HEAD N_EMBD BLOCK BATCH THREADS [WARMUP ITERS]
+(WARMUP and ITERS default to 3 and 15; the step profile's GPT-2 run takes 1 and 3.)
 Prints one JSON line: {"ms": median step ms, "threads": ..., "torch": version}.
 """
 import json
@@ -18,6 +19,7 @@ import torch  # noqa: E402
 from make_fixtures import GPT  # noqa: E402
 
 vocab, n_layer, n_head, n_embd, block, batch, threads = (int(v) for v in sys.argv[1:8])
+warmup, iters = (int(v) for v in sys.argv[8:10]) if len(sys.argv) > 9 else (3, 15)
 torch.set_num_threads(threads)
 torch.manual_seed(1)
 cfg = dict(vocab_size=vocab, block_size=block, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
@@ -42,10 +44,10 @@ def step():
     optimizer.zero_grad(set_to_none=True)
 
 
-for _ in range(3):
+for _ in range(warmup):
     step()
 times = []
-for _ in range(15):
+for _ in range(iters):
     start = time.perf_counter()
     step()
     times.append((time.perf_counter() - start) * 1000)

@@ -1,36 +1,46 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { findTorchPeer, type TorchBuild } from '@webshard/bench';
 import type { BenchOp } from './plan.js';
-
-const PYTHON = '/usr/bin/python3';
 
 /** One gloo measurement: busbw in MB/s, keyed by our op name and size. */
 export type GlooResults = Map<string, number>;
 
 export const glooKey = (op: BenchOp | 'all_reduce', sizeMiB: number) => `${op}/${sizeMiB}`;
 
-/** Why the gloo peer cannot run here, or null when it can. */
-export function glooUnavailable(repoRoot: string): string | null {
+/** The PyTorch that runs gloo, and its label (`PyTorch 2.13.0+cpu (MKL, oneDNN)`). */
+export interface GlooPeer {
+  build: TorchBuild;
+  label: string;
+}
+
+/**
+ * The gloo peer, or why it cannot run here: the benchmarks' PyTorch ([Note: honest PyTorch
+ * peers] in tooling/bench), where a reference-BLAS build still serves (gloo never calls BLAS).
+ */
+export function glooPeer(repoRoot: string): GlooPeer | { skipped: string } {
   const script = join(repoRoot, '..', 'shared', 'peers', 'gloo_bench.py');
-  if (!existsSync(script)) return `${script} not found`;
-  if (!existsSync(PYTHON)) return `${PYTHON} not found`;
-  const probe = spawnSync(PYTHON, ['-c', 'import torch.distributed'], { stdio: 'ignore' });
-  return probe.status === 0 ? null : `${PYTHON} has no torch (apt-get install -y python3-torch)`;
+  if (!existsSync(script)) return { skipped: `${script} not found` };
+  const peer = findTorchPeer(repoRoot, 'collectives');
+  return peer;
 }
 
 const OP_NAMES: Record<string, BenchOp> = {
   all_reduce: 'allReduce',
   all_gather_into_tensor: 'allGather',
+  // gloo has it since PyTorch 2 (1.13 answered that it is not supported).
+  reduce_scatter_tensor: 'reduceScatter',
   broadcast: 'broadcast',
 };
 
 /**
- * Runs ../shared/peers/gloo_bench.py (relative to the repository root) for one world size and
- * returns its busbw per op and size. gloo 1.13 has no reduce-scatter; all_gather falls back to
- * the list API when all_gather_into_tensor is missing.
+ * Runs ../shared/peers/gloo_bench.py (relative to the repository root) with the peer's Python for
+ * one world size and returns its busbw per op and size. gloo 1.13 has no reduce-scatter (no row
+ * then); all_gather falls back to the list API when all_gather_into_tensor is missing.
  */
 export async function runGloo(
+  peer: GlooPeer,
   repoRoot: string,
   world: number,
   port: number,
@@ -44,7 +54,7 @@ export async function runGloo(
     // Read-only: the rows printed on stdout are all this benchmark uses.
   }
   const child = spawn(
-    PYTHON,
+    peer.build.python,
     [script, String(world), String(port), '--sizes', sizesMiB.join(',')],
     {
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -11,7 +11,7 @@ import { type BenchRow, timeMedian, writeBenchResults } from '@webshard/bench';
 import { freePort } from '../src/launcher/launcher.js';
 import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { browserRankRows } from './browser-ranks.js';
-import { type GlooResults, glooKey, glooUnavailable, runGloo } from './gloo.js';
+import { type GlooResults, glooKey, glooPeer, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
 import { type AbResult, runTwoLevel, runTwoLevelAb } from './two-level.js';
 import { webGpuOperandRows } from './webgpu-operands.js';
@@ -159,8 +159,12 @@ function abRows(world: number, results: readonly AbResult[]): BenchRow[] {
   return out;
 }
 
-const glooProblem = glooUnavailable(repoRoot);
-if (glooProblem !== null) console.log(`gloo peer skipped: ${glooProblem}`);
+const glooTorch = glooPeer(repoRoot);
+if ('skipped' in glooTorch) console.log(`gloo peer skipped: ${glooTorch.skipped}`);
+else console.log(`gloo peer: ${glooTorch.label} (${glooTorch.build.python})`);
+/** A gloo row's peer label: the op and the PyTorch that ran it. */
+const glooLabel = (op: string) =>
+  'skipped' in glooTorch ? `gloo ${op}` : `gloo ${op}, ${glooTorch.label}`;
 
 const rows: BenchRow[] = [];
 // The machine's memory bandwidth, measured in the same run: every transport here is bound by copies
@@ -178,9 +182,9 @@ for (const sizeMiB of [16, 64]) {
 }
 for (const world of worlds) {
   let gloo: GlooResults | null = null;
-  if (glooProblem === null) {
+  if (!('skipped' in glooTorch)) {
     console.log(`gloo, ${world} ranks...`);
-    gloo = await runGloo(repoRoot, world, await freePort(), sizesMiB);
+    gloo = await runGloo(glooTorch, repoRoot, world, await freePort(), sizesMiB);
   }
   if (world === 2 && transports.includes('tcp')) {
     // The floor under any 2-rank all-reduce over Node sockets on this machine (see loopback.ts).
@@ -193,7 +197,7 @@ for (const world of worlds) {
         unit: 'MB/s',
       };
       const peerValue = gloo?.get(glooKey('allReduce', sizeMiB));
-      if (peerValue !== undefined) Object.assign(row, { peer: 'gloo allReduce', peerValue });
+      if (peerValue !== undefined) Object.assign(row, { peer: glooLabel('allReduce'), peerValue });
       rows.push(row);
     }
   }
@@ -226,11 +230,11 @@ for (const world of worlds) {
     for (const result of results) {
       const bytes = result.sizeMiB * MiB;
       const busbw = (bytes / (result.medianMs / 1e3) / 1e6) * busFactor(result.op, world);
-      // gloo 1.13 has no reduce-scatter: compare with its all-reduce, which a data-parallel
-      // library on gloo would use instead.
-      const reduceScatter =
-        result.op === 'reduceScatter' || result.op === 'reduceScatterRegistered';
-      const peerOp = reduceScatter || result.op === 'allReduceRegistered' ? 'allReduce' : result.op;
+      // Registered ops against gloo's ordinary ones. gloo 1.13 has no reduce-scatter: there,
+      // compare with its all-reduce, which a data-parallel library on gloo would use instead.
+      const base = result.op.replace('Registered', '') as BenchOp;
+      const noGlooOp = !(gloo?.has(glooKey(base, result.sizeMiB)) ?? false);
+      const peerOp = base === 'reduceScatter' && noGlooOp ? 'allReduce' : base;
       const peerValue = gloo?.get(glooKey(peerOp, result.sizeMiB));
       const label = result.op.endsWith('Registered')
         ? `${result.op.replace('Registered', '')} (registered)`
@@ -244,7 +248,7 @@ for (const world of worlds) {
         unit: 'MB/s',
       };
       if (peerValue !== undefined) {
-        row.peer = reduceScatter ? 'gloo all_reduce' : `gloo ${peerOp}`;
+        row.peer = glooLabel(peerOp === base ? peerOp : 'all_reduce');
         row.peerValue = peerValue;
       }
       rows.push(row);

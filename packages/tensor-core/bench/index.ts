@@ -7,7 +7,8 @@
  * - the CPU backend's f32 matmul (WASM SIMD, its worker threads) against tfjs-backend-wasm
  *   (XNNPACK, SIMD; Node gives it one thread), the same kernel on one thread, and the TypeScript
  *   kernel; and onnxruntime-node's CPU MatMul where one is installed (`WEBSHARD_ONNXRUNTIME_NODE`; it
- *   is not a dependency of the repo), in a child process, skipped with a message otherwise;
+ *   is not a dependency of the repo), in a child process, skipped with a message otherwise; and
+ *   PyTorch's (PyPI's CPU wheel, `bench/torch_matmul.py`, [Note: honest PyTorch peers]);
  * - the CPU backend's other WASM SIMD kernels at the train step's sizes against the TypeScript
  *   kernels and tfjs-backend-wasm (`bench/cpu-kernel-rows.ts`).
  * `WEBSHARD_BENCH_CPU_ONLY=1` skips the WebGPU rows (a quicker run while working on the CPU backend).
@@ -18,7 +19,14 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { type BenchRow, median, writeBenchResults } from '@webshard/bench';
+import {
+  type BenchRow,
+  findRepoRoot,
+  findTorchPeer,
+  median,
+  runTorchScript,
+  writeBenchResults,
+} from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
 import { SWIFTSHADER_ICD_PATHS } from '../src/backend/webgpu/gpu-runtime.js';
 import { createCpuBackend } from '../src/runtime.js';
@@ -207,6 +215,33 @@ else {
       value: oursGflops.get(n)!,
       unit: 'GFLOP/s',
       peer: ort.label,
+      peerValue,
+    });
+  }
+}
+// PyTorch's CPU matmul (PyPI's wheel: MKL), in a child process after ours, on as many threads as
+// ours and on one, the faster per size ([Note: honest PyTorch peers] in tooling/bench; skipped with
+// the reason without one).
+const torch = findTorchPeer(findRepoRoot(fileURLToPath(import.meta.url)), 'speed');
+if ('skipped' in torch) console.log(`skipping the PyTorch matmul rows: ${torch.skipped}`);
+else {
+  const script = fileURLToPath(new URL('./torch_matmul.py', import.meta.url));
+  const counts = threads > 1 ? `${threads},1` : '1';
+  const result = runTorchScript<{ ms: Record<string, number>; threads: Record<string, number> }>(
+    torch.build,
+    script,
+    [CPU_SIZES.join(','), counts],
+  );
+  for (const n of CPU_SIZES) {
+    const peer = `${torch.label}, ${result.threads[n]} thread(s)`;
+    const peerValue = gflops(n, result.ms[n]!);
+    console.log(`matmul n=${n}: ${peer} ${peerValue.toFixed(2)} GFLOP/s`);
+    rows.push({
+      name: `matmul f32 n=${n} (${ours} vs PyTorch)`,
+      metric: 'throughput',
+      value: oursGflops.get(n)!,
+      unit: 'GFLOP/s',
+      peer,
       peerValue,
     });
   }

@@ -2,6 +2,32 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 
+export {
+  type CategoryTotals,
+  formatProfile,
+  KernelProfile,
+  type KernelWork,
+  kernelWork,
+  PROFILE_CATEGORIES,
+  type ProfileCategory,
+  type ProfileCeilings,
+  profileKernels,
+} from './kernel-profile.js';
+export {
+  findTorchPeer,
+  parseBlasInfo,
+  probeTorch,
+  runTorchScript,
+  TORCH_VENV_HINT,
+  TORCH_VENV_PYTHON,
+  type TorchBuild,
+  type TorchPeer,
+  type TorchPeerUse,
+  torchLabel,
+  torchPython,
+} from './torch-peer.js';
+export { copyBandwidthGbPerS, wasmSimdPeakGflops } from './wasm-peak.js';
+
 /** One measured number, as `pnpm bench` records it in `bench-results/<package>.json`. */
 export interface BenchRow {
   name: string;
@@ -79,7 +105,8 @@ export function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-function findRepoRoot(from: string): string {
+/** The repository root: the nearest folder above `from` with `pnpm-workspace.yaml` (else `from`). */
+export function findRepoRoot(from: string): string {
   let dir = resolve(from);
   for (;;) {
     if (existsSync(join(dir, 'pnpm-workspace.yaml'))) return dir;
