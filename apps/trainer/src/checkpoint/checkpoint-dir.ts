@@ -164,12 +164,24 @@ export async function resolveLatest(root: string): Promise<string | null> {
   return dir;
 }
 
-/** The checkpoint `--resume path` means: `path/latest`'s step, or `path` itself. */
+/**
+ * The checkpoint `--resume path` means: `path/latest`'s step; else `path` itself if it is a step
+ * folder; else the highest complete step folder in `path` (a crash between a step's rename and
+ * `latest`'s leaves no `latest` naming it).
+ */
 export async function resolveResume(path: string): Promise<string> {
   const latest = await resolveLatest(path);
   if (latest !== null) return latest;
   const manifest = await stat(join(path, STEP_MANIFEST)).catch(() => null);
   if (manifest === null || !manifest.isFile()) {
+    let best: { dir: string; step: number } | null = null;
+    for (const name of (await readdir(path).catch(() => [] as string[])).filter((n) => STEP.test(n))) {
+      const found = await peekStepManifest(join(path, name));
+      if (found !== null && (best === null || found.step > best.step)) {
+        best = { dir: join(path, name), step: found.step };
+      }
+    }
+    if (best !== null) return best.dir;
     throw new UsageError(
       `--resume ${path}: no checkpoint there (no ${LATEST} file naming one, and no ${STEP_MANIFEST})`,
       { option: '--resume' },
