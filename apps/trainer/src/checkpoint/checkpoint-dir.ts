@@ -175,7 +175,9 @@ export async function resolveResume(path: string): Promise<string> {
   const manifest = await stat(join(path, STEP_MANIFEST)).catch(() => null);
   if (manifest === null || !manifest.isFile()) {
     let best: { dir: string; step: number } | null = null;
-    for (const name of (await readdir(path).catch(() => [] as string[])).filter((n) => STEP.test(n))) {
+    for (const name of (await readdir(path).catch(() => [] as string[])).filter((n) =>
+      STEP.test(n),
+    )) {
       const found = await peekStepManifest(join(path, name));
       if (found !== null && (best === null || found.step > best.step)) {
         best = { dir: join(path, name), step: found.step };

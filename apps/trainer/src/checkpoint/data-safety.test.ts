@@ -31,7 +31,11 @@ async function runIdOf(step: string): Promise<string> {
 const sha256 = (text: string | Uint8Array) => createHash('sha256').update(text).digest('hex');
 
 /** Rewrite `file` of step folder `dir` through `edit`, and re-hash it in checkpoint.json (a forgery). */
-async function forge(dir: string, file: string, edit: (json: any) => void): Promise<void> {
+async function forge(
+  dir: string,
+  file: string,
+  edit: (json: { step: number }) => void,
+): Promise<void> {
   const json = JSON.parse(await readFile(join(dir, file), 'utf8'));
   edit(json);
   if (file === 'manifest.json') {
@@ -78,7 +82,9 @@ describe('a checkpoint directory belongs to a run', () => {
 
   it('a resumed run keeps its id, replaces a step it saves again whole, and refuses a directory of another run', async () => {
     const dir = fresh();
-    expect((await run(['--steps', '4', '--checkpoint-every', '1', '--checkpoint-dir', dir])).exitCode).toBe(0);
+    expect(
+      (await run(['--steps', '4', '--checkpoint-every', '1', '--checkpoint-dir', dir])).exitCode,
+    ).toBe(0);
     const id = await runIdOf(join(dir, 'step-000004'));
     const firstSave = await readFile(join(dir, 'step-000004', 'checkpoint.json'), 'utf8');
     const again = await run([
@@ -93,9 +99,20 @@ describe('a checkpoint directory belongs to a run', () => {
     expect(await readFile(join(dir, 'step-000004', 'checkpoint.json'), 'utf8')).not.toBe(firstSave);
 
     const other = fresh();
-    expect((await run(['--steps', '2', '--checkpoint-every', '2', '--checkpoint-dir', other])).exitCode).toBe(0);
+    expect(
+      (await run(['--steps', '2', '--checkpoint-every', '2', '--checkpoint-dir', other])).exitCode,
+    ).toBe(0);
     const otherId = await runIdOf(join(other, 'step-000002'));
-    const mixed = await run(['--steps', '5', '--resume', dir, '--checkpoint-every', '1', '--checkpoint-dir', other]);
+    const mixed = await run([
+      '--steps',
+      '5',
+      '--resume',
+      dir,
+      '--checkpoint-every',
+      '1',
+      '--checkpoint-dir',
+      other,
+    ]);
     expect(mixed.exitCode).toBe(2);
     expect(mixed.stderr).toBe(
       `webshard-train: --checkpoint-dir ${other} holds checkpoints of another run (run ${otherId}, step-000002): choose another directory, or pass --overwrite-checkpoints to replace them\n`,
@@ -117,7 +134,17 @@ describe('every file of a checkpoint is checked before anything loads (exit 2, n
     it(`${strategy}: one flipped byte in each file, forged run.json and manifests, a missing file`, async () => {
       const dir = fresh();
       const log = join(dir, 'log.jsonl');
-      const saved = await run([...flags, '--steps', '2', '--checkpoint-every', '2', '--checkpoint-dir', dir, '--log-jsonl', log]);
+      const saved = await run([
+        ...flags,
+        '--steps',
+        '2',
+        '--checkpoint-every',
+        '2',
+        '--checkpoint-dir',
+        dir,
+        '--log-jsonl',
+        log,
+      ]);
       expect(saved.exitCode).toBe(0);
       const step = join(dir, 'step-000002');
       const names = await readdir(step);
@@ -151,30 +178,46 @@ describe('every file of a checkpoint is checked before anything loads (exit 2, n
       await forge(forgedRun, 'run.json', (state) => {
         state.step = 1;
       });
-      await expectRefused(forgedRun, 'run.json', `step 1 of run ${id}, where checkpoint.json says step 2 of run ${id}`);
+      await expectRefused(
+        forgedRun,
+        'run.json',
+        `step 1 of run ${id}, where checkpoint.json says step 2 of run ${id}`,
+      );
       if (strategy === 'fsdp') {
         const forgedManifest = fresh();
         await cp(step, forgedManifest, { recursive: true });
         await forge(forgedManifest, 'manifest.json', (manifest) => {
           manifest.step = 3;
         });
-        await expectRefused(forgedManifest, 'manifest.json', `step 3 of run ${id}, where checkpoint.json says step 2 of run ${id}`);
+        await expectRefused(
+          forgedManifest,
+          'manifest.json',
+          `step 3 of run ${id}, where checkpoint.json says step 2 of run ${id}`,
+        );
       } else {
         const missing = fresh();
         await cp(step, missing, { recursive: true });
         await rm(join(missing, 'optimizer.safetensors'));
-        await expectRefused(missing, 'optimizer.safetensors', 'listed in checkpoint.json but missing');
+        await expectRefused(
+          missing,
+          'optimizer.safetensors',
+          'listed in checkpoint.json but missing',
+        );
       }
     });
   }
 
   it('a latest naming a missing or half-written folder says what it names', async () => {
     const dir = fresh();
-    expect((await run(['--steps', '2', '--checkpoint-every', '2', '--checkpoint-dir', dir])).exitCode).toBe(0);
+    expect(
+      (await run(['--steps', '2', '--checkpoint-every', '2', '--checkpoint-dir', dir])).exitCode,
+    ).toBe(0);
     await writeFile(join(dir, 'latest'), 'step-000009\n');
     let r = await run(['--steps', '3', '--resume', dir]);
     expect(r.exitCode).toBe(2);
-    expect(r.stderr).toBe(`webshard-train: --resume ${dir}: latest names step-000009, which does not exist\n`);
+    expect(r.stderr).toBe(
+      `webshard-train: --resume ${dir}: latest names step-000009, which does not exist\n`,
+    );
     await cp(join(dir, 'step-000002'), join(dir, '.step-000003.partial'), { recursive: true });
     await rm(join(dir, '.step-000003.partial', 'checkpoint.json'));
     await writeFile(join(dir, 'latest'), '.step-000003.partial\n');
@@ -192,7 +235,15 @@ describe('the log and report of a resumed run', () => {
     const log = join(dir, 'log.jsonl');
     const report = join(dir, 'report.html');
     const outputs = ['--log-jsonl', log, '--report', report];
-    const whole = await run(['--steps', '4', '--checkpoint-every', '2', '--checkpoint-dir', dir, ...outputs]);
+    const whole = await run([
+      '--steps',
+      '4',
+      '--checkpoint-every',
+      '2',
+      '--checkpoint-dir',
+      dir,
+      ...outputs,
+    ]);
     expect(whole.exitCode).toBe(0);
     const wholeLog = (await readFile(log, 'utf8')).trim().split('\n');
     const wholeReport = await readFile(report, 'utf8');
@@ -207,7 +258,9 @@ describe('the log and report of a resumed run', () => {
     expect(lines.slice(0, 2)).toEqual(wholeLog.slice(0, 2));
     const parsed = lines.map((l) => JSON.parse(l) as { step: number; loss: number });
     expect(parsed.map((p) => p.step)).toEqual([1, 2, 3, 4]);
-    expect(parsed.map((p) => p.loss)).toEqual(wholeLog.map((l) => (JSON.parse(l) as { loss: number }).loss));
+    expect(parsed.map((p) => p.loss)).toEqual(
+      wholeLog.map((l) => (JSON.parse(l) as { loss: number }).loss),
+    );
     // The loss chart (the first <svg>) covers all four steps, as the unbroken run's did.
     const lossChart = (html: string) => html.slice(html.indexOf('<svg'), html.indexOf('</svg>'));
     expect(lossChart(await readFile(report, 'utf8'))).toBe(lossChart(wholeReport));

@@ -101,10 +101,18 @@ export async function verifyStep(dir: string, runStateFile: string): Promise<Ste
       bytes = await readFile(join(dir, entry.file));
     } catch (error) {
       const code = (error as { code?: string }).code ?? 'unreadable';
-      refuse(dir, entry.file, `listed in ${STEP_MANIFEST} but ${code === 'ENOENT' ? 'missing' : `unreadable (${code})`}`);
+      refuse(
+        dir,
+        entry.file,
+        `listed in ${STEP_MANIFEST} but ${code === 'ENOENT' ? 'missing' : `unreadable (${code})`}`,
+      );
     }
     if (bytes.byteLength !== entry.bytes) {
-      refuse(dir, entry.file, `has ${bytes.byteLength} bytes, ${STEP_MANIFEST} says ${entry.bytes} (truncated?)`);
+      refuse(
+        dir,
+        entry.file,
+        `has ${bytes.byteLength} bytes, ${STEP_MANIFEST} says ${entry.bytes} (truncated?)`,
+      );
     }
     if (sha256(bytes) !== entry.sha256) {
       refuse(dir, entry.file, `its SHA-256 differs from ${STEP_MANIFEST} (corrupted)`);

@@ -30,10 +30,7 @@ describe('writeFileAtomic', () => {
     const path = join(dir, 'full.bin');
     writeFileSync(path, 'old');
     vi.mocked(fs.open).mockImplementationOnce(async (file, flags) => {
-      const handle = await (await vi.importActual<typeof fs>('node:fs/promises')).open(
-        file,
-        flags,
-      );
+      const handle = await (await vi.importActual<typeof fs>('node:fs/promises')).open(file, flags);
       handle.write = (async () => {
         throw Object.assign(new Error('ENOSPC: no space left on device, write'), {
           code: 'ENOSPC',

@@ -39,8 +39,13 @@ export async function writeFileAtomic(
   bytes: Uint8Array | string,
   options: AtomicWriteOptions | FaultHook = {},
 ): Promise<void> {
-  const { fault, pending, mkdir: makeParents } =
-    typeof options === 'function' ? { fault: options, pending: undefined, mkdir: false } : options;
+  const {
+    fault,
+    pending,
+    mkdir: makeParents,
+  } = typeof options === 'function'
+    ? { fault: options, pending: undefined, mkdir: false }
+    : options;
   const data = typeof bytes === 'string' ? new TextEncoder().encode(bytes) : bytes;
   const dir = dirname(path);
   const temporary = join(dir, `.${basename(path)}.${randomBytes(6).toString('hex')}.partial`);
