@@ -35,6 +35,7 @@ import { createProgress, formatBytes, type StepRecord } from './progress.js';
 import { gatherPerRank } from './ranks/gather.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
+import { logLine } from './io/log-line.js';
 import { accumulatedStep } from './train-step.js';
 
 /** The model `pnpm train` trains (the CLI's defaults): nanoGPT's shape, small enough for 2 cores. */
@@ -191,10 +192,12 @@ export async function train(
   // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file; a resumed
   // run keeps its lines up to the resumed step: [Note: the log of a resumed run]).
   const log =
-    config.logJsonl !== null && lead ? await openLog(config.logJsonl, resumed?.step ?? null) : null;
-  if (log !== null && log.dropped > 0) {
+    config.logJsonl !== null && lead
+      ? await openLog(config.logJsonl, resumed?.step ?? null, earlier.records)
+      : null;
+  if (log !== null && log.dropped + log.restored > 0) {
     say(
-      `log: ${config.logJsonl} keeps its ${log.kept} lines up to step ${firstStep}; dropped ${log.dropped} past it (from a run stopped after its last checkpoint)`,
+      `log: ${config.logJsonl} keeps its ${log.kept} lines up to step ${firstStep}${log.restored > 0 ? ` (${log.restored} restored from the checkpoint)` : ''}; dropped ${log.dropped} past it (from a run stopped after its last checkpoint)`,
     );
   }
   const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY);
@@ -249,12 +252,7 @@ export async function train(
       records.push(record);
       const elapsed = (performance.now() - started) / 1000;
       progress.step(record, elapsed);
-      if (log !== null) {
-        const { step: s, loss, tokensPerSecond, peakDeviceBytes } = record;
-        await log.write(
-          `${JSON.stringify({ step: s, loss, lr, tokensPerSecond, peakDeviceBytes })}\n`,
-        );
-      }
+      if (log !== null) await log.write(logLine(record));
       if (
         config.evalEvery > 0 &&
         record.step % config.evalEvery === 0 &&

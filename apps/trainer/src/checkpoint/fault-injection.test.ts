@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { cp, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,7 +11,9 @@ import { type CliFixture, FIXTURES, readCliFixture } from '../test-support/fixtu
  * The trainer's fault-injection suite ([Note: the trainer's fault points]): for every strategy, a
  * run of 4 steps with a checkpoint after each is killed with SIGKILL at a seeded fault point (any
  * stage of any checkpoint file, a folder's rename, `latest`, cleanup, a step's end), then resumed
- * from its directory (or started again where no checkpoint was complete); its JSONL log must then
+ * from its directory (or started again where no checkpoint was complete). Odd seeds kill a run
+ * resumed from step 3 into a finished run's directory instead, so it saves step 4 again over the
+ * complete one (the swap of [Note: a checkpoint directory belongs to a run]). The JSONL log must then
  * hold the unbroken run's 4 losses exactly, and the directory a whole checkpoint of step 4.
  * `WEBSHARD_FAULT_RUNS` seeds per strategy (1 by default), from `WEBSHARD_FAULT_SEED_BASE` (a new
  * base each run, printed) or the one `WEBSHARD_FAULT_SEED`.
@@ -97,21 +99,39 @@ describe('a run killed at a seeded point of saving or training resumes to the un
       const before = faultPointsPassed();
       const whole = await runMain([...base, ...outputs(reference)], FIXTURES);
       expect(whole.exitCode).toBe(0);
-      const points = faultPointsPassed() - before;
+      const freshPoints = faultPointsPassed() - before;
       const expected = await logLosses(join(reference, 'log.jsonl'));
       expect(expected.map((e) => e.step)).toEqual([1, 2, 3, 4]);
+      // A finished run's directory and log, resumed from its step 3 (so step 4 is saved again).
+      const finishedRun = async (dir: string) => {
+        await cp(join(reference, 'ckpt'), join(dir, 'ckpt'), { recursive: true });
+        await cp(join(reference, 'log.jsonl'), join(dir, 'log.jsonl'));
+        return ['--resume', join(dir, 'ckpt', 'step-000003')];
+      };
+      let overPoints = 0;
+      if (SEEDS.some((seed) => seed % 2 === 1)) {
+        const scratch = join(out, `${strategy}-over`);
+        const args = [...base, ...outputs(scratch), ...(await finishedRun(scratch))];
+        const start = faultPointsPassed();
+        expect((await runMain(args, FIXTURES)).exitCode).toBe(0);
+        overPoints = faultPointsPassed() - start;
+      }
       for (const seed of SEEDS) {
+        const over = seed % 2 === 1;
+        const points = over ? overPoints : freshPoints;
         const k = pointOf(seed, points);
-        const where = `seed ${seed}: killed at fault point ${k} of ${points} (rerun with WEBSHARD_FAULT_SEED=${seed})`;
+        const where = `seed ${seed}: ${over ? 'a run saving step 4 again' : 'a new run'} killed at fault point ${k} of ${points} (rerun with WEBSHARD_FAULT_SEED=${seed})`;
         const dir = join(out, `${strategy}-${seed}`);
-        const killed = await runKilledAt([...base, ...outputs(dir)], k);
+        const resume = over ? await finishedRun(dir) : [];
+        const killed = await runKilledAt([...base, ...outputs(dir), ...resume], k);
         expect(killed.signal, `${where}\n${killed.stderr}`).toBe('SIGKILL');
         const resumed = await runMain(
           [...base, ...outputs(dir), '--resume', join(dir, 'ckpt')],
           FIXTURES,
         );
+        let finished = false;
         if (resumed.exitCode !== 0) {
-          const finished = resumed.stderr.includes('the checkpoint is at step 4, and --steps is 4');
+          finished = resumed.stderr.includes('the checkpoint is at step 4, and --steps is 4');
           const none = resumed.stderr.includes('no checkpoint there');
           expect(finished || none, `${where}\n${resumed.stderr}`).toBe(true);
           if (none) {
@@ -120,7 +140,9 @@ describe('a run killed at a seeded point of saving or training resumes to the un
           }
         }
         expect(await logLosses(join(dir, 'log.jsonl')), where).toEqual(expected);
-        expect((await readdir(join(dir, 'ckpt'))).sort(), where).toEqual([
+        // A kill during the last cleanup leaves an older step of this run, which a later save drops.
+        const left = (await readdir(join(dir, 'ckpt'))).sort();
+        expect(finished ? left.filter((e) => !/^step-00000[12]$/.test(e)) : left, where).toEqual([
           'latest',
           'step-000003',
           'step-000004',
