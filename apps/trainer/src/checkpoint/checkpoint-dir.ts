@@ -1,9 +1,8 @@
 import { mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { syncDirectory } from '@webshard/fsdp/checkpoint';
+import { syncDirectory, writeFileAtomic } from '@webshard/fsdp/checkpoint';
 import { UsageError } from '../errors.js';
-import { writeFileAtomically } from '../io/atomic-write.js';
-import { faultPoint } from '../io/fault-points.js';
+import { checkpointFault, faultPoint } from '../io/fault-points.js';
 import { LATEST, RUN_STATE, type RunState, stepDirName } from './run-checkpoint.js';
 import { peekStepManifest, STEP_MANIFEST, writeStepManifest } from './step-manifest.js';
 
@@ -72,8 +71,7 @@ async function exists(path: string): Promise<boolean> {
 }
 
 async function moveLatest(root: string, name: string): Promise<void> {
-  await writeFileAtomically(join(root, LATEST), `${name}\n`);
-  faultPoint('latest');
+  await writeFileAtomic(join(root, LATEST), `${name}\n`, checkpointFault);
 }
 
 /**
@@ -87,7 +85,7 @@ export async function finishCheckpoint(
   overwrite: boolean,
 ): Promise<void> {
   const name = stepDirName(state.step);
-  await writeFileAtomically(join(partial, RUN_STATE), `${JSON.stringify(state)}\n`);
+  await writeFileAtomic(join(partial, RUN_STATE), `${JSON.stringify(state)}\n`, checkpointFault);
   await writeStepManifest(partial, state.runId, state.step);
   await syncDirectory(partial);
   faultPoint('manifest');

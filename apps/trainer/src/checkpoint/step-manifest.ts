@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { UsageError } from '../errors.js';
-import { writeFileAtomically } from '../io/atomic-write.js';
+import { writeFileAtomic } from '@webshard/fsdp/checkpoint';
+import { checkpointFault } from '../io/fault-points.js';
 
 /** The manifest of one step's folder: every other file of it, with its size and SHA-256. */
 export const STEP_MANIFEST = 'checkpoint.json';
@@ -59,7 +60,8 @@ export async function writeStepManifest(dir: string, runId: string, step: number
   }
   const body = { format: FORMAT, version: 1, runId, step, files } as const;
   const manifest: StepManifest = { ...body, sha256: digestOf(body) };
-  await writeFileAtomically(join(dir, STEP_MANIFEST), `${JSON.stringify(manifest, null, 1)}\n`);
+  const text = `${JSON.stringify(manifest, null, 1)}\n`;
+  await writeFileAtomic(join(dir, STEP_MANIFEST), text, checkpointFault);
 }
 
 /** `dir/checkpoint.json` if it is one, unchecked beyond its shape (for cleanup: whose step is it). */
