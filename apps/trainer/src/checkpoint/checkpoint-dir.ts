@@ -116,7 +116,7 @@ export async function finishCheckpoint(
 async function cleanup(root: string, state: RunState, overwrite: boolean): Promise<void> {
   const mine: { name: string; step: number }[] = [];
   for (const name of await readdir(root)) {
-    if (/^\.step-\d{6,}\.(partial|swap|old)$/.test(name)) {
+    if (/^\.step-\d{6,}\.(partial|swap|old)$/.test(name) || /^\.latest\..+\.partial$/.test(name)) {
       await rm(join(root, name), { recursive: true, force: true });
       continue;
     }
