@@ -78,6 +78,14 @@ function refuse(dir: string, file: string, detail: string): never {
   throw new UsageError(`--resume ${join(dir, file)}: ${detail}`, { option: '--resume' });
 }
 
+async function readJson<T>(dir: string, file: string): Promise<T> {
+  try {
+    return (JSON.parse(await readFile(join(dir, file), 'utf8')) ?? {}) as T;
+  } catch {
+    refuse(dir, file, 'not valid JSON');
+  }
+}
+
 /**
  * Check step folder `dir` whole (see [Note: the step manifest]): the manifest's own hash, every
  * file's presence, size and hash, and the step and run of `run.json` and fsdp's `manifest.json`
@@ -122,10 +130,7 @@ export async function verifyStep(dir: string, runStateFile: string): Promise<Ste
   }
   const listed = new Set(manifest.files.map((f) => f.file));
   if (!listed.has(runStateFile)) refuse(dir, STEP_MANIFEST, `lists no ${runStateFile}`);
-  const state = JSON.parse(await readFile(join(dir, runStateFile), 'utf8')) as {
-    step?: unknown;
-    runId?: unknown;
-  };
+  const state = await readJson<{ step?: unknown; runId?: unknown }>(dir, runStateFile);
   if (state.step !== manifest.step || state.runId !== manifest.runId) {
     refuse(
       dir,
@@ -134,10 +139,10 @@ export async function verifyStep(dir: string, runStateFile: string): Promise<Ste
     );
   }
   if (listed.has('manifest.json')) {
-    const sharded = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as {
-      step?: unknown;
-      extra?: { runId?: unknown } | null;
-    };
+    const sharded = await readJson<{ step?: unknown; extra?: { runId?: unknown } | null }>(
+      dir,
+      'manifest.json',
+    );
     if (sharded.step !== manifest.step || sharded.extra?.runId !== manifest.runId) {
       refuse(
         dir,
