@@ -8,8 +8,10 @@ import {
 } from '@webshard/tensor-core';
 import { encodeSafetensors } from '@webshard/tensor-core/io';
 import {
+  beginCheckpoint,
   checkFiles,
   DEFAULT_CORPUS_PATH,
+  faultPoint,
   finishCheckpoint,
   freeHostMemory,
   joinPath,
@@ -17,7 +19,6 @@ import {
   openLog,
   readRunState,
   resolveResume,
-  stepDirName,
   writeFileAtomically,
 } from '#platform';
 import type { RunState } from './checkpoint/run-checkpoint.js';
@@ -35,6 +36,7 @@ import { gatherPerRank } from './ranks/gather.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
 import { sample } from './sample.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
+import { logLine } from './io/log-line.js';
 import { accumulatedStep } from './train-step.js';
 
 /** The model `pnpm train` trains (the CLI's defaults): nanoGPT's shape, small enough for 2 cores. */
@@ -169,20 +171,38 @@ export async function train(
     say(`resumed: ${resumeDir} (step ${resumed.step})`);
   }
   const firstStep = resumed?.step ?? 0;
+  // A resumed run keeps its id and the steps before its checkpoint (for the report).
+  const runId = resumed?.runId ?? globalThis.crypto.randomUUID();
+  const earlier = {
+    records: resumed?.history.records.filter((r) => r.step <= firstStep) ?? [],
+    evals: resumed?.history.evals.filter((e) => e.step <= firstStep) ?? [],
+  };
   const saveCheckpoint = async (step: number) => {
     const root = config.checkpointDir!;
     const state: RunState = {
+      runId,
       step,
       strategy: config.strategy,
       worldSize: config.worldSize,
       scaler: mixed?.scaler.stateDict() ?? null,
+      history: { records: [...earlier.records, ...records], evals: [...earlier.evals, ...evals] },
     };
-    await prepared.saveCheckpoint(joinPath(root, stepDirName(step)), optimizer, state);
-    if (lead) await finishCheckpoint(root, state);
+    const partial = await beginCheckpoint(root, step, lead);
+    await prepared.saveCheckpoint(partial, optimizer, state);
+    if (lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
   };
 
-  // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file).
-  const log = config.logJsonl !== null && lead ? await openLog(config.logJsonl) : null;
+  // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file; a resumed
+  // run keeps its lines up to the resumed step: [Note: the log of a resumed run]).
+  const log =
+    config.logJsonl !== null && lead
+      ? await openLog(config.logJsonl, resumed?.step ?? null, earlier.records)
+      : null;
+  if (log !== null && log.dropped + log.restored > 0) {
+    say(
+      `log: ${config.logJsonl} keeps its ${log.kept} lines up to step ${firstStep}${log.restored > 0 ? ` (${log.restored} restored from the checkpoint)` : ''}; dropped ${log.dropped} past it (from a run stopped after its last checkpoint)`,
+    );
+  }
   const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY);
   const heldOut = { ...(data === null ? {} : { tokens: data.validation }), seed: config.seed };
   const evalBatch = Math.min(config.batchSize, 16);
@@ -235,12 +255,7 @@ export async function train(
       records.push(record);
       const elapsed = (performance.now() - started) / 1000;
       progress.step(record, elapsed);
-      if (log !== null) {
-        const { step: s, loss, tokensPerSecond, peakDeviceBytes } = record;
-        await log.write(
-          `${JSON.stringify({ step: s, loss, lr, tokensPerSecond, peakDeviceBytes })}\n`,
-        );
-      }
+      if (log !== null) await log.write(logLine(record));
       if (
         config.evalEvery > 0 &&
         record.step % config.evalEvery === 0 &&
@@ -259,6 +274,7 @@ export async function train(
       if (config.checkpointEvery > 0 && record.step % config.checkpointEvery === 0) {
         await saveCheckpoint(record.step);
       }
+      faultPoint('step');
       if (config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps) {
         progress.line(
           `stopped after step ${record.step} of ${config.steps}: the ${config.maxSeconds} s budget is spent`,
@@ -303,7 +319,12 @@ export async function train(
     const settings = Object.fromEntries(Object.entries(config).map(([k, v]) => [k, String(v)]));
     await writeFileAtomically(
       config.report,
-      renderReport({ title: `webshard-train: ${config.model}`, settings, records, evals }),
+      renderReport({
+        title: `webshard-train: ${config.model}`,
+        settings,
+        records: [...earlier.records, ...records],
+        evals: [...earlier.evals, ...evals],
+      }),
     );
     say(`report: ${config.report}`);
   }

@@ -59,3 +59,32 @@ export class FsdpWrapError extends FsdpError {
     super(op, detail, { code: 'E_FSDP_WRAP' });
   }
 }
+
+/**
+ * A file that could not be written (`ENOSPC`, `EACCES`, a directory in the way): the message names
+ * the path and the system's code, which Node's own errors for a write on an open file do not.
+ * Nothing was replaced: the previous file, if any, is whole.
+ */
+export class FileWriteError extends FsdpError {
+  readonly path: string;
+  readonly errno: string | undefined;
+  constructor(path: string, detail: string, errno: string | undefined, cause?: unknown) {
+    super('write', `${path}: ${detail}`, { code: 'E_FSDP_WRITE', cause });
+    this.path = path;
+    this.errno = errno;
+  }
+
+  /** `error` (from writing `path`) as a `FileWriteError`, unless it is one already. */
+  static from(path: string, error: unknown): FileWriteError {
+    if (error instanceof FileWriteError) return error;
+    const errno = (error as { code?: unknown })?.code;
+    const code = typeof errno === 'string' ? errno : undefined;
+    const reason =
+      code === 'ENOSPC'
+        ? 'no space left on device (ENOSPC)'
+        : code === 'EDQUOT'
+          ? 'disk quota exceeded (EDQUOT)'
+          : `${(error as Error)?.message?.split('\n')[0] ?? String(error)}`;
+    return new FileWriteError(path, `could not be written: ${reason}`, code, error);
+  }
+}

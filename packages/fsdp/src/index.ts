@@ -1,6 +1,12 @@
 export type { ComputeDType, FsdpOptions, ResolvedOptions } from './api.js';
 export { defaultPredivideFactor, resolveOptions } from './api.js';
-export { FsdpConfigError, FsdpError, FsdpStateError, FsdpWrapError } from './errors.js';
+export {
+  FileWriteError,
+  FsdpConfigError,
+  FsdpError,
+  FsdpStateError,
+  FsdpWrapError,
+} from './errors.js';
 export type { FlatParamEntry, ShardedState } from './flat-param.js';
 export { FlatParameter } from './flat-param.js';
 export { FSDP, FullyShardedDataParallel } from './fully-sharded.js';

@@ -1,4 +1,4 @@
-import { readFile, rm, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
   Backend,
@@ -11,16 +11,24 @@ import { encodeSafetensors } from '@webshard/tensor-core/io';
 import { loadSafetensors } from '@webshard/tensor-core/node';
 import type { TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
-import { writeFileAtomically } from '../io/atomic-write.js';
+import { writeFileAtomic } from '@webshard/fsdp/checkpoint';
+import { checkpointFault } from '../io/fault-points.js';
+import type { EvalPoint } from '../report/html-report.js';
+import type { StepRecord } from '../progress.js';
+import { verifyStep } from './step-manifest.js';
 
 /** Where a run is, kept beside its weights and optimizer state in each checkpoint (`run.json`). */
 export interface RunState {
+  /** The run's id ([Note: a checkpoint directory belongs to a run]). */
+  runId: string;
   /** Steps completed: the run continues at this step. */
   step: number;
   strategy: TrainConfig['strategy'];
   worldSize: number;
   /** The loss scaler's state (fp16), else null. */
   scaler: GradScalerStateDict | null;
+  /** The steps and evaluations so far, for the report of a resumed run. */
+  history: { records: StepRecord[]; evals: EvalPoint[] };
 }
 
 /**
@@ -29,37 +37,28 @@ export interface RunState {
  * fsdp a sharded checkpoint of `@webshard/fsdp/checkpoint` (each rank its shards and optimizer
  * state, a manifest; it loads at any world size), for single and ddp rank 0's `model.safetensors`
  * (the f32 weights under PyTorch names) and `optimizer.safetensors` (AdamW's state in PyTorch's
- * layout). `run.json` (the step, the strategy, the scaler) is written last, and only then `DIR/latest`
- * names the new step, so a crash at any point leaves `latest` on a complete checkpoint; every
- * file is written atomically. The two newest checkpoints are kept. `--resume DIR` (or a step
+ * layout). `run.json` (the run's id, the step, the strategy, the scaler, the history for the
+ * report) and `checkpoint.json` ([Note: the step manifest]) come last, in a temporary folder that
+ * is renamed into place before `DIR/latest` names it ([Note: a checkpoint directory belongs to a
+ * run]), so a crash at any point leaves `latest` on a complete checkpoint. This run's two newest
+ * checkpoints are kept. `--resume DIR` (or a step
  * directory) restores weights, optimizer and scaler and continues at the saved step: the batches
  * and the schedule depend only on the step, so the losses are those of a run never stopped.
  */
 export const LATEST = 'latest';
 export const RUN_STATE = 'run.json';
-const KEEP = 2;
 
 /** The step directory's name for `step`. */
 export function stepDirName(step: number): string {
   return `step-${String(step).padStart(6, '0')}`;
 }
 
-/** The checkpoint `--resume path` means: `path/latest`'s step, or `path` itself. */
-export async function resolveResume(path: string): Promise<string> {
-  const latest = await readFile(join(path, LATEST), 'utf8').catch(() => null);
-  const dir = latest === null ? path : join(path, latest.trim());
-  const state = await stat(join(dir, RUN_STATE)).catch(() => null);
-  if (state === null || !state.isFile()) {
-    throw new UsageError(
-      `--resume ${path}: no checkpoint there (no ${LATEST} file naming one, and no ${RUN_STATE})`,
-      { option: '--resume' },
-    );
-  }
-  return dir;
-}
-
-/** Read and check `run.json` of checkpoint `dir` against this run. */
+/**
+ * Check checkpoint `dir` whole ([Note: the step manifest]), then read its `run.json` and check it
+ * against this run.
+ */
 export async function readRunState(dir: string, config: TrainConfig): Promise<RunState> {
+  await verifyStep(dir, RUN_STATE);
   let state: RunState;
   try {
     state = JSON.parse(await readFile(join(dir, RUN_STATE), 'utf8')) as RunState;
@@ -88,31 +87,16 @@ export async function readRunState(dir: string, config: TrainConfig): Promise<Ru
   return state;
 }
 
-/**
- * After a checkpoint's own files: `run.json`, then `latest`, then drop all but the newest two.
- * Rank 0 only; the caller has made sure every rank's files are in place.
- */
-export async function finishCheckpoint(root: string, state: RunState): Promise<void> {
-  const name = stepDirName(state.step);
-  await writeFileAtomically(join(root, name, RUN_STATE), `${JSON.stringify(state)}\n`);
-  await writeFileAtomically(join(root, LATEST), `${name}\n`);
-  if (state.step === 0) return;
-  const { readdir } = await import('node:fs/promises');
-  const steps = (await readdir(root)).filter((n) => /^step-\d{6,}$/.test(n)).sort();
-  for (const old of steps.slice(0, Math.max(0, steps.length - KEEP))) {
-    await rm(join(root, old), { recursive: true, force: true });
-  }
-}
-
 /** Save rank 0's full weights and optimizer state (single, ddp) into `dir`. */
 export async function saveFullCheckpoint(
   dir: string,
   weights: Map<string, Tensor>,
   optimizer: Optimizer<object, object>,
 ): Promise<void> {
-  await writeFileAtomically(
+  await writeFileAtomic(
     join(dir, 'model.safetensors'),
     await encodeSafetensors(Object.fromEntries(weights), { format: 'pt' }),
+    checkpointFault,
   );
   const dict = optimizer.stateDict();
   const tensors: Record<string, Tensor> = {};
@@ -130,9 +114,10 @@ export async function saveFullCheckpoint(
     numbers: JSON.stringify(numbers),
     param_groups: JSON.stringify(dict.param_groups),
   };
-  await writeFileAtomically(
+  await writeFileAtomic(
     join(dir, 'optimizer.safetensors'),
     await encodeSafetensors(tensors, metadata),
+    checkpointFault,
   );
 }
 

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
-import { LATEST, readRunState, resolveResume } from '../checkpoint/run-checkpoint.js';
+import { checkCheckpointDir, resolveResume } from '../checkpoint/checkpoint-dir.js';
+import { LATEST, readRunState } from '../checkpoint/run-checkpoint.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
 import type { TrainConfig } from './options.js';
 import { checkInputFile, checkOutputFile } from './preflight.js';
@@ -18,8 +19,14 @@ export async function checkFiles(config: TrainConfig): Promise<void> {
   for (const [name, path] of Object.entries(outputs)) {
     if (path !== null) await checkOutputFile(path, `--${name}`);
   }
+  const resumed =
+    config.resume === null ? null : await readRunState(await resolveResume(config.resume), config);
   if (config.checkpointDir !== null) {
     await checkOutputFile(join(config.checkpointDir, LATEST), '--checkpoint-dir');
+    await checkCheckpointDir(
+      config.checkpointDir,
+      resumed?.runId ?? null,
+      config.overwriteCheckpoints,
+    );
   }
-  if (config.resume !== null) await readRunState(await resolveResume(config.resume), config);
 }

@@ -49,6 +49,8 @@ export interface TrainConfig {
   checkpointDir: string | null;
   /** A checkpoint directory (or its root, holding `latest`) to continue from. */
   resume: string | null;
+  /** Replace another run's checkpoints in `checkpointDir` (else such a directory is refused). */
+  overwriteCheckpoints: boolean;
   model: 'gpt' | 'mlp';
   nLayer: number;
   nHead: number;
@@ -151,6 +153,7 @@ Output
   --checkpoint-every <n> --checkpoint-dir <dir>
                                a checkpoint every n steps (fsdp: sharded, loads at any world size)
   --resume <dir>               continue a run from its checkpoint (dir/latest, or a step directory)
+  --overwrite-checkpoints      let --checkpoint-dir replace another run's checkpoints there
   --eval-every <n>             held-out loss and a short sample every n steps (default 0: at the end only)
   --sample-length <n>          tokens sampled at the end (default 200; 0 for none)
   --help                       this text
@@ -173,6 +176,7 @@ const OPTIONS = {
   'checkpoint-every': { type: 'string' },
   'checkpoint-dir': { type: 'string' },
   resume: { type: 'string' },
+  'overwrite-checkpoints': { type: 'boolean' },
   model: { type: 'string' },
   'n-layer': { type: 'string' },
   'n-head': { type: 'string' },
@@ -346,10 +350,16 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     checkpointEvery: int('checkpoint-every', 0, 0),
     checkpointDir: path('checkpoint-dir'),
     resume: path('resume'),
+    overwriteCheckpoints: values['overwrite-checkpoints'] === true,
   };
   if (config.checkpointEvery > 0 !== (config.checkpointDir !== null)) {
     throw new UsageError('--checkpoint-every and --checkpoint-dir go together', {
       option: config.checkpointDir === null ? '--checkpoint-every' : '--checkpoint-dir',
+    });
+  }
+  if (config.overwriteCheckpoints && config.checkpointDir === null) {
+    throw new UsageError('--overwrite-checkpoints needs --checkpoint-dir', {
+      option: '--overwrite-checkpoints',
     });
   }
   checkStrategyFlags(config, values);

@@ -1,6 +1,7 @@
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { FileWriteError } from '@webshard/fsdp/checkpoint';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeFileAtomically } from './atomic-write.js';
 
@@ -23,7 +24,13 @@ describe('writeFileAtomically', () => {
   it('leaves the old file and no .partial when the rename fails', async () => {
     await mkdir(join(dir, 'target-is-a-dir/inside'), { recursive: true });
     await writeFile(join(dir, 'target-is-a-dir/inside/keep'), 'x');
-    await expect(writeFileAtomically(join(dir, 'target-is-a-dir'), 'data')).rejects.toThrow();
+    const target = join(dir, 'target-is-a-dir');
+    const error = await writeFileAtomically(target, 'data').catch((e: unknown) => e);
+    // fsdp's one writer: the error names the path (see [Note: atomic files]).
+    expect(error).toBeInstanceOf(FileWriteError);
+    expect((error as Error).message).toMatch(
+      new RegExp(`^\\[write\\] ${target}: could not be written: E(ISDIR|NOTEMPTY)`),
+    );
     expect((await readdir(dir)).filter((f) => f.includes('partial'))).toEqual([]);
     expect(await readFile(join(dir, 'target-is-a-dir/inside/keep'), 'utf8')).toBe('x');
   });

@@ -23,9 +23,13 @@ export const writeFileAtomically: typeof NodePlatform.writeFileAtomically = noFi
 export const openLog: typeof NodePlatform.openLog = noFilesAsync('--log-jsonl');
 export const resolveResume: typeof NodePlatform.resolveResume = noFilesAsync('--resume');
 export const readRunState: typeof NodePlatform.readRunState = noFilesAsync('--resume');
+export const beginCheckpoint: typeof NodePlatform.beginCheckpoint =
+  noFilesAsync('--checkpoint-every');
 export const finishCheckpoint: typeof NodePlatform.finishCheckpoint =
   noFilesAsync('--checkpoint-every');
-export const stepDirName: typeof NodePlatform.stepDirName = noFiles('--checkpoint-every');
+/** Fault points are the Node fault-injection test's ([Note: the trainer's fault points]). */
+export const faultPoint: typeof NodePlatform.faultPoint = () => {};
+export const checkpointFault: typeof NodePlatform.checkpointFault = () => {};
 export const saveFullCheckpoint: typeof NodePlatform.saveFullCheckpoint =
   noFilesAsync('--checkpoint-every');
 export const loadFullOptimizer: typeof NodePlatform.loadFullOptimizer = noFilesAsync('--resume');

@@ -9,40 +9,29 @@
  * always a Node process, the data comes through `RunIO.loadData`, and the flags that need files
  * on every rank are refused before a run with browser ranks starts (cli/browser-rank-options.ts).
  */
-import { mkdir, open } from 'node:fs/promises';
 import { freemem } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 
 export { loadShardedCheckpoint, saveShardedCheckpoint } from '@webshard/fsdp/checkpoint';
 export {
+  beginCheckpoint,
   finishCheckpoint,
+  resolveResume,
+} from '../checkpoint/checkpoint-dir.js';
+export {
   loadFullOptimizer,
   readRunState,
-  resolveResume,
   saveFullCheckpoint,
-  stepDirName,
 } from '../checkpoint/run-checkpoint.js';
 export { checkFiles } from '../cli/check-files.js';
 export { DEFAULT_CORPUS_PATH } from '../corpus.js';
 export { loadDataset } from '../data/read-dataset.js';
 export { writeFileAtomically } from '../io/atomic-write.js';
+export { checkpointFault, faultPoint } from '../io/fault-points.js';
+export { openLog } from '../io/resumable-log.js';
 export { join as joinPath };
 
 /** The host's free memory in bytes, for the estimate's check (cli/memory-estimate.ts). */
 export function freeHostMemory(): number {
   return freemem();
-}
-
-/** `--log-jsonl`: a live log, one line at a time (not an atomic file; see [Note: atomic outputs]). */
-export async function openLog(
-  path: string,
-): Promise<{ write(line: string): Promise<void>; close(): Promise<void> }> {
-  await mkdir(dirname(path), { recursive: true });
-  const file = await open(path, 'w');
-  return {
-    async write(line) {
-      await file.write(line);
-    },
-    close: () => file.close(),
-  };
 }

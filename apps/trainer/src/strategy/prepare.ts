@@ -19,6 +19,7 @@ import {
   type Tensor,
 } from '@webshard/tensor-core';
 import {
+  checkpointFault,
   loadFullOptimizer,
   loadShardedCheckpoint,
   saveFullCheckpoint,
@@ -194,7 +195,14 @@ function prepareFsdp(
       },
     },
     async saveCheckpoint(dir, optimizer, state) {
-      await saveShardedCheckpoint(dir, { model: root, optimizer, step: state.step, extra: state });
+      // The run's id and step in fsdp's own manifest too: the trainer cross-checks them.
+      await saveShardedCheckpoint(dir, {
+        model: root,
+        optimizer,
+        step: state.step,
+        extra: { runId: state.runId, step: state.step },
+        fault: checkpointFault,
+      });
     },
     async loadCheckpoint(dir, optimizer) {
       try {

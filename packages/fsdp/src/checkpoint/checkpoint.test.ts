@@ -227,6 +227,22 @@ describe('sharded checkpoints', () => {
       await expectRefused(dir, /the file of rank 1 of 2 is missing/);
     });
 
+    it('an edited manifest (the step, or a recorded hash), and a version 1 manifest', async () => {
+      const dir = tempDir();
+      await saveOne(dir);
+      const path = join(dir, MANIFEST);
+      const original = readFileSync(path, 'utf8');
+      writeFileSync(path, original.replace('"step": 1,', '"step": 3,'));
+      await expectRefused(dir, /\(manifest\.json\): its SHA-256 differs from the one it records/);
+      const edited = JSON.parse(original);
+      edited.files[0].sha256 = '0'.repeat(64);
+      writeFileSync(path, JSON.stringify(edited));
+      await expectRefused(dir, /\(manifest\.json\): its SHA-256 differs from the one it records/);
+      const { sha256: _, ...v1 } = { ...JSON.parse(original), version: 1 };
+      writeFileSync(path, JSON.stringify(v1));
+      await expectRefused(dir, /is not a webshard-fsdp-checkpoint manifest of version 2/);
+    });
+
     it('a checkpoint of another model', async () => {
       const dir = tempDir();
       await saveOne(dir, { ...TINY_GPT, nEmbd: 8 });

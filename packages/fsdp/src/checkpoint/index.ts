@@ -1,4 +1,5 @@
-export type { FaultHook, WriteStage } from './atomic-write.js';
+export { FileWriteError } from '../errors.js';
+export type { AtomicWriteOptions, FaultHook, WriteStage } from './atomic-write.js';
 export { SimulatedCrash, syncDirectory, writeFileAtomic } from './atomic-write.js';
 export { consolidateCheckpoint } from './consolidate.js';
 export type { Manifest, ManifestFile, SaveCheckpointOptions } from './sharded-checkpoint.js';

@@ -44,7 +44,8 @@ export interface ManifestFile {
  * `param/<key>`, its optimizer state under `optim/<key>/<name>`, rank 0's also the buffers under
  * `buffer/<name>`), and `manifest.json`, written last: the format, the world size, the layout
  * ([Note: the sharded layout]), the step, the caller's `extra`, the optimizer's numbers and groups,
- * and each file's size and SHA-256. Every file is written atomically (temporary file, fsync,
+ * each file's size and SHA-256, and the SHA-256 of the manifest itself (`manifestDigest`), so an
+ * edited step count or layout is refused like a corrupted shard. Every file is written atomically (temporary file, fsync,
  * rename) under a name of its own save (`<save>-rank<r>-of-<n>.safetensors`), and the manifest
  * replaces the previous one only after every rank's file is in place; files of older saves are
  * removed after that. So a crash at any point leaves the previous manifest, naming files that are
@@ -54,7 +55,7 @@ export interface ManifestFile {
  */
 export interface Manifest {
   readonly format: typeof FORMAT;
-  readonly version: 1;
+  readonly version: 2;
   readonly worldSize: number;
   readonly step: number;
   readonly extra: unknown;
@@ -65,6 +66,14 @@ export interface Manifest {
     readonly paramGroups: (Record<string, unknown> & { params: string[] })[];
   } | null;
   readonly files: readonly ManifestFile[];
+  /** SHA-256 of the manifest's own JSON without this field (`manifestDigest`). */
+  readonly sha256: string;
+}
+
+/** The SHA-256 a manifest carries: of its JSON (compact) without its own `sha256` field. */
+export function manifestDigest(manifest: Omit<Manifest, 'sha256'> & { sha256?: string }): string {
+  const { sha256: _, ...body } = manifest;
+  return sha256(new TextEncoder().encode(JSON.stringify(body)));
 }
 
 type AnyOptimizer = Optimizer<object, object>;
@@ -166,9 +175,9 @@ export async function saveShardedCheckpoint(
         sha256: Buffer.from(new Uint8Array(part.buffer, part.byteOffset, 32)).toString('hex'),
       });
     }
-    const manifest: Manifest = {
+    const body: Omit<Manifest, 'sha256'> = {
       format: FORMAT,
-      version: 1,
+      version: 2,
       worldSize: group.size,
       step: options.step ?? 0,
       extra: options.extra ?? null,
@@ -176,6 +185,7 @@ export async function saveShardedCheckpoint(
       optimizer: optimizerPart,
       files,
     };
+    const manifest: Manifest = { ...body, sha256: manifestDigest(body) };
     const text = new TextEncoder().encode(`${JSON.stringify(manifest, null, 1)}\n`);
     await writeFileAtomic(join(dir, MANIFEST), text, options.fault);
     // Older saves' files are no longer named by the manifest.
@@ -219,11 +229,19 @@ export async function readCheckpoint(
   } catch (error) {
     throw new CheckpointError(op, dir, `${MANIFEST} is not valid JSON`, MANIFEST, error);
   }
-  if (manifest?.format !== FORMAT || manifest.version !== 1 || !Array.isArray(manifest.files)) {
+  if (manifest?.format !== FORMAT || manifest.version !== 2 || !Array.isArray(manifest.files)) {
     throw new CheckpointError(
       op,
       dir,
-      `${MANIFEST} is not a ${FORMAT} manifest of version 1`,
+      `${MANIFEST} is not a ${FORMAT} manifest of version 2`,
+      MANIFEST,
+    );
+  }
+  if (manifest.sha256 !== manifestDigest(manifest)) {
+    throw new CheckpointError(
+      op,
+      dir,
+      'its SHA-256 differs from the one it records (edited or corrupted)',
       MANIFEST,
     );
   }

@@ -1,0 +1,28 @@
+import type { FaultHook } from '@webshard/fsdp/checkpoint';
+
+/**
+ * [Note: the trainer's fault points]
+ * The trainer's fault-injection test (checkpoint/fault-injection.test.ts) kills a run with SIGKILL
+ * at a seeded point, then resumes it. The points are the places a crash could leave something
+ * behind: every stage of every file a checkpoint writes (`checkpointFault`, through fsdp's
+ * `FaultHook`), the renames of a step folder and of `latest`, cleanup, and the end of every
+ * training step. `WEBSHARD_TRAINER_KILL_AT=k` makes the k-th point this process passes kill it (no
+ * handler runs, as with a power cut); unset, a point only counts, so a test can learn how many
+ * points a run has (`faultPointsPassed`) and draw among them.
+ */
+const killAt = Number(process.env.WEBSHARD_TRAINER_KILL_AT ?? 0);
+let passed = 0;
+
+/** Count one fault point (`label` for a debugger), and die here if it is the chosen one. */
+export function faultPoint(_label: string): void {
+  passed += 1;
+  if (killAt > 0 && passed === killAt) process.kill(process.pid, 'SIGKILL');
+}
+
+/** How many fault points this process has passed. */
+export function faultPointsPassed(): number {
+  return passed;
+}
+
+/** Every stage of every checkpoint file's write as a fault point. */
+export const checkpointFault: FaultHook = (_file, stage) => faultPoint(stage);

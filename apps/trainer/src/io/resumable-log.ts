@@ -1,0 +1,70 @@
+import { mkdir, open, readFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { StepRecord } from '../progress.js';
+import { writeFileAtomically } from './atomic-write.js';
+import { logLine } from './log-line.js';
+
+/** The `--log-jsonl` file as a run writes it. */
+export interface RunLog {
+  write(line: string): Promise<void>;
+  close(): Promise<void>;
+  /** Resumed: the lines kept (steps up to the resumed one), dropped (past it), restored. */
+  readonly kept: number;
+  readonly dropped: number;
+  readonly restored: number;
+}
+
+/**
+ * [Note: the log of a resumed run]
+ * `--log-jsonl` is a live log, one line per step appended as the step ends (not an atomic file).
+ * A new run starts it empty. A run resumed at step k keeps every line of the file up to step k
+ * and drops the lines past it (written by a run that crashed after its last checkpoint, they
+ * would repeat the steps about to run), and a half-written last line; steps up to k that the file
+ * lacks (a run resumed from an earlier step and killed before it wrote them again) come back from
+ * the checkpoint's history. The lines are put back atomically before the run appends, and the run
+ * says how many it dropped. The report does the
+ * same from the history in the checkpoint's `run.json`.
+ */
+export async function openLog(
+  path: string,
+  resumedStep: number | null = null,
+  history: readonly StepRecord[] = [],
+): Promise<RunLog> {
+  await mkdir(dirname(path), { recursive: true });
+  let kept = 0;
+  let dropped = 0;
+  let restored = 0;
+  if (resumedStep !== null) {
+    const text = await readFile(path, 'utf8').catch(() => '');
+    const lines = text.split('\n').filter((l) => l !== '');
+    const keep = new Map<number, string>();
+    for (const line of lines) {
+      try {
+        const step = (JSON.parse(line) as { step?: unknown }).step;
+        if (typeof step === 'number' && step <= resumedStep) keep.set(step, `${line}\n`);
+      } catch {
+        // A half-written line of a killed run: dropped.
+      }
+    }
+    kept = keep.size;
+    dropped = lines.length - kept;
+    for (const record of history) {
+      if (record.step <= resumedStep && !keep.has(record.step)) {
+        keep.set(record.step, logLine(record));
+        restored += 1;
+      }
+    }
+    const ordered = [...keep.entries()].sort((a, b) => a[0] - b[0]).map(([, line]) => line);
+    await writeFileAtomically(path, ordered.join(''));
+  }
+  const file = await open(path, resumedStep === null ? 'w' : 'a');
+  return {
+    async write(line) {
+      await file.write(line);
+    },
+    close: () => file.close(),
+    kept,
+    dropped,
+    restored,
+  };
+}
