@@ -100,4 +100,11 @@ describe('a README whose command does not run', () => {
     const [good] = extractBlocks(md('loss 4.2'));
     expect(blockFailure(good!, runBlock(good!, place))).toBeUndefined();
   });
+
+  it('fails when the output has what its forbid directive names', () => {
+    const [block] = extractBlocks(
+      '<!-- docs-test: forbid: WARN_\\w+ -->\n```sh\necho ok; echo WARN_X >&2\n```',
+    );
+    expect(blockFailure(block!, runBlock(block!, place))).toMatch(/has \/WARN_\\w\+\/ \("WARN_X"\)/);
+  });
 });

@@ -16,13 +16,14 @@
  * - `in-project` runs an `sh` block in the npm project of the README's programs instead of the
  *   repository root; `file: NAME` writes a `ts` block there as NAME instead of running it (a
  *   script that a later block's command runs).
- * - `expect: REGEX` requires the block's output (stdout and stderr) to match REGEX.
+ * - `expect: REGEX` requires the block's output (stdout and stderr) to match REGEX; `forbid: REGEX`
+ *   requires it not to (a warning the README promises is gone).
  * - `timeout: SECONDS` per command (default 120).
  */
 
 /** One directive above a fence. */
 export interface Directive {
-  verb: 'skip' | 'append' | 'before' | 'in-project' | 'file' | 'expect' | 'timeout';
+  verb: 'skip' | 'append' | 'before' | 'in-project' | 'file' | 'expect' | 'forbid' | 'timeout';
   /** The backticked text a per-command directive matches, if any. */
   match?: string;
   value: string;
@@ -44,6 +45,7 @@ const VERBS = new Set<Directive['verb']>([
   'in-project',
   'file',
   'expect',
+  'forbid',
   'timeout',
 ]);
 const DIRECTIVE = /^<!--\s*docs-test:\s*([a-z-]+)(?:\s+`([^`]+)`)?\s*(?::\s*(.*?))?\s*-->$/;

@@ -91,12 +91,15 @@ export function blockFailure(block: CodeBlock, results: CommandResult[]): string
     const tail = (result.output ?? '').slice(-3000);
     return `\`${result.command}\` exited with ${result.status ?? 'no status (killed)'}:\n${tail}`;
   }
+  const ran = results.filter((r) => r.skipped === undefined);
+  if (ran.length === 0) return undefined;
+  const output = ran.map((r) => r.output ?? '').join('');
   const expected = directive(block, 'expect')?.value;
-  if (expected !== undefined) {
-    const ran = results.filter((r) => r.skipped === undefined);
-    const output = ran.map((r) => r.output ?? '').join('');
-    if (ran.length > 0 && !new RegExp(expected).test(output))
-      return `the output does not match /${expected}/:\n${output.slice(-3000)}`;
-  }
+  if (expected !== undefined && !new RegExp(expected).test(output))
+    return `the output does not match /${expected}/:\n${output.slice(-3000)}`;
+  const forbidden = directive(block, 'forbid')?.value;
+  const found = forbidden === undefined ? null : new RegExp(forbidden).exec(output);
+  if (found !== null)
+    return `the output has /${forbidden}/ ("${found[0]}"):\n${output.slice(-3000)}`;
   return undefined;
 }
