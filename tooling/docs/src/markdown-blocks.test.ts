@@ -83,28 +83,30 @@ describe('commands', () => {
 describe('a README whose command does not run', () => {
   const place = { repoRoot: process.cwd(), project: mkdtempSync(join(tmpdir(), 'docs-unit-')) };
 
-  it('fails, naming the command and its exit status', () => {
+  it('fails, naming the command and its exit status', async () => {
     const [block] = extractBlocks('```sh\ntrue\nwebshard-no-such-command --help\necho never\n```');
-    const results = runBlock(block!, place);
+    const results = await runBlock(block!, place);
     expect(results.map((r) => r.status)).toEqual([0, 127]);
     expect(blockFailure(block!, results)).toMatch(
       /^`webshard-no-such-command --help` exited with 127:\n.*command not found/,
     );
   });
 
-  it('fails when the output does not match its expect directive, and passes when it does', () => {
+  it('fails when the output does not match its expect directive, and passes when it does', async () => {
     const md = (text: string) =>
       `<!-- docs-test: expect: loss \\d -->\n\`\`\`sh\necho ${text}\n\`\`\``;
     const [bad] = extractBlocks(md('no number'));
-    expect(blockFailure(bad!, runBlock(bad!, place))).toMatch(/does not match \/loss \\d\//);
+    expect(blockFailure(bad!, await runBlock(bad!, place))).toMatch(/does not match \/loss \\d\//);
     const [good] = extractBlocks(md('loss 4.2'));
-    expect(blockFailure(good!, runBlock(good!, place))).toBeUndefined();
+    expect(blockFailure(good!, await runBlock(good!, place))).toBeUndefined();
   });
 
-  it('fails when the output has what its forbid directive names', () => {
+  it('fails when the output has what its forbid directive names', async () => {
     const [block] = extractBlocks(
       '<!-- docs-test: forbid: WARN_\\w+ -->\n```sh\necho ok; echo WARN_X >&2\n```',
     );
-    expect(blockFailure(block!, runBlock(block!, place))).toMatch(/has \/WARN_\\w\+\/ \("WARN_X"\)/);
+    expect(blockFailure(block!, await runBlock(block!, place))).toMatch(
+      /has \/WARN_\\w\+\/ \("WARN_X"\)/,
+    );
   });
 });

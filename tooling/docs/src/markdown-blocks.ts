@@ -125,7 +125,8 @@ export function stripComment(command: string): string {
       else if (c === '\\' && quote === '"') i++;
     } else if (c === "'" || c === '"') quote = c;
     else if (c === '\\') i++;
-    else if (c === '#' && (i === 0 || /\s/.test(command[i - 1]!))) return command.slice(0, i).trimEnd();
+    else if (c === '#' && (i === 0 || /\s/.test(command[i - 1]!)))
+      return command.slice(0, i).trimEnd();
   }
   return command;
 }

@@ -57,8 +57,14 @@ describe.sequential('every README block runs', () => {
     describe(file, () => {
       for (const block of blocks) {
         if (directive(block, 'skip') !== undefined) continue;
-        it(label(block), { timeout: 900_000 }, () => {
-          const results = runBlock(block, { repoRoot, project });
+        it(label(block), { timeout: 900_000 }, async () => {
+          const results = await runBlock(block, { repoRoot, project });
+          for (const r of results) {
+            const last = (r.stdout ?? '').trimEnd().split('\n').slice(-2).join('\n  ');
+            console.log(
+              r.skipped ? `skipped \`${r.command}\`: ${r.skipped}` : `$ ${r.command}\n  ${last}`,
+            );
+          }
           const failure = blockFailure(block, results);
           if (failure !== undefined) throw new Error(`${file}:${block.line}: ${failure}`);
         });

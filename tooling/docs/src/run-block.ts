@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type CodeBlock, directive, planCommands } from './markdown-blocks.js';
@@ -9,7 +9,9 @@ export interface CommandResult {
   /** Why it was not run (a `skip` directive's reason); absent when it ran. */
   skipped?: string;
   status?: number | null;
+  /** stdout, then stderr. */
   output?: string;
+  stdout?: string;
 }
 
 /** Where a block runs: the repository root, and the npm project for programs and `in-project`. */
@@ -20,24 +22,47 @@ export interface BlockPlace {
 
 const DEFAULT_TIMEOUT_S = 120;
 
-/** Runs `command` with bash in `cwd`, with the project's bins on the PATH. */
-function run(command: string, cwd: string, place: BlockPlace, timeoutS: number): CommandResult {
-  const result = spawnSync('bash', ['-c', command], {
+/**
+ * Runs `command` with bash in `cwd`, with the project's bins on the PATH; a command past its
+ * timeout is killed with its process group. Asynchronous, so vitest's worker stays responsive.
+ */
+function run(
+  command: string,
+  cwd: string,
+  place: BlockPlace,
+  timeoutS: number,
+): Promise<CommandResult> {
+  const child = spawn('bash', ['-c', command], {
     cwd,
-    encoding: 'utf8',
-    timeout: timeoutS * 1000,
-    killSignal: 'SIGKILL',
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
     env: {
       ...process.env,
       PATH: `${join(place.project, 'node_modules', '.bin')}:${process.env.PATH}`,
       // A terminal's width for the trainer's lines; stdout is a pipe, so no progress bar.
       COLUMNS: '100',
     },
-    maxBuffer: 64 * 1024 * 1024,
   });
-  const output = `${result.stdout ?? ''}${result.stderr ?? ''}`;
-  const timedOut = result.error !== undefined ? ` (${result.error.message})` : '';
-  return { command, status: result.status, output: output + timedOut };
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (text: string) => {
+    stdout += text;
+  });
+  child.stderr.setEncoding('utf8').on('data', (text: string) => {
+    stderr += text;
+  });
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    process.kill(-child.pid!, 'SIGKILL');
+  }, timeoutS * 1000);
+  return new Promise((resolve) => {
+    child.once('close', (status) => {
+      clearTimeout(timer);
+      const note = timedOut ? `\n(killed after the ${timeoutS} s timeout)` : '';
+      resolve({ command, status, output: stdout + stderr + note, stdout });
+    });
+  });
 }
 
 /**
@@ -45,11 +70,11 @@ function run(command: string, cwd: string, place: BlockPlace, timeoutS: number):
  * (stopping at the first that fails), a program with `npx tsx` in the project. Returns what each
  * command gave; the caller asserts.
  */
-export function runBlock(block: CodeBlock, place: BlockPlace): CommandResult[] {
+export async function runBlock(block: CodeBlock, place: BlockPlace): Promise<CommandResult[]> {
   const timeoutS = Number(directive(block, 'timeout')?.value ?? DEFAULT_TIMEOUT_S);
   const before = directive(block, 'before');
   if (before !== undefined) {
-    const result = run(before.value, place.repoRoot, place, timeoutS);
+    const result = await run(before.value, place.repoRoot, place, timeoutS);
     if (result.status !== 0) return [result];
   }
   if (block.lang === 'ts' || block.lang === 'js') {
@@ -60,7 +85,7 @@ export function runBlock(block: CodeBlock, place: BlockPlace): CommandResult[] {
     }
     const name = `example.${block.lang}`;
     writeFileSync(join(place.project, name), `${block.code}\n`);
-    return [run(`npx tsx ${name}`, place.project, place, timeoutS)];
+    return [await run(`npx tsx ${name}`, place.project, place, timeoutS)];
   }
   const cwd = directive(block, 'in-project') !== undefined ? place.project : place.repoRoot;
   const results: CommandResult[] = [];
@@ -69,7 +94,7 @@ export function runBlock(block: CodeBlock, place: BlockPlace): CommandResult[] {
       results.push({ command: plan.command, skipped: plan.skip });
       continue;
     }
-    const result = run(plan.command, cwd, place, timeoutS);
+    const result = await run(plan.command, cwd, place, timeoutS);
     results.push(result);
     if (result.status !== 0) break;
   }
