@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -11,6 +11,9 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
 
 /** The repository root. */
 export const repoRoot = resolve(new URL('../../..', import.meta.url).pathname);
@@ -31,7 +34,7 @@ export function publishedPackageDirs(): string[] {
  * the workspace's install rather than fetched, so the test needs no network. `node_modules/.bin`
  * gets the packages' bins and tsx, as npm would make it.
  */
-export function makeConsumerProject(): string {
+export async function makeConsumerProject(): Promise<string> {
   const work = mkdtempSync(join(tmpdir(), 'webshard-docs-'));
   const project = join(work, 'project');
   const modules = join(project, 'node_modules');
@@ -54,11 +57,11 @@ export function makeConsumerProject(): string {
       throw new Error(`${pkg.name} has no dist/: run \`pnpm build\` before the docs test`);
     const out = join(work, 'tarballs', pkg.name.replace('/', '-'));
     mkdirSync(out, { recursive: true });
-    execFileSync('pnpm', ['pack', '--pack-destination', out], { cwd: dir, stdio: 'pipe' });
+    await run('pnpm', ['pack', '--pack-destination', out], { cwd: dir });
     const tarball = join(out, readdirSync(out).find((f) => f.endsWith('.tgz'))!);
     const target = join(modules, pkg.name);
     mkdirSync(target, { recursive: true });
-    execFileSync('tar', ['xzf', tarball, '-C', target, '--strip-components=1']);
+    await run('tar', ['xzf', tarball, '-C', target, '--strip-components=1']);
     for (const name of Object.keys({ ...pkg.dependencies, ...pkg.optionalDependencies }))
       if (!name.startsWith('@webshard/')) link(name, dir);
     for (const [name, file] of Object.entries<string>(pkg.bin ?? {}))

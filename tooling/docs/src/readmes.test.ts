@@ -49,8 +49,8 @@ it('leaves out few blocks and commands, each with its reason', () => {
 
 describe.sequential('every README block runs', () => {
   let project = '';
-  beforeAll(() => {
-    project = makeConsumerProject();
+  beforeAll(async () => {
+    project = await makeConsumerProject();
   }, 300_000);
 
   for (const { file, blocks } of all)
