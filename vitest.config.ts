@@ -6,6 +6,7 @@ export default defineConfig({
       'packages/*/vitest.config.ts',
       'apps/*/vitest.config.ts',
       'tooling/bench/vitest.config.ts',
+      'tooling/docs/vitest.config.ts',
     ],
     // Two cores: WebGPU on SwiftShader and multi-rank tests are CPU-bound, more workers only thrash.
     maxWorkers: 2,

@@ -1,5 +1,13 @@
 import { OffloadConfigError, OffloadModel, SliceTooLargeError } from '@webshard/offload';
-import { type Backend, keep, Sequential, type Tensor } from '@webshard/tensor-core';
+import {
+  type Backend,
+  concat,
+  keep,
+  narrow,
+  noGrad,
+  Sequential,
+  type Tensor,
+} from '@webshard/tensor-core';
 import { loadFullOptimizer, saveFullCheckpoint } from '#platform';
 import type { TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
@@ -72,9 +80,29 @@ export function prepareOffload(
     held.push(keep(out));
     return { logits: null, loss };
   };
+  // [Note: sampling through micro-batches]
+  // Sampling runs one sequence (a batch of 1), which `OffloadModel` refuses to cut into
+  // `--num-microbatches` chunks (the count must divide the batch). Such a batch is repeated
+  // `numMicrobatches` times, which any count divides, and the logits of the first copy are kept:
+  // the same logits, at a few times the compute of one short sequence.
+  const evalForward = async (input: Tensor, target: Tensor | null) => {
+    const chunks = config.numMicrobatches;
+    if ((input.shape[0] ?? 0) % chunks === 0) return forward(input, target);
+    const batch = input.shape[0]!;
+    const repeated = noGrad(() => concat(new Array<Tensor>(chunks).fill(input), 0));
+    const targets =
+      target === null ? null : noGrad(() => concat(new Array<Tensor>(chunks).fill(target), 0));
+    const out = await forward(repeated, targets);
+    repeated.free();
+    targets?.free();
+    if (out.logits === null) return out;
+    const logits = noGrad(() => narrow(out.logits!, 0, 0, batch));
+    out.logits.free();
+    return { logits, loss: out.loss };
+  };
   return {
     forward,
-    evalForward: forward,
+    evalForward,
     groups: decayGroups(params, config.weightDecay),
     params,
     step: {},
