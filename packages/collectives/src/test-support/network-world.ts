@@ -20,6 +20,11 @@ export interface NetworkWorld {
   readonly transports: Transport[];
   readonly stores: StoreClient[];
   readonly port: number;
+  /**
+   * Fault injection: the store stops reading every connection, as when the process of rank 0 (its
+   * host) is stopped; its sockets stay open. Nothing resumes it but `close`.
+   */
+  stopStore(): void;
   close(): Promise<void>;
 }
 
@@ -75,6 +80,11 @@ export async function createNetworkWorld(
     transports,
     stores,
     port,
+    stopStore() {
+      // The server's connections are private: reached here, in a test helper, on purpose.
+      const wss = (server as unknown as { wss?: { clients: Set<{ pause(): void }> } }).wss;
+      for (const client of wss?.clients ?? []) client.pause();
+    },
     async close() {
       await Promise.all(transports.map((transport) => transport.close()));
       await Promise.all(stores.map((store) => store.close()));
