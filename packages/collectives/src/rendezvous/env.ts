@@ -1,6 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import type { PreAuthLimits } from '../pre-auth-limits.js';
 import { type Env, fromEnv, processEnv, RANK_SETTINGS } from './cluster-env.js';
+import { givenStoreLimits, type StoreLimits } from './store-limits.js';
 
 /** Where and how a rank joins: the fields torchrun passes in the environment, plus the token. */
 export interface RendezvousOptions {
@@ -31,6 +32,12 @@ export interface RendezvousOptions {
    * they show the join token: deadline, bytes, how many at once (see [Note: strangers on a port]).
    */
   preAuth?: PreAuthLimits;
+  /**
+   * Rank 0's store: the largest value and the most bytes one rank may hold there ([Note: the
+   * store's limits]); default `WEBSHARD_STORE_MAX_VALUE_BYTES` and
+   * `WEBSHARD_STORE_MAX_CLIENT_BYTES`, else 1 MiB and 16 MiB.
+   */
+  storeLimits?: StoreLimits;
 }
 
 function required(name: string, value: number | undefined): number {
@@ -79,6 +86,10 @@ export function resolveRendezvousOptions(
   if (bindAddr !== undefined) resolved.bindAddr = bindAddr;
   if (options.tls !== undefined) resolved.tls = options.tls;
   if (options.preAuth !== undefined) resolved.preAuth = options.preAuth;
+  if (rank === 0) {
+    const limits = givenStoreLimits(options.storeLimits, env);
+    if (limits !== undefined) resolved.storeLimits = limits;
+  }
   return resolved;
 }
 

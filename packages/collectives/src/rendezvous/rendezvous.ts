@@ -64,6 +64,7 @@ export async function rendezvous(
       token: options.token,
       worldSize: options.worldSize,
       ...(options.preAuth !== undefined ? { preAuth: options.preAuth } : {}),
+      ...(options.storeLimits !== undefined ? { limits: options.storeLimits } : {}),
       ...(tls?.cert !== undefined && tls.key !== undefined
         ? { tls: { cert: tls.cert, key: tls.key } }
         : {}),

@@ -35,6 +35,8 @@ export interface WorldShape {
    * pairs of them talk through the lowest listening rank.
    */
   listens?: (rank: number) => boolean;
+  /** Every rank's budget for unclaimed messages per peer (`maxUnexpectedBytes`). */
+  maxUnexpectedBytes?: number;
 }
 
 /** Starts a store and `size` transports of `backend` in this process. */
@@ -73,7 +75,11 @@ export async function createNetworkWorld(
         close: () => store.close(),
       };
       const listen = shape.listens?.(store.rank);
-      return createNetworkTransport(backend, joined, listen === undefined ? {} : { listen });
+      const budget = shape.maxUnexpectedBytes;
+      return createNetworkTransport(backend, joined, {
+        ...(listen === undefined ? {} : { listen }),
+        ...(budget === undefined ? {} : { maxUnexpectedBytes: budget }),
+      });
     }),
   );
   return {
