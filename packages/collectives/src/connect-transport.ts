@@ -21,6 +21,12 @@ export interface NetworkTransportOptions extends Partial<RendezvousOptions> {
   host?: string;
   /** Largest message accepted from a peer, in bytes (default 2^32). */
   maxMessageBytes?: number;
+  /**
+   * Most payload held per peer that no receive has claimed, in bytes (default
+   * `WEBSHARD_MAX_UNEXPECTED_BYTES`, else 256 MiB; [Note: the unexpected-message budget] in
+   * transports/unexpected-budget.ts): a peer that sends more aborts the group naming it.
+   */
+  maxUnexpectedBytes?: number;
   /** `ws` only: accept connections (default: true in Node, false in browsers). */
   listen?: boolean;
   /** Overrides the WebSocket used for the rendezvous (browsers: the native one by default). */
@@ -66,7 +72,10 @@ function checkTls(backend: NetworkBackend, tls: RendezvousOptions['tls']): void 
 export async function createNetworkTransport(
   backend: NetworkBackend,
   joined: Rendezvous,
-  options: Pick<NetworkTransportOptions, 'host' | 'maxMessageBytes' | 'listen'> = {},
+  options: Pick<
+    NetworkTransportOptions,
+    'host' | 'maxMessageBytes' | 'maxUnexpectedBytes' | 'listen'
+  > = {},
 ): Promise<Transport> {
   checkTls(backend, joined.options.tls);
   const host = options.host ?? (await defaultDataHost(joined));
@@ -76,6 +85,9 @@ export async function createNetworkTransport(
     timeoutMs: joined.options.timeoutMs,
     ...(host !== undefined ? { host } : {}),
     ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
+    ...(options.maxUnexpectedBytes !== undefined
+      ? { maxUnexpectedBytes: options.maxUnexpectedBytes }
+      : {}),
     ...(joined.options.preAuth !== undefined ? { preAuth: joined.options.preAuth } : {}),
   };
   let transport: Transport;
@@ -103,12 +115,17 @@ export async function createNetworkTransport(
 export async function connectNetworkTransport(
   options: NetworkTransportOptions,
 ): Promise<Transport> {
-  const { backend, host, maxMessageBytes, listen, ...rest } = options;
+  const { backend, host, maxMessageBytes, maxUnexpectedBytes, listen, ...rest } = options;
   checkTls(backend, rest.tls);
   const joined = await rendezvous(rest);
   let transport: Transport;
   try {
-    transport = await createNetworkTransport(backend, joined, { host, maxMessageBytes, listen });
+    transport = await createNetworkTransport(backend, joined, {
+      host,
+      maxMessageBytes,
+      maxUnexpectedBytes,
+      listen,
+    });
   } catch (error) {
     await joined.close();
     throw error;

@@ -194,6 +194,13 @@ export function errorFromAbortReason(
         reason,
       });
     default:
-      return new GroupAbortedError(fields, `group aborted: ${reason.message}${from}`, { reason });
+      // A protocol violation or a passed budget names the peer at fault.
+      return new GroupAbortedError(
+        reason.kind === 'error' && reason.peer !== undefined && fields.peer === undefined
+          ? { ...fields, peer: reason.peer }
+          : fields,
+        `group aborted: ${reason.message}${from}`,
+        { reason },
+      );
   }
 }

@@ -8,19 +8,24 @@ import {
   judgeFaultRun,
   planFault,
 } from './test-support/fault-plan.js';
+import { FAULT_REGRESSION_SEEDS } from './test-support/fault-regressions.js';
 import { runPlanInChildren, runPlanInProcess } from './test-support/fault-world.js';
 
 /**
  * The randomized fault-injection suite ([Note: the fault-injection suite]): `WEBSHARD_FAULT_RUNS`
- * seeded runs (200 by default) starting at `WEBSHARD_FAULT_SEED_BASE` (1), or the one run
- * `WEBSHARD_FAULT_SEED`. One seed in `PROCESS_EVERY` runs its ranks as child processes (tcp or
- * ws, where a rank can really die, stop or lose its sockets); the others run every rank in this
- * process (local, tcp, ws), a few runs at a time, which keeps 200 runs within a few minutes.
+ * seeded runs (60 by default) from `WEBSHARD_FAULT_SEED_BASE`, which is new on every run unless
+ * given (printed first, so a failure replays), then every seed of `FAULT_REGRESSION_SEEDS`; or the
+ * one run `WEBSHARD_FAULT_SEED`. A seed that is a multiple of `PROCESS_EVERY` runs its ranks as
+ * child processes (tcp or ws, where a rank can really die, stop or lose its sockets); the others
+ * run every rank in this process (local, tcp, ws), a few runs at a time.
  */
-const RUNS = Number(process.env.WEBSHARD_FAULT_RUNS ?? 200);
-const SEED_BASE = Number(process.env.WEBSHARD_FAULT_SEED_BASE ?? 1);
+const RUNS = Number(process.env.WEBSHARD_FAULT_RUNS ?? 60);
+const SEED_BASE = Number(
+  process.env.WEBSHARD_FAULT_SEED_BASE ?? 1 + Math.floor(Math.random() * 1_000_000_000),
+);
 const ONE_SEED = process.env.WEBSHARD_FAULT_SEED;
-const PROCESS_EVERY = 25;
+/** One seed in 5 runs child processes (1 in 25 before #33; 50075 stays one). */
+const PROCESS_EVERY = 5;
 /** In-process runs at once: their ranks mostly wait on timers and sockets. */
 const CONCURRENT = 3;
 const IN_PROCESS_LIMIT_MS = 20_000;
@@ -31,7 +36,9 @@ const PROCESSES: readonly FaultWorld[] = ['tcp-processes', 'ws-processes'];
 
 function seeds(): number[] {
   if (ONE_SEED !== undefined) return [Number(ONE_SEED)];
-  return Array.from({ length: RUNS }, (_, i) => SEED_BASE + i);
+  const fresh = Array.from({ length: RUNS }, (_, i) => SEED_BASE + i);
+  const regressions = FAULT_REGRESSION_SEEDS.map((entry) => entry.seed);
+  return [...fresh, ...regressions.filter((seed) => !fresh.includes(seed))];
 }
 
 function planOf(seed: number): FaultPlan {
@@ -66,7 +73,16 @@ async function runOne(plan: FaultPlan, tally: Tally): Promise<void> {
 }
 
 describe('fault injection', () => {
-  it(`every survivor fails fast naming the faulty rank (${ONE_SEED ?? RUNS} seeded runs)`, async () => {
+  const title =
+    ONE_SEED === undefined
+      ? `${RUNS} new seeds from ${SEED_BASE} and ${FAULT_REGRESSION_SEEDS.length} regression seeds`
+      : `seed ${ONE_SEED}`;
+  it(`every survivor fails fast naming the faulty rank (${title})`, async () => {
+    if (ONE_SEED === undefined) {
+      console.log(
+        `fault injection: seeds ${SEED_BASE}..${SEED_BASE + RUNS - 1} (replay: WEBSHARD_FAULT_SEED_BASE=${SEED_BASE} WEBSHARD_FAULT_RUNS=${RUNS}) and the regression seeds ${FAULT_REGRESSION_SEEDS.map((entry) => entry.seed).join(', ')}`,
+      );
+    }
     const tally: Tally = {
       runs: 0,
       outcomes: { right: 0, 'wrong-blame': 0, 'wrong-error': 0, slow: 0, hang: 0 },

@@ -41,6 +41,7 @@ export type { PreAuthLimits } from './pre-auth-limits.js';
 export type { GroupState, OpOptions, ProcessGroupOptions, ReduceOptions } from './process-group.js';
 export { ProcessGroup } from './process-group.js';
 export type { RendezvousOptions } from './rendezvous/env.js';
+export type { StoreLimits } from './rendezvous/store-limits.js';
 export { RendezvousError } from './rendezvous/errors.js';
 export type { InitProcessGroupOptions } from './rendezvous/init-process-group.js';
 export { initProcessGroup } from './rendezvous/init-process-group.js';

@@ -6,7 +6,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { isMainThread } from 'node:worker_threads';
 import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
 import { launch, launchThreads } from '@webshard/collectives/node';
-import type { Backend } from '@webshard/tensor-core';
+import { type Backend, WebshardError } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
 import { checkFiles } from '../cli/check-files.js';
@@ -97,6 +97,14 @@ async function joinAsRank(
     backend: transport,
     timeoutMs: config.browserRanks > 0 ? BROWSER_JOIN_MS : GROUP_TIMEOUT_MS,
     ...(config.browserRanks > 0 ? { worldSize, group: { timeoutMs: GROUP_TIMEOUT_MS } } : {}),
+  }).catch((error: unknown) => {
+    // The launcher's environment or port is wrong (RANK=3 WORLD_SIZE=2, a busy MASTER_PORT): the
+    // user's to fix, so a usage error (exit 2) with the collectives' one-line message.
+    const code = WebshardError.isInstance(error) ? (error as WebshardError).code : undefined;
+    if (code === 'E_ARGUMENT' || code === 'E_PORT_IN_USE' || code === 'E_PORT_REFUSED') {
+      throw new UsageError((error as Error).message, { cause: error });
+    }
+    throw error;
   });
   try {
     const summary = await train(rankConfig, io, group);

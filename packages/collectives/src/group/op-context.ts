@@ -208,6 +208,14 @@ export class OpContext implements Comm {
       this.fail(waitingFor, null);
       return;
     }
+    if (!(reports instanceof Map)) {
+      // The medium's host is silent ([Note: a silent store host]): it is blamed, and this rank
+      // was merely waiting.
+      const self = transport.rank;
+      const blamed = [reports.host];
+      this.fail(waitingFor, { kind: 'blame', blamed, waiting: [self], detail: reports.detail });
+      return;
+    }
     const verdict = judge(
       {
         op: this.fields.op,

@@ -3,6 +3,7 @@ import { createServer } from 'node:net';
 import type { Writable } from 'node:stream';
 import { ArgumentError } from '@webshard/tensor-core';
 import { processRanks } from './process-ranks.js';
+import { checkRanksPerNode } from './rank-bound.js';
 import { type LaunchResult, supervise } from './supervise.js';
 import type { ShmHandleOptions } from '../transports/shm/shm-layout.js';
 import { threadRanks } from './thread-ranks.js';
@@ -122,6 +123,7 @@ function validate(options: LaunchOptions): void {
       `--ranks-as must be threads or processes, got '${options.ranksAs}'`,
     );
   }
+  checkRanksPerNode(options.nprocPerNode, options.ranksAs ?? 'processes');
 }
 
 function definedOnly(env: Record<string, string | undefined>): Record<string, string> {

@@ -34,10 +34,26 @@ export interface ProgressReport {
 export interface ProgressBoard {
   /**
    * Asks `ranks` for their reports and resolves with those that answered within `windowMs` (a rank
-   * missing from the map did not answer), or with null when the medium itself failed (the store
-   * is gone): then nobody's silence means anything. Never rejects.
+   * missing from the map did not answer), with null when the medium itself failed (the store is
+   * gone): then nobody's silence means anything, or with `MediumSilence` when the medium's host
+   * stopped answering (its rank is then to blame). Never rejects.
    */
-  poll(ranks: readonly number[], windowMs: number): Promise<Map<number, ProgressReport> | null>;
+  poll(
+    ranks: readonly number[],
+    windowMs: number,
+  ): Promise<Map<number, ProgressReport> | MediumSilence | null>;
+}
+
+/**
+ * A poll's medium went silent: the rank that hosts it (rank 0 hosts the rendezvous store) answered
+ * nothing within the poll's deadline, so it is stopped or hung ([Note: a silent store host]).
+ */
+export interface MediumSilence {
+  readonly kind: 'silent';
+  /** The global rank that hosts the medium. */
+  readonly host: number;
+  /** Why it is blamed, for the error message. */
+  readonly detail: string;
 }
 
 /** The ops a transport's groups are running, and how far each group has got. */

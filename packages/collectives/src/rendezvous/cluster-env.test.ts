@@ -125,7 +125,10 @@ describe('resolveRendezvousOptions in a cluster', () => {
       "SLURM_PROCID must be a non-negative integer, got '1.5'",
     );
     bad({ ...slurm, SLURM_NTASKS: '0' }, "SLURM_NTASKS must be at least 1, got '0'");
-    bad({ ...slurm, SLURM_PROCID: '8' }, 'rank 8 is outside [0, 8)');
+    bad(
+      { ...slurm, SLURM_PROCID: '8' },
+      'SLURM_PROCID=8 is outside [0, 8) (SLURM_NTASKS=8): ranks run from 0 to the world size - 1',
+    );
     bad(
       { ...slurm, SLURM_JOB_NODELIST: 'node[03-' },
       "SLURM_JOB_NODELIST='node[03-' is not a Slurm hostlist: '[' without ']'",

@@ -1,6 +1,14 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import type { PreAuthLimits } from '../pre-auth-limits.js';
-import { type Env, fromEnv, processEnv, RANK_SETTINGS } from './cluster-env.js';
+import {
+  type Env,
+  type EnvSetting,
+  fromEnv,
+  processEnv,
+  RANK_SETTINGS,
+  settingVariable,
+} from './cluster-env.js';
+import { givenStoreLimits, type StoreLimits } from './store-limits.js';
 
 /** Where and how a rank joins: the fields torchrun passes in the environment, plus the token. */
 export interface RendezvousOptions {
@@ -31,6 +39,12 @@ export interface RendezvousOptions {
    * they show the join token: deadline, bytes, how many at once (see [Note: strangers on a port]).
    */
   preAuth?: PreAuthLimits;
+  /**
+   * Rank 0's store: the largest value and the most bytes one rank may hold there ([Note: the
+   * store's limits]); default `WEBSHARD_STORE_MAX_VALUE_BYTES` and
+   * `WEBSHARD_STORE_MAX_CLIENT_BYTES`, else 1 MiB and 16 MiB.
+   */
+  storeLimits?: StoreLimits;
 }
 
 function required(name: string, value: number | undefined): number {
@@ -62,7 +76,20 @@ export function resolveRendezvousOptions(
   if (worldSize < 1)
     throw new ArgumentError('rendezvous', `worldSize must be >= 1, got ${worldSize}`);
   if (rank >= worldSize) {
-    throw new ArgumentError('rendezvous', `rank ${rank} is outside [0, ${worldSize})`);
+    // Name where each number came from: `RANK=3 ... (WORLD_SIZE=2)`, or the options.
+    const named = (
+      value: number,
+      explicit: unknown,
+      setting: EnvSetting<unknown>,
+      option: string,
+    ) =>
+      explicit !== undefined ? `${option} ${value}` : `${settingVariable(setting, env)}=${value}`;
+    const rankText = named(rank, options.rank, RANK_SETTINGS.rank, 'rank');
+    const sizeText = named(worldSize, options.worldSize, RANK_SETTINGS.worldSize, 'worldSize');
+    throw new ArgumentError(
+      'rendezvous',
+      `${rankText} is outside [0, ${worldSize}) (${sizeText}): ranks run from 0 to the world size - 1`,
+    );
   }
   const masterPort = fromEnv(options.masterPort, RANK_SETTINGS.masterPort, env, op) ?? 29500;
   if (masterPort > 65535) throw new ArgumentError('rendezvous', `masterPort ${masterPort} > 65535`);
@@ -79,6 +106,10 @@ export function resolveRendezvousOptions(
   if (bindAddr !== undefined) resolved.bindAddr = bindAddr;
   if (options.tls !== undefined) resolved.tls = options.tls;
   if (options.preAuth !== undefined) resolved.preAuth = options.preAuth;
+  if (rank === 0) {
+    const limits = givenStoreLimits(options.storeLimits, env);
+    if (limits !== undefined) resolved.storeLimits = limits;
+  }
   return resolved;
 }
 

@@ -1,3 +1,4 @@
+import { type AddressInfo, createServer } from 'node:net';
 import { ArgumentError } from '@webshard/tensor-core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
@@ -152,6 +153,25 @@ describe('rendezvous store', () => {
     await r0.close();
   });
 
+  it('explains a busy MASTER_PORT in one line naming the port, not a raw EADDRINUSE', async () => {
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    const port = (holder.address() as AddressInfo).port;
+    try {
+      const error = await rendezvous({ rank: 0, worldSize: 1, masterPort: port }).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(RendezvousError);
+      expect((error as RendezvousError).code).toBe('E_PORT_IN_USE');
+      expect((error as Error).message).toBe(
+        `[rendezvous] rank 0: rank 0's store cannot listen on 127.0.0.1:${port} (MASTER_PORT or masterPort): the port is in use by another process (another job, or an earlier run still holding it); give every rank the same free port, or stop what holds it`,
+      );
+    } finally {
+      holder.close();
+    }
+  });
+
   it('serves wss:// with a self-signed certificate made by openssl', async () => {
     const { cert, key, remove } = makeTestCertificate();
     cleanups.push(async () => remove());
@@ -202,7 +222,13 @@ describe('resolveRendezvousOptions', () => {
       "[rendezvous] RANK must be a non-negative integer, got 'x'",
     );
     expect(() => resolveRendezvousOptions({ rank: 2, worldSize: 2 }, {})).toThrow(
-      '[rendezvous] rank 2 is outside [0, 2)',
+      '[rendezvous] rank 2 is outside [0, 2) (worldSize 2): ranks run from 0 to the world size - 1',
+    );
+    expect(() => resolveRendezvousOptions({}, { RANK: '3', WORLD_SIZE: '2' })).toThrow(
+      new ArgumentError(
+        'rendezvous',
+        'RANK=3 is outside [0, 2) (WORLD_SIZE=2): ranks run from 0 to the world size - 1',
+      ),
     );
   });
 

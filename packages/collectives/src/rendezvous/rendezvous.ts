@@ -1,6 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { loadStoreServer, readFile } from '#platform';
 import { type RendezvousOptions, resolveRendezvousOptions, storeBindAddress } from './env.js';
+import { RendezvousError } from './errors.js';
 import { StoreClient, type WebSocketConstructor } from './store-client.js';
 import type { StoreServer } from './store-server.js';
 
@@ -39,6 +40,36 @@ async function tlsFromEnvironment(): Promise<RendezvousOptions['tls']> {
 }
 
 /**
+ * Starts the store on rank 0; a port that is taken (EADDRINUSE) or refused (EACCES) is a
+ * one-line `RendezvousError` (code `E_PORT_IN_USE`, `E_PORT_REFUSED`) naming the port, the
+ * variable that sets it and what to do, not Node's stack from `listen`.
+ */
+async function listenOrExplain(server: StoreServer, host: string, port: number): Promise<number> {
+  try {
+    return await server.listen();
+  } catch (error) {
+    await server.close();
+    const code = (error as { code?: unknown }).code;
+    const where = `rank 0's store cannot listen on ${host}:${port} (MASTER_PORT or masterPort)`;
+    if (code === 'EADDRINUSE') {
+      throw new RendezvousError(
+        'rendezvous',
+        `${where}: the port is in use by another process (another job, or an earlier run still holding it); give every rank the same free port, or stop what holds it`,
+        { rank: 0, code: 'E_PORT_IN_USE', cause: error },
+      );
+    }
+    if (code === 'EACCES') {
+      throw new RendezvousError(
+        'rendezvous',
+        `${where}: permission denied (ports below 1024 need privileges); choose a port from 1024 to 65535`,
+        { rank: 0, code: 'E_PORT_REFUSED', cause: error },
+      );
+    }
+    throw error;
+  }
+}
+
+/**
  * Joins the rendezvous: rank 0 starts the store server (Node only, loaded lazily), then every
  * rank connects to it with the token. Options not given come from torchrun's environment.
  */
@@ -64,11 +95,12 @@ export async function rendezvous(
       token: options.token,
       worldSize: options.worldSize,
       ...(options.preAuth !== undefined ? { preAuth: options.preAuth } : {}),
+      ...(options.storeLimits !== undefined ? { limits: options.storeLimits } : {}),
       ...(tls?.cert !== undefined && tls.key !== undefined
         ? { tls: { cert: tls.cert, key: tls.key } }
         : {}),
     });
-    port = await server.listen();
+    port = await listenOrExplain(server, storeBindAddress(options), options.masterPort);
   }
   const scheme = options.tls === undefined ? 'ws' : 'wss';
   const host = options.rank === 0 ? storeBindAddress(options) : options.masterAddr;

@@ -59,6 +59,8 @@ interface Pending {
 type ClientState = { kind: 'open'; socket: WebSocketLike } | { kind: 'closed'; reason: string };
 
 const OPEN = 1;
+/** How long closing waits for the store to answer the goodbye. */
+const BYE_MS = 1_000;
 
 function messageText(data: unknown): string | undefined {
   if (typeof data === 'string') return data;
@@ -235,13 +237,25 @@ export class StoreClient {
     }
   }
 
-  /** Leaves the store politely (no `rankLost` for this rank) and closes the socket. */
+  /**
+   * Leaves the store politely (no `rankLost` for this rank) and closes the socket. The goodbye
+   * waits at most `BYE_MS` for its answer: a stopped store host never answers it ([Note: a
+   * silent store host] in store-progress-board.ts).
+   */
   async close(): Promise<void> {
     if (this.state.kind !== 'open') return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
     try {
-      await this.request({ id: 0, op: 'bye' });
+      await Promise.race([
+        this.request({ id: 0, op: 'bye' }),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, BYE_MS);
+        }),
+      ]);
     } catch {
       // The store may already be gone; closing is all that is left to do.
+    } finally {
+      clearTimeout(timer);
     }
     if (this.state.kind === 'open') this.state.socket.close(1000, 'bye');
     this.shutdown('the store client was closed');

@@ -1,4 +1,4 @@
-import type { ProgressBoard, ProgressReport } from '../progress/progress.js';
+import type { MediumSilence, ProgressBoard, ProgressReport } from '../progress/progress.js';
 import { RendezvousError } from './errors.js';
 import type { StoreClient } from './store-client.js';
 
@@ -6,6 +6,12 @@ import type { StoreClient } from './store-client.js';
 const WATCH_MS = 15_000;
 /** How long a read of an answer that the store already holds may take. */
 const READ_MS = 2_000;
+/**
+ * How long past the window a whole poll may take before the store's host is blamed: the store
+ * answers the poll's own requests (add, set, the wait's timeout) within milliseconds when its
+ * host runs ([Note: a silent store host]).
+ */
+export const STORE_SILENCE_MS = 1_000;
 
 function isTimeout(error: unknown): error is RendezvousError {
   return error instanceof RendezvousError && error.code === 'E_TIMEOUT';
@@ -37,6 +43,8 @@ export class StoreProgressBoard implements ProgressBoard {
     private readonly store: StoreClient,
     private readonly report: () => ProgressReport | null,
     private readonly prefix = '__progress',
+    /** The rank whose process hosts the store (rank 0 in `rendezvous`). */
+    private readonly hostRank = 0,
   ) {
     void this.watch();
   }
@@ -67,7 +75,42 @@ export class StoreProgressBoard implements ProgressBoard {
     }
   }
 
+  /**
+   * [Note: a silent store host]
+   * The store lives in rank 0's process: when rank 0 is stopped (SIGSTOP, a blocked event loop),
+   * its sockets stay open and every store request waits forever, a poll included, so the ranks
+   * whose deadline passed used to hang instead of failing (#33 item 8: seed 50075, 4 ws processes,
+   * rank 0 stopped inside a broadcast it roots). So a poll has a deadline of its own: the window
+   * plus `STORE_SILENCE_MS`. A store that has not finished answering by then is silent, and the
+   * poll resolves with `MediumSilence` naming rank 0, which the deadline blames like any rank that
+   * does not answer. A store that is gone (its connection closed) is not silent but failed: null,
+   * as before. Closing a store client has the same kind of deadline on its goodbye.
+   */
   async poll(
+    ranks: readonly number[],
+    windowMs: number,
+  ): Promise<Map<number, ProgressReport> | MediumSilence | null> {
+    const limitMs = windowMs + STORE_SILENCE_MS;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const silence = new Promise<MediumSilence>((resolve) => {
+      timer = setTimeout(
+        () =>
+          resolve({
+            kind: 'silent',
+            host: this.hostRank,
+            detail: `the rendezvous store on rank ${this.hostRank} did not answer a progress poll within ${limitMs} ms (rank ${this.hostRank} is stopped or hung)`,
+          }),
+        limitMs,
+      );
+    });
+    try {
+      return await Promise.race([this.ask(ranks, windowMs), silence]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async ask(
     ranks: readonly number[],
     windowMs: number,
   ): Promise<Map<number, ProgressReport> | null> {

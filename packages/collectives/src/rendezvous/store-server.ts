@@ -13,6 +13,12 @@ import {
   type StoreRequest,
   type StoreResponse,
 } from './protocol.js';
+import {
+  resolveStoreLimits,
+  STORE_LIMIT_CODE,
+  type StoreLimits,
+  StoreQuota,
+} from './store-limits.js';
 
 /** TLS material for `wss://`: PEM strings or bytes. */
 export interface TlsOptions {
@@ -39,6 +45,8 @@ export interface StoreServerOptions {
   helloTimeoutMs?: number;
   /** Limits on connections before their hello checks out (see [Note: strangers on a port]). */
   preAuth?: PreAuthLimits;
+  /** Limits on what one client may make the store hold ([Note: the store's limits]). */
+  limits?: StoreLimits;
 }
 
 type ConnectionState =
@@ -71,6 +79,8 @@ export class StoreServer {
   private wss: WebSocketServer | undefined;
   /** Holds connections until their hello checks out (see [Note: strangers on a port]). */
   readonly guard: PreAuthGuard;
+  /** What each client holds in the store, against its limits. */
+  readonly quota: StoreQuota;
 
   constructor(options: StoreServerOptions) {
     const host = options.host ?? '127.0.0.1';
@@ -88,6 +98,7 @@ export class StoreServer {
     }
     this.options = { ...options, host };
     this.tokenDigest = digest(options.token ?? '');
+    this.quota = new StoreQuota(resolveStoreLimits(options.limits));
     this.guard = new PreAuthGuard({
       ...(options.helloTimeoutMs !== undefined
         ? { handshakeTimeoutMs: options.helloTimeoutMs }
@@ -207,7 +218,7 @@ export class StoreServer {
         socket.close(1000, 'bye');
         return;
       }
-      this.handle(request, send);
+      this.handle(request, send, state.rank);
     });
   }
 
@@ -229,34 +240,61 @@ export class StoreServer {
     return undefined;
   }
 
-  private handle(request: StoreRequest, send: (message: StoreResponse) => void): void {
+  /**
+   * Sets `key` for `rank` unless a limit refuses it ([Note: the store's limits]); a refusal is
+   * answered here and nothing changes.
+   */
+  private write(
+    rank: number,
+    id: number,
+    key: string,
+    value: string,
+    send: (message: StoreResponse) => void,
+  ): boolean {
+    const refusal = this.quota.refusal(rank, key, value);
+    if (refusal !== null) {
+      send({ id, ok: false, error: { code: STORE_LIMIT_CODE, message: refusal } });
+      return false;
+    }
+    this.quota.wrote(rank, key, value);
+    this.data.set(key, value);
+    this.wake();
+    return true;
+  }
+
+  private handle(
+    request: StoreRequest,
+    send: (message: StoreResponse) => void,
+    rank: number,
+  ): void {
     const { id } = request;
     switch (request.op) {
       case 'set':
-        this.data.set(request.key, request.value);
-        this.wake();
-        send({ id, ok: true, value: null });
+        if (this.write(rank, id, request.key, request.value, send)) {
+          send({ id, ok: true, value: null });
+        }
         return;
       case 'add': {
         const current = Number(this.data.get(request.key) ?? '0');
         const next = (Number.isFinite(current) ? current : 0) + request.delta;
-        this.data.set(request.key, String(next));
-        this.wake();
-        send({ id, ok: true, value: next });
+        if (this.write(rank, id, request.key, String(next), send)) {
+          send({ id, ok: true, value: next });
+        }
         return;
       }
       case 'compareSet': {
         const current = this.data.get(request.key);
         if ((current === undefined && request.expected === '') || current === request.expected) {
-          this.data.set(request.key, request.desired);
-          this.wake();
-          send({ id, ok: true, value: request.desired });
+          if (this.write(rank, id, request.key, request.desired, send)) {
+            send({ id, ok: true, value: request.desired });
+          }
         } else {
           send({ id, ok: true, value: current ?? null });
         }
         return;
       }
       case 'delete':
+        this.quota.deleted(request.key);
         send({ id, ok: true, value: this.data.delete(request.key) });
         return;
       case 'check':

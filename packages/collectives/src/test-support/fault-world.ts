@@ -28,13 +28,21 @@ function freeze(transport: Transport): void {
   frozen.abort = () => {};
 }
 
-function inProcessEnvironment(transport: Transport, hub: LocalHub | null): FaultEnvironment {
+function inProcessEnvironment(
+  transport: Transport,
+  hub: LocalHub | null,
+  stopStore: () => void,
+): FaultEnvironment {
   return {
     kill: () => {
       if (hub === null) throw new Error('ranks in this process cannot die over sockets');
       hub.kill(transport.rank);
     },
-    stop: () => freeze(transport),
+    stop: () => {
+      freeze(transport);
+      // Rank 0 hosts the rendezvous store: stopping it stops the store too.
+      if (transport.rank === 0) stopStore();
+    },
     closeSockets: () => {
       throw new Error('ranks in this process have no sockets of their own to close');
     },
@@ -45,11 +53,13 @@ async function runRanks(
   transports: Transport[],
   plan: FaultPlan,
   hub: LocalHub | null,
+  stopStore: () => void = () => {},
 ): Promise<(FaultRankReport | null)[]> {
   return Promise.all(
     transports.map(async (transport) => {
       const group = ProcessGroup.fromTransport(transport, faultGroupOptions(plan));
-      const report = await runFaultRank(group, plan, inProcessEnvironment(transport, hub));
+      const environment = inProcessEnvironment(transport, hub, stopStore);
+      const report = await runFaultRank(group, plan, environment);
       // A survivor that leaves goes at once; the others stay until the run is judged.
       if (plan.leave && report !== null) await transport.close();
       return report;
@@ -90,7 +100,7 @@ export async function runPlanInProcess(
     throw new Error(`${plan.world} is not in-process`);
   const world = await createNetworkWorld(plan.world, plan.size);
   try {
-    return await withLimit(runRanks(world.transports, plan, null), limitMs);
+    return await withLimit(runRanks(world.transports, plan, null, world.stopStore), limitMs);
   } finally {
     await world.close();
   }

@@ -20,6 +20,11 @@ export interface NetworkWorld {
   readonly transports: Transport[];
   readonly stores: StoreClient[];
   readonly port: number;
+  /**
+   * Fault injection: the store stops reading every connection, as when the process of rank 0 (its
+   * host) is stopped; its sockets stay open. Nothing resumes it but `close`.
+   */
+  stopStore(): void;
   close(): Promise<void>;
 }
 
@@ -30,6 +35,8 @@ export interface WorldShape {
    * pairs of them talk through the lowest listening rank.
    */
   listens?: (rank: number) => boolean;
+  /** Every rank's budget for unclaimed messages per peer (`maxUnexpectedBytes`). */
+  maxUnexpectedBytes?: number;
 }
 
 /** Starts a store and `size` transports of `backend` in this process. */
@@ -68,13 +75,22 @@ export async function createNetworkWorld(
         close: () => store.close(),
       };
       const listen = shape.listens?.(store.rank);
-      return createNetworkTransport(backend, joined, listen === undefined ? {} : { listen });
+      const budget = shape.maxUnexpectedBytes;
+      return createNetworkTransport(backend, joined, {
+        ...(listen === undefined ? {} : { listen }),
+        ...(budget === undefined ? {} : { maxUnexpectedBytes: budget }),
+      });
     }),
   );
   return {
     transports,
     stores,
     port,
+    stopStore() {
+      // The server's connections are private: reached here, in a test helper, on purpose.
+      const wss = (server as unknown as { wss?: { clients: Set<{ pause(): void }> } }).wss;
+      for (const client of wss?.clients ?? []) client.pause();
+    },
     async close() {
       await Promise.all(transports.map((transport) => transport.close()));
       await Promise.all(stores.map((store) => store.close()));

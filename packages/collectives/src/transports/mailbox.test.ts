@@ -40,4 +40,31 @@ describe('Mailbox', () => {
     expect(await filling).toBeInstanceOf(TransportAbortedError);
     await expect(mailbox.recv(1, 0, new Uint8Array(8))).rejects.toThrow(TransportAbortedError);
   });
+
+  it('holds at most its budget of unclaimed bytes per peer; claimed bytes free the budget', async () => {
+    const reasons: AbortReason[] = [];
+    const mailbox = new Mailbox(0, (reason) => reasons.push(reason), 10);
+    mailbox.deliver(1, 1, new Uint8Array(6));
+    mailbox.deliver(2, 1, new Uint8Array(6));
+    expect([mailbox.heldFrom(1), mailbox.heldFrom(2)]).toEqual([6, 6]);
+    await mailbox.recv(1, 1, new Uint8Array(6));
+    expect(mailbox.heldFrom(1)).toBe(0);
+    // A message completed into a receive posted while it was being stashed frees its bytes too.
+    const incoming = mailbox.begin(1, 2, 4)!;
+    const claimed = mailbox.recv(1, 2, new Uint8Array(4));
+    mailbox.complete(incoming);
+    await claimed;
+    mailbox.deliver(1, 3, new Uint8Array(10));
+    expect(reasons).toEqual([]);
+    expect(mailbox.begin(1, 4, 1)).toBeNull();
+    expect(reasons).toEqual([
+      {
+        kind: 'error',
+        origin: 0,
+        peer: 1,
+        message:
+          "rank 0 holds 10 bytes from rank 1 that no receive has claimed; a message of 1 bytes on tag 4 would pass the budget of 10 bytes per peer (raise it with the transport's maxUnexpectedBytes or WEBSHARD_MAX_UNEXPECTED_BYTES)",
+      },
+    ]);
+  });
 });

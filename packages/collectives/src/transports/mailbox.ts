@@ -1,5 +1,6 @@
 import { type AbortReason, TransportAbortedError } from '../errors.js';
 import { arrive } from '../transport.js';
+import { UNEXPECTED_BYTES_VARIABLE } from './unexpected-budget.js';
 
 /** A receive posted by `recv`. */
 interface PostedRecv {
@@ -57,11 +58,27 @@ export class Mailbox {
   unexpectedBytes = 0;
   private readonly inflight = new Set<Incoming>();
   private abortError: TransportAbortedError | null = null;
+  /** Per peer, payload bytes copied aside that no receive has claimed yet. */
+  private readonly held = new Map<number, number>();
 
+  /**
+   * `maxUnexpectedBytes`: the most unclaimed payload held per peer ([Note: the unexpected-message
+   * budget] in unexpected-budget.ts); unlimited when not given.
+   */
   constructor(
     private readonly rank: number,
     private readonly onViolation: (reason: AbortReason) => void,
+    private readonly maxUnexpectedBytes = Number.POSITIVE_INFINITY,
   ) {}
+
+  /** Payload bytes from `peer` held now that no receive has claimed. */
+  heldFrom(peer: number): number {
+    return this.held.get(peer) ?? 0;
+  }
+
+  private hold(peer: number, bytes: number): void {
+    this.held.set(peer, (this.held.get(peer) ?? 0) + bytes);
+  }
 
   private slot(peer: number, tag: number): Slot {
     let byTag = this.slots.get(peer);
@@ -89,6 +106,7 @@ export class Mailbox {
       }
       const ok = arrived.length === dst.byteLength;
       if (ok) dst.set(new Uint8Array(arrived.buffer, 0, arrived.length));
+      this.hold(peer, -arrived.length);
       this.release(arrived.buffer);
       if (ok) {
         arrive(onArrive);
@@ -113,6 +131,16 @@ export class Mailbox {
       this.inflight.add(incoming);
       return incoming;
     }
+    const held = this.heldFrom(peer);
+    if (held + length > this.maxUnexpectedBytes) {
+      this.onViolation({
+        kind: 'error',
+        origin: this.rank,
+        peer,
+        message: `rank ${this.rank} holds ${held} bytes from rank ${peer} that no receive has claimed; a message of ${length} bytes on tag ${tag} would pass the budget of ${this.maxUnexpectedBytes} bytes per peer (raise it with the transport's maxUnexpectedBytes or ${UNEXPECTED_BYTES_VARIABLE})`,
+      });
+      return null;
+    }
     let stash: ArrayBuffer;
     try {
       stash = this.acquire(length);
@@ -129,6 +157,7 @@ export class Mailbox {
       return null;
     }
     this.unexpectedBytes += length;
+    this.hold(peer, length);
     const incoming: Incoming = {
       peer,
       tag,
@@ -155,6 +184,7 @@ export class Mailbox {
       return;
     }
     const length = incoming.target.byteLength;
+    this.hold(incoming.peer, -length);
     if (waiting.dst.byteLength !== length) {
       this.release(incoming.stash!);
       this.violate(incoming.peer, incoming.tag, length, waiting.dst.byteLength, waiting.reject);
@@ -205,6 +235,7 @@ export class Mailbox {
     }
     this.pool.clear();
     this.pooledBytes = 0;
+    this.held.clear();
   }
 
   private violate(

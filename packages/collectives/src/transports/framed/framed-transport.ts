@@ -3,6 +3,7 @@ import { RendezvousError } from '../../rendezvous/errors.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox } from '../mailbox.js';
+import { resolveUnexpectedBudget } from '../unexpected-budget.js';
 import { type FrameHeader, FrameKind, frameKindName, readHeader } from '../ws/frame.js';
 import { type FrameHandler, FrameReader, type PayloadPlan } from './frame-reader.js';
 import { controlFrame, validReason } from './hello.js';
@@ -68,11 +69,13 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
     store: StoreClient,
     maxMessageBytes: number | undefined,
     makePeer: (rank: number, handler: FrameHandler) => P,
+    maxUnexpectedBytes?: number,
   ) {
     this.rank = store.rank;
     this.size = store.worldSize;
     this.maxMessageBytes = maxMessageBytes ?? 2 ** 32;
-    this.mailbox = new Mailbox(this.rank, (reason) => this.abort(reason));
+    const budget = resolveUnexpectedBudget(maxUnexpectedBytes);
+    this.mailbox = new Mailbox(this.rank, (reason) => this.abort(reason), budget);
     this.peers = Array.from({ length: this.size }, (_, rank) => {
       if (rank === this.rank) return null;
       const peer: P = makePeer(rank, {

@@ -2,6 +2,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import type { SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { type Incoming, Mailbox } from '../mailbox.js';
+import { resolveUnexpectedBudget } from '../unexpected-budget.js';
 import { ShmArena } from './shm-arena.js';
 import {
   READ_OFFSET,
@@ -86,7 +87,9 @@ export class ShmTransport implements Transport {
     this.words = new Int32Array(handle.buffer);
     this.bytes = new Uint8Array(handle.buffer);
     this.offsets = shmOffsets(handle.size, handle.capacity);
-    this.mailbox = new Mailbox(rank, (reason) => this.abort(reason));
+    // The budget of [Note: the unexpected-message budget], from WEBSHARD_MAX_UNEXPECTED_BYTES.
+    const budget = resolveUnexpectedBudget(undefined);
+    this.mailbox = new Mailbox(rank, (reason) => this.abort(reason), budget);
     for (let peer = 0; peer < this.size; peer++) {
       this.outgoing.push([]);
       this.incoming.push({

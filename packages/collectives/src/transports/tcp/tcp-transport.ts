@@ -19,6 +19,11 @@ export interface TcpTransportOptions {
   host?: string;
   /** Largest data message accepted, in bytes (default 2^32): longer frames are hostile. */
   maxMessageBytes?: number;
+  /**
+   * Most payload held per peer that no receive has claimed, in bytes (default
+   * `WEBSHARD_MAX_UNEXPECTED_BYTES`, else 256 MiB; [Note: the unexpected-message budget]).
+   */
+  maxUnexpectedBytes?: number;
   /** Store key prefix, to run several transports on one store (default `tcp`). */
   prefix?: string;
   /** Deadline for connecting to every peer (default: the store's timeout). */
@@ -74,6 +79,7 @@ export class TcpTransport extends FramedTransport<TcpPeer> {
       options.store,
       options.maxMessageBytes,
       (rank: number, handler: FrameHandler) => new TcpPeer(rank, handler),
+      options.maxUnexpectedBytes,
     );
     this.tokenDigest = digest(options.token);
     this.guard = new PreAuthGuard(options.preAuth);

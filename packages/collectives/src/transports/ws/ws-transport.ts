@@ -27,6 +27,11 @@ export interface WsTransportOptions {
   host?: string;
   /** Largest data message accepted, in bytes (default 2^32). */
   maxMessageBytes?: number;
+  /**
+   * Most payload held per peer that no receive has claimed, in bytes (default
+   * `WEBSHARD_MAX_UNEXPECTED_BYTES`, else 256 MiB; [Note: the unexpected-message budget]).
+   */
+  maxUnexpectedBytes?: number;
   /** Store key prefix (default `ws`). */
   prefix?: string;
   /** Deadline for connecting to every peer (default: the store's timeout). */
@@ -93,6 +98,7 @@ export class WsTransport extends FramedTransport<WsPeer> {
       options.store,
       options.maxMessageBytes,
       (rank: number, handler: FrameHandler) => new WsPeer(rank, handler),
+      options.maxUnexpectedBytes,
     );
   }
 
