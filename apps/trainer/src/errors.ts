@@ -31,3 +31,18 @@ export class NonFiniteLossError extends WebshardError {
     this.loss = loss;
   }
 }
+
+/**
+ * Ranks of one job that run on different backends (which would give different numbers and
+ * different speeds): found right after each rank made its backend, before the first step.
+ */
+export class BackendMismatchError extends WebshardError {
+  readonly kinds: readonly string[];
+  constructor(kinds: readonly string[]) {
+    super(
+      `the ranks run on different backends (${kinds.map((k, rank) => `rank ${rank}: ${k}`).join(', ')}): pass --backend cpu|webgpu`,
+      { code: 'E_BACKEND_MISMATCH' },
+    );
+    this.kinds = kinds;
+  }
+}

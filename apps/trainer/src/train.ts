@@ -32,6 +32,7 @@ import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
 import { gatherPerRank } from './ranks/gather.js';
+import { checkSameBackend } from './ranks/job-backend.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
 import { accumulatedStep } from './train-step.js';
@@ -131,7 +132,12 @@ export async function train(
         kind: config.backend,
         ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
       });
-  say(`backend: ${backend.kind} (${backend.description})`);
+  if (group !== null && group.size > 1) {
+    await checkSameBackend(group, backend);
+    say(`backend: ${backend.kind} on all ${group.size} ranks (${backend.description})`);
+  } else {
+    say(`backend: ${backend.kind} (${backend.description})`);
+  }
   // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
   // own) and compute on `backend`.
   const onHost = config.strategy === 'offload' || config.moveParamsToCpu;

@@ -10,6 +10,8 @@ import type { Backend } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
 import { checkFiles } from '../cli/check-files.js';
+import { chooseBackendKind } from '../choose-backend.js';
+import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
 import { BROWSER_JOIN_MS, type NodeRanksPlan, runWithBrowserRanks } from './browser-ranks.js';
 import { type TrainSummary, train } from '../train.js';
 
@@ -61,13 +63,21 @@ export async function runRanks(
   }
   await checkFiles(config);
   if (config.browserRanks > 0) {
+    const job = await decideJobBackend(config, decider(io));
     return runWithBrowserRanks(config, io, GROUP_TIMEOUT_MS, (plan) =>
-      runProcesses(config, argv, io, plan),
+      runProcesses(job, argv, io, plan),
     );
   }
   if (config.transport === 'local' || config.worldSize === 1) return runLocal(config, io);
-  if (config.transport === 'shm') return runThreads(config, io);
-  return runProcesses(config, argv, io);
+  // One backend for every rank, decided here ([Note: one backend for the job] in ./job-backend.ts).
+  const job = await decideJobBackend(config, decider(io));
+  if (config.transport === 'shm') return runThreads(job, io);
+  return runProcesses(job, argv, io);
+}
+
+/** The CLI's `auto` decision, its line printed on `io`. */
+function decider(io: RankIO): DecideBackend {
+  return (config, vocabSize) => chooseBackendKind(config, vocabSize, io.stdout);
 }
 
 /** This process is one rank started by webshard-run: join the group and train. */
@@ -99,7 +109,8 @@ async function joinAsRank(
     ...(config.browserRanks > 0 ? { worldSize, group: { timeoutMs: GROUP_TIMEOUT_MS } } : {}),
   });
   try {
-    const summary = await train(rankConfig, io, group);
+    const jobConfig = await agreeOnJobBackend(rankConfig, group, decider(io));
+    const summary = await train(jobConfig, io, group);
     return { ok: true, ...(group.rank === 0 ? { summary } : {}) };
   } catch (error) {
     group.abort(`rank ${group.rank} failed: ${(error as Error).message}`);
@@ -234,7 +245,8 @@ async function runProcesses(
     nprocPerNode: config.worldSize,
     ...plan,
     script: cli.path,
-    args: [...argv],
+    // The job's backend, decided above, after the user's flags (the last --backend counts).
+    args: [...argv, '--backend', config.backend],
     // Relative paths in `argv` are the user's: every rank resolves them where the user ran this.
     env: {
       INIT_CWD: io.cwd,
