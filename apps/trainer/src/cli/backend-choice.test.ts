@@ -22,7 +22,7 @@ describe('decideBackend', () => {
       ),
     ).toEqual({
       kind: 'webgpu',
-      reason: 'a probe step took 150 ms on webgpu, 300 ms on cpu: using webgpu (2.00x as fast)',
+      reason: 'probe step 150 ms on webgpu, 300 ms on cpu: using webgpu (2.0x as fast)',
     });
   });
 
@@ -30,7 +30,7 @@ describe('decideBackend', () => {
     const cpu = { kind: 'cpu' as const, description: 'cpu', stepMs: 40 };
     expect(decideBackend(cpu, { kind: 'webgpu', description: 'gpu', stepMs: 61 })).toEqual({
       kind: 'cpu',
-      reason: 'a probe step took 61.0 ms on webgpu, 40.0 ms on cpu: using cpu (1.52x as fast)',
+      reason: 'probe step 61.0 ms on webgpu, 40.0 ms on cpu: using cpu (1.5x as fast)',
     });
     expect(decideBackend(cpu, { kind: 'webgpu', description: 'gpu', stepMs: 40 }).kind).toBe('cpu');
   });
@@ -97,7 +97,7 @@ describe('chooseAutoBackend', () => {
     const { deps, log } = fakeDeps({ cpu: 120, webgpu: 80 });
     const chosen = await chooseAutoBackend(parse(), deps);
     expect(chosen.backend.kind).toBe('webgpu');
-    expect(chosen.reason).toMatch(/^a probe step took 80\.0 ms on webgpu/);
+    expect(chosen.reason).toMatch(/^probe step 80\.0 ms on webgpu/);
     expect(log).toEqual([
       'create cpu',
       'probe cpu',

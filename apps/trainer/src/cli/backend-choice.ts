@@ -74,7 +74,7 @@ export function decideBackend(cpu: ProbeResult, webgpu: ProbeResult): BackendDec
   const ratio = loser.stepMs / winner.stepMs;
   return {
     kind: winner.kind,
-    reason: `a probe step took ${fmt(webgpu.stepMs)} ms on webgpu, ${fmt(cpu.stepMs)} ms on cpu: using ${winner.kind} (${ratio.toFixed(2)}x as fast)`,
+    reason: `probe step ${fmt(webgpu.stepMs)} ms on webgpu, ${fmt(cpu.stepMs)} ms on cpu: using ${winner.kind} (${ratio.toFixed(1)}x as fast)`,
   };
 }
 

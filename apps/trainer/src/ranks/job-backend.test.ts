@@ -16,7 +16,7 @@ function probeLine(stdout: string): { kind: string; cpuMs: number; webgpuMs: num
   const line = lines[0]!;
   expect(line.length).toBeLessThan(120);
   const measuredBoth =
-    /^backend auto: a probe step took ([\d.]+) ms on webgpu, ([\d.]+) ms on cpu: using (cpu|webgpu) /.exec(
+    /^backend auto: probe step ([\d.]+) ms on webgpu, ([\d.]+) ms on cpu: using (cpu|webgpu) /.exec(
       line,
     );
   if (measuredBoth !== null) {
