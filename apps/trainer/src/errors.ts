@@ -46,3 +46,32 @@ export class BackendMismatchError extends WebshardError {
     this.kinds = kinds;
   }
 }
+
+/**
+ * A run stopped by SIGINT or SIGTERM at a safe point ([Note: interrupts] in interrupt.ts): after
+ * `step` of `steps`, with the checkpoint it saved first (null without `--checkpoint-dir`). The CLI
+ * prints its message on one line and exits with 130 or 143. Every rank throws it; `lead` is rank
+ * 0's (the one that prints).
+ */
+export class InterruptedError extends WebshardError {
+  readonly signal: 'SIGINT' | 'SIGTERM';
+  readonly step: number;
+  readonly checkpoint: string | null;
+  readonly lead: boolean;
+  constructor(
+    signal: 'SIGINT' | 'SIGTERM',
+    at: { step: number; steps: number; checkpoint: string | null; lead: boolean },
+  ) {
+    const saved =
+      at.checkpoint === null
+        ? 'nothing saved (--checkpoint-dir saves a checkpoint on an interrupt)'
+        : `checkpoint saved: ${at.checkpoint} (--resume to go on)`;
+    super(`interrupted by ${signal} after step ${at.step} of ${at.steps}; ${saved}`, {
+      code: 'E_INTERRUPTED',
+    });
+    this.signal = signal;
+    this.step = at.step;
+    this.checkpoint = at.checkpoint;
+    this.lead = at.lead;
+  }
+}

@@ -26,8 +26,9 @@ import { checkMemory } from './cli/memory-estimate.js';
 import type { TrainConfig } from './cli/options.js';
 import type { Dataset } from './data/dataset.js';
 import { rankMicroBatches } from './data/global-batch.js';
-import { NonFiniteLossError, UsageError } from './errors.js';
+import { InterruptedError, NonFiniteLossError, UsageError } from './errors.js';
 import { evaluate, regressionTensors, sample, tokenTensors } from './evaluate.js';
+import { agreedStop, type StopSignal } from './interrupt.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
@@ -58,6 +59,8 @@ export interface RunIO {
    * fetched from the Node process that serves it (see [Note: the trainer's platform module]).
    */
   loadData?: (path: string, blockSize: number) => Promise<Dataset>;
+  /** Read after each step: a signal asked the run to stop ([Note: interrupts] in interrupt.ts). */
+  stop?: { readonly signal: StopSignal | null };
 }
 
 /** What a finished run did. */
@@ -199,8 +202,21 @@ export async function train(
   const evals: EvalPoint[] = [];
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   const started = performance.now();
+  let interrupted: InterruptedError | null = null;
+  const interrupt = async (signal: StopSignal, step: number) => {
+    let checkpoint: string | null = null;
+    if (config.checkpointDir !== null && step > firstStep) {
+      if (step % config.checkpointEvery !== 0) await saveCheckpoint(step);
+      checkpoint = joinPath(config.checkpointDir, stepDirName(step));
+    }
+    return new InterruptedError(signal, { step, steps: config.steps, checkpoint, lead });
+  };
+  // A signal before the first step (during the probe, say): a single rank stops now; ranks of a
+  // job agree after their first step.
+  const early = group === null || group.size === 1 ? (io.stop?.signal ?? null) : null;
+  if (early !== null) interrupted = await interrupt(early, firstStep);
   try {
-    for (let step = firstStep; step < config.steps; step++) {
+    for (let step = firstStep; step < config.steps && interrupted === null; step++) {
       const lr =
         config.lrSchedule === 'cosine'
           ? learningRate(step, config.steps, config.lr, config.warmupSteps)
@@ -262,6 +278,11 @@ export async function train(
       if (config.checkpointEvery > 0 && record.step % config.checkpointEvery === 0) {
         await saveCheckpoint(record.step);
       }
+      const stop = await agreedStop(io.stop, group);
+      if (stop !== null) {
+        interrupted = await interrupt(stop, record.step);
+        break;
+      }
       if (config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps) {
         progress.line(
           `stopped after step ${record.step} of ${config.steps}: the ${config.maxSeconds} s budget is spent`,
@@ -272,6 +293,12 @@ export async function train(
   } finally {
     progress.done();
     await log?.close();
+  }
+  if (interrupted !== null) {
+    // The device is released here: the CLI exits without touching it again.
+    if (modelBackend !== backend) modelBackend.dispose();
+    backend.dispose();
+    throw interrupted;
   }
 
   // The end: held-out loss and sample, then the outputs, each written atomically.

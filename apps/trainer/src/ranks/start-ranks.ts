@@ -9,6 +9,7 @@ import { launch, launchThreads } from '@webshard/collectives/node';
 import type { Backend } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
+import type { StopFlag } from '../interrupt.js';
 import { checkFiles } from '../cli/check-files.js';
 import { chooseBackendKind } from '../choose-backend.js';
 import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
@@ -23,12 +24,16 @@ export interface RankIO {
   /** The directory the user ran the command in (ranks started as processes resolve paths there). */
   cwd: string;
   createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
+  /** Set when a signal asks the job to stop ([Note: interrupts] in ../interrupt.ts). */
+  stop?: StopFlag;
 }
 
 /** How a multi-rank run ended: rank 0's summary where it ran in this thread, or the failure. */
 export type RanksOutcome =
   | { ok: true; summary?: TrainSummary }
-  | { ok: false; exitCode: 1 | 2; error?: unknown; rank?: number };
+  | { ok: false; exitCode: 1 | 2; error?: unknown; rank?: number }
+  /** Ranks that were processes stopped after a signal, and printed why themselves. */
+  | { ok: false; exitCode: 1; error: 'interrupted' };
 
 /** A rank's deadline for one collective: long enough for a slow step on 2 shared cores. */
 const GROUP_TIMEOUT_MS = 120_000;
@@ -154,6 +159,8 @@ export interface RankJob {
   isTTY: boolean;
   /** The `BroadcastChannel` rank 0 sends its output on. */
   channel: string;
+  /** The buffer of this process's `StopFlag`: the ranks read the signal its thread received. */
+  stop?: SharedArrayBuffer;
 }
 
 /** A message on a rank's output channel. */
@@ -197,7 +204,12 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     outcomes = await launchThreads<RankJob, number>(
       config.worldSize,
       file,
-      { config, isTTY: io.isTTY, channel: channelName },
+      {
+        config,
+        isTTY: io.isTTY,
+        channel: channelName,
+        ...(io.stop === undefined ? {} : { stop: io.stop.buffer }),
+      },
       {
         eval: worker.isSource,
         execArgv: worker.isSource ? ['--conditions=@webshard/source'] : [],
@@ -219,7 +231,11 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     return { ok: false, exitCode: 1, rank: cause.rank };
   }
   const { name, message } = (cause as { error: { name: string; message: string } }).error;
-  const error = Object.assign(new Error(message), { name });
+  const error = Object.assign(
+    new Error(message),
+    { name },
+    io.stop?.signal ? { signal: io.stop.signal } : {},
+  );
   return { ok: false, exitCode: name === 'UsageError' ? 2 : 1, error, rank: cause.rank };
 }
 
@@ -260,6 +276,10 @@ async function runProcesses(
     stderr: sink(io.stderr),
   });
   if (result.exitCode === 0) return { ok: true };
+  // Stopped by a signal at a safe point: rank 0 has said where ([Note: interrupts]).
+  if (io.stop?.signal && (result.exitCode === 130 || result.exitCode === 143)) {
+    return { ok: false, exitCode: 1, error: 'interrupted' };
+  }
   if (result.failedRank !== undefined && result.exitCode !== 2) {
     io.stderr(
       `webshard-train: rank ${result.failedRank} ${exitText(result.exitCode)}; stopped the other ranks\n`,
