@@ -26,6 +26,14 @@ async function start(): Promise<void> {
     isTTY: process.stdout.isTTY === true,
     cwd,
     stop,
+    // The bar fits the terminal, and is drawn again when it is resized (SIGWINCH).
+    terminal: {
+      columns: () => process.stdout.columns ?? 80,
+      onResize: (redraw) => {
+        process.stdout.on('resize', redraw);
+        return () => process.stdout.off('resize', redraw);
+      },
+    },
   }).then(({ exitCode }) => {
     // Exit now: a WebGPU device still open would keep the event loop alive.
     process.exit(exitCode);

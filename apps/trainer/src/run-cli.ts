@@ -3,6 +3,7 @@ import { chooseBackend } from './choose-backend.js';
 import { parseOptions, type TrainConfig, USAGE } from './cli/options.js';
 import { InterruptedError, NonFiniteLossError, UsageError } from './errors.js';
 import { type StopFlag, type StopSignal, signalExitCode } from './interrupt.js';
+import type { ProgressTerminal } from './progress.js';
 import { runRanks } from './ranks/start-ranks.js';
 import { type TrainSummary, train } from './train.js';
 
@@ -16,6 +17,8 @@ export interface CliIO {
   cwd: string;
   /** Set by SIGINT or SIGTERM: the run stops after the current step ([Note: interrupts]). */
   stop?: StopFlag;
+  /** The terminal's width and resizes, for the progress bar when `isTTY`. */
+  terminal?: ProgressTerminal;
 }
 
 /** What `main` did: its exit code, and the run's summary when it trained (its backend is the caller's to dispose). */
@@ -52,6 +55,7 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       isTTY: io.isTTY,
       cwd: io.cwd,
       ...(io.stop === undefined ? {} : { stop: io.stop }),
+      ...(io.terminal === undefined ? {} : { terminal: io.terminal }),
       createBackend: (c: TrainConfig, vocabSize: number) => chooseBackend(c, vocabSize, io.stdout),
     };
     if (config.strategy === 'single' || config.strategy === 'offload') {

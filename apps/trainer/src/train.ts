@@ -31,7 +31,7 @@ import { evaluate, regressionTensors, sample, tokenTensors } from './evaluate.js
 import { agreedStop, type StopSignal } from './interrupt.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
-import { createProgress, formatBytes, type StepRecord } from './progress.js';
+import { createProgress, formatBytes, type ProgressTerminal, type StepRecord } from './progress.js';
 import { gatherPerRank } from './ranks/gather.js';
 import { checkSameBackend } from './ranks/job-backend.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
@@ -61,6 +61,8 @@ export interface RunIO {
   loadData?: (path: string, blockSize: number) => Promise<Dataset>;
   /** Read after each step: a signal asked the run to stop ([Note: interrupts] in interrupt.ts). */
   stop?: { readonly signal: StopSignal | null };
+  /** The terminal's width (and its resizes) when `isTTY`: the bar fits it. */
+  terminal?: ProgressTerminal;
 }
 
 /** What a finished run did. */
@@ -189,7 +191,7 @@ export async function train(
 
   // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file).
   const log = config.logJsonl !== null && lead ? await openLog(config.logJsonl) : null;
-  const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY);
+  const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY, io.terminal);
   const heldOut = { ...(data === null ? {} : { tokens: data.validation }), seed: config.seed };
   const evalBatch = Math.min(config.batchSize, 16);
   const shortSample = async (length: number) =>

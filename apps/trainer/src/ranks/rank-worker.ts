@@ -11,6 +11,7 @@ void runShmWorker<RankJob, number>(async (group, job) => {
     stdout: (text: string) => post({ kind: 'stdout', text }),
     stderr: (text: string) => post({ kind: 'stderr', text }),
     isTTY: job.isTTY,
+    terminal: { columns: () => Atomics.load(new Int32Array(job.columns), 0) },
     ...(job.stop === undefined ? {} : { stop: new StopFlag(job.stop) }),
   };
   try {

@@ -10,6 +10,7 @@ import type { Backend } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
 import { UsageError } from '../errors.js';
 import type { StopFlag } from '../interrupt.js';
+import type { ProgressTerminal } from '../progress.js';
 import { checkFiles } from '../cli/check-files.js';
 import { chooseBackendKind } from '../choose-backend.js';
 import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
@@ -26,6 +27,8 @@ export interface RankIO {
   createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
   /** Set when a signal asks the job to stop ([Note: interrupts] in ../interrupt.ts). */
   stop?: StopFlag;
+  /** The terminal's width and resizes, for rank 0's progress bar. */
+  terminal?: ProgressTerminal;
 }
 
 /** How a multi-rank run ended: rank 0's summary where it ran in this thread, or the failure. */
@@ -161,6 +164,8 @@ export interface RankJob {
   channel: string;
   /** The buffer of this process's `StopFlag`: the ranks read the signal its thread received. */
   stop?: SharedArrayBuffer;
+  /** One i32: the terminal's width, kept current by this thread on every resize. */
+  columns: SharedArrayBuffer;
 }
 
 /** A message on a rank's output channel. */
@@ -199,6 +204,12 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     else if (message.kind === 'stdout') io.stdout(message.text);
     else io.stderr(message.text);
   };
+  // Rank 0 draws the bar at the width this thread reads, in a word it updates on resizes.
+  const columns = new SharedArrayBuffer(4);
+  const width = new Int32Array(columns);
+  const measure = () => Atomics.store(width, 0, io.terminal?.columns() ?? 80);
+  measure();
+  const unsubscribe = io.terminal?.onResize?.(measure);
   let outcomes: Awaited<ReturnType<typeof launchThreads<RankJob, number>>>;
   try {
     outcomes = await launchThreads<RankJob, number>(
@@ -208,6 +219,7 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
         config,
         isTTY: io.isTTY,
         channel: channelName,
+        columns,
         ...(io.stop === undefined ? {} : { stop: io.stop.buffer }),
       },
       {
@@ -218,6 +230,7 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     );
     await Promise.race([end, new Promise((resolve) => setTimeout(resolve, 1000))]);
   } finally {
+    unsubscribe?.();
     channel.close();
   }
   const failures = outcomes.filter((o) => o.status !== 'fulfilled');
