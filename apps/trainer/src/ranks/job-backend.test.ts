@@ -1,5 +1,10 @@
 import { createLocalGroups } from '@webshard/collectives';
-import { type Backend, createCpuBackend } from '@webshard/tensor-core';
+import {
+  type Backend,
+  createBackend,
+  createCpuBackend,
+  NoAdapterError,
+} from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { parseOptions, type TrainConfig } from '../cli/options.js';
 import { BackendMismatchError } from '../errors.js';
@@ -32,6 +37,19 @@ function probeLine(stdout: string): { kind: string; cpuMs: number; webgpuMs: num
   return { kind: 'cpu', cpuMs: 0, webgpuMs: null };
 }
 
+/** Whether this machine has a WebGPU adapter (CI requires one: WEBSHARD_REQUIRE_WEBGPU=1). */
+const webgpu = await createBackend({ kind: 'webgpu' }).then(
+  (backend) => {
+    backend.dispose();
+    return true;
+  },
+  (error: unknown) => {
+    if (NoAdapterError.isInstance(error) && process.env.WEBSHARD_REQUIRE_WEBGPU !== '1')
+      return false;
+    throw error;
+  },
+);
+
 describe('one backend for the job', () => {
   for (const strategy of ['ddp', 'fsdp']) {
     it(`${strategy} on 2 worker threads: decided once by the probe, the faster backend on every rank`, async () => {
@@ -51,6 +69,21 @@ describe('one backend for the job', () => {
       expect(run.stdout.match(/^backend: /gm)).toHaveLength(1);
     }, 60_000);
   }
+
+  it.runIf(webgpu)(
+    '--backend webgpu on 2 worker threads: each rank has its own device',
+    async () => {
+      const run = await runMain(
+        [...AUTO, '--backend', 'webgpu', '--strategy', 'fsdp', '--world-size', '2'],
+        process.cwd(),
+      );
+      expect(run.stderr).toBe('');
+      expect(run.exitCode).toBe(0);
+      expect(run.stdout).not.toContain('backend auto:');
+      expect(run.stdout).toMatch(/^backend: webgpu on all 2 ranks \(/m);
+    },
+    60_000,
+  );
 
   it('ranks that a launcher started take rank 0 decision, which rank 0 alone makes', async () => {
     const config = parseOptions(

@@ -48,7 +48,8 @@ const GROUP_TIMEOUT_MS = 120_000;
  *   choice that shares one WebGPU device. The ranks interleave at every await, so it shows the
  *   strategy's numbers, not parallel speed.
  * - `shm` (the default): one worker thread per rank over shared memory, the fastest transport.
- *   The `webgpu` package has no adapter in worker threads, so these ranks use the CPU backend.
+ *   Each thread makes its own backend (a WebGPU device of its own with `--backend webgpu`: the
+ *   `webgpu` package finds the adapter in worker threads too).
  * - `tcp`, `ws`: one process per rank. The trainer starts them through `webshard-run`'s launcher
  *   with its own arguments; each child sees torchrun's variables (`RANK`, `WORLD_SIZE`, ...) and
  *   joins the group instead of launching. So `webshard-run --nproc-per-node 2 --no-node
@@ -102,8 +103,7 @@ async function joinAsRank(
   }
   // webshard-run runs one node's ranks as threads over shm by default: `initProcessGroup` joins
   // that world (with the other nodes' over the flag's transport, `shm+tcp`), so a thread rank is
-  // configured as one (the CPU backend: workers have no WebGPU adapter); the run's label names
-  // the group's own transport.
+  // configured as one; the run's label names the group's own transport.
   const rankConfig = {
     ...config,
     worldSize,
