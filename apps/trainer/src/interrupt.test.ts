@@ -146,6 +146,27 @@ function printed(child: ChildProcess, pattern: RegExp): Promise<void> {
   });
 }
 
+describe('ranks in processes', () => {
+  it('fsdp on 2 processes over tcp: the launcher passes SIGINT on, both stop after the same step, a checkpoint of it, 130', async () => {
+    const dir = join(out, 'tcp-ckpt');
+    const { child, done } = startCli([
+      ...[...TINY, '--steps', '100000', '--strategy', 'fsdp', '--world-size', '2'],
+      ...['--transport', 'tcp', '--checkpoint-every', '100000', '--checkpoint-dir', dir],
+    ]);
+    await printed(child, /^\[rank 0\] step\s+3\//m);
+    child.kill('SIGINT');
+    const { code, stderr, stdout } = await done;
+    expect(code).toBe(130);
+    const last = Number([...stdout.matchAll(/^\[rank 0\] step\s+(\d+)\//gm)].at(-1)![1]);
+    const name = `step-${String(last).padStart(6, '0')}`;
+    // Rank 0 says it once; rank 1 stopped with it, silently.
+    expect(stderr).toBe(
+      `[rank 0] webshard-train: interrupted by SIGINT after step ${last} of 100000; checkpoint saved: ${join(dir, name)} (--resume to go on)\n`,
+    );
+    expect((await readFile(join(dir, 'latest'), 'utf8')).trim()).toBe(name);
+  }, 60_000);
+});
+
 const webgpu = await createBackend({ kind: 'webgpu' }).then(
   (backend) => {
     backend.dispose();
