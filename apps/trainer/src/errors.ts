@@ -66,7 +66,8 @@ export class InterruptedError extends WebshardError {
       at.checkpoint === null
         ? 'nothing saved (--checkpoint-dir saves a checkpoint on an interrupt)'
         : `checkpoint saved: ${at.checkpoint} (--resume to go on)`;
-    super(`interrupted by ${signal} after step ${at.step} of ${at.steps}; ${saved}`, {
+    const when = at.step === 0 ? 'before the first step' : `after step ${at.step} of ${at.steps}`;
+    super(`interrupted by ${signal} ${when}; ${saved}`, {
       code: 'E_INTERRUPTED',
     });
     this.signal = signal;

@@ -62,6 +62,39 @@ describe('stopOnSignals', () => {
 });
 
 describe('ranks of a job stop together', () => {
+  it('a signal while the job decides its backend starts no rank: exit 143, one line', async () => {
+    const stop = new StopFlag();
+    stop.request('SIGTERM');
+    let stdout = '';
+    let stderr = '';
+    const outcome = await main(
+      [...TINY.filter((f, i) => f !== '--backend' && TINY[i - 1] !== '--backend')].concat([
+        '--strategy',
+        'ddp',
+        '--world-size',
+        '2',
+        '--transport',
+        'tcp',
+      ]),
+      {
+        stdout: (text) => {
+          stdout += text;
+        },
+        stderr: (text) => {
+          stderr += text;
+        },
+        isTTY: false,
+        cwd: out,
+        stop,
+      },
+    );
+    expect(outcome.exitCode).toBe(143);
+    expect(stderr).toBe(
+      'webshard-train: interrupted by SIGTERM before the first step; nothing saved (--checkpoint-dir saves a checkpoint on an interrupt)\n',
+    );
+    expect(stdout).not.toMatch(/^step|\[rank/m);
+  }, 60_000);
+
   it('fsdp on 2 worker threads: after the same step, a checkpoint of it, exit 130, one line', async () => {
     const dir = join(out, 'shm-ckpt');
     const log = join(out, 'shm.jsonl');

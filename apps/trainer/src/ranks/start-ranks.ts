@@ -8,7 +8,7 @@ import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshar
 import { launch, launchThreads } from '@webshard/collectives/node';
 import type { Backend } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
-import { UsageError } from '../errors.js';
+import { InterruptedError, UsageError } from '../errors.js';
 import type { StopFlag } from '../interrupt.js';
 import type { ProgressTerminal } from '../progress.js';
 import { checkFiles } from '../cli/check-files.js';
@@ -80,6 +80,16 @@ export async function runRanks(
   if (config.transport === 'local' || config.worldSize === 1) return runLocal(config, io);
   // One backend for every rank, decided here ([Note: one backend for the job] in ./job-backend.ts).
   const job = await decideJobBackend(config, decider(io));
+  // A signal during the probe: no rank has started, and none need to.
+  const signal = io.stop?.signal;
+  if (signal) {
+    throw new InterruptedError(signal, {
+      step: 0,
+      steps: config.steps,
+      checkpoint: null,
+      lead: true,
+    });
+  }
   if (config.transport === 'shm') return runThreads(job, io);
   return runProcesses(job, argv, io);
 }
