@@ -64,7 +64,8 @@ export const DUPLICATE_SIGNAL_MS = 500;
  * SIGKILL after `graceMs` would cut short. The launch then resolves with 128 + the signal's
  * number. A rank that exits with another failing code meanwhile stops the others as usual. A
  * second signal (more than `DUPLICATE_SIGNAL_MS` after the first) is passed on too, and the ranks
- * still running after `graceMs` are killed.
+ * still running after `graceMs` are killed. Rank threads (thread-ranks.ts) cannot hear a signal:
+ * passing one on terminates them.
  */
 export function supervise(options: SuperviseOptions, start: StartRank): Promise<LaunchResult> {
   const { nprocPerNode: nproc, nodeRank, graceMs } = options;
