@@ -19,6 +19,23 @@ export async function chooseBackend(
     config,
     realChoiceDeps(config, vocabSize, memory),
   );
-  say(`backend auto: ${reason} (--backend cpu|webgpu to override)\n`);
+  say(`backend auto: ${reason} (--backend to override)\n`);
   return backend;
+}
+
+/**
+ * The backend kind every rank of a job uses, decided once by the process that starts the ranks
+ * ([Note: one backend for the job] in ranks/job-backend.ts): `--backend` as asked, else the probe
+ * of `chooseBackend` (printed once, with `say`), whose backend is then released.
+ */
+export async function chooseBackendKind(
+  config: TrainConfig,
+  vocabSize: number,
+  say: (text: string) => void,
+): Promise<'cpu' | 'webgpu'> {
+  if (config.backend !== 'auto') return config.backend;
+  const backend = await chooseBackend(config, vocabSize, say);
+  const kind = backend.kind;
+  backend.dispose();
+  return kind;
 }

@@ -105,6 +105,9 @@ describe.skipIf(!webGpuTestsEnabled())("the bin's stderr with WebGPU", () => {
     const exited = new Promise<number | null>((resolve) => child.once('close', resolve));
     child.kill('SIGTERM');
     expect(await exited).toBe(143);
-    expect(stderr).toBe('');
+    // One line from the run, which stopped after its step ([Note: interrupts]); no native noise.
+    expect(stderr).toMatch(
+      /^webshard-train: interrupted by SIGTERM after step \d+ of 100000; nothing saved \(--checkpoint-dir saves a checkpoint on an interrupt\)\n$/,
+    );
   }, 120_000);
 });

@@ -31,3 +31,48 @@ export class NonFiniteLossError extends WebshardError {
     this.loss = loss;
   }
 }
+
+/**
+ * Ranks of one job that run on different backends (which would give different numbers and
+ * different speeds): found right after each rank made its backend, before the first step.
+ */
+export class BackendMismatchError extends WebshardError {
+  readonly kinds: readonly string[];
+  constructor(kinds: readonly string[]) {
+    super(
+      `the ranks run on different backends (${kinds.map((k, rank) => `rank ${rank}: ${k}`).join(', ')}): pass --backend cpu|webgpu`,
+      { code: 'E_BACKEND_MISMATCH' },
+    );
+    this.kinds = kinds;
+  }
+}
+
+/**
+ * A run stopped by SIGINT or SIGTERM at a safe point ([Note: interrupts] in interrupt.ts): after
+ * `step` of `steps`, with the checkpoint it saved first (null without `--checkpoint-dir`). The CLI
+ * prints its message on one line and exits with 130 or 143. Every rank throws it; `lead` is rank
+ * 0's (the one that prints).
+ */
+export class InterruptedError extends WebshardError {
+  readonly signal: 'SIGINT' | 'SIGTERM';
+  readonly step: number;
+  readonly checkpoint: string | null;
+  readonly lead: boolean;
+  constructor(
+    signal: 'SIGINT' | 'SIGTERM',
+    at: { step: number; steps: number; checkpoint: string | null; lead: boolean },
+  ) {
+    const saved =
+      at.checkpoint === null
+        ? 'nothing saved (--checkpoint-dir saves a checkpoint on an interrupt)'
+        : `checkpoint saved: ${at.checkpoint} (--resume to go on)`;
+    const when = at.step === 0 ? 'before the first step' : `after step ${at.step} of ${at.steps}`;
+    super(`interrupted by ${signal} ${when}; ${saved}`, {
+      code: 'E_INTERRUPTED',
+    });
+    this.signal = signal;
+    this.step = at.step;
+    this.checkpoint = at.checkpoint;
+    this.lead = at.lead;
+  }
+}

@@ -1,7 +1,9 @@
 import { WebshardError } from '@webshard/tensor-core';
 import { chooseBackend } from './choose-backend.js';
 import { parseOptions, type TrainConfig, USAGE } from './cli/options.js';
-import { NonFiniteLossError, UsageError } from './errors.js';
+import { InterruptedError, NonFiniteLossError, UsageError } from './errors.js';
+import { type StopFlag, type StopSignal, signalExitCode } from './interrupt.js';
+import type { ProgressTerminal } from './progress.js';
 import { runRanks } from './ranks/start-ranks.js';
 import { type TrainSummary, train } from './train.js';
 
@@ -13,11 +15,15 @@ export interface CliIO {
   isTTY: boolean;
   /** The directory relative paths are read against: where the user ran the command. */
   cwd: string;
+  /** Set by SIGINT or SIGTERM: the run stops after the current step ([Note: interrupts]). */
+  stop?: StopFlag;
+  /** The terminal's width and resizes, for the progress bar when `isTTY`. */
+  terminal?: ProgressTerminal;
 }
 
 /** What `main` did: its exit code, and the run's summary when it trained (its backend is the caller's to dispose). */
 export interface CliOutcome {
-  exitCode: 0 | 1 | 2;
+  exitCode: 0 | 1 | 2 | 130 | 143;
   summary?: TrainSummary;
 }
 
@@ -28,7 +34,8 @@ function oneLine(text: string): string {
 /**
  * `webshard-train`: parse, check, train, write. Never throws: returns exit code 0 on success, 2
  * for input refused before training (a `UsageError`: one line on stderr, no file touched), 1 for a
- * failure during training (a non-finite loss names its step; other errors their type).
+ * failure during training (a non-finite loss names its step; other errors their type), 130 or
+ * 143 for a run that SIGINT or SIGTERM stopped (one line: the step, and the checkpoint saved).
  */
 export async function main(argv: readonly string[], io: CliIO): Promise<CliOutcome> {
   let config: TrainConfig | 'help';
@@ -47,6 +54,8 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       stderr: io.stderr,
       isTTY: io.isTTY,
       cwd: io.cwd,
+      ...(io.stop === undefined ? {} : { stop: io.stop }),
+      ...(io.terminal === undefined ? {} : { terminal: io.terminal }),
       createBackend: (c: TrainConfig, vocabSize: number) => chooseBackend(c, vocabSize, io.stdout),
     };
     if (config.strategy === 'single' || config.strategy === 'offload') {
@@ -56,7 +65,10 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
     if (outcome.ok)
       return { exitCode: 0, ...(outcome.summary ? { summary: outcome.summary } : {}) };
     if (outcome.error === undefined) return { exitCode: outcome.exitCode };
-    return fail(outcome.error, io, config, outcome.rank);
+    if (outcome.error === 'interrupted') {
+      return { exitCode: signalExitCode(io.stop?.signal ?? 'SIGINT') };
+    }
+    return fail(outcome.error, io, config, 'rank' in outcome ? outcome.rank : undefined);
   } catch (error) {
     return fail(error, io, config);
   }
@@ -65,6 +77,12 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
 function fail(error: unknown, io: CliIO, config?: TrainConfig, rank?: number): CliOutcome {
   const where = rank === undefined ? '' : `rank ${rank}: `;
   const name = (error as Error | undefined)?.name;
+  if (InterruptedError.isInstance(error) || name === 'InterruptedError') {
+    // Every rank stopped at the same step; the lead (rank 0) says so, once.
+    const { lead = true, signal } = error as { lead?: boolean; signal?: StopSignal };
+    if (lead) io.stderr(`webshard-train: ${(error as Error).message}\n`);
+    return { exitCode: signalExitCode(signal ?? io.stop?.signal ?? 'SIGINT') };
+  }
   if (UsageError.isInstance(error) || name === 'UsageError') {
     io.stderr(`webshard-train: ${where}${oneLine((error as Error).message)}\n`);
     return { exitCode: 2 };

@@ -27,12 +27,14 @@ import { checkMemory } from './cli/memory-estimate.js';
 import type { TrainConfig } from './cli/options.js';
 import type { Dataset, TokenizerName } from './data/dataset.js';
 import { rankMicroBatches } from './data/global-batch.js';
-import { NonFiniteLossError, UsageError } from './errors.js';
+import { InterruptedError, NonFiniteLossError, UsageError } from './errors.js';
 import { evaluate, regressionTensors, tokenTensors } from './evaluate.js';
+import { agreedStop, type StopSignal } from './interrupt.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
-import { createProgress, formatBytes, type StepRecord } from './progress.js';
+import { createProgress, formatBytes, type ProgressTerminal, type StepRecord } from './progress.js';
 import { gatherPerRank } from './ranks/gather.js';
+import { checkSameBackend } from './ranks/job-backend.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
 import { sample } from './sample.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
@@ -60,6 +62,10 @@ export interface RunIO {
    * fetched from the Node process that serves it (see [Note: the trainer's platform module]).
    */
   loadData?: (path: string, blockSize: number, tokenizer: TokenizerName) => Promise<Dataset>;
+  /** Read after each step: a signal asked the run to stop ([Note: interrupts] in interrupt.ts). */
+  stop?: { readonly signal: StopSignal | null };
+  /** The terminal's width (and its resizes) when `isTTY`: the bar fits it. */
+  terminal?: ProgressTerminal;
 }
 
 /** What a finished run did. */
@@ -136,7 +142,12 @@ export async function train(
         kind: config.backend,
         ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
       });
-  say(`backend: ${backend.kind} (${backend.description})`);
+  if (group !== null && group.size > 1) {
+    await checkSameBackend(group, backend);
+    say(`backend: ${backend.kind} on all ${group.size} ranks (${backend.description})`);
+  } else {
+    say(`backend: ${backend.kind} (${backend.description})`);
+  }
   // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
   // own) and compute on `backend`.
   const onHost = config.strategy === 'offload' || config.moveParamsToCpu;
@@ -203,7 +214,7 @@ export async function train(
       `log: ${config.logJsonl} keeps its ${log.kept} lines up to step ${firstStep}${log.restored > 0 ? ` (${log.restored} restored from the checkpoint)` : ''}; dropped ${log.dropped} past it (from a run stopped after its last checkpoint)`,
     );
   }
-  const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY);
+  const progress = createProgress(lead ? io.stdout : () => {}, io.isTTY, io.terminal);
   const heldOut = { ...(data === null ? {} : { tokens: data.validation }), seed: config.seed };
   const evalBatch = Math.min(config.batchSize, 16);
   const shortSample = async (length: number) =>
@@ -216,8 +227,21 @@ export async function train(
   const evals: EvalPoint[] = [];
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   const started = performance.now();
+  let interrupted: InterruptedError | null = null;
+  const interrupt = async (signal: StopSignal, step: number) => {
+    let checkpoint: string | null = null;
+    if (config.checkpointDir !== null && step > firstStep) {
+      if (step % config.checkpointEvery !== 0) await saveCheckpoint(step);
+      checkpoint = joinPath(config.checkpointDir, stepDirName(step));
+    }
+    return new InterruptedError(signal, { step, steps: config.steps, checkpoint, lead });
+  };
+  // A signal before the first step (during the probe, say): a single rank stops now; ranks of a
+  // job agree after their first step.
+  const early = group === null || group.size === 1 ? (io.stop?.signal ?? null) : null;
+  if (early !== null) interrupted = await interrupt(early, firstStep);
   try {
-    for (let step = firstStep; step < config.steps; step++) {
+    for (let step = firstStep; step < config.steps && interrupted === null; step++) {
       const lr =
         config.lrSchedule === 'cosine'
           ? learningRate(step, config.steps, config.lr, config.warmupSteps)
@@ -275,6 +299,11 @@ export async function train(
         await saveCheckpoint(record.step);
       }
       faultPoint('step');
+      const stop = await agreedStop(io.stop, group);
+      if (stop !== null) {
+        interrupted = await interrupt(stop, record.step);
+        break;
+      }
       if (config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps) {
         progress.line(
           `stopped after step ${record.step} of ${config.steps}: the ${config.maxSeconds} s budget is spent`,
@@ -285,6 +314,12 @@ export async function train(
   } finally {
     progress.done();
     await log?.close();
+  }
+  if (interrupted !== null) {
+    // The device is released here: the CLI exits without touching it again.
+    if (modelBackend !== backend) modelBackend.dispose();
+    backend.dispose();
+    throw interrupted;
   }
 
   // The end: held-out loss and sample, then the outputs, each written atomically.

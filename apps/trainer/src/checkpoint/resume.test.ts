@@ -94,6 +94,8 @@ describe('checkpoint flags refused before training', () => {
     );
     const done = await run(['--strategy', 'fsdp', ...ranks, '--steps', '2', '--resume', dir]);
     expect(done.exitCode).toBe(2);
-    expect(done.stderr).toContain('the checkpoint is at step 2, and --steps is 2');
+    expect(done.stderr).toContain(
+      'the checkpoint is at step 2, and --steps is 2: it has trained all its steps; raise --steps above 2 to train further',
+    );
   });
 });

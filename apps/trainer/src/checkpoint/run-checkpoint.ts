@@ -80,7 +80,7 @@ export async function readRunState(dir: string, config: TrainConfig): Promise<Ru
   }
   if (state.step >= config.steps) {
     throw new UsageError(
-      `--resume ${dir}: the checkpoint is at step ${state.step}, and --steps is ${config.steps}`,
+      `--resume ${dir}: the checkpoint is at step ${state.step}, and --steps is ${config.steps}: it has trained all its steps; raise --steps above ${state.step} to train further`,
       { option: '--resume' },
     );
   }

@@ -24,10 +24,15 @@ import type { TrainConfig } from './options.js';
  *
  * The probe takes `PROBE_STEPS` steps after the warm-up, but stops a backend early once its
  * steps have used `PROBE_BUDGET_MS` (then the median of what it measured counts; a warm-up alone
- * counts as one step). Ranks must agree, so several ranks in one thread (`--transport local`)
- * probe once and share the decision; runs of several processes (`tcp`, `ws`) do not probe (each
- * would measure on its own and they could disagree) and take the CPU backend, which every rank
- * has; worker threads (`shm`) have no WebGPU adapter. `--backend webgpu|cpu` forces one.
+ * counts as one step). Ranks must agree, so a job decides once ([Note: one backend for the job]
+ * in ranks/job-backend.ts): ranks in one thread (`--transport local`) share the first one's
+ * probe; ranks in worker threads or processes get the decision of the process that starts them
+ * (or of rank 0, under a `webshard-run` started by hand); a job with browser tabs takes the CPU
+ * backend without a probe (a tab cannot run Node's probe, and may have no adapter).
+ * `--backend webgpu|cpu` forces one.
+ *
+ * The line it prints stays short (the two times and the winner): the adapter's full name is on
+ * the `backend:` line that follows.
  */
 export const PROBE_STEPS = 3;
 export const PROBE_BUDGET_MS = 4000;
@@ -48,29 +53,36 @@ const measured = (p: ProbeResult): p is ProbeResult & { stepMs: number; descript
 
 /**
  * The decision from the probes: the shorter measured step wins (a tie goes to the CPU backend,
- * which needs no device); a backend that could not be measured loses to one that was.
+ * which needs no device); a backend that could not be measured loses to one that was. The reason
+ * is one short sentence (why a backend is unavailable is cut to `UNAVAILABLE_CHARS`).
  */
 export function decideBackend(cpu: ProbeResult, webgpu: ProbeResult): BackendDecision {
   if (!measured(cpu) && !measured(webgpu)) {
     return {
       kind: 'cpu',
-      reason: `no backend could be probed (cpu: ${cpu.unavailable}; webgpu: ${webgpu.unavailable}): using cpu`,
+      reason: `no backend could be probed (webgpu: ${cut(webgpu.unavailable)}): using cpu`,
     };
   }
   if (!measured(webgpu)) {
-    return { kind: 'cpu', reason: `webgpu is unavailable (${webgpu.unavailable}): using cpu` };
+    return { kind: 'cpu', reason: `webgpu is unavailable (${cut(webgpu.unavailable)}): using cpu` };
   }
   if (!measured(cpu)) {
-    return { kind: 'webgpu', reason: `cpu is unavailable (${cpu.unavailable}): using webgpu` };
+    return { kind: 'webgpu', reason: `cpu is unavailable (${cut(cpu.unavailable)}): using webgpu` };
   }
   const winner = webgpu.stepMs < cpu.stepMs ? webgpu : cpu;
   const loser = winner === cpu ? webgpu : cpu;
-  const times = `${fmt(webgpu.stepMs)} ms on webgpu (${webgpu.description}), ${fmt(cpu.stepMs)} ms on cpu (${cpu.description})`;
   const ratio = loser.stepMs / winner.stepMs;
   return {
     kind: winner.kind,
-    reason: `a probe step of this model took ${times}: using ${winner.kind} (${ratio.toFixed(2)}x as fast)`,
+    reason: `probe step ${fmt(webgpu.stepMs)} ms on webgpu, ${fmt(cpu.stepMs)} ms on cpu: using ${winner.kind} (${ratio.toFixed(1)}x as fast)`,
   };
+}
+
+/** The most of an unavailable backend's reason that the `backend auto:` line shows. */
+export const UNAVAILABLE_CHARS = 40;
+
+function cut(text: string): string {
+  return text.length <= UNAVAILABLE_CHARS ? text : `${text.slice(0, UNAVAILABLE_CHARS - 3)}...`;
 }
 
 function fmt(ms: number): string {
@@ -175,14 +187,10 @@ export async function chooseAutoBackend(
   config: TrainConfig,
   deps: ChoiceDeps,
 ): Promise<{ backend: Backend; reason: string }> {
-  if (config.worldSize > 1 && config.transport !== 'local') {
-    const why =
-      config.transport === 'shm'
-        ? 'worker threads have no WebGPU adapter'
-        : 'ranks in separate processes would each probe and could disagree';
+  if (config.browserRanks > 0) {
     return {
       backend: await deps.create('cpu'),
-      reason: `${config.worldSize} ranks over ${config.transport}: using cpu without a probe (${why})`,
+      reason: `${config.browserRanks} browser rank(s): using cpu without a probe (a tab cannot probe as Node does)`,
     };
   }
   const earlier = decided.get(config);

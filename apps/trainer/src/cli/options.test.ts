@@ -116,11 +116,6 @@ describe('parseOptions', () => {
         '--transport',
       ],
       [
-        ['--strategy', 'fsdp', '--world-size', '2', '--backend', 'webgpu'],
-        '--backend webgpu cannot run in worker threads (the webgpu package has no adapter there): use --transport local, tcp or ws',
-        '--transport',
-      ],
-      [
         ['--strategy', 'ddp', '--transport', 'udp'],
         '--transport udp is not one of local, shm, tcp, ws',
         '--transport',

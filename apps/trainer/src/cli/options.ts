@@ -434,10 +434,4 @@ function checkStrategyFlags(
       { option: '--precision' },
     );
   }
-  if (config.transport === 'shm' && config.worldSize > 1 && config.backend === 'webgpu') {
-    throw new UsageError(
-      '--backend webgpu cannot run in worker threads (the webgpu package has no adapter there): use --transport local, tcp or ws',
-      { option: '--transport' },
-    );
-  }
 }

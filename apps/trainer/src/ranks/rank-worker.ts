@@ -1,5 +1,6 @@
 // One rank of a `--transport shm` run, in a worker thread started by `runRanks` (start-ranks.ts).
 import { runShmWorker } from '@webshard/collectives/node';
+import { StopFlag } from '../interrupt.js';
 import { train } from '../train.js';
 import type { RankJob, WorkerLine } from './start-ranks.js';
 
@@ -10,6 +11,8 @@ void runShmWorker<RankJob, number>(async (group, job) => {
     stdout: (text: string) => post({ kind: 'stdout', text }),
     stderr: (text: string) => post({ kind: 'stderr', text }),
     isTTY: job.isTTY,
+    terminal: { columns: () => Atomics.load(new Int32Array(job.columns), 0) },
+    ...(job.stop === undefined ? {} : { stop: new StopFlag(job.stop) }),
   };
   try {
     const summary = await train(job.config, io, group);

@@ -8,8 +8,12 @@ import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshar
 import { launch, launchThreads } from '@webshard/collectives/node';
 import { type Backend, WebshardError } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
-import { UsageError } from '../errors.js';
+import { InterruptedError, UsageError } from '../errors.js';
+import type { StopFlag } from '../interrupt.js';
+import type { ProgressTerminal } from '../progress.js';
 import { checkFiles } from '../cli/check-files.js';
+import { chooseBackendKind } from '../choose-backend.js';
+import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
 import { BROWSER_JOIN_MS, type NodeRanksPlan, runWithBrowserRanks } from './browser-ranks.js';
 import { type TrainSummary, train } from '../train.js';
 
@@ -21,12 +25,18 @@ export interface RankIO {
   /** The directory the user ran the command in (ranks started as processes resolve paths there). */
   cwd: string;
   createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
+  /** Set when a signal asks the job to stop ([Note: interrupts] in ../interrupt.ts). */
+  stop?: StopFlag;
+  /** The terminal's width and resizes, for rank 0's progress bar. */
+  terminal?: ProgressTerminal;
 }
 
 /** How a multi-rank run ended: rank 0's summary where it ran in this thread, or the failure. */
 export type RanksOutcome =
   | { ok: true; summary?: TrainSummary }
-  | { ok: false; exitCode: 1 | 2; error?: unknown; rank?: number };
+  | { ok: false; exitCode: 1 | 2; error?: unknown; rank?: number }
+  /** Ranks that were processes stopped after a signal, and printed why themselves. */
+  | { ok: false; exitCode: 1; error: 'interrupted' };
 
 /** A rank's deadline for one collective: long enough for a slow step on 2 shared cores. */
 const GROUP_TIMEOUT_MS = 120_000;
@@ -38,7 +48,8 @@ const GROUP_TIMEOUT_MS = 120_000;
  *   choice that shares one WebGPU device. The ranks interleave at every await, so it shows the
  *   strategy's numbers, not parallel speed.
  * - `shm` (the default): one worker thread per rank over shared memory, the fastest transport.
- *   The `webgpu` package has no adapter in worker threads, so these ranks use the CPU backend.
+ *   Each thread makes its own backend (a WebGPU device of its own with `--backend webgpu`: the
+ *   `webgpu` package finds the adapter in worker threads too).
  * - `tcp`, `ws`: one process per rank. The trainer starts them through `webshard-run`'s launcher
  *   with its own arguments; each child sees torchrun's variables (`RANK`, `WORLD_SIZE`, ...) and
  *   joins the group instead of launching. So `webshard-run --nproc-per-node 2 --no-node
@@ -61,13 +72,31 @@ export async function runRanks(
   }
   await checkFiles(config);
   if (config.browserRanks > 0) {
+    const job = await decideJobBackend(config, decider(io));
     return runWithBrowserRanks(config, io, GROUP_TIMEOUT_MS, (plan) =>
-      runProcesses(config, argv, io, plan),
+      runProcesses(job, argv, io, plan),
     );
   }
   if (config.transport === 'local' || config.worldSize === 1) return runLocal(config, io);
-  if (config.transport === 'shm') return runThreads(config, io);
-  return runProcesses(config, argv, io);
+  // One backend for every rank, decided here ([Note: one backend for the job] in ./job-backend.ts).
+  const job = await decideJobBackend(config, decider(io));
+  // A signal during the probe: no rank has started, and none need to.
+  const signal = io.stop?.signal;
+  if (signal) {
+    throw new InterruptedError(signal, {
+      step: 0,
+      steps: config.steps,
+      checkpoint: null,
+      lead: true,
+    });
+  }
+  if (config.transport === 'shm') return runThreads(job, io);
+  return runProcesses(job, argv, io);
+}
+
+/** The CLI's `auto` decision, its line printed on `io`. */
+function decider(io: RankIO): DecideBackend {
+  return (config, vocabSize) => chooseBackendKind(config, vocabSize, io.stdout);
 }
 
 /** This process is one rank started by webshard-run: join the group and train. */
@@ -84,8 +113,7 @@ async function joinAsRank(
   }
   // webshard-run runs one node's ranks as threads over shm by default: `initProcessGroup` joins
   // that world (with the other nodes' over the flag's transport, `shm+tcp`), so a thread rank is
-  // configured as one (the CPU backend: workers have no WebGPU adapter); the run's label names
-  // the group's own transport.
+  // configured as one; the run's label names the group's own transport.
   const rankConfig = {
     ...config,
     worldSize,
@@ -107,7 +135,8 @@ async function joinAsRank(
     throw error;
   });
   try {
-    const summary = await train(rankConfig, io, group);
+    const jobConfig = await agreeOnJobBackend(rankConfig, group, decider(io));
+    const summary = await train(jobConfig, io, group);
     return { ok: true, ...(group.rank === 0 ? { summary } : {}) };
   } catch (error) {
     group.abort(`rank ${group.rank} failed: ${(error as Error).message}`);
@@ -151,6 +180,10 @@ export interface RankJob {
   isTTY: boolean;
   /** The `BroadcastChannel` rank 0 sends its output on. */
   channel: string;
+  /** The buffer of this process's `StopFlag`: the ranks read the signal its thread received. */
+  stop?: SharedArrayBuffer;
+  /** One i32: the terminal's width, kept current by this thread on every resize. */
+  columns: SharedArrayBuffer;
 }
 
 /** A message on a rank's output channel. */
@@ -189,12 +222,24 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     else if (message.kind === 'stdout') io.stdout(message.text);
     else io.stderr(message.text);
   };
+  // Rank 0 draws the bar at the width this thread reads, in a word it updates on resizes.
+  const columns = new SharedArrayBuffer(4);
+  const width = new Int32Array(columns);
+  const measure = () => Atomics.store(width, 0, io.terminal?.columns() ?? 80);
+  measure();
+  const unsubscribe = io.terminal?.onResize?.(measure);
   let outcomes: Awaited<ReturnType<typeof launchThreads<RankJob, number>>>;
   try {
     outcomes = await launchThreads<RankJob, number>(
       config.worldSize,
       file,
-      { config, isTTY: io.isTTY, channel: channelName },
+      {
+        config,
+        isTTY: io.isTTY,
+        channel: channelName,
+        columns,
+        ...(io.stop === undefined ? {} : { stop: io.stop.buffer }),
+      },
       {
         eval: worker.isSource,
         execArgv: worker.isSource ? ['--conditions=@webshard/source'] : [],
@@ -203,6 +248,7 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     );
     await Promise.race([end, new Promise((resolve) => setTimeout(resolve, 1000))]);
   } finally {
+    unsubscribe?.();
     channel.close();
   }
   const failures = outcomes.filter((o) => o.status !== 'fulfilled');
@@ -216,7 +262,11 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
     return { ok: false, exitCode: 1, rank: cause.rank };
   }
   const { name, message } = (cause as { error: { name: string; message: string } }).error;
-  const error = Object.assign(new Error(message), { name });
+  const error = Object.assign(
+    new Error(message),
+    { name },
+    io.stop?.signal ? { signal: io.stop.signal } : {},
+  );
   return { ok: false, exitCode: name === 'UsageError' ? 2 : 1, error, rank: cause.rank };
 }
 
@@ -242,7 +292,8 @@ async function runProcesses(
     nprocPerNode: config.worldSize,
     ...plan,
     script: cli.path,
-    args: [...argv],
+    // The job's backend, decided above, after the user's flags (the last --backend counts).
+    args: [...argv, '--backend', config.backend],
     // Relative paths in `argv` are the user's: every rank resolves them where the user ran this.
     env: {
       INIT_CWD: io.cwd,
@@ -256,6 +307,10 @@ async function runProcesses(
     stderr: sink(io.stderr),
   });
   if (result.exitCode === 0) return { ok: true };
+  // Stopped by a signal at a safe point: rank 0 has said where ([Note: interrupts]).
+  if (io.stop?.signal && (result.exitCode === 130 || result.exitCode === 143)) {
+    return { ok: false, exitCode: 1, error: 'interrupted' };
+  }
   if (result.failedRank !== undefined && result.exitCode !== 2) {
     io.stderr(
       `webshard-train: rank ${result.failedRank} ${exitText(result.exitCode)}; stopped the other ranks\n`,

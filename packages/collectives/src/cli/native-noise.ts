@@ -16,9 +16,9 @@ import { isMainThread } from 'node:worker_threads';
  * through JavaScript in the process that makes it. So the CLIs (`webshard-train`, `webshard-run`)
  * start themselves again as a child whose stderr is a pipe, and copy it to their own stderr
  * without exactly those lines; stdin and stdout stay the terminal's. The child's exit code comes
- * back as the CLI's; a child killed by a signal kills the CLI with the same signal; SIGTERM and
- * SIGHUP sent to the CLI go on to the child, and Ctrl-C reaches both through the terminal's
- * process group (the CLI itself waits for the child). `WEBSHARD_DAWN_LOGS=1` turns this off (every
+ * back as the CLI's; a child killed by a signal kills the CLI with the same signal; SIGINT,
+ * SIGTERM and SIGHUP sent to the CLI go on to the child (Ctrl-C reaches the child from the
+ * terminal as well, and the CLI waits for it). `WEBSHARD_DAWN_LOGS=1` turns this off (every
  * line, and one process). The child, and every process it starts, has `WEBSHARD_STDERR_FILTERED=1`,
  * so a rank started by a filtered CLI does not start itself again, and a worker thread never does;
  * the child dies with the CLI even when the CLI is killed with SIGKILL (`dieWithParent`).
@@ -104,8 +104,11 @@ function dieWithParent(): void {
   });
 }
 
-/** Signals the CLI passes on to its child (SIGINT comes to both from the terminal). */
-const FORWARDED = ['SIGTERM', 'SIGHUP'] as const;
+/**
+ * Signals the CLI passes on to its child. Ctrl-C reaches both from the terminal too: the child
+ * takes a SIGINT that comes twice within moments as one ([Note: signals in the launcher]).
+ */
+const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
 /**
  * Call first thing in a CLI's entry: resolves `false` where this process should run the command
@@ -131,12 +134,9 @@ export function runWithNativeNoiseFiltered(): Promise<false> {
   };
   const handlers = FORWARDED.map((signal) => [signal, forward(signal)] as const);
   for (const [signal, handler] of handlers) process.on(signal, handler);
-  const ignoreInterrupt = () => {};
-  process.on('SIGINT', ignoreInterrupt);
   child.once('close', (code, signal) => {
     void copied.then(() => {
       for (const [name, handler] of handlers) process.off(name, handler);
-      process.off('SIGINT', ignoreInterrupt);
       if (signal !== null) {
         process.kill(process.pid, signal);
         process.exit(128 + (osConstants.signals[signal] ?? 0));

@@ -404,6 +404,38 @@ describe('webshard-run', () => {
   });
 });
 
+describe('webshard-run and an interrupt', () => {
+  const cli = join(here, '..', 'cli', 'webshard-run.ts');
+  it('passes SIGINT on once (copies within moments count once) and waits for the ranks past its grace', async () => {
+    const child = spawn(
+      process.execPath,
+      [
+        ...['--conditions=@webshard/source', '--import', 'tsx', cli],
+        ...['--nproc-per-node', '2', '--ranks-as', 'processes', '--grace-ms', '200'],
+        fixture('stop-at-safe-point.mjs'),
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let text = '';
+    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+    await new Promise<void>((resolve) => {
+      child.stdout.on('data', (chunk: Buffer) => {
+        text += chunk.toString();
+        if (text.includes('[rank 0] ready') && text.includes('[rank 1] ready')) resolve();
+      });
+    });
+    // One Ctrl-C as a terminal delivers it to the launcher's process group: here, twice at once.
+    child.kill('SIGINT');
+    child.kill('SIGINT');
+    expect(await exited).toBe(130);
+    for (const rank of [0, 1]) {
+      expect(text).toContain(`[rank ${rank}] got SIGINT 1`);
+      expect(text).toContain(`[rank ${rank}] stopped at a safe point`);
+      expect(text).not.toContain(`[rank ${rank}] got SIGINT 2`);
+    }
+  });
+});
+
 describe('webshard-run with ranks as threads (its default on one node)', () => {
   const cli = join(here, '..', 'cli', 'webshard-run.ts');
   const runCli = async (args: string[]) => {

@@ -43,12 +43,29 @@ export interface SuperviseOptions {
 
 type SupervisorState =
   | { kind: 'running' }
+  | { kind: 'interrupted'; exitCode: number; at: number }
   | { kind: 'tearingDown'; exitCode: number; failedRank?: number; killTimer: NodeJS.Timeout };
+
+/**
+ * Signals within this long of the first are copies of it (one Ctrl-C reaches the launcher from
+ * the terminal and from the process that started it), not a second request.
+ */
+export const DUPLICATE_SIGNAL_MS = 500;
 
 /**
  * Runs a node's ranks to the end: the first rank to exit non-zero stops the others (`stop()`,
  * then `kill()` after `graceMs`), and the launch resolves with that rank's code once every rank
- * has ended. A signal to the launcher is passed to every rank and tears down the same way.
+ * has ended.
+ *
+ * [Note: signals in the launcher]
+ * A signal to the launcher (SIGINT, SIGTERM, SIGHUP) is passed to every rank once, and the
+ * launcher waits: a rank may stop at a safe point of its own (webshard-train finishes its step
+ * and saves a checkpoint, all ranks after the same step), which a SIGTERM of its own or a
+ * SIGKILL after `graceMs` would cut short. The launch then resolves with 128 + the signal's
+ * number. A rank that exits with another failing code meanwhile stops the others as usual. A
+ * second signal (more than `DUPLICATE_SIGNAL_MS` after the first) is passed on too, and the ranks
+ * still running after `graceMs` are killed. Rank threads (thread-ranks.ts) cannot hear a signal:
+ * passing one on terminates them.
  */
 export function supervise(options: SuperviseOptions, start: StartRank): Promise<LaunchResult> {
   const { nprocPerNode: nproc, nodeRank, graceMs } = options;
@@ -62,7 +79,7 @@ export function supervise(options: SuperviseOptions, start: StartRank): Promise<
   });
 
   const tearDown = (exitCode: number, failedRank?: number) => {
-    if (state.kind !== 'running') return;
+    if (state.kind === 'tearingDown') return;
     for (const runner of running()) runner.stop();
     const killTimer = setTimeout(() => {
       for (const runner of running()) runner.kill();
@@ -72,8 +89,19 @@ export function supervise(options: SuperviseOptions, start: StartRank): Promise<
   };
 
   const onSignal = (signal: NodeJS.Signals) => {
+    const exitCode = 128 + (constants.signals[signal] ?? 0);
+    if (state.kind === 'interrupted' && performance.now() - state.at < DUPLICATE_SIGNAL_MS) return;
     for (const runner of running()) runner.signal(signal);
-    tearDown(128 + (constants.signals[signal] ?? 0));
+    if (state.kind === 'running') {
+      state = { kind: 'interrupted', exitCode, at: performance.now() };
+      return;
+    }
+    if (state.kind === 'interrupted') {
+      const killTimer = setTimeout(() => {
+        for (const runner of running()) runner.kill();
+      }, graceMs);
+      state = { kind: 'tearingDown', exitCode: state.exitCode, killTimer };
+    }
   };
   const forwarded: NodeJS.Signals[] = options.forwardSignals ? ['SIGINT', 'SIGTERM', 'SIGHUP'] : [];
   for (const signal of forwarded) process.on(signal, onSignal);
@@ -83,7 +111,9 @@ export function supervise(options: SuperviseOptions, start: StartRank): Promise<
     if (flushing > 0 || exitCodes.some((code) => code === undefined)) return;
     for (const signal of forwarded) process.off(signal, onSignal);
     const codes = exitCodes as number[];
-    if (state.kind === 'tearingDown') {
+    if (state.kind === 'interrupted') {
+      finish({ exitCode: state.exitCode, rankExitCodes: codes });
+    } else if (state.kind === 'tearingDown') {
       clearTimeout(state.killTimer);
       const result: LaunchResult = { exitCode: state.exitCode, rankExitCodes: codes };
       if (state.failedRank !== undefined) result.failedRank = state.failedRank;
@@ -98,7 +128,8 @@ export function supervise(options: SuperviseOptions, start: StartRank): Promise<
     const exited = (exitCode: number, flushed?: Promise<void>) => {
       if (exitCodes[localRank] !== undefined) return;
       exitCodes[localRank] = exitCode;
-      if (exitCode !== 0) tearDown(exitCode, rank);
+      const stoppedBySignal = state.kind === 'interrupted' && exitCode === state.exitCode;
+      if (exitCode !== 0 && !stoppedBySignal) tearDown(exitCode, rank);
       if (flushed === undefined) return settle();
       flushing++;
       void flushed.then(() => {
