@@ -19,6 +19,7 @@ import {
   openLog,
   readRunState,
   resolveResume,
+  stepDirName,
   writeFileAtomically,
 } from '#platform';
 import type { RunState } from './checkpoint/run-checkpoint.js';

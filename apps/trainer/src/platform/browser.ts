@@ -28,6 +28,7 @@ export const beginCheckpoint: typeof NodePlatform.beginCheckpoint =
 export const finishCheckpoint: typeof NodePlatform.finishCheckpoint =
   noFilesAsync('--checkpoint-every');
 /** Fault points are the Node fault-injection test's ([Note: the trainer's fault points]). */
+export const stepDirName: typeof NodePlatform.stepDirName = noFiles('--checkpoint-every');
 export const faultPoint: typeof NodePlatform.faultPoint = () => {};
 export const checkpointFault: typeof NodePlatform.checkpointFault = () => {};
 export const saveFullCheckpoint: typeof NodePlatform.saveFullCheckpoint =

@@ -22,6 +22,7 @@ export {
   loadFullOptimizer,
   readRunState,
   saveFullCheckpoint,
+  stepDirName,
 } from '../checkpoint/run-checkpoint.js';
 export { checkFiles } from '../cli/check-files.js';
 export { DEFAULT_CORPUS_PATH } from '../corpus.js';
