@@ -120,6 +120,27 @@ describe('the WASM SIMD kernels', () => {
     }
   }
 
+  it('let go of a memory grown past what they keep at the next call that fits in that', async () => {
+    // [Note: the WASM kernels' memory], with 1 MiB kept instead of 64.
+    const kernels = loadWasmKernels(undefined, 2 ** 20)!;
+    const big = 300_000;
+    const x = operand(wasm, [big], seededValues(big, 5, -2, 2));
+    const out = operand(wasm, [big]);
+    expect(kernels.unary('square', x, out)).toBe(true);
+    expect(kernels.scratchBytes).toBeGreaterThan(2 * big * 4);
+    // A second large call keeps the memory.
+    expect(kernels.binary('add', x, x, operand(wasm, [big]))).toBe(true);
+    expect(kernels.scratchBytes).toBeGreaterThan(3 * big * 4);
+    const small = operand(wasm, [1000], seededValues(1000, 6, -2, 2));
+    const result = operand(wasm, [1000]);
+    expect(kernels.unary('square', small, result)).toBe(true);
+    expect(kernels.scratchBytes).toBeLessThanOrEqual(2 ** 20);
+    const read = async (t: KernelTensor) => Array.from((await wasm.read(t)) as Float32Array);
+    const squares = (values: number[]) => values.map((v) => Math.fround(v * v));
+    expect(await read(result)).toEqual(squares(await read(small)));
+    expect(await read(out)).toEqual(squares(await read(x)));
+  });
+
   it('take exactly the broadcasts they name and leave the rest to TypeScript', () => {
     const kernels = loadWasmKernels()!;
     const t = (shape: number[]) => operand(wasm, shape);

@@ -41,6 +41,18 @@ const PAGE = 65536;
 /** Operands start here; bytes below are the kernels' scratch vectors. */
 const BASE = 64;
 const MAX_BYTES = 2 ** 31 - 2 ** 16;
+/**
+ * [Note: the WASM kernels' memory]
+ * A module's memory grows to the largest call's operands and cannot shrink. Kept, it made every
+ * rank training GPT-2 (124M) hold the largest call's operands for good (the fused AdamW over the
+ * token embedding: four arrays of 154 MB; a softmax over the logits: two of 206 MB) beside what
+ * the allocator holds. So once the memory is past `KEEP_BYTES` (64 MiB), the first call that fits
+ * in that runs on a fresh instance, and the large memory is left to the garbage collector (V8
+ * counts it as external memory and collects it as soon as allocation goes on). Consecutive large
+ * calls still share one memory; the cost is growing a memory again, page by page, for the next
+ * large call, whose copies touch those pages anyway.
+ */
+const KEEP_BYTES = 64 * 2 ** 20;
 
 type Binary4 = 'add' | 'sub' | 'mul' | 'div';
 type Exports = Record<string, (...args: number[]) => void> & { memory: WebAssembly.Memory };
@@ -51,14 +63,32 @@ const BINARY4 = new Set<BinaryOp>(['add', 'sub', 'mul', 'div']);
 export class WasmKernels {
   private view: Float32Array;
 
-  constructor(private readonly exports: Exports) {
+  /**
+   * `renew`: a fresh instance of the module, to let go of a memory grown past `keepBytes` (see
+   * [Note: the WASM kernels' memory]); without it the memory is kept whatever its size.
+   */
+  constructor(
+    private exports: Exports,
+    private readonly renew: (() => Exports) | null = null,
+    private readonly keepBytes = KEEP_BYTES,
+  ) {
     this.view = new Float32Array(exports.memory.buffer);
+  }
+
+  /** Bytes of the module's memory: the operands of the largest call so far. */
+  get scratchBytes(): number {
+    return this.exports.memory.buffer.byteLength;
   }
 
   /** Room for `bytes` of operands; false past what the module can address. */
   private reserve(bytes: number): boolean {
     const need = BASE + bytes;
     if (need > MAX_BYTES) return false;
+    if (this.renew !== null && need <= this.keepBytes && this.scratchBytes > this.keepBytes) {
+      // [Note: the WASM kernels' memory]
+      this.exports = this.renew();
+      this.view = new Float32Array(this.exports.memory.buffer);
+    }
     const memory = this.exports.memory;
     if (memory.buffer.byteLength < need) {
       try {
@@ -379,6 +409,7 @@ let compiled: WeakMap<WasmApi, WebAssembly.Module | null> | undefined;
  */
 export function loadWasmKernels(
   wasm: WasmApi | null = globalThis.WebAssembly ?? null,
+  keepBytes = KEEP_BYTES,
 ): WasmKernels | null {
   if (wasm === null) return null;
   compiled ??= new WeakMap();
@@ -389,6 +420,6 @@ export function loadWasmKernels(
     compiled.set(wasm, module);
   }
   if (module === null) return null;
-  const instance = new wasm.Instance(module, {});
-  return new WasmKernels(instance.exports as unknown as Exports);
+  const instantiate = () => new wasm.Instance(module, {}).exports as unknown as Exports;
+  return new WasmKernels(instantiate(), instantiate, keepBytes);
 }
