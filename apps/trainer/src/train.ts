@@ -31,6 +31,7 @@ import { evaluate, regressionTensors, sample, tokenTensors } from './evaluate.js
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type StepRecord } from './progress.js';
+import { hostMemoryFields } from './host-memory.js';
 import { gatherPerRank } from './ranks/gather.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
 import { type PreparedModel, prepareModel } from './strategy/prepare.js';
@@ -228,14 +229,16 @@ export async function train(
               ),
             }
           : {}),
+        ...(await hostMemoryFields(group)),
       };
       records.push(record);
       const elapsed = (performance.now() - started) / 1000;
       progress.step(record, elapsed);
       if (log !== null) {
         const { step: s, loss, tokensPerSecond, peakDeviceBytes } = record;
+        const { peakHostBytes, hostRanksPerProcess } = record;
         await log.write(
-          `${JSON.stringify({ step: s, loss, lr, tokensPerSecond, peakDeviceBytes })}\n`,
+          `${JSON.stringify({ step: s, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes, hostRanksPerProcess })}\n`,
         );
       }
       if (
