@@ -204,10 +204,15 @@ export function errorFromAbortReason(
  * parameters and DDP's buckets are allocated before the first step), with what to do.
  */
 export class RegisteredMemoryError extends WebshardError {
+  /** Always `allocate`. */
   readonly op = 'allocate';
+  /** The rank that allocated. */
   readonly rank: number;
+  /** Bytes asked for (rounded up to 64). */
   readonly requested: number;
+  /** Bytes of registered memory the world had committed. */
   readonly committed: number;
+  /** The world's `registeredBytes`. */
   readonly limit: number;
   constructor(rank: number, requested: number, committed: number, limit: number, why: string) {
     super(
