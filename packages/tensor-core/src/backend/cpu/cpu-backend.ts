@@ -38,10 +38,10 @@ import { loadWasmMatmul, type WasmMatmul } from './matmul-wasm.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
 import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-kernels.js';
 
-/** Options of `createCpuBackend`. */
 /** The most the CPU backend's allocator pools: see [Note: a bounded pool]. */
 const CPU_POOL_BYTES = 256 * 2 ** 20;
 
+/** Options of `createCpuBackend`. */
 export interface CpuBackendOptions {
   /** Emulated device memory in bytes: allocations past it throw `OutOfMemoryError`. */
   memoryLimit?: number;
