@@ -62,7 +62,10 @@ async function main(group: ProcessGroup, job: SegmentsJob): Promise<SegmentsRepo
   };
   await run(
     'allReduce sum, one segment',
-    async () => (await group.allReduce(small).wait(), small),
+    async () => {
+      await group.allReduce(small).wait();
+      return small;
+    },
     async () => {
       const plain = filled(new Float32Array(job.count), rank);
       await group.allReduce(plain).wait();
@@ -73,7 +76,10 @@ async function main(group: ProcessGroup, job: SegmentsJob): Promise<SegmentsRepo
   const tail = filled(big.subarray(big.length - job.count), rank);
   await run(
     'allReduce avg, mixed segments',
-    async () => (await group.allReduce(tail, { op: 'avg' }).wait(), tail),
+    async () => {
+      await group.allReduce(tail, { op: 'avg' }).wait();
+      return tail;
+    },
     async () => {
       const plain = filled(new Float32Array(job.count), rank);
       await group.allReduce(plain, { op: 'avg' }).wait();
@@ -85,7 +91,10 @@ async function main(group: ProcessGroup, job: SegmentsJob): Promise<SegmentsRepo
   const output = group.allocate('f32', own.count) as Float32Array;
   await run(
     'reduceScatter sum, output registered',
-    async () => (await group.reduceScatter(input, output).wait(), output),
+    async () => {
+      await group.reduceScatter(input, output).wait();
+      return output;
+    },
     async () => {
       const plain = new Float32Array(own.count);
       await group.reduceScatter(filled(new Float32Array(job.count), rank), plain).wait();
@@ -109,7 +118,10 @@ async function main(group: ProcessGroup, job: SegmentsJob): Promise<SegmentsRepo
   const shard = filled(new Float32Array(own.count), rank);
   await run(
     'allGather, output registered',
-    async () => (await group.allGather(shard, gathered).wait(), gathered),
+    async () => {
+      await group.allGather(shard, gathered).wait();
+      return gathered;
+    },
     async () => {
       const plain = new Float32Array(job.count);
       await group.allGather(shard, plain).wait();

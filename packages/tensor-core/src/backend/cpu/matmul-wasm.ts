@@ -202,7 +202,7 @@ export class WasmMatmul {
     // Element (i, t) of A and (t, j) of B, as (outer, inner) strides in elements.
     const [aOuter, aInner] = s.transposeA ? [1, m] : [k, 1];
     const [bOuter, bInner] = s.transposeB ? [k, 1] : [1, n];
-    const { pack, gemm } = this.exports;
+    const { pack } = this.exports;
     for (let p = 0; p < batch; p++) {
       if (p === 0 || batchA !== 1) pack(aRaw + p * m * k * 4, aPack, m, k, MR, aOuter, aInner);
       if (p === 0 || batchB !== 1) pack(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner);
