@@ -12,6 +12,22 @@ export interface StepRecord {
   peakDeviceBytes: number;
   /** Every rank's peak, by rank, in a multi-rank run. */
   peakDeviceBytesPerRank?: number[];
+  /**
+   * Peak resident memory of this rank's process (RSS; a tab's measured memory), where the platform
+   * measures it; with thread ranks the process's, shared by `hostRanksPerProcess` ranks.
+   */
+  peakHostBytes?: number;
+  peakHostBytesPerRank?: number[];
+  hostRanksPerProcess?: number;
+}
+
+/** `rss 4.9 GiB` (`for 2 ranks` when they share the process), or nothing when not measured. */
+function formatHost(record: StepRecord): string[] {
+  if (record.peakHostBytes === undefined) return [];
+  const shared = (record.hostRanksPerProcess ?? 1) > 1;
+  return [
+    `rss ${formatBytes(record.peakHostBytes)}${shared ? ` for ${record.hostRanksPerProcess} ranks` : ''}`,
+  ];
 }
 
 /** Bytes as `12.3 MiB`. */
@@ -44,6 +60,7 @@ export function formatStep(record: StepRecord): string {
     `lr ${record.lr.toExponential(2)}`,
     `${Math.round(record.tokensPerSecond)} tok/s`,
     `peak ${formatBytes(record.peakDeviceBytes)}`,
+    ...formatHost(record),
     `${record.ms.toFixed(1)} ms`,
   ].join(' | ');
 }
@@ -115,6 +132,7 @@ export function barFields(record: StepRecord, elapsed: number): ProgressField[] 
     { text: `${Math.round(record.tokensPerSecond)} tok/s`, priority: 4 },
     { text: `${formatDuration(elapsed)}<${formatDuration(eta)}`, priority: 2 },
     { text: `peak ${formatBytes(record.peakDeviceBytes)}`, priority: 5 },
+    ...formatHost(record).map((text) => ({ text, short: text.split(' for ')[0], priority: 6 })),
   ];
 }
 

@@ -60,17 +60,20 @@ describe('webshard-train, in process', () => {
     expect(losses).toHaveLength(4);
     expect(losses.at(-1)!).toBeLessThan(losses[0]!);
     expect(run.stdout).toMatch(
-      /^step 4\/4 \| loss \d\.\d{4} \| lr 3\.00e-3 \| \d+ tok\/s \| peak [\d.]+ [KM]iB \| [\d.]+ ms$/m,
+      /^step 4\/4 \| loss \d\.\d{4} \| lr 3\.00e-3 \| \d+ tok\/s \| peak [\d.]+ [KM]iB \| rss [\d.]+ [MG]iB \| [\d.]+ ms$/m,
     );
     expect(run.stdout).toMatch(/^eval after step 2: held-out loss \d\.\d{4} \| ".+"$/m);
 
     const lines = (await readFile(join(dir, 'out/log.jsonl'), 'utf8')).trim().split('\n');
     const logged = lines.map((l) => JSON.parse(l));
     expect(logged.map((l) => Object.keys(l))).toEqual(
-      Array(4).fill(['step', 'loss', 'lr', 'tokensPerSecond', 'peakDeviceBytes']),
+      Array(4).fill(['step', 'loss', 'lr', 'tokensPerSecond', 'peakDeviceBytes', 'peakHostBytes']),
     );
     expect(logged.map((l) => l.loss)).toEqual(losses);
     expect(logged.every((l) => l.peakDeviceBytes > 0 && l.lr === 3e-3)).toBe(true);
+    // This process's peak resident memory (the run is in process: one rank, the test's process).
+    expect(logged.every((l) => l.peakHostBytes >= l.peakDeviceBytes)).toBe(true);
+    expect(logged.at(-1).peakHostBytes).toBeLessThanOrEqual(process.resourceUsage().maxRSS * 1024);
 
     const saved = await loadSafetensors(join(dir, 'out/m.safetensors'), {
       backend: createCpuBackend(),

@@ -34,6 +34,7 @@ import { agreedStop, type StopSignal } from './interrupt.js';
 import { GPT, type GPTConfig } from './models/gpt.js';
 import type { MLP } from './models/mlp.js';
 import { createProgress, formatBytes, type ProgressTerminal, type StepRecord } from './progress.js';
+import { hostMemoryFields } from './host-memory.js';
 import { gatherPerRank } from './ranks/gather.js';
 import { checkSameBackend } from './ranks/job-backend.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
@@ -276,6 +277,7 @@ export async function train(
               ),
             }
           : {}),
+        ...(await hostMemoryFields(group)),
       };
       records.push(record);
       const elapsed = (performance.now() - started) / 1000;

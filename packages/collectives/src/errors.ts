@@ -204,3 +204,31 @@ export function errorFromAbortReason(
       );
   }
 }
+
+/**
+ * Registered memory (`ProcessGroup.allocate`) that could not be had: past the world's
+ * `registeredBytes`, or refused by the system. Raised where the buffer is allocated (FSDP's flat
+ * parameters and DDP's buckets are allocated before the first step), with what to do.
+ */
+export class RegisteredMemoryError extends WebshardError {
+  /** Always `allocate`. */
+  readonly op = 'allocate';
+  /** The rank that allocated. */
+  readonly rank: number;
+  /** Bytes asked for (rounded up to 64). */
+  readonly requested: number;
+  /** Bytes of registered memory the world had committed. */
+  readonly committed: number;
+  /** The world's `registeredBytes`. */
+  readonly limit: number;
+  constructor(rank: number, requested: number, committed: number, limit: number, why: string) {
+    super(
+      `[allocate] rank ${rank}: ${requested} bytes of registered memory cannot be had: ${why} (${committed} bytes committed by the world). Raise the shm handle's registeredBytes (launcher option shm.registeredBytes), run fewer ranks on this machine, shard further (FSDP) or use --transport tcp`,
+      { code: 'E_REGISTERED_OOM' },
+    );
+    this.rank = rank;
+    this.requested = requested;
+    this.committed = committed;
+    this.limit = limit;
+  }
+}

@@ -28,6 +28,7 @@ export {
   CollectiveTimeoutError,
   GroupAbortedError,
   PeerLostError,
+  RegisteredMemoryError,
   TransportAbortedError,
 } from './errors.js';
 export { Work } from './group/work.js';

@@ -2,28 +2,65 @@ import type { ReduceMemory } from './algorithms/reduce.js';
 import { SharedReducer } from './kernels/reduce.js';
 
 /**
- * Freed registered allocations by size (rounded up to 64 bytes), handed to the next allocation of
- * the same size: buckets and flat parameters come back at the sizes they left with.
+ * Freed registered allocations of one rank, as ranges of addresses, handed to later allocations
+ * best fit first (the smallest range that holds one; the rest of it stays free), adjacent ranges
+ * merged. Reusing only an allocation of the same size made each size keep the most of it ever
+ * live at once: an FSDP step on GPT-2 (124M) committed 1.4 GB of registered memory over tcp for a
+ * peak of 0.92 GB in use (the token embedding's unit, 156 MB full, beside twelve of 28 MB).
  */
 export class FreeLists {
-  private readonly lists = new Map<number, number[]>();
+  /** Free ranges, sorted by start, none adjacent. */
+  private readonly starts: number[] = [];
+  private readonly sizes: number[] = [];
 
   /** The size an allocation of `bytes` takes: a multiple of 64, at least 64. */
   static sizeOf(bytes: number): number {
     return Math.max(64, Math.ceil(bytes / 64) * 64);
   }
 
-  take(size: number): number | undefined {
-    return this.lists.get(size)?.pop();
+  /** Bytes free in all. */
+  get freeBytes(): number {
+    return this.sizes.reduce((sum, size) => sum + size, 0);
   }
 
-  put(offset: number, size: number): void {
-    let list = this.lists.get(size);
-    if (list === undefined) {
-      list = [];
-      this.lists.set(size, list);
+  /** The start of `size` free bytes (removed from the free ranges), or undefined. */
+  take(size: number): number | undefined {
+    let best = -1;
+    for (let i = 0; i < this.sizes.length; i++) {
+      const fits = this.sizes[i]! >= size;
+      if (fits && (best < 0 || this.sizes[i]! < this.sizes[best]!)) best = i;
     }
-    list.push(offset);
+    if (best < 0) return undefined;
+    const start = this.starts[best]!;
+    if (this.sizes[best] === size) {
+      this.starts.splice(best, 1);
+      this.sizes.splice(best, 1);
+    } else {
+      this.starts[best] = start + size;
+      this.sizes[best]! -= size;
+    }
+    return start;
+  }
+
+  /** Frees `size` bytes at `start` (a range taken before and not freed since). */
+  put(start: number, size: number): void {
+    let at = 0;
+    while (at < this.starts.length && this.starts[at]! < start) at++;
+    const before = at - 1;
+    const joinsBefore = before >= 0 && this.starts[before]! + this.sizes[before]! === start;
+    const joinsAfter = at < this.starts.length && start + size === this.starts[at];
+    if (joinsBefore && joinsAfter) {
+      this.sizes[before]! += size + this.sizes[at]!;
+      this.starts.splice(at, 1);
+      this.sizes.splice(at, 1);
+    } else if (joinsBefore) this.sizes[before]! += size;
+    else if (joinsAfter) {
+      this.starts[at] = start;
+      this.sizes[at]! += size;
+    } else {
+      this.starts.splice(at, 0, start);
+      this.sizes.splice(at, 0, size);
+    }
   }
 }
 

@@ -1,4 +1,5 @@
 import type { ReduceKernels } from './kernels/reduce.js';
+import type { RegisteredSegments } from './registered-segments.js';
 
 /**
  * An optional capability of a transport whose ranks share memory (the `shm` transport): an arena
@@ -23,13 +24,17 @@ export interface SharedArena extends ReduceKernels {
    */
   readonly buffer: SharedArrayBuffer;
   /**
-   * Allocates `bytes` of registered memory for this rank (64-byte aligned; see
-   * [Note: registered buffers]); returns the byte offset. Throws `RangeError` when the arena's
-   * reserved address space is spent.
+   * Allocates `bytes` of this arena's own memory for this rank (64-byte aligned): the two-level
+   * schedules' staging. Throws `RangeError` when the arena is full.
    */
   allocate(bytes: number): number;
-  /** Returns a registered allocation of this rank for reuse. */
+  /** Returns an allocation of `allocate` for reuse. */
   release(offset: number, bytes: number): void;
+  /**
+   * Registered buffers ([Note: registered buffers]): the arena after its slots is segment 0, and
+   * further segments grow as needed ([Note: growing registered memory]).
+   */
+  readonly registered: RegisteredSegments;
   /** Whether `buffer` is (a view of) this arena's memory, as this thread has seen it. */
   owns(buffer: ArrayBufferLike): boolean;
   /** Start the next round; returns the byte offset of its set (slot 0). */

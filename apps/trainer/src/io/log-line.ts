@@ -2,6 +2,7 @@ import type { StepRecord } from '../progress.js';
 
 /** The `--log-jsonl` line of one step (no Node imports: the rank loop of a tab imports it too). */
 export function logLine(record: StepRecord): string {
-  const { step, loss, lr, tokensPerSecond, peakDeviceBytes } = record;
-  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes })}\n`;
+  const { step, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes, hostRanksPerProcess } =
+    record;
+  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes, hostRanksPerProcess })}\n`;
 }

@@ -17,6 +17,35 @@ export const checkFiles: typeof NodePlatform.checkFiles = async () => {};
 export const freeHostMemory: typeof NodePlatform.freeHostMemory = () => Number.POSITIVE_INFINITY;
 /** A name for the shipped corpus in a tab's lines; its bytes come through `RunIO.loadData`. */
 export const DEFAULT_CORPUS_PATH: typeof NodePlatform.DEFAULT_CORPUS_PATH = 'data/sonnets.txt';
+/** This page's id (ranks in one page share what `measureUserAgentSpecificMemory` measures). */
+const pageId = Math.floor(Math.random() * 2 ** 31);
+let measured: { bytes: number; peakBytes: number } | null = null;
+let measuring = false;
+
+/**
+ * The page's memory from `performance.measureUserAgentSpecificMemory` (cross-origin isolated
+ * pages of Chromium): the last measurement and the highest seen, or null until one is in. The
+ * browser answers at its next garbage collection (seconds later), so each call starts the next
+ * measurement and returns at once.
+ */
+export const hostMemory: typeof NodePlatform.hostMemory = async () => {
+  const measure = (
+    performance as { measureUserAgentSpecificMemory?: () => Promise<{ bytes: number }> }
+  ).measureUserAgentSpecificMemory;
+  if (typeof measure === 'function' && !measuring && globalThis.crossOriginIsolated === true) {
+    measuring = true;
+    measure
+      .call(performance)
+      .then(({ bytes }) => {
+        measured = { bytes, peakBytes: Math.max(bytes, measured?.peakBytes ?? 0) };
+      })
+      .catch(() => {})
+      .finally(() => {
+        measuring = false;
+      });
+  }
+  return measured === null ? null : { ...measured, processId: pageId };
+};
 export const joinPath: typeof NodePlatform.joinPath = (...parts) => parts.join('/');
 export const loadDataset: typeof NodePlatform.loadDataset = noFilesAsync('--data');
 export const writeFileAtomically: typeof NodePlatform.writeFileAtomically = noFilesAsync('outputs');

@@ -36,3 +36,24 @@ export { join as joinPath };
 export function freeHostMemory(): number {
   return freemem();
 }
+
+/**
+ * This process's resident memory (`process.memoryUsage().rss`) and its peak (the kernel's
+ * `maxRSS`), in bytes, and an id shared by the ranks that run in this process (thread ranks of
+ * the `shm` transport share it: the numbers are the process's, for all of them).
+ */
+export async function hostMemory(): Promise<HostMemory | null> {
+  return {
+    bytes: process.memoryUsage.rss(),
+    peakBytes: Math.max(process.memoryUsage.rss(), process.resourceUsage().maxRSS * 1024),
+    processId: process.pid,
+  };
+}
+
+/** What `hostMemory` measures. */
+export interface HostMemory {
+  bytes: number;
+  peakBytes: number;
+  /** Equal on ranks that share the measured memory. */
+  processId: number;
+}

@@ -40,6 +40,15 @@ export interface SharedStep {
   barrier(): Promise<void>;
 }
 
+/**
+ * Every rank's registered operand of an op, all in one segment of the arena's registered memory
+ * ([Note: growing registered memory]): `offsets[r]` is rank r's byte offset in it.
+ */
+export interface RegisteredOperands {
+  readonly segment: number;
+  readonly offsets: readonly number[];
+}
+
 function work(
   dtype: 'f32' | 'i32',
   buffer: SharedArrayBuffer,
@@ -106,11 +115,12 @@ const REGISTERED_PIECE = 1 << 16;
 export async function sharedAllReduceRegistered(
   step: SharedStep,
   dtype: 'f32' | 'i32',
-  offsets: readonly number[],
+  { segment, offsets }: RegisteredOperands,
   count: number,
   op: ReduceOp,
 ): Promise<void> {
-  const { arena, rank, size } = step;
+  const { rank, size } = step;
+  const arena = step.arena.registered.segment(segment);
   const slice = shardRange(count, size, rank);
   const bytes = new Uint8Array(arena.buffer);
   for (let at = 0; at < slice.count; at += REGISTERED_PIECE) {
@@ -135,16 +145,21 @@ export async function sharedAllReduceRegistered(
 export async function sharedReduceScatterRegistered(
   step: SharedStep,
   dtype: 'f32' | 'i32',
-  offsets: readonly number[],
+  { segment, offsets }: RegisteredOperands,
   count: number,
   output: HostData,
   outputOffset: number,
   op: ReduceOp,
 ): Promise<void> {
-  const { arena, rank, size } = step;
+  const { rank, size } = step;
+  const arena = step.arena.registered.segment(segment);
+  if (outputOffset < 0 && segment !== 0) {
+    throw new RangeError('[reduceScatter] an unregistered output needs inputs in segment 0');
+  }
   const own = shardRange(count, size, rank);
-  const scratch = outputOffset < 0 ? arena.nextRound() + rank * arena.slotBytes : -1;
-  const piece = outputOffset < 0 ? arena.slotBytes / 4 : REGISTERED_PIECE;
+  const slotBytes = step.arena.slotBytes;
+  const scratch = outputOffset < 0 ? step.arena.nextRound() + rank * slotBytes : -1;
+  const piece = outputOffset < 0 ? slotBytes / 4 : REGISTERED_PIECE;
   for (let at = 0; at < own.count; at += piece) {
     const length = Math.min(piece, own.count - at);
     const from = (own.start + at) * 4;
@@ -166,11 +181,11 @@ export async function sharedReduceScatterRegistered(
 export async function sharedAllGatherRegistered(
   step: SharedStep,
   input: Uint8Array,
-  offsets: readonly number[],
+  { segment, offsets }: RegisteredOperands,
   shard: (rank: number) => [number, number],
 ): Promise<void> {
-  const { arena, rank, size } = step;
-  const bytes = new Uint8Array(arena.buffer);
+  const { rank, size } = step;
+  const bytes = new Uint8Array(step.arena.registered.segment(segment).buffer);
   const [start] = shard(rank);
   for (let peer = 0; peer < size; peer++) {
     if (peer !== rank) bytes.set(input, offsets[peer]! + start);

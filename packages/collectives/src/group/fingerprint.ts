@@ -1,5 +1,6 @@
 import { type AbortReason, CollectiveMismatchError } from '../errors.js';
 import { bytesOf, type CommDType } from '../operand.js';
+import { splitAddress } from '../registered-segments.js';
 import type { SharedArena } from '../shared-arena.js';
 import type { GroupView, OpContext } from './op-context.js';
 
@@ -38,8 +39,9 @@ export interface FingerprintInit {
   /** Reduce op index, root, or 0. */
   readonly extra: number;
   /**
-   * Byte offset of the operand in the shared arena when it is a registered buffer, else -1: sent
-   * beside the fingerprint through the arena, not compared (see [Note: registered buffers]).
+   * Address of the operand in the shared arena's segments when it is a registered buffer, else -1:
+   * sent beside the fingerprint through the arena (offset and segment), not compared (see
+   * [Note: registered buffers] and [Note: growing registered memory]).
    */
   readonly registered?: number;
 }
@@ -58,19 +60,25 @@ function describeFingerprint(words: Int32Array, offset: number): string {
 }
 
 /**
- * Every rank's registered offset from the op's shared-memory fingerprint exchange, or null unless
- * all ranks' operands are registered buffers (see [Note: registered buffers]).
+ * Every rank's registered operand from the op's shared-memory fingerprint exchange, or null unless
+ * all ranks' operands are registered buffers in one segment (see [Note: registered buffers] and
+ * [Note: growing registered memory]): the segment, and each rank's byte offset in it.
  */
-export function registeredOffsetsOf(ctx: OpContext, size: number): number[] | null {
+export function registeredOffsetsOf(
+  ctx: OpContext,
+  size: number,
+): { segment: number; offsets: number[] } | null {
   const words = ctx.sharedWords;
   if (words === null) return null;
   const offsets: number[] = [];
+  const segment = words[FINGERPRINT_WORDS + 1]!;
   for (let peer = 0; peer < size; peer++) {
     const offset = words[peer * SHARED_EXCHANGE_STRIDE + FINGERPRINT_WORDS]!;
-    if (offset < 0) return null;
+    if (offset < 0 || words[peer * SHARED_EXCHANGE_STRIDE + FINGERPRINT_WORDS + 1] !== segment)
+      return null;
     offsets.push(offset);
   }
-  return offsets;
+  return { segment, offsets };
 }
 
 /**
@@ -80,7 +88,7 @@ export function registeredOffsetsOf(ctx: OpContext, size: number): number[] | nu
  */
 export class FingerprintExchange {
   private readonly out = new Int32Array(FINGERPRINT_WORDS);
-  private readonly sharedOut = new Int32Array(FINGERPRINT_WORDS + 1);
+  private readonly sharedOut = new Int32Array(FINGERPRINT_WORDS + 2);
   private incoming = new Int32Array(0);
 
   /** `sharedArena`: the arena the group runs collectives through, or null. */
@@ -145,7 +153,10 @@ export class FingerprintExchange {
       // Every rank's fingerprint through shared memory: one barrier instead of n - 1 messages.
       const shared = this.sharedOut;
       shared.set(out);
-      shared[FINGERPRINT_WORDS] = fingerprint.registered ?? -1;
+      const address = fingerprint.registered ?? -1;
+      const { segment, offset } = address < 0 ? { segment: -1, offset: -1 } : splitAddress(address);
+      shared[FINGERPRINT_WORDS] = offset;
+      shared[FINGERPRINT_WORDS + 1] = segment;
       const all = await arena.exchange(shared, (ranks) => ctx.waitFor(ranks));
       ctx.waitFor([]);
       ctx.sharedWords = all;

@@ -23,6 +23,7 @@ import {
 import type { OperandStaging } from '../operand-staging.js';
 import { shardRange } from '../shard.js';
 import type { SharedArena } from '../shared-arena.js';
+import { splitAddress } from '../registered-segments.js';
 import { registeredOffsetsOf } from './fingerprint.js';
 import type { GroupView, OpContext } from './op-context.js';
 import { RegisteredBuffers } from './registered-buffers.js';
@@ -268,9 +269,19 @@ export class CollectivePlan {
     }
     const count = inInfo.count;
     const step = this.sharedStep(ctx);
-    const offsets = registeredOffsetsOf(ctx, this.group.size);
+    const registered = registeredOffsetsOf(ctx, this.group.size);
+    // An output in the inputs' segment is written in place; another is staged through segment 0's
+    // slots, so inputs elsewhere then take the copying schedule.
+    const outputAddress = this.buffers.offsetOf(outInfo);
+    const outputOffset =
+      registered !== null &&
+      outputAddress >= 0 &&
+      splitAddress(outputAddress).segment === registered.segment
+        ? splitAddress(outputAddress).offset
+        : -1;
+    const offsets =
+      registered !== null && (outputOffset >= 0 || registered.segment === 0) ? registered : null;
     if (step !== null && offsets !== null) {
-      const outputOffset = this.buffers.offsetOf(outInfo);
       if (outputOffset < 0) this.staging.staged(target.host.byteLength);
       await sharedReduceScatterRegistered(
         step,

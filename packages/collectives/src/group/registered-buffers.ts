@@ -1,6 +1,7 @@
 import { ArgumentError, Tensor } from '@webshard/tensor-core';
 import { bytesOf, type CommDType, directView, type OperandInfo, overlaps } from '../operand.js';
 import { RegisteredMemory } from '../registered-memory.js';
+import { SEGMENT_SPAN, splitAddress } from '../registered-segments.js';
 import type { SharedArena } from '../shared-arena.js';
 import type { GroupView } from './op-context.js';
 
@@ -41,7 +42,7 @@ export function registeredShards(input: OperandInfo, output: OperandInfo): boole
  */
 export class RegisteredBuffers {
   /** Registered buffers this rank allocated (for `free`), by the array handed out. */
-  private readonly handedOut = new WeakMap<object, { offset: number; bytes: number }>();
+  private readonly handedOut = new WeakMap<object, { address: number; bytes: number }>();
   /** Registered buffers on `tcp` (see [Note: registered memory on the tcp transport]). */
   private tcp: RegisteredMemory | null = null;
 
@@ -81,23 +82,33 @@ export class RegisteredBuffers {
         : dtype === 'i32'
           ? new Int32Array(buffer, offset, count)
           : new Float32Array(buffer, offset, count);
-    const arena = this.sharedArena() ?? this.tcpRegisteredMemory(true);
-    if (arena === null) return make(new ArrayBuffer(count * element), 0);
     const bytes = count * element;
-    const offset = arena.allocate(bytes);
-    const array = make(arena.buffer, offset);
-    array.fill(0);
-    this.handedOut.set(array, { offset, bytes });
+    const shared = this.sharedArena();
+    let array: Float32Array | Int32Array | Uint16Array;
+    let address: number;
+    if (shared !== null) {
+      // [Note: growing registered memory] in registered-segments.ts.
+      address = shared.registered.allocate(bytes);
+      const { segment, offset } = splitAddress(address);
+      array = make(shared.registered.segment(segment).buffer, offset);
+    } else {
+      const memory = this.tcpRegisteredMemory(true);
+      if (memory === null) return make(new ArrayBuffer(bytes), 0);
+      address = memory.allocate(bytes);
+      array = make(memory.buffer, address);
+      array.fill(0);
+    }
+    this.handedOut.set(array, { address, bytes });
     return array;
   }
 
   /** `ProcessGroup.free`. */
   free(buffer: Float32Array | Int32Array | Uint16Array): void {
     const entry = this.handedOut.get(buffer);
-    const arena = this.sharedArena() ?? this.tcpRegisteredMemory(false);
-    if (entry === undefined || arena === null) return;
+    const memory = this.sharedArena()?.registered ?? this.tcpRegisteredMemory(false);
+    if (entry === undefined || memory === null) return;
     this.handedOut.delete(buffer);
-    arena.release(entry.offset, entry.bytes);
+    memory.release(entry.address, entry.bytes);
   }
 
   /**
@@ -112,8 +123,9 @@ export class RegisteredBuffers {
   }
 
   /**
-   * The operand's byte offset in the shared arena, or -1 when it is not registered memory (or, for
-   * the reductions, not of a 4-byte dtype the kernels reduce in place).
+   * The operand's registered address in the shared arena's segments (`splitAddress`), or -1 when
+   * it is not registered memory (or, for the reductions, not of a 4-byte dtype the kernels reduce
+   * in place).
    */
   offsetOf(info: OperandInfo, anyDtype = false): number {
     const arena = this.sharedArena();
@@ -122,6 +134,7 @@ export class RegisteredBuffers {
     // A CPU tensor over a registered buffer (tensorFromHostArray) counts as that buffer.
     const data = info.data instanceof Tensor ? directView(info.data, info.dtype) : info.data;
     if (data === null) return -1;
-    return arena.owns(data.buffer) ? data.byteOffset : -1;
+    const segment = arena.registered.segmentOf(data.buffer);
+    return segment < 0 ? -1 : segment * SEGMENT_SPAN + data.byteOffset;
   }
 }

@@ -33,6 +33,28 @@ describe('sizeClass', () => {
 });
 
 describe('CachingAllocator', () => {
+  it('keeps at most maxPooledBytes in its pools and destroys what is released past them', () => {
+    const factory = countingFactory();
+    const allocator = new CachingAllocator(factory, 'cpu', 8 << 20);
+    const big = allocator.allocate(6 << 20);
+    const other = allocator.allocate(4 << 20);
+    const small = allocator.allocate(1000);
+    allocator.release(big); // 6 MiB pooled
+    allocator.release(other); // 6 + 4 > 8: destroyed
+    allocator.release(small); // 6 MiB + 1 KiB pooled
+    expect(factory.live.size).toBe(2);
+    expect(allocator.stats()).toMatchObject({ allocated: 0, reserved: (6 << 20) + 1024 });
+    // The pooled block is reused, and with it taken the pool has room again.
+    const again = allocator.allocate(6 << 20);
+    expect(again.buffer).toBe(big.buffer);
+    allocator.release(allocator.allocate(4 << 20));
+    expect(allocator.stats()).toMatchObject({ reserved: (10 << 20) + 1024, poolHits: 1 });
+    expect(factory.created).toBe(4);
+    allocator.emptyCache();
+    allocator.release(again);
+    expect(allocator.stats()).toMatchObject({ allocated: 0, reserved: 6 << 20 });
+  });
+
   it('reuses released blocks of the same size class and accounts allocated, reserved and peak', () => {
     const factory = countingFactory();
     const allocator = new CachingAllocator(factory);

@@ -1,12 +1,12 @@
 import { TransportAbortedError } from '../../errors.js';
 import { SharedReducer } from '../../kernels/reduce.js';
-import { FreeLists } from '../../registered-memory.js';
+import { RegisteredSegments, SEGMENT_SPAN } from '../../registered-segments.js';
 import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
 import {
   ARENA_MAX_BYTES,
-  arenaAllocatorWord,
   arenaHeaderBytes,
   EXCHANGE_SLOT_BYTES,
+  registeredSources,
   type ShmHandle,
   type shmOffsets,
   shmAbortPublished,
@@ -64,8 +64,8 @@ export class ShmArena extends SharedReducer implements SharedArena {
   readonly slotBytes: number;
   /** Every SharedArrayBuffer object this thread has seen for the arena (one per growth). */
   private readonly seen = new WeakSet<ArrayBufferLike>();
-  /** This rank's released registered allocations, by size in bytes. */
-  private readonly free = new FreeLists();
+  /** Registered buffers: the arena after its slots, then the handle's segments. */
+  readonly registered: RegisteredSegments;
   /** Ends the barrier's current sleep; the transport's abort calls it. */
   private wake: (() => void) | null = null;
   private round = 0;
@@ -80,6 +80,12 @@ export class ShmArena extends SharedReducer implements SharedArena {
   ) {
     super(handle.arena);
     this.slotBytes = handle.slotBytes;
+    this.registered = new RegisteredSegments(
+      registeredSources(handle),
+      transport.rank,
+      handle.registeredBytes ?? ARENA_MAX_BYTES,
+      this,
+    );
     transport.onAbort(() => this.wake?.());
   }
 
@@ -96,35 +102,19 @@ export class ShmArena extends SharedReducer implements SharedArena {
   }
 
   allocate(bytes: number): number {
-    const size = FreeLists.sizeOf(bytes);
-    const reused = this.free.take(size);
-    if (reused !== undefined) return reused;
-    const memory = this.handle.arena;
-    const words = new Int32Array(this.buffer);
-    const unit = Atomics.add(words, arenaAllocatorWord(this.handle.size), size / 64);
-    const offset = unit * 64;
-    const end = offset + size;
-    if (unit < 0 || end > ARENA_MAX_BYTES) {
+    // Arena offsets (segment 0) for the two-level schedules' staging, which run on the arena alone.
+    const address = this.registered.allocate(bytes);
+    if (address >= SEGMENT_SPAN) {
+      this.registered.release(address, bytes);
       throw new RangeError(
-        `[allocate] rank ${this.transport.rank}: ${size} bytes of registered memory do not fit the shared arena (2 GiB in all)`,
+        `[allocate] rank ${this.transport.rank}: ${bytes} bytes do not fit the shared arena (2 GiB)`,
       );
     }
-    // Any rank may grow the shared memory; growing past what another rank already grew is harmless.
-    while (memory.buffer.byteLength < end) {
-      try {
-        memory.grow(Math.ceil((end - memory.buffer.byteLength) / 65536));
-      } catch (error) {
-        if (memory.buffer.byteLength >= end) break;
-        throw new RangeError(
-          `[allocate] rank ${this.transport.rank}: ${size} bytes of registered memory exceed the shared arena's reserve: ${(error as Error).message}`,
-        );
-      }
-    }
-    return offset;
+    return address;
   }
 
   release(offset: number, bytes: number): void {
-    this.free.put(offset, FreeLists.sizeOf(bytes));
+    this.registered.release(offset, bytes);
   }
 
   nextRound(): number {

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { RegisteredMemoryError } from '../../errors.js';
 import {
   arenaAllocatorWord,
+  segmentPages,
   arenaHeaderBytes,
   arenaRegisteredStart,
   createShmHandle,
@@ -33,7 +35,7 @@ describe('createShmHandle', () => {
 });
 
 describe('registered buffers in the arena', () => {
-  it('grow the shared memory as they are allocated and fail with a RangeError past the reserve', () => {
+  it('grow the shared memory as they are allocated and fail with a RegisteredMemoryError past the reserve', () => {
     // Both ranks attach in this thread: allocation needs no peer, only the shared allocator word.
     const handle = createShmHandle(2, { slotBytes: 4096, registeredBytes: 3 * 65536 });
     const [zero, one] = [0, 1].map((rank) => joinShm(handle, rank));
@@ -43,9 +45,18 @@ describe('registered buffers in the arena', () => {
     expect(a.byteOffset).toBe(arenaRegisteredStart(2, 4096));
     expect(b.byteOffset).toBe(a.byteOffset + 80_000);
     expect(handle.arena.buffer.byteLength).toBeGreaterThan(before);
-    expect(() => zero!.allocate('f32', 65536)).toThrow(RangeError);
+    expect(handle.segments).toEqual([]);
+    expect(() => zero!.allocate('f32', 65536)).toThrow(RegisteredMemoryError);
     expect(() => zero!.allocate('f32', 65536)).toThrow(
-      /^\[allocate\] rank 0: 262144 bytes of registered memory exceed the shared arena's reserve/,
+      /^\[allocate\] rank 0: 262144 bytes of registered memory cannot be had: the world's 0\.0001\d* GiB of registered memory are spent \(\d+ bytes committed by the world\)\. Raise the shm handle's registeredBytes/,
     );
+  });
+
+  it('reserve segments of 2 GiB past the arena for the registered bytes asked for, empty until used', () => {
+    const handle = createShmHandle(2, { slotBytes: 4096, registeredBytes: 5 * 2 ** 30 });
+    expect(handle.segments?.map((s) => s.buffer.byteLength)).toEqual([65536, 65536]);
+    expect(segmentPages(5 * 16384 - 32767)).toEqual([32768, 16387]);
+    // The default: 32 GiB, the arena and 16 more segments (each holds 2 GiB less its first page).
+    expect(createShmHandle(2).segments).toHaveLength(16);
   });
 });

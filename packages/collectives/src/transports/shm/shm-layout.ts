@@ -1,5 +1,6 @@
 import type { AbortReason } from '../../errors.js';
 import { createProgressBuffer } from '../../progress/shared-progress-board.js';
+import type { SegmentSource } from '../../registered-segments.js';
 import { SHARED_ARENA_SETS } from '../../shared-arena.js';
 
 /**
@@ -17,6 +18,14 @@ export interface ShmHandle {
    * `SharedArena`), then registered buffers, which grow the memory as they are allocated.
    */
   readonly arena: WebAssembly.Memory;
+  /**
+   * Registered memory past the arena's 2 GiB, one shared memory of up to 2 GiB each, empty until
+   * allocated from ([Note: growing registered memory] in registered-segments.ts); absent on
+   * handles made before they existed.
+   */
+  readonly segments?: readonly WebAssembly.Memory[];
+  /** Bytes the arena (after its slots) and `segments` may hold together. */
+  readonly registeredBytes?: number;
   readonly slotBytes: number;
   /**
    * Microseconds a barrier polls before blocking (see [Note: barrier waits] in shm-arena.ts):
@@ -39,7 +48,8 @@ export interface ShmHandleOptions {
   slotBytes?: number;
   /**
    * Bytes the ranks together may hold in registered buffers (`ProcessGroup.allocate`), reserved as
-   * address space and committed as they are allocated. Default: up to the arena's 2 GiB.
+   * address space (in segments of 2 GiB) and committed as they are allocated. Default 32 GiB
+   * ([Note: growing registered memory] in registered-segments.ts).
    */
   registeredBytes?: number;
   /** Cores the ranks share; fewer cores than ranks means barriers barely spin. Default: plenty. */
@@ -130,6 +140,35 @@ export function arenaRegisteredStart(size: number, slotBytes: number): number {
  */
 export const ARENA_MAX_BYTES = 2 ** 31;
 const MAX_PAGES = ARENA_MAX_BYTES / 65536;
+/**
+ * The maximum pages of each segment past the arena that holds `pages` more pages of registered
+ * memory (each segment's first page also holds its allocator's word).
+ */
+export function segmentPages(pages: number): number[] {
+  const limits: number[] = [];
+  for (let left = pages; left > 0; left -= MAX_PAGES - 1)
+    limits.push(Math.min(MAX_PAGES, left + 1));
+  return limits;
+}
+
+/**
+ * Where a handle's registered memory lives: the arena after its slots (its allocator's word in the
+ * header), then each of `segments` (its word at the start).
+ */
+export function registeredSources(handle: ShmHandle): SegmentSource[] {
+  const start = arenaRegisteredStart(handle.size, handle.slotBytes);
+  const pages = Math.max(1, Math.ceil(start / 65536));
+  const registered = Math.ceil((handle.registeredBytes ?? ARENA_MAX_BYTES) / 65536);
+  const arenaLimit = Math.min(MAX_PAGES, pages + registered) * 65536;
+  const limits = segmentPages(registered - (arenaLimit / 65536 - pages));
+  return [
+    { memory: handle.arena, word: arenaAllocatorWord(handle.size), limit: arenaLimit },
+    ...(handle.segments ?? []).map((memory, i) => ({ memory, word: 0, limit: limits[i]! * 65536 })),
+  ];
+}
+
+/** The default of `ShmHandleOptions.registeredBytes`. */
+const DEFAULT_REGISTERED_BYTES = 32 * 2 ** 30;
 
 /**
  * Barrier spin before blocking when every rank has a core, and when they share cores (see
@@ -148,11 +187,20 @@ export function createShmHandle(size: number, options: ShmHandleOptions = {}): S
   const slotBytes = Math.max(64 * size, Math.floor((options.slotBytes ?? 1 << 20) / 64) * 64);
   const registeredStart = arenaRegisteredStart(size, slotBytes);
   const pages = Math.max(1, Math.ceil(registeredStart / 65536));
-  const registeredPages = Math.ceil((options.registeredBytes ?? MAX_PAGES * 65536) / 65536);
+  const registeredBytes = options.registeredBytes ?? DEFAULT_REGISTERED_BYTES;
+  const registeredPages = Math.ceil(registeredBytes / 65536);
   const maximum = Math.min(MAX_PAGES, pages + registeredPages);
   const arena = new WebAssembly.Memory({ initial: pages, maximum, shared: true });
   new Int32Array(arena.buffer)[arenaAllocatorWord(size)] = registeredStart / 64;
+  // Past the arena: segments of up to 2 GiB, the first 64 bytes of each its allocator's word.
+  const segments = segmentPages(registeredPages - (maximum - pages)).map((limit) => {
+    const segment = new WebAssembly.Memory({ initial: 1, maximum: limit, shared: true });
+    new Int32Array(segment.buffer)[0] = 1;
+    return segment;
+  });
   return {
+    segments,
+    registeredBytes,
     buffer: new SharedArrayBuffer(total),
     progress: createProgressBuffer(size),
     size,

@@ -38,6 +38,9 @@ import { loadWasmMatmul, type WasmMatmul } from './matmul-wasm.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
 import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-kernels.js';
 
+/** The most the CPU backend's allocator pools: see [Note: a bounded pool]. */
+const CPU_POOL_BYTES = 256 * 2 ** 20;
+
 /** Options of `createCpuBackend`. */
 export interface CpuBackendOptions {
   /** Emulated device memory in bytes: allocations past it throw `OutOfMemoryError`. */
@@ -96,6 +99,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       new CachingAllocator<ArrayBuffer>(
         { create: (byteSize) => new ArrayBuffer(byteSize), destroy: () => {} },
         'cpu',
+        CPU_POOL_BYTES,
       ),
       'cpu',
     );
@@ -170,6 +174,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       ...super.memoryStats(),
       externalBytes: this.externalBytes,
       peakExternalBytes: this.peakExternalBytes,
+      scratchBytes: (this.wasmKernels?.scratchBytes ?? 0) + (this.wasmMatmul?.scratchBytes ?? 0),
     };
   }
 

@@ -120,6 +120,68 @@ describe('the WASM SIMD kernels', () => {
     }
   }
 
+  it('run elementwise calls and softmax rows in pieces that fit what they keep, with the same bits', async () => {
+    // [Note: the WASM kernels' memory], with 1 MiB kept instead of 64.
+    const small = loadWasmKernels(undefined, 2 ** 20)!;
+    const whole = loadWasmKernels()!;
+    const n = 300_000;
+    const read = async (t: KernelTensor) => bits(Float32Array.from(await wasm.read(t)));
+    const pair = () => [operand(wasm, [n]), operand(wasm, [n])] as const;
+    const x = operand(wasm, [n], seededValues(n, 5, -2, 2));
+    const y = operand(wasm, [n], seededValues(n, 6, -2, 2));
+    let [a, b] = pair();
+    expect(small.unary('gelu', x, a) && whole.unary('gelu', x, b)).toBe(true);
+    expect(await read(a)).toEqual(await read(b));
+    [a, b] = pair();
+    expect(small.binary('mul', x, y, a) && whole.binary('mul', x, y, b)).toBe(true);
+    expect(await read(a)).toEqual(await read(b));
+    [a, b] = pair();
+    expect(small.binary('sub', 1.5, y, a) && whole.binary('sub', 1.5, y, b)).toBe(true);
+    expect(await read(a)).toEqual(await read(b));
+    const rows = operand(wasm, [300, 1000], seededValues(n, 7, -5, 5));
+    [a, b] = [operand(wasm, [300, 1000]), operand(wasm, [300, 1000])];
+    expect(small.softmax(rows, a, false) && whole.softmax(rows, b, false)).toBe(true);
+    expect(await read(a)).toEqual(await read(b));
+    const state = (k: number) =>
+      [0, 1, 2, 3].map((i) => operand(wasm, [n], seededValues(n, k + i, 0, 1)));
+    const [p1, g1, m1, v1] = state(10) as [KernelTensor, KernelTensor, KernelTensor, KernelTensor];
+    const [p2, g2, m2, v2] = state(10) as [KernelTensor, KernelTensor, KernelTensor, KernelTensor];
+    const hyper = {
+      lr: 1e-3,
+      beta1: 0.9,
+      beta2: 0.999,
+      eps: 1e-8,
+      weightDecay: 0.1,
+      step: 3,
+      decoupled: true,
+      gradScale: 1,
+    };
+    expect(small.adam(p1, g1, m1, v1, hyper) && whole.adam(p2, g2, m2, v2, hyper)).toBe(true);
+    for (const [got, want] of [
+      [p1, p2],
+      [m1, m2],
+      [v1, v2],
+    ] as const)
+      expect(await read(got)).toEqual(await read(want));
+    expect(small.scratchBytes).toBeLessThanOrEqual(2 ** 20);
+    expect(whole.scratchBytes).toBeGreaterThan(4 * n * 4);
+  });
+
+  it('let go of a memory grown past what they keep at the next call that fits in that', async () => {
+    const kernels = loadWasmKernels(undefined, 2 ** 20)!;
+    // A broadcasting add takes its operands whole: the memory grows past the 1 MiB kept.
+    const x = operand(wasm, [600, 500], seededValues(300_000, 5, -2, 2));
+    const bias = operand(wasm, [500], seededValues(500, 6, -2, 2));
+    expect(kernels.binary('add', x, bias, operand(wasm, [600, 500]))).toBe(true);
+    expect(kernels.scratchBytes).toBeGreaterThan(2 * 300_000 * 4);
+    const small = operand(wasm, [1000], seededValues(1000, 7, -2, 2));
+    const result = operand(wasm, [1000]);
+    expect(kernels.unary('square', small, result)).toBe(true);
+    expect(kernels.scratchBytes).toBeLessThanOrEqual(2 ** 20);
+    const values = Array.from(await wasm.read(small));
+    expect(Array.from(await wasm.read(result))).toEqual(values.map((v) => Math.fround(v * v)));
+  });
+
   it('take exactly the broadcasts they name and leave the rest to TypeScript', () => {
     const kernels = loadWasmKernels()!;
     const t = (shape: number[]) => operand(wasm, shape);

@@ -41,6 +41,22 @@ const PAGE = 65536;
 /** Operands start here; bytes below are the kernels' scratch vectors. */
 const BASE = 64;
 const MAX_BYTES = 2 ** 31 - 2 ** 16;
+/**
+ * [Note: the WASM kernels' memory]
+ * A module's memory grows to the largest call's operands and cannot shrink. Kept, it made every
+ * rank training GPT-2 (124M) hold the largest call's operands for good (the fused AdamW over the
+ * token embedding: four arrays of 154 MB; a softmax over the logits: two of 206 MB) beside what
+ * the allocator holds. So the elementwise calls (binary ops without broadcasting or with a
+ * scalar, gelu and square, the fused Adam/AdamW) and the softmax (whole rows) run in pieces that
+ * fit in `KEEP_BYTES` (64 MiB): every element or row is computed alone, so the bits are the same.
+ * The others (broadcasting binary ops, where, sums along an axis, layer norm) take their operands
+ * whole; once the memory is past `KEEP_BYTES`, the first call that fits in that runs on a fresh
+ * instance, and the large memory is left to the garbage collector (V8
+ * counts it as external memory and collects it as soon as allocation goes on). Consecutive large
+ * calls still share one memory; the cost is growing a memory again, page by page, for the next
+ * large call, whose copies touch those pages anyway.
+ */
+const KEEP_BYTES = 64 * 2 ** 20;
 
 type Binary4 = 'add' | 'sub' | 'mul' | 'div';
 type Exports = Record<string, (...args: number[]) => void> & { memory: WebAssembly.Memory };
@@ -51,14 +67,32 @@ const BINARY4 = new Set<BinaryOp>(['add', 'sub', 'mul', 'div']);
 export class WasmKernels {
   private view: Float32Array;
 
-  constructor(private readonly exports: Exports) {
+  /**
+   * `renew`: a fresh instance of the module, to let go of a memory grown past `keepBytes` (see
+   * [Note: the WASM kernels' memory]); without it the memory is kept whatever its size.
+   */
+  constructor(
+    private exports: Exports,
+    private readonly renew: (() => Exports) | null = null,
+    private readonly keepBytes = KEEP_BYTES,
+  ) {
     this.view = new Float32Array(exports.memory.buffer);
+  }
+
+  /** Bytes of the module's memory: the operands of the largest call so far. */
+  get scratchBytes(): number {
+    return this.exports.memory.buffer.byteLength;
   }
 
   /** Room for `bytes` of operands; false past what the module can address. */
   private reserve(bytes: number): boolean {
     const need = BASE + bytes;
     if (need > MAX_BYTES) return false;
+    if (this.renew !== null && need <= this.keepBytes && this.scratchBytes > this.keepBytes) {
+      // [Note: the WASM kernels' memory]
+      this.exports = this.renew();
+      this.view = new Float32Array(this.exports.memory.buffer);
+    }
     const memory = this.exports.memory;
     if (memory.buffer.byteLength < need) {
       try {
@@ -87,8 +121,22 @@ export class WasmKernels {
     this.view.set(readValues(t) as Float32Array, at / 4);
   }
 
-  private take(out: KernelTensor, at: number, n: number): void {
-    (readValues(out) as Float32Array).set(this.view.subarray(at / 4, at / 4 + n));
+  private take(out: KernelTensor, at: number, n: number, from = 0): void {
+    (readValues(out) as Float32Array).set(this.view.subarray(at / 4, at / 4 + n), from);
+  }
+
+  /** Elements [from, from + count) of `t` to `at`. */
+  private putRange(t: KernelTensor, at: number, from: number, count: number): void {
+    this.view.set((readValues(t) as Float32Array).subarray(from, from + count), at / 4);
+  }
+
+  /**
+   * Elements per piece of a call over `n` elements in `arrays` arrays of them, whole `unit`s (a
+   * row) at a time, so the operands fit in `keepBytes` ([Note: the WASM kernels' memory]).
+   */
+  private piece(n: number, arrays: number, unit = 1): number {
+    const fits = Math.floor((this.keepBytes - BASE - 32 * arrays) / (4 * arrays));
+    return n <= fits ? n : Math.max(unit, Math.floor(fits / unit) * unit);
   }
 
   /** out = a op b for the ops and broadcasts the module has; false (nothing written) otherwise. */
@@ -120,18 +168,36 @@ export class WasmKernels {
       const tensor = typeof a === 'number' ? b : a;
       if (typeof tensor === 'number') return false;
       if (broadcastKind(tensor.shape, out.shape)?.kind !== 'same') return false;
-      const at = this.layout([n, n]);
-      if (at === null) return false;
-      const [px, po] = at as [number, number];
-      this.put(tensor, px);
-      if (typeof b === 'number') this.exports[`${name}_vs`]!(px, b, po, n);
-      else this.exports[`${name}_sv`]!(px, a as number, po, n);
-      this.take(out, po, n);
+      const piece = this.piece(n, 2);
+      for (let from = 0; from < n; from += piece) {
+        const count = Math.min(piece, n - from);
+        const at = this.layout([count, count]);
+        if (at === null) return false;
+        const [px, po] = at as [number, number];
+        this.putRange(tensor, px, from, count);
+        if (typeof b === 'number') this.exports[`${name}_vs`]!(px, b, po, count);
+        else this.exports[`${name}_sv`]!(px, a as number, po, count);
+        this.take(out, po, count, from);
+      }
       return true;
     }
     const ka = broadcastKind(a.shape, out.shape);
     const kb = broadcastKind(b.shape, out.shape);
     if (ka === null || kb === null) return false;
+    if (ka.kind === 'same' && kb.kind === 'same') {
+      const piece = this.piece(n, 3);
+      for (let from = 0; from < n; from += piece) {
+        const count = Math.min(piece, n - from);
+        const at = this.layout([count, count, count]);
+        if (at === null) return false;
+        const [pa, pb, po] = at as [number, number, number];
+        this.putRange(a, pa, from, count);
+        this.putRange(b, pb, from, count);
+        this.exports[`${name}_vv`]!(pa, pb, po, count);
+        this.take(out, po, count, from);
+      }
+      return true;
+    }
     const at = this.layout([shapeCount(a.shape), shapeCount(b.shape), n]);
     if (at === null) return false;
     const [pa, pb, po] = at as [number, number, number];
@@ -165,6 +231,15 @@ export class WasmKernels {
     if (x.dtype !== 'f32' || out.dtype !== 'f32' || (op !== 'gelu' && op !== 'square'))
       return false;
     const n = shapeCount(out.shape);
+    const piece = n === 0 ? n : this.piece(n, 2);
+    if (piece < n) {
+      for (let from = 0; from < n; from += piece) {
+        const shape = [Math.min(piece, n - from)];
+        const part = (t: KernelTensor): KernelTensor => ({ ...t, shape, offset: t.offset + from });
+        if (!this.unary(op, part(x), part(out))) return false;
+      }
+      return true;
+    }
     const at = n === 0 ? null : this.layout([n, n]);
     if (at === null) return false;
     const [px, po] = at as [number, number];
@@ -210,6 +285,16 @@ export class WasmKernels {
     if (log || x.dtype !== 'f32' || out.dtype !== 'f32' || x.shape.length === 0) return false;
     const n = shapeCount(x.shape);
     const cols = x.shape[x.shape.length - 1]!;
+    // Rows are independent: in pieces of whole rows when both arrays would pass what it keeps.
+    const piece = n === 0 ? n : this.piece(n, 2, cols);
+    if (piece < n) {
+      for (let from = 0; from < n; from += piece) {
+        const shape = [Math.min(piece, n - from) / cols, cols];
+        const part = (t: KernelTensor): KernelTensor => ({ ...t, shape, offset: t.offset + from });
+        if (!this.softmax(part(x), part(out), log)) return false;
+      }
+      return true;
+    }
     const at = n === 0 ? null : this.layout([n, n]);
     if (at === null) return false;
     const [px, po] = at as [number, number];
@@ -333,7 +418,22 @@ export class WasmKernels {
   ): boolean {
     if (![param, grad, expAvg, expAvgSq].every((t) => t.dtype === 'f32')) return false;
     const n = shapeCount(param.shape);
-    const at = n === 0 ? null : this.layout([n, n, n, n]);
+    if (n === 0) return false;
+    // Elementwise: in pieces when the four arrays would pass what the memory keeps.
+    const piece = this.piece(n, 4);
+    if (piece < n) {
+      for (let from = 0; from < n; from += piece) {
+        const count = Math.min(piece, n - from);
+        const part = (t: KernelTensor): KernelTensor => ({
+          ...t,
+          shape: [count],
+          offset: t.offset + from,
+        });
+        if (!this.adam(part(param), part(grad), part(expAvg), part(expAvgSq), hyper)) return false;
+      }
+      return true;
+    }
+    const at = this.layout([n, n, n, n]);
     if (at === null) return false;
     const [pp, pg, pm, pv] = at as [number, number, number, number];
     this.put(param, pp);
@@ -379,6 +479,7 @@ let compiled: WeakMap<WasmApi, WebAssembly.Module | null> | undefined;
  */
 export function loadWasmKernels(
   wasm: WasmApi | null = globalThis.WebAssembly ?? null,
+  keepBytes = KEEP_BYTES,
 ): WasmKernels | null {
   if (wasm === null) return null;
   compiled ??= new WeakMap();
@@ -389,6 +490,6 @@ export function loadWasmKernels(
     compiled.set(wasm, module);
   }
   if (module === null) return null;
-  const instance = new wasm.Instance(module, {});
-  return new WasmKernels(instance.exports as unknown as Exports);
+  const instantiate = () => new wasm.Instance(module, {}).exports as unknown as Exports;
+  return new WasmKernels(instantiate(), instantiate, keepBytes);
 }

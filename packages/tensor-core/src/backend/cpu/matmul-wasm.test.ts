@@ -5,6 +5,7 @@ import { seededValues } from '../../testing/reference.js';
 import type { Backend, KernelTensor } from '../backend.js';
 import { loadWasmMatmul, type WasmApi } from './matmul-wasm.js';
 import { MATMUL_DEFAULTS } from './matmul-wat.mjs';
+import { matmulScratchBytes } from './matmul-wasm.generated.js';
 
 interface Case {
   batch: number;
@@ -121,6 +122,33 @@ describe('the WASM SIMD f32 matmul', () => {
       });
     }
   }
+
+  it('runs calls past its memory budget in blocks of C, with the bits of one call and the memory of the budget', () => {
+    // [Note: the WASM matmul in blocks]: a budget of a few blocks of 8 columns and 4 rows.
+    const budget = matmulScratchBytes + 64 * 1024;
+    const blocked = loadWasmMatmul(undefined, { threads: 1, fma: 'off', maxScratchBytes: budget })!;
+    const whole = loadWasmMatmul(undefined, { threads: 1, fma: 'off' })!;
+    for (const c of [
+      { batch: 1, batchA: 1, batchB: 1, m: 67, k: 300, n: 45 },
+      { batch: 3, batchA: 3, batchB: 1, m: 9, k: 257, n: 70 },
+      { batch: 2, batchA: 1, batchB: 2, m: 130, k: 33, n: 17 },
+    ]) {
+      for (const transposeA of [false, true]) {
+        for (const transposeB of [false, true]) {
+          const shape = { ...c, transposeA, transposeB };
+          const a = Float32Array.from(seededValues(c.batchA * c.m * c.k, c.m + c.k, -1, 1));
+          const b = Float32Array.from(seededValues(c.batchB * c.k * c.n, c.n + c.k, -1, 1));
+          const got = new Float32Array(c.batch * c.m * c.n);
+          const expected = new Float32Array(c.batch * c.m * c.n);
+          blocked.run(a, b, got, shape);
+          whole.run(a, b, expected, shape);
+          expect(got, JSON.stringify(shape)).toEqual(expected);
+        }
+      }
+    }
+    expect(blocked.scratchBytes).toBeLessThanOrEqual(budget + 65536);
+    expect(whole.scratchBytes).toBeGreaterThan(budget + 65536);
+  });
 
   it('overwrites the output when a call reuses module memory left dirty by a larger one', async () => {
     const big: Case = { batch: 1, batchA: 1, batchB: 1, m: 9, k: 300, n: 13 };

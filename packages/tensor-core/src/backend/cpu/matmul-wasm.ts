@@ -66,6 +66,8 @@ const SHARED_MAX_PAGES = 32768;
 /** Past this many bytes of operands the TypeScript kernel runs (i32 offsets, V8's memory cap). */
 const MAX_BYTES = 2 ** 31 - 2 ** 16;
 const PAGE = 65536;
+/** The default budget of the module's memory ([Note: the WASM matmul in blocks]). */
+const MAX_SCRATCH_BYTES = 128 * 2 ** 20;
 
 /** What an instance of the module exports (the bench and the WAT tests call it directly). */
 export interface MatmulExports {
@@ -146,7 +148,14 @@ export class WasmMatmul {
     readonly fma: boolean,
     private readonly memory: WebAssembly.Memory,
     private readonly threads: MatmulThreads | null = null,
+    /** The most the module's memory grows to: see [Note: the WASM matmul in blocks]. */
+    private readonly maxScratchBytes = MAX_SCRATCH_BYTES,
   ) {}
+
+  /** Bytes of the module's memory: operands, panels and results of the largest call so far. */
+  get scratchBytes(): number {
+    return this.memory.buffer.byteLength;
+  }
 
   /** Starts the worker threads if they have not started; resolves to the threads in use. */
   startThreads(): Promise<number> {
@@ -177,9 +186,13 @@ export class WasmMatmul {
 
   /** Write A B into `out` (`batch * m * n` floats). The caller checks `accepts(shape)` first. */
   run(a: Float32Array, b: Float32Array, out: Float32Array, s: MatmulShape): void {
+    const need = WasmMatmul.bytesFor(s);
+    if (need > this.maxScratchBytes) {
+      this.runInBlocks(a, b, out, s);
+      return;
+    }
     const { batch, batchA, batchB, m, k, n } = s;
     const memory = this.memory;
-    const need = WasmMatmul.bytesFor(s);
     if (memory.buffer.byteLength < need) {
       memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
     }
@@ -194,14 +207,92 @@ export class WasmMatmul {
     // Element (i, t) of A and (t, j) of B, as (outer, inner) strides in elements.
     const [aOuter, aInner] = s.transposeA ? [1, m] : [k, 1];
     const [bOuter, bInner] = s.transposeB ? [k, 1] : [1, n];
-    const { pack, gemm } = this.exports;
+    const { pack } = this.exports;
     for (let p = 0; p < batch; p++) {
       if (p === 0 || batchA !== 1) pack(aRaw + p * m * k * 4, aPack, m, k, MR, aOuter, aInner);
       if (p === 0 || batchB !== 1) pack(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner);
-      if (this.threads === null) gemm(aPack, bPack, c + p * m * n * 4, m, k, n, 0);
-      else this.threads.gemm(gemm, aPack, bPack, c + p * m * n * 4, m, k, n);
+      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n);
     }
     out.set(new Float32Array(buffer, c, batch * m * n));
+  }
+
+  /**
+   * [Note: the WASM matmul in blocks]
+   * A call whose operands, panels and result would pass `maxScratchBytes` (128 MiB) runs in blocks
+   * of C: columns in blocks as wide as half the budget holds B's panels for, rows in blocks that
+   * fill the rest, each block's A rows and B columns copied in and packed, its result copied out.
+   * Every element of C is still one sum over all of k in k order, so the bits are those of one
+   * call ([Note: the WASM SIMD matmul]); the module's memory, which never shrinks, stays at the
+   * budget instead of growing to the largest call's operands (GPT-2's output layer: 720 MB for
+   * the gradient of its input, which then stayed with every rank). The cost is repacking: A once
+   * per column block (GPT-2's largest call, 1024 x 50304 x 768, packs A five times).
+   */
+  private runInBlocks(a: Float32Array, b: Float32Array, out: Float32Array, s: MatmulShape): void {
+    const { batch, batchA, batchB, m, k, n, transposeA, transposeB } = s;
+    const budget = this.maxScratchBytes - SCRATCH_BYTES;
+    // Columns: as many as half the budget holds (raw and packed), a multiple of the tile's.
+    const columns = Math.min(
+      roundUp(n, NR),
+      Math.max(NR, Math.floor(budget / 2 / (8 * k) / NR) * NR),
+    );
+    // Rows: what is left, beside their slice of C.
+    const left = budget - columns * k * 8;
+    const rows = Math.min(
+      roundUp(m, MR),
+      Math.max(MR, Math.floor(left / (8 * k + 4 * columns) / MR) * MR),
+    );
+    const aRaw = SCRATCH_BYTES;
+    const aPack = aRaw + align16(rows * k * 4);
+    const bRaw = aPack + rows * k * 4;
+    const bPack = bRaw + align16(columns * k * 4);
+    const c = bPack + columns * k * 4;
+    const need = c + rows * columns * 4;
+    const memory = this.memory;
+    if (memory.buffer.byteLength < need) {
+      memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
+    }
+    const heap = new Float32Array(memory.buffer);
+    const { pack } = this.exports;
+    for (let p = 0; p < batch; p++) {
+      const aBase = (batchA === 1 ? 0 : p) * m * k;
+      const bBase = (batchB === 1 ? 0 : p) * k * n;
+      for (let j0 = 0; j0 < n; j0 += columns) {
+        const nc = Math.min(columns, n - j0);
+        // B's columns [j0, j0 + nc): stored [n, k] they are one run, else a run per row of k.
+        if (transposeB) heap.set(b.subarray(bBase + j0 * k, bBase + (j0 + nc) * k), bRaw / 4);
+        else {
+          for (let t = 0; t < k; t++) {
+            const from = bBase + t * n + j0;
+            heap.set(b.subarray(from, from + nc), bRaw / 4 + t * nc);
+          }
+        }
+        if (transposeB) pack(bRaw, bPack, nc, k, NR, k, 1);
+        else pack(bRaw, bPack, nc, k, NR, 1, nc);
+        for (let i0 = 0; i0 < m; i0 += rows) {
+          const mc = Math.min(rows, m - i0);
+          if (!transposeA) heap.set(a.subarray(aBase + i0 * k, aBase + (i0 + mc) * k), aRaw / 4);
+          else {
+            for (let t = 0; t < k; t++) {
+              const from = aBase + t * m + i0;
+              heap.set(a.subarray(from, from + mc), aRaw / 4 + t * mc);
+            }
+          }
+          if (transposeA) pack(aRaw, aPack, mc, k, MR, 1, mc);
+          else pack(aRaw, aPack, mc, k, MR, k, 1);
+          this.gemm(aPack, bPack, c, mc, k, nc);
+          for (let i = 0; i < mc; i++) {
+            const row = c / 4 + i * nc;
+            out.set(heap.subarray(row, row + nc), (p * m + i0 + i) * n + j0);
+          }
+        }
+      }
+    }
+  }
+
+  private gemm(ap: number, bp: number, c: number, m: number, k: number, n: number): void {
+    const { gemm } = this.exports;
+    if (this.threads === null) gemm(ap, bp, c, m, k, n, 0);
+    else this.threads.gemm(gemm, ap, bp, c, m, k, n);
   }
 }
 
@@ -217,6 +308,11 @@ export interface WasmMatmulOptions {
    * thread, one in worker threads. See [Note: matmul threads].
    */
   threads?: number | 'auto';
+  /**
+   * The most the module's memory grows to (default 128 MiB); larger calls run in blocks of C
+   * ([Note: the WASM matmul in blocks]).
+   */
+  maxScratchBytes?: number;
 }
 
 /**
@@ -242,7 +338,13 @@ export function loadWasmMatmul(
         });
         const instance = new wasm.Instance(module, { env: { memory } });
         const pool = new MatmulThreads(module, memory, threads, MAX_THREADS, MR, TILE_BYTES);
-        return new WasmMatmul(instance.exports as unknown as MatmulExports, relaxed, memory, pool);
+        return new WasmMatmul(
+          instance.exports as unknown as MatmulExports,
+          relaxed,
+          memory,
+          pool,
+          options.maxScratchBytes,
+        );
       } catch {
         // no shared memory here (a page that is not cross-origin isolated): one thread
       }
@@ -252,5 +354,5 @@ export function loadWasmMatmul(
   if (module === null) return null;
   const instance = new wasm.Instance(module, {});
   const exports = instance.exports as unknown as MatmulExports;
-  return new WasmMatmul(exports, relaxed, exports.memory);
+  return new WasmMatmul(exports, relaxed, exports.memory, null, options.maxScratchBytes);
 }
