@@ -23,6 +23,7 @@ import {
   writeFileAtomically,
 } from '#platform';
 import type { RunState } from './checkpoint/run-checkpoint.js';
+import { newRunId } from './checkpoint/run-id.js';
 import { buildModel, loadInitialWeights } from './cli/build-model.js';
 import { checkMemory } from './cli/memory-estimate.js';
 import type { TrainConfig } from './cli/options.js';
@@ -185,7 +186,7 @@ export async function train(
   }
   const firstStep = resumed?.step ?? 0;
   // A resumed run keeps its id and the steps before its checkpoint (for the report).
-  const runId = resumed?.runId ?? globalThis.crypto.randomUUID();
+  const runId = resumed?.runId ?? newRunId();
   const earlier = {
     records: resumed?.history.records.filter((r) => r.step <= firstStep) ?? [],
     evals: resumed?.history.evals.filter((e) => e.step <= firstStep) ?? [],
