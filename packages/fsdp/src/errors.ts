@@ -59,3 +59,15 @@ export class FsdpWrapError extends FsdpError {
     super(op, detail, { code: 'E_FSDP_WRAP' });
   }
 }
+
+/**
+ * A shard store that could not keep or give back a shard: a file missing, of the wrong size, or
+ * unreadable. `file` is the file (or key) it was about, so the message says which.
+ */
+export class FsdpStorageError extends FsdpError {
+  readonly file: string;
+  constructor(op: string, file: string, detail: string, cause?: unknown) {
+    super(op, `file '${file}': ${detail}`, { code: 'E_FSDP_STORAGE', cause });
+    this.file = file;
+  }
+}
