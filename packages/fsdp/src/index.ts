@@ -1,6 +1,12 @@
 export type { ComputeDType, FsdpOptions, ResolvedOptions } from './api.js';
 export { defaultPredivideFactor, resolveOptions } from './api.js';
-export { FsdpConfigError, FsdpError, FsdpStateError, FsdpWrapError } from './errors.js';
+export {
+  FsdpConfigError,
+  FsdpError,
+  FsdpStateError,
+  FsdpStorageError,
+  FsdpWrapError,
+} from './errors.js';
 export type { FlatParamEntry, ShardedState } from './flat-param.js';
 export { FlatParameter } from './flat-param.js';
 export { FSDP, FullyShardedDataParallel } from './fully-sharded.js';
@@ -34,3 +40,6 @@ export {
   getShardFromOptimStateDict,
   loadFullOptimStateDict,
 } from './optim-state.js';
+export type { ShardStore, ShardStoreStats, SsdOffloadOptions } from './ssd/shard-store.js';
+export type { OffloadedModel } from './ssd/ssd-offload.js';
+export { SsdShards, ssdStats, stepOffloaded } from './ssd/ssd-offload.js';

@@ -1,5 +1,10 @@
 import { FsdpStorageError } from '../errors.js';
 
+/** The `ssdOffload` option: where shards and optimizer state live between uses. */
+export interface SsdOffloadOptions {
+  readonly store: ShardStore;
+}
+
 /** Bytes a store moved since it was made (or since `resetStats`). */
 export interface ShardStoreStats {
   readonly bytesRead: number;
