@@ -121,7 +121,7 @@ async function readInto(
   const buffer = flat.placement.allocate(backend, target.size, 'f32');
   try {
     backend.write(buffer.kernel('ssdOffload'), host);
-    target.setData(buffer.view(target.shape));
+    target.setData(buffer);
   } finally {
     buffer.free();
   }
