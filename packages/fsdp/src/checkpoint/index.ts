@@ -11,3 +11,4 @@ export {
 } from './sharded-checkpoint.js';
 // Node's file system, like the rest of this entry: the shard store of `ssdOffload` in Node.
 export { NodeFileStore } from '../ssd/node-file-store.js';
+export type { ShardStore, ShardStoreStats } from '../ssd/shard-store.js';
