@@ -224,7 +224,10 @@ function checkSsdOffload(
   if (ssd === undefined) return undefined;
   const store = (ssd as { store?: Partial<SsdOffloadOptions['store']> }).store;
   if (typeof store?.read !== 'function' || typeof store.write !== 'function') {
-    throw new FsdpConfigError(op, 'ssdOffload needs { store }, a ShardStore such as NodeFileStore');
+    throw new FsdpConfigError(
+      op,
+      'ssdOffload needs { store }, a ShardStore such as NodeFileStore or OpfsStore',
+    );
   }
   return ssd;
 }

@@ -40,6 +40,7 @@ export {
   getShardFromOptimStateDict,
   loadFullOptimStateDict,
 } from './optim-state.js';
+export { OpfsStore } from './ssd/opfs-store.js';
 export type { ShardStore, ShardStoreStats, SsdOffloadOptions } from './ssd/shard-store.js';
 export type { OffloadedModel } from './ssd/ssd-offload.js';
 export { SsdShards, ssdStats, stepOffloaded } from './ssd/ssd-offload.js';

@@ -21,7 +21,7 @@ export interface ShardStoreStats {
  * read; a missing key is one too. `write` replaces the value whole: a reader sees the old bytes or
  * the new ones (files written to a temporary name and renamed over the old one). Each store counts
  * the bytes it moved, which is what a step costs in I/O. Two implementations: Node's file system
- * (`NodeFileStore`) and, in a page, the Origin Private File System.
+ * (`NodeFileStore`) and, in a page's worker, the Origin Private File System (`OpfsStore`).
  */
 export interface ShardStore {
   /** What the store is, for messages: `node-file`, `opfs`. */

@@ -21,7 +21,7 @@ afterEach(async () => {
 const RUN = { steps: 3, batch: 8 };
 
 describe('ssdOffload: shards and optimizer state in files train as in memory', () => {
-  for (const world of [2, 4]) {
+  for (const world of [1, 2, 4]) {
     for (const nested of [false, true]) {
       it(`world ${world}, ${nested ? 'nested' : 'flat'}: bit for bit`, async () => {
         const inMemory = await trainLocal(world, { ...RUN, nested });
@@ -113,7 +113,7 @@ describe('ssdOffload: what lives where, and the bytes a step moves', () => {
     expect(() => wrapNet(net(), group!, { ssdOffload: {} as never }, false)).toThrow(
       new FsdpConfigError(
         'FullyShardedDataParallel',
-        'ssdOffload needs { store }, a ShardStore such as NodeFileStore',
+        'ssdOffload needs { store }, a ShardStore such as NodeFileStore or OpfsStore',
       ),
     );
     const plain = wrapNet(net(), group!, {}, false);
