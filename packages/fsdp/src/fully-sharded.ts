@@ -266,12 +266,12 @@ export class FullyShardedDataParallel<
         flat.syncRequiresGrad();
         this.hookGrads(flat);
       }
-      await this.ssdShards?.load();
+      if (this.ssdShards !== null) await this.ssdShards.load();
       this.paramGroup.unshard();
       if (shared.root.trainingState === 'FORWARD')
         this.prefetch(shared.nextInForward(this), shared);
       await this.paramGroup.waitForUnshard();
-      await this.ssdShards?.release();
+      if (this.ssdShards !== null) await this.ssdShards.release();
       const lent = await this.borrowed.gather();
       output = (await this.module.call(...inputs)) as Awaited<Out>;
       let hooked = 0;
@@ -452,7 +452,7 @@ export class FullyShardedDataParallel<
     shared.preBackwardRan.add(this);
     if (this.trainingState === 'IDLE') this.trainingState = 'BACKWARD_PRE';
     if (first) shared.recordBackward(this);
-    await this.ssdShards?.load();
+    if (this.ssdShards !== null) await this.ssdShards.load();
     this.paramGroup.unshard();
     if (first) {
       // The next unit whose backward has not run yet: one that already reduced would be gathered
@@ -461,7 +461,7 @@ export class FullyShardedDataParallel<
       this.prefetch(next ?? null, shared);
     }
     await this.paramGroup.waitForUnshard();
-    await this.ssdShards?.release();
+    if (this.ssdShards !== null) await this.ssdShards.release();
     await this.borrowed.gather();
     this.paramGroup.attachGrads();
     return undefined;

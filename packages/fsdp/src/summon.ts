@@ -60,7 +60,7 @@ export async function summonFullParams<T>(
     unit.trainingState = 'SUMMON_FULL_PARAMS';
   }
   try {
-    for (const unit of units) await unit.ssdShards?.load();
+    for (const unit of units) if (unit.ssdShards !== null) await unit.ssdShards.load();
     for (const unit of units) {
       for (const flat of unit.paramGroup.flatParams) {
         const backend = flat.shard.backend;
@@ -110,8 +110,10 @@ export async function summonFullParams<T>(
       full.free();
     }
     for (const unit of units) {
-      if (!volatile) unit.ssdShards?.markDirty();
-      await unit.ssdShards?.release();
+      if (unit.ssdShards !== null) {
+        if (!volatile) unit.ssdShards.markDirty();
+        await unit.ssdShards.release();
+      }
       unit.trainingState = 'IDLE';
     }
   }
