@@ -42,6 +42,27 @@ describe('ssdOffload: shards and optimizer state in files train as in memory', (
   }
 });
 
+describe('ssdOffload with other options trains as in memory', () => {
+  const cases: [string, Record<string, unknown>, number?][] = [
+    ['noSync accumulation over 2 micro-batches', {}, 2],
+    ['mixed precision (f16)', { mixedPrecision: true, computeDtype: 'f16' }],
+    ['reshardAfterForward: false', { reshardAfterForward: false }],
+    ['flattenParameters: false', { flattenParameters: false }],
+  ];
+  for (const [title, options, accumulate] of cases) {
+    it(`${title}, world 2, nested: bit for bit`, async () => {
+      const run = { ...RUN, nested: true, accumulate };
+      const inMemory = await trainLocal(2, run, options);
+      const store = new NodeFileStore(dir);
+      const offloaded = await trainLocal(2, run, { ...options, ssdOffload: { store } });
+      for (let r = 0; r < 2; r++) {
+        expect(offloaded[r]!.losses).toEqual(inMemory[r]!.losses);
+        expect(offloaded[r]!.params).toEqual(inMemory[r]!.params);
+      }
+    });
+  }
+});
+
 describe('ssdOffload: what lives where, and the bytes a step moves', () => {
   it('frees shards and optimizer state between uses; reads and writes the bytes the note says', async () => {
     const world = 2;
