@@ -7,6 +7,7 @@ import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { launchThreads } from '@webshard/collectives/node';
 import type { GptConfig } from '../src/test-support/gpt.js';
 import type { StepJob, StepResult } from './shm-step.js';
+import { ssdCost } from './ssd-offload.js';
 import { webgpuCopies } from './webgpu-copies.js';
 
 function option(name: string, fallback: string): string[] {
@@ -149,6 +150,38 @@ for (const world of worlds) {
       unit: '%',
     });
   }
+}
+{
+  const inMemory = await ssdCost(CONFIG, ROWS, 5, false);
+  const offloaded = await ssdCost(CONFIG, ROWS, 5, true);
+  const name = 'GPT 4x96, 2 ranks (local, CPU), shards and Adam state in files (ssdOffload)';
+  const MiB = 2 ** 20;
+  rows.push({
+    name,
+    metric: 'step, vs shards in memory',
+    value: offloaded.stepMs,
+    unit: 'ms',
+    peer: 'FSDP, shards in memory',
+    peerValue: inMemory.stepMs,
+  });
+  rows.push({
+    name,
+    metric: 'read per step and rank',
+    value: offloaded.bytesRead / MiB,
+    unit: 'MiB',
+  });
+  rows.push({
+    name,
+    metric: 'written per step and rank',
+    value: offloaded.bytesWritten / MiB,
+    unit: 'MiB',
+  });
+  rows.push({
+    name,
+    metric: 'FP32 shards per rank',
+    value: offloaded.shardBytes / MiB,
+    unit: 'MiB',
+  });
 }
 if (!process.argv.includes('--no-webgpu')) {
   const copies = await webgpuCopies(CONFIG, ROWS, 4);

@@ -2,6 +2,7 @@ import type { ProcessGroup } from '@webshard/collectives';
 import type { Backend, DType } from '@webshard/tensor-core';
 import { FsdpConfigError } from './errors.js';
 import { checkOptionNames } from './option-names.js';
+import type { SsdOffloadOptions } from './ssd/shard-store.js';
 
 /** The 16-bit dtypes mixed precision computes in. */
 export type ComputeDType = 'f16' | 'bf16';
@@ -61,6 +62,12 @@ export interface FsdpOptions {
   /** Keep the FP32 shard (and so the optimizer state) on the CPU backend while computing on `computeBackend`. */
   moveParamsToCpu?: boolean;
   /**
+   * Keep each FP32 shard and its optimizer state in `store` between uses, not in memory (fairscale's
+   * `ssd_offload`; [Note: shards in a store]): read in for each gather and for the step, which must
+   * be `stepOffloaded(model, optimizer)`.
+   */
+  ssdOffload?: SsdOffloadOptions;
+  /**
    * The old name of `moveParamsToCpu` (fairscale's `cpu_offload`): accepted with a warning; giving
    * both with different values is an error.
    * @deprecated Use `moveParamsToCpu`.
@@ -109,6 +116,7 @@ export interface ResolvedOptions {
   readonly gradientPostdivideFactor: number;
   readonly moveParamsToCpu: boolean;
   readonly moveGradsToCpu: boolean;
+  readonly ssdOffload: SsdOffloadOptions | undefined;
   readonly forceInputToFp32: boolean;
   readonly limitAllGathers: number;
   readonly computeBackend: Backend | undefined;
@@ -199,10 +207,27 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
     gradientPostdivideFactor: group.size / pre,
     moveParamsToCpu,
     moveGradsToCpu: moveParamsToCpu,
+    ssdOffload: checkSsdOffload(op, options.ssdOffload),
     forceInputToFp32: options.forceInputToFp32 ?? false,
     limitAllGathers,
     computeBackend: options.computeBackend,
     verbose: options.verbose ?? false,
     allowResetParameters: options.allowResetParameters ?? false,
   };
+}
+
+/** `ssdOffload` as given, or a `FsdpConfigError` when it has no usable `store`. */
+function checkSsdOffload(
+  op: string,
+  ssd: SsdOffloadOptions | undefined,
+): SsdOffloadOptions | undefined {
+  if (ssd === undefined) return undefined;
+  const store = (ssd as { store?: Partial<SsdOffloadOptions['store']> }).store;
+  if (typeof store?.read !== 'function' || typeof store.write !== 'function') {
+    throw new FsdpConfigError(
+      op,
+      'ssdOffload needs { store }, a ShardStore such as NodeFileStore or OpfsStore',
+    );
+  }
+  return ssd;
 }

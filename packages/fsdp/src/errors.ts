@@ -88,3 +88,15 @@ export class FileWriteError extends FsdpError {
     return new FileWriteError(path, `could not be written: ${reason}`, code, error);
   }
 }
+
+/**
+ * A shard store that could not keep or give back a shard: a file missing, of the wrong size, or
+ * unreadable. `file` is the file (or key) it was about, so the message says which.
+ */
+export class FsdpStorageError extends FsdpError {
+  readonly file: string;
+  constructor(op: string, file: string, detail: string, cause?: unknown) {
+    super(op, `file '${file}': ${detail}`, { code: 'E_FSDP_STORAGE', cause });
+    this.file = file;
+  }
+}

@@ -29,6 +29,7 @@ import {
   checkNotUsedOutside,
   recordOwner,
 } from './shared-params.js';
+import { SsdShards } from './ssd/ssd-offload.js';
 import { FsdpSharedState } from './state.js';
 import {
   applyWithFullParams,
@@ -87,6 +88,8 @@ export class FullyShardedDataParallel<
   readonly module: Module<Args, Out>;
   readonly options: ResolvedOptions;
   readonly paramGroup: FsdpParamGroup;
+  /** With `ssdOffload`, the unit's shards in their store ([Note: shards in a store]); else null. */
+  readonly ssdShards: SsdShards | null;
   /** Where this unit is in the step; see `TrainingState`. */
   trainingState: TrainingState = 'IDLE';
   /** False inside `noSync`: gradients accumulate in full and are not reduced. */
@@ -150,6 +153,8 @@ export class FullyShardedDataParallel<
       predivide: this.options.gradientPredivideFactor,
       postdivide: this.options.gradientPostdivideFactor,
     });
+    const ssd = this.options.ssdOffload;
+    this.ssdShards = ssd === undefined ? null : new SsdShards(ssd.store, group.rank, flats);
     for (const flat of flats) {
       for (const e of flat.entries) {
         markManagedParameter(
@@ -261,10 +266,12 @@ export class FullyShardedDataParallel<
         flat.syncRequiresGrad();
         this.hookGrads(flat);
       }
+      if (this.ssdShards !== null) await this.ssdShards.load();
       this.paramGroup.unshard();
       if (shared.root.trainingState === 'FORWARD')
         this.prefetch(shared.nextInForward(this), shared);
       await this.paramGroup.waitForUnshard();
+      if (this.ssdShards !== null) await this.ssdShards.release();
       const lent = await this.borrowed.gather();
       output = (await this.module.call(...inputs)) as Awaited<Out>;
       let hooked = 0;
@@ -422,7 +429,7 @@ export class FullyShardedDataParallel<
   /** Issue `unit`'s gather ahead of its use, unless that would pass `limitAllGathers`. */
   private prefetch(unit: FullyShardedDataParallel | null, shared: FsdpSharedState): void {
     if (unit === null || this.options.limitAllGathers === 0) return;
-    if (!unit.paramGroup.isSharded) return;
+    if (!unit.paramGroup.isSharded || unit.ssdShards !== null) return;
     const busy = shared.gatheredCount() - (this === shared.root ? 0 : 1);
     if (busy >= this.options.limitAllGathers) return;
     unit.paramGroup.unshard();
@@ -445,6 +452,7 @@ export class FullyShardedDataParallel<
     shared.preBackwardRan.add(this);
     if (this.trainingState === 'IDLE') this.trainingState = 'BACKWARD_PRE';
     if (first) shared.recordBackward(this);
+    if (this.ssdShards !== null) await this.ssdShards.load();
     this.paramGroup.unshard();
     if (first) {
       // The next unit whose backward has not run yet: one that already reduced would be gathered
@@ -453,6 +461,7 @@ export class FullyShardedDataParallel<
       this.prefetch(next ?? null, shared);
     }
     await this.paramGroup.waitForUnshard();
+    if (this.ssdShards !== null) await this.ssdShards.release();
     await this.borrowed.gather();
     this.paramGroup.attachGrads();
     return undefined;

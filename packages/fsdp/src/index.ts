@@ -5,6 +5,7 @@ export {
   FsdpConfigError,
   FsdpError,
   FsdpStateError,
+  FsdpStorageError,
   FsdpWrapError,
 } from './errors.js';
 export type { FlatParamEntry, ShardedState } from './flat-param.js';
@@ -40,3 +41,7 @@ export {
   getShardFromOptimStateDict,
   loadFullOptimStateDict,
 } from './optim-state.js';
+export { OpfsStore } from './ssd/opfs-store.js';
+export type { ShardStore, ShardStoreStats, SsdOffloadOptions } from './ssd/shard-store.js';
+export type { OffloadedModel } from './ssd/ssd-offload.js';
+export { SsdShards, ssdStats, stepOffloaded } from './ssd/ssd-offload.js';

@@ -16,6 +16,7 @@ export const OPTION_NAMES = [
   'bucketCapMb',
   'moveParamsToCpu',
   'moveGradsToCpu',
+  'ssdOffload',
   'forceInputToFp32',
   'limitAllGathers',
   'computeBackend',

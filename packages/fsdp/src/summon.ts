@@ -60,6 +60,7 @@ export async function summonFullParams<T>(
     unit.trainingState = 'SUMMON_FULL_PARAMS';
   }
   try {
+    for (const unit of units) if (unit.ssdShards !== null) await unit.ssdShards.load();
     for (const unit of units) {
       for (const flat of unit.paramGroup.flatParams) {
         const backend = flat.shard.backend;
@@ -108,7 +109,13 @@ export async function summonFullParams<T>(
       for (const e of flat.entries) e.param.free();
       full.free();
     }
-    for (const unit of units) unit.trainingState = 'IDLE';
+    for (const unit of units) {
+      if (unit.ssdShards !== null) {
+        if (!volatile) unit.ssdShards.markDirty();
+        await unit.ssdShards.release();
+      }
+      unit.trainingState = 'IDLE';
+    }
   }
 }
 

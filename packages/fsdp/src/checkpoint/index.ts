@@ -10,3 +10,6 @@ export {
   readCheckpoint,
   saveShardedCheckpoint,
 } from './sharded-checkpoint.js';
+// Node's file system, like the rest of this entry: the shard store of `ssdOffload` in Node.
+export { NodeFileStore } from '../ssd/node-file-store.js';
+export type { ShardStore, ShardStoreStats } from '../ssd/shard-store.js';

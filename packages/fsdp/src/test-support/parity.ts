@@ -9,6 +9,7 @@ import {
 } from '@webshard/tensor-core';
 import type { FsdpOptions } from '../api.js';
 import { FullyShardedDataParallel } from '../fully-sharded.js';
+import { stepOffloaded } from '../ssd/ssd-offload.js';
 import { makeBatches, Net, type NetConfig, SMALL, slice } from './models.js';
 
 /** How a parity run trains. */
@@ -135,7 +136,8 @@ export async function trainRank(
       y.free();
     }
     losses.push(total / micro);
-    optimizer.step();
+    if (options.ssdOffload) await stepOffloaded(model, optimizer);
+    else optimizer.step();
     optimizer.zeroGrad();
     stagedOps.push(group.stagingStats().stagedOps - staged);
   }
