@@ -1,7 +1,7 @@
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { matmul, mul, sum } from '../ops/index.js';
-import { createCpuBackend } from '../runtime.js';
 import { Tensor } from '../tensor.js';
+import { describeBackends } from '../testing/describe-backends.js';
 
 /**
  * [Note: folded weight gradient] in gradients.ts: a 2-D weight's gradient under a batched input is
@@ -33,12 +33,12 @@ function referenceGrad(x: Float32Array, g: Float32Array, transposed: boolean): F
   return out;
 }
 
-describe('linear weight gradient over [B, T, C] (folded)', () => {
+describeBackends('linear weight gradient over [B, T, C] (folded)', (ctx) => {
   for (const transposed of [false, true]) {
     it(`is one matmul: no [B, C, V] buffer in peak memory, values match (transposeB ${transposed})`, async () => {
       const seed = (Math.random() * 2 ** 31) >>> 0;
       console.log(`folded-weight-grad seed ${seed}`);
-      const own = createCpuBackend();
+      const own = ctx.backend;
       const xv = randomValues(B * T * C, seed);
       const wv = randomValues(C * V, seed + 1);
       const gv = randomValues(B * T * V, seed + 2);
@@ -63,7 +63,7 @@ describe('linear weight gradient over [B, T, C] (folded)', () => {
         worst = Math.max(worst, Math.abs(got[i]! - want[i]!) / (1 + Math.abs(want[i]!)));
       }
       expect(worst).toBeLessThan(1e-5);
-      own.dispose?.();
+      for (const t of [x, w, g, loss, w.grad!]) t.free();
     });
   }
 });
