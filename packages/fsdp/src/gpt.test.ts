@@ -58,11 +58,14 @@ describe('a GPT with one unit per block and lm_head tied to wte in the root', ()
         const mean = results.reduce((n, r) => n + r.losses[s]!, 0) / world;
         expect(Math.abs(mean - reference.losses[s]!)).toBeLessThan(1e-5 * reference.losses[s]!);
       }
+      // f32 summation order differs (one process folds B*T rows into one weight-gradient matmul,
+      // ranks sum theirs and reduce), and AdamW's normalization amplifies it on near-zero
+      // gradients: worst 7.4e-6 with per-sequence sums, 1.07e-5 folded (c_attn.bias, world 4).
       for (const [name, values] of reference.params) {
         const got = results[world - 1]!.params.get(name)!;
         for (let i = 0; i < values.length; i++) {
           expect(Math.abs(got[i]! - values[i]!), name).toBeLessThanOrEqual(
-            1e-5 * Math.max(1, Math.abs(values[i]!)),
+            2e-5 * Math.max(1, Math.abs(values[i]!)),
           );
         }
       }

@@ -167,6 +167,8 @@ const cases: Record<string, () => Promise<void>> = {
       (a, b) => batchedMatmul(a!, b!, { transposeA: true, transposeB: true }),
       [input([2, 4, 3], 61), input([2, 2, 4], 62)],
     );
+    // A broadcast weight (its gradient folds the batch into one matmul), both layouts.
+    await check((a, b) => batchedMatmul(a!, b!), [input([3, 2, 4], 70), input([1, 4, 2], 71)]);
     // The composite: [B, T, C] @ W^T with a [out, in] weight, and a vector.
     await check(
       (x, w) => matmul(x!, w!, { transposeB: true }),
