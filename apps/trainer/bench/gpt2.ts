@@ -55,6 +55,9 @@ const CASES: Gpt2Case[] = [
   { label: 'offload', all: true, ranks: 1, flags: ['--strategy', 'offload'], needsFree: 6 * GIB },
 ];
 
+/** Whether the case shards the model's 16 bytes a parameter over its ranks. */
+const sharded = (label: string) => label.startsWith('fsdp');
+
 interface Gpt2Run {
   label: string;
   ranks: number;
@@ -104,7 +107,7 @@ function runCase(c: Gpt2Case, dir: string): Gpt2Run | null {
     estimate: estimateBytes(config, 50304),
   };
   console.log(
-    `GPT-2 124M, ${c.label}: ${run.tokensPerSecond.toFixed(1)} tokens/s, allocator peak ${(run.peakDevice / GIB).toFixed(2)} GiB a rank (estimate ${(run.estimate / GIB).toFixed(2)}, 16P/N ${((16 * PARAMS) / c.ranks / GIB).toFixed(2)}), RSS ${(run.peakHostPerRank / GIB).toFixed(2)} GiB a rank; ${((Date.now() - started) / 1000).toFixed(0)} s, load average ${load} -> ${loadavg()[0]!.toFixed(1)}`,
+    `GPT-2 124M, ${c.label}: ${run.tokensPerSecond.toFixed(1)} tokens/s, allocator peak ${(run.peakDevice / GIB).toFixed(2)} GiB a rank (estimate ${(run.estimate / GIB).toFixed(2)}, ${sharded(c.label) ? '16P/N' : '16P'} ${((16 * PARAMS) / (sharded(c.label) ? c.ranks : 1) / GIB).toFixed(2)}), RSS ${(run.peakHostPerRank / GIB).toFixed(2)} GiB a rank; ${((Date.now() - started) / 1000).toFixed(0)} s, load average ${load} -> ${loadavg()[0]!.toFixed(1)}`,
   );
   return run;
 }
@@ -141,7 +144,7 @@ export function gpt2Rows(all: boolean): BenchRow[] {
       metric: 'allocator peak a rank',
       value: r.peakDevice / GIB,
       unit: 'GiB',
-      peer: '16P/N + activations (estimate)',
+      peer: `${sharded(r.label) ? '16P/N' : '16P'} + activations (estimate)`,
       peerValue: r.estimate / GIB,
     });
     if (ddp && r !== ddp && r.label !== 'single') {
