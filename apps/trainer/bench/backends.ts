@@ -7,7 +7,8 @@
  * means webshard is faster. The CLI's `auto` measures for itself ([Note: the trainer's default
  * backend]).
  * Run: `pnpm --filter @webshard/trainer bench`; `WEBSHARD_PROFILE=1` (or `gpt2`) prints the step
- * profile instead (`bench/step-profile.ts`).
+ * profile instead (`bench/step-profile.ts`); `WEBSHARD_BENCH_GPT2=1` adds the GPT-2 124M rows
+ * (`bench/gpt2.ts`: single, ddp 2, fsdp 2; some 20 minutes more), `=all` fsdp 4 and offload too.
  */
 import { availableParallelism, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +28,7 @@ import { CharTokenizer } from '../src/data/char-tokenizer.js';
 import { GPT } from '../src/models/gpt.js';
 import { DEFAULT_MODEL } from '../src/train.js';
 import { decayGroups, trainStep } from '../src/train-step.js';
+import { gpt2Rows } from './gpt2.js';
 import { profileSize, runStepProfile } from './step-profile.js';
 
 const BATCH = 16;
@@ -157,5 +159,8 @@ if (torch) {
     });
   }
 }
+// [Note: the GPT-2 124M bench rows]: minutes each, so only when asked for.
+const gpt2 = process.env.WEBSHARD_BENCH_GPT2;
+if (gpt2 === '1' || gpt2 === 'all') rows.push(...gpt2Rows(gpt2 === 'all'));
 writeBenchResults('trainer', rows);
 process.exit(0);

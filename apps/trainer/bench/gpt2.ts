@@ -1,0 +1,170 @@
+/**
+ * [Note: the GPT-2 124M bench rows]
+ * GPT-2 small (12 layers, 12 heads, width 768, GPT-2's BPE padded to 50304 as nanoGPT, block 256,
+ * batch 4 a rank) trained for 2 AdamW steps by the CLI on the CPU backend, once per strategy, each
+ * in its own process (so its resident memory is its own): single, ddp and fsdp on 2 thread ranks
+ * over shm; with `WEBSHARD_BENCH_GPT2=all` also fsdp on 4 and offload (each step is 4096 tokens at
+ * 4 ranks: some 15 minutes more on the 2-core machine). A case whose host memory is not free is
+ * skipped, saying so. Rows: tokens/s at step 2 (step 1
+ * builds the kernels and the caches), the allocator's peak a rank against the memory estimate
+ * (16P/N + activations, [Note: the memory estimate]) and, for the sharded ones, against DDP's,
+ * and resident memory a rank (the process's peak RSS over its thread ranks) against the
+ * allocator's peak. About 5-7 minutes a case on the loaded 2-core machine, so only with
+ * `WEBSHARD_BENCH_GPT2=1`: `pnpm bench` stays under 15 minutes without them.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { freemem, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { BenchRow } from '@webshard/bench';
+import { estimateBytes } from '../src/cli/memory-estimate.js';
+import { parseOptions } from '../src/cli/options.js';
+
+/** GPT-2 small at the bench's size: the flags every row shares. */
+export const GPT2_FLAGS = [
+  ...['--n-layer', '12', '--n-head', '12', '--n-embd', '768', '--block-size', '256'],
+  ...['--tokenizer', 'gpt2', '--vocab-size', '50304', '--backend', 'cpu'],
+  ...['--steps', '2', '--sample-length', '0'],
+];
+/** GPT-2 small's parameters at the padded vocabulary (wte tied to the head, wpe at 256 rows). */
+const PARAMS = 50304 * 768 + 256 * 768 + 12 * (12 * 768 * 768 + 13 * 768) + 2 * 768;
+const GIB = 2 ** 30;
+
+interface Gpt2Case {
+  label: string;
+  /** Only with `WEBSHARD_BENCH_GPT2=all`. */
+  all?: boolean;
+  ranks: number;
+  flags: string[];
+  /** Host bytes the run needs free before it starts (measured RSS plus a margin). */
+  needsFree: number;
+}
+
+const CASES: Gpt2Case[] = [
+  { label: 'single', ranks: 1, flags: [], needsFree: 6 * GIB },
+  { label: 'ddp 2 (shm)', ranks: 2, flags: ['--strategy', 'ddp'], needsFree: 11 * GIB },
+  { label: 'fsdp 2 (shm)', ranks: 2, flags: ['--strategy', 'fsdp'], needsFree: 9 * GIB },
+  {
+    label: 'fsdp 4 (shm)',
+    all: true,
+    ranks: 4,
+    flags: ['--strategy', 'fsdp'],
+    needsFree: 12 * GIB,
+  },
+  { label: 'offload', all: true, ranks: 1, flags: ['--strategy', 'offload'], needsFree: 6 * GIB },
+];
+
+/** Whether the case shards the model's 16 bytes a parameter over its ranks. */
+const sharded = (label: string) => label.startsWith('fsdp');
+
+interface Gpt2Run {
+  label: string;
+  ranks: number;
+  tokensPerSecond: number;
+  peakDevice: number;
+  peakHostPerRank: number;
+  estimate: number;
+}
+
+/** One case through the CLI in a child process; its last JSONL record, or null (why printed). */
+function runCase(c: Gpt2Case, dir: string): Gpt2Run | null {
+  const batch = String(4 * c.ranks);
+  const argv = [...GPT2_FLAGS, '--batch-size', batch, '--world-size', String(c.ranks), ...c.flags];
+  if (freemem() < c.needsFree) {
+    console.log(
+      `GPT-2 124M, ${c.label}: skipped, ${(freemem() / GIB).toFixed(1)} GiB free of the ${c.needsFree / GIB} it needs`,
+    );
+    return null;
+  }
+  const log = join(dir, `${c.label.replace(/\W+/g, '-')}.jsonl`);
+  const cli = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+  const started = Date.now();
+  const load = loadavg()[0]!.toFixed(1);
+  const child = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', '--conditions=@webshard/source', cli, ...argv, '--log-jsonl', log],
+    { encoding: 'utf8', timeout: 900_000, cwd: fileURLToPath(new URL('..', import.meta.url)) },
+  );
+  if (child.status !== 0) {
+    console.log(`GPT-2 124M, ${c.label}: exit ${child.status}\n${child.stderr}`);
+    return null;
+  }
+  const last = JSON.parse(readFileSync(log, 'utf8').trim().split('\n').at(-1)!) as {
+    tokensPerSecond: number;
+    peakDeviceBytes: number;
+    peakHostBytes: number;
+    hostRanksPerProcess?: number;
+  };
+  const config = parseOptions([...argv], process.cwd());
+  if (config === 'help') throw new Error('unreachable: --help');
+  const run: Gpt2Run = {
+    label: c.label,
+    ranks: c.ranks,
+    tokensPerSecond: last.tokensPerSecond,
+    peakDevice: last.peakDeviceBytes,
+    peakHostPerRank: last.peakHostBytes / (last.hostRanksPerProcess ?? 1),
+    estimate: estimateBytes(config, 50304),
+  };
+  console.log(
+    `GPT-2 124M, ${c.label}: ${run.tokensPerSecond.toFixed(1)} tokens/s, allocator peak ${(run.peakDevice / GIB).toFixed(2)} GiB a rank (estimate ${(run.estimate / GIB).toFixed(2)}, ${sharded(c.label) ? '16P/N' : '16P'} ${((16 * PARAMS) / (sharded(c.label) ? c.ranks : 1) / GIB).toFixed(2)}), RSS ${(run.peakHostPerRank / GIB).toFixed(2)} GiB a rank; ${((Date.now() - started) / 1000).toFixed(0)} s, load average ${load} -> ${loadavg()[0]!.toFixed(1)}`,
+  );
+  return run;
+}
+
+/**
+ * The `GPT-2 124M` rows ([Note: the GPT-2 124M bench rows]); cases that cannot run are skipped.
+ * `all` adds fsdp on 4 ranks and offload.
+ */
+export function gpt2Rows(all: boolean): BenchRow[] {
+  const dir = mkdtempSync(join(tmpdir(), 'webshard-gpt2-bench-'));
+  const runs: Gpt2Run[] = [];
+  try {
+    for (const c of CASES.filter((k) => all || !k.all)) {
+      const run = runCase(c, dir);
+      if (run) runs.push(run);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const single = runs.find((r) => r.label === 'single');
+  const ddp = runs.find((r) => r.label.startsWith('ddp'));
+  const rows: BenchRow[] = [];
+  for (const r of runs) {
+    const name = `GPT-2 124M, ${r.label}`;
+    rows.push({
+      name,
+      metric: 'throughput',
+      value: r.tokensPerSecond,
+      unit: 'tokens/s',
+      ...(single && r !== single ? { peer: 'single', peerValue: single.tokensPerSecond } : {}),
+    });
+    rows.push({
+      name,
+      metric: 'allocator peak a rank',
+      value: r.peakDevice / GIB,
+      unit: 'GiB',
+      peer: `${sharded(r.label) ? '16P/N' : '16P'} + activations (estimate)`,
+      peerValue: r.estimate / GIB,
+    });
+    if (ddp && r !== ddp && r.label !== 'single') {
+      rows.push({
+        name,
+        metric: 'allocator peak a rank',
+        value: r.peakDevice / GIB,
+        unit: 'GiB',
+        peer: 'ddp 2',
+        peerValue: ddp.peakDevice / GIB,
+      });
+    }
+    rows.push({
+      name,
+      metric: 'resident memory a rank',
+      value: r.peakHostPerRank / GIB,
+      unit: 'GiB',
+      peer: 'allocator peak a rank',
+      peerValue: r.peakDevice / GIB,
+    });
+  }
+  return rows;
+}

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { runMain } from './test-support/cli.js';
+import { FIXTURES } from './test-support/fixtures.js';
+
+/**
+ * Issue 30's emulated limit at a CI size: a GPT (4 layers, width 128, 802560 parameters) where
+ * parameters, gradients and AdamW's moments (16P = 12.8 MB) outweigh the activations of batch 4 a
+ * rank of 8 tokens. Measured (CPU backend, local transport, reduce-scatter buckets of 0.05 MiB):
+ * the allocator's peak is 9.2 MiB (9.65 MB) a rank for fsdp on 4 ranks, 14.4 MiB for ddp on 4.
+ * Under an 11 MB device single-process training and ddp are refused before the first step (their
+ * estimates, 16P plus activations, 15.1 and 13.4 MB, pass it: a UsageError, exit 2), fsdp (its
+ * estimate 16P/4 plus activations, 3.8 MB) trains the same losses as without a limit, and under
+ * 5 MB the limit binds fsdp too (the allocator's OutOfMemoryError), so the limit is real.
+ */
+const MODEL = [
+  ...['--data', 'gpt-cli.tokens.bin', '--vocab-size', '64', '--block-size', '8', '--n-layer', '4'],
+  ...['--n-head', '2', '--n-embd', '128', '--batch-size', '16', '--steps', '2'],
+  ...['--sample-length', '0', '--backend', 'cpu'],
+];
+const FSDP4 = [
+  '--strategy',
+  'fsdp',
+  '--world-size',
+  '4',
+  '--transport',
+  'local',
+  '--bucket-mb',
+  '0.05',
+];
+const LIMIT = 11_000_000;
+
+describe('an emulated device that only fsdp on 4 ranks fits', () => {
+  it('refuses single and ddp before the first step, and fsdp trains under it', async () => {
+    const limit = ['--memory-limit', String(LIMIT)];
+    for (const strategy of [
+      ['--strategy', 'single'],
+      ['--strategy', 'ddp', '--world-size', '4'],
+    ]) {
+      const run = await runMain([...MODEL, ...strategy, ...limit], FIXTURES);
+      expect(run.exitCode, strategy.join(' ')).toBe(2);
+      expect(run.stderr).toMatch(
+        new RegExp(`the run needs about \\d+ bytes .*, more than --memory-limit ${LIMIT}`),
+      );
+      expect(run.stdout).not.toContain('step 1');
+    }
+    const free = await runMain([...MODEL, ...FSDP4], FIXTURES);
+    const limited = await runMain([...MODEL, ...FSDP4, ...limit], FIXTURES);
+    expect(limited.stderr).toBe('');
+    expect(limited.exitCode).toBe(0);
+    const losses = (r: typeof free) => r.summary!.records.map((s) => s.loss);
+    expect(losses(limited)).toEqual(losses(free));
+    const peak = Math.max(...limited.summary!.records.map((s) => s.peakDeviceBytes));
+    expect(peak).toBeLessThanOrEqual(LIMIT);
+    // The limit binds: below fsdp's own peak the allocator refuses it.
+    const tight = await runMain([...MODEL, ...FSDP4, '--memory-limit', '5000000'], FIXTURES);
+    expect(tight.exitCode).toBe(1);
+    expect(tight.stderr).toMatch(
+      /OutOfMemoryError: \[allocate\] cpu out of memory: requested \d+ bytes with \d+ allocated and a limit of 5000000/,
+    );
+  }, 60_000);
+});
