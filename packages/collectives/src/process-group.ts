@@ -13,7 +13,6 @@ import { FingerprintExchange, REDUCE_NAMES } from './group/fingerprint.js';
 import { OpQueue } from './group/op-queue.js';
 import { OperandStaging, type StagingStats } from './operand-staging.js';
 import { CollectivePlan } from './group/plan.js';
-import { registeredShards } from './group/registered-buffers.js';
 import type { Work } from './group/work.js';
 import { shardRange } from './shard.js';
 import type { Transport } from './transport.js';
@@ -296,8 +295,7 @@ export class ProcessGroup {
         dtype: inInfo.dtype,
         count: inInfo.count,
         extra: REDUCE_NAMES.indexOf(op),
-        // An output inside the input would be written while other ranks read it: copy instead.
-        registered: registeredShards(inInfo, outInfo) ? this.plan.buffers.offsetOf(inInfo) : -1,
+        registered: this.plan.buffers.reduceScatterAddress(inInfo, outInfo),
       },
       options.timeoutMs,
       (ctx) => this.plan.reduceScatter(ctx, inInfo, outInfo, op),

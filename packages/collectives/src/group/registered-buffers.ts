@@ -123,6 +123,25 @@ export class RegisteredBuffers {
   }
 
   /**
+   * The address a reduce-scatter announces in its fingerprint, from which every rank picks the same
+   * schedule: its input's where any rank's output can be served by the registered one (the input
+   * in segment 0, an output elsewhere staged through segment 0's slots; or the output in the
+   * input's segment, written in place), else -1, and then every rank copies. A rank's own output
+   * alone must never decide: ranks whose outputs lay in different segments took different schedules
+   * and their collectives diverged.
+   */
+  reduceScatterAddress(input: OperandInfo, output: OperandInfo): number {
+    // An output inside the input would be written while other ranks read it: copy instead.
+    if (!registeredShards(input, output)) return -1;
+    const address = this.offsetOf(input);
+    if (address < 0) return -1;
+    const { segment } = splitAddress(address);
+    if (segment === 0) return address;
+    const written = this.offsetOf(output);
+    return written >= 0 && splitAddress(written).segment === segment ? address : -1;
+  }
+
+  /**
    * The operand's registered address in the shared arena's segments (`splitAddress`), or -1 when
    * it is not registered memory (or, for the reductions, not of a 4-byte dtype the kernels reduce
    * in place).

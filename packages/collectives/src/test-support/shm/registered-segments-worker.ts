@@ -114,6 +114,22 @@ async function main(group: ProcessGroup, job: SegmentsJob): Promise<SegmentsRepo
       return plain;
     },
   );
+  // The input in segment 1 on every rank, the output at the end of each rank's big buffer: in
+  // segment 0 on the first ranks, in segment 1 on the last. Each rank's own output must not choose
+  // its schedule (in place on some, copying on others diverged: the GPT-2 fsdp 4 CollectiveMismatchError).
+  const scattered = big.subarray(big.length - own.count);
+  await run(
+    'reduceScatter sum, outputs in different segments',
+    async () => {
+      await group.reduceScatter(input, scattered).wait();
+      return scattered;
+    },
+    async () => {
+      const plain = new Float32Array(own.count);
+      await group.reduceScatter(filled(new Float32Array(job.count), rank), plain).wait();
+      return plain;
+    },
+  );
   const gathered = group.allocate('f32', job.count) as Float32Array;
   const shard = filled(new Float32Array(own.count), rank);
   await run(
