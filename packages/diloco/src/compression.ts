@@ -71,7 +71,7 @@ class Int8Codec implements BlockCodec {
     let j = 0;
     for (let i = start; i < end; i++, j++) {
       const q = Math.round(values[i]! * inverse);
-      bytes[j] = q > 127 ? 127 : q < -127 ? -127 : q;
+      bytes[j] = Math.min(127, Math.max(-127, q));
     }
     bytes.fill(0, j);
   }
