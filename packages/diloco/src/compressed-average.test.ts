@@ -1,9 +1,16 @@
 import { createLocalGroups } from '@webshard/collectives';
 import { describe, expect, it } from 'vitest';
 import { CompressedAverager } from './compressed-average.js';
+import {
+  type AverageJob,
+  type AverageReport,
+  averageInput,
+  runAverage,
+} from './test-support/average-case.js';
+import { runShm } from './test-support/launch.js';
 import type { OuterCompression } from './compression.js';
 import { DilocoArgumentError, DilocoStateError } from './errors.js';
-import { closeWorld, createWorld, newSeed, randomValues } from './test-support/worlds.js';
+import { closeWorld, createWorld, newSeed } from './test-support/worlds.js';
 
 // An odd length: the last block is partial and the shards are padded with zero blocks.
 const COUNT = 1000;
@@ -18,47 +25,54 @@ function blockMax(values: Float32Array, start: number): number {
   return max;
 }
 
+/** Checks the ranks' reports of `job` at world `size`: equal bits, the mean, the bytes. */
+async function check(job: AverageJob, size: number, reports: readonly AverageReport[]) {
+  const inputs = await Promise.all(Array.from({ length: size }, (_, r) => averageInput(job, r)));
+  const { compression } = job;
+  const exact = new Float64Array(COUNT);
+  for (const input of inputs) for (let i = 0; i < COUNT; i++) exact[i]! += input[i]! / size;
+  const outputs = reports.map((r) => Float32Array.from(r.output));
+  for (const output of outputs.slice(1)) {
+    expect(new Uint32Array(output.buffer)).toEqual(new Uint32Array(outputs[0]!.buffer));
+  }
+  const got = outputs[0]!;
+  for (let i = 0; i < COUNT; i++) {
+    const block = i - (i % BLOCK);
+    // Two roundings (each rank's contribution, then the averaged shard).
+    const bound =
+      compression === 'f32'
+        ? 1e-6
+        : compression === 'bf16'
+          ? 2 ** -7 * Math.max(...inputs.map((x) => Math.abs(x[i]!)))
+          : (inputs.reduce((s, x) => s + blockMax(x, block), 0) / size / 127) * 0.5 +
+            blockMax(got, block) / 127;
+    expect(Math.abs(got[i]! - exact[i]!)).toBeLessThanOrEqual(bound + 1e-7);
+  }
+  const bytesPerElement = { f32: 4, bf16: 2, int8: 1 + 4 / BLOCK }[compression];
+  const shardBlocks = Math.ceil(Math.ceil(COUNT / BLOCK) / size);
+  const expected =
+    compression === 'f32'
+      ? Math.round(((2 * (size - 1)) / size) * COUNT * 4)
+      : 2 * (size - 1) * shardBlocks * BLOCK * bytesPerElement;
+  for (const r of reports) expect(r.bytesSent).toBe(expected);
+}
+
+const COMPRESSIONS: OuterCompression[] = ['f32', 'bf16', 'int8'];
+
 describe.each(['local', 'tcp'] as const)('compressed averaging over %s', (transport) => {
   describe.each([2, 3])('world %i', (size) => {
-    it.each(['f32', 'bf16', 'int8'] as OuterCompression[])(
+    it.each(COMPRESSIONS)(
       '%s: every rank gets the same bits, the mean within the codec error',
       async (compression) => {
-        const seed = newSeed(`average ${transport} ${size} ${compression}`);
+        const job = {
+          compression,
+          seed: newSeed(`average ${transport} ${size} ${compression}`),
+          count: COUNT,
+          blockSize: BLOCK,
+        };
         const groups = await createWorld(transport, size);
         try {
-          const inputs = await Promise.all(
-            groups.map((_, r) => randomValues(seed + r, COUNT, 1 + r)),
-          );
-          const exact = new Float64Array(COUNT);
-          for (const input of inputs) for (let i = 0; i < COUNT; i++) exact[i]! += input[i]! / size;
-          const outputs = inputs.map((input) => input.slice());
-          const averagers = groups.map(
-            (group) => new CompressedAverager(group, { compression, blockSize: BLOCK }),
-          );
-          const stats = await Promise.all(averagers.map((a, r) => a.average(outputs[r]!)));
-          for (const output of outputs.slice(1)) {
-            expect(new Uint32Array(output.buffer)).toEqual(new Uint32Array(outputs[0]!.buffer));
-          }
-          const got = outputs[0]!;
-          for (let i = 0; i < COUNT; i++) {
-            const block = i - (i % BLOCK);
-            // Two roundings (each rank's contribution, then the averaged shard).
-            const bound =
-              compression === 'f32'
-                ? 1e-6
-                : compression === 'bf16'
-                  ? 2 ** -7 * Math.max(...inputs.map((x) => Math.abs(x[i]!)))
-                  : (inputs.reduce((s, x) => s + blockMax(x, block), 0) / size / 127) * 0.5 +
-                    blockMax(got, block) / 127;
-            expect(Math.abs(got[i]! - exact[i]!)).toBeLessThanOrEqual(bound + 1e-7);
-          }
-          const bytesPerElement = { f32: 4, bf16: 2, int8: 1 + 4 / BLOCK }[compression];
-          const shardBlocks = Math.ceil(Math.ceil(COUNT / BLOCK) / size);
-          const expected =
-            compression === 'f32'
-              ? Math.round(((2 * (size - 1)) / size) * COUNT * 4)
-              : 2 * (size - 1) * shardBlocks * BLOCK * bytesPerElement;
-          for (const s of stats) expect(s.bytesSent).toBe(expected);
+          await check(job, size, await Promise.all(groups.map((g) => runAverage(g, job))));
         } finally {
           await closeWorld(groups);
         }
@@ -66,6 +80,42 @@ describe.each(['local', 'tcp'] as const)('compressed averaging over %s', (transp
       30_000,
     );
   });
+});
+
+describe('compressed averaging over ws and shm (world 3)', () => {
+  it.each(['bf16', 'int8'] as OuterCompression[])(
+    'ws, %s',
+    async (compression) => {
+      const job = {
+        compression,
+        seed: newSeed(`average ws ${compression}`),
+        count: COUNT,
+        blockSize: BLOCK,
+      };
+      const groups = await createWorld('ws', 3);
+      try {
+        await check(job, 3, await Promise.all(groups.map((g) => runAverage(g, job))));
+      } finally {
+        await closeWorld(groups);
+      }
+    },
+    30_000,
+  );
+
+  it('shm (worker threads), int8', async () => {
+    const job = {
+      compression: 'int8' as const,
+      seed: newSeed('average shm int8'),
+      count: COUNT,
+      blockSize: BLOCK,
+    };
+    const outcomes = await runShm<AverageJob, AverageReport>(3, 'shm-average-worker.ts', job);
+    const reports = outcomes.map((o) => {
+      expect(o.status, JSON.stringify(o)).toBe('fulfilled');
+      return (o as { value: AverageReport }).value;
+    });
+    await check(job, 3, reports);
+  }, 60_000);
 });
 
 describe('compressed averaging: errors and residuals', () => {

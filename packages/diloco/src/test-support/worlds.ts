@@ -1,11 +1,11 @@
-// Worlds of several ranks in one process for the tests: `local` (in-memory) and `tcp` (loopback
-// sockets through the rendezvous store of rank 0, as separate processes would use).
+// Worlds of several ranks in one process for the tests: `local` (in-memory), `tcp` and `ws`
+// (loopback sockets through the rendezvous store of rank 0, as separate processes would use).
 import { createServer } from 'node:net';
 import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
 import { createCpuBackend, RandomGenerator, rand } from '@webshard/tensor-core';
 
-/** A transport the tests run over. */
-export type TestTransport = 'local' | 'tcp';
+/** A transport the tests run in one thread (shm ranks are threads: see launch.ts). */
+export type TestTransport = 'local' | 'tcp' | 'ws';
 
 /** A port nothing listens on now. */
 export function freePort(): Promise<number> {
@@ -28,7 +28,7 @@ export async function createWorld(transport: TestTransport, size: number): Promi
   return Promise.all(
     Array.from({ length: size }, (_, rank) =>
       initProcessGroup({
-        backend: 'tcp',
+        backend: transport,
         rank,
         worldSize: size,
         masterAddr: '127.0.0.1',
