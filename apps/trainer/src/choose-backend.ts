@@ -1,6 +1,6 @@
 import { type Backend, createBackend } from '@webshard/tensor-core';
 import { chooseAutoBackend, realChoiceDeps } from './cli/backend-choice.js';
-import type { TrainConfig } from './cli/options.js';
+import type { TrainConfig } from './config.js';
 
 /**
  * The run's backend: `--backend cpu|webgpu` as asked, `auto` by a measured probe of the run's own

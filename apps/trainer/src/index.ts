@@ -1,7 +1,9 @@
 export { buildModel, loadInitialWeights } from './cli/build-model.js';
 export { checkMemory, estimateBytes } from './cli/memory-estimate.js';
-export { parseOptions, STRATEGIES, USAGE } from './cli/options.js';
-export type { Strategy, TrainConfig } from './cli/options.js';
+export { parseOptions } from './cli/options.js';
+export { USAGE } from './cli/usage.js';
+export { STRATEGIES } from './config.js';
+export type { Strategy, TrainConfig } from './config.js';
 export { DEFAULT_CORPUS_PATH, loadCorpus } from './corpus.js';
 export { BatchSampler, mulberry32 } from './data/batches.js';
 export type { TokenBatch } from './data/batches.js';

@@ -1,6 +1,8 @@
 import { WebshardError } from '@webshard/tensor-core';
 import { chooseBackend } from './choose-backend.js';
-import { parseOptions, type TrainConfig, USAGE } from './cli/options.js';
+import { parseOptions } from './cli/options.js';
+import { USAGE } from './cli/usage.js';
+import type { TrainConfig } from './config.js';
 import { InterruptedError, NonFiniteLossError, UsageError } from './errors.js';
 import { type StopFlag, type StopSignal, signalExitCode } from './interrupt.js';
 import type { ProgressTerminal } from './progress.js';

@@ -8,7 +8,8 @@ import {
   probeStepMs,
   UNAVAILABLE_CHARS,
 } from './backend-choice.js';
-import { parseOptions, type TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
+import { parseOptions } from './options.js';
 
 const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
 

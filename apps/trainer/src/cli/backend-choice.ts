@@ -10,7 +10,7 @@ import { GPT } from '../models/gpt.js';
 import { decayGroups, trainStep } from '../train-step.js';
 import { buildModel } from './build-model.js';
 import { MLP_IN, MLP_OUT } from './memory-estimate.js';
-import type { TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
 
 /**
  * [Note: the trainer's default backend]

@@ -12,7 +12,7 @@ import { GPT } from '../models/gpt.js';
 import { hfGpt2StateDict, isHfGpt2 } from '../models/hf-gpt2.js';
 import { MLP } from '../models/mlp.js';
 import { MLP_IN, MLP_OUT } from './memory-estimate.js';
-import type { TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
 
 /** The model a config asks for, seeded (nanoGPT's init for the GPT, PyTorch's for the MLP). */
 export function buildModel(config: TrainConfig, vocabSize: number, backend: Backend): GPT | MLP {

@@ -1,6 +1,6 @@
 import { UsageError } from '../errors.js';
 import { formatBytes } from '../progress.js';
-import type { TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
 
 /**
  * [Note: the memory estimate]

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { initProcessGroup } from '@webshard/collectives';
 import { freePort } from '@webshard/collectives/node';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
 import { UsageError } from '../errors.js';
 import { train } from '../train.js';

@@ -1,7 +1,7 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import type { Backend, BackendKind } from '@webshard/tensor-core';
 import { DEFAULT_CORPUS_PATH, loadDataset } from '#platform';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { BackendMismatchError } from '../errors.js';
 import { gatherPerRank } from './gather.js';
 

@@ -7,7 +7,7 @@ import { isMainThread } from 'node:worker_threads';
 import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
 import { launch, launchThreads } from '@webshard/collectives/node';
 import { type Backend, WebshardError } from '@webshard/tensor-core';
-import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
+import { checkBatchDivides, type TrainConfig } from '../config.js';
 import { InterruptedError, UsageError } from '../errors.js';
 import type { StopFlag } from '../interrupt.js';
 import type { ProgressTerminal } from '../progress.js';

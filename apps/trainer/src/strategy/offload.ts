@@ -9,7 +9,7 @@ import {
   type Tensor,
 } from '@webshard/tensor-core';
 import { loadFullOptimizer, saveFullCheckpoint } from '#platform';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 import { GPT, gptLoss } from '../models/gpt.js';
 import { layersOf } from '../models/layers.js';

@@ -26,7 +26,7 @@ import {
   saveShardedCheckpoint,
 } from '#platform';
 import type { RunState } from '../checkpoint/run-checkpoint.js';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 import { Block, GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
