@@ -1,5 +1,5 @@
-export { buildModel, loadInitialWeights } from './cli/build-model.js';
-export { checkMemory, estimateBytes } from './cli/memory-estimate.js';
+export { buildModel, loadInitialWeights } from './models/build-model.js';
+export { checkMemory, estimateBytes } from './models/memory-estimate.js';
 export { parseOptions } from './cli/options.js';
 export { USAGE } from './cli/usage.js';
 export { STRATEGIES } from './config.js';

@@ -24,8 +24,8 @@ import {
 } from '#platform';
 import type { RunState } from './checkpoint/run-checkpoint.js';
 import { newRunId } from './checkpoint/run-id.js';
-import { buildModel, loadInitialWeights } from './cli/build-model.js';
-import { checkMemory } from './cli/memory-estimate.js';
+import { buildModel, loadInitialWeights } from './models/build-model.js';
+import { checkMemory } from './models/memory-estimate.js';
 import type { TrainConfig } from './config.js';
 import type { Dataset, TokenizerName } from './data/dataset.js';
 import { rankMicroBatches } from './data/global-batch.js';

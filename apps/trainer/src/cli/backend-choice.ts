@@ -8,8 +8,7 @@ import {
 } from '@webshard/tensor-core';
 import { GPT } from '../models/gpt.js';
 import { decayGroups, trainStep } from '../train-step.js';
-import { buildModel } from './build-model.js';
-import { MLP_IN, MLP_OUT } from './memory-estimate.js';
+import { buildModel, MLP_IN, MLP_OUT } from '../models/build-model.js';
 import type { TrainConfig } from '../config.js';
 
 /**
