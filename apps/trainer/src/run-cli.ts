@@ -1,5 +1,5 @@
 import { WebshardError } from '@webshard/tensor-core';
-import { chooseBackend } from './choose-backend.js';
+import { chooseBackend } from './backend-choice.js';
 import { parseOptions } from './cli/options.js';
 import { USAGE } from './cli/usage.js';
 import type { TrainConfig } from './config.js';

@@ -22,7 +22,7 @@ import { gatherPerRank } from './gather.js';
 /** The backend kinds as numbers, for a collective. */
 const KINDS: readonly BackendKind[] = ['cpu', 'webgpu'];
 
-/** What deciding needs: the CLI's `chooseBackendKind` (choose-backend.ts), printing where it should. */
+/** What deciding needs: the CLI's `chooseBackendKind` (backend-choice.ts), printing where it should. */
 export type DecideBackend = (config: TrainConfig, vocabSize: number) => Promise<BackendKind>;
 
 /** The run's vocabulary size as `train` computes it (the data's, unless --vocab-size). */

@@ -12,7 +12,7 @@ import { InterruptedError, UsageError } from '../errors.js';
 import type { StopFlag } from '../interrupt.js';
 import type { ProgressTerminal } from '../progress.js';
 import { checkFiles } from '../cli/check-files.js';
-import { chooseBackendKind } from '../choose-backend.js';
+import { chooseBackendKind } from '../backend-choice.js';
 import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
 import { BROWSER_JOIN_MS, type NodeRanksPlan, runWithBrowserRanks } from './browser-ranks.js';
 import { type TrainSummary, train } from '../train.js';
