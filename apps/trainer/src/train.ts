@@ -40,7 +40,8 @@ import { gatherPerRank } from './ranks/gather.js';
 import { checkSameBackend } from './ranks/job-backend.js';
 import { type EvalPoint, renderReport } from './report/html-report.js';
 import { sample } from './sample.js';
-import { type PreparedModel, prepareModel } from './strategy/prepare.js';
+import { prepareModel } from './strategy/prepare.js';
+import type { PreparedModel } from './strategy/prepared-model.js';
 import { logLine } from './io/log-line.js';
 import { accumulatedStep } from './train-step.js';
 

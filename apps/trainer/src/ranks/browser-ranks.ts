@@ -8,7 +8,7 @@ import { UsageError } from '../errors.js';
 import { train } from '../train.js';
 import { browserAddresses } from './browser-address.js';
 import { type PageListen, servePage } from './browser-job.js';
-import type { RankIO, RanksOutcome } from './start-ranks.js';
+import type { RankIO, RanksOutcome } from './rank-io.js';
 
 /** How long the Node ranks wait for every tab to join (the user has to open them). */
 export const BROWSER_JOIN_MS = 600_000;

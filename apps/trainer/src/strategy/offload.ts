@@ -15,7 +15,7 @@ import { GPT, gptLoss } from '../models/gpt.js';
 import { layersOf } from '../models/layers.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups } from '../train-step.js';
-import type { PreparedModel } from './prepare.js';
+import type { PreparedModel } from './prepared-model.js';
 
 /**
  * `--strategy offload`: fairscale's `OffloadModel` over the model's layers (the GPT's embedding,
