@@ -27,8 +27,9 @@ export type { EvalPoint, ReportData } from './report/html-report.js';
 export { main } from './run-cli.js';
 export { drawToken, sample } from './sample.js';
 export type { CliIO, CliOutcome } from './run-cli.js';
-export { DEFAULT_MODEL, learningRate, train } from './train.js';
-export type { RunIO, TrainSummary } from './train.js';
+export { learningRate } from './run/schedule.js';
+export type { RunIO, TrainSummary } from './run/run-io.js';
+export { DEFAULT_MODEL, train } from './train.js';
 export {
   accumulatedStep,
   decayGroups,

@@ -7,7 +7,8 @@ import { InterruptedError, NonFiniteLossError, UsageError } from './errors.js';
 import { type StopFlag, type StopSignal, signalExitCode } from './interrupt.js';
 import type { ProgressTerminal } from './progress.js';
 import { runRanks } from './ranks/start-ranks.js';
-import { type TrainSummary, train } from './train.js';
+import type { TrainSummary } from './run/run-io.js';
+import { train } from './train.js';
 
 /** Where the CLI writes and where it runs; tests pass their own. */
 export interface CliIO {

@@ -2,7 +2,7 @@ import type { Backend } from '@webshard/tensor-core';
 import type { TrainConfig } from '../config.js';
 import type { StopFlag } from '../interrupt.js';
 import type { ProgressTerminal } from '../progress.js';
-import type { TrainSummary } from '../train.js';
+import type { TrainSummary } from '../run/run-io.js';
 
 /** Where one rank writes, and how it makes its backend. */
 export interface RankIO {
