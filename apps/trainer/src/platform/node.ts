@@ -24,7 +24,7 @@ export {
   saveFullCheckpoint,
   stepDirName,
 } from '../checkpoint/run-checkpoint.js';
-export { checkFiles } from '../cli/check-files.js';
+export { checkFiles } from '../io/check-files.js';
 export { DEFAULT_CORPUS_PATH } from '../corpus.js';
 export { loadDataset } from '../data/read-dataset.js';
 export { writeFileAtomically } from '../io/atomic-write.js';

@@ -9,7 +9,7 @@ import { launch, launchThreads } from '@webshard/collectives/node';
 import { WebshardError } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../config.js';
 import { InterruptedError, UsageError } from '../errors.js';
-import { checkFiles } from '../cli/check-files.js';
+import { checkFiles } from '../io/check-files.js';
 import { chooseBackendKind } from '../backend-choice.js';
 import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
 import { BROWSER_JOIN_MS, type NodeRanksPlan, runWithBrowserRanks } from './browser-ranks.js';
