@@ -32,7 +32,7 @@ export { checkpointFault, faultPoint } from '../io/fault-points.js';
 export { openLog } from '../io/resumable-log.js';
 export { join as joinPath };
 
-/** The host's free memory in bytes, for the estimate's check (cli/memory-estimate.ts). */
+/** The host's free memory in bytes, for the estimate's check (models/memory-estimate.ts). */
 export function freeHostMemory(): number {
   return freemem();
 }

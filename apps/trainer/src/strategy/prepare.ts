@@ -28,7 +28,7 @@ import { TrainModule, type TrainOutput } from './train-module.js';
 
 /**
  * [Note: where the strategies go]
- * The loop in train.ts is one rank's; the strategy decides four things and nothing else:
+ * The loop in run/loop.ts is one rank's; the strategy decides four things and nothing else:
  * - single: the model as it is; with 16-bit precision, tensor-core's `MixedPrecision` masters.
  * - ddp: `DistributedDataParallel` over the same model (rank 0's weights broadcast at wrap time);
  *   every rank steps the whole model on gradients averaged in buckets during backward; micro-batches
