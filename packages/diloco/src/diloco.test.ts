@@ -175,6 +175,37 @@ describe('DiLoCo', () => {
     await closeWorld(groups);
   });
 
+  it('afterInnerStep counts a step the caller took and syncs as step() does', async () => {
+    const seed = newSeed('diloco afterInnerStep');
+    const run = async (own: boolean) => {
+      const groups = createLocalGroups(2);
+      const models = groups.map((_, r) => buildModel(seed + r));
+      const inners = models.map((m) => new AdamW(m.parameters(), { lr: 0.01 }));
+      const dilocos = await Promise.all(
+        groups.map((group, r) =>
+          DiLoCo.create(models[r]!.parameters(), inners[r]!, { group, innerSteps: 2 }),
+        ),
+      );
+      const synced: boolean[] = [];
+      for (let step = 0; step < 4; step++) {
+        for (let r = 0; r < 2; r++) await backwardOn(models[r]!, seed, r, step);
+        if (own) for (const o of inners) o.step();
+        const results = await Promise.all(
+          dilocos.map((d) => (own ? d.afterInnerStep() : d.step())),
+        );
+        synced.push(results[0]!.synced);
+      }
+      expect(dilocos[0]!.innerStep).toBe(4);
+      const result = await flat(models[0]!);
+      await closeWorld(groups);
+      return { synced, result };
+    };
+    const viaStep = await run(false);
+    const viaAfter = await run(true);
+    expect(viaAfter.synced).toEqual([false, true, false, true]);
+    expect(viaAfter).toEqual(viaStep);
+  });
+
   it('its state dict resumes a run bit for bit', async () => {
     const seed = newSeed('diloco state dict');
     const run = async (stopAt: number | null) => {

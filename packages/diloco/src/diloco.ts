@@ -151,6 +151,16 @@ export class DiLoCo {
   async step(options?: StepOptions): Promise<DilocoStepResult> {
     this.assertIdle('step');
     this.inner.step(options);
+    return this.afterInnerStep();
+  }
+
+  /**
+   * Count an inner step the caller took itself (a training loop that steps the optimizer through a
+   * loss scaler or a clip), then, every `innerSteps` steps, await the outer sync: `step()` without
+   * the optimizer's `step`.
+   */
+  async afterInnerStep(): Promise<DilocoStepResult> {
+    this.assertIdle('afterInnerStep');
     this.innerSteps++;
     const synced = this.innerSteps % this.options.innerSteps === 0;
     if (synced) await this.outerSync();

@@ -130,6 +130,8 @@ async function oneStep(run: Run, step: number): Promise<StepRecord> {
       if (!Number.isFinite(loss)) throw new NonFiniteLossError(step + 1, loss);
     },
   });
+  // The strategy's part after the optimizer step (diloco's outer sync), inside the step's time.
+  const outer = (await prepared.afterStep?.(step)) ?? null;
   const ms = performance.now() - start;
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   return {
@@ -140,6 +142,7 @@ async function oneStep(run: Run, step: number): Promise<StepRecord> {
     lr,
     ms,
     tokensPerSecond: (tokensPerStep * 1000) / ms,
+    ...(outer === null ? {} : { outerStep: outer.outerStep, outerBytesSent: outer.bytesSent }),
     peakDeviceBytes: backend.memoryStats().peakAllocated,
     ...(group !== null && group.size > 1
       ? { peakDeviceBytesPerRank: await gatherPerRank(group, backend.memoryStats().peakAllocated) }

@@ -33,6 +33,24 @@ export interface PreparedModel {
    * ddp: their weights are loaded before wrapping), or shards and optimizer (fsdp).
    */
   loadCheckpoint(dir: string, optimizer: AnyOptimizer): Promise<void>;
+  /**
+   * Called once the optimizer is made (and loaded on resume), before the first step, on every rank:
+   * diloco's initial broadcast of rank 0's parameters.
+   */
+  start?(optimizer: AnyOptimizer): Promise<void>;
+  /**
+   * Called after each optimizer step (`step` from 0) on every rank: diloco's outer sync every
+   * `--inner-steps` steps and after the last. What the sync did, or null when there was none.
+   */
+  afterStep?(step: number): Promise<OuterSyncReport | null>;
+}
+
+/** What an outer sync did, for the step's record. */
+export interface OuterSyncReport {
+  /** Outer steps so far. */
+  outerStep: number;
+  /** Bytes this rank sent in the sync. */
+  bytesSent: number;
 }
 
 /** Any optimizer the strategies checkpoint (AdamW in the trainer). */
