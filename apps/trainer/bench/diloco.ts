@@ -35,10 +35,12 @@ const EMBD = flag('n-embd', 64);
 const LAYERS = flag('n-layer', 2);
 const TOKENS_PER_STEP = BATCH * BLOCK;
 
-/** The last 8000 characters a run printed. */
+/** The first 4000 and the last 8000 characters a run printed. */
 class Tail extends Writable {
+  head = '';
   text = '';
   override _write(chunk: Buffer, _: BufferEncoding, done: () => void): void {
+    if (this.head.length < 4000) this.head = (this.head + chunk.toString()).slice(0, 4000);
     this.text = (this.text + chunk.toString()).slice(-8000);
     done();
   }
@@ -107,7 +109,9 @@ async function measure(dir: string, variant: Variant, link: string): Promise<Mea
     .map((l) => JSON.parse(l) as { tokensPerSecond: number; outerBytesSent?: number });
   const seconds = lines.reduce((s, l) => s + TOKENS_PER_STEP / l.tokensPerSecond, 0);
   const text = outs[0]!.text;
-  const parameters = Number(/model: gpt, (\d+) parameters/.exec(text)?.[1] ?? Number.NaN);
+  const parameters = Number(
+    /model: gpt, (\d+) parameters/.exec(outs[0]!.head)?.[1] ?? Number.NaN,
+  );
   const heldOutLoss = Number(/held-out loss ([\d.]+)/.exec(text)?.[1] ?? Number.NaN);
   const tokens = STEPS * TOKENS_PER_STEP;
   const sent = variant.args.includes('ddp')
