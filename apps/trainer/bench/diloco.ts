@@ -109,9 +109,7 @@ async function measure(dir: string, variant: Variant, link: string): Promise<Mea
     .map((l) => JSON.parse(l) as { tokensPerSecond: number; outerBytesSent?: number });
   const seconds = lines.reduce((s, l) => s + TOKENS_PER_STEP / l.tokensPerSecond, 0);
   const text = outs[0]!.text;
-  const parameters = Number(
-    /model: gpt, (\d+) parameters/.exec(outs[0]!.head)?.[1] ?? Number.NaN,
-  );
+  const parameters = Number(/model: gpt, (\d+) parameters/.exec(outs[0]!.head)?.[1] ?? Number.NaN);
   const heldOutLoss = Number(/held-out loss ([\d.]+)/.exec(text)?.[1] ?? Number.NaN);
   const tokens = STEPS * TOKENS_PER_STEP;
   const sent = variant.args.includes('ddp')
