@@ -96,6 +96,9 @@ describe('--strategy diloco', () => {
       [18, 3],
       [20, 4],
     ]);
+    // Only the sync steps run the loop's own collectives (the per-rank records among them).
+    const gathered = result.summary!.records.filter((r) => r.peakDeviceBytesPerRank !== undefined);
+    expect(gathered.map((r) => r.step)).toEqual([6, 12, 18, 20]);
     // int8 with a scale per 256 elements, over 2 ranks: each sends its other half of the blocks,
     // then the averaged half (260 bytes a block).
     const parameters = Number(/model: gpt, (\d+) parameters/.exec(result.stdout)![1]);

@@ -43,6 +43,14 @@ export interface PreparedModel {
    * `--inner-steps` steps and after the last. What the sync did, or null when there was none.
    */
   afterStep?(step: number): Promise<OuterSyncReport | null>;
+  /**
+   * Whether step `step` (from 0) runs none of the loop's own collectives (the loss's mean over
+   * ranks, the per-rank memory records, the agreed stop on a signal): diloco between its syncs,
+   * where a few small collectives a step would cost more latency on a slow link than the step's
+   * compute. The loss of such a step is this rank's own, and a signal stops the ranks at the next
+   * step that is not quiet.
+   */
+  quietStep?(step: number): boolean;
 }
 
 /** What an outer sync did, for the step's record. */
