@@ -80,6 +80,11 @@ export interface TrainConfig {
   precision: 'fp32' | 'fp16' | 'bf16';
   backend: 'auto' | 'cpu' | 'webgpu';
   memoryLimit: number | null;
+  /**
+   * The CPU backend's matmul with relaxed SIMD's fused multiply-add: `'auto'` where every rank of
+   * the job fuses it, `'off'` never ([Note: relaxed FMA, chosen once per job]).
+   */
+  matmulFma: 'auto' | 'off';
   maxSeconds: number;
   logJsonl: string | null;
   save: string | null;

@@ -55,6 +55,7 @@ Execution
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
+  --matmul-fma <auto|off>      CPU matmul with fused multiply-add where every rank fuses (default auto)
   --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit)
 Output
   --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes
