@@ -38,6 +38,11 @@ export interface TrainConfig {
   autoWrap: 'block' | 'none';
   /** DDP: bucket size; FSDP: the reduce-scatter bucket (MiB). Null: the package's default. */
   bucketMb: number | null;
+  /**
+   * ddp: when the gradient all-reduce runs: `'auto'` times both and keeps the faster ([Note:
+   * choosing overlap by measurement] in ddp-buckets), `'overlap'` with backward, `'delay'` at its end.
+   */
+  ddpAllreduce: 'auto' | 'overlap' | 'delay';
   /** FSDP: keep the shards (and the optimizer step) on the CPU, compute on the device. */
   moveParamsToCpu: boolean;
   /** Offload: slices the model streams through the device in. */

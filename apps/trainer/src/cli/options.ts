@@ -13,6 +13,7 @@ const OPTIONS = {
   'browser-port': { type: 'string' },
   'browser-host': { type: 'string' },
   'bucket-mb': { type: 'string' },
+  'ddp-allreduce': { type: 'string' },
   'reshard-after-forward': { type: 'string' },
   'auto-wrap': { type: 'string' },
   'move-params-to-cpu': { type: 'boolean' },
@@ -187,6 +188,12 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       choice('reshard-after-forward', v['reshard-after-forward'], ['true', 'false'], 'true') ===
       'true',
     autoWrap: choice('auto-wrap', v['auto-wrap'], ['block', 'none'] as const, 'block'),
+    ddpAllreduce: choice(
+      'ddp-allreduce',
+      v['ddp-allreduce'],
+      ['auto', 'overlap', 'delay'] as const,
+      'auto',
+    ),
     bucketMb:
       v['bucket-mb'] === undefined
         ? null
@@ -258,6 +265,11 @@ function checkStrategyFlags(
   if (config.bucketMb !== null && oneRank) {
     throw new UsageError(`--bucket-mb applies to --strategy ddp or fsdp, not ${config.strategy}`, {
       option: '--bucket-mb',
+    });
+  }
+  if (values['ddp-allreduce'] !== undefined && config.strategy !== 'ddp') {
+    throw new UsageError(`--ddp-allreduce applies to --strategy ddp, not ${config.strategy}`, {
+      option: '--ddp-allreduce',
     });
   }
   if (values.transport !== undefined && oneRank) {

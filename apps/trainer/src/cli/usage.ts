@@ -46,6 +46,7 @@ Execution
                                machine only; another address lets other machines join, with the
                                token; set WEBSHARD_TLS_CERT and WEBSHARD_TLS_KEY for https/wss)
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
+  --ddp-allreduce <mode>       ddp: auto|overlap|delay, all-reduce during or after backward (auto: timed)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
   --move-params-to-cpu         fsdp: shards and optimizer on the CPU, compute on --backend

@@ -33,6 +33,11 @@ export interface PreparedModel {
    * ddp: their weights are loaded before wrapping), or shards and optimizer (fsdp).
    */
   loadCheckpoint(dir: string, optimizer: AnyOptimizer): Promise<void>;
+  /**
+   * A line about a choice the strategy made while training (ddp's all-reduce mode once timed),
+   * returned once; null when there is nothing new. The loop prints it after the step.
+   */
+  news?(): string | null;
 }
 
 /** Any optimizer the strategies checkpoint (AdamW in the trainer). */
