@@ -75,7 +75,7 @@ export async function benchStep(group: ProcessGroup | null, plan: StepPlan): Pro
     out.free();
   };
   // 'auto' times its two modes in the steps after the first: warm up past its choice.
-  const warmup = plan.mode === 'auto' ? 2 + 2 * AutoModeTrial.TRIALS : 2;
+  const warmup = plan.mode === 'auto' ? 2 + AutoModeTrial.STEPS : 2;
   const ms = await timeMedian(step, { warmup, iterations: plan.iterations, maxMs: 60_000 });
   // The communication alone: one all-reduce of every gradient, as delayAllreduce sends it.
   let allReduceMs = 0;

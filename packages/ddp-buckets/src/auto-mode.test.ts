@@ -14,7 +14,7 @@ import {
 } from './test-support/parity.js';
 
 const backend = createCpuBackend();
-const STEPS = 1 + 2 * AutoModeTrial.TRIALS + 2;
+const STEPS = 1 + AutoModeTrial.STEPS + 2;
 const job: ParityJob = {
   steps: STEPS,
   rows: 4,
@@ -23,7 +23,7 @@ const job: ParityJob = {
 
 /** Every rank chose the same mode at the same step, from the same timings; buckets to match. */
 function expectOneChoice(reports: ParityReport[]): void {
-  const decidedAt = 2 * AutoModeTrial.TRIALS; // the recording step, then the timed ones
+  const decidedAt = AutoModeTrial.STEPS; // the recording step, then the trial's
   for (const report of reports) {
     expect(report.modes.slice(0, decidedAt)).toEqual(Array(decidedAt).fill('deciding'));
     expect(report.modes.slice(decidedAt)).toEqual(
@@ -50,8 +50,9 @@ describe("delayAllreduce: 'auto'", () => {
       try {
         const reports = await Promise.all(groups.map((g) => trainRank(g, job, backend)));
         const reference = await trainReference(job, size, backend);
+        // Ten AdamW steps, at three ranks with the ring's sums in two orders: f32's 1e-5.
         for (const report of reports) {
-          expect(maxRelativeDifference(report.params, reference.params)).toBeLessThan(1e-6);
+          expect(maxRelativeDifference(report.params, reference.params)).toBeLessThan(1e-5);
         }
         expectOneChoice(reports);
       } finally {

@@ -216,7 +216,7 @@ function ddpModeNews(ddp: DistributedDataParallel): () => string | null {
     if (told || timings === null) return null;
     told = true;
     const { delayMs, overlapMs } = timings;
-    const times = `${overlapMs.toFixed(1)} ms overlapped against ${delayMs.toFixed(1)} ms delayed (forward to reduced, slowest rank, best of 2)`;
+    const times = `${overlapMs.toFixed(1)} ms overlapped against ${delayMs.toFixed(1)} ms delayed (forward to reduced, slowest rank, best of ${timings.trials})`;
     return ddp.allreduceMode === 'delay'
       ? `ddp: all-reduce at the end of backward from here on: ${times}`
       : `ddp: all-reduce overlapped with backward from here on: ${times}`;

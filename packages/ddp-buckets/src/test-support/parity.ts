@@ -50,7 +50,7 @@ export interface ParityReport {
   /** `allreduceMode` after each step. */
   modes: string[];
   /** What `delayAllreduce: 'auto'` measured (null without it, or before it chose). */
-  autoTimings: { delayMs: number; overlapMs: number } | null;
+  autoTimings: { delayMs: number; overlapMs: number; trials: number } | null;
 }
 
 const IN = 6;
