@@ -34,6 +34,11 @@ export interface PreparedModel {
    */
   loadCheckpoint(dir: string, optimizer: AnyOptimizer): Promise<void>;
   /**
+   * A line about a choice the strategy made while training (ddp's all-reduce mode once timed),
+   * returned once; null when there is nothing new. The loop prints it after the step.
+   */
+  news?(): string | null;
+  /**
    * Called once the optimizer is made (and loaded on resume), before the first step, on every rank:
    * diloco's initial broadcast of rank 0's parameters.
    */
