@@ -1,3 +1,4 @@
+import type { OuterCompression } from '@webshard/diloco';
 import type { TokenizerName } from './data/dataset.js';
 import { UsageError } from './errors.js';
 
@@ -7,7 +8,7 @@ import { UsageError } from './errors.js';
  */
 
 /** The strategies `--strategy` accepts. */
-export const STRATEGIES = ['single', 'ddp', 'fsdp', 'offload'] as const;
+export const STRATEGIES = ['single', 'ddp', 'fsdp', 'offload', 'diloco'] as const;
 export type Strategy = (typeof STRATEGIES)[number];
 
 /** Where the ranks run: this thread, worker threads, or processes (see [Note: how ranks start]). */
@@ -51,6 +52,14 @@ export interface TrainConfig {
   numMicrobatches: number;
   /** Offload: keep only slice inputs between forward and backward, recompute the rest. */
   checkpointActivation: boolean;
+  /** DiLoCo: inner steps between outer syncs (H). */
+  innerSteps: number;
+  /** DiLoCo: the outer Nesterov SGD's learning rate (the paper's 0.7). */
+  outerLr: number;
+  /** DiLoCo: the outer momentum (the paper's 0.9; 0: plain SGD, no Nesterov). */
+  outerMomentum: number;
+  /** DiLoCo: how pseudo-gradients travel (`f32`, `bf16`, `int8` with error feedback). */
+  outerCompression: OuterCompression;
   /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
   checkpointEvery: number;
   checkpointDir: string | null;

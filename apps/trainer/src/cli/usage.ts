@@ -31,10 +31,11 @@ Optimizer
   --lr-schedule <constant|cosine>  default constant; cosine: linear warm-up, decay to lr/10
   --warmup-steps <n>           warm-up steps of the cosine schedule (default 0)
 Execution
-  --strategy <single|ddp|fsdp|offload>  default single; ddp: every rank holds the model and
+  --strategy <single|ddp|fsdp|offload|diloco>  default single; ddp: every rank holds the model and
                                gradients are all-reduced in buckets; fsdp: parameters, gradients and
                                optimizer state sharded over the ranks; offload: the model lives on
-                               the host and streams through the device slice by slice
+                               the host and streams through the device slice by slice; diloco: each
+                               rank steps its own replica, averaged every --inner-steps steps
   --world-size <n>             ranks sharing each batch (default 1; the batch must divide by it)
   --transport <local|shm|tcp|ws>  how ranks run: local (one thread), shm (worker threads, the
                                default), tcp or ws (processes, started through webshard-run)
@@ -53,6 +54,11 @@ Execution
   --num-slices <n>             offload: slices the model streams in (default 3)
   --num-microbatches <n>       offload: batch chunks per slice visit (default 1)
   --checkpoint-activation      offload: recompute each slice in backward from its input
+  --inner-steps <n>            diloco: inner AdamW steps between outer syncs (default 50)
+  --outer-lr <x> --outer-momentum <x>
+                               diloco: outer Nesterov SGD (default 0.7, 0.9: the paper's)
+  --outer-compression <f32|bf16|int8>  diloco: how pseudo-gradients travel (default f32; int8
+                               with a scale per 256 elements and error feedback)
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)

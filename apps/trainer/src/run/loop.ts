@@ -95,7 +95,10 @@ export async function runLoop(run: Run): Promise<LoopResult> {
         await saveCheckpoint(run, record.step, records, evals);
       }
       faultPoint('step');
-      const stop = await agreedStop(io.stop, group);
+      // A quiet step (diloco between syncs) leaves the agreement to the next step that is not.
+      const stop = run.prepared.quietStep?.(record.step - 1)
+        ? null
+        : await agreedStop(io.stop, group);
       if (stop !== null) {
         interrupted = await interrupt(stop, record.step);
         break;
@@ -124,14 +127,20 @@ async function oneStep(run: Run, step: number): Promise<StepRecord> {
   for (const paramGroup of optimizer.paramGroups) paramGroup.lr = lr;
   const start = performance.now();
   const microLosses = microBatchLosses(run.model, prepared, config, run.data, step, group);
+  // A quiet step runs no collective of the loop's own: the loss is this rank's, the records its own.
+  const quiet = prepared.quietStep?.(step) ?? false;
+  const { meanOverRanks, ...stepOptions } = prepared.step;
   const result = await accumulatedStep(prepared.params, optimizer, microLosses, {
     clip: config.gradClip === 0 ? Number.POSITIVE_INFINITY : config.gradClip,
-    ...prepared.step,
+    ...stepOptions,
+    ...(quiet || meanOverRanks === undefined ? {} : { meanOverRanks }),
     ...(prepared.mixed === undefined ? {} : { mixed: prepared.mixed }),
     check: (loss) => {
       if (!Number.isFinite(loss)) throw new NonFiniteLossError(step + 1, loss);
     },
   });
+  // The strategy's part after the optimizer step (diloco's outer sync), inside the step's time.
+  const outer = (await prepared.afterStep?.(step)) ?? null;
   const ms = performance.now() - start;
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   return {
@@ -142,11 +151,12 @@ async function oneStep(run: Run, step: number): Promise<StepRecord> {
     lr,
     ms,
     tokensPerSecond: (tokensPerStep * 1000) / ms,
+    ...(outer === null ? {} : { outerStep: outer.outerStep, outerBytesSent: outer.bytesSent }),
     peakDeviceBytes: backend.memoryStats().peakAllocated,
-    ...(group !== null && group.size > 1
+    ...(group !== null && group.size > 1 && !quiet
       ? { peakDeviceBytesPerRank: await gatherPerRank(group, backend.memoryStats().peakAllocated) }
       : {}),
-    ...(await hostMemoryFields(group)),
+    ...(await hostMemoryFields(quiet ? null : group)),
   };
 }
 

@@ -125,6 +125,7 @@ export async function setUpRun(
     if (resumed.scaler !== null) prepared.mixed?.scaler.loadStateDict(resumed.scaler);
     say(`resumed: ${resumeDir} (step ${resumed.step})`);
   }
+  await prepared.start?.(optimizer);
   const firstStep = resumed?.step ?? 0;
   return {
     config,

@@ -22,6 +22,7 @@ import { UsageError } from '../errors.js';
 import { Block, GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups, type MixedState } from '../train-step.js';
+import { prepareDiloco } from './diloco.js';
 import { prepareOffload } from './offload.js';
 import type { AnyOptimizer, PreparedModel } from './prepared-model.js';
 import { TrainModule, type TrainOutput } from './train-module.js';
@@ -39,6 +40,8 @@ import { TrainModule, type TrainOutput } from './train-module.js';
  *   would mix decayed matrices with undecayed biases. The clip reduces the norm over ranks; fp16
  *   uses `ShardedGradScaler`, bf16 needs no scaler; FSDP keeps the f32 shards.
  * - offload: `OffloadModel` streams the layers through the device from the host (offload.ts).
+ * - diloco: the model as single, each rank on its own data, averaged every `--inner-steps` steps
+ *   by an outer step ([Note: the diloco strategy] in diloco.ts).
  * In every multi-rank strategy the reported loss is the mean over ranks, so every rank sees the
  * same number and a non-finite loss stops every rank at the same step.
  */
@@ -84,6 +87,9 @@ export function prepareModel(
   };
   if (config.strategy === 'single') {
     return { ...common, forward: evalForward, step: {} };
+  }
+  if (config.strategy === 'diloco') {
+    return prepareDiloco({ ...common, forward: evalForward }, config, group!, meanOverRanks);
   }
   const ddp = new DistributedDataParallel(inner, {
     group: group!,

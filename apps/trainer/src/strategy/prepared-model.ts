@@ -38,6 +38,32 @@ export interface PreparedModel {
    * returned once; null when there is nothing new. The loop prints it after the step.
    */
   news?(): string | null;
+  /**
+   * Called once the optimizer is made (and loaded on resume), before the first step, on every rank:
+   * diloco's initial broadcast of rank 0's parameters.
+   */
+  start?(optimizer: AnyOptimizer): Promise<void>;
+  /**
+   * Called after each optimizer step (`step` from 0) on every rank: diloco's outer sync every
+   * `--inner-steps` steps and after the last. What the sync did, or null when there was none.
+   */
+  afterStep?(step: number): Promise<OuterSyncReport | null>;
+  /**
+   * Whether step `step` (from 0) runs none of the loop's own collectives (the loss's mean over
+   * ranks, the per-rank memory records, the agreed stop on a signal): diloco between its syncs,
+   * where a few small collectives a step would cost more latency on a slow link than the step's
+   * compute. The loss of such a step is this rank's own, and a signal stops the ranks at the next
+   * step that is not quiet.
+   */
+  quietStep?(step: number): boolean;
+}
+
+/** What an outer sync did, for the step's record. */
+export interface OuterSyncReport {
+  /** Outer steps so far. */
+  outerStep: number;
+  /** Bytes this rank sent in the sync. */
+  bytesSent: number;
 }
 
 /** Any optimizer the strategies checkpoint (AdamW in the trainer). */
