@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { UsageError } from '../errors.js';
-import { parseOptions, type TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
+import { parseOptions } from './options.js';
 
 const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
 

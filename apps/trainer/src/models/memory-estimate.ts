@@ -1,6 +1,7 @@
 import { UsageError } from '../errors.js';
 import { formatBytes } from '../progress.js';
-import type { TrainConfig } from './options.js';
+import { MLP_IN, MLP_OUT } from './build-model.js';
+import type { TrainConfig } from '../config.js';
 
 /**
  * [Note: the memory estimate]
@@ -33,10 +34,6 @@ export function estimateBytes(config: TrainConfig, vocabSize: number): number {
   const shards = config.strategy === 'fsdp' ? config.worldSize : 1;
   return (params * (16 + masterExtra)) / shards + nLayer * perLayer + logits + hostBatch;
 }
-
-/** The MLP's input and output widths (its hidden width is `--n-embd`). */
-export const MLP_IN = 16;
-export const MLP_OUT = 8;
 
 /** Refuse (a `UsageError`) a run whose estimate passes `--memory-limit` or `freeHostBytes`. */
 export function checkMemory(config: TrainConfig, vocabSize: number, freeHostBytes: number): void {

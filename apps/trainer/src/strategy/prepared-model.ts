@@ -1,0 +1,39 @@
+import type {
+  AdamHyperparameters,
+  Optimizer,
+  ParamGroupInput,
+  Tensor,
+} from '@webshard/tensor-core';
+import type { RunState } from '../checkpoint/run-checkpoint.js';
+import type { MixedState, StepOptions } from '../train-step.js';
+import type { TrainOutput } from './train-module.js';
+
+/** A model made ready for one rank of a strategy: what the training loop drives. */
+export interface PreparedModel {
+  /** Forward of one micro-batch under the strategy (gathers, gradient buckets). */
+  forward(input: Tensor, target: Tensor | null): Promise<TrainOutput>;
+  /** Forward for evaluation and samples; every rank calls it with the same inputs. */
+  evalForward(input: Tensor, target: Tensor | null): Promise<TrainOutput>;
+  /** What the optimizer steps (this rank's shards under FSDP), in nanoGPT's two decay groups. */
+  groups: ParamGroupInput<AdamHyperparameters>[];
+  /** Every tensor in `groups`. */
+  params: Tensor[];
+  mixed?: MixedState;
+  /** The strategy's part of a step: how to clip, skip reduction, and average the loss. */
+  step: Pick<StepOptions, 'clipGrads' | 'noSync' | 'meanOverRanks'>;
+  /**
+   * Run `fn` on the full f32 state dict under PyTorch names (rank 0; every rank must call it, the
+   * others get null). The tensors are valid only inside `fn`.
+   */
+  withFullStateDict<T>(fn: (dict: Map<string, Tensor> | null) => Promise<T>): Promise<T>;
+  /** Write this rank's part of a checkpoint into `dir` (every rank calls it). */
+  saveCheckpoint(dir: string, optimizer: AnyOptimizer, state: RunState): Promise<void>;
+  /**
+   * Restore what the model does not already hold from checkpoint `dir`: the optimizer (single,
+   * ddp: their weights are loaded before wrapping), or shards and optimizer (fsdp).
+   */
+  loadCheckpoint(dir: string, optimizer: AnyOptimizer): Promise<void>;
+}
+
+/** Any optimizer the strategies checkpoint (AdamW in the trainer). */
+export type AnyOptimizer = Optimizer<object, object>;
