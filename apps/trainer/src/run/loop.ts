@@ -113,7 +113,7 @@ export async function runLoop(run: Run): Promise<LoopResult> {
 }
 
 /** One optimizer step (index `step`, from 0) and its record: loss, norm, time, peak memory. */
-async function oneStep(run: Run, step: number): Promise<StepRecord> {
+export async function oneStep(run: Run, step: number): Promise<StepRecord> {
   const { config, group, prepared, optimizer, backend } = run;
   const lr =
     config.lrSchedule === 'cosine'

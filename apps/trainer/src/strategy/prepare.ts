@@ -94,6 +94,8 @@ export function prepareModel(
   return {
     ...common,
     forward: (input, target) => ddp.call(input, target),
+    release: () => ddp.dispose(),
+    ready: ddp.ready,
     step: {
       noSync: (fn) => ddp.noSync(fn),
       ...(meanOverRanks === undefined ? {} : { meanOverRanks }),

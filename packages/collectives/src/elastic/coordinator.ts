@@ -82,7 +82,8 @@ export class ElasticCoordinator {
   /** Every announced change of membership, in order. */
   readonly history: EpochAnnouncement[] = [];
   /**
-   * Settles when the coordinator closes, or rejects when the job failed
+   * Settles when every member of a formed world has left (the job ended) or the coordinator
+   * closes, or rejects when the job failed
    * (`ElasticWorldTooSmallError`, or `ElasticError` code `E_STATE_LOST`).
    */
   readonly done: Promise<void>;
@@ -292,6 +293,7 @@ export class ElasticCoordinator {
     if (live.length === 0) {
       // Everyone left (the job ended, or every process died): newcomers cannot get the state.
       if (waiting.length > 0) this.fail(this.stateLost(waiting));
+      else this.resolveDone();
       return;
     }
     const next = nextMembers(members, new Set(live), waiting, this.options);

@@ -1,0 +1,144 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FIXTURES } from '../test-support/fixtures.js';
+
+// [Note: elastic training in the trainer], end to end over tcp: a coordinator and 3 member
+// processes started with the same command; one kills itself (SIGKILL) after its 3rd step, the
+// others go on as 2, a 4th process started with the same command joins, and the 3 finish. The
+// loss matches one process trained on the same global batches, which is what DDP at any world
+// size computes (up to the order of the sums).
+const CLI = join(import.meta.dirname, '..', 'cli.ts');
+const STEPS = 150;
+const MODEL = ['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'];
+const COMMON = [...MODEL, '--batch-size', '12', '--steps', String(STEPS), '--backend', 'cpu'];
+const RUN = [...COMMON, '--sample-length', '0', '--seed', '7'];
+
+let out: string;
+const children: ChildProcess[] = [];
+beforeAll(async () => {
+  out = await mkdtemp(join(tmpdir(), 'webshard-elastic-'));
+});
+afterAll(async () => {
+  for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
+  await rm(out, { recursive: true, force: true });
+});
+
+interface Started {
+  child: ChildProcess;
+  stdout: () => string;
+  done: Promise<{ code: number | null; signal: string | null; stderr: string }>;
+}
+
+function cli(args: readonly string[], env: Record<string, string> = {}): Started {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@webshard/source', '--import', 'tsx', CLI, ...args],
+    {
+      cwd: FIXTURES,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, INIT_CWD: undefined, ...env },
+    },
+  );
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const done = new Promise<{ code: number | null; signal: string | null; stderr: string }>(
+    (resolve) => child.on('close', (code, signal) => resolve({ code, signal, stderr })),
+  );
+  return { child, stdout: () => stdout, done };
+}
+
+async function until<T>(
+  what: string,
+  probe: () => T | undefined | null,
+  timeoutMs = 40_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value !== undefined && value !== null) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+interface Line {
+  event?: 'membership';
+  step: number;
+  loss?: number;
+  worldSize?: number;
+  left?: number[];
+  joined?: number[];
+}
+
+async function lines(path: string): Promise<Line[]> {
+  const text = await readFile(path, 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as Line);
+}
+
+it('trains through 3 -> 2 -> 3 members over tcp, exit 0, the loss of one uninterrupted process', async () => {
+  const coordinator = cli([
+    '--elastic-coordinator',
+    '0',
+    '--min-world-size',
+    '2',
+    '--max-world-size',
+    '3',
+    '--elastic-wait-seconds',
+    '30',
+  ]);
+  const url = await until(
+    'the coordinator',
+    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+  );
+  const log = join(out, 'elastic.jsonl');
+  const member = (env: Record<string, string> = {}) =>
+    cli([...RUN, '--strategy', 'ddp', '--elastic', url, '--log-jsonl', log], env);
+  // The member that dies kills itself at its 3rd step's end, like `kill -9`.
+  const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '3' })];
+  await until('the world of 2', () =>
+    /epoch 1, 2 member\(s\)/.test(coordinator.stdout()) ? true : null,
+  );
+  const joiner = member();
+  const [a, b, victim, c, ended] = await Promise.all(
+    [...first, joiner, coordinator].map((m) => m.done),
+  );
+  expect(victim!.signal).toBe('SIGKILL');
+  for (const result of [a!, b!, c!]) expect([result.code, result.stderr]).toEqual([0, '']);
+  expect(ended!.code).toBe(0);
+  expect(coordinator.stdout()).toMatch(/epoch 2, 3 member\(s\) \[\d+, \d+, 3\], joined \[3\]/);
+
+  const records = await lines(log);
+  const changes = records.filter((line) => line.event === 'membership');
+  expect(changes.map((line) => [line.worldSize, line.left!.length, line.joined!.length])).toEqual([
+    [3, 0, 3],
+    [2, 1, 0],
+    [3, 0, 1],
+  ]);
+  const steps = records.filter((line) => line.event === undefined);
+  expect(steps.map((line) => line.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+
+  // One process on the same global batches: the reference, never interrupted.
+  const single = cli([...RUN, '--log-jsonl', join(out, 'single.jsonl')]);
+  expect((await single.done).code).toBe(0);
+  const reference = await lines(join(out, 'single.jsonl'));
+  const gaps = steps.map(
+    (line, i) => Math.abs(line.loss! - reference[i]!.loss!) / reference[i]!.loss!,
+  );
+  console.log(
+    `elastic 3 -> 2 -> 3 against one process: worst relative loss gap ${Math.max(...gaps).toExponential(2)}`,
+  );
+  expect(Math.max(...gaps)).toBeLessThan(5e-3);
+}, 90_000);

@@ -1,0 +1,124 @@
+import {
+  CollectiveError,
+  type ElasticGroup,
+  joinElastic,
+  type MembershipChange,
+} from '@webshard/collectives';
+import { appendLog, faultPoint, openLog } from '#platform';
+import type { TrainConfig } from '../config.js';
+import { UsageError } from '../errors.js';
+import { logLine } from '../io/log-line.js';
+import { createProgress, type StepRecord } from '../progress.js';
+import { checkSameBackend } from '../ranks/job-backend.js';
+import { prepareModel } from '../strategy/prepare.js';
+import { shareRunState } from './elastic-state.js';
+import { finishRun } from './finish.js';
+import { oneStep } from './loop.js';
+import type { RunIO, TrainSummary } from './run-io.js';
+import { type Run, setUpRun } from './set-up.js';
+
+/*
+ * [Note: elastic training in the trainer]
+ * `--elastic URL` makes this process one member of an elastic DDP world whose coordinator runs at
+ * URL (`webshard-train --elastic-coordinator PORT`; [Note: elastic membership] in collectives).
+ * The world size is the coordinator's: each epoch's config has `worldSize` set to it, so every
+ * member takes its share of the same global batch (`--batch-size` must divide by every world size
+ * the job may have, times `--grad-accum`). After every step each member reaches a sync point; a
+ * step that failed because a member died (its collectives abort) is not counted and runs again in
+ * the new world. After a change, the members rebuild DDP over the new group and take rank 0's
+ * state ([Note: the trainer's elastic state]), and rank 0 writes a `membership` line to the JSONL
+ * log (epoch, world size, who left, who joined, the next step).
+ */
+
+/** The world's size checked against the batch: every member must take whole micro-batches. */
+function checkBatch(config: TrainConfig, worldSize: number): void {
+  if (config.batchSize % (worldSize * config.gradAccum) !== 0) {
+    throw new UsageError(
+      `--elastic: --batch-size ${config.batchSize} does not divide over the world's ${worldSize} members x --grad-accum ${config.gradAccum}: choose a batch size that every world size from --min-world-size to --max-world-size divides`,
+      { option: '--batch-size' },
+    );
+  }
+}
+
+function membershipLine(change: MembershipChange, step: number): string {
+  const { epoch, worldSize, members, left, joined } = change;
+  return `${JSON.stringify({ event: 'membership', step, epoch, worldSize, members, left, joined })}\n`;
+}
+
+/** The group of the new epoch under the strategy: DDP rebuilt, the lead and its printing moved. */
+async function enterEpoch(run: Run, config: TrainConfig, elastic: ElasticGroup): Promise<void> {
+  const { group, membership } = elastic;
+  checkBatch(config, membership.worldSize);
+  run.prepared.release?.();
+  run.config = { ...config, worldSize: membership.worldSize };
+  run.group = group;
+  run.lead = group.rank === 0;
+  run.say = (line) => {
+    if (group.rank === 0) run.io.stdout(`${line}\n`);
+  };
+  if (group.size > 1) await checkSameBackend(group, run.backend);
+  run.prepared = prepareModel(run.model, run.config, group, run.backend);
+}
+
+/**
+ * One member's run of an elastic job ([Note: elastic training in the trainer]): join, set up,
+ * step with a sync point after every step, finish. Resolves when the job's last step is done.
+ */
+export async function trainElastic(config: TrainConfig, io: RunIO): Promise<TrainSummary> {
+  const elastic = await joinElastic({
+    url: config.elastic!,
+    backend: config.transport === 'ws' ? 'ws' : 'tcp',
+    name: `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
+  });
+  try {
+    checkBatch(config, elastic.membership.worldSize);
+    const run = await setUpRun(
+      { ...config, worldSize: elastic.membership.worldSize },
+      io,
+      elastic.group,
+    );
+    const records: StepRecord[] = [];
+    const started = performance.now();
+    const progress = createProgress((text) => run.lead && io.stdout(text), false);
+    let log = run.lead && config.logJsonl !== null ? await openLog(config.logJsonl) : null;
+    const announce = async (change: MembershipChange, step: number) => {
+      run.say(
+        `elastic: epoch ${change.epoch}, ${change.worldSize} member(s) [${change.members.join(', ')}]${change.left.length > 0 ? `, left [${change.left.join(', ')}]` : ''}${change.joined.length > 0 ? `, joined [${change.joined.join(', ')}]` : ''}, next step ${step + 1}`,
+      );
+      if (run.lead && log === null && config.logJsonl !== null) {
+        // This member became rank 0: the log goes on from the step the world is at.
+        log = await appendLog(config.logJsonl);
+      }
+      await log?.write(membershipLine(change, step));
+    };
+    let step = await shareRunState(run, elastic, 0);
+    await announce(elastic.membership, step);
+    while (step < config.steps) {
+      let record: StepRecord | null = null;
+      try {
+        record = await oneStep(run, step);
+      } catch (error) {
+        // A member died under this step: it runs again once the world is rebuilt.
+        if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+      }
+      if (record !== null) {
+        step += 1;
+        records.push(record);
+        progress.step(record, (performance.now() - started) / 1000);
+        await log?.write(logLine(record));
+        faultPoint('step');
+      }
+      const change = await elastic.sync({ failed: record === null });
+      if (change !== null) {
+        await enterEpoch(run, config, elastic);
+        step = await shareRunState(run, elastic, step);
+        await announce(change, step);
+      }
+    }
+    progress.done();
+    await log?.close();
+    return await finishRun(run, { records, evals: [], started, interrupted: null });
+  } finally {
+    await elastic.close();
+  }
+}
