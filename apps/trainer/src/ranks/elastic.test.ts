@@ -142,3 +142,34 @@ it('trains through 3 -> 2 -> 3 members over tcp, exit 0, the loss of one uninter
   );
   expect(Math.max(...gaps)).toBeLessThan(5e-3);
 }, 90_000);
+
+it('stops with the sizes when the world stays below --min-world-size', async () => {
+  const coordinator = cli([
+    '--elastic-coordinator',
+    '0',
+    '--min-world-size',
+    '2',
+    '--max-world-size',
+    '2',
+    '--elastic-wait-seconds',
+    '1',
+  ]);
+  const url = await until(
+    'the coordinator',
+    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+  );
+  const lone = cli([...RUN, '--strategy', 'ddp', '--elastic', url]);
+  const [member, ended] = await Promise.all([lone.done, coordinator.done]);
+  const sizes =
+    'the world has 1 member(s), below the minimum world size 2 (--min-world-size), and no member joined within';
+  expect(member.code).toBe(1);
+  expect(member.stderr).toMatch(
+    /^webshard-train: ElasticWorldTooSmallError: \[elastic\.join\] member 0: /,
+  );
+  expect(member.stderr).toContain(sizes);
+  expect(ended.code).toBe(1);
+  expect(ended.stderr).toMatch(
+    /^webshard-train: ElasticWorldTooSmallError: \[elastic\.coordinator\] /,
+  );
+  expect(ended.stderr).toContain(sizes);
+}, 30_000);
