@@ -2,7 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { ArgumentError } from '@webshard/tensor-core';
 import { type WebSocket, WebSocketServer } from 'ws';
-import { StoreServer } from '../rendezvous/store-server.js';
+import { EpochStores, wsUrl } from './epoch-stores.js';
 import { ElasticError, ElasticWorldTooSmallError } from './errors.js';
 import { checkWorldBounds, nextMembers, type WorldBounds } from './membership.js';
 import {
@@ -70,7 +70,7 @@ export class ElasticCoordinator {
   private readonly members = new Map<number, Member>();
   private nextId = 0;
   private current: { epoch: number; members: number[] } | null = null;
-  private readonly stores: StoreServer[] = [];
+  private readonly stores: EpochStores;
   private syncTimer: ReturnType<typeof setTimeout> | null = null;
   private windowTimer: ReturnType<typeof setTimeout> | null = null;
   private belowMin: { timer: ReturnType<typeof setTimeout>; since: number } | null = null;
@@ -101,6 +101,7 @@ export class ElasticCoordinator {
       this.rejectDone = reject;
     });
     this.done.catch(() => {});
+    this.stores = new EpochStores(options.host, options.token);
     server.on('connection', (socket) => this.accept(socket));
   }
 
@@ -126,7 +127,6 @@ export class ElasticCoordinator {
     });
     server.on('error', () => {});
     const port = (server.address() as AddressInfo).port;
-    const urlHost = host.includes(':') ? `[${host}]` : host;
     return new ElasticCoordinator(
       server,
       {
@@ -140,7 +140,7 @@ export class ElasticCoordinator {
         belowMinTimeoutMs: options.belowMinTimeoutMs ?? 60_000,
         helloTimeoutMs: options.helloTimeoutMs ?? 10_000,
       },
-      `ws://${urlHost}:${port}`,
+      wsUrl(host, port),
     );
   }
 
@@ -172,7 +172,7 @@ export class ElasticCoordinator {
     this.clearTimers();
     for (const member of this.members.values()) member.socket.terminate();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
-    await Promise.all(this.stores.splice(0).map((store) => store.close()));
+    await this.stores.close();
     this.resolveDone();
   }
 
@@ -392,25 +392,10 @@ export class ElasticCoordinator {
     }
     this.forming = true;
     const epoch = (this.current?.epoch ?? -1) + 1;
-    const store = new StoreServer({
-      port: 0,
-      host: this.options.host,
-      token: this.options.token,
-      worldSize: next.members.length,
-    });
-    store.listen().then(
-      (port) => {
+    this.stores.open(next.members.length).then(
+      (storeUrl) => {
         this.forming = false;
-        if (this.closed) {
-          void store.close();
-          return;
-        }
-        this.stores.push(store);
-        // The store of the epoch before the last: every live member has left its group.
-        while (this.stores.length > 2) void this.stores.shift()!.close();
-        const urlHost = this.options.host.includes(':')
-          ? `[${this.options.host}]`
-          : this.options.host;
+        if (this.closed) return;
         const announcement: EpochAnnouncement = {
           op: 'epoch',
           epoch,
@@ -418,7 +403,7 @@ export class ElasticCoordinator {
           left: next.left,
           joined: next.joined,
           changed: true,
-          storeUrl: `ws://${urlHost}:${port}`,
+          storeUrl,
         };
         this.current = { epoch, members: [...next.members] };
         this.history.push(announcement);
@@ -432,15 +417,9 @@ export class ElasticCoordinator {
       },
       (error: unknown) => {
         this.forming = false;
-        this.fail(
-          new ElasticError(
-            'coordinator',
-            `epoch ${epoch}'s store cannot listen: ${String(error)}`,
-            {
-              cause: error,
-            },
-          ),
-        );
+        if (this.closed) return;
+        const detail = `epoch ${epoch}'s store cannot listen: ${String(error)}`;
+        this.fail(new ElasticError('coordinator', detail, { cause: error }));
       },
     );
   }
