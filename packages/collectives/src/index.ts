@@ -30,6 +30,7 @@ export type {
 export { joinElastic } from './elastic/elastic-group.js';
 export { ElasticError, ElasticWorldTooSmallError } from './elastic/errors.js';
 export type { WorldBounds } from './elastic/membership.js';
+export type { EpochAnnouncement } from './elastic/protocol.js';
 export type { ElasticShare } from './elastic/partition.js';
 export { elasticShare } from './elastic/partition.js';
 export type { StateEntries, StateValue } from './elastic/state-transfer.js';

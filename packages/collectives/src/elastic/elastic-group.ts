@@ -42,7 +42,9 @@ export interface Membership {
   readonly id: number;
   /** Counts up from 0 with every change of membership. */
   readonly epoch: number;
+  /** This member's rank in the epoch's group. */
   readonly rank: number;
+  /** The epoch's number of members. */
   readonly worldSize: number;
   /** Member ids in rank order. */
   readonly members: readonly number[];

@@ -7,7 +7,9 @@ import { WebshardError } from '@webshard/tensor-core';
  * Messages begin with the op: `[elastic.sync] member 3: ...`.
  */
 export class ElasticError extends WebshardError {
+  /** The step that failed: `join`, `sync`, `coordinator`, `link`. */
   readonly op: string;
+  /** The coordinator's id of the member that reports it, when known. */
   readonly member: number | undefined;
   constructor(
     op: string,
@@ -30,8 +32,11 @@ export class ElasticError extends WebshardError {
  * reject with it; `worldSize` is how many members were left.
  */
 export class ElasticWorldTooSmallError extends ElasticError {
+  /** How many members the world had left. */
   readonly worldSize: number;
+  /** The coordinator's `minWorldSize` (`--min-world-size`). */
   readonly minWorldSize: number;
+  /** How long the coordinator waited for newcomers, in ms. */
   readonly waitedMs: number;
   constructor(
     op: string,

@@ -2,7 +2,9 @@ import { ArgumentError } from '@webshard/tensor-core';
 
 /** How small and how large an elastic world may be (`--min-world-size`, `--max-world-size`). */
 export interface WorldBounds {
+  /** Fewest members the job trains with; below it the world waits, then fails. */
   readonly minWorldSize: number;
+  /** Most members at once; newcomers beyond it wait for room. */
   readonly maxWorldSize: number;
 }
 
