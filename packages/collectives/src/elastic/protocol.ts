@@ -16,6 +16,7 @@
 
 /** One epoch's world, as the coordinator announces it. */
 export interface EpochAnnouncement {
+  /** The message's kind on the wire. */
   readonly op: 'epoch';
   /** Counts up from 0 with every change of membership. */
   readonly epoch: number;
