@@ -27,7 +27,12 @@ export async function hostElasticCoordinator(
     `elastic coordinator: ${coordinator.url} (world size ${settings.minWorldSize} to ${settings.maxWorldSize}); members join with --elastic ${coordinator.url}`,
   );
   let told = 0;
+  const toldWaiting = new Set<number>();
   const tell = () => {
+    for (const id of coordinator.waiting) {
+      if (!toldWaiting.has(id)) say(`elastic: member ${id} waits to be admitted at a sync point`);
+      toldWaiting.add(id);
+    }
     for (const change of coordinator.history.slice(told)) {
       say(
         `elastic: epoch ${change.epoch}, ${change.members.length} member(s) [${change.members.join(', ')}]${change.left.length > 0 ? `, left [${change.left.join(', ')}]` : ''}${change.joined.length > 0 ? `, joined [${change.joined.join(', ')}]` : ''}`,

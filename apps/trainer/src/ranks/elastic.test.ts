@@ -11,7 +11,7 @@ import { FIXTURES } from '../test-support/fixtures.js';
 // loss matches one process trained on the same global batches, which is what DDP at any world
 // size computes (up to the order of the sums).
 const CLI = join(import.meta.dirname, '..', 'cli.ts');
-const STEPS = 150;
+const STEPS = 40;
 const MODEL = ['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'];
 const COMMON = [...MODEL, '--batch-size', '12', '--steps', String(STEPS), '--backend', 'cpu'];
 const RUN = [...COMMON, '--sample-length', '0', '--seed', '7'];
@@ -22,7 +22,9 @@ beforeAll(async () => {
   out = await mkdtemp(join(tmpdir(), 'webshard-elastic-'));
 });
 afterAll(async () => {
-  for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
+  for (const child of children) {
+    if (child.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+  }
   await rm(out, { recursive: true, force: true });
 });
 
@@ -39,6 +41,8 @@ function cli(args: readonly string[], env: Record<string, string> = {}): Started
     {
       cwd: FIXTURES,
       stdio: ['ignore', 'pipe', 'pipe'],
+      // A process group of its own, so the test can stop and kill the CLI with its child.
+      detached: true,
       env: { ...process.env, INIT_CWD: undefined, ...env },
     },
   );
@@ -104,17 +108,36 @@ it('trains through 3 -> 2 -> 3 members over tcp, exit 0, the loss of one uninter
     () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
   );
   const log = join(out, 'elastic.jsonl');
+  let lastLines: Line[] = [];
+  const reader = setInterval(() => {
+    // A line being written does not parse yet: the next read has it whole.
+    lines(log).then(
+      (read) => {
+        lastLines = read;
+      },
+      () => {},
+    );
+  }, 50);
   const member = (env: Record<string, string> = {}) =>
     cli([...RUN, '--strategy', 'ddp', '--elastic', url, '--log-jsonl', log], env);
   // The member that dies kills itself at its 3rd step's end, like `kill -9`.
   const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '3' })];
-  await until('the world of 2', () =>
-    /epoch 1, 2 member\(s\)/.test(coordinator.stdout()) ? true : null,
-  );
+  // The survivors go on as 2 for a step at least; then they are frozen (SIGSTOP) while the 4th
+  // process starts, so it waits at the coordinator before they finish, however fast they step.
+  const survivors = await until('a step of the world of 2', () => {
+    const changes = lastLines.filter((line) => line.event === 'membership');
+    if (changes.length < 2 || lastLines.at(-1)!.event !== undefined) return null;
+    return first.filter((m) => m.child.exitCode === null && m.child.signalCode === null);
+  });
+  // The CLI runs the trainer in a child process of its own: stop the whole process group.
+  for (const m of survivors) process.kill(-m.child.pid!, 'SIGSTOP');
   const joiner = member();
+  await until('the 4th waiting', () => (/member 3 waits/.test(coordinator.stdout()) ? true : null));
+  for (const m of survivors) process.kill(-m.child.pid!, 'SIGCONT');
   const [a, b, victim, c, ended] = await Promise.all(
     [...first, joiner, coordinator].map((m) => m.done),
   );
+  clearInterval(reader);
   expect(victim!.signal).toBe('SIGKILL');
   for (const result of [a!, b!, c!]) expect([result.code, result.stderr]).toEqual([0, '']);
   expect(ended!.code).toBe(0);
@@ -127,6 +150,8 @@ it('trains through 3 -> 2 -> 3 members over tcp, exit 0, the loss of one uninter
     [2, 1, 0],
     [3, 0, 1],
   ]);
+  // The world of 2 trained at least one step before the 4th was admitted.
+  expect(changes[2]!.step).toBeGreaterThan(changes[1]!.step);
   const steps = records.filter((line) => line.event === undefined);
   expect(steps.map((line) => line.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
 
