@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FIXTURES } from '../test-support/fixtures.js';
 
-// [Note: elastic training in the trainer], end to end over tcp: a coordinator and 3 member
+// [Note: elastic training in the trainer], end to end over tcp and ws: a coordinator and 3 member
 // processes started with the same command; one kills itself (SIGKILL) after its 3rd step, the
 // others go on as 2, a 4th process started with the same command joins, and the 3 finish. The
 // loss matches one process trained on the same global batches, which is what DDP at any world
@@ -92,81 +92,102 @@ async function lines(path: string): Promise<Line[]> {
     .map((line) => JSON.parse(line) as Line);
 }
 
-it('trains through 3 -> 2 -> 3 members over tcp, exit 0, the loss of one uninterrupted process', async () => {
-  const coordinator = cli([
-    '--elastic-coordinator',
-    '0',
-    '--min-world-size',
-    '2',
-    '--max-world-size',
-    '3',
-    '--elastic-wait-seconds',
-    '30',
-  ]);
-  const url = await until(
-    'the coordinator',
-    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
-  );
-  const log = join(out, 'elastic.jsonl');
-  let lastLines: Line[] = [];
-  const reader = setInterval(() => {
-    // A line being written does not parse yet: the next read has it whole.
-    lines(log).then(
-      (read) => {
-        lastLines = read;
-      },
-      () => {},
+it.each(['tcp', 'ws'])(
+  'trains through 3 -> 2 -> 3 members over %s, exit 0, the loss of one uninterrupted process',
+  async (transport) => {
+    const coordinator = cli([
+      '--elastic-coordinator',
+      '0',
+      '--min-world-size',
+      '2',
+      '--max-world-size',
+      '3',
+      '--elastic-wait-seconds',
+      '30',
+    ]);
+    const url = await until(
+      'the coordinator',
+      () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
     );
-  }, 50);
-  const member = (env: Record<string, string> = {}) =>
-    cli([...RUN, '--strategy', 'ddp', '--elastic', url, '--log-jsonl', log], env);
-  // The member that dies kills itself at its 3rd step's end, like `kill -9`.
-  const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '3' })];
-  // The survivors go on as 2 for a step at least; then they are frozen (SIGSTOP) while the 4th
-  // process starts, so it waits at the coordinator before they finish, however fast they step.
-  const survivors = await until('a step of the world of 2', () => {
-    const changes = lastLines.filter((line) => line.event === 'membership');
-    if (changes.length < 2 || lastLines.at(-1)!.event !== undefined) return null;
-    return first.filter((m) => m.child.exitCode === null && m.child.signalCode === null);
-  });
-  // The CLI runs the trainer in a child process of its own: stop the whole process group.
-  for (const m of survivors) process.kill(-m.child.pid!, 'SIGSTOP');
-  const joiner = member();
-  await until('the 4th waiting', () => (/member 3 waits/.test(coordinator.stdout()) ? true : null));
-  for (const m of survivors) process.kill(-m.child.pid!, 'SIGCONT');
-  const [a, b, victim, c, ended] = await Promise.all(
-    [...first, joiner, coordinator].map((m) => m.done),
-  );
-  clearInterval(reader);
-  expect(victim!.signal).toBe('SIGKILL');
-  for (const result of [a!, b!, c!]) expect([result.code, result.stderr]).toEqual([0, '']);
-  expect(ended!.code).toBe(0);
-  expect(coordinator.stdout()).toMatch(/epoch 2, 3 member\(s\) \[\d+, \d+, 3\], joined \[3\]/);
+    const log = join(out, `elastic-${transport}.jsonl`);
+    let lastLines: Line[] = [];
+    const reader = setInterval(() => {
+      // A line being written does not parse yet: the next read has it whole.
+      lines(log).then(
+        (read) => {
+          lastLines = read;
+        },
+        () => {},
+      );
+    }, 50);
+    const member = (env: Record<string, string> = {}) =>
+      cli(
+        [
+          ...RUN,
+          '--strategy',
+          'ddp',
+          '--transport',
+          transport,
+          '--elastic',
+          url,
+          '--log-jsonl',
+          log,
+        ],
+        env,
+      );
+    // The member that dies kills itself at its 3rd step's end, like `kill -9`.
+    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '3' })];
+    // The survivors go on as 2 for a step at least; then they are frozen (SIGSTOP) while the 4th
+    // process starts, so it waits at the coordinator before they finish, however fast they step.
+    const survivors = await until('a step of the world of 2', () => {
+      const changes = lastLines.filter((line) => line.event === 'membership');
+      if (changes.length < 2 || lastLines.at(-1)!.event !== undefined) return null;
+      return first.filter((m) => m.child.exitCode === null && m.child.signalCode === null);
+    });
+    // The CLI runs the trainer in a child process of its own: stop the whole process group.
+    for (const m of survivors) process.kill(-m.child.pid!, 'SIGSTOP');
+    const joiner = member();
+    await until('the 4th waiting', () =>
+      /member 3 waits/.test(coordinator.stdout()) ? true : null,
+    );
+    for (const m of survivors) process.kill(-m.child.pid!, 'SIGCONT');
+    const [a, b, victim, c, ended] = await Promise.all(
+      [...first, joiner, coordinator].map((m) => m.done),
+    );
+    clearInterval(reader);
+    expect(victim!.signal).toBe('SIGKILL');
+    for (const result of [a!, b!, c!]) expect([result.code, result.stderr]).toEqual([0, '']);
+    expect(ended!.code).toBe(0);
+    expect(coordinator.stdout()).toMatch(/epoch 2, 3 member\(s\) \[\d+, \d+, 3\], joined \[3\]/);
 
-  const records = await lines(log);
-  const changes = records.filter((line) => line.event === 'membership');
-  expect(changes.map((line) => [line.worldSize, line.left!.length, line.joined!.length])).toEqual([
-    [3, 0, 3],
-    [2, 1, 0],
-    [3, 0, 1],
-  ]);
-  // The world of 2 trained at least one step before the 4th was admitted.
-  expect(changes[2]!.step).toBeGreaterThan(changes[1]!.step);
-  const steps = records.filter((line) => line.event === undefined);
-  expect(steps.map((line) => line.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+    const records = await lines(log);
+    const changes = records.filter((line) => line.event === 'membership');
+    expect(changes.map((line) => [line.worldSize, line.left!.length, line.joined!.length])).toEqual(
+      [
+        [3, 0, 3],
+        [2, 1, 0],
+        [3, 0, 1],
+      ],
+    );
+    // The world of 2 trained at least one step before the 4th was admitted.
+    expect(changes[2]!.step).toBeGreaterThan(changes[1]!.step);
+    const steps = records.filter((line) => line.event === undefined);
+    expect(steps.map((line) => line.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
 
-  // One process on the same global batches: the reference, never interrupted.
-  const single = cli([...RUN, '--log-jsonl', join(out, 'single.jsonl')]);
-  expect((await single.done).code).toBe(0);
-  const reference = await lines(join(out, 'single.jsonl'));
-  const gaps = steps.map(
-    (line, i) => Math.abs(line.loss! - reference[i]!.loss!) / reference[i]!.loss!,
-  );
-  console.log(
-    `elastic 3 -> 2 -> 3 against one process: worst relative loss gap ${Math.max(...gaps).toExponential(2)}`,
-  );
-  expect(Math.max(...gaps)).toBeLessThan(5e-3);
-}, 90_000);
+    // One process on the same global batches: the reference, never interrupted.
+    const single = cli([...RUN, '--log-jsonl', join(out, `single-${transport}.jsonl`)]);
+    expect((await single.done).code).toBe(0);
+    const reference = await lines(join(out, `single-${transport}.jsonl`));
+    const gaps = steps.map(
+      (line, i) => Math.abs(line.loss! - reference[i]!.loss!) / reference[i]!.loss!,
+    );
+    console.log(
+      `elastic 3 -> 2 -> 3 over ${transport} against one process: worst relative loss gap ${Math.max(...gaps).toExponential(2)}`,
+    );
+    expect(Math.max(...gaps)).toBeLessThan(5e-3);
+  },
+  90_000,
+);
 
 it('stops with the sizes when the world stays below --min-world-size', async () => {
   const coordinator = cli([
