@@ -219,3 +219,46 @@ it('stops with the sizes when the world stays below --min-world-size', async () 
   );
   expect(ended.stderr).toContain(sizes);
 }, 30_000);
+
+it('a member stopped by SIGTERM leaves (exit 143) and the others go on', async () => {
+  const coordinator = cli([
+    '--elastic-coordinator',
+    '0',
+    '--min-world-size',
+    '1',
+    '--max-world-size',
+    '2',
+  ]);
+  const url = await until(
+    'the coordinator',
+    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+  );
+  const log = join(out, 'sigterm.jsonl');
+  const args = [...MODEL, '--batch-size', '12', '--steps', '100000', '--backend', 'cpu'];
+  const members = [0, 1].map(() =>
+    cli([...args, '--strategy', 'ddp', '--elastic', url, '--log-jsonl', log]),
+  );
+  let read: Line[] = [];
+  const poll = async () => {
+    read = await lines(log).catch(() => read);
+    return read;
+  };
+  await until('a few steps of 2', () => {
+    void poll();
+    return read.filter((line) => line.event === undefined).length >= 3 ? true : null;
+  });
+  members[1]!.child.kill('SIGTERM');
+  const stopped = await members[1]!.done;
+  expect(stopped.code).toBe(143);
+  await until('a step of the one left', () => {
+    void poll();
+    const changes = read.filter((line) => line.event === 'membership');
+    return changes.length === 2 && read.at(-1)!.event === undefined ? true : null;
+  });
+  expect(read.filter((line) => line.event === 'membership').map((line) => line.worldSize)).toEqual([
+    2, 1,
+  ]);
+  members[0]!.child.kill('SIGTERM');
+  expect((await members[0]!.done).code).toBe(143);
+  expect((await coordinator.done).code).toBe(0);
+}, 60_000);

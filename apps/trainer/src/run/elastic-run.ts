@@ -6,7 +6,7 @@ import {
 } from '@webshard/collectives';
 import { appendLog, faultPoint, openLog } from '#platform';
 import type { TrainConfig } from '../config.js';
-import { UsageError } from '../errors.js';
+import { InterruptedError, UsageError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
 import { checkSameBackend } from '../ranks/job-backend.js';
@@ -108,6 +108,17 @@ export async function trainElastic(config: TrainConfig, io: RunIO): Promise<Trai
         await log?.write(logLine(record));
         faultPoint('step');
       }
+      const signal = io.stop?.signal ?? null;
+      if (signal !== null) {
+        // This member leaves (the others drop it at their next sync point); the job goes on.
+        await log?.close();
+        throw new InterruptedError(signal, {
+          step,
+          steps: config.steps,
+          checkpoint: null,
+          lead: run.lead,
+        });
+      }
       const change = await elastic.sync({ failed: record === null });
       if (change !== null) {
         await enterEpoch(run, config, elastic);
@@ -117,6 +128,11 @@ export async function trainElastic(config: TrainConfig, io: RunIO): Promise<Trai
     }
     progress.done();
     await log?.close();
+    if (records.length === 0) {
+      // Admitted at the job's last sync point: the state is the final one, nothing is left to train.
+      run.say('elastic: admitted after the last step; nothing left to train');
+      return { model: run.model, backend: run.backend, records, evals: [], sample: '' };
+    }
     return await finishRun(run, { records, evals: [], started, interrupted: null });
   } finally {
     await elastic.close();
