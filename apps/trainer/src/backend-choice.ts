@@ -22,7 +22,7 @@ export async function chooseBackend(
   vocabSize: number,
   say: (text: string) => void,
 ): Promise<Backend> {
-  const memory = config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit };
+  const memory = backendOptions(config);
   if (config.backend !== 'auto') return createBackend({ kind: config.backend, ...memory });
   const { backend, reason } = await chooseAutoBackend(
     config,
@@ -30,6 +30,17 @@ export async function chooseBackend(
   );
   say(`backend auto: ${reason} (--backend to override)\n`);
   return backend;
+}
+
+/** What `createBackend` takes from the run's flags: the memory limit and the matmul's FMA. */
+export function backendOptions(config: TrainConfig): {
+  memoryLimit?: number;
+  matmulFma: 'auto' | 'off';
+} {
+  return {
+    ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
+    matmulFma: config.matmulFma,
+  };
 }
 
 /**
@@ -268,7 +279,7 @@ function firstLine(text: string): string {
 export function realChoiceDeps(
   config: TrainConfig,
   vocabSize: number,
-  memory: { memoryLimit?: number },
+  memory: ReturnType<typeof backendOptions>,
 ): ChoiceDeps {
   return {
     create: (kind) => createBackend({ kind, ...memory }),

@@ -38,6 +38,11 @@ export interface TrainConfig {
   autoWrap: 'block' | 'none';
   /** DDP: bucket size; FSDP: the reduce-scatter bucket (MiB). Null: the package's default. */
   bucketMb: number | null;
+  /**
+   * ddp: when the gradient all-reduce runs: `'auto'` times both and keeps the faster ([Note:
+   * choosing overlap by measurement] in ddp-buckets), `'overlap'` with backward, `'delay'` at its end.
+   */
+  ddpAllreduce: 'auto' | 'overlap' | 'delay';
   /** FSDP: keep the shards (and the optimizer step) on the CPU, compute on the device. */
   moveParamsToCpu: boolean;
   /** Offload: slices the model streams through the device in. */
@@ -80,6 +85,11 @@ export interface TrainConfig {
   precision: 'fp32' | 'fp16' | 'bf16';
   backend: 'auto' | 'cpu' | 'webgpu';
   memoryLimit: number | null;
+  /**
+   * The CPU backend's matmul with relaxed SIMD's fused multiply-add: `'auto'` where every rank of
+   * the job fuses it, `'off'` never ([Note: relaxed FMA, chosen once per job]).
+   */
+  matmulFma: 'auto' | 'off';
   maxSeconds: number;
   logJsonl: string | null;
   save: string | null;

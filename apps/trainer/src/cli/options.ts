@@ -14,6 +14,7 @@ const OPTIONS = {
   'browser-port': { type: 'string' },
   'browser-host': { type: 'string' },
   'bucket-mb': { type: 'string' },
+  'ddp-allreduce': { type: 'string' },
   'reshard-after-forward': { type: 'string' },
   'auto-wrap': { type: 'string' },
   'move-params-to-cpu': { type: 'boolean' },
@@ -48,6 +49,7 @@ const OPTIONS = {
   precision: { type: 'string' },
   backend: { type: 'string' },
   'memory-limit': { type: 'string' },
+  'matmul-fma': { type: 'string' },
   'max-seconds': { type: 'string' },
   'log-jsonl': { type: 'string' },
   save: { type: 'string' },
@@ -172,6 +174,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     precision: choice('precision', v.precision, ['fp32', 'fp16', 'bf16'] as const, 'fp32'),
     backend: choice('backend', v.backend, ['auto', 'cpu', 'webgpu'] as const, 'auto'),
     memoryLimit: v['memory-limit'] === undefined ? null : int('memory-limit', 0, 1),
+    matmulFma: choice('matmul-fma', v['matmul-fma'], ['auto', 'off'] as const, 'auto'),
     maxSeconds: int('max-seconds', 0, 0),
     logJsonl: path('log-jsonl'),
     save: path('save'),
@@ -187,6 +190,12 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       choice('reshard-after-forward', v['reshard-after-forward'], ['true', 'false'], 'true') ===
       'true',
     autoWrap: choice('auto-wrap', v['auto-wrap'], ['block', 'none'] as const, 'block'),
+    ddpAllreduce: choice(
+      'ddp-allreduce',
+      v['ddp-allreduce'],
+      ['auto', 'overlap', 'delay'] as const,
+      'auto',
+    ),
     bucketMb:
       v['bucket-mb'] === undefined
         ? null
@@ -259,6 +268,11 @@ function checkStrategyFlags(
   if (config.bucketMb !== null && oneRank) {
     throw new UsageError(`--bucket-mb applies to --strategy ddp or fsdp, not ${config.strategy}`, {
       option: '--bucket-mb',
+    });
+  }
+  if (values['ddp-allreduce'] !== undefined && config.strategy !== 'ddp') {
+    throw new UsageError(`--ddp-allreduce applies to --strategy ddp, not ${config.strategy}`, {
+      option: '--ddp-allreduce',
     });
   }
   if (values.transport !== undefined && oneRank) {

@@ -54,6 +54,7 @@ Execution
                                (the others drop them at the next step) and join (they receive
                                rank 0's state); the batch must divide by every world size
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
+  --ddp-allreduce <mode>       ddp: auto|overlap|delay, all-reduce during or after backward (auto: timed)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
   --move-params-to-cpu         fsdp: shards and optimizer on the CPU, compute on --backend
@@ -63,6 +64,7 @@ Execution
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
+  --matmul-fma <auto|off>      CPU matmul with fused multiply-add where every rank fuses (default auto)
   --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit)
 Output
   --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes

@@ -19,7 +19,9 @@ import type { GPT } from '../models/gpt.js';
 import { checkMemory } from '../models/memory-estimate.js';
 import type { MLP } from '../models/mlp.js';
 import type { StepRecord } from '../progress.js';
+import { backendOptions } from '../backend-choice.js';
 import { checkSameBackend } from '../ranks/job-backend.js';
+import { agreeOnFma, fmaOffReason } from '../ranks/job-fma.js';
 import type { EvalPoint } from '../report/html-report.js';
 import { prepareModel } from '../strategy/prepare.js';
 import type { PreparedModel } from '../strategy/prepared-model.js';
@@ -60,11 +62,15 @@ export interface Run {
  * runs here (see [Note: checks before training]).
  */
 export async function setUpRun(
-  config: TrainConfig,
+  asked: TrainConfig,
   io: RunIO,
   group: ProcessGroup | null,
 ): Promise<Run> {
   const lead = group === null || group.rank === 0;
+  // The matmul's fused multiply-add, decided by every rank together (a collective; see
+  // ranks/job-fma.ts), before any backend exists.
+  const fma = await agreeOnFma(asked, group);
+  const config: TrainConfig = { ...asked, matmulFma: fma.matmulFma };
   const say = (line: string) => {
     if (lead) io.stdout(`${line}\n`);
   };
@@ -79,10 +85,9 @@ export async function setUpRun(
   // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
   const backend = io.createBackend
     ? await io.createBackend(config, vocabSize)
-    : await createBackend({
-        kind: config.backend,
-        ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
-      });
+    : await createBackend({ kind: config.backend, ...backendOptions(config) });
+  const fmaReason = fmaOffReason(fma);
+  if (fmaReason !== null && backend.kind === 'cpu') say(fmaReason);
   if (group !== null && group.size > 1) {
     await checkSameBackend(group, backend);
     say(`backend: ${backend.kind} on all ${group.size} ranks (${backend.description})`);
@@ -92,7 +97,7 @@ export async function setUpRun(
   // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
   // own) and compute on `backend`.
   const onHost = config.strategy === 'offload' || config.moveParamsToCpu;
-  const modelBackend = onHost ? createCpuBackend() : backend;
+  const modelBackend = onHost ? createCpuBackend({ matmulFma: config.matmulFma }) : backend;
   const model = buildModel(config, vocabSize, modelBackend);
   if (config.init !== null) await loadInitialWeights(model, config.init);
   // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.

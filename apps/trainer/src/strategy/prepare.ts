@@ -87,6 +87,7 @@ export function prepareModel(
   }
   const ddp = new DistributedDataParallel(inner, {
     group: group!,
+    delayAllreduce: config.ddpAllreduce === 'auto' ? 'auto' : config.ddpAllreduce === 'delay',
     ...(config.bucketMb === null
       ? {}
       : { messageSize: Math.round((config.bucketMb * 2 ** 20) / 4) }),
@@ -96,6 +97,7 @@ export function prepareModel(
     forward: (input, target) => ddp.call(input, target),
     release: () => ddp.dispose(),
     ready: ddp.ready,
+    news: ddpModeNews(ddp),
     step: {
       noSync: (fn) => ddp.noSync(fn),
       ...(meanOverRanks === undefined ? {} : { meanOverRanks }),
@@ -206,4 +208,19 @@ function stateDictOf(model: GPT | MLP, mixed: MixedState | undefined): Map<strin
     for (const [k, t] of dict) dict.set(k, masters.get(t) ?? t);
   }
   return dict;
+}
+
+/** The line ddp's timed choice of all-reduce mode gets, once ([Note: choosing overlap by measurement]). */
+function ddpModeNews(ddp: DistributedDataParallel): () => string | null {
+  let told = false;
+  return () => {
+    const timings = ddp.autoTimings;
+    if (told || timings === null) return null;
+    told = true;
+    const { delayMs, overlapMs } = timings;
+    const times = `${overlapMs.toFixed(1)} ms overlapped against ${delayMs.toFixed(1)} ms delayed (forward to reduced, slowest rank, best of 2)`;
+    return ddp.allreduceMode === 'delay'
+      ? `ddp: all-reduce at the end of backward from here on: ${times}`
+      : `ddp: all-reduce overlapped with backward from here on: ${times}`;
+  };
 }

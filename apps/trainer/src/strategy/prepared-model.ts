@@ -37,6 +37,11 @@ export interface PreparedModel {
   release?(): void;
   /** Settles when the strategy's own set-up collectives are done (DDP's initial broadcast). */
   ready?: Promise<void>;
+  /**
+   * A line about a choice the strategy made while training (ddp's all-reduce mode once timed),
+   * returned once; null when there is nothing new. The loop prints it after the step.
+   */
+  news?(): string | null;
 }
 
 /** Any optimizer the strategies checkpoint (AdamW in the trainer). */
