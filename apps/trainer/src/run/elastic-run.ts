@@ -10,6 +10,7 @@ import { InterruptedError, UsageError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
 import { checkSameBackend } from '../ranks/job-backend.js';
+import { agreeOnFma } from '../ranks/job-fma.js';
 import { prepareModel } from '../strategy/prepare.js';
 import { shareRunState } from './elastic-state.js';
 import { finishRun } from './finish.js';
@@ -50,7 +51,16 @@ async function enterEpoch(run: Run, config: TrainConfig, elastic: ElasticGroup):
   const { group, membership } = elastic;
   checkBatch(config, membership.worldSize);
   run.prepared.release?.();
-  run.config = { ...config, worldSize: membership.worldSize };
+  // A newcomer's set-up asks every rank about the matmul's fused multiply-add (a collective): the
+  // others answer in the same order. Their backends exist already and keep their kernel; the
+  // parameters stay the same everywhere (one averaged gradient, rank 0's state after a change).
+  const fma = await agreeOnFma(config, group);
+  if (fma.matmulFma !== run.config.matmulFma) {
+    run.say(
+      `elastic: matmul FMA ${fma.matmulFma} for the newcomers, ${run.config.matmulFma} on the members before`,
+    );
+  }
+  run.config = { ...config, worldSize: membership.worldSize, matmulFma: run.config.matmulFma };
   run.group = group;
   run.lead = group.rank === 0;
   run.say = (line) => {
