@@ -49,7 +49,12 @@ describe('the elastic flags', () => {
   it('refuses what an elastic member cannot do, naming the flag', () => {
     expectUsage(
       () => parse('--strategy', 'fsdp', '--elastic', URL),
-      '--elastic trains with --strategy ddp, not fsdp',
+      '--elastic with --strategy fsdp restarts from its last sharded checkpoint after a change: give --checkpoint-dir and --checkpoint-every',
+      '--strategy',
+    );
+    expectUsage(
+      () => parse('--strategy', 'offload', '--elastic', URL),
+      '--elastic trains with --strategy ddp or fsdp, not offload',
       '--strategy',
     );
     expectUsage(
@@ -74,9 +79,36 @@ describe('the elastic flags', () => {
     );
     expectUsage(
       () => parse('--strategy', 'ddp', '--elastic', URL, '--resume', 'ckpt'),
-      '--elastic moves the state between live members: --checkpoint-dir and --resume do not apply',
+      '--elastic takes the state from the live members or --checkpoint-dir: --resume does not apply',
       '--resume',
     );
+    expectUsage(
+      () =>
+        parse(
+          '--strategy',
+          'ddp',
+          '--elastic',
+          URL,
+          '--checkpoint-dir',
+          'c',
+          '--checkpoint-every',
+          '2',
+        ),
+      '--elastic with --strategy ddp moves the state between live members: --checkpoint-dir does not apply',
+      '--checkpoint-dir',
+    );
+    expect(
+      parse(
+        '--strategy',
+        'fsdp',
+        '--elastic',
+        URL,
+        '--checkpoint-dir',
+        'c',
+        '--checkpoint-every',
+        '2',
+      ),
+    ).toMatchObject({ strategy: 'fsdp', elastic: URL, checkpointEvery: 2 });
   });
 
   it('refuses bounds without a coordinator, and bounds that hold no world', () => {

@@ -72,19 +72,33 @@ export function elasticOptions(
     const refuse = (why: string, option: string) => {
       throw new UsageError(`--elastic ${why}`, { option });
     };
-    if (config.strategy !== 'ddp')
-      refuse(`trains with --strategy ddp, not ${config.strategy}`, '--strategy');
+    if (config.strategy !== 'ddp' && config.strategy !== 'fsdp') {
+      refuse(`trains with --strategy ddp or fsdp, not ${config.strategy}`, '--strategy');
+    }
     if (config.precision !== 'fp32')
       refuse(`trains in fp32, not ${config.precision}`, '--precision');
-    if (v['world-size'] !== undefined)
+    if (v['world-size'] !== undefined) {
       refuse('takes its world size from the coordinator: drop --world-size', '--world-size');
+    }
     if (v.transport !== undefined && v.transport !== 'tcp' && v.transport !== 'ws') {
       refuse(`members are processes: --transport tcp or ws, not ${v.transport}`, '--transport');
     }
-    if (config.checkpointDir !== null || config.resume !== null) {
+    if (config.resume !== null) {
       refuse(
-        'moves the state between live members: --checkpoint-dir and --resume do not apply',
-        config.resume !== null ? '--resume' : '--checkpoint-dir',
+        'takes the state from the live members or --checkpoint-dir: --resume does not apply',
+        '--resume',
+      );
+    }
+    if (config.strategy === 'ddp' && config.checkpointDir !== null) {
+      refuse(
+        'with --strategy ddp moves the state between live members: --checkpoint-dir does not apply',
+        '--checkpoint-dir',
+      );
+    }
+    if (config.strategy === 'fsdp' && config.checkpointDir === null) {
+      refuse(
+        'with --strategy fsdp restarts from its last sharded checkpoint after a change: give --checkpoint-dir and --checkpoint-every',
+        '--strategy',
       );
     }
     if (config.evalEvery > 0)

@@ -4,7 +4,7 @@ import {
   joinElastic,
   type MembershipChange,
 } from '@webshard/collectives';
-import { appendLog, faultPoint, openLog } from '#platform';
+import { appendLog, faultPoint, openLog, resolveResume } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { InterruptedError, UsageError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
@@ -14,21 +14,24 @@ import { agreeOnFma } from '../ranks/job-fma.js';
 import { prepareModel } from '../strategy/prepare.js';
 import { shareRunState } from './elastic-state.js';
 import { finishRun } from './finish.js';
-import { oneStep } from './loop.js';
+import { oneStep, saveCheckpoint } from './loop.js';
 import type { RunIO, TrainSummary } from './run-io.js';
 import { type Run, setUpRun } from './set-up.js';
 
 /*
  * [Note: elastic training in the trainer]
- * `--elastic URL` makes this process one member of an elastic DDP world whose coordinator runs at
+ * `--elastic URL` makes this process one member of an elastic world (DDP or FSDP) whose coordinator runs at
  * URL (`webshard-train --elastic-coordinator PORT`; [Note: elastic membership] in collectives).
  * The world size is the coordinator's: each epoch's config has `worldSize` set to it, so every
  * member takes its share of the same global batch (`--batch-size` must divide by every world size
  * the job may have, times `--grad-accum`). After every step each member reaches a sync point; a
  * step that failed because a member died (its collectives abort) is not counted and runs again in
- * the new world. After a change, the members rebuild DDP over the new group and take rank 0's
- * state ([Note: the trainer's elastic state]), and rank 0 writes a `membership` line to the JSONL
- * log (epoch, world size, who left, who joined, the next step).
+ * the new world. After a change, under DDP the members rebuild DDP over the new group and take
+ * rank 0's state ([Note: the trainer's elastic state]); under FSDP, whose state is sharded (a
+ * member that left took its shards), every member builds the run anew for the new world and
+ * restarts from the last sharded checkpoint of `--checkpoint-dir` (`restartSharded`). Rank 0
+ * writes a `membership` line to the JSONL log (epoch, world size, who left, who joined, the steps
+ * done).
  */
 
 /** The world's size checked against the batch: every member must take whole micro-batches. */
@@ -70,6 +73,37 @@ async function enterEpoch(run: Run, config: TrainConfig, elastic: ElasticGroup):
   run.prepared = prepareModel(run.model, run.config, group, run.backend);
 }
 
+/** The newest complete checkpoint in `--checkpoint-dir`, or null before the first. */
+async function latestCheckpoint(config: TrainConfig): Promise<string | null> {
+  if (config.checkpointDir === null) return null;
+  return resolveResume(config.checkpointDir).catch(() => null);
+}
+
+/**
+ * FSDP's state is sharded: a member that leaves takes its shards with it. So every epoch of a
+ * sharded run starts over from the last sharded checkpoint (which loads at any world size), or
+ * from the seeded initialization before the first: the model, FSDP and AdamW built anew for the
+ * new world ([Note: elastic training in the trainer]).
+ */
+async function restartSharded(
+  config: TrainConfig,
+  io: RunIO,
+  elastic: ElasticGroup,
+  before: Run | null,
+): Promise<Run> {
+  checkBatch(config, elastic.membership.worldSize);
+  if (before !== null) {
+    if (before.modelBackend !== before.backend) before.modelBackend.dispose();
+    before.backend.dispose();
+  }
+  const resume = await latestCheckpoint(config);
+  return setUpRun(
+    { ...config, worldSize: elastic.membership.worldSize, resume },
+    io,
+    elastic.group,
+  );
+}
+
 /**
  * One member's run of an elastic job ([Note: elastic training in the trainer]): join, set up,
  * step with a sync point after every step, finish. Resolves when the job's last step is done.
@@ -81,12 +115,11 @@ export async function trainElastic(config: TrainConfig, io: RunIO): Promise<Trai
     name: `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
   });
   try {
+    const sharded = config.strategy === 'fsdp';
     checkBatch(config, elastic.membership.worldSize);
-    const run = await setUpRun(
-      { ...config, worldSize: elastic.membership.worldSize },
-      io,
-      elastic.group,
-    );
+    let run = sharded
+      ? await restartSharded(config, io, elastic, null)
+      : await setUpRun({ ...config, worldSize: elastic.membership.worldSize }, io, elastic.group);
     const records: StepRecord[] = [];
     const started = performance.now();
     const progress = createProgress((text) => run.lead && io.stdout(text), false);
@@ -101,12 +134,16 @@ export async function trainElastic(config: TrainConfig, io: RunIO): Promise<Trai
       }
       await log?.write(membershipLine(change, step));
     };
-    let step = await shareRunState(run, elastic, 0);
+    let step = sharded ? run.firstStep : await shareRunState(run, elastic, 0);
     await announce(elastic.membership, step);
     while (step < config.steps) {
       let record: StepRecord | null = null;
       try {
         record = await oneStep(run, step);
+        const every = config.checkpointEvery;
+        if (sharded && every > 0 && record.step % every === 0) {
+          await saveCheckpoint(run, record.step, records.concat(record), []);
+        }
       } catch (error) {
         // A member died under this step: it runs again once the world is rebuilt.
         if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
@@ -131,8 +168,13 @@ export async function trainElastic(config: TrainConfig, io: RunIO): Promise<Trai
       }
       const change = await elastic.sync({ failed: record === null });
       if (change !== null) {
-        await enterEpoch(run, config, elastic);
-        step = await shareRunState(run, elastic, step);
+        if (sharded) {
+          run = await restartSharded(config, io, elastic, run);
+          step = run.firstStep;
+        } else {
+          await enterEpoch(run, config, elastic);
+          step = await shareRunState(run, elastic, step);
+        }
         await announce(change, step);
       }
     }

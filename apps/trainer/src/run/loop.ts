@@ -151,7 +151,7 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
 }
 
 /** A checkpoint after `step` into `--checkpoint-dir`, with the run's history so far. */
-async function saveCheckpoint(
+export async function saveCheckpoint(
   run: Run,
   step: number,
   records: readonly StepRecord[],
