@@ -16,6 +16,7 @@ export { loadShardedCheckpoint, saveShardedCheckpoint } from '@webshard/fsdp/che
 export {
   beginCheckpoint,
   finishCheckpoint,
+  removePartialCheckpoints,
   resolveResume,
 } from '../checkpoint/checkpoint-dir.js';
 export {

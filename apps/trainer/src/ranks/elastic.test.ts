@@ -295,9 +295,19 @@ it('fsdp restarts from its last sharded checkpoint at the new world size when a 
     const steps = read.filter((line) => line.event === undefined).map((line) => line.step);
     return steps.length > 0 && steps.at(-1)! % 2 === 1 && steps.at(-1)! > 2 ? true : null;
   });
-  // A member that is not rank 0 (rank 0 prints the run's lines) dies like `kill -9`.
+  // Frozen where they are (however fast they step), a member that is not rank 0 (rank 0 prints
+  // the run's lines) dies like `kill -9`, and the others go on.
+  try {
+    for (const m of members) process.kill(-m.child.pid!, 'SIGSTOP');
+  } catch (error) {
+    const gone = await Promise.all(
+      members.map((m) => Promise.race([m.done, Promise.resolve(null)])),
+    );
+    throw new Error(`${(error as Error).message}: ${JSON.stringify(gone)}`);
+  }
   const victim = members.find((m) => !/strategy: fsdp/.test(m.stdout()))!;
   process.kill(-victim.child.pid!, 'SIGKILL');
+  for (const m of members) if (m !== victim) process.kill(-m.child.pid!, 'SIGCONT');
   const [a, b, ended] = await Promise.all([
     ...members.filter((m) => m !== victim).map((m) => m.done),
     coordinator.done,

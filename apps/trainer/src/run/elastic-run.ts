@@ -4,7 +4,7 @@ import {
   joinElastic,
   type MembershipChange,
 } from '@webshard/collectives';
-import { appendLog, faultPoint, openLog, resolveResume } from '#platform';
+import { appendLog, faultPoint, openLog, removePartialCheckpoints, resolveResume } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { InterruptedError, UsageError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
@@ -95,6 +95,11 @@ async function restartSharded(
   if (before !== null) {
     if (before.modelBackend !== before.backend) before.modelBackend.dispose();
     before.backend.dispose();
+  }
+  if (config.checkpointDir !== null) {
+    // What the world before left half-written goes first, before any rank begins a checkpoint.
+    if (elastic.group.rank === 0) await removePartialCheckpoints(config.checkpointDir);
+    await elastic.group.barrier().wait();
   }
   const resume = await latestCheckpoint(config);
   return setUpRun(
