@@ -62,7 +62,7 @@ function wrapAll(
   groups: ProcessGroup[],
   options: Omit<FsdpOptions, 'group'>,
   backend = createCpuBackend(),
-): FullyShardedDataParallel[] {
+): ReturnType<typeof wrapNet>[] {
   return groups.map((g) => wrapNet(new Net(SMALL, backend, 0), g, options, true));
 }
 
