@@ -2,6 +2,7 @@ import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TOKENIZERS, type TokenizerName } from '../data/dataset.js';
 import { UsageError } from '../errors.js';
+import { type Sharding, parseSharding } from '../strategy/sharding.js';
 import { checkBrowserRanks } from './browser-rank-options.js';
 
 /** The strategies `--strategy` accepts. */
@@ -32,6 +33,8 @@ export interface TrainConfig {
   browserHost: string;
   /** FSDP: free each unit's full parameters after forward (fairscale's default). */
   reshardAfterForward: boolean;
+  /** FSDP: PyTorch's sharding strategy (`--sharding`; see strategy/sharding.ts). */
+  sharding: Sharding;
   /** FSDP: one unit per transformer block (`block`), or the root only (`none`). */
   autoWrap: 'block' | 'none';
   /** DDP: bucket size; FSDP: the reduce-scatter bucket (MiB). Null: the package's default. */
@@ -136,6 +139,10 @@ Execution
                                token; set WEBSHARD_TLS_CERT and WEBSHARD_TLS_KEY for https/wss)
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
+  --sharding <full|grad-op|hybrid|none>  fsdp: PyTorch's FULL_SHARD (default), SHARD_GRAD_OP
+                               (full parameters kept from forward to backward), HYBRID_SHARD (shard
+                               inside a node, replicate across nodes: for several machines, with
+                               webshard-run --nnodes) or NO_SHARD (replicated, as ddp)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
   --move-params-to-cpu         fsdp: shards and optimizer on the CPU, compute on --backend
   --num-slices <n>             offload: slices the model streams in (default 3)
@@ -168,6 +175,7 @@ const OPTIONS = {
   'browser-host': { type: 'string' },
   'bucket-mb': { type: 'string' },
   'reshard-after-forward': { type: 'string' },
+  sharding: { type: 'string' },
   'auto-wrap': { type: 'string' },
   'move-params-to-cpu': { type: 'boolean' },
   'num-slices': { type: 'string' },
@@ -335,9 +343,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     browserRanks: int('browser-ranks', 0, 0, 63),
     browserPort: int('browser-port', 0, 0, 65535),
     browserHost: v['browser-host'] ?? '127.0.0.1',
-    reshardAfterForward:
-      choice('reshard-after-forward', v['reshard-after-forward'], ['true', 'false'], 'true') ===
-      'true',
+    ...parseSharding(v.sharding, v['reshard-after-forward']),
     autoWrap: choice('auto-wrap', v['auto-wrap'], ['block', 'none'] as const, 'block'),
     bucketMb:
       v['bucket-mb'] === undefined
@@ -395,7 +401,12 @@ export function checkBatchDivides(config: TrainConfig): void {
   }
 }
 
-const FSDP_FLAGS = ['reshard-after-forward', 'auto-wrap', 'move-params-to-cpu'] as const;
+const FSDP_FLAGS = [
+  'reshard-after-forward',
+  'sharding',
+  'auto-wrap',
+  'move-params-to-cpu',
+] as const;
 const OFFLOAD_FLAGS = ['num-slices', 'num-microbatches', 'checkpoint-activation'] as const;
 
 /** Flags of one strategy given to another, and what no transport can do, refused by name. */

@@ -32,6 +32,7 @@ import { Block, GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups, type MixedState, type StepOptions } from '../train-step.js';
 import { prepareOffload } from './offload.js';
+import { shardingOptions } from './sharding.js';
 import { TrainModule, type TrainOutput } from './train-module.js';
 
 /** A model made ready for one rank of a strategy: what the training loop drives. */
@@ -154,7 +155,7 @@ function prepareFsdp(
   const options = {
     group,
     flattenParameters: false,
-    reshardAfterForward: config.reshardAfterForward,
+    ...shardingOptions(config.sharding, config.reshardAfterForward, group.size),
     ...precision,
     ...(config.bucketMb === null ? {} : { bucketCapMb: config.bucketMb }),
     ...(config.moveParamsToCpu ? { moveParamsToCpu: true, computeBackend } : {}),
