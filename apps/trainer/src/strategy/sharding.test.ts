@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { UsageError } from '../errors.js';
 import { runMain } from '../test-support/cli.js';
 import { FIXTURES, maxRelativeGap, readCliFixture } from '../test-support/fixtures.js';
-import { parseSharding, shardingOptions } from './sharding.js';
+import { parseSharding, shardCount, shardingOptions } from './sharding.js';
 
 describe('--sharding', () => {
   it("takes the trainer's names and PyTorch's", () => {
@@ -59,6 +59,10 @@ describe('--sharding', () => {
     });
     // Ranks the trainer starts itself are one node.
     expect(shardingOptions('hybrid', true, 4, {}).nodeSize).toBe(4);
+    // What the memory estimate divides the model states by.
+    expect(shardCount('full', 4, { LOCAL_WORLD_SIZE: '2' })).toBe(4);
+    expect(shardCount('hybrid', 4, { LOCAL_WORLD_SIZE: '2' })).toBe(2);
+    expect(shardCount('none', 4, {})).toBe(1);
   });
 });
 

@@ -77,7 +77,21 @@ export function shardingOptions(
   // NO_SHARD never frees parameters: FSDP refuses a reshardAfterForward with it.
   if (sharding === 'none') return { shardingStrategy };
   if (sharding !== 'hybrid') return { shardingStrategy, reshardAfterForward };
+  return { shardingStrategy, reshardAfterForward, nodeSize: nodeSizeOf(worldSize, env) };
+}
+
+/** The ranks of one node: the launcher's `LOCAL_WORLD_SIZE`, else all `worldSize` (one node). */
+function nodeSizeOf(worldSize: number, env: Record<string, string | undefined>): number {
   const local = env.LOCAL_WORLD_SIZE;
-  const nodeSize = local === undefined || local === '' ? worldSize : Number(local);
-  return { shardingStrategy, reshardAfterForward, nodeSize };
+  return local === undefined || local === '' ? worldSize : Number(local);
+}
+
+/** How many ranks share FSDP's model states under `sharding` (what the memory estimate divides by). */
+export function shardCount(
+  sharding: Sharding,
+  worldSize: number,
+  env: Record<string, string | undefined> = process.env,
+): number {
+  if (sharding === 'none') return 1;
+  return sharding === 'hybrid' ? Math.min(worldSize, nodeSizeOf(worldSize, env)) : worldSize;
 }
