@@ -270,6 +270,7 @@ export async function train(
         ms,
         tokensPerSecond: (tokensPerStep * 1000) / ms,
         peakDeviceBytes: backend.memoryStats().peakAllocated,
+        ...externalPeak(backend.memoryStats().peakExternalBytes),
         ...(group !== null && group.size > 1
           ? {
               peakDeviceBytesPerRank: await gatherPerRank(
@@ -408,4 +409,9 @@ function microBatchLosses(
     );
     return (await prepared.forward(x, y)).loss!;
   });
+}
+
+/** `peakExternalBytes` where the backend counts memory outside its allocator. */
+function externalPeak(bytes: number | undefined): { peakExternalBytes?: number } {
+  return bytes === undefined ? {} : { peakExternalBytes: bytes };
 }

@@ -153,7 +153,7 @@ Execution
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
   --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit)
 Output
-  --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes
+  --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes
   --save <file.safetensors>    the final state dict under PyTorch names
   --samples <file>             the final sample's text
   --report <file.html>         one self-contained page: loss curves, tokens/s, peak memory
