@@ -4,7 +4,7 @@
  * node, tcp between), a GPT of 24 M parameters, `--strategy fsdp --sharding full` (FULL_SHARD over
  * all 4 ranks, its gathers crossing the link) against `--sharding hybrid` (HYBRID_SHARD: sharded
  * inside a node, gradient shards all-reduced across) against `--strategy ddp`, on a `datacenter`
- * link (0.1 ms, 10 Gbit/s) and a `slow` one (10 ms, 1 Gbit/s), shaped by `WEBSHARD_LINK`
+ * link (0.1 ms, 10 Gbit/s) and a `slow` one (20 ms, 100 Mbit/s: two sites), shaped by `WEBSHARD_LINK`
  * ([Note: the link shaper] in @webshard/collectives). Per cell: tokens/s (median of the steps after
  * the first two), rank 0's peak memory (the allocator's peak plus that of registered collective
  * buffers, which live outside it: an upper bound), and the
@@ -30,7 +30,7 @@ const BLOCK = 16;
 const MODEL = ['--n-layer', '6', '--n-head', '8', '--n-embd', '576', '--block-size', String(BLOCK)];
 const LINKS = {
   datacenter: 'latency=0.1ms,bandwidth=10gbit',
-  slow: 'latency=10ms,bandwidth=1gbit',
+  slow: 'latency=20ms,bandwidth=100mbit',
 } as const;
 const SETUPS = {
   'FULL_SHARD across nodes': ['--strategy', 'fsdp', '--sharding', 'full'],

@@ -87,6 +87,20 @@ describe('the groups each strategy communicates over', () => {
     }
   });
 
+  it('HYBRID_SHARD on one node, and NO_SHARD on one rank, keep the group itself', async () => {
+    const groups = createLocalGroups(2, { timeoutMs: 10_000 });
+    const single = createLocalGroups(1);
+    try {
+      const [root] = wrapAll(groups, { shardingStrategy: 'HYBRID_SHARD', nodeSize: 2 });
+      expect(root!.options.group).toBe(groups[0]);
+      expect(root!.options.replicateGroup).toBeNull();
+      const [alone] = wrapAll(single, { shardingStrategy: 'NO_SHARD' });
+      expect(alone!.options.group).toBe(single[0]);
+    } finally {
+      await Promise.all([...groups, ...single].map((g) => g.close()));
+    }
+  });
+
   it('NO_SHARD gathers nothing and all-reduces gradients; SHARD_GRAD_OP gathers once a step', async () => {
     const counts = async (
       world: number,

@@ -48,7 +48,10 @@ export interface StrategyGroups {
  * reduce-scatter across the whole world (3P). Memory is FULL_SHARD's at world size L. Divide
  * factors count the whole world (pre * post = N * L), so the result is the world's mean gradient.
  * Every rank builds its two sub-groups with `newGroup` in the same order, once per (group, node
- * size), and every unit of a tree shares them: sub-groups of one parent run independently.
+ * size), and every unit of a tree shares them: sub-groups of one parent run independently. On one
+ * node (node size = group size) the group itself is the shard group, as FULL_SHARD: it keeps the
+ * world group's shared arena and registered buffers, which sub-groups do not have (they run on
+ * the transport's messages, so a hybrid step stages its operands).
  * `NO_SHARD` is the same with L = 1: the shard is the whole flat parameter, no gather goes
  * ([Note: one rank]) and the gradient is all-reduced over the world. State dicts and sharded
  * checkpoints see only the shard group: a checkpoint holds one replica (node 0's ranks write it),
@@ -164,10 +167,13 @@ export function resolveStrategy(
       conflict(`needs a node size that divides the group's ${group.size} ranks, got ${nodeSize}`);
     }
   }
+  const reshardAfterForward = strategy === 'NO_SHARD' ? true : (reshard ?? true);
+  // One node: the group itself, which keeps its shared arena and registered memory.
+  if (nodeSize === group.size) return { shard: group, replicate: null, reshardAfterForward };
   const { shard, replicate } = hybridGroups(group, nodeSize);
   return {
     shard,
     replicate: replicate.size > 1 ? replicate : null,
-    reshardAfterForward: strategy === 'NO_SHARD' ? true : (reshard ?? true),
+    reshardAfterForward,
   };
 }
