@@ -19,12 +19,14 @@ const LAYERS = {
   '@webshard/fsdp': ['@webshard/tensor-core', '@webshard/collectives'],
   '@webshard/ddp-buckets': ['@webshard/tensor-core', '@webshard/collectives'],
   '@webshard/offload': ['@webshard/tensor-core', '@webshard/collectives'],
+  '@webshard/diloco': ['@webshard/tensor-core', '@webshard/collectives'],
   '@webshard/trainer': [
     '@webshard/tensor-core',
     '@webshard/collectives',
     '@webshard/fsdp',
     '@webshard/ddp-buckets',
     '@webshard/offload',
+    '@webshard/diloco',
   ],
 };
 // Cycles of runtime imports known to be there, each the files of one strongly connected group. A

@@ -21,7 +21,14 @@ import {
   timeMedian,
   writeBenchResults,
 } from '@webshard/bench';
-import { AdamW, type Backend, createBackend, RandomGenerator, tensor } from '@webshard/tensor-core';
+import {
+  AdamW,
+  type Backend,
+  createBackend,
+  RandomGenerator,
+  relaxedFmaSupport,
+  tensor,
+} from '@webshard/tensor-core';
 import { loadCorpus } from '../src/corpus.js';
 import { BatchSampler } from '../src/data/batches.js';
 import { CharTokenizer } from '../src/data/char-tokenizer.js';
@@ -99,7 +106,11 @@ if (profile !== undefined && profile !== '' && profile !== '0') {
 // PyTorch runs on as many threads as cores and on one, and its faster is the peer: its OpenMP
 // threads spin while they wait, so on a loaded machine its 2 threads suffer most (medians of 7 ms
 // and 315 ms a minute apart at a load average of 8, one thread 14-17 ms).
-const cpuBackend = await createBackend({ kind: 'cpu' });
+// The matmul the trainer runs in one process: fused where this engine fuses (ranks/job-fma.ts).
+const cpuBackend = await createBackend({
+  kind: 'cpu',
+  matmulFma: relaxedFmaSupport() === 'fused' ? 'auto' : 'off',
+});
 const gpuBackend = await createBackend({ kind: 'webgpu' });
 const peer = findPeer();
 const cpuRuns: number[] = [];

@@ -18,7 +18,7 @@ import { freemem, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchRow } from '@webshard/bench';
-import { estimateBytes } from '../src/cli/memory-estimate.js';
+import { estimateBytes } from '../src/models/memory-estimate.js';
 import { parseOptions } from '../src/cli/options.js';
 
 /** GPT-2 small at the bench's size: the flags every row shares. */

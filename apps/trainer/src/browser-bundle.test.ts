@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 const here = dirname(fileURLToPath(import.meta.url));
 
 describe('the browser rank page bundle', () => {
-  it('holds the rank loop (train.ts, strategy/prepare.ts) and no Node built-in', async () => {
+  it('holds the rank loop (train.ts, run/, strategy/prepare.ts) and no Node built-in', async () => {
     const { nodeImports, inputs } = await bundleForBrowser(
       join(here, 'ranks/browser-page.ts'),
       dirname(here),
@@ -14,6 +14,9 @@ describe('the browser rank page bundle', () => {
     expect(nodeImports).toEqual([]);
     for (const file of [
       'train.ts',
+      'run/set-up.ts',
+      'run/loop.ts',
+      'run/finish.ts',
       'strategy/prepare.ts',
       'train-step.ts',
       'platform/browser.ts',

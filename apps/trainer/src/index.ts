@@ -1,7 +1,9 @@
-export { buildModel, loadInitialWeights } from './cli/build-model.js';
-export { checkMemory, estimateBytes } from './cli/memory-estimate.js';
-export { parseOptions, STRATEGIES, USAGE } from './cli/options.js';
-export type { Strategy, TrainConfig } from './cli/options.js';
+export { buildModel, loadInitialWeights } from './models/build-model.js';
+export { checkMemory, estimateBytes } from './models/memory-estimate.js';
+export { parseOptions } from './cli/options.js';
+export { USAGE } from './cli/usage.js';
+export { STRATEGIES } from './config.js';
+export type { Strategy, TrainConfig } from './config.js';
 export { DEFAULT_CORPUS_PATH, loadCorpus } from './corpus.js';
 export { BatchSampler, mulberry32 } from './data/batches.js';
 export type { TokenBatch } from './data/batches.js';
@@ -25,8 +27,9 @@ export type { EvalPoint, ReportData } from './report/html-report.js';
 export { main } from './run-cli.js';
 export { drawToken, sample } from './sample.js';
 export type { CliIO, CliOutcome } from './run-cli.js';
-export { DEFAULT_MODEL, learningRate, train } from './train.js';
-export type { RunIO, TrainSummary } from './train.js';
+export { learningRate } from './run/schedule.js';
+export type { RunIO, TrainSummary } from './run/run-io.js';
+export { DEFAULT_MODEL, train } from './train.js';
 export {
   accumulatedStep,
   decayGroups,

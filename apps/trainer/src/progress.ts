@@ -25,6 +25,10 @@ export interface StepRecord {
   peakHostBytes?: number;
   peakHostBytesPerRank?: number[];
   hostRanksPerProcess?: number;
+  /** diloco: the outer steps so far, on a step that ended with an outer sync. */
+  outerStep?: number;
+  /** diloco: the bytes this rank sent in that sync. */
+  outerBytesSent?: number;
 }
 
 /** `rss 4.9 GiB` (`for 2 ranks` when they share the process), or nothing when not measured. */

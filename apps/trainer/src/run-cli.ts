@@ -1,11 +1,14 @@
 import { WebshardError } from '@webshard/tensor-core';
-import { chooseBackend } from './choose-backend.js';
-import { parseOptions, type TrainConfig, USAGE } from './cli/options.js';
+import { chooseBackend } from './backend-choice.js';
+import { parseOptions } from './cli/options.js';
+import { USAGE } from './cli/usage.js';
+import type { TrainConfig } from './config.js';
 import { InterruptedError, NonFiniteLossError, UsageError } from './errors.js';
 import { type StopFlag, type StopSignal, signalExitCode } from './interrupt.js';
 import type { ProgressTerminal } from './progress.js';
 import { runRanks } from './ranks/start-ranks.js';
-import { type TrainSummary, train } from './train.js';
+import type { TrainSummary } from './run/run-io.js';
+import { train } from './train.js';
 
 /** Where the CLI writes and where it runs; tests pass their own. */
 export interface CliIO {

@@ -109,7 +109,7 @@ export interface MixedState {
   mixed?: MixedPrecision;
 }
 
-/** What a strategy changes in a step (see [Note: where the strategies go] in train.ts). */
+/** What a strategy changes in a step (see [Note: where the strategies go] in strategy/prepare.ts). */
 export interface StepOptions {
   /** The global gradient-norm clip (Infinity for none). */
   clip: number;

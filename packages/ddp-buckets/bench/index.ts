@@ -109,6 +109,7 @@ for (const transport of transports) {
   const run = transport === 'shm' ? shm : tcp;
   const delay = await run({ ...base, mode: 'delay' });
   const overlap = await run({ ...base, mode: 'overlap' });
+  const auto = await run({ ...base, mode: 'auto' });
   const label = `${name}, 2 ranks ${transport}`;
   // Both ranks compute at once without sending anything: what sharing 2 cores costs by itself.
   const contended = await run({ ...base, mode: 'nocomm' });
@@ -129,6 +130,14 @@ for (const transport of transports) {
     name: `${label}, overlapped (${overlap.buckets} buckets)`,
     metric: 'step time',
     value: overlap.ms,
+    unit: 'ms',
+    peer: 'delayAllreduce',
+    peerValue: delay.ms,
+  });
+  rows.push({
+    name: `${label}, delayAllreduce 'auto' (the trainer's default; chose ${auto.chosen})`,
+    metric: 'step time',
+    value: auto.ms,
     unit: 'ms',
     peer: 'delayAllreduce',
     peerValue: delay.ms,

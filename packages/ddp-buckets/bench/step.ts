@@ -14,12 +14,13 @@ import {
   tidy,
 } from '@webshard/tensor-core';
 import { median, timeMedian } from '@webshard/bench';
+import { AutoModeTrial } from '../src/auto-mode.js';
 import { DistributedDataParallel } from '../src/index.js';
 
 /** One variant of the benchmark. */
 export interface StepPlan {
   /** `nocomm`: bare training, no wrapper (the group, when given, is not used). */
-  mode: 'overlap' | 'delay' | 'nocomm';
+  mode: 'overlap' | 'delay' | 'auto' | 'nocomm';
   layers: number;
   width: number;
   rows: number;
@@ -34,6 +35,8 @@ export interface StepResult {
   allReduceMs: number;
   /** Median time the end of backward waited for communication (the part not overlapped). */
   waitMs: number;
+  /** The all-reduce mode the wrapper ran in at the end ('auto' decides in its first steps). */
+  chosen: string;
 }
 
 /** Median step time in ms on this rank (and how many buckets the plan made). */
@@ -51,7 +54,7 @@ export async function benchStep(group: ProcessGroup | null, plan: StepPlan): Pro
       : new DistributedDataParallel<[Tensor], Tensor>(model, {
           group,
           messageSize: plan.messageSize,
-          delayAllreduce: plan.mode === 'delay',
+          delayAllreduce: plan.mode === 'auto' ? 'auto' : plan.mode === 'delay',
         });
   await ddp?.ready;
   const x = tensor(
@@ -71,7 +74,9 @@ export async function benchStep(group: ProcessGroup | null, plan: StepPlan): Pro
     loss.free();
     out.free();
   };
-  const ms = await timeMedian(step, { warmup: 2, iterations: plan.iterations, maxMs: 60_000 });
+  // 'auto' times its two modes in the steps after the first: warm up past its choice.
+  const warmup = plan.mode === 'auto' ? 2 + AutoModeTrial.STEPS : 2;
+  const ms = await timeMedian(step, { warmup, iterations: plan.iterations, maxMs: 60_000 });
   // The communication alone: one all-reduce of every gradient, as delayAllreduce sends it.
   let allReduceMs = 0;
   if (group !== null) {
@@ -89,6 +94,7 @@ export async function benchStep(group: ProcessGroup | null, plan: StepPlan): Pro
     ms,
     buckets: ddp?.bucketParameterNames().length ?? 0,
     allReduceMs,
-    waitMs: waits.length > 2 ? median(waits.slice(2)) : 0,
+    waitMs: waits.length > warmup ? median(waits.slice(warmup)) : 0,
+    chosen: ddp?.allreduceMode ?? 'none',
   };
 }

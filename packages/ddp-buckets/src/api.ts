@@ -10,8 +10,11 @@ export interface DistributedDataParallelOptions {
    * A bucket closes once it holds at least this many elements. Default 10 000 000 (apex's default).
    */
   messageSize?: number;
-  /** Reduce after backward only: one flat all-reduce per dtype, no overlap. Default false. */
-  delayAllreduce?: boolean;
+  /**
+   * Reduce after backward only: one flat all-reduce per dtype, no overlap. Default false. `'auto'`
+   * times a few steps each way and keeps the faster ([Note: choosing overlap by measurement]).
+   */
+  delayAllreduce?: boolean | 'auto';
   /**
    * Parameters whose gradients, when ready, close the current bucket (apex's
    * `allreduce_trigger_params`): buckets are cut there instead of by `messageSize`.
@@ -34,7 +37,7 @@ export interface DistributedDataParallelOptions {
 export interface ResolvedOptions {
   readonly group: ProcessGroup;
   readonly messageSize: number;
-  readonly delayAllreduce: boolean;
+  readonly delayAllreduce: boolean | 'auto';
   readonly allreduceTriggerParams: ReadonlySet<Tensor> | null;
   readonly retainAllreduceBuffers: boolean;
   readonly allreduceAlwaysFp32: boolean;
@@ -73,6 +76,10 @@ export function resolveOptions(options: DistributedDataParallelOptions): Resolve
   if (!Number.isSafeInteger(messageSize) || messageSize <= 0) {
     fail('messageSize', `messageSize must be a positive integer (elements), got ${messageSize}`);
   }
+  const delay = options.delayAllreduce ?? false;
+  if (delay !== true && delay !== false && delay !== 'auto') {
+    fail('delayAllreduce', `delayAllreduce must be true, false or 'auto', got ${String(delay)}`);
+  }
   const factor = options.gradientPredivideFactor ?? 1;
   if (!Number.isFinite(factor) || factor <= 0) {
     fail(
@@ -83,7 +90,7 @@ export function resolveOptions(options: DistributedDataParallelOptions): Resolve
   return {
     group,
     messageSize,
-    delayAllreduce: options.delayAllreduce ?? false,
+    delayAllreduce: delay,
     allreduceTriggerParams:
       options.allreduceTriggerParams === undefined ? null : new Set(options.allreduceTriggerParams),
     retainAllreduceBuffers: options.retainAllreduceBuffers ?? false,

@@ -6,6 +6,7 @@ import {
   type ResolvedOptions,
   resolveOptions,
 } from './api.js';
+import { type AllreduceMode, AutoModeTrial, type AutoTimings } from './auto-mode.js';
 import { Bucket, type BucketDType } from './bucket.js';
 import { isPermutation, type PlanParam, planBuckets, planPerDType } from './bucket-plan.js';
 import {
@@ -52,6 +53,10 @@ export class DistributedDataParallel<
   private reducer: Reducer | null = null;
   private hooks: RemovableHandle[] = [];
   private waitMs = 0;
+  /** `delayAllreduce: 'auto'`: the trial, the reducer of each mode while it runs, and this step's. */
+  private trial: AutoModeTrial | null = null;
+  private trialReducers: Record<AllreduceMode, Reducer> | null = null;
+  private timedStep: { mode: AllreduceMode; start: number } | null = null;
 
   constructor(module: Module<Args, Out>, options: DistributedDataParallelOptions) {
     super();
@@ -75,6 +80,7 @@ export class DistributedDataParallel<
       }
     }
     this.named = named;
+    if (this.options.delayAllreduce === 'auto') this.trial = new AutoModeTrial();
     this.module = this.registerModule('module', module);
     this.ready = this.initialize();
     // A failure is reported by `forward` (or whoever awaits `ready`), never as an unhandled rejection.
@@ -88,6 +94,20 @@ export class DistributedDataParallel<
    */
   get lastReduceWaitMs(): number {
     return this.waitMs;
+  }
+
+  /**
+   * When the all-reduce runs: `'overlap'` or `'delay'`, or `'deciding'` while
+   * `delayAllreduce: 'auto'` still times both ([Note: choosing overlap by measurement]).
+   */
+  get allreduceMode(): AllreduceMode | 'deciding' {
+    if (this.trial !== null) return this.trial.decided ?? 'deciding';
+    return this.options.delayAllreduce === true ? 'delay' : 'overlap';
+  }
+
+  /** What `delayAllreduce: 'auto'` measured once it chose; null before, and without it. */
+  get autoTimings(): AutoTimings | null {
+    return this.trial?.timings ?? null;
   }
 
   /** Where the wrapper is in a training step. */
@@ -116,6 +136,12 @@ export class DistributedDataParallel<
     }
     this.syncThisStep = this.noSyncDepth === 0;
     if (this.syncThisStep && this.needsRefresh) this.replan();
+    this.timedStep = null;
+    if (this.syncThisStep && this.trialReducers !== null) {
+      const mode = this.trial!.next();
+      this.reducer = this.trialReducers[mode];
+      this.timedStep = { mode, start: performance.now() };
+    }
     this.stateValue = 'forwarded';
     return (await this.module.call(...args)) as Awaited<Out>;
   }
@@ -148,6 +174,10 @@ export class DistributedDataParallel<
     for (const h of this.hooks) h.remove();
     this.hooks = [];
     this.reducer?.dispose();
+    if (this.trialReducers !== null) {
+      for (const r of Object.values(this.trialReducers)) if (r !== this.reducer) r.dispose();
+    }
+    this.trialReducers = null;
     this.reducer = null;
   }
 
@@ -224,6 +254,8 @@ export class DistributedDataParallel<
   /** Drop the current buckets and hook every parameter that requires grad; the next backward records. */
   private replan(): void {
     this.dispose();
+    // A plan rebuilt before the choice restarts the trial (its steps timed other buckets).
+    if (this.trial !== null && this.trial.decided === null) this.trial = new AutoModeTrial();
     const params = this.gradParams();
     this.planned = params;
     this.refreshing = true;
@@ -304,6 +336,7 @@ export class DistributedDataParallel<
       await reducer.finish();
       this.waitMs = performance.now() - start;
       if (this.refreshing) await this.rebuild();
+      else if (this.timedStep !== null) await this.timeStep(this.timedStep);
     } catch (error) {
       this.stateValue = 'failed';
       this.failure = error;
@@ -316,12 +349,24 @@ export class DistributedDataParallel<
     }
   }
 
+  /** `delayAllreduce: 'auto'`: one timed step; once both modes have theirs, choose (a collective). */
+  private async timeStep(step: { mode: AllreduceMode; start: number }): Promise<void> {
+    this.timedStep = null;
+    if (!this.trial!.record(step.mode, performance.now() - step.start)) return;
+    const mode = await this.trial!.decide(this.group);
+    const reducers = this.trialReducers!;
+    this.trialReducers = null;
+    this.reducer = reducers[mode];
+    reducers[mode === 'delay' ? 'overlap' : 'delay'].dispose();
+  }
+
   /** After the recording iteration: agree on rank 0's order and build the overlapped buckets. */
   private async rebuild(): Promise<void> {
     const params = this.planned!;
     const planParams = this.planParams(params);
     this.refreshing = false;
-    if (this.options.delayAllreduce) return;
+    const delay = this.options.delayAllreduce;
+    if (delay === true || (delay === 'auto' && this.trial!.decided === 'delay')) return;
     const order = Int32Array.from(this.recorded);
     await this.group.broadcast(order, 0).wait();
     if (!isPermutation([...order], params.length)) {
@@ -332,8 +377,14 @@ export class DistributedDataParallel<
       );
     }
     const plan = planBuckets(planParams, [...order], this.options.messageSize);
+    const overlap = this.makeReducer(params, plan, 'overlap');
+    if (delay === 'auto' && this.trial!.decided === null) {
+      // The at-end reducer the recording used is the delayed mode's: keep both while timing.
+      this.trialReducers = { delay: this.reducer!, overlap };
+      return;
+    }
     this.reducer?.dispose();
-    this.reducer = this.makeReducer(params, plan, 'overlap');
+    this.reducer = overlap;
   }
 }
 

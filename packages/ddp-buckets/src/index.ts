@@ -1,4 +1,5 @@
 export type { DistributedDataParallelOptions } from './api.js';
+export type { AllreduceMode, AutoTimings } from './auto-mode.js';
 export { DEFAULT_MESSAGE_SIZE } from './api.js';
 export type { PlannedBucket, PlanParam } from './bucket-plan.js';
 export { planBuckets } from './bucket-plan.js';

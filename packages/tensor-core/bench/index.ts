@@ -25,10 +25,12 @@ import {
   findTorchPeer,
   median,
   runTorchScript,
+  wasmSimdPeakGflops,
   writeBenchResults,
 } from '@webshard/bench';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
 import { SWIFTSHADER_ICD_PATHS } from '../src/backend/webgpu/gpu-runtime.js';
+import { relaxedFmaSupport } from '../src/backend/cpu/fma-support.js';
 import { createCpuBackend } from '../src/runtime.js';
 import { cpuKernelRows } from './cpu-kernel-rows.js';
 import { onnxruntimeMatmulMs } from './onnxruntime-peer.js';
@@ -142,6 +144,23 @@ const oneThread = createCpuBackend({ matmulThreads: 1 });
 const cpuTypescript = createCpuBackend({ matmulKernel: 'typescript' });
 const ours = `cpu backend, ${cpu.matmulKernel}${cpu.description.includes('FMA') ? ' + relaxed FMA' : ''}, ${threads} thread(s)`;
 console.log(ours);
+// The fused kernel the trainer runs where every rank fuses ([Note: relaxed FMA, chosen once per
+// job]): its own rows, where this engine fuses.
+const fused = relaxedFmaSupport() === 'fused';
+const cpuFma = fused ? createCpuBackend({ matmulFma: 'auto' }) : null;
+await cpuFma?.startMatmulThreads();
+const oneThreadFma = fused ? createCpuBackend({ matmulThreads: 1, matmulFma: 'auto' }) : null;
+const oursFma = `cpu backend, wasm-simd + relaxed FMA, ${threads} thread(s)`;
+if (!fused)
+  console.log(
+    `skipping the relaxed-FMA rows: this engine's relaxed SIMD is ${relaxedFmaSupport()}`,
+  );
+// One thread's ceilings, plain SIMD and fused, measured in this run (tooling/bench's wasm-peak.ts).
+const ceiling = wasmSimdPeakGflops();
+const ceilingFma = fused ? wasmSimdPeakGflops(7, 60, true) : 0;
+console.log(
+  `WebAssembly SIMD ceiling, one thread: ${ceiling.toFixed(1)} GFLOP/s (multiply and add), ${fused ? `${ceilingFma.toFixed(1)} (relaxed FMA)` : 'no relaxed FMA'}; load average ${loadavg()[0]!.toFixed(1)}`,
+);
 const tf = await import('@tensorflow/tfjs-core');
 await import('@tensorflow/tfjs-backend-wasm');
 await tf.setBackend('wasm');
@@ -150,9 +169,12 @@ const tfjsWasmPeer = `tfjs-backend-wasm 4.22 (simd ${tf.env().getBool('WASM_HAS_
 
 // onnxruntime-node (MLAS), where one is installed, in a child process after ours (bench/onnxruntime-peer.ts).
 const oursGflops = new Map<number, number>();
+const oursFmaGflops = new Map<number, number>();
 for (const n of CPU_SIZES) {
   const mine = backendCall(cpu, n);
   const single = backendCall(oneThread, n);
+  const fmaCalls =
+    cpuFma && oneThreadFma ? [backendCall(cpuFma, n), backendCall(oneThreadFma, n)] : [];
   const ta = tf.tensor2d(randomData(n * n), [n, n]);
   const tb = tf.tensor2d(randomData(n * n), [n, n]);
   const tfjsCall = async () => {
@@ -161,8 +183,8 @@ for (const n of CPU_SIZES) {
     out.dispose();
   };
   const cores: number[] = [];
-  const [oursMs, peerMs, singleMs] = await alternate(
-    [mine.call, tfjsCall, single.call],
+  const [oursMs, peerMs, singleMs, fmaMs, singleFmaMs] = await alternate(
+    [mine.call, tfjsCall, single.call, ...fmaCalls.map((c) => c.call)],
     n >= 1024 ? 7 : 11,
     cores,
   );
@@ -199,7 +221,54 @@ for (const n of CPU_SIZES) {
       peerValue: gflops(n, tsMs!),
     },
   );
-  for (const call of [mine, single, typescript]) call.free();
+  if (fmaMs !== undefined && singleFmaMs !== undefined) {
+    const fmaValue = gflops(n, fmaMs);
+    oursFmaGflops.set(n, fmaValue);
+    console.log(
+      `matmul n=${n}: ${oursFma} ${fmaValue.toFixed(2)} GFLOP/s, one thread ${gflops(n, singleFmaMs).toFixed(2)}`,
+    );
+    rows.push(
+      {
+        name: `matmul f32 n=${n} (${oursFma})`,
+        metric: 'throughput',
+        value: fmaValue,
+        unit: 'GFLOP/s',
+        peer: tfjsWasmPeer,
+        peerValue: gflops(n, peerMs!),
+      },
+      {
+        name: `matmul f32 n=${n} (${oursFma} vs without)`,
+        metric: 'throughput',
+        value: fmaValue,
+        unit: 'GFLOP/s',
+        peer: 'the unfused kernel, same threads, same run',
+        peerValue: value,
+      },
+    );
+  }
+  if (n === 1024) {
+    // Against the arithmetic ceiling, one thread (the ceiling is one thread's; a second thread on
+    // this shared machine may get no core of its own): each kernel against its own instructions'.
+    rows.push({
+      name: `matmul f32 n=${n} one thread vs the WebAssembly SIMD ceiling (multiply and add)`,
+      metric: 'throughput',
+      value: gflops(n, singleMs!),
+      unit: 'GFLOP/s',
+      peer: 'ceiling: 12 chains of f32x4 multiply and add, one thread, same run',
+      peerValue: ceiling,
+    });
+    if (singleFmaMs !== undefined) {
+      rows.push({
+        name: `matmul f32 n=${n} one thread, relaxed FMA vs the WebAssembly SIMD ceiling (relaxed FMA)`,
+        metric: 'throughput',
+        value: gflops(n, singleFmaMs),
+        unit: 'GFLOP/s',
+        peer: 'ceiling: 12 chains of f32x4.relaxed_madd, one thread, same run',
+        peerValue: ceilingFma,
+      });
+    }
+  }
+  for (const call of [mine, single, typescript, ...fmaCalls]) call.free();
   ta.dispose();
   tb.dispose();
 }
@@ -244,11 +313,23 @@ else {
       peer,
       peerValue,
     });
+    if (oursFmaGflops.has(n)) {
+      rows.push({
+        name: `matmul f32 n=${n} (${oursFma} vs PyTorch)`,
+        metric: 'throughput',
+        value: oursFmaGflops.get(n)!,
+        unit: 'GFLOP/s',
+        peer,
+        peerValue,
+      });
+    }
   }
 }
 rows.push(...(await cpuKernelRows(tf, tfjsWasmPeer)));
 cpu.dispose();
 oneThread.dispose();
+cpuFma?.dispose();
+oneThreadFma?.dispose();
 cpuTypescript.dispose();
 
 writeBenchResults('tensor-core', rows);

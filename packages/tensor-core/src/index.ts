@@ -36,6 +36,7 @@ export type { Backend, BackendKind } from './backend/backend.js';
 export { createBackend } from './backend/create.js';
 export type { CreateBackendOptions } from './backend/create.js';
 export type { CpuBackendOptions } from './backend/cpu/cpu-backend.js';
+export { type FmaSupport, relaxedFmaSupport } from './backend/cpu/fma-support.js';
 export { webGpuLikelyAvailable } from './backend/webgpu/gpu-runtime.js';
 export { createWebGpuBackend } from './backend/webgpu/webgpu-backend.js';
 export type { WebGpuBackendOptions } from './backend/webgpu/webgpu-backend.js';

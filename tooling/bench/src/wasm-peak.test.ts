@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   copyBandwidthGbPerS,
+  enableRelaxedSimd,
   PEAK_FLOPS_PER_TRIP,
   wasmPeakFunction,
   wasmPeakModule,
@@ -16,6 +17,17 @@ describe('the WebAssembly SIMD peak module', () => {
     // 0.5 (1 - 2^-24) + 0.5 is halfway between two floats and rounds to even: 1, the fixed point.
     expect(peak(40)).toBe(12);
     expect(PEAK_FLOPS_PER_TRIP).toBe(96);
+  });
+
+  it('has a multiply-add variant that computes the same chains where the engine runs relaxed SIMD', () => {
+    enableRelaxedSimd();
+    if (!WebAssembly.validate(wasmPeakModule(true))) {
+      return void console.log('no relaxed SIMD in this engine: skipped');
+    }
+    expect(wasmPeakModule(true).length).toBeLessThan(wasmPeakModule().length);
+    const peak = wasmPeakFunction(true);
+    expect(peak(1)).toBe(12 * 0.5);
+    expect(peak(3)).toBe(12 * 0.875);
   });
 
   it('measures a copy bandwidth above zero', () => {

@@ -1,3 +1,5 @@
+import { setFlagsFromString } from 'node:v8';
+
 /*
  * The WebAssembly SIMD arithmetic ceiling of one thread: a loop of 12 independent f32x4 chains,
  * each `acc = acc * m + m` as a multiply and an add (WebAssembly SIMD128 has no fused multiply-add
@@ -27,16 +29,27 @@ function section(id: number, content: number[]): number[] {
   return [id, ...leb(content.length), ...content];
 }
 
-/** The module's bytes: `peak(trips: i32) -> f32`, the sum of the chains' first lanes. */
-export function wasmPeakModule(): Uint8Array<ArrayBuffer> {
+/**
+ * The module's bytes: `peak(trips: i32) -> f32`, the sum of the chains' first lanes. With `fma`,
+ * each chain is one relaxed SIMD multiply-add (`acc = relaxed_madd(acc, m, m)`) instead of a
+ * multiply and an add: the ceiling of the fused matmul ([Note: relaxed FMA, chosen once per job]
+ * in tensor-core), the same FLOPs a trip in half the instructions. Node 20 validates it only with
+ * V8's relaxed-SIMD flag set (tensor-core's `relaxedFmaSupport()` sets it).
+ */
+export function wasmPeakModule(fma = false): Uint8Array<ArrayBuffer> {
   const get = (i: number) => [0x20, ...leb(i)];
   const set = (i: number) => [0x21, ...leb(i)];
   const body: number[] = [0x01, CHAINS + 1, 0x7b]; // locals: CHAINS + 1 v128, zeroed
   body.push(0x43, 0x00, 0x00, 0x00, 0x3f, 0xfd, 0x13, ...set(M)); // m = f32x4.splat(0.5)
   body.push(0x03, 0x40); // loop
   for (let i = 1; i <= CHAINS; i++) {
-    // acc_i = f32x4.add(f32x4.mul(acc_i, m), m)
-    body.push(...get(i), ...get(M), 0xfd, 0xe6, 0x01, ...get(M), 0xfd, 0xe4, 0x01, ...set(i));
+    if (fma) {
+      // acc_i = f32x4.relaxed_madd(acc_i, m, m)
+      body.push(...get(i), ...get(M), ...get(M), 0xfd, 0x85, 0x02, ...set(i));
+    } else {
+      // acc_i = f32x4.add(f32x4.mul(acc_i, m), m)
+      body.push(...get(i), ...get(M), 0xfd, 0xe6, 0x01, ...get(M), 0xfd, 0xe4, 0x01, ...set(i));
+    }
   }
   // trips -= 1; continue while trips != 0
   body.push(...get(0), 0x41, 0x01, 0x6b, 0x22, 0x00, 0x0d, 0x00, 0x0b);
@@ -63,19 +76,26 @@ export function wasmPeakModule(): Uint8Array<ArrayBuffer> {
 /** FLOPs of one trip of the loop: a multiply and an add on 4 lanes, per chain. */
 export const PEAK_FLOPS_PER_TRIP = CHAINS * 2 * 4;
 
-/** `peak(trips)` of a fresh instance. */
-export function wasmPeakFunction(): (trips: number) => number {
-  const module = new WebAssembly.Module(wasmPeakModule());
+/** Sets V8's relaxed-SIMD flag (Node 20 validates relaxed SIMD only with it; later ones ignore it). */
+export function enableRelaxedSimd(): void {
+  setFlagsFromString('--experimental-wasm-relaxed-simd');
+}
+
+/** `peak(trips)` of a fresh instance (`fma`: the multiply-add loop). */
+export function wasmPeakFunction(fma = false): (trips: number) => number {
+  if (fma) enableRelaxedSimd();
+  const module = new WebAssembly.Module(wasmPeakModule(fma));
   const instance = new WebAssembly.Instance(module);
   return instance.exports.peak as (trips: number) => number;
 }
 
 /**
  * One thread's WebAssembly SIMD f32 ceiling in GFLOP/s: the best of `rounds` calls of about
- * `callMs` each (the best, since a shared machine only ever slows it).
+ * `callMs` each (the best, since a shared machine only ever slows it). `fma`: the ceiling of
+ * relaxed SIMD's multiply-add, for a matmul that uses it.
  */
-export function wasmSimdPeakGflops(rounds = 7, callMs = 60): number {
-  const peak = wasmPeakFunction();
+export function wasmSimdPeakGflops(rounds = 7, callMs = 60, fma = false): number {
+  const peak = wasmPeakFunction(fma);
   peak(1000); // compile the optimized tier's code before timing
   let trips = 1 << 16;
   for (;;) {

@@ -9,7 +9,7 @@ import type {
 } from '@webshard/tensor-core';
 import { encodeSafetensors } from '@webshard/tensor-core/io';
 import { loadSafetensors } from '@webshard/tensor-core/node';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 import { writeFileAtomic } from '@webshard/fsdp/checkpoint';
 import { checkpointFault } from '../io/fault-points.js';

@@ -1,5 +1,5 @@
 import { UsageError } from '../errors.js';
-import type { TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
 
 /**
  * `--browser-ranks k`: what a run with browser tabs as ranks can do, refused by name before

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { UsageError } from '../errors.js';
-import { parseOptions, type TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
+import { parseOptions } from './options.js';
 
 const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
 
@@ -88,7 +89,7 @@ describe('parseOptions', () => {
     const cases: [string[], string, string][] = [
       [
         ['--world-size', '2'],
-        '--strategy single trains one rank: --world-size 2 needs --strategy ddp or fsdp',
+        '--strategy single trains one rank: --world-size 2 needs --strategy ddp, fsdp or diloco',
         '--world-size',
       ],
       [
@@ -138,7 +139,7 @@ describe('parseOptions', () => {
       ],
       [
         ['--strategy', 'offload', '--world-size', '2'],
-        '--strategy offload trains one rank: --world-size 2 needs --strategy ddp or fsdp',
+        '--strategy offload trains one rank: --world-size 2 needs --strategy ddp, fsdp or diloco',
         '--world-size',
       ],
       [
@@ -155,6 +156,69 @@ describe('parseOptions', () => {
         ['--strategy', 'offload', '--precision', 'bf16'],
         '--precision bf16 is not available with --strategy offload: it trains in fp32',
         '--precision',
+      ],
+    ];
+    for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
+  });
+
+  it('takes the diloco flags with the paper defaults, and refuses them elsewhere by name', () => {
+    expect(parse('--strategy', 'diloco', '--world-size', '4')).toMatchObject({
+      strategy: 'diloco',
+      worldSize: 4,
+      innerSteps: 50,
+      outerLr: 0.7,
+      outerMomentum: 0.9,
+      outerCompression: 'f32',
+    });
+    expect(
+      parse(
+        ...['--strategy', 'diloco', '--world-size', '2', '--inner-steps', '1', '--outer-lr', '1'],
+        ...['--outer-momentum', '0', '--outer-compression', 'int8'],
+      ),
+    ).toMatchObject({ innerSteps: 1, outerLr: 1, outerMomentum: 0, outerCompression: 'int8' });
+    const diloco = ['--strategy', 'diloco', '--world-size', '2'];
+    const cases: [string[], string, string][] = [
+      [
+        [...diloco, '--inner-steps', '0'],
+        '--inner-steps 0 is out of range [1, inf)',
+        '--inner-steps',
+      ],
+      [[...diloco, '--inner-steps', '2.5'], '--inner-steps 2.5 is not an integer', '--inner-steps'],
+      [
+        [...diloco, '--outer-compression', 'fp8'],
+        '--outer-compression fp8 is not one of f32, bf16, int8',
+        '--outer-compression',
+      ],
+      [
+        [...diloco, '--outer-momentum', '1'],
+        '--outer-momentum 1 is out of range [0, 0.999999]',
+        '--outer-momentum',
+      ],
+      [[...diloco, '--outer-lr', '0'], '--outer-lr 0 is out of range (0, 10]', '--outer-lr'],
+      [
+        ['--strategy', 'ddp', '--world-size', '2', '--inner-steps', '5'],
+        '--inner-steps applies to --strategy diloco, not ddp',
+        '--inner-steps',
+      ],
+      [
+        ['--outer-compression', 'int8'],
+        '--outer-compression applies to --strategy diloco, not single',
+        '--outer-compression',
+      ],
+      [
+        [...diloco, '--precision', 'bf16'],
+        '--precision bf16 is not available with --strategy diloco yet: it trains in fp32',
+        '--precision',
+      ],
+      [
+        [...diloco, '--checkpoint-every', '5', '--checkpoint-dir', 'c'],
+        '--checkpoint-every is not available with --strategy diloco yet',
+        '--checkpoint-every',
+      ],
+      [
+        [...diloco, '--bucket-mb', '1'],
+        '--bucket-mb applies to --strategy ddp or fsdp, not diloco',
+        '--bucket-mb',
       ],
     ];
     for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);

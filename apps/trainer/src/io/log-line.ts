@@ -2,7 +2,17 @@ import type { StepRecord } from '../progress.js';
 
 /** The `--log-jsonl` line of one step (no Node imports: the rank loop of a tab imports it too). */
 export function logLine(record: StepRecord): string {
-  const { step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes } = record;
-  const { peakHostBytes, hostRanksPerProcess } = record;
-  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess })}\n`;
+  const {
+    step,
+    loss,
+    lr,
+    tokensPerSecond,
+    peakDeviceBytes,
+    peakExternalBytes,
+    peakHostBytes,
+    hostRanksPerProcess,
+    outerStep,
+    outerBytesSent,
+  } = record;
+  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent })}\n`;
 }

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { createCpuBackend, noGrad, type Tensor, tensor } from '@webshard/tensor-core';
 import { loadSafetensors, saveSafetensors } from '@webshard/tensor-core/node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadInitialWeights } from '../cli/build-model.js';
+import { loadInitialWeights } from './build-model.js';
 import { UsageError } from '../errors.js';
 import { runMain } from '../test-support/cli.js';
 import { FIXTURES } from '../test-support/fixtures.js';

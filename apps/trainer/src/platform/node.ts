@@ -24,7 +24,7 @@ export {
   saveFullCheckpoint,
   stepDirName,
 } from '../checkpoint/run-checkpoint.js';
-export { checkFiles } from '../cli/check-files.js';
+export { checkFiles } from '../io/check-files.js';
 export { DEFAULT_CORPUS_PATH } from '../corpus.js';
 export { loadDataset } from '../data/read-dataset.js';
 export { writeFileAtomically } from '../io/atomic-write.js';
@@ -32,7 +32,7 @@ export { checkpointFault, faultPoint } from '../io/fault-points.js';
 export { openLog } from '../io/resumable-log.js';
 export { join as joinPath };
 
-/** The host's free memory in bytes, for the estimate's check (cli/memory-estimate.ts). */
+/** The host's free memory in bytes, for the estimate's check (models/memory-estimate.ts). */
 export function freeHostMemory(): number {
   return freemem();
 }

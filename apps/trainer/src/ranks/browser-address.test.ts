@@ -2,7 +2,8 @@ import { networkInterfaces } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { browserAddresses } from './browser-address.js';
 import { servePage } from './browser-job.js';
-import { parseOptions, type TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
+import { parseOptions } from '../cli/options.js';
 
 const base = { pagePort: 8123, masterPort: 29500, worldSize: 3, tabRanks: [1, 2], token: 'abc' };
 

@@ -2,8 +2,8 @@
 // Bundled for the browser (ranks/page-bundle.ts) and served by the Node process that started the
 // run (ranks/browser-job.ts); it runs the same rank loop as a Node rank, train.ts.
 import { connectBrowserRank } from '@webshard/collectives';
-import { chooseBackend } from '../choose-backend.js';
-import type { TrainConfig } from '../cli/options.js';
+import { chooseBackend } from '../backend-choice.js';
+import type { TrainConfig } from '../config.js';
 import { datasetFromBytes } from '../data/dataset.js';
 import { Gpt2Tokenizer } from '../data/gpt2-tokenizer.js';
 import { train } from '../train.js';

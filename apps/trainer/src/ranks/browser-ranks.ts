@@ -2,13 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { initProcessGroup } from '@webshard/collectives';
 import { freePort } from '@webshard/collectives/node';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
 import { UsageError } from '../errors.js';
 import { train } from '../train.js';
 import { browserAddresses } from './browser-address.js';
 import { type PageListen, servePage } from './browser-job.js';
-import type { RankIO, RanksOutcome } from './start-ranks.js';
+import type { RankIO, RanksOutcome } from './rank-io.js';
 
 /** How long the Node ranks wait for every tab to join (the user has to open them). */
 export const BROWSER_JOIN_MS = 600_000;

@@ -6,7 +6,8 @@ import {
   NoAdapterError,
 } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
-import { parseOptions, type TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
+import { parseOptions } from '../cli/options.js';
 import { BackendMismatchError } from '../errors.js';
 import { runMain, TINY } from '../test-support/cli.js';
 import { agreeOnJobBackend, checkSameBackend } from './job-backend.js';

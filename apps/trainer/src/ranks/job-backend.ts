@@ -1,7 +1,7 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import type { Backend, BackendKind } from '@webshard/tensor-core';
 import { DEFAULT_CORPUS_PATH, loadDataset } from '#platform';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { BackendMismatchError } from '../errors.js';
 import { gatherPerRank } from './gather.js';
 
@@ -22,7 +22,7 @@ import { gatherPerRank } from './gather.js';
 /** The backend kinds as numbers, for a collective. */
 const KINDS: readonly BackendKind[] = ['cpu', 'webgpu'];
 
-/** What deciding needs: the CLI's `chooseBackendKind` (choose-backend.ts), printing where it should. */
+/** What deciding needs: the CLI's `chooseBackendKind` (backend-choice.ts), printing where it should. */
 export type DecideBackend = (config: TrainConfig, vocabSize: number) => Promise<BackendKind>;
 
 /** The run's vocabulary size as `train` computes it (the data's, unless --vocab-size). */

@@ -6,37 +6,15 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { isMainThread } from 'node:worker_threads';
 import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
 import { launch, launchThreads } from '@webshard/collectives/node';
-import { type Backend, WebshardError } from '@webshard/tensor-core';
-import { checkBatchDivides, type TrainConfig } from '../cli/options.js';
+import { WebshardError } from '@webshard/tensor-core';
+import { checkBatchDivides, type TrainConfig } from '../config.js';
 import { InterruptedError, UsageError } from '../errors.js';
-import type { StopFlag } from '../interrupt.js';
-import type { ProgressTerminal } from '../progress.js';
-import { checkFiles } from '../cli/check-files.js';
-import { chooseBackendKind } from '../choose-backend.js';
+import { checkFiles } from '../io/check-files.js';
+import { chooseBackendKind } from '../backend-choice.js';
 import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
 import { BROWSER_JOIN_MS, type NodeRanksPlan, runWithBrowserRanks } from './browser-ranks.js';
-import { type TrainSummary, train } from '../train.js';
-
-/** Where one rank writes, and how it makes its backend. */
-export interface RankIO {
-  stdout(text: string): void;
-  stderr(text: string): void;
-  isTTY: boolean;
-  /** The directory the user ran the command in (ranks started as processes resolve paths there). */
-  cwd: string;
-  createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
-  /** Set when a signal asks the job to stop ([Note: interrupts] in ../interrupt.ts). */
-  stop?: StopFlag;
-  /** The terminal's width and resizes, for rank 0's progress bar. */
-  terminal?: ProgressTerminal;
-}
-
-/** How a multi-rank run ended: rank 0's summary where it ran in this thread, or the failure. */
-export type RanksOutcome =
-  | { ok: true; summary?: TrainSummary }
-  | { ok: false; exitCode: 1 | 2; error?: unknown; rank?: number }
-  /** Ranks that were processes stopped after a signal, and printed why themselves. */
-  | { ok: false; exitCode: 1; error: 'interrupted' };
+import { train } from '../train.js';
+import type { RankIO, RanksOutcome } from './rank-io.js';
 
 /** A rank's deadline for one collective: long enough for a slow step on 2 shared cores. */
 const GROUP_TIMEOUT_MS = 120_000;

@@ -9,13 +9,13 @@ import {
   type Tensor,
 } from '@webshard/tensor-core';
 import { loadFullOptimizer, saveFullCheckpoint } from '#platform';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 import { GPT, gptLoss } from '../models/gpt.js';
 import { layersOf } from '../models/layers.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups } from '../train-step.js';
-import type { PreparedModel } from './prepare.js';
+import type { PreparedModel } from './prepared-model.js';
 
 /**
  * `--strategy offload`: fairscale's `OffloadModel` over the model's layers (the GPT's embedding,

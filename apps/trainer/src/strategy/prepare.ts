@@ -9,15 +9,7 @@ import {
   reducePartialNorm,
   ShardedGradScaler,
 } from '@webshard/fsdp';
-import {
-  type AdamHyperparameters,
-  type Backend,
-  GradScaler,
-  MixedPrecision,
-  type Optimizer,
-  type ParamGroupInput,
-  type Tensor,
-} from '@webshard/tensor-core';
+import { type Backend, GradScaler, MixedPrecision, type Tensor } from '@webshard/tensor-core';
 import {
   checkpointFault,
   loadFullOptimizer,
@@ -25,48 +17,20 @@ import {
   saveFullCheckpoint,
   saveShardedCheckpoint,
 } from '#platform';
-import type { RunState } from '../checkpoint/run-checkpoint.js';
-import type { TrainConfig } from '../cli/options.js';
+import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 import { Block, GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
-import { decayGroups, type MixedState, type StepOptions } from '../train-step.js';
+import { decayGroups, type MixedState } from '../train-step.js';
+import { prepareDiloco } from './diloco.js';
 import { prepareOffload } from './offload.js';
+import type { AnyOptimizer, PreparedModel } from './prepared-model.js';
 import { shardingOptions } from './sharding.js';
 import { TrainModule, type TrainOutput } from './train-module.js';
 
-/** A model made ready for one rank of a strategy: what the training loop drives. */
-export interface PreparedModel {
-  /** Forward of one micro-batch under the strategy (gathers, gradient buckets). */
-  forward(input: Tensor, target: Tensor | null): Promise<TrainOutput>;
-  /** Forward for evaluation and samples; every rank calls it with the same inputs. */
-  evalForward(input: Tensor, target: Tensor | null): Promise<TrainOutput>;
-  /** What the optimizer steps (this rank's shards under FSDP), in nanoGPT's two decay groups. */
-  groups: ParamGroupInput<AdamHyperparameters>[];
-  /** Every tensor in `groups`. */
-  params: Tensor[];
-  mixed?: MixedState;
-  /** The strategy's part of a step: how to clip, skip reduction, and average the loss. */
-  step: Pick<StepOptions, 'clipGrads' | 'noSync' | 'meanOverRanks'>;
-  /**
-   * Run `fn` on the full f32 state dict under PyTorch names (rank 0; every rank must call it, the
-   * others get null). The tensors are valid only inside `fn`.
-   */
-  withFullStateDict<T>(fn: (dict: Map<string, Tensor> | null) => Promise<T>): Promise<T>;
-  /** Write this rank's part of a checkpoint into `dir` (every rank calls it). */
-  saveCheckpoint(dir: string, optimizer: AnyOptimizer, state: RunState): Promise<void>;
-  /**
-   * Restore what the model does not already hold from checkpoint `dir`: the optimizer (single,
-   * ddp: their weights are loaded before wrapping), or shards and optimizer (fsdp).
-   */
-  loadCheckpoint(dir: string, optimizer: AnyOptimizer): Promise<void>;
-}
-
-type AnyOptimizer = Optimizer<object, object>;
-
 /**
  * [Note: where the strategies go]
- * The loop in train.ts is one rank's; the strategy decides four things and nothing else:
+ * The loop in run/loop.ts is one rank's; the strategy decides four things and nothing else:
  * - single: the model as it is; with 16-bit precision, tensor-core's `MixedPrecision` masters.
  * - ddp: `DistributedDataParallel` over the same model (rank 0's weights broadcast at wrap time);
  *   every rank steps the whole model on gradients averaged in buckets during backward; micro-batches
@@ -77,6 +41,8 @@ type AnyOptimizer = Optimizer<object, object>;
  *   would mix decayed matrices with undecayed biases. The clip reduces the norm over ranks; fp16
  *   uses `ShardedGradScaler`, bf16 needs no scaler; FSDP keeps the f32 shards.
  * - offload: `OffloadModel` streams the layers through the device from the host (offload.ts).
+ * - diloco: the model as single, each rank on its own data, averaged every `--inner-steps` steps
+ *   by an outer step ([Note: the diloco strategy] in diloco.ts).
  * In every multi-rank strategy the reported loss is the mean over ranks, so every rank sees the
  * same number and a non-finite loss stops every rank at the same step.
  */
@@ -123,8 +89,12 @@ export function prepareModel(
   if (config.strategy === 'single') {
     return { ...common, forward: evalForward, step: {} };
   }
+  if (config.strategy === 'diloco') {
+    return prepareDiloco({ ...common, forward: evalForward }, config, group!, meanOverRanks);
+  }
   const ddp = new DistributedDataParallel(inner, {
     group: group!,
+    delayAllreduce: config.ddpAllreduce === 'auto' ? 'auto' : config.ddpAllreduce === 'delay',
     ...(config.bucketMb === null
       ? {}
       : { messageSize: Math.round((config.bucketMb * 2 ** 20) / 4) }),
@@ -132,6 +102,7 @@ export function prepareModel(
   return {
     ...common,
     forward: (input, target) => ddp.call(input, target),
+    news: ddpModeNews(ddp),
     step: {
       noSync: (fn) => ddp.noSync(fn),
       ...(meanOverRanks === undefined ? {} : { meanOverRanks }),
@@ -242,4 +213,19 @@ function stateDictOf(model: GPT | MLP, mixed: MixedState | undefined): Map<strin
     for (const [k, t] of dict) dict.set(k, masters.get(t) ?? t);
   }
   return dict;
+}
+
+/** The line ddp's timed choice of all-reduce mode gets, once ([Note: choosing overlap by measurement]). */
+function ddpModeNews(ddp: DistributedDataParallel): () => string | null {
+  let told = false;
+  return () => {
+    const timings = ddp.autoTimings;
+    if (told || timings === null) return null;
+    told = true;
+    const { delayMs, overlapMs } = timings;
+    const times = `${overlapMs.toFixed(1)} ms overlapped against ${delayMs.toFixed(1)} ms delayed (forward to reduced, slowest rank, best of ${timings.trials})`;
+    return ddp.allreduceMode === 'delay'
+      ? `ddp: all-reduce at the end of backward from here on: ${times}`
+      : `ddp: all-reduce overlapped with backward from here on: ${times}`;
+  };
 }

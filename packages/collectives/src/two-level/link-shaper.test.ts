@@ -21,12 +21,45 @@ describe('parseLinkSettings', () => {
     expect(parseLinkSettings('none')).toBeNull();
   });
 
+  it('reads the presets, which later settings override', () => {
+    expect(parseLinkSettings('datacenter')).toEqual({ latencyMs: 0.05, gbitPerSecond: 10 });
+    expect(parseLinkSettings('broadband-100')).toEqual({ latencyMs: 20, gbitPerSecond: 0.1 });
+    expect(parseLinkSettings('broadband-20')).toEqual({ latencyMs: 40, gbitPerSecond: 0.02 });
+    expect(parseLinkSettings('mobile')).toEqual({
+      latencyMs: 60,
+      gbitPerSecond: 0.01,
+      loss: 0.001,
+    });
+    expect(parseLinkSettings('broadband-20,loss=0.01,seed=3')).toEqual({
+      latencyMs: 40,
+      gbitPerSecond: 0.02,
+      loss: 0.01,
+      seed: 3,
+    });
+    expect(() => parseLinkSettings('broadband-50')).toThrow(
+      "[link] cannot read 'broadband-50' in 'broadband-50' (latency=1ms,bandwidth=10gbit,loss=0.001, or a preset: datacenter, broadband-100, broadband-20, mobile)",
+    );
+  });
+
+  it('shapes a broadband-20 link: 50 kB take 20 ms on the wire plus 40 ms of latency', async () => {
+    const [a, b] = shaped(2, 'broadband-20');
+    const got = new Uint8Array(50_000);
+    const start = performance.now();
+    await a!.send(1, 0, new Uint8Array(50_000).fill(3));
+    await b!.recv(0, 0, got);
+    const ms = performance.now() - start;
+    expect(ms).toBeGreaterThanOrEqual(59);
+    // Generous: a loaded machine delays timers, never makes them early.
+    expect(ms).toBeLessThan(59 + 2000);
+    expect(got.every((x) => x === 3)).toBe(true);
+  });
+
   it('names the part it cannot read', () => {
     for (const bad of ['latency=1', 'bandwidth=0gbit', 'loss=1', 'jitter=1ms', 'loss=-0.1']) {
       expect(() => parseLinkSettings(bad)).toThrow(ArgumentError);
     }
     expect(() => parseLinkSettings('latency=1s')).toThrow(
-      "[link] cannot read 'latency=1s' in 'latency=1s' (latency=1ms,bandwidth=10gbit,loss=0.001)",
+      "[link] cannot read 'latency=1s' in 'latency=1s' (latency=1ms,bandwidth=10gbit,loss=0.001, or a preset: datacenter, broadband-100, broadband-20, mobile)",
     );
   });
 });

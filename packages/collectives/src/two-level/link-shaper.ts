@@ -2,6 +2,7 @@ import { ArgumentError } from '@webshard/tensor-core';
 import { type AbortReason, TransportAbortedError } from '../errors.js';
 import type { StoreClient } from '../rendezvous/store-client.js';
 import type { Transport } from '../transport.js';
+import { LINK_PRESETS } from './link-presets.js';
 
 /** A simulated link: what `LinkShaper` adds to every message between two ranks. */
 export interface LinkSettings {
@@ -72,7 +73,8 @@ class DueQueue {
 
 /**
  * Parses `WEBSHARD_LINK`-style settings: comma-separated `latency=1ms` (or `us`), `bandwidth=10gbit`
- * (or `mbit`), `loss=0.001`, `seed=N`; empty or `none` means no shaping. A bad value is an
+ * (or `mbit`), `loss=0.001`, `seed=N`, or a preset's name (`broadband-20`, [Note: link presets])
+ * that later settings override; empty or `none` means no shaping. A bad value is an
  * `ArgumentError` naming it.
  */
 export function parseLinkSettings(text: string): LinkSettings | null {
@@ -84,8 +86,12 @@ export function parseLinkSettings(text: string): LinkSettings | null {
     const bad = () =>
       new ArgumentError(
         'link',
-        `cannot read '${part}' in '${text}' (latency=1ms,bandwidth=10gbit,loss=0.001)`,
+        `cannot read '${part}' in '${text}' (latency=1ms,bandwidth=10gbit,loss=0.001, or a preset: ${Object.keys(LINK_PRESETS).join(', ')})`,
       );
+    if (!part.includes('=') && name !== undefined && Object.hasOwn(LINK_PRESETS, name)) {
+      Object.assign(settings, LINK_PRESETS[name]);
+      continue;
+    }
     const number = (value: string) => {
       const parsed = Number(value);
       if (value === '' || !Number.isFinite(parsed) || parsed < 0) throw bad();

@@ -47,6 +47,10 @@ export interface ParityReport {
   allReduces: number;
   /** Bucket structure (parameter names) after each step. */
   buckets: string[][][];
+  /** `allreduceMode` after each step. */
+  modes: string[];
+  /** What `delayAllreduce: 'auto'` measured (null without it, or before it chose). */
+  autoTimings: { delayMs: number; overlapMs: number; trials: number } | null;
 }
 
 const IN = 6;
@@ -152,6 +156,7 @@ export async function trainRank(
   const optimizer = optimizerFor(model, dtype);
   const loss = lossOf((x) => ddp.call(x));
   const buckets: string[][][] = [];
+  const modes: string[] = [];
   const accumulate = job.accumulate ?? 1;
   let step = 0;
   let grads: number[][] = [];
@@ -175,8 +180,10 @@ export async function trainRank(
     optimizer?.step();
     model.zeroGrad({ setToNone: true });
     buckets.push(ddp.bucketParameterNames());
+    modes.push(ddp.allreduceMode);
   }
-  return { params: await readParams(model), grads, allReduces, buckets };
+  const autoTimings = ddp.autoTimings;
+  return { params: await readParams(model), grads, allReduces, buckets, modes, autoTimings };
 }
 
 /** The same training in one process on every rank's rows at once. */
@@ -184,7 +191,7 @@ export async function trainReference(
   job: ParityJob,
   worldSize: number,
   backend: Backend,
-): Promise<Omit<ParityReport, 'buckets' | 'allReduces'>> {
+): Promise<Pick<ParityReport, 'params' | 'grads'>> {
   const dtype = job.dtype ?? 'f32';
   const model = makeModel(backend, dtype, 1);
   if (job.unusedBias) {

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ArgumentError } from '../errors.js';
 import { Tensor } from '../tensor.js';
 import { describeBackends, webGpuTestsEnabled } from '../testing/index.js';
+import { relaxedFmaSupport } from './cpu/fma-support.js';
 import { createBackend } from './create.js';
 
 describe('createBackend', () => {
@@ -15,6 +16,15 @@ describe('createBackend', () => {
     expect(backend.kind).toBe('cpu');
     expect(backend.memoryStats().limit).toBe(1 << 20);
     backend.dispose();
+  });
+
+  it("passes matmulFma to the CPU backend: 'auto' runs the fused matmul where the engine fuses, the default does not", async () => {
+    const fused = await createBackend({ kind: 'cpu', matmulFma: 'auto' });
+    const plain = await createBackend({ kind: 'cpu' });
+    expect(fused.description.includes('relaxed FMA')).toBe(relaxedFmaSupport() !== 'none');
+    expect(plain.description).not.toContain('relaxed FMA');
+    fused.dispose();
+    plain.dispose();
   });
 
   it('lets an explicit kind win over WEBSHARD_BACKEND', async () => {

@@ -20,6 +20,11 @@ export interface CreateBackendOptions {
   adapter?: string;
   /** WebGPU: how f16 tensors are stored (see `WebGpuBackendOptions.f16`). */
   f16?: F16Storage;
+  /**
+   * The CPU backend's matmul: relaxed SIMD's fused multiply-add where the engine runs it (`'auto'`)
+   * or never (`'off'`, the default). See `CpuBackendOptions.matmulFma`.
+   */
+  matmulFma?: 'auto' | 'off';
 }
 
 type Kind = NonNullable<CreateBackendOptions['kind']>;
@@ -37,7 +42,11 @@ function chooseKind(option: CreateBackendOptions['kind']): Kind {
 export async function createBackend(options: CreateBackendOptions = {}): Promise<Backend> {
   const kind = chooseKind(options.kind);
   const memoryLimit = options.memoryLimit;
-  if (kind === 'cpu') return createCpuBackend(memoryLimit === undefined ? {} : { memoryLimit });
+  const cpuOptions = {
+    ...(memoryLimit === undefined ? {} : { memoryLimit }),
+    ...(options.matmulFma === undefined ? {} : { matmulFma: options.matmulFma }),
+  };
+  if (kind === 'cpu') return createCpuBackend(cpuOptions);
   const { createWebGpuBackend } = await import('./webgpu/webgpu-backend.js');
   const gpuOptions = {
     ...(memoryLimit === undefined ? {} : { memoryLimit }),
@@ -50,7 +59,7 @@ export async function createBackend(options: CreateBackendOptions = {}): Promise
     return await createWebGpuBackend(gpuOptions);
   } catch (error) {
     if (NoAdapterError.isInstance(error)) {
-      return createCpuBackend(memoryLimit === undefined ? {} : { memoryLimit });
+      return createCpuBackend(cpuOptions);
     }
     throw error;
   }

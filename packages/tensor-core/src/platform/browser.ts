@@ -9,6 +9,9 @@ export type { ThreadWorker } from './node.js';
 /** Which build of `#platform` this is. */
 export const RUNTIME: typeof NodePlatform.RUNTIME = 'browser';
 
+/** Nothing to do: a page's engine has relaxed SIMD or not, by its version. */
+export const enableRelaxedSimd: typeof NodePlatform.enableRelaxedSimd = () => {};
+
 /** Throws: a page has no file system (fetch the bytes and use `decodeSafetensors`). */
 export const nodeFs: typeof NodePlatform.nodeFs = async (op) => {
   throw new NodeRequiredError(

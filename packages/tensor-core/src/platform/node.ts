@@ -14,6 +14,20 @@
 /** Which build of `#platform` this is. */
 export const RUNTIME: 'node' | 'browser' = 'node';
 
+/**
+ * Lets this process's WebAssembly use relaxed SIMD (V8's `--experimental-wasm-relaxed-simd`):
+ * Node 20's V8 (11.3) implements it behind that flag, set here before any module that needs it is
+ * compiled; V8 shipped it without a flag from 11.4 (Node 22, Chrome 114), where this changes
+ * nothing. Flags are per process, so the matmul's worker threads see it too. See [Note: relaxed
+ * FMA, chosen once per job].
+ */
+export function enableRelaxedSimd(): void {
+  const getBuiltin = (
+    process as { getBuiltinModule?: (id: string) => typeof import('node:v8') | undefined }
+  ).getBuiltinModule;
+  getBuiltin?.('node:v8')?.setFlagsFromString('--experimental-wasm-relaxed-simd');
+}
+
 /** The Dawn module of the optional `webgpu` package. */
 export interface DawnModule {
   create(flags: string[]): GPU;

@@ -31,6 +31,7 @@ import {
   gatherKernel,
   scatterAddKernel,
 } from './index-kernels.js';
+import { crossEntropyBackwardWasm, crossEntropyWasm } from './cross-entropy-wasm.js';
 import { loadWasmKernels, type WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { matmulKernel } from './matmul.js';
@@ -328,6 +329,8 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     ignoreIndex: number,
   ): void {
     this.assertLive('crossEntropy');
+    const kernels = this.wasmKernels;
+    if (kernels && crossEntropyWasm(kernels, this, logits, targets, losses, ignoreIndex)) return;
     crossEntropyKernel(logits, targets, losses, ignoreIndex);
   }
 
@@ -339,6 +342,12 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     ignoreIndex: number,
   ): void {
     this.assertLive('crossEntropyBackward');
+    const kernels = this.wasmKernels;
+    if (
+      kernels &&
+      crossEntropyBackwardWasm(kernels, logits, targets, dLosses, dLogits, ignoreIndex)
+    )
+      return;
     crossEntropyBackwardKernel(logits, targets, dLosses, dLogits, ignoreIndex);
   }
 

@@ -91,7 +91,7 @@ export function crossEntropyBackwardKernel(
   o.commit();
 }
 
-function checkTargets(targets: Int32Array, classes: number, ignoreIndex: number): void {
+export function checkTargets(targets: Int32Array, classes: number, ignoreIndex: number): void {
   for (let r = 0; r < targets.length; r++) {
     const target = targets[r]!;
     if (target !== ignoreIndex && (target < 0 || target >= classes)) {
@@ -110,7 +110,7 @@ export function checkFiniteKernel(x: KernelTensor, flag: KernelTensor): void {
   }
 }
 
-function logSumExp(x: Values, base: number, count: number): number {
+export function logSumExp(x: Values, base: number, count: number): number {
   let max = Number.NEGATIVE_INFINITY;
   for (let c = 0; c < count; c++) max = Math.max(max, x[base + c]!);
   if (max === Number.NEGATIVE_INFINITY) return max;

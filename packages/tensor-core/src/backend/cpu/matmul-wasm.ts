@@ -1,3 +1,4 @@
+import { enableRelaxedSimd } from '#platform';
 import { matmulScratchBytes, matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
 import { MatmulThreads } from './matmul-threads.js';
 
@@ -37,8 +38,8 @@ import { MatmulThreads } from './matmul-threads.js';
  *   further from float64 than PyTorch's after 3 AdamW steps. The blocks are fixed by k alone, so every bit of the result is independent
  *   of the row blocks, the tile and the thread count (threads split C's rows, never k: [Note:
  *   matmul threads]). Where the engine validates relaxed
- *   SIMD (Chrome; Node 20 only with --experimental-wasm-relaxed-simd, `matmul-threads.test.ts`
- *   checks both) and `createCpuBackend({ matmulFma: 'auto' })` asks for it, the multiply-add is
+ *   SIMD (Chrome, Node 22; Node 20 behind V8's --experimental-wasm-relaxed-simd, which asking
+ *   for it sets: [Note: relaxed FMA, chosen once per job]) and `createCpuBackend({ matmulFma: 'auto' })` asks for it, the multiply-add is
  *   `f32x4.relaxed_madd`, which rounds once where the engine fuses it (x64 with FMA3, arm64) and
  *   twice elsewhere: still the same on every run and thread count of one machine, but two engines
  *   can differ in the last bits. The default (`'off'`) keeps the unfused module, whose results are
@@ -325,6 +326,8 @@ export function loadWasmMatmul(
   options: WasmMatmulOptions = {},
 ): WasmMatmul | null {
   if (wasm === null) return null;
+  // Node 20 validates relaxed SIMD only behind a V8 flag ([Note: relaxed FMA, chosen once per job])
+  if (options.fma !== 'off') enableRelaxedSimd();
   const relaxed = options.fma !== 'off' && compile(wasm, 'relaxedSimd') !== null;
   const threads = options.threads ?? 'auto';
   if (threads !== 1 && typeof SharedArrayBuffer !== 'undefined') {

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { checkCheckpointDir, resolveResume } from '../checkpoint/checkpoint-dir.js';
 import { LATEST, readRunState } from '../checkpoint/run-checkpoint.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
-import type { TrainConfig } from './options.js';
+import type { TrainConfig } from '../config.js';
 import { checkInputFile, checkOutputFile } from './preflight.js';
 
 /** Check the run's files before anything is read or written: readable inputs, writable outputs. */

@@ -8,7 +8,8 @@ import {
   probeStepMs,
   UNAVAILABLE_CHARS,
 } from './backend-choice.js';
-import { parseOptions, type TrainConfig } from './options.js';
+import type { TrainConfig } from './config.js';
+import { parseOptions } from './cli/options.js';
 
 const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
 
@@ -59,7 +60,7 @@ describe('decideBackend', () => {
     expect(decision.reason).toBe(
       `webgpu is unavailable (${long.slice(0, UNAVAILABLE_CHARS - 3)}...): using cpu`,
     );
-    // The line choose-backend.ts prints: under 120 characters.
+    // The line chooseBackend prints: under 120 characters.
     expect(`backend auto: ${decision.reason} (--backend to override)`.length).toBeLessThan(120);
     const slowest = decideBackend(
       { kind: 'cpu', description: `cpu ${'x'.repeat(300)}`, stepMs: 30000 },

@@ -8,11 +8,14 @@ import {
 import { SafetensorsError } from '@webshard/tensor-core/io';
 import { loadSafetensors } from '@webshard/tensor-core/node';
 import { UsageError } from '../errors.js';
-import { GPT } from '../models/gpt.js';
-import { hfGpt2StateDict, isHfGpt2 } from '../models/hf-gpt2.js';
-import { MLP } from '../models/mlp.js';
-import { MLP_IN, MLP_OUT } from './memory-estimate.js';
-import type { TrainConfig } from './options.js';
+import { GPT } from './gpt.js';
+import { hfGpt2StateDict, isHfGpt2 } from './hf-gpt2.js';
+import { MLP } from './mlp.js';
+import type { TrainConfig } from '../config.js';
+
+/** The MLP's input and output widths (its hidden width is `--n-embd`). */
+export const MLP_IN = 16;
+export const MLP_OUT = 8;
 
 /** The model a config asks for, seeded (nanoGPT's init for the GPT, PyTorch's for the MLP). */
 export function buildModel(config: TrainConfig, vocabSize: number, backend: Backend): GPT | MLP {

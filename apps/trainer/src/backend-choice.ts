@@ -6,11 +6,59 @@ import {
   type Tensor,
   tensor,
 } from '@webshard/tensor-core';
-import { GPT } from '../models/gpt.js';
-import { decayGroups, trainStep } from '../train-step.js';
-import { buildModel } from './build-model.js';
-import { MLP_IN, MLP_OUT } from './memory-estimate.js';
-import type { TrainConfig } from './options.js';
+import { GPT } from './models/gpt.js';
+import { decayGroups, trainStep } from './train-step.js';
+import { buildModel, MLP_IN, MLP_OUT } from './models/build-model.js';
+import type { TrainConfig } from './config.js';
+
+/**
+ * The run's backend: `--backend cpu|webgpu` as asked, `auto` by a measured probe of the run's own
+ * model on each backend ([Note: the trainer's default backend]), saying why it chose. The CLI and a
+ * browser rank's page (ranks/browser-page.ts) both choose here, so a tab decides as a Node rank of
+ * the same job does.
+ */
+export async function chooseBackend(
+  config: TrainConfig,
+  vocabSize: number,
+  say: (text: string) => void,
+): Promise<Backend> {
+  const memory = backendOptions(config);
+  if (config.backend !== 'auto') return createBackend({ kind: config.backend, ...memory });
+  const { backend, reason } = await chooseAutoBackend(
+    config,
+    realChoiceDeps(config, vocabSize, memory),
+  );
+  say(`backend auto: ${reason} (--backend to override)\n`);
+  return backend;
+}
+
+/** What `createBackend` takes from the run's flags: the memory limit and the matmul's FMA. */
+export function backendOptions(config: TrainConfig): {
+  memoryLimit?: number;
+  matmulFma: 'auto' | 'off';
+} {
+  return {
+    ...(config.memoryLimit === null ? {} : { memoryLimit: config.memoryLimit }),
+    matmulFma: config.matmulFma,
+  };
+}
+
+/**
+ * The backend kind every rank of a job uses, decided once by the process that starts the ranks
+ * ([Note: one backend for the job] in ranks/job-backend.ts): `--backend` as asked, else the probe
+ * of `chooseBackend` (printed once, with `say`), whose backend is then released.
+ */
+export async function chooseBackendKind(
+  config: TrainConfig,
+  vocabSize: number,
+  say: (text: string) => void,
+): Promise<'cpu' | 'webgpu'> {
+  if (config.backend !== 'auto') return config.backend;
+  const backend = await chooseBackend(config, vocabSize, say);
+  const kind = backend.kind;
+  backend.dispose();
+  return kind;
+}
 
 /**
  * [Note: the trainer's default backend]
@@ -231,7 +279,7 @@ function firstLine(text: string): string {
 export function realChoiceDeps(
   config: TrainConfig,
   vocabSize: number,
-  memory: { memoryLimit?: number },
+  memory: ReturnType<typeof backendOptions>,
 ): ChoiceDeps {
   return {
     create: (kind) => createBackend({ kind, ...memory }),

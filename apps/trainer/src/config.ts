@@ -1,0 +1,123 @@
+import type { OuterCompression } from '@webshard/diloco';
+import type { TokenizerName } from './data/dataset.js';
+import { UsageError } from './errors.js';
+import type { Sharding } from './strategy/sharding.js';
+
+/*
+ * A run's configuration: what `train()`, the ranks and the strategies read. The CLI
+ * (cli/options.ts) parses flags into it; a program may build one itself.
+ */
+
+/** The strategies `--strategy` accepts. */
+export const STRATEGIES = ['single', 'ddp', 'fsdp', 'offload', 'diloco'] as const;
+export type Strategy = (typeof STRATEGIES)[number];
+
+/** Where the ranks run: this thread, worker threads, or processes (see [Note: how ranks start]). */
+export const TRANSPORTS = ['local', 'shm', 'tcp', 'ws'] as const;
+export type TransportName = (typeof TRANSPORTS)[number];
+
+/**
+ * Everything one run needs, as plain values (nanoGPT's configuration style). Paths are absolute,
+ * resolved against the directory the user ran the command in. `null` means "not given".
+ */
+export interface TrainConfig {
+  strategy: Strategy;
+  /** Ranks that share the batch. */
+  worldSize: number;
+  transport: TransportName;
+  /** Ranks `worldSize - browserRanks ..` are browser tabs (ws only; see ranks/browser-ranks.ts). */
+  browserRanks: number;
+  /** Port of the page that adds a tab as a rank (0: a free one). */
+  browserPort: number;
+  /**
+   * The address tabs reach this machine at: the page, the store and the Node ranks listen there
+   * and advertise it (default `127.0.0.1`: tabs of this machine only).
+   */
+  browserHost: string;
+  /** FSDP: free each unit's full parameters after forward (fairscale's default). */
+  reshardAfterForward: boolean;
+  /** FSDP: PyTorch's sharding strategy (`--sharding`; see strategy/sharding.ts). */
+  sharding: Sharding;
+  /** FSDP: one unit per transformer block (`block`), or the root only (`none`). */
+  autoWrap: 'block' | 'none';
+  /** DDP: bucket size; FSDP: the reduce-scatter bucket (MiB). Null: the package's default. */
+  bucketMb: number | null;
+  /**
+   * ddp: when the gradient all-reduce runs: `'auto'` times both and keeps the faster ([Note:
+   * choosing overlap by measurement] in ddp-buckets), `'overlap'` with backward, `'delay'` at its end.
+   */
+  ddpAllreduce: 'auto' | 'overlap' | 'delay';
+  /** FSDP: keep the shards (and the optimizer step) on the CPU, compute on the device. */
+  moveParamsToCpu: boolean;
+  /** Offload: slices the model streams through the device in. */
+  numSlices: number;
+  /** Offload: chunks of the batch each slice runs on while it is on the device. */
+  numMicrobatches: number;
+  /** Offload: keep only slice inputs between forward and backward, recompute the rest. */
+  checkpointActivation: boolean;
+  /** DiLoCo: inner steps between outer syncs (H). */
+  innerSteps: number;
+  /** DiLoCo: the outer Nesterov SGD's learning rate (the paper's 0.7). */
+  outerLr: number;
+  /** DiLoCo: the outer momentum (the paper's 0.9; 0: plain SGD, no Nesterov). */
+  outerMomentum: number;
+  /** DiLoCo: how pseudo-gradients travel (`f32`, `bf16`, `int8` with error feedback). */
+  outerCompression: OuterCompression;
+  /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
+  checkpointEvery: number;
+  checkpointDir: string | null;
+  /** A checkpoint directory (or its root, holding `latest`) to continue from. */
+  resume: string | null;
+  /** Replace another run's checkpoints in `checkpointDir` (else such a directory is refused). */
+  overwriteCheckpoints: boolean;
+  model: 'gpt' | 'mlp';
+  nLayer: number;
+  nHead: number;
+  nEmbd: number;
+  blockSize: number;
+  /** From the data when null. */
+  vocabSize: number | null;
+  data: string | null;
+  /** How text data becomes tokens, and samples text: see [Note: the GPT-2 tokenizer]. */
+  tokenizer: TokenizerName;
+  /** Global sequences per step, over all ranks and micro-batches. */
+  batchSize: number;
+  gradAccum: number;
+  init: string | null;
+  seed: number;
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  gradClip: number;
+  steps: number;
+  lrSchedule: 'constant' | 'cosine';
+  warmupSteps: number;
+  precision: 'fp32' | 'fp16' | 'bf16';
+  backend: 'auto' | 'cpu' | 'webgpu';
+  memoryLimit: number | null;
+  /**
+   * The CPU backend's matmul with relaxed SIMD's fused multiply-add: `'auto'` where every rank of
+   * the job fuses it, `'off'` never ([Note: relaxed FMA, chosen once per job]).
+   */
+  matmulFma: 'auto' | 'off';
+  maxSeconds: number;
+  logJsonl: string | null;
+  save: string | null;
+  samples: string | null;
+  report: string | null;
+  evalEvery: number;
+  sampleLength: number;
+}
+
+/** The batch must split evenly over the ranks and their micro-batches. */
+export function checkBatchDivides(config: TrainConfig): void {
+  const ranksTimesMicro = config.worldSize * config.gradAccum;
+  if (config.batchSize % ranksTimesMicro !== 0) {
+    throw new UsageError(
+      `--batch-size ${config.batchSize} is not divisible by the world size ${config.worldSize} times --grad-accum ${config.gradAccum}`,
+      { option: '--batch-size' },
+    );
+  }
+}

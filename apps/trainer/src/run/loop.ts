@@ -1,0 +1,189 @@
+import {
+  beginCheckpoint,
+  faultPoint,
+  finishCheckpoint,
+  joinPath,
+  openLog,
+  stepDirName,
+} from '#platform';
+import type { RunState } from '../checkpoint/run-checkpoint.js';
+import { InterruptedError, NonFiniteLossError } from '../errors.js';
+import { agreedStop, type StopSignal } from '../interrupt.js';
+import { hostMemoryFields } from '../host-memory.js';
+import { logLine } from '../io/log-line.js';
+import { createProgress, type StepRecord } from '../progress.js';
+import { gatherPerRank } from '../ranks/gather.js';
+import type { EvalPoint } from '../report/html-report.js';
+import { accumulatedStep } from '../train-step.js';
+import { heldOutLoss, shortSample } from './held-out.js';
+import { microBatchLosses } from './micro-batches.js';
+import { learningRate } from './schedule.js';
+import type { Run } from './set-up.js';
+
+/** What the loop did: its steps and evaluations, when it started, and the signal that stopped it. */
+export interface LoopResult {
+  records: StepRecord[];
+  evals: EvalPoint[];
+  /** `performance.now()` at the first step. */
+  started: number;
+  /** Set when a signal stopped the run ([Note: interrupts] in interrupt.ts); the finish is skipped. */
+  interrupted: InterruptedError | null;
+}
+
+/**
+ * The steps, from `run.firstStep` to `--steps`: deterministic batches split in micro-batches,
+ * AdamW with the schedule and clipping, the progress bar and the JSONL log, evaluations and
+ * checkpoints every so many steps. It ends at the last step, at `--max-seconds`, or at a signal
+ * the ranks agree on (then with a checkpoint, if the run keeps them).
+ */
+export async function runLoop(run: Run): Promise<LoopResult> {
+  const { config, io, group, firstStep } = run;
+  // Outputs that grow as the run goes: the JSONL log (a live log, not an atomic file; a resumed
+  // run keeps its lines up to the resumed step: [Note: the log of a resumed run]).
+  const log =
+    config.logJsonl !== null && run.lead
+      ? await openLog(config.logJsonl, run.resumed?.state.step ?? null, run.earlier.records)
+      : null;
+  if (log !== null && log.dropped + log.restored > 0) {
+    run.say(
+      `log: ${config.logJsonl} keeps its ${log.kept} lines up to step ${firstStep}${log.restored > 0 ? ` (${log.restored} restored from the checkpoint)` : ''}; dropped ${log.dropped} past it (from a run stopped after its last checkpoint)`,
+    );
+  }
+  const progress = createProgress(run.lead ? io.stdout : () => {}, io.isTTY, io.terminal);
+
+  const records: StepRecord[] = [];
+  const evals: EvalPoint[] = [];
+  const started = performance.now();
+  let interrupted: InterruptedError | null = null;
+  const interrupt = async (signal: StopSignal, step: number) => {
+    let checkpoint: string | null = null;
+    if (config.checkpointDir !== null && step > firstStep) {
+      if (step % config.checkpointEvery !== 0) await saveCheckpoint(run, step, records, evals);
+      checkpoint = joinPath(config.checkpointDir, stepDirName(step));
+    }
+    return new InterruptedError(signal, { step, steps: config.steps, checkpoint, lead: run.lead });
+  };
+  // A signal before the first step (during the probe, say): a single rank stops now; ranks of a
+  // job agree after their first step.
+  const early = group === null || group.size === 1 ? (io.stop?.signal ?? null) : null;
+  if (early !== null) interrupted = await interrupt(early, firstStep);
+  try {
+    for (let step = firstStep; step < config.steps && interrupted === null; step++) {
+      const record = await oneStep(run, step);
+      records.push(record);
+      const elapsed = (performance.now() - started) / 1000;
+      progress.step(record, elapsed);
+      const news = run.prepared.news?.();
+      if (news) progress.line(news);
+      if (log !== null) await log.write(logLine(record));
+      if (
+        config.evalEvery > 0 &&
+        record.step % config.evalEvery === 0 &&
+        record.step < config.steps
+      ) {
+        const point = {
+          step: record.step,
+          loss: await heldOutLoss(run),
+          sample: await shortSample(run, 60),
+        };
+        evals.push(point);
+        progress.line(
+          `eval after step ${point.step}: held-out loss ${point.loss.toFixed(4)}${point.sample ? ` | ${JSON.stringify(point.sample)}` : ''}`,
+        );
+      }
+      if (config.checkpointEvery > 0 && record.step % config.checkpointEvery === 0) {
+        await saveCheckpoint(run, record.step, records, evals);
+      }
+      faultPoint('step');
+      // A quiet step (diloco between syncs) leaves the agreement to the next step that is not.
+      const stop = run.prepared.quietStep?.(record.step - 1)
+        ? null
+        : await agreedStop(io.stop, group);
+      if (stop !== null) {
+        interrupted = await interrupt(stop, record.step);
+        break;
+      }
+      if (config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps) {
+        progress.line(
+          `stopped after step ${record.step} of ${config.steps}: the ${config.maxSeconds} s budget is spent`,
+        );
+        break;
+      }
+    }
+  } finally {
+    progress.done();
+    await log?.close();
+  }
+  return { records, evals, started, interrupted };
+}
+
+/** One optimizer step (index `step`, from 0) and its record: loss, norm, time, peak memory. */
+async function oneStep(run: Run, step: number): Promise<StepRecord> {
+  const { config, group, prepared, optimizer, backend } = run;
+  const lr =
+    config.lrSchedule === 'cosine'
+      ? learningRate(step, config.steps, config.lr, config.warmupSteps)
+      : config.lr;
+  for (const paramGroup of optimizer.paramGroups) paramGroup.lr = lr;
+  const start = performance.now();
+  const microLosses = microBatchLosses(run.model, prepared, config, run.data, step, group);
+  // A quiet step runs no collective of the loop's own: the loss is this rank's, the records its own.
+  const quiet = prepared.quietStep?.(step) ?? false;
+  const { meanOverRanks, ...stepOptions } = prepared.step;
+  const result = await accumulatedStep(prepared.params, optimizer, microLosses, {
+    clip: config.gradClip === 0 ? Number.POSITIVE_INFINITY : config.gradClip,
+    ...stepOptions,
+    ...(quiet || meanOverRanks === undefined ? {} : { meanOverRanks }),
+    ...(prepared.mixed === undefined ? {} : { mixed: prepared.mixed }),
+    check: (loss) => {
+      if (!Number.isFinite(loss)) throw new NonFiniteLossError(step + 1, loss);
+    },
+  });
+  // The strategy's part after the optimizer step (diloco's outer sync), inside the step's time.
+  const outer = (await prepared.afterStep?.(step)) ?? null;
+  const ms = performance.now() - start;
+  const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
+  return {
+    step: step + 1,
+    steps: config.steps,
+    loss: result.loss,
+    gradNorm: result.gradNorm,
+    lr,
+    ms,
+    tokensPerSecond: (tokensPerStep * 1000) / ms,
+    ...(outer === null ? {} : { outerStep: outer.outerStep, outerBytesSent: outer.bytesSent }),
+    peakDeviceBytes: backend.memoryStats().peakAllocated,
+    ...externalPeak(backend.memoryStats().peakExternalBytes),
+    ...(group !== null && group.size > 1 && !quiet
+      ? { peakDeviceBytesPerRank: await gatherPerRank(group, backend.memoryStats().peakAllocated) }
+      : {}),
+    ...(await hostMemoryFields(quiet ? null : group)),
+  };
+}
+
+/** A checkpoint after `step` into `--checkpoint-dir`, with the run's history so far. */
+async function saveCheckpoint(
+  run: Run,
+  step: number,
+  records: readonly StepRecord[],
+  evals: readonly EvalPoint[],
+): Promise<void> {
+  const { config, prepared, earlier } = run;
+  const root = config.checkpointDir!;
+  const state: RunState = {
+    runId: run.runId,
+    step,
+    strategy: config.strategy,
+    worldSize: config.worldSize,
+    scaler: prepared.mixed?.scaler.stateDict() ?? null,
+    history: { records: [...earlier.records, ...records], evals: [...earlier.evals, ...evals] },
+  };
+  const partial = await beginCheckpoint(root, step, run.lead);
+  await prepared.saveCheckpoint(partial, run.optimizer, state);
+  if (run.lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
+}
+
+/** `peakExternalBytes` where the backend counts memory outside its allocator. */
+function externalPeak(bytes: number | undefined): { peakExternalBytes?: number } {
+  return bytes === undefined ? {} : { peakExternalBytes: bytes };
+}

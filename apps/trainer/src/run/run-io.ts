@@ -1,0 +1,35 @@
+import type { Backend } from '@webshard/tensor-core';
+import type { TrainConfig } from '../config.js';
+import type { Dataset, TokenizerName } from '../data/dataset.js';
+import type { StopSignal } from '../interrupt.js';
+import type { GPT } from '../models/gpt.js';
+import type { MLP } from '../models/mlp.js';
+import type { ProgressTerminal, StepRecord } from '../progress.js';
+import type { EvalPoint } from '../report/html-report.js';
+
+/** Where a run writes: stdout (progress, results) and whether it is a terminal. */
+export interface RunIO {
+  stdout(text: string): void;
+  isTTY: boolean;
+  /** Choose the backend (the CLI's `auto` measures both: [Note: the trainer's default backend]). */
+  createBackend?: (config: TrainConfig, vocabSize: number) => Promise<Backend>;
+  /**
+   * The data set of `path` (default: read the file). A browser rank passes the bytes its page
+   * fetched from the Node process that serves it (see [Note: the trainer's platform module]).
+   */
+  loadData?: (path: string, blockSize: number, tokenizer: TokenizerName) => Promise<Dataset>;
+  /** Read after each step: a signal asked the run to stop ([Note: interrupts] in interrupt.ts). */
+  stop?: { readonly signal: StopSignal | null };
+  /** The terminal's width (and its resizes) when `isTTY`: the bar fits it. */
+  terminal?: ProgressTerminal;
+}
+
+/** What a finished run did. */
+export interface TrainSummary {
+  model: GPT | MLP;
+  backend: Backend;
+  records: StepRecord[];
+  evals: EvalPoint[];
+  /** The last sample ('' for none). */
+  sample: string;
+}

@@ -1,0 +1,58 @@
+import type { ProcessGroup } from '@webshard/collectives';
+import { DiLoCo, DilocoStateError } from '@webshard/diloco';
+import type { TrainConfig } from '../config.js';
+import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-model.js';
+
+/**
+ * [Note: the diloco strategy]
+ * Each rank trains its own replica on its own share of every batch (the deterministic batches
+ * split over ranks as under ddp, but nothing is reduced in backward) with the run's AdamW; every
+ * `--inner-steps` steps, and after the last step, `DiLoCo` (@webshard/diloco) averages the
+ * pseudo-gradients over the group and takes the outer Nesterov step, so the ranks hold the same
+ * parameters again. `start` broadcasts rank 0's parameters once the optimizer exists. Steps
+ * between syncs are quiet (`quietStep`): on a link of 40 ms, the loop's own five small collectives
+ * a step (the loss's mean, three per-rank memory gathers, the agreed stop) cost more than the
+ * step's compute, so only the sync steps run them. The loss logged between syncs is rank 0's own,
+ * the mean over ranks at a sync; a signal stops the ranks at the next sync. Held-out evaluations
+ * between syncs run on each rank's own parameters (rank 0's loss is printed); the saved model and
+ * samples come after the final sync. Checkpoints and 16-bit precision are refused at the flags
+ * (cli/options.ts).
+ */
+export function prepareDiloco(
+  base: Omit<PreparedModel, 'step' | 'start' | 'afterStep'>,
+  config: TrainConfig,
+  group: ProcessGroup,
+  meanOverRanks: ((loss: number) => Promise<number>) | undefined,
+): PreparedModel {
+  let diloco: DiLoCo | null = null;
+  return {
+    ...base,
+    step: meanOverRanks === undefined ? {} : { meanOverRanks },
+    async start(optimizer: AnyOptimizer) {
+      diloco = await DiLoCo.create(base.params, optimizer, {
+        group,
+        innerSteps: config.innerSteps,
+        outerLr: config.outerLr,
+        outerMomentum: config.outerMomentum,
+        compression: config.outerCompression,
+      });
+    },
+    // Only the steps that end with a sync communicate: [Note: the diloco strategy].
+    quietStep: (step: number) => (step + 1) % config.innerSteps !== 0 && step + 1 !== config.steps,
+    async afterStep(step: number): Promise<OuterSyncReport | null> {
+      if (diloco === null) {
+        throw new DilocoStateError(
+          { op: 'afterStep', rank: group.rank },
+          'not started',
+          'the diloco strategy took a step before start()',
+        );
+      }
+      const before = diloco.bytesSent;
+      const { synced } = await diloco.afterInnerStep();
+      // The last step ends with a sync of its own, so the saved model is the global one.
+      if (!synced && step + 1 === config.steps) await diloco.outerSync();
+      else if (!synced) return null;
+      return { outerStep: diloco.outer.step, bytesSent: diloco.bytesSent - before };
+    },
+  };
+}

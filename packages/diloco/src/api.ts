@@ -1,0 +1,104 @@
+import type { ProcessGroup } from '@webshard/collectives';
+import { DEFAULT_BLOCK_SIZE, type OuterCompression } from './compression.js';
+import { DilocoArgumentError } from './errors.js';
+import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from './outer-optimizer.js';
+
+/** Options of `DiLoCo`; the defaults are the DiLoCo paper's (Douillard et al. 2023). */
+export interface DilocoOptions {
+  /** The ranks (workers) that average pseudo-gradients; each runs its own inner steps. */
+  group: ProcessGroup;
+  /** Inner steps between outer syncs (H). The paper uses 500; at least 1. */
+  innerSteps: number;
+  /** Outer learning rate. Default 0.7. */
+  outerLr?: number;
+  /** Outer momentum. Default 0.9 (0: plain SGD). */
+  outerMomentum?: number;
+  /** Nesterov outer momentum. Default true when the momentum is above 0. */
+  nesterov?: boolean;
+  /** How pseudo-gradients travel: `f32`, `bf16` or `int8`. Default `f32`. */
+  compression?: OuterCompression;
+  /** Elements per int8 scale (and per encoded block): a positive multiple of 4. Default 256. */
+  blockSize?: number;
+  /** Feed what compression dropped into the next sync. Default true. */
+  errorFeedback?: boolean;
+  /** Deadline of each outer collective in ms (a sync moves the whole model). Default: the group's. */
+  timeoutMs?: number;
+}
+
+/** The options with defaults filled in, checked. */
+export interface ResolvedDilocoOptions {
+  readonly group: ProcessGroup;
+  readonly innerSteps: number;
+  readonly outerLr: number;
+  readonly outerMomentum: number;
+  readonly nesterov: boolean;
+  readonly compression: OuterCompression;
+  readonly blockSize: number;
+  readonly errorFeedback: boolean;
+  readonly timeoutMs: number | undefined;
+}
+
+const OP = 'DiLoCo';
+
+/**
+ * Checks the options and fills in defaults; throws `DilocoArgumentError` naming the bad option
+ * before anything is allocated or sent.
+ */
+export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOptions {
+  const group = options?.group;
+  if (
+    group === undefined ||
+    group === null ||
+    typeof group.allReduce !== 'function' ||
+    typeof group.allGather !== 'function'
+  ) {
+    throw new DilocoArgumentError(
+      { op: OP, rank: -1 },
+      'group',
+      'options.group must be a ProcessGroup',
+    );
+  }
+  const rank = group.rank;
+  const fail = (option: string, detail: string): never => {
+    throw new DilocoArgumentError({ op: OP, rank }, option, detail);
+  };
+  const innerSteps = options.innerSteps;
+  if (!Number.isSafeInteger(innerSteps) || innerSteps < 1) {
+    fail('innerSteps', `innerSteps (H) must be a whole number >= 1, got ${innerSteps}`);
+  }
+  const compression = options.compression ?? 'f32';
+  if (compression !== 'f32' && compression !== 'bf16' && compression !== 'int8') {
+    fail('compression', `unknown outer compression '${String(compression)}' (f32, bf16 or int8)`);
+  }
+  const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
+  if (!Number.isSafeInteger(blockSize) || blockSize <= 0 || blockSize % 4 !== 0) {
+    fail('blockSize', `blockSize must be a positive multiple of 4, got ${blockSize}`);
+  }
+  const outerLr = options.outerLr ?? DEFAULT_OUTER_LR;
+  if (!Number.isFinite(outerLr) || outerLr <= 0) {
+    fail('outerLr', `the outer lr must be a positive number, got ${outerLr}`);
+  }
+  const outerMomentum = options.outerMomentum ?? DEFAULT_OUTER_MOMENTUM;
+  if (!Number.isFinite(outerMomentum) || outerMomentum < 0 || outerMomentum >= 1) {
+    fail('outerMomentum', `the outer momentum must be in [0, 1), got ${outerMomentum}`);
+  }
+  const nesterov = options.nesterov ?? outerMomentum > 0;
+  if (nesterov && outerMomentum === 0) {
+    fail('nesterov', 'Nesterov momentum needs an outer momentum above 0');
+  }
+  const timeoutMs = options.timeoutMs;
+  if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs > 0)) {
+    fail('timeoutMs', `timeoutMs must be a positive number of milliseconds, got ${timeoutMs}`);
+  }
+  return {
+    group,
+    innerSteps,
+    outerLr,
+    outerMomentum,
+    nesterov,
+    compression,
+    blockSize,
+    errorFeedback: options.errorFeedback ?? true,
+    timeoutMs,
+  };
+}

@@ -1,0 +1,274 @@
+import type { ProcessGroup } from '@webshard/collectives';
+import type { Optimizer, StepOptions, Tensor } from '@webshard/tensor-core';
+import { type DilocoOptions, type ResolvedDilocoOptions, resolveDilocoOptions } from './api.js';
+import { CompressedAverager } from './compressed-average.js';
+import { DilocoArgumentError, DilocoStateError } from './errors.js';
+import { OuterOptimizer } from './outer-optimizer.js';
+
+/** `idle` between steps, `syncing` during an outer sync, `failed` after a sync failed (final). */
+export type DilocoState = 'idle' | 'syncing' | 'failed';
+
+/** What one `step()` did. */
+export interface DilocoStepResult {
+  /** Inner steps taken so far. */
+  readonly innerStep: number;
+  /** Whether this step ended with an outer sync. */
+  readonly synced: boolean;
+}
+
+/** What an outer sync moved. */
+export interface OuterSyncStats {
+  /** Outer steps taken so far (this one included). */
+  readonly outerStep: number;
+  /** Bytes this rank sent for this sync ([Note: compressed averaging]). */
+  readonly bytesSent: number;
+}
+
+/**
+ * DiLoCo's state, for checkpoints: the same on every rank except the residuals (each rank's own).
+ * The inner optimizer's state is saved with the inner optimizer's `stateDict`, as without DiLoCo.
+ */
+export interface DilocoStateDict {
+  readonly innerStep: number;
+  readonly outerStep: number;
+  /** The global parameters of the last sync, flat, in parameter order. */
+  readonly global: Float32Array;
+  readonly momentumBuffer: Float32Array | null;
+  readonly residual: Float32Array | null;
+  readonly shardResidual: Float32Array | null;
+}
+
+/** The inner optimizer as DiLoCo uses it: tensor-core's AdamW, SGD, or anything with `step`. */
+export type InnerOptimizer = Pick<Optimizer<object, object>, 'step'>;
+
+/**
+ * [Note: DiLoCo's outer sync]
+ * Every rank keeps the global parameters of the last sync as a flat f32 host copy. `step()` runs
+ * the inner optimizer on the model's own parameters; every `innerSteps` steps it awaits
+ * `outerSync()`: the pseudo-gradient global - local is averaged over the group (compressed as
+ * configured), the outer optimizer (Nesterov SGD) steps the global copy with it, and the model's
+ * parameters are set to the new global copy. Every rank computes the same global bits from the same
+ * average, so no broadcast is needed after the first (`create` broadcasts rank 0's parameters).
+ * The inner optimizer's state (AdamW's moments) carries across syncs, as in the paper. With H = 1,
+ * outer SGD at lr 1 and a linear inner optimizer (SGD), this is data parallel training: the new
+ * global is the average of the ranks' updated parameters.
+ */
+export class DiLoCo {
+  readonly options: ResolvedDilocoOptions;
+  readonly outer: OuterOptimizer;
+  private readonly averager: CompressedAverager;
+  private readonly global: Float32Array;
+  private innerSteps = 0;
+  private current: DilocoState = 'idle';
+  private sent = 0;
+
+  private constructor(
+    readonly params: readonly Tensor[],
+    readonly inner: InnerOptimizer,
+    options: ResolvedDilocoOptions,
+    global: Float32Array,
+  ) {
+    this.options = options;
+    this.global = global;
+    this.outer = new OuterOptimizer(
+      { lr: options.outerLr, momentum: options.outerMomentum, nesterov: options.nesterov },
+      options.group.rank,
+    );
+    this.averager = new CompressedAverager(options.group, {
+      compression: options.compression,
+      blockSize: options.blockSize,
+      errorFeedback: options.errorFeedback,
+      timeoutMs: options.timeoutMs,
+    });
+  }
+
+  /**
+   * Wrap `params` (the model's parameters, f32, in the same order on every rank) and their inner
+   * optimizer. Checks the options first, then broadcasts rank 0's parameters so every rank starts
+   * from the same global copy. Every rank of the group calls it.
+   */
+  static async create(
+    params: Iterable<Tensor>,
+    inner: InnerOptimizer,
+    options: DilocoOptions,
+  ): Promise<DiLoCo> {
+    const resolved = resolveDilocoOptions(options);
+    const list = [...params];
+    const rank = resolved.group.rank;
+    if (list.length === 0) {
+      throw new DilocoArgumentError({ op: 'DiLoCo', rank }, 'params', 'got no parameters');
+    }
+    if (typeof inner?.step !== 'function') {
+      throw new DilocoArgumentError(
+        { op: 'DiLoCo', rank },
+        'inner',
+        'the inner optimizer has no step()',
+      );
+    }
+    for (const [i, p] of list.entries()) {
+      if (p.dtype !== 'f32') {
+        throw new DilocoArgumentError(
+          { op: 'DiLoCo', rank },
+          'params',
+          `parameter ${i} (${p.name ?? 'unnamed'}) is ${p.dtype}: DiLoCo keeps f32 parameters (an f32 master under mixed precision)`,
+        );
+      }
+    }
+    const global = await readFlat(list);
+    await resolved.group.broadcast(global, 0, { timeoutMs: resolved.timeoutMs }).wait();
+    writeFlat(list, global);
+    return new DiLoCo(list, inner, resolved, global);
+  }
+
+  /** The group the pseudo-gradients are averaged over. */
+  get group(): ProcessGroup {
+    return this.options.group;
+  }
+
+  get state(): DilocoState {
+    return this.current;
+  }
+
+  /** Inner steps taken. */
+  get innerStep(): number {
+    return this.innerSteps;
+  }
+
+  /** Bytes this rank sent in all outer syncs so far. */
+  get bytesSent(): number {
+    return this.sent;
+  }
+
+  /** The global parameters of the last sync (a copy). */
+  globalParameters(): Float32Array {
+    return this.global.slice();
+  }
+
+  /**
+   * One inner step (the inner optimizer's `step`, after backward), then, every `innerSteps` steps,
+   * the outer sync, awaited. Every rank takes the same number of steps.
+   */
+  async step(options?: StepOptions): Promise<DilocoStepResult> {
+    this.assertIdle('step');
+    this.inner.step(options);
+    return this.afterInnerStep();
+  }
+
+  /**
+   * Count an inner step the caller took itself (a training loop that steps the optimizer through a
+   * loss scaler or a clip), then, every `innerSteps` steps, await the outer sync: `step()` without
+   * the optimizer's `step`.
+   */
+  async afterInnerStep(): Promise<DilocoStepResult> {
+    this.assertIdle('afterInnerStep');
+    this.innerSteps++;
+    const synced = this.innerSteps % this.options.innerSteps === 0;
+    if (synced) await this.outerSync();
+    return { innerStep: this.innerSteps, synced };
+  }
+
+  /**
+   * The outer step now (`step` calls it every `innerSteps` steps; call it directly to sync at
+   * another point, on every rank at once): average global - local over the group, step the
+   * global copy with the outer optimizer, and set the parameters to it. A failure leaves the
+   * wrapper `failed`: resume from a checkpoint.
+   */
+  async outerSync(): Promise<OuterSyncStats> {
+    this.assertIdle('outerSync');
+    this.current = 'syncing';
+    try {
+      const local = await readFlat(this.params);
+      const delta = local;
+      for (let i = 0; i < delta.length; i++) delta[i] = this.global[i]! - local[i]!;
+      const { bytesSent } = await this.averager.average(delta);
+      this.outer.apply(this.global, delta);
+      writeFlat(this.params, this.global);
+      this.sent += bytesSent;
+      this.current = 'idle';
+      return { outerStep: this.outer.step, bytesSent };
+    } catch (error) {
+      this.current = 'failed';
+      throw error;
+    }
+  }
+
+  /** The state to checkpoint (copies). */
+  stateDict(): DilocoStateDict {
+    const outer = this.outer.stateDict();
+    const residuals = this.averager.residuals();
+    return {
+      innerStep: this.innerSteps,
+      outerStep: outer.step,
+      global: this.global.slice(),
+      momentumBuffer: outer.momentumBuffer,
+      residual: residuals.input,
+      shardResidual: residuals.shard,
+    };
+  }
+
+  /**
+   * Load a state from `stateDict` (of a run with the same parameters), checked before anything
+   * changes; sets the parameters to its global copy. Call it with the inner optimizer's own load.
+   */
+  loadStateDict(state: DilocoStateDict): void {
+    this.assertIdle('loadStateDict');
+    const n = this.global.length;
+    const bad = (what: string, length: number | undefined) =>
+      new DilocoStateError(
+        { op: 'loadStateDict', rank: this.group.rank },
+        'idle',
+        `${what} has ${length} elements, the wrapped parameters ${n}`,
+      );
+    if (state.global?.length !== n) throw bad('global', state.global?.length);
+    if (state.momentumBuffer !== null && state.momentumBuffer.length !== n) {
+      throw bad('momentumBuffer', state.momentumBuffer.length);
+    }
+    if (state.residual !== null && state.residual.length !== n) {
+      throw bad('residual', state.residual.length);
+    }
+    if (!Number.isSafeInteger(state.innerStep) || state.innerStep < 0) {
+      throw new DilocoStateError(
+        { op: 'loadStateDict', rank: this.group.rank },
+        'idle',
+        `innerStep must be a whole number >= 0, got ${state.innerStep}`,
+      );
+    }
+    this.innerSteps = state.innerStep;
+    this.outer.loadStateDict({ step: state.outerStep, momentumBuffer: state.momentumBuffer });
+    this.averager.loadResiduals({ input: state.residual, shard: state.shardResidual });
+    this.global.set(state.global);
+    writeFlat(this.params, this.global);
+  }
+
+  private assertIdle(op: string): void {
+    if (this.current !== 'idle') {
+      throw new DilocoStateError(
+        { op, rank: this.group.rank },
+        this.current,
+        this.current === 'syncing'
+          ? 'an outer sync is running: await it first'
+          : 'an earlier outer sync failed: resume from a checkpoint',
+      );
+    }
+  }
+}
+
+/** The parameters' values, flat, in order. */
+async function readFlat(params: readonly Tensor[]): Promise<Float32Array> {
+  const out = new Float32Array(params.reduce((sum, p) => sum + p.size, 0));
+  let offset = 0;
+  for (const p of params) {
+    out.set((await p.read()) as Float32Array, offset);
+    offset += p.size;
+  }
+  return out;
+}
+
+/** Set the parameters from `flat` (in order). */
+function writeFlat(params: readonly Tensor[], flat: Float32Array): void {
+  let offset = 0;
+  for (const p of params) {
+    p.write(flat.subarray(offset, offset + p.size));
+    offset += p.size;
+  }
+}

@@ -1,0 +1,23 @@
+export type { DilocoOptions, ResolvedDilocoOptions } from './api.js';
+export { resolveDilocoOptions } from './api.js';
+export type { AverageStats, CompressedAverageOptions } from './compressed-average.js';
+export { CompressedAverager } from './compressed-average.js';
+export type { BlockCodec, OuterCompression } from './compression.js';
+export {
+  blockCodec,
+  DEFAULT_BLOCK_SIZE,
+  encodeWithFeedback,
+  OUTER_COMPRESSIONS,
+} from './compression.js';
+export type {
+  DilocoState,
+  DilocoStateDict,
+  DilocoStepResult,
+  InnerOptimizer,
+  OuterSyncStats,
+} from './diloco.js';
+export { DiLoCo } from './diloco.js';
+export type { DilocoErrorFields } from './errors.js';
+export { DilocoArgumentError, DilocoError, DilocoStateError } from './errors.js';
+export type { OuterOptimizerOptions, OuterOptimizerState } from './outer-optimizer.js';
+export { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, OuterOptimizer } from './outer-optimizer.js';
