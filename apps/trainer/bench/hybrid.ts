@@ -4,7 +4,7 @@
  * node, tcp between), a GPT of 24 M parameters, `--strategy fsdp --sharding full` (FULL_SHARD over
  * all 4 ranks, its gathers crossing the link) against `--sharding hybrid` (HYBRID_SHARD: sharded
  * inside a node, gradient shards all-reduced across) against `--strategy ddp`, on a `datacenter`
- * link (0.1 ms, 10 Gbit/s) and a `slow` one (20 ms, 100 Mbit/s: two sites), shaped by `WEBSHARD_LINK`
+ * link (the preset: 50 us, 10 Gbit/s) and a slow one (`broadband-100`: 20 ms, 100 Mbit/s), shaped by `WEBSHARD_LINK`
  * ([Note: the link shaper] in @webshard/collectives). Per cell: tokens/s (median of the steps after
  * the first two), rank 0's peak memory (the allocator's peak plus that of registered collective
  * buffers, which live outside it: an upper bound), and the
@@ -28,10 +28,8 @@ const BATCH = 4;
 const BLOCK = 16;
 /** 6 blocks of 576: 23.9 M parameters (about 96 MB of f32 gradients), one sequence per rank. */
 const MODEL = ['--n-layer', '6', '--n-head', '8', '--n-embd', '576', '--block-size', String(BLOCK)];
-const LINKS = {
-  datacenter: 'latency=0.1ms,bandwidth=10gbit',
-  slow: 'latency=20ms,bandwidth=100mbit',
-} as const;
+/** `WEBSHARD_LINK` presets ([Note: link presets] in @webshard/collectives). */
+const LINKS = { datacenter: 'datacenter', slow: 'broadband-100' } as const;
 const SETUPS = {
   'FULL_SHARD across nodes': ['--strategy', 'fsdp', '--sharding', 'full'],
   HYBRID_SHARD: ['--strategy', 'fsdp', '--sharding', 'hybrid'],
