@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalGroups, type ProcessGroup } from '@webshard/collectives';
-import { AdamW, createCpuBackend } from '@webshard/tensor-core';
+import { AdamW, createCpuBackend, type Tensor } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import type { FsdpOptions } from './api.js';
 import {
@@ -11,6 +11,7 @@ import {
   saveShardedCheckpoint,
 } from './checkpoint/sharded-checkpoint.js';
 import { FsdpConfigError } from './errors.js';
+import { fullStateDict, loadFullStateDict } from './state-dict.js';
 import { FullyShardedDataParallel } from './fully-sharded.js';
 import { makeBatches, Net, SMALL, slice } from './test-support/models.js';
 import { meanLosses, trainLocal, trainSingle, wrapNet } from './test-support/parity.js';
@@ -275,4 +276,54 @@ describe('a hybrid checkpoint resumes at another node count', () => {
       }
     });
   }
+});
+
+describe('full state dicts of a hybrid model', () => {
+  it('hold the trained weights on world rank 0 only (rank0Only) and load at another node count', async () => {
+    const reference = await trainSingle({ steps: 2, batch: 12 });
+    // Train at 2 nodes x 2 and take the full state dict.
+    const trained = createLocalGroups(4, { timeoutMs: 20_000 });
+    const saved = new Map<string, Float32Array>();
+    let full = new Map<string, Tensor>();
+    try {
+      const backend = createCpuBackend();
+      const roots = wrapAll(trained, { shardingStrategy: 'HYBRID_SHARD', nodeSize: 2 }, backend);
+      const optimizers = roots.map(
+        (m) => new AdamW(m.parameters(), { lr: 0.01, weightDecay: 0.01 }),
+      );
+      for (const batch of makeBatches(backend, SMALL, 2, 12)) {
+        await Promise.all(
+          roots.map(async (model, r) => {
+            const [x, y] = slice(backend, batch, 3 * r, 3 * r + 3);
+            const loss = await model.call(x, y);
+            await loss.backward();
+            optimizers[r]!.step();
+            optimizers[r]!.zeroGrad();
+          }),
+        );
+      }
+      const dicts = await Promise.all(roots.map((m) => fullStateDict(m, { rank0Only: true })));
+      // Node 1's local rank 0 is no world rank 0.
+      expect(dicts.map((d) => d.size > 0)).toEqual([true, false, false, false]);
+      full = dicts[0]!;
+      for (const [name, t] of full) saved.set(name, (await t.read()) as Float32Array);
+    } finally {
+      await Promise.all(trained.map((g) => g.close()));
+    }
+    for (const [name, values] of reference.params) expectClose(saved.get(name)!, values, 1e-5);
+    // Load it at 3 nodes x 2: every rank gathers the same full weights back.
+    const loading = createLocalGroups(6, { timeoutMs: 20_000 });
+    try {
+      const backend = createCpuBackend();
+      const roots = wrapAll(loading, { shardingStrategy: 'HYBRID_SHARD', nodeSize: 2 }, backend);
+      await Promise.all(roots.map((m) => loadFullStateDict(m, full)));
+      const back = await Promise.all(roots.map((m) => fullStateDict(m)));
+      for (const d of back) {
+        for (const [name, values] of saved)
+          expectClose((await d.get(name)!.read()) as Float32Array, values, 0);
+      }
+    } finally {
+      await Promise.all(loading.map((g) => g.close()));
+    }
+  });
 });
