@@ -109,6 +109,20 @@ export interface TrainConfig {
   report: string | null;
   evalEvery: number;
   sampleLength: number;
+  /** Train as one member of the elastic world whose coordinator is at this URL (`--elastic`). */
+  elastic?: string | null;
+  /** Host an elastic world's coordinator instead of training (`--elastic-coordinator`). */
+  elasticCoordinator?: ElasticCoordinatorSettings | null;
+}
+
+/** `--elastic-coordinator PORT` and its bounds ([Note: elastic training in the trainer]). */
+export interface ElasticCoordinatorSettings {
+  /** 0: a free port (printed). */
+  port: number;
+  minWorldSize: number;
+  maxWorldSize: number;
+  /** How long to wait for members below the minimum, and for more at the start. */
+  waitSeconds: number;
 }
 
 /** The batch must split evenly over the ranks and their micro-batches. */

@@ -61,6 +61,18 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       ...(io.terminal === undefined ? {} : { terminal: io.terminal }),
       createBackend: (c: TrainConfig, vocabSize: number) => chooseBackend(c, vocabSize, io.stdout),
     };
+    if (config.elasticCoordinator) {
+      // Node only, loaded on demand: [Note: elastic training in the trainer].
+      const { hostElasticCoordinator } = await import('./ranks/elastic-coordinator.js');
+      await hostElasticCoordinator(config.elasticCoordinator, config.browserHost, (line) =>
+        io.stdout(`${line}\n`),
+      );
+      return { exitCode: 0 };
+    }
+    if (config.elastic) {
+      const { trainElastic } = await import('./run/elastic-run.js');
+      return { exitCode: 0, summary: await trainElastic(config, runIO) };
+    }
     if (config.strategy === 'single' || config.strategy === 'offload') {
       return { exitCode: 0, summary: await train(config, runIO) };
     }

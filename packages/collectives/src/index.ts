@@ -21,6 +21,20 @@
  * has its API report in `api/` (`pnpm check:api`). No name is exported from two entries.
  */
 export type { NetworkBackend, NetworkTransportOptions } from './connect-transport.js';
+export type {
+  ElasticGroup,
+  JoinElasticOptions,
+  Membership,
+  MembershipChange,
+} from './elastic/elastic-group.js';
+export { joinElastic } from './elastic/elastic-group.js';
+export { ElasticError, ElasticWorldTooSmallError } from './elastic/errors.js';
+export type { WorldBounds } from './elastic/membership.js';
+export type { EpochAnnouncement } from './elastic/protocol.js';
+export type { ElasticShare } from './elastic/partition.js';
+export { elasticShare } from './elastic/partition.js';
+export type { StateEntries, StateValue } from './elastic/state-transfer.js';
+export { broadcastState } from './elastic/state-transfer.js';
 export type { AbortReason, CollectiveErrorFields, Fingerprint } from './errors.js';
 export {
   CollectiveError,

@@ -1,6 +1,8 @@
 // The `@webshard/collectives/node` entry: the parts that only run in Node (they import `node:`
 // modules), kept out of the main entry so that a browser can load `@webshard/collectives`.
 // See [Note: the node entry] in index.ts.
+export type { ElasticCoordinatorOptions } from './elastic/coordinator.js';
+export { ElasticCoordinator } from './elastic/coordinator.js';
 export type {
   LaunchOptions,
   ShmRankOutcome,

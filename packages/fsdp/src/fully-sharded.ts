@@ -155,7 +155,10 @@ export class FullyShardedDataParallel<
       replicate: this.options.replicateGroup,
     });
     const ssd = this.options.ssdOffload;
-    this.ssdShards = ssd === undefined ? null : new SsdShards(ssd.store, group.rank, flats);
+    this.ssdShards =
+      ssd === undefined
+        ? null
+        : new SsdShards(ssd.store, group.rank, flats, ssd.offloadGradients === true);
     for (const flat of flats) {
       for (const e of flat.entries) {
         markManagedParameter(

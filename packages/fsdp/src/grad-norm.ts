@@ -1,7 +1,14 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { clipGradNorm, GradScaler, type GradScalerOptions } from '@webshard/tensor-core';
+import {
+  clipGradNorm,
+  GradScaler,
+  type GradScalerOptions,
+  partialNorm,
+  Tensor,
+} from '@webshard/tensor-core';
 import { FsdpConfigError } from './errors.js';
 import type { FullyShardedDataParallel } from './fully-sharded.js';
+import type { SsdShards } from './ssd/ssd-offload.js';
 
 /**
  * Combine every rank's partial norm: the sum of |g|^p, or for the max norm the max. Each rank's
@@ -42,10 +49,52 @@ export function clipShardedGradNorm(
   root.assertState('clipGradNorm', ['IDLE']);
   const group = root.options.group;
   const mode = normType === Number.POSITIVE_INFINITY ? 'max' : 'sum';
-  return clipGradNorm(root.parameters(), maxNorm, {
-    normType,
-    reduceNorm: (local) => reducePartialNorm(group, local, mode),
-  });
+  const stored = root.units().flatMap((u) => (u.ssdShards === null ? [] : [u.ssdShards]));
+  if (!stored.some((s) => s.offloadsGradients)) {
+    return clipGradNorm(root.parameters(), maxNorm, {
+      normType,
+      reduceNorm: (local) => reducePartialNorm(group, local, mode),
+    });
+  }
+  return clipWithStoredGrads(root, maxNorm, normType, stored);
+}
+
+/**
+ * `clipShardedGradNorm` where gradients live in a store ([Note: gradients in a store]): the norm
+ * reads each stored gradient once, and their clip factor is applied when they are read back.
+ * The checks, the norm and the factor are `clipGradNorm`'s.
+ */
+async function clipWithStoredGrads(
+  root: FullyShardedDataParallel,
+  maxNorm: number,
+  normType: number,
+  stored: SsdShards[],
+): Promise<number> {
+  // The same argument checks (and errors) as clipGradNorm, before anything is read.
+  await clipGradNorm([], maxNorm, { normType });
+  const inf = normType === Number.POSITIVE_INFINITY;
+  const grads = root
+    .parameters()
+    .map((p) => p.grad)
+    .filter((g): g is Tensor => g !== null && !g.isFreed);
+  let local = await partialNorm(grads, normType);
+  for (const shards of stored) {
+    const part = await shards.storedGradPartialNorm(normType);
+    local = inf ? (Number.isNaN(part) ? part : Math.max(local, part)) : local + part;
+  }
+  const partial = await reducePartialNorm(root.options.group, local, inf ? 'max' : 'sum');
+  const total = inf ? partial : partial ** (1 / normType);
+  const coef = Math.fround(maxNorm / (Math.fround(total) + 1e-6));
+  if (!(coef >= 1)) {
+    for (const g of grads) {
+      const scaled = Tensor.empty(g.backend, g.shape, g.dtype);
+      g.backend.binary('mul', g.kernel('clipGradNorm'), coef, scaled.kernel('clipGradNorm'));
+      g.backend.copy(scaled.kernel('clipGradNorm'), g.kernel('clipGradNorm'));
+      scaled.free();
+    }
+    for (const shards of stored) shards.scaleStoredGradients(coef);
+  }
+  return total;
 }
 
 /**

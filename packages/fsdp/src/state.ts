@@ -91,6 +91,11 @@ export class FsdpSharedState {
   async finalizeBackward(): Promise<void> {
     try {
       for (const unit of this.units) await unit.paramGroup.waitForUnshard();
+      // Gradients in a store are read back where this backward adds to them ([Note: gradients in
+      // a store]).
+      for (const unit of this.units) {
+        if (unit.requireGradSync) await unit.ssdShards?.loadGradients();
+      }
       for (const unit of this.units) {
         if (!unit.requireGradSync) continue;
         for (const flat of unit.paramGroup.flatParams) {
@@ -104,6 +109,7 @@ export class FsdpSharedState {
       }
       this.bucketer.flush();
       await Promise.all(this.pending);
+      for (const unit of this.units) await unit.ssdShards?.offloadGradients();
     } finally {
       this.pending.length = 0;
       this.finalCallbackQueued = false;

@@ -66,6 +66,19 @@ export async function beginCheckpoint(root: string, step: number, lead: boolean)
   return partial;
 }
 
+/**
+ * Removes the unfinished checkpoints (`.step-NNNNNN.partial`) in `root`: rank 0 of an elastic
+ * world restarting from its last checkpoint clears what the world before left half-written, before
+ * any rank begins a checkpoint of the same step (then `beginCheckpoint`'s own removal could race
+ * with another rank's first write).
+ */
+export async function removePartialCheckpoints(root: string): Promise<void> {
+  const names = await readdir(root).catch(() => [] as string[]);
+  for (const name of names.filter((n) => /^\.step-\d{6,}\.partial$/.test(n))) {
+    await rm(join(root, name), { recursive: true, force: true });
+  }
+}
+
 async function exists(path: string): Promise<boolean> {
   return (await stat(path).catch(() => null)) !== null;
 }

@@ -1,3 +1,4 @@
+import { ELASTIC_OPTIONS, elasticOptions } from './elastic-options.js';
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TOKENIZERS } from '../data/dataset.js';
@@ -64,6 +65,7 @@ const OPTIONS = {
   'eval-every': { type: 'string' },
   'sample-length': { type: 'string' },
   help: { type: 'boolean' },
+  ...ELASTIC_OPTIONS,
 } as const;
 
 /** A number option: finite, within [min, max], an integer when asked. */
@@ -234,6 +236,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       option: '--overwrite-checkpoints',
     });
   }
+  Object.assign(config, elasticOptions(v, config));
   checkStrategyFlags(config, values);
   checkBrowserRanks(config);
   if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {

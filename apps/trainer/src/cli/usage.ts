@@ -46,6 +46,15 @@ Execution
                                the Node ranks listen there (default 127.0.0.1: tabs on this
                                machine only; another address lets other machines join, with the
                                token; set WEBSHARD_TLS_CERT and WEBSHARD_TLS_KEY for https/wss)
+  --elastic-coordinator <port> host an elastic world's coordinator (0: a free port, printed);
+                               it runs until every member left, or exits 1 when the world stays
+                               below --min-world-size for --elastic-wait-seconds
+  --min-world-size <n> --max-world-size <n>  the coordinator's bounds (default 1 and 64)
+  --elastic-wait-seconds <n>   below the minimum, and for more members at the start (default 60)
+  --elastic <ws://host:port>   ddp or fsdp (fp32) as one member of that elastic world: members may
+                               leave (the others drop them at the next step) and join (ddp: they
+                               receive rank 0's state; fsdp: every member restarts from the last
+                               --checkpoint-dir checkpoint); the batch must divide by every world size
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
   --ddp-allreduce <mode>       ddp: auto|overlap|delay, all-reduce during or after backward (auto: timed)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)

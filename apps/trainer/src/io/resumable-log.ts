@@ -14,6 +14,21 @@ export interface RunLog {
   readonly restored: number;
 }
 
+/** The `--log-jsonl` file opened to append (an elastic job's new rank 0 goes on with it). */
+export async function appendLog(path: string): Promise<RunLog> {
+  await mkdir(dirname(path), { recursive: true });
+  const file = await open(path, 'a');
+  return {
+    async write(line) {
+      await file.write(line);
+    },
+    close: () => file.close(),
+    kept: 0,
+    dropped: 0,
+    restored: 0,
+  };
+}
+
 /**
  * [Note: the log of a resumed run]
  * `--log-jsonl` is a live log, one line per step appended as the step ends (not an atomic file).

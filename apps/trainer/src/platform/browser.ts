@@ -50,7 +50,10 @@ export const joinPath: typeof NodePlatform.joinPath = (...parts) => parts.join('
 export const loadDataset: typeof NodePlatform.loadDataset = noFilesAsync('--data');
 export const writeFileAtomically: typeof NodePlatform.writeFileAtomically = noFilesAsync('outputs');
 export const openLog: typeof NodePlatform.openLog = noFilesAsync('--log-jsonl');
+export const appendLog: typeof NodePlatform.appendLog = noFilesAsync('--log-jsonl');
 export const resolveResume: typeof NodePlatform.resolveResume = noFilesAsync('--resume');
+export const removePartialCheckpoints: typeof NodePlatform.removePartialCheckpoints =
+  noFilesAsync('--checkpoint-dir');
 export const readRunState: typeof NodePlatform.readRunState = noFilesAsync('--resume');
 export const beginCheckpoint: typeof NodePlatform.beginCheckpoint =
   noFilesAsync('--checkpoint-every');

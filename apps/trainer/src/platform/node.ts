@@ -16,6 +16,7 @@ export { loadShardedCheckpoint, saveShardedCheckpoint } from '@webshard/fsdp/che
 export {
   beginCheckpoint,
   finishCheckpoint,
+  removePartialCheckpoints,
   resolveResume,
 } from '../checkpoint/checkpoint-dir.js';
 export {
@@ -29,7 +30,7 @@ export { DEFAULT_CORPUS_PATH } from '../corpus.js';
 export { loadDataset } from '../data/read-dataset.js';
 export { writeFileAtomically } from '../io/atomic-write.js';
 export { checkpointFault, faultPoint } from '../io/fault-points.js';
-export { openLog } from '../io/resumable-log.js';
+export { appendLog, openLog } from '../io/resumable-log.js';
 export { join as joinPath };
 
 /** The host's free memory in bytes, for the estimate's check (models/memory-estimate.ts). */

@@ -118,7 +118,7 @@ export async function runLoop(run: Run): Promise<LoopResult> {
 }
 
 /** One optimizer step (index `step`, from 0) and its record: loss, norm, time, peak memory. */
-async function oneStep(run: Run, step: number): Promise<StepRecord> {
+export async function oneStep(run: Run, step: number): Promise<StepRecord> {
   const { config, group, prepared, optimizer, backend } = run;
   const lr =
     config.lrSchedule === 'cosine'
@@ -162,7 +162,7 @@ async function oneStep(run: Run, step: number): Promise<StepRecord> {
 }
 
 /** A checkpoint after `step` into `--checkpoint-dir`, with the run's history so far. */
-async function saveCheckpoint(
+export async function saveCheckpoint(
   run: Run,
   step: number,
   records: readonly StepRecord[],

@@ -102,6 +102,8 @@ export function prepareModel(
   return {
     ...common,
     forward: (input, target) => ddp.call(input, target),
+    release: () => ddp.dispose(),
+    ready: ddp.ready,
     news: ddpModeNews(ddp),
     step: {
       noSync: (fn) => ddp.noSync(fn),

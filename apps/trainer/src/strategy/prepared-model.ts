@@ -33,6 +33,10 @@ export interface PreparedModel {
    * ddp: their weights are loaded before wrapping), or shards and optimizer (fsdp).
    */
   loadCheckpoint(dir: string, optimizer: AnyOptimizer): Promise<void>;
+  /** Unhook the strategy from the model (DDP's gradient hooks), before it is prepared again. */
+  release?(): void;
+  /** Settles when the strategy's own set-up collectives are done (DDP's initial broadcast). */
+  ready?: Promise<void>;
   /**
    * A line about a choice the strategy made while training (ddp's all-reduce mode once timed),
    * returned once; null when there is nothing new. The loop prints it after the step.

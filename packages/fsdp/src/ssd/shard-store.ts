@@ -3,6 +3,12 @@ import { FsdpStorageError } from '../errors.js';
 /** The `ssdOffload` option: where shards and optimizer state live between uses. */
 export interface SsdOffloadOptions {
   readonly store: ShardStore;
+  /**
+   * Also keep each unit's reduced gradient shard in the store between the end of backward and the
+   * step (fairscale's ssd_offload keeps only parameters there), so gradients hold no memory either.
+   * Default false. See [Note: gradients in a store].
+   */
+  readonly offloadGradients?: boolean;
 }
 
 /** Bytes a store moved since it was made (or since `resetStats`). */

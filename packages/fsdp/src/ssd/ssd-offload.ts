@@ -15,7 +15,8 @@ let serial = 0;
  * - the step: `stepOffloaded(model, optimizer)` steps one flat parameter at a time: its shard and
  *   its optimizer state read in, the optimizer run with every other parameter's gradient set aside,
  *   then shard and state written back and freed. At most one unit's shard and state are in memory.
- * Gradients stay in memory (one shard each, like the in-memory FSDP). The optimizer's arithmetic
+ * Gradients stay in memory (one shard each, like the in-memory FSDP) unless `offloadGradients`
+ * ([Note: gradients in a store]). The optimizer's arithmetic
  * is unchanged, so training equals the in-memory FSDP bit for bit. Anything else that reads a
  * shard outside these (the optimizer's own `step`, the optimizer's state dict, the sharded
  * checkpoint) finds it freed and throws `FreedTensorError` naming it; `summonFullParams` (and so
@@ -26,8 +27,20 @@ export class SsdShards {
   private readonly keys = new Map<FlatParameter, string>();
   /** Shards whose file does not hold their current value (never written, or read and stepped). */
   private readonly dirty = new Set<FlatParameter>();
+  /**
+   * With `offloadGradients`: the (freed) gradient tensor of each flat parameter whose gradient is
+   * in the store. It counts only while `shard.grad` is still that tensor: `zeroGrad` drops it.
+   */
+  private readonly storedGrads = new Map<FlatParameter, Tensor>();
+  /** The factor a clip applied to the stored gradients, multiplied in when they are read. */
+  private gradScale = 1;
 
-  constructor(store: ShardStore, rank: number, flats: readonly FlatParameter[]) {
+  constructor(
+    store: ShardStore,
+    rank: number,
+    flats: readonly FlatParameter[],
+    readonly offloadsGradients = false,
+  ) {
     this.store = store;
     const id = serial++;
     for (const flat of flats) {
@@ -64,9 +77,71 @@ export class SsdShards {
     }
   }
 
+  /** Whether `flat`'s gradient is in the store (and was not dropped by `zeroGrad` since). */
+  private hasStoredGrad(flat: FlatParameter): boolean {
+    const grad = this.storedGrads.get(flat);
+    if (grad === undefined) return false;
+    if (flat.shard.grad === grad) return true;
+    this.storedGrads.delete(flat);
+    return false;
+  }
+
+  /** Whether any gradient of this unit is in the store. */
+  hasStoredGradients(): boolean {
+    return [...this.keys.keys()].some((flat) => this.hasStoredGrad(flat));
+  }
+
+  /** End of backward, with `offloadGradients`: write each reduced gradient shard, free it. */
+  async offloadGradients(): Promise<void> {
+    if (!this.offloadsGradients) return;
+    for (const [flat, key] of this.keys) {
+      const grad = flat.shard.grad;
+      if (grad === null || grad.isFreed) continue;
+      await writeFrom(this.store, `${key}.grad`, grad);
+      grad.free();
+      this.storedGrads.set(flat, grad);
+    }
+    this.gradScale = 1;
+  }
+
+  /** Read every stored gradient back into its shard's `grad` (a backward accumulates into it). */
+  async loadGradients(): Promise<void> {
+    for (const [flat, key] of this.keys) {
+      if (!this.hasStoredGrad(flat)) continue;
+      await readInto(this.store, `${key}.grad`, flat.shard.grad!, flat, this.gradScale);
+      this.storedGrads.delete(flat);
+    }
+    this.gradScale = 1;
+  }
+
+  /** The local part of the stored gradients' p-norm: sum of |g|^p, or max |g| for Infinity. */
+  async storedGradPartialNorm(normType: number): Promise<number> {
+    let total = 0;
+    for (const [flat, key] of this.keys) {
+      if (!this.hasStoredGrad(flat)) continue;
+      const host = new Float32Array(flat.shard.size);
+      await this.store.read(`${key}.grad`, new Uint8Array(host.buffer));
+      for (const raw of host) {
+        const g = Math.abs(this.gradScale === 1 ? raw : Math.fround(raw * this.gradScale));
+        if (normType === Number.POSITIVE_INFINITY) total = Number.isNaN(g) ? g : Math.max(total, g);
+        else total += normType === 2 ? g * g : g ** normType;
+      }
+    }
+    return total;
+  }
+
+  /** A clip of the stored gradients by `coef`, applied when they are read back. */
+  scaleStoredGradients(coef: number): void {
+    this.gradScale = Math.fround(this.gradScale * coef);
+  }
+
   /** Step `optimizer` on each flat parameter in turn, shard and state read in and written back. */
   async step(optimizer: Optimizer<object, object>): Promise<void> {
     for (const [flat, key] of this.keys) {
+      if (this.hasStoredGrad(flat)) {
+        await readInto(this.store, `${key}.grad`, flat.shard.grad!, flat, this.gradScale);
+        this.storedGrads.delete(flat);
+      }
       const grad = flat.shard.grad;
       if (grad === null || grad.isFreed) continue;
       if (flat.shard.isFreed) await readInto(this.store, key, flat.shard, flat);
@@ -83,9 +158,31 @@ export class SsdShards {
         await writeFrom(this.store, `${key}.${name}`, t);
         t.free();
       }
+      // Stepped: with offloadGradients the gradient is not kept either (zeroGrad comes next).
+      if (this.offloadsGradients) grad.free();
     }
+    this.gradScale = 1;
   }
 }
+
+/**
+ * [Note: gradients in a store]
+ * With `ssdOffload: { store, offloadGradients: true }` a unit's reduced gradient shard goes to the
+ * store too (`<shard key>.grad`) at the end of backward, after every reduction completed, and its
+ * memory is freed; `shard.grad` stays the (freed) tensor, so an `optimizer.step()` that would
+ * miss it throws `FreedTensorError` naming it rather than skipping the parameter.
+ * - the step (`stepOffloaded`) reads each gradient back with its shard and state, steps, and frees
+ *   all three: at most one unit's gradient is in memory at a time.
+ * - a backward before the step (accumulating over several synchronized backwards) reads the stored
+ *   gradients of the units it reduces back first, so the sum is what it is in memory.
+ * - `clipShardedGradNorm` streams: the local norm reads each stored gradient once (the in-memory
+ *   ones as before), and the clip factor is kept and multiplied in, in f32 as the in-memory clip
+ *   multiplies, when the gradient is read back.
+ * - `zeroGrad` (setting gradients to none, the default) drops them: a stored gradient counts only
+ *   while `shard.grad` is still the tensor it was stored from.
+ * The arithmetic is the in-memory FSDP's but for the clip's norm, whose partial sums over stored
+ * gradients run in f64 here: losses and weights agree to f32 rounding (tested to 1e-6).
+ */
 
 /** The tensors of one parameter's optimizer state (Adam's `expAvg`, `expAvgSq`; SGD's momentum). */
 function stateTensors(state: object): [string, Tensor][] {
@@ -114,9 +211,11 @@ async function readInto(
   key: string,
   target: Tensor,
   flat: FlatParameter,
+  scale = 1,
 ): Promise<void> {
   const host = new Float32Array(target.size);
   await store.read(key, new Uint8Array(host.buffer));
+  if (scale !== 1) for (let i = 0; i < host.length; i++) host[i] = host[i]! * scale;
   const backend = target.backend;
   const buffer = flat.placement.allocate(backend, target.size, 'f32');
   try {

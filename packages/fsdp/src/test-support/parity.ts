@@ -9,6 +9,7 @@ import {
 } from '@webshard/tensor-core';
 import type { FsdpOptions } from '../api.js';
 import { FullyShardedDataParallel } from '../fully-sharded.js';
+import { clipShardedGradNorm } from '../grad-norm.js';
 import { stepOffloaded } from '../ssd/ssd-offload.js';
 import { makeBatches, Net, type NetConfig, SMALL, slice } from './models.js';
 
@@ -25,6 +26,8 @@ export interface ParityRun {
   readonly weightDecay?: number;
   /** Micro-batches per step: gradients of all but the last accumulate under `noSync`. */
   readonly accumulate?: number;
+  /** Clip the gradients to this global norm (`clipShardedGradNorm`) before each step. */
+  readonly clip?: number;
   /** The reference computes in this dtype with tensor-core's `MixedPrecision`. */
   readonly computeDtype?: 'f16' | 'bf16';
 }
@@ -136,6 +139,7 @@ export async function trainRank(
       y.free();
     }
     losses.push(total / micro);
+    if (run.clip !== undefined) await clipShardedGradNorm(model, run.clip);
     if (options.ssdOffload) await stepOffloaded(model, optimizer);
     else optimizer.step();
     optimizer.zeroGrad();

@@ -1,0 +1,197 @@
+import {
+  CollectiveError,
+  type ElasticGroup,
+  joinElastic,
+  type MembershipChange,
+} from '@webshard/collectives';
+import { appendLog, faultPoint, openLog, removePartialCheckpoints, resolveResume } from '#platform';
+import type { TrainConfig } from '../config.js';
+import { InterruptedError, UsageError } from '../errors.js';
+import { logLine } from '../io/log-line.js';
+import { createProgress, type StepRecord } from '../progress.js';
+import { checkSameBackend } from '../ranks/job-backend.js';
+import { agreeOnFma } from '../ranks/job-fma.js';
+import { prepareModel } from '../strategy/prepare.js';
+import { shareRunState } from './elastic-state.js';
+import { finishRun } from './finish.js';
+import { oneStep, saveCheckpoint } from './loop.js';
+import type { RunIO, TrainSummary } from './run-io.js';
+import { type Run, setUpRun } from './set-up.js';
+
+/*
+ * [Note: elastic training in the trainer]
+ * `--elastic URL` makes this process one member of an elastic world (DDP or FSDP) whose coordinator runs at
+ * URL (`webshard-train --elastic-coordinator PORT`; [Note: elastic membership] in collectives).
+ * The world size is the coordinator's: each epoch's config has `worldSize` set to it, so every
+ * member takes its share of the same global batch (`--batch-size` must divide by every world size
+ * the job may have, times `--grad-accum`). After every step each member reaches a sync point; a
+ * step that failed because a member died (its collectives abort) is not counted and runs again in
+ * the new world. After a change, under DDP the members rebuild DDP over the new group and take
+ * rank 0's state ([Note: the trainer's elastic state]); under FSDP, whose state is sharded (a
+ * member that left took its shards), every member builds the run anew for the new world and
+ * restarts from the last sharded checkpoint of `--checkpoint-dir` (`restartSharded`). Rank 0
+ * writes a `membership` line to the JSONL log (epoch, world size, who left, who joined, the steps
+ * done).
+ */
+
+/** The world's size checked against the batch: every member must take whole micro-batches. */
+function checkBatch(config: TrainConfig, worldSize: number): void {
+  if (config.batchSize % (worldSize * config.gradAccum) !== 0) {
+    throw new UsageError(
+      `--elastic: --batch-size ${config.batchSize} does not divide over the world's ${worldSize} members x --grad-accum ${config.gradAccum}: choose a batch size that every world size from --min-world-size to --max-world-size divides`,
+      { option: '--batch-size' },
+    );
+  }
+}
+
+function membershipLine(change: MembershipChange, step: number): string {
+  const { epoch, worldSize, members, left, joined } = change;
+  return `${JSON.stringify({ event: 'membership', step, epoch, worldSize, members, left, joined })}\n`;
+}
+
+/** The group of the new epoch under the strategy: DDP rebuilt, the lead and its printing moved. */
+async function enterEpoch(run: Run, config: TrainConfig, elastic: ElasticGroup): Promise<void> {
+  const { group, membership } = elastic;
+  checkBatch(config, membership.worldSize);
+  run.prepared.release?.();
+  // A newcomer's set-up asks every rank about the matmul's fused multiply-add (a collective): the
+  // others answer in the same order. Their backends exist already and keep their kernel; the
+  // parameters stay the same everywhere (one averaged gradient, rank 0's state after a change).
+  const fma = await agreeOnFma(config, group);
+  if (fma.matmulFma !== run.config.matmulFma) {
+    run.say(
+      `elastic: matmul FMA ${fma.matmulFma} for the newcomers, ${run.config.matmulFma} on the members before`,
+    );
+  }
+  run.config = { ...config, worldSize: membership.worldSize, matmulFma: run.config.matmulFma };
+  run.group = group;
+  run.lead = group.rank === 0;
+  run.say = (line) => {
+    if (group.rank === 0) run.io.stdout(`${line}\n`);
+  };
+  if (group.size > 1) await checkSameBackend(group, run.backend);
+  run.prepared = prepareModel(run.model, run.config, group, run.backend);
+}
+
+/** The newest complete checkpoint in `--checkpoint-dir`, or null before the first. */
+async function latestCheckpoint(config: TrainConfig): Promise<string | null> {
+  if (config.checkpointDir === null) return null;
+  return resolveResume(config.checkpointDir).catch(() => null);
+}
+
+/**
+ * FSDP's state is sharded: a member that leaves takes its shards with it. So every epoch of a
+ * sharded run starts over from the last sharded checkpoint (which loads at any world size), or
+ * from the seeded initialization before the first: the model, FSDP and AdamW built anew for the
+ * new world ([Note: elastic training in the trainer]).
+ */
+async function restartSharded(
+  config: TrainConfig,
+  io: RunIO,
+  elastic: ElasticGroup,
+  before: Run | null,
+): Promise<Run> {
+  checkBatch(config, elastic.membership.worldSize);
+  if (before !== null) {
+    if (before.modelBackend !== before.backend) before.modelBackend.dispose();
+    before.backend.dispose();
+  }
+  if (config.checkpointDir !== null) {
+    // What the world before left half-written goes first, before any rank begins a checkpoint.
+    if (elastic.group.rank === 0) await removePartialCheckpoints(config.checkpointDir);
+    await elastic.group.barrier().wait();
+  }
+  const resume = await latestCheckpoint(config);
+  return setUpRun(
+    { ...config, worldSize: elastic.membership.worldSize, resume },
+    io,
+    elastic.group,
+  );
+}
+
+/**
+ * One member's run of an elastic job ([Note: elastic training in the trainer]): join, set up,
+ * step with a sync point after every step, finish. Resolves when the job's last step is done.
+ */
+export async function trainElastic(config: TrainConfig, io: RunIO): Promise<TrainSummary> {
+  const elastic = await joinElastic({
+    url: config.elastic!,
+    backend: config.transport === 'ws' ? 'ws' : 'tcp',
+    name: `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
+  });
+  try {
+    const sharded = config.strategy === 'fsdp';
+    checkBatch(config, elastic.membership.worldSize);
+    let run = sharded
+      ? await restartSharded(config, io, elastic, null)
+      : await setUpRun({ ...config, worldSize: elastic.membership.worldSize }, io, elastic.group);
+    const records: StepRecord[] = [];
+    const started = performance.now();
+    const progress = createProgress((text) => run.lead && io.stdout(text), false);
+    let log = run.lead && config.logJsonl !== null ? await openLog(config.logJsonl) : null;
+    const announce = async (change: MembershipChange, step: number) => {
+      run.say(
+        `elastic: epoch ${change.epoch}, ${change.worldSize} member(s) [${change.members.join(', ')}]${change.left.length > 0 ? `, left [${change.left.join(', ')}]` : ''}${change.joined.length > 0 ? `, joined [${change.joined.join(', ')}]` : ''}, next step ${step + 1}`,
+      );
+      if (run.lead && log === null && config.logJsonl !== null) {
+        // This member became rank 0: the log goes on from the step the world is at.
+        log = await appendLog(config.logJsonl);
+      }
+      await log?.write(membershipLine(change, step));
+    };
+    let step = sharded ? run.firstStep : await shareRunState(run, elastic, 0);
+    await announce(elastic.membership, step);
+    while (step < config.steps) {
+      let record: StepRecord | null = null;
+      try {
+        record = await oneStep(run, step);
+        const every = config.checkpointEvery;
+        if (sharded && every > 0 && record.step % every === 0) {
+          await saveCheckpoint(run, record.step, records.concat(record), []);
+        }
+      } catch (error) {
+        // A member died under this step: it runs again once the world is rebuilt.
+        if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+      }
+      if (record !== null) {
+        step += 1;
+        records.push(record);
+        progress.step(record, (performance.now() - started) / 1000);
+        await log?.write(logLine(record));
+        faultPoint('step');
+      }
+      const signal = io.stop?.signal ?? null;
+      if (signal !== null) {
+        // This member leaves (the others drop it at their next sync point); the job goes on.
+        await log?.close();
+        throw new InterruptedError(signal, {
+          step,
+          steps: config.steps,
+          checkpoint: null,
+          lead: run.lead,
+        });
+      }
+      const change = await elastic.sync({ failed: record === null });
+      if (change !== null) {
+        if (sharded) {
+          run = await restartSharded(config, io, elastic, run);
+          step = run.firstStep;
+        } else {
+          await enterEpoch(run, config, elastic);
+          step = await shareRunState(run, elastic, step);
+        }
+        await announce(change, step);
+      }
+    }
+    progress.done();
+    await log?.close();
+    if (records.length === 0) {
+      // Admitted at the job's last sync point: the state is the final one, nothing is left to train.
+      run.say('elastic: admitted after the last step; nothing left to train');
+      return { model: run.model, backend: run.backend, records, evals: [], sample: '' };
+    }
+    return await finishRun(run, { records, evals: [], started, interrupted: null });
+  } finally {
+    await elastic.close();
+  }
+}

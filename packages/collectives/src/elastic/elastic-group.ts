@@ -1,0 +1,266 @@
+import {
+  createNetworkTransport,
+  JoinedTransport,
+  type NetworkBackend,
+} from '../connect-transport.js';
+import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
+import { shareProgress } from '../progress/progress.js';
+import { resolveRendezvousOptions } from '../rendezvous/env.js';
+import type { Rendezvous } from '../rendezvous/rendezvous.js';
+import { StoreClient, type WebSocketConstructor } from '../rendezvous/store-client.js';
+import { CoordinatorLink } from './coordinator-link.js';
+import { ElasticError, ElasticWorldTooSmallError } from './errors.js';
+import type { CoordinatorMessage, EpochAnnouncement } from './protocol.js';
+
+/** Options of `joinElastic`. */
+export interface JoinElasticOptions {
+  /** The coordinator's URL (`ws://host:port`, from `ElasticCoordinator.url`). */
+  url: string;
+  /** The join token (default `WEBSHARD_TOKEN` in Node, else none). */
+  token?: string;
+  /** The data transport of every epoch's group: `tcp` (default in Node) or `ws` (browsers). */
+  backend?: NetworkBackend;
+  /** A name the coordinator keeps for this member (logs); default empty. */
+  name?: string;
+  /** How long to wait to reach the coordinator and to be admitted (default 300 s). */
+  timeoutMs?: number;
+  /** Deadline for building one epoch's group (store and every data connection); default 60 s. */
+  connectTimeoutMs?: number;
+  /** Settings of every epoch's process group. */
+  group?: ProcessGroupOptions;
+  /** Address this member's data listener binds to and advertises (as `initProcessGroup`'s). */
+  host?: string;
+  /** `ws` only: accept connections (default: true in Node, false in browsers). */
+  listen?: boolean;
+  /** Overrides the WebSocket used for the coordinator and the stores. */
+  WebSocket?: WebSocketConstructor;
+}
+
+/** Where a member stands in the current epoch. */
+export interface Membership {
+  /** The coordinator's id of this member (stable across epochs). */
+  readonly id: number;
+  /** Counts up from 0 with every change of membership. */
+  readonly epoch: number;
+  /** This member's rank in the epoch's group. */
+  readonly rank: number;
+  /** The epoch's number of members. */
+  readonly worldSize: number;
+  /** Member ids in rank order. */
+  readonly members: readonly number[];
+}
+
+/** A new epoch: the membership, who left and who joined since the previous one. */
+export interface MembershipChange extends Membership {
+  /** Ids of the previous epoch's members that are gone. */
+  readonly left: readonly number[];
+  /** Ids admitted in this epoch (this member's own id when it was just admitted). */
+  readonly joined: readonly number[];
+}
+
+function isNode(): boolean {
+  return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
+}
+
+function failureOf(message: CoordinatorMessage, op: string, member: number): ElasticError {
+  if (message.op === 'failed') {
+    if (message.code === 'E_WORLD_TOO_SMALL') {
+      return new ElasticWorldTooSmallError(op, {
+        worldSize: message.worldSize,
+        minWorldSize: message.minWorldSize,
+        waitedMs: message.waitedMs,
+        member,
+      });
+    }
+    return new ElasticError(op, message.message, { member, code: message.code });
+  }
+  if (message.op === 'refused') {
+    return new ElasticError(op, `refused by the coordinator: ${message.message}`, {
+      member,
+      code: 'E_REFUSED',
+    });
+  }
+  return new ElasticError(op, `unexpected '${message.op}' from the coordinator`, {
+    member,
+    code: 'E_PROTOCOL',
+  });
+}
+
+/**
+ * A member of an elastic world: the current epoch's `ProcessGroup`, rebuilt whenever the
+ * membership changes ([Note: elastic membership] in coordinator.ts). Call `sync()` at points
+ * where the world may change (after a step, after a step that failed); after a change (and after
+ * `joinElastic`), every member calls `broadcastState` so that all hold rank 0's state.
+ */
+export class ElasticGroup {
+  private constructor(
+    private readonly link: CoordinatorLink,
+    private readonly options: JoinElasticOptions,
+    private current: ProcessGroup,
+    private membershipNow: MembershipChange,
+  ) {}
+
+  /** The current epoch's process group (a new object after every change). */
+  get group(): ProcessGroup {
+    return this.current;
+  }
+
+  /** This member's place in the current epoch. */
+  get membership(): MembershipChange {
+    return this.membershipNow;
+  }
+
+  /** @internal Joins: waits to be admitted, then builds the epoch's group. */
+  static async join(options: JoinElasticOptions): Promise<ElasticGroup> {
+    const timeoutMs = options.timeoutMs ?? 300_000;
+    const link = await CoordinatorLink.open(options.url, timeoutMs, options.WebSocket);
+    const token = options.token ?? (isNode() ? (process.env.WEBSHARD_TOKEN ?? '') : '');
+    const resolved = { ...options, token };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        link.close();
+        reject(
+          new ElasticError('join', `not admitted within ${timeoutMs} ms (timeoutMs)`, {
+            code: 'E_TIMEOUT',
+            ...(link.member !== undefined ? { member: link.member } : {}),
+          }),
+        );
+      }, timeoutMs);
+    });
+    try {
+      return await Promise.race([deadline, ElasticGroup.admit(link, resolved)]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private static async admit(
+    link: CoordinatorLink,
+    options: JoinElasticOptions,
+  ): Promise<ElasticGroup> {
+    link.send({ op: 'join', token: options.token ?? '', name: options.name ?? '' });
+    const welcome = await link.next('join');
+    if (welcome.op !== 'welcome') {
+      link.close();
+      throw failureOf(welcome, 'join', -1);
+    }
+    link.member = welcome.id;
+    link.send({ op: 'sync', epoch: -1 });
+    const first = await ElasticGroup.answer(link, 'join');
+    const { group, change } = await ElasticGroup.enter(link, options, first);
+    return new ElasticGroup(link, options, group, change);
+  }
+
+  /** The coordinator's answer to a sync: an epoch, or a typed failure. */
+  private static async answer(link: CoordinatorLink, op: string): Promise<EpochAnnouncement> {
+    const message = await link.next(op);
+    if (message.op === 'epoch') return message;
+    link.close();
+    throw failureOf(message, op, link.member ?? -1);
+  }
+
+  /**
+   * Builds the group of `announcement`'s epoch. When that fails (a member died between the
+   * announcement and the connections), reports it at the epoch's sync point and tries the next.
+   */
+  private static async enter(
+    link: CoordinatorLink,
+    options: JoinElasticOptions,
+    announcement: EpochAnnouncement,
+  ): Promise<{ group: ProcessGroup; change: MembershipChange }> {
+    const id = link.member!;
+    for (;;) {
+      const change: MembershipChange = {
+        id,
+        epoch: announcement.epoch,
+        rank: announcement.members.indexOf(id),
+        worldSize: announcement.members.length,
+        members: announcement.members,
+        left: announcement.left,
+        joined: announcement.joined,
+      };
+      try {
+        return { group: await buildEpochGroup(change, announcement.storeUrl, options), change };
+      } catch (error) {
+        // The coordinator notices who is gone; a missing member fails everyone's connections.
+        if (ElasticError.isInstance(error)) throw error;
+        link.send({ op: 'sync', epoch: announcement.epoch, rebuild: true });
+        announcement = await ElasticGroup.answer(link, 'sync');
+      }
+    }
+  }
+
+  /**
+   * A sync point: waits until every live member reaches it, then returns the new membership when
+   * it changed (the old group is closed and a new one built: call `broadcastState` next), or
+   * `null` when it did not. Pass `failed: true` after a step that failed (its group is rebuilt
+   * even when nobody left); a group that aborted counts as failed. Rejects with
+   * `ElasticWorldTooSmallError` when the world stays below its minimum.
+   */
+  async sync(options: { failed?: boolean } = {}): Promise<MembershipChange | null> {
+    const rebuild = options.failed === true || this.current.state !== 'ready';
+    this.link.send({ op: 'sync', epoch: this.membershipNow.epoch, rebuild });
+    const announcement = await ElasticGroup.answer(this.link, 'sync');
+    if (!announcement.changed) return null;
+    await this.current.close().catch(() => {});
+    const { group, change } = await ElasticGroup.enter(this.link, this.options, announcement);
+    this.current = group;
+    this.membershipNow = change;
+    return change;
+  }
+
+  /** Leaves the world (the others drop this member at their next sync point) and closes the group. */
+  async close(): Promise<void> {
+    this.link.close();
+    await this.current.close().catch(() => {});
+  }
+}
+
+/** Connects the epoch's store (as the rank the coordinator gave) and the data transport. */
+async function buildEpochGroup(
+  membership: Membership,
+  storeUrl: string,
+  options: JoinElasticOptions,
+): Promise<ProcessGroup> {
+  const url = new URL(storeUrl);
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  const timeoutMs = options.connectTimeoutMs ?? 60_000;
+  const { rank, worldSize } = membership;
+  const token = options.token ?? '';
+  const rendezvousOptions = resolveRendezvousOptions(
+    { rank, worldSize, masterAddr: host, masterPort: Number(url.port), token, timeoutMs },
+    {},
+  );
+  const store = await StoreClient.connect({
+    url: storeUrl,
+    token,
+    rank,
+    worldSize,
+    timeoutMs,
+    ...(options.WebSocket !== undefined ? { WebSocket: options.WebSocket } : {}),
+  });
+  const joined: Rendezvous = { options: rendezvousOptions, store, close: () => store.close() };
+  let transport: Awaited<ReturnType<typeof createNetworkTransport>>;
+  try {
+    transport = await createNetworkTransport(options.backend ?? (isNode() ? 'tcp' : 'ws'), joined, {
+      ...(options.host !== undefined ? { host: options.host } : {}),
+      ...(options.listen !== undefined ? { listen: options.listen } : {}),
+    });
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+  const wrapper = new JoinedTransport(transport, joined);
+  shareProgress(wrapper, transport);
+  return ProcessGroup.fromTransport(wrapper, options.group);
+}
+
+/**
+ * Joins an elastic world through its coordinator: waits until admitted at a sync point (every
+ * member runs the same command, before the job starts or while it runs), then returns the member
+ * with the current epoch's group built. Next, call `broadcastState` with the others.
+ */
+export function joinElastic(options: JoinElasticOptions): Promise<ElasticGroup> {
+  return ElasticGroup.join(options);
+}

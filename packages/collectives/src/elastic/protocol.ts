@@ -1,0 +1,126 @@
+/**
+ * The elastic coordinator's wire protocol: one JSON object per WebSocket text message, so a tab
+ * joins with the native `WebSocket`. Browser-safe: no Node imports.
+ *
+ * [Note: the elastic protocol]
+ * A member's first message is `join` with the token; the coordinator answers `welcome` with the
+ * member's id (ids count up from 0 in order of arrival and are never reused) or `refused` and
+ * closes. A member at a sync point sends `sync` with the epoch it has finished (-1 for a newcomer
+ * waiting to be admitted) and whether its group broke. When every live member of the current epoch has sent it, the
+ * coordinator answers each of them, and each admitted newcomer, with `epoch`: the epoch number,
+ * the member ids in rank order, who left and who joined, and where the epoch's store is. Members
+ * whose epoch did not change get the same epoch back with `changed: false`. `failed` ends the job
+ * for everyone (the world stayed below the minimum). `leave` is a polite goodbye; a closed socket
+ * is an impolite one.
+ */
+
+/** One epoch's world, as the coordinator announces it. */
+export interface EpochAnnouncement {
+  /** The message's kind on the wire. */
+  readonly op: 'epoch';
+  /** Counts up from 0 with every change of membership. */
+  readonly epoch: number;
+  /** Member ids in rank order: survivors in their old order, then newcomers by id. */
+  readonly members: readonly number[];
+  /** Ids of the members of the previous epoch that are gone. */
+  readonly left: readonly number[];
+  /** Ids of the members admitted in this epoch. */
+  readonly joined: readonly number[];
+  /** Whether the membership differs from the previous epoch's (false: same epoch, same group). */
+  readonly changed: boolean;
+  /** `ws://host:port` of the rendezvous store of this epoch's process group. */
+  readonly storeUrl: string;
+}
+
+export type CoordinatorMessage =
+  | { readonly op: 'welcome'; readonly id: number }
+  | { readonly op: 'refused'; readonly message: string }
+  | EpochAnnouncement
+  | {
+      readonly op: 'failed';
+      readonly code: string;
+      readonly message: string;
+      readonly worldSize: number;
+      readonly minWorldSize: number;
+      readonly waitedMs: number;
+    };
+
+export type MemberMessage =
+  | { readonly op: 'join'; readonly token: string; readonly name: string }
+  | {
+      readonly op: 'sync';
+      readonly epoch: number;
+      /** The member's group broke (a lost link, a failed step): rebuild it even if nobody left. */
+      readonly rebuild?: boolean;
+    }
+  | { readonly op: 'leave' };
+
+/** Largest message either side accepts, in bytes. */
+export const MAX_ELASTIC_MESSAGE_BYTES = 1 << 20;
+
+const isIdList = (value: unknown): value is number[] =>
+  Array.isArray(value) && value.every((id) => Number.isSafeInteger(id) && id >= 0);
+
+function parseObject(text: string): Record<string, unknown> | undefined {
+  try {
+    const raw: unknown = JSON.parse(text);
+    return typeof raw === 'object' && raw !== null && !Array.isArray(raw)
+      ? (raw as Record<string, unknown>)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Parses a member's message on the coordinator; a string says why it is refused. */
+export function parseMemberMessage(text: string): MemberMessage | string {
+  const r = parseObject(text);
+  if (r === undefined) return 'not a JSON object';
+  switch (r.op) {
+    case 'join':
+      return typeof r.token === 'string' && typeof r.name === 'string' && r.name.length <= 256
+        ? (r as MemberMessage)
+        : 'bad join';
+    case 'sync':
+      return Number.isSafeInteger(r.epoch) &&
+        (r.epoch as number) >= -1 &&
+        (r.rebuild === undefined || typeof r.rebuild === 'boolean')
+        ? (r as MemberMessage)
+        : 'bad sync';
+    case 'leave':
+      return { op: 'leave' };
+    default:
+      return 'unknown op';
+  }
+}
+
+/** Parses a coordinator's message on a member; `undefined` for anything malformed. */
+export function parseCoordinatorMessage(text: string): CoordinatorMessage | undefined {
+  const r = parseObject(text);
+  if (r === undefined) return undefined;
+  switch (r.op) {
+    case 'welcome':
+      return Number.isSafeInteger(r.id) ? (r as CoordinatorMessage) : undefined;
+    case 'refused':
+      return typeof r.message === 'string' ? (r as CoordinatorMessage) : undefined;
+    case 'epoch':
+      return Number.isSafeInteger(r.epoch) &&
+        isIdList(r.members) &&
+        isIdList(r.left) &&
+        isIdList(r.joined) &&
+        typeof r.changed === 'boolean' &&
+        typeof r.storeUrl === 'string'
+        ? (r as CoordinatorMessage)
+        : undefined;
+    case 'failed':
+      return typeof r.code === 'string' &&
+        typeof r.message === 'string' &&
+        Number.isSafeInteger(r.worldSize) &&
+        Number.isSafeInteger(r.minWorldSize) &&
+        Number.isSafeInteger(r.waitedMs)
+        ? (r as CoordinatorMessage)
+        : undefined;
+    default:
+      return undefined;
+  }
+}
