@@ -1,6 +1,7 @@
 import type { OuterCompression } from '@webshard/diloco';
 import type { TokenizerName } from './data/dataset.js';
 import { UsageError } from './errors.js';
+import type { Sharding } from './strategy/sharding.js';
 
 /*
  * A run's configuration: what `train()`, the ranks and the strategies read. The CLI
@@ -35,6 +36,8 @@ export interface TrainConfig {
   browserHost: string;
   /** FSDP: free each unit's full parameters after forward (fairscale's default). */
   reshardAfterForward: boolean;
+  /** FSDP: PyTorch's sharding strategy (`--sharding`; see strategy/sharding.ts). */
+  sharding: Sharding;
   /** FSDP: one unit per transformer block (`block`), or the root only (`none`). */
   autoWrap: 'block' | 'none';
   /** DDP: bucket size; FSDP: the reduce-scatter bucket (MiB). Null: the package's default. */

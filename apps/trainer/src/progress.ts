@@ -13,6 +13,12 @@ export interface StepRecord {
   /** Every rank's peak, by rank, in a multi-rank run. */
   peakDeviceBytesPerRank?: number[];
   /**
+   * The peak of memory outside the allocator (rank 0's): registered collective buffers
+   * (`group.allocate`, which FSDP and DDP use on the world group of `shm`, `tcp` and two-level
+   * worlds). Absent where the backend does not count it.
+   */
+  peakExternalBytes?: number;
+  /**
    * Peak resident memory of this rank's process (RSS; a tab's measured memory), where the platform
    * measures it; with thread ranks the process's, shared by `hostRanksPerProcess` ranks.
    */

@@ -67,8 +67,18 @@ describe('webshard-train, in process', () => {
     const lines = (await readFile(join(dir, 'out/log.jsonl'), 'utf8')).trim().split('\n');
     const logged = lines.map((l) => JSON.parse(l));
     expect(logged.map((l) => Object.keys(l))).toEqual(
-      Array(4).fill(['step', 'loss', 'lr', 'tokensPerSecond', 'peakDeviceBytes', 'peakHostBytes']),
+      Array(4).fill([
+        'step',
+        'loss',
+        'lr',
+        'tokensPerSecond',
+        'peakDeviceBytes',
+        'peakExternalBytes',
+        'peakHostBytes',
+      ]),
     );
+    // One rank registers no collective memory.
+    expect(logged.every((l) => l.peakExternalBytes === 0)).toBe(true);
     expect(logged.map((l) => l.loss)).toEqual(losses);
     expect(logged.every((l) => l.peakDeviceBytes > 0 && l.lr === 3e-3)).toBe(true);
     // This process's peak resident memory (the run is in process: one rank, the test's process).

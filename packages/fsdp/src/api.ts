@@ -2,6 +2,7 @@ import type { ProcessGroup } from '@webshard/collectives';
 import type { Backend, DType } from '@webshard/tensor-core';
 import { FsdpConfigError } from './errors.js';
 import { checkOptionNames } from './option-names.js';
+import { resolveStrategy, type ShardingStrategy } from './sharding-strategy.js';
 import type { SsdOffloadOptions } from './ssd/shard-store.js';
 
 /** The 16-bit dtypes mixed precision computes in. */
@@ -12,8 +13,24 @@ export type ComputeDType = 'f16' | 'bf16';
  * wrappers created inside `enableWrap` take the options given there as defaults.
  */
 export interface FsdpOptions {
-  /** The process group the parameters are sharded over. */
+  /**
+   * The process group of the data-parallel ranks: the parameters are sharded over it, or with
+   * `HYBRID_SHARD` / `NO_SHARD` over sub-groups of it (see `shardingStrategy`).
+   */
   group: ProcessGroup;
+  /**
+   * PyTorch's sharding strategies ([Note: hybrid sharding]): `FULL_SHARD` (the default),
+   * `SHARD_GRAD_OP` (`reshardAfterForward: false`), `HYBRID_SHARD` (shard inside a node of
+   * `nodeSize` ranks, replicate across nodes) and `NO_SHARD` (replicate everywhere, all-reduce
+   * gradients, as DDP). Every unit of a tree must use the same strategy. A `reshardAfterForward` or
+   * `processGroupReduceScatter` that contradicts it is a `FsdpConfigError`.
+   */
+  shardingStrategy?: ShardingStrategy;
+  /**
+   * With `HYBRID_SHARD`: ranks per node, node-major (rank n * nodeSize + l is local rank l of node
+   * n, as `webshard-run --nnodes` numbers them). Default the launcher's `LOCAL_WORLD_SIZE`.
+   */
+  nodeSize?: number;
   /**
    * A second group over the same ranks for the gradients' reduce-scatters, so they run beside the
    * all-gathers instead of queueing behind them (fairscale's `process_group_reduce_scatter`; the
@@ -102,7 +119,14 @@ export interface FsdpOptions {
 
 /** The options with every default filled in. */
 export interface ResolvedOptions {
+  /** The group parameters are sharded over: `FsdpOptions.group`, or its node's sub-group. */
   readonly group: ProcessGroup;
+  readonly shardingStrategy: ShardingStrategy;
+  /**
+   * The same shard's ranks on the other nodes, over which reduced gradients are all-reduced
+   * (`HYBRID_SHARD` on several nodes, `NO_SHARD`); null otherwise.
+   */
+  readonly replicateGroup: ProcessGroup | null;
   readonly processGroupReduceScatter: ProcessGroup;
   readonly flattenParameters: boolean;
   readonly reshardAfterForward: boolean;
@@ -149,22 +173,13 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
   if (group === undefined || group === null || typeof group.allGather !== 'function') {
     throw new FsdpConfigError(op, 'options.group must be a ProcessGroup');
   }
-  const reduceScatter = options.processGroupReduceScatter ?? group;
-  if (typeof reduceScatter?.reduceScatter !== 'function') {
-    throw new FsdpConfigError(op, 'options.processGroupReduceScatter must be a ProcessGroup');
-  }
-  if (reduceScatter.size !== group.size || reduceScatter.rank !== group.rank) {
-    throw new FsdpConfigError(
-      op,
-      `processGroupReduceScatter is rank ${reduceScatter.rank} of ${reduceScatter.size}, group rank ${group.rank} of ${group.size}: it must hold the same ranks`,
-    );
-  }
   if (options.worldSize !== undefined && options.worldSize !== group.size) {
     throw new FsdpConfigError(
       op,
       `worldSize is ${options.worldSize} but the group has ${group.size} ranks (rank ${group.rank})`,
     );
   }
+  const worldSize = group.size;
   const mixedPrecision = options.mixedPrecision ?? false;
   const computeDtype: DType = mixedPrecision ? (options.computeDtype ?? 'f16') : 'f32';
   if (mixedPrecision && computeDtype !== 'f16' && computeDtype !== 'bf16') {
@@ -177,7 +192,8 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
   if (!Number.isFinite(bucketCapMb) || bucketCapMb < 0) {
     throw new FsdpConfigError(op, `bucketCapMb must be a finite number >= 0, got ${bucketCapMb}`);
   }
-  const pre = options.gradientPredivideFactor ?? defaultPredivideFactor(group.size);
+  // Divide factors count every data-parallel rank: replicas average too ([Note: hybrid sharding]).
+  const pre = options.gradientPredivideFactor ?? defaultPredivideFactor(worldSize);
   finitePositive(op, 'gradientPredivideFactor', pre);
   const limitAllGathers = options.limitAllGathers ?? 1;
   if (!Number.isInteger(limitAllGathers) || limitAllGathers < 0) {
@@ -192,11 +208,26 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
       `moveGradsToCpu (${options.moveGradsToCpu}) must equal moveParamsToCpu (${moveParamsToCpu}): the optimizer steps each shard with its gradient on one backend`,
     );
   }
+  const reduceScatter = options.processGroupReduceScatter ?? group;
+  if (typeof reduceScatter?.reduceScatter !== 'function') {
+    throw new FsdpConfigError(op, 'options.processGroupReduceScatter must be a ProcessGroup');
+  }
+  if (reduceScatter.size !== group.size || reduceScatter.rank !== group.rank) {
+    throw new FsdpConfigError(
+      op,
+      `processGroupReduceScatter is rank ${reduceScatter.rank} of ${reduceScatter.size}, group rank ${group.rank} of ${group.size}: it must hold the same ranks`,
+    );
+  }
+  const ssdOffload = checkSsdOffload(op, options.ssdOffload);
+  // Last, once every option is checked: it may make sub-groups.
+  const strategy = resolveStrategy(op, group, options);
   return {
-    group,
-    processGroupReduceScatter: reduceScatter,
+    group: strategy.shard,
+    shardingStrategy: options.shardingStrategy ?? 'FULL_SHARD',
+    replicateGroup: strategy.replicate,
+    processGroupReduceScatter: options.processGroupReduceScatter ?? strategy.shard,
     flattenParameters: options.flattenParameters ?? true,
-    reshardAfterForward: options.reshardAfterForward ?? true,
+    reshardAfterForward: strategy.reshardAfterForward,
     disableReshardOnRoot: options.disableReshardOnRoot ?? true,
     mixedPrecision,
     computeDtype,
@@ -204,10 +235,10 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
     fp32ReduceScatter: options.fp32ReduceScatter ?? false,
     bucketCapMb,
     gradientPredivideFactor: pre,
-    gradientPostdivideFactor: group.size / pre,
+    gradientPostdivideFactor: worldSize / pre,
     moveParamsToCpu,
     moveGradsToCpu: moveParamsToCpu,
-    ssdOffload: checkSsdOffload(op, options.ssdOffload),
+    ssdOffload,
     forceInputToFp32: options.forceInputToFp32 ?? false,
     limitAllGathers,
     computeBackend: options.computeBackend,

@@ -5,6 +5,7 @@ import {
   prepareGrad,
   type ReduceSettings,
   reduceScatterGrad,
+  reduceShard,
 } from './collectives.js';
 import type { FlatParameter } from './flat-param.js';
 import { flatBuffer } from './host-buffers.js';
@@ -14,6 +15,7 @@ interface Pending {
   readonly input: Tensor;
   readonly temps: Tensor[];
   readonly postdivide: number;
+  readonly replicate: ProcessGroup | null;
   readonly resolve: () => void;
   readonly reject: (error: unknown) => void;
 }
@@ -56,7 +58,8 @@ export class ReduceScatterBucketer {
       return reduceScatterGrad(this.group, flat, fullGrad, settings);
     }
     const { input, temps } = prepareGrad(this.group, fullGrad, settings);
-    const key = `${backendId(input.backend)}:${backendId(flat.shard.backend)}:${input.dtype}`;
+    const replicas = settings.replicate?.tag ?? 'none';
+    const key = `${backendId(input.backend)}:${backendId(flat.shard.backend)}:${input.dtype}:${replicas}`;
     const waiting = this.buckets.get(key) ?? [];
     const fill = waiting.reduce((n, p) => n + p.flat.shardNumel, 0);
     if (waiting.length > 0 && (fill + flat.shardNumel) * element > this.capacityBytes) {
@@ -64,7 +67,15 @@ export class ReduceScatterBucketer {
     }
     return new Promise<void>((resolve, reject) => {
       const bucket = this.buckets.get(key) ?? [];
-      bucket.push({ flat, input, temps, postdivide: settings.postdivide, resolve, reject });
+      bucket.push({
+        flat,
+        input,
+        temps,
+        postdivide: settings.postdivide,
+        replicate: settings.replicate ?? null,
+        resolve,
+        reject,
+      });
       this.buckets.set(key, bucket);
     });
   }
@@ -108,7 +119,7 @@ export class ReduceScatterBucketer {
     const fail = (error: unknown): void => {
       for (const item of items) item.reject(error);
     };
-    this.group.reduceScatter(input, out).promise.then(
+    reduceShard(this.group, input, out, items[0]!.replicate).then(
       () => {
         input.free();
         let at = 0;

@@ -58,6 +58,29 @@ export interface ReduceSettings {
   readonly fp32ReduceScatter: boolean;
   readonly predivide: number;
   readonly postdivide: number;
+  /**
+   * The same shard's ranks on other nodes (`HYBRID_SHARD`, `NO_SHARD`): each reduced shard is
+   * all-reduced over it before it is divided and accumulated ([Note: hybrid sharding]). Null or
+   * absent: no replicas.
+   */
+  readonly replicate?: ProcessGroup | null;
+}
+
+/**
+ * Reduce-scatter `input` into `out` over `group` and, with a replicate group, all-reduce `out`
+ * (this rank's summed shard) over it: the sum over every node's ranks ([Note: hybrid sharding]).
+ * The all-reduce is issued when the reduce-scatter completes; reduce-scatters complete in the
+ * order they were issued, the same on every node, so the replicate group's all-reduces are too.
+ */
+export function reduceShard(
+  group: ProcessGroup,
+  input: Tensor,
+  out: Tensor,
+  replicate: ProcessGroup | null | undefined,
+): Promise<void> {
+  const scattered = group.reduceScatter(input, out).promise;
+  if (replicate === null || replicate === undefined || replicate.size === 1) return scattered;
+  return scattered.then(() => replicate.allReduce(out).promise);
 }
 
 /**
@@ -105,7 +128,12 @@ export function reduceScatterGrad(
   fullGrad: Tensor,
   settings: ReduceSettings,
 ): Promise<void> {
-  const plain = settings.predivide === 1 && settings.postdivide === 1 && fullGrad.dtype === 'f32';
+  const replicated = settings.replicate !== null && settings.replicate !== undefined;
+  const plain =
+    settings.predivide === 1 &&
+    settings.postdivide === 1 &&
+    fullGrad.dtype === 'f32' &&
+    !replicated;
   if (plain && isSoleRank(group, flat) && fullGrad.backend === flat.shard.backend) {
     // [Note: one rank]: the flat gradient is the shard's, taken over or added in.
     const shard = flat.shard;
@@ -127,8 +155,7 @@ export function reduceScatterGrad(
   const freeAll = (): void => {
     for (const t of temps) t.free();
   };
-  const work = group.reduceScatter(input, out);
-  return work.promise.then(
+  return reduceShard(group, input, out, settings.replicate).then(
     () => {
       try {
         accumulateShardGrad(group, flat, out, settings.postdivide, temps);

@@ -152,6 +152,7 @@ export class FullyShardedDataParallel<
       fp32ReduceScatter: this.options.fp32ReduceScatter,
       predivide: this.options.gradientPredivideFactor,
       postdivide: this.options.gradientPostdivideFactor,
+      replicate: this.options.replicateGroup,
     });
     const ssd = this.options.ssdOffload;
     this.ssdShards =

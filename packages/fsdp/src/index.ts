@@ -1,5 +1,7 @@
 export type { ComputeDType, FsdpOptions, ResolvedOptions } from './api.js';
 export { defaultPredivideFactor, resolveOptions } from './api.js';
+export type { ShardingStrategy } from './sharding-strategy.js';
+export { SHARDING_STRATEGIES } from './sharding-strategy.js';
 export {
   FileWriteError,
   FsdpConfigError,

@@ -3,6 +3,8 @@ import { FsdpConfigError } from './errors.js';
 /** Every option `FsdpOptions` has, in the order of its declaration. */
 export const OPTION_NAMES = [
   'group',
+  'shardingStrategy',
+  'nodeSize',
   'processGroupReduceScatter',
   'worldSize',
   'flattenParameters',

@@ -75,7 +75,9 @@ export async function fullStateDict(
 ): Promise<Map<string, Tensor>> {
   for (const unit of root.units()) unit.assertState('fullStateDict', ['IDLE']);
   const layout = shardedLayout(root);
-  const holds = !(options.rank0Only ?? false) || root.options.group.rank === 0;
+  // With replicas ([Note: hybrid sharding]), rank 0 of node 0 is the world's rank 0.
+  const first = root.options.group.rank === 0 && (root.options.replicateGroup?.rank ?? 0) === 0;
+  const holds = !(options.rank0Only ?? false) || first;
   const backend = options.backend ?? createCpuBackend();
   const byName = new Map<string, Tensor>();
   const flats = flatParamsOf(root);

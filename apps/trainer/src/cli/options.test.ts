@@ -72,6 +72,7 @@ describe('parseOptions', () => {
       worldSize: 4,
       transport: 'shm',
       reshardAfterForward: true,
+      sharding: 'full',
       autoWrap: 'block',
       bucketMb: null,
       moveParamsToCpu: false,

@@ -5,6 +5,7 @@ import { TOKENIZERS } from '../data/dataset.js';
 import { OUTER_COMPRESSIONS } from '@webshard/diloco';
 import { checkBatchDivides, STRATEGIES, type TrainConfig, TRANSPORTS } from '../config.js';
 import { UsageError } from '../errors.js';
+import { parseSharding } from '../strategy/sharding.js';
 import { checkBrowserRanks } from './browser-rank-options.js';
 
 const OPTIONS = {
@@ -17,6 +18,7 @@ const OPTIONS = {
   'bucket-mb': { type: 'string' },
   'ddp-allreduce': { type: 'string' },
   'reshard-after-forward': { type: 'string' },
+  sharding: { type: 'string' },
   'auto-wrap': { type: 'string' },
   'move-params-to-cpu': { type: 'boolean' },
   'num-slices': { type: 'string' },
@@ -191,9 +193,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     browserRanks: int('browser-ranks', 0, 0, 63),
     browserPort: int('browser-port', 0, 0, 65535),
     browserHost: v['browser-host'] ?? '127.0.0.1',
-    reshardAfterForward:
-      choice('reshard-after-forward', v['reshard-after-forward'], ['true', 'false'], 'true') ===
-      'true',
+    ...parseSharding(v.sharding, v['reshard-after-forward']),
     autoWrap: choice('auto-wrap', v['auto-wrap'], ['block', 'none'] as const, 'block'),
     ddpAllreduce: choice(
       'ddp-allreduce',
@@ -259,7 +259,12 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
   return config;
 }
 
-const FSDP_FLAGS = ['reshard-after-forward', 'auto-wrap', 'move-params-to-cpu'] as const;
+const FSDP_FLAGS = [
+  'reshard-after-forward',
+  'sharding',
+  'auto-wrap',
+  'move-params-to-cpu',
+] as const;
 const OFFLOAD_FLAGS = ['num-slices', 'num-microbatches', 'checkpoint-activation'] as const;
 const DILOCO_FLAGS = ['inner-steps', 'outer-lr', 'outer-momentum', 'outer-compression'] as const;
 

@@ -58,6 +58,10 @@ Execution
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
   --ddp-allreduce <mode>       ddp: auto|overlap|delay, all-reduce during or after backward (auto: timed)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)
+  --sharding <full|grad-op|hybrid|none>  fsdp: PyTorch's FULL_SHARD (default), SHARD_GRAD_OP
+                               (full parameters kept from forward to backward), HYBRID_SHARD (shard
+                               inside a node, replicate across nodes: for several machines, with
+                               webshard-run --nnodes) or NO_SHARD (replicated, as ddp)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
   --move-params-to-cpu         fsdp: shards and optimizer on the CPU, compute on --backend
   --num-slices <n>             offload: slices the model streams in (default 3)
@@ -74,7 +78,7 @@ Execution
   --matmul-fma <auto|off>      CPU matmul with fused multiply-add where every rank fuses (default auto)
   --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit)
 Output
-  --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes
+  --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes
   --save <file.safetensors>    the final state dict under PyTorch names
   --samples <file>             the final sample's text
   --report <file.html>         one self-contained page: loss curves, tokens/s, peak memory

@@ -8,10 +8,11 @@ export function logLine(record: StepRecord): string {
     lr,
     tokensPerSecond,
     peakDeviceBytes,
+    peakExternalBytes,
     peakHostBytes,
     hostRanksPerProcess,
     outerStep,
     outerBytesSent,
   } = record;
-  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent })}\n`;
+  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent })}\n`;
 }

@@ -2,6 +2,7 @@ import { UsageError } from '../errors.js';
 import { formatBytes } from '../progress.js';
 import { MLP_IN, MLP_OUT } from './build-model.js';
 import type { TrainConfig } from '../config.js';
+import { shardCount } from '../strategy/sharding.js';
 
 /**
  * [Note: the memory estimate]
@@ -12,7 +13,8 @@ import type { TrainConfig } from '../config.js';
  * Activations follow Korthikanti et al. (2022) for one transformer layer, about
  * b T C (34 + 5 nHead T / C) bytes in 16 bits, doubled for f32, per micro-batch of b sequences;
  * the logits, their softmax and their gradient add 3 b T V elements. Host batches add 8 bytes per
- * token of the global batch. FSDP shards the 16 bytes (and the masters) over its ranks, so its
+ * token of the global batch. FSDP shards the 16 bytes (and the masters) over its ranks (a node's
+ * with `--sharding hybrid`, none with `none`), so its
  * floor is 16P/N (the unit gathered in full at a time comes on top, uncounted). The estimate is
  * one rank's. The emulated limit applies to the caching allocator's size classes,
  * so the estimate is a floor of what it will see, not a promise that the run fits.
@@ -31,7 +33,7 @@ export function estimateBytes(config: TrainConfig, vocabSize: number): number {
   const perLayer = microBatch * t * c * (34 + (5 * nHead * t) / c) * (elementBytes / 2);
   const logits = 3 * microBatch * t * vocabSize * 4;
   const hostBatch = 8 * config.batchSize * t;
-  const shards = config.strategy === 'fsdp' ? config.worldSize : 1;
+  const shards = config.strategy === 'fsdp' ? shardCount(config.sharding, config.worldSize) : 1;
   return (params * (16 + masterExtra)) / shards + nLayer * perLayer + logits + hostBatch;
 }
 

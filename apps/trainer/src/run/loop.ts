@@ -153,6 +153,7 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
     tokensPerSecond: (tokensPerStep * 1000) / ms,
     ...(outer === null ? {} : { outerStep: outer.outerStep, outerBytesSent: outer.bytesSent }),
     peakDeviceBytes: backend.memoryStats().peakAllocated,
+    ...externalPeak(backend.memoryStats().peakExternalBytes),
     ...(group !== null && group.size > 1 && !quiet
       ? { peakDeviceBytesPerRank: await gatherPerRank(group, backend.memoryStats().peakAllocated) }
       : {}),
@@ -180,4 +181,9 @@ export async function saveCheckpoint(
   const partial = await beginCheckpoint(root, step, run.lead);
   await prepared.saveCheckpoint(partial, run.optimizer, state);
   if (run.lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
+}
+
+/** `peakExternalBytes` where the backend counts memory outside its allocator. */
+function externalPeak(bytes: number | undefined): { peakExternalBytes?: number } {
+  return bytes === undefined ? {} : { peakExternalBytes: bytes };
 }

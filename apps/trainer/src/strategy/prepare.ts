@@ -25,6 +25,7 @@ import { decayGroups, type MixedState } from '../train-step.js';
 import { prepareDiloco } from './diloco.js';
 import { prepareOffload } from './offload.js';
 import type { AnyOptimizer, PreparedModel } from './prepared-model.js';
+import { shardingOptions } from './sharding.js';
 import { TrainModule, type TrainOutput } from './train-module.js';
 
 /**
@@ -127,7 +128,7 @@ function prepareFsdp(
   const options = {
     group,
     flattenParameters: false,
-    reshardAfterForward: config.reshardAfterForward,
+    ...shardingOptions(config.sharding, config.reshardAfterForward, group.size),
     ...precision,
     ...(config.bucketMb === null ? {} : { bucketCapMb: config.bucketMb }),
     ...(config.moveParamsToCpu ? { moveParamsToCpu: true, computeBackend } : {}),

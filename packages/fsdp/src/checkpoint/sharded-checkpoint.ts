@@ -110,16 +110,31 @@ function optimizerKeys(root: FullyShardedDataParallel, optimizer: AnyOptimizer):
 
 /**
  * Save the model's shards, the optimizer's state and `step` / `extra` as a sharded checkpoint in
- * `dir` (see [Note: sharded checkpoints]). Every rank calls it; it resolves once the manifest is in
+ * `dir` (see [Note: sharded checkpoints]). Every rank calls it (with `HYBRID_SHARD`, node 0's
+ * ranks write one replica); it resolves once the manifest is in
  * place on every rank's view.
  */
 export async function saveShardedCheckpoint(
   dir: string,
   options: SaveCheckpointOptions,
 ): Promise<void> {
+  const { model } = options;
+  for (const unit of model.units()) unit.assertState('saveShardedCheckpoint', ['IDLE']);
+  // Replicas hold the same shards: node 0's ranks write the checkpoint, the others wait for it
+  // ([Note: hybrid sharding]).
+  const replicas = model.options.replicateGroup;
+  if (replicas !== null && replicas.rank !== 0) {
+    await replicas.barrier().wait();
+    return;
+  }
+  await saveReplica(dir, options);
+  if (replicas !== null) await replicas.barrier().wait();
+}
+
+/** `saveShardedCheckpoint` on the ranks of one replica (all ranks without hybrid sharding). */
+async function saveReplica(dir: string, options: SaveCheckpointOptions): Promise<void> {
   const { model, optimizer } = options;
   const group = model.options.group;
-  for (const unit of model.units()) unit.assertState('saveShardedCheckpoint', ['IDLE']);
   const layout = shardedLayout(model);
   const tensors: Record<string, Tensor> = {};
   for (const { key, flat } of flatParamsOf(model)) tensors[`param/${key}`] = flat.shard;
