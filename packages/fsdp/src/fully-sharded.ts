@@ -154,11 +154,12 @@ export class FullyShardedDataParallel<
       postdivide: this.options.gradientPostdivideFactor,
       replicate: this.options.replicateGroup,
     });
+    // ssd keys by world rank: under HYBRID_SHARD the shard group's rank repeats on every node.
     const ssd = this.options.ssdOffload;
-    this.ssdShards =
-      ssd === undefined
-        ? null
-        : new SsdShards(ssd.store, group.rank, flats, ssd.offloadGradients === true);
+    const key = group.rank + group.size * (this.options.replicateGroup?.rank ?? 0);
+    this.ssdShards = ssd
+      ? new SsdShards(ssd.store, key, flats, ssd.offloadGradients === true)
+      : null;
     for (const flat of flats) {
       for (const e of flat.entries) {
         markManagedParameter(
