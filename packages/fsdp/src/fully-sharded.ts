@@ -154,8 +154,7 @@ export class FullyShardedDataParallel<
       postdivide: this.options.gradientPostdivideFactor,
       replicate: this.options.replicateGroup,
     });
-    // ssd keys by world rank: under HYBRID_SHARD the shard group's rank repeats on every node.
-    const ssd = this.options.ssdOffload;
+    const ssd = this.options.ssdOffload; // keyed by world rank (HYBRID_SHARD repeats group ranks)
     const key = group.rank + group.size * (this.options.replicateGroup?.rank ?? 0);
     this.ssdShards = ssd
       ? new SsdShards(ssd.store, key, flats, ssd.offloadGradients === true)
