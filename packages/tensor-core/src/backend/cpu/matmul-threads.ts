@@ -1,5 +1,15 @@
 import { importThreads, type ThreadWorker } from '#platform';
-import type { Gemm } from './matmul-wasm.js';
+
+/** The module's `gemm` export: C (at `c`) from the packed panels of A and B, rows by tile. */
+export type Gemm = (
+  ap: number,
+  bp: number,
+  c: number,
+  m: number,
+  k: number,
+  n: number,
+  tile: number,
+) => void;
 
 /**
  * [Note: matmul threads]

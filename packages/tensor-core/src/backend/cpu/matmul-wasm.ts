@@ -1,6 +1,6 @@
 import { enableRelaxedSimd } from '#platform';
 import { matmulScratchBytes, matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
-import { MatmulThreads } from './matmul-threads.js';
+import { type Gemm, MatmulThreads } from './matmul-threads.js';
 
 /**
  * [Note: the WASM SIMD matmul]
@@ -84,17 +84,6 @@ export interface MatmulExports {
   ) => void;
   readonly gemm: Gemm;
 }
-
-/** The module's `gemm` export: C (at `c`) from the packed panels of A and B, rows by tile. */
-export type Gemm = (
-  ap: number,
-  bp: number,
-  c: number,
-  m: number,
-  k: number,
-  n: number,
-  tile: number,
-) => void;
 
 /** The parts of the `WebAssembly` namespace the loader uses (a test passes one without SIMD). */
 export type WasmApi = Pick<typeof WebAssembly, 'validate' | 'Module' | 'Instance'>;
