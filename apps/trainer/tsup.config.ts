@@ -13,6 +13,7 @@ export default defineConfig([
     ...definePackageConfig({
       entry: {
         cli: 'src/cli.ts',
+        'report-cli': 'src/report-cli.ts',
         'rank-worker': 'src/ranks/rank-worker.ts',
         'platform/node': 'src/platform/node.ts',
         'platform/browser': 'src/platform/browser.ts',

@@ -9,6 +9,7 @@ import type { ProgressTerminal } from './progress.js';
 import { runRanks } from './ranks/start-ranks.js';
 import type { TrainSummary } from './run/run-io.js';
 import { train } from './train.js';
+import { commandLine } from './report/command-line.js';
 
 /** Where the CLI writes and where it runs; tests pass their own. */
 export interface CliIO {
@@ -60,6 +61,7 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
       ...(io.stop === undefined ? {} : { stop: io.stop }),
       ...(io.terminal === undefined ? {} : { terminal: io.terminal }),
       createBackend: (c: TrainConfig, vocabSize: number) => chooseBackend(c, vocabSize, io.stdout),
+      commandLine: commandLine(argv),
     };
     if (config.elasticCoordinator) {
       // Node only, loaded on demand: [Note: elastic training in the trainer].

@@ -50,6 +50,7 @@ export const joinPath: typeof NodePlatform.joinPath = (...parts) => parts.join('
 export const loadDataset: typeof NodePlatform.loadDataset = noFilesAsync('--data');
 export const writeFileAtomically: typeof NodePlatform.writeFileAtomically = noFilesAsync('outputs');
 export const openLog: typeof NodePlatform.openLog = noFilesAsync('--log-jsonl');
+export const uplotAssets: typeof NodePlatform.uplotAssets = noFilesAsync('--report');
 export const appendLog: typeof NodePlatform.appendLog = noFilesAsync('--log-jsonl');
 export const resolveResume: typeof NodePlatform.resolveResume = noFilesAsync('--resume');
 export const removePartialCheckpoints: typeof NodePlatform.removePartialCheckpoints =

@@ -29,6 +29,7 @@ export { checkFiles } from '../io/check-files.js';
 export { DEFAULT_CORPUS_PATH } from '../corpus.js';
 export { loadDataset } from '../data/read-dataset.js';
 export { writeFileAtomically } from '../io/atomic-write.js';
+export { readUplotAssets as uplotAssets } from '../report/uplot-assets.js';
 export { checkpointFault, faultPoint } from '../io/fault-points.js';
 export { appendLog, openLog } from '../io/resumable-log.js';
 export { join as joinPath };

@@ -10,6 +10,7 @@ import {
   maxRelativeGap,
   readCliFixture,
 } from '../test-support/fixtures.js';
+import { readReportData } from '../report/html-report.js';
 
 const CLI = join(import.meta.dirname, '..', 'cli.ts');
 
@@ -76,7 +77,7 @@ describe('ranks in worker threads and processes train like PyTorch', () => {
     expect(run.stdout).toContain('strategy: fsdp on 2 rank(s) over shm');
     // The report draws each rank's peak memory (fsdp: each holds half the shards).
     const page = await readFile(report, 'utf8');
-    expect(page).toContain('data-name="rank 1 peak device bytes"');
+    expect(readReportData(page).runs[0]!.records[0]!.peakDeviceBytesPerRank).toHaveLength(2);
     expect(maxRelativeGap(await jsonlLosses(log), fixture.losses)).toBeLessThan(1e-5);
   });
 

@@ -1,7 +1,7 @@
 import { encodeSafetensors } from '@webshard/tensor-core/io';
-import { writeFileAtomically } from '#platform';
+import { uplotAssets, writeFileAtomically } from '#platform';
 import { formatBytes } from '../progress.js';
-import { renderReport } from '../report/html-report.js';
+import { type ReportRun, renderReport } from '../report/html-report.js';
 import { heldOutLoss, shortSample } from './held-out.js';
 import type { LoopResult } from './loop.js';
 import type { TrainSummary } from './run-io.js';
@@ -40,16 +40,18 @@ export async function finishRun(run: Run, loop: LoopResult): Promise<TrainSummar
   if (!run.lead) return summary;
   if (config.samples !== null) await writeFileAtomically(config.samples, finalSample);
   if (config.report !== null) {
-    const settings = Object.fromEntries(Object.entries(config).map(([k, v]) => [k, String(v)]));
-    await writeFileAtomically(
-      config.report,
-      renderReport({
-        title: `webshard-train: ${config.model}`,
-        settings,
-        records: [...run.earlier.records, ...records],
-        evals: [...run.earlier.evals, ...evals],
-      }),
+    const run0: ReportRun = {
+      name: config.report,
+      command: run.io.commandLine ?? null,
+      tokensPerStep: config.model === 'gpt' ? config.batchSize * config.blockSize : 0,
+      records: [...run.earlier.records, ...records],
+      evals: [...run.earlier.evals, ...evals],
+    };
+    const html = renderReport(
+      { title: `webshard-train: ${config.model}`, runs: [run0] },
+      await uplotAssets(),
     );
+    await writeFileAtomically(config.report, html);
     say(`report: ${config.report}`);
   }
   if (finalSample !== '') say(`sample:\n${finalSample}`);

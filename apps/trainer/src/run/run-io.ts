@@ -22,6 +22,8 @@ export interface RunIO {
   stop?: { readonly signal: StopSignal | null };
   /** The terminal's width (and its resizes) when `isTTY`: the bar fits it. */
   terminal?: ProgressTerminal;
+  /** The command line that reproduces the run (the report shows it); null where unknown. */
+  commandLine?: string;
 }
 
 /** What a finished run did. */
