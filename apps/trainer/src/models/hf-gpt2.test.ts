@@ -168,6 +168,13 @@ describe('--init of a transformers GPT-2 checkpoint', () => {
     const reloaded = freshModel();
     await loadInitialWeights(reloaded, join(dir, 'tuned.safetensors'));
     expect(reloaded.config.geluApproximate).toBe('tanh');
-    expect(await logitsOf(reloaded)).toEqual(await logitsOf(tuned));
+    // The weights come back bit for bit; the logits to the f32 tolerance, since the trainer's
+    // backend runs the fused matmul ([Note: relaxed FMA, chosen once per job]) and this one not.
+    const tunedParams = tuned.namedParameters();
+    const reloadedParams = new Map(reloaded.namedParameters());
+    for (const [name, p] of tunedParams) {
+      expect(await reloadedParams.get(name)!.read(), name).toEqual(await p.read());
+    }
+    expect(maxGap(await logitsOf(reloaded), await logitsOf(tuned))).toBeLessThan(1e-5);
   });
 });

@@ -115,7 +115,7 @@ describe.skipIf(skipWithoutChromium('browser-ranks.test.ts'))('browser tabs as r
     const expected = reference.summary!.records.map((r) => r.loss);
     const run = await startWithTabs([...steps, '--transport', 'ws', '--browser-ranks', '1'], 1);
     const outcome = await run.outcome;
-    expect(outcome.exitCode).toBe(0);
+    expect(outcome.exitCode, `${run.out()}\n${run.err()}`).toBe(0);
     expect(run.out()).toContain('[rank 0] strategy: fsdp on 3 rank(s) over ws');
     expect(await statusOf(run.pages[0]!)).toMatchObject({
       state: 'done',

@@ -76,6 +76,17 @@ function backendOf(output: string): string {
   return match![1]!;
 }
 
+/**
+ * The environment a user's shell would give sbatch and srun (which pass it to the job): this
+ * process's, with a free store port, without pnpm's INIT_CWD (under `pnpm test` it names the
+ * package, and webshard-train reads relative paths against it: the logs would land there).
+ */
+async function jobEnv(): Promise<NodeJS.ProcessEnv> {
+  const env: NodeJS.ProcessEnv = { ...process.env, MASTER_PORT: `${await freePort()}` };
+  delete env.INIT_CWD;
+  return env;
+}
+
 const dirs: string[] = [];
 afterAll(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
@@ -89,7 +100,7 @@ describe.skipIf(unavailable !== null)('Slurm (a one-machine cluster of two nodes
     const dir = project();
     dirs.push(dir);
     writeFileSync(join(dir, 'fsdp.sbatch'), readmeBlock('#SBATCH', STEPS));
-    const env = { ...process.env, MASTER_PORT: `${await freePort()}` };
+    const env = await jobEnv();
     const job = spawnSync('sbatch', ['--wait', '-o', 'job.out', 'fsdp.sbatch'], {
       cwd: dir,
       env,
@@ -107,7 +118,7 @@ describe.skipIf(unavailable !== null)('Slurm (a one-machine cluster of two nodes
   it("the README's srun command trains ddp on 2 nodes x 2 ranks with the losses of the run by hand", async () => {
     const dir = project();
     dirs.push(dir);
-    const env = { ...process.env, MASTER_PORT: `${await freePort()}` };
+    const env = await jobEnv();
     const run = spawnSync('bash', ['-ec', readmeBlock('srun --nodes=2', STEPS)], {
       cwd: dir,
       env,
@@ -125,7 +136,7 @@ describe.skipIf(unavailable !== null)('Slurm (a one-machine cluster of two nodes
     const dir = project();
     dirs.push(dir);
     writeFileSync(join(dir, 'fsdp.sbatch'), readmeBlock('#SBATCH', 100_000));
-    const env = { ...process.env, MASTER_PORT: `${await freePort()}` };
+    const env = await jobEnv();
     const submitted = execFileSync('sbatch', ['--parsable', '-o', 'job.out', 'fsdp.sbatch'], {
       cwd: dir,
       env,

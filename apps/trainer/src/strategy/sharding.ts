@@ -71,13 +71,18 @@ export function shardingOptions(
   sharding: Sharding,
   reshardAfterForward: boolean,
   worldSize: number,
-  env: Record<string, string | undefined> = process.env,
+  env: Record<string, string | undefined> = launcherEnv(),
 ): Pick<FsdpOptions, 'shardingStrategy' | 'reshardAfterForward' | 'nodeSize'> {
   const shardingStrategy = STRATEGY[sharding];
   // NO_SHARD never frees parameters: FSDP refuses a reshardAfterForward with it.
   if (sharding === 'none') return { shardingStrategy };
   if (sharding !== 'hybrid') return { shardingStrategy, reshardAfterForward };
   return { shardingStrategy, reshardAfterForward, nodeSize: nodeSizeOf(worldSize, env) };
+}
+
+/** The launcher's environment: none in a browser tab (a tab rank is never in a multi-node job's node). */
+function launcherEnv(): Record<string, string | undefined> {
+  return typeof process === 'undefined' ? {} : process.env;
 }
 
 /** The ranks of one node: the launcher's `LOCAL_WORLD_SIZE`, else all `worldSize` (one node). */
@@ -90,7 +95,7 @@ function nodeSizeOf(worldSize: number, env: Record<string, string | undefined>):
 export function shardCount(
   sharding: Sharding,
   worldSize: number,
-  env: Record<string, string | undefined> = process.env,
+  env: Record<string, string | undefined> = launcherEnv(),
 ): number {
   if (sharding === 'none') return 1;
   return sharding === 'hybrid' ? Math.min(worldSize, nodeSizeOf(worldSize, env)) : worldSize;

@@ -22,6 +22,8 @@ export const RUNTIME: 'node' | 'browser' = 'node';
  * FMA, chosen once per job].
  */
 export function enableRelaxedSimd(): void {
+  // A bundle for the web that resolved this file (no `browser` condition) runs it without Node.
+  if (typeof process === 'undefined') return;
   const getBuiltin = (
     process as { getBuiltinModule?: (id: string) => typeof import('node:v8') | undefined }
   ).getBuiltinModule;
