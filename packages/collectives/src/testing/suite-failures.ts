@@ -124,7 +124,9 @@ export async function runFailure(
       // The others are inside the all-reduce, waiting for the victim, when it dies.
       const victim = scenario === 'kill' ? last : 0;
       if (rank === victim) {
-        await sleep(50);
+        // Long enough for the others to be inside the all-reduce on a loaded machine: a rank that
+        // issued it only after the death got GroupAbortedError instead (a CI run at load ~20).
+        await sleep(500);
         environment.die();
         await sleep(FAILURE_TIMEOUT_MS * 3);
       } else {
