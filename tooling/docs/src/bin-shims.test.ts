@@ -36,10 +36,16 @@ const CLIS: Record<string, { source: string; args: string[]; status: number; tex
     text: /usage: webshard-consolidate DIR OUT\.safetensors/,
   },
   'webshard-train': { source: 'src/cli.ts', args: ['--help'], status: 0, text: /--strategy/ },
+  'webshard-report': {
+    source: 'src/report-cli.ts',
+    args: ['--help'],
+    status: 0,
+    text: /^webshard-report: one HTML page of the runs of JSONL logs/,
+  },
 };
 
 describe('bins', () => {
-  it('are the three CLIs', () => {
+  it('are the four CLIs', () => {
     expect(bins.map((b) => b.bin).sort()).toEqual(Object.keys(CLIS).sort());
   });
 
