@@ -10,4 +10,9 @@ export const FAULT_REGRESSION_SEEDS: readonly { readonly seed: number; readonly 
       found:
         'hang: 4 ws processes, a broadcast from rank 0, rank 0 (the store host) stopped after 72 bytes; the deadline polled the stopped store forever ([Note: a silent store host])',
     },
+    {
+      seed: 9184555,
+      found:
+        'wrong-error: 4 tcp processes, rank 3 closing its sockets right after the first all-reduce (at op 0, after 0 bytes); under load rank 2 had not yet read its last bytes of that all-reduce, so rank 1 failed in it, outside the measured ops, and exited without a report (the harness now lets a victim striking between ops wait 300 ms)',
+    },
   ];
