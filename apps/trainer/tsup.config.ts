@@ -14,6 +14,7 @@ export default defineConfig([
       entry: {
         cli: 'src/cli.ts',
         'report-cli': 'src/report-cli.ts',
+        browser: 'src/browser.ts',
         'rank-worker': 'src/ranks/rank-worker.ts',
         'platform/node': 'src/platform/node.ts',
         'platform/browser': 'src/platform/browser.ts',

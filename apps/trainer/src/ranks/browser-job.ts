@@ -1,8 +1,10 @@
 import { readFile } from 'node:fs/promises';
+import { extname, join, normalize, sep } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { BrowserJob } from './browser-page.js';
+import { playgroundDir } from '../playground-page.js';
+import type { BrowserJob } from './browser-rank.js';
 import { rankPageBundle } from './page-bundle.js';
 
 const PAGE = `<!doctype html>
@@ -27,14 +29,6 @@ export interface PageListen {
 }
 
 /**
- * Serves the page that adds a tab as a rank, on `listen.host` (127.0.0.1 by default: a secure
- * context, as WebGPU needs, and reachable only from this machine; see [Note: browser tabs on other
- * machines] in ./browser-ranks.ts for another address): `/` (the page), `/rank.js`
- * (./browser-page.ts bundled), `/job.json` (the run's flags and join URL) and `/data` (the run's
- * data file; `dataPath` null for the MLP's synthetic data). Nothing else, and the join token is
- * never served: the user's URL carries it in its fragment, which a browser keeps to itself.
- */
-/**
  * Sent with every file, so that the page is cross-origin isolated where it is a secure context:
  * it then has `SharedArrayBuffer`, and the tab's CPU backend runs its matmul on Web Workers
  * ([Note: matmul threads] in tensor-core; same bits as one thread, so ranks still agree). The
@@ -45,13 +39,38 @@ const ISOLATED = {
   'cross-origin-embedder-policy': 'require-corp',
 };
 
+/** Content types of the files a playground build holds. */
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript',
+  '.css': 'text/css',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.wasm': 'application/wasm',
+  '.json': 'application/json',
+};
+
+/**
+ * Serves the page that adds a tab as a rank, on `listen.host` (127.0.0.1 by default: a secure
+ * context, as WebGPU needs, and reachable only from this machine; see [Note: browser tabs on other
+ * machines] in ./browser-ranks.ts for another address): `/` (the page: the playground's build in
+ * join mode where it is built, see ../playground-page.ts, else a minimal page), its files,
+ * `/rank.js` (./browser-page.ts bundled), `/job.json` (the run's flags and join URL) and `/data`
+ * (the run's data file; `dataPath` null for the MLP's synthetic data). Nothing else, and the join
+ * token is never served: the user's URL carries it in its fragment, which a browser keeps to
+ * itself.
+ */
 export async function servePage(
   job: BrowserJob,
   dataPath: string | null,
   listen: PageListen,
+  pageDir: string | null = playgroundDir(),
 ): Promise<PageServer> {
   const files: Record<string, { type: string; body: () => Promise<string | Uint8Array> }> = {
-    '/': { type: 'text/html; charset=utf-8', body: async () => PAGE },
+    '/': {
+      type: 'text/html; charset=utf-8',
+      body: async () => (pageDir === null ? PAGE : readFile(join(pageDir, 'index.html'))),
+    },
     '/rank.js': { type: 'text/javascript', body: rankPageBundle },
     '/job.json': { type: 'application/json', body: async () => JSON.stringify(job) },
   };
@@ -62,7 +81,7 @@ export async function servePage(
   const cache = new Map<string, Promise<string | Uint8Array>>();
   const handler: Parameters<typeof createServer>[1] = (request, response) => {
     const path = new URL(request.url ?? '/', 'http://127.0.0.1').pathname;
-    const file = files[path];
+    const file = files[path] ?? pageFile(pageDir, path);
     if (path === '/favicon.ico') {
       response.writeHead(204).end();
       return;
@@ -75,7 +94,9 @@ export async function servePage(
     cache
       .get(path)!
       .then((body) => response.writeHead(200, { ...ISOLATED, 'content-type': file.type }).end(body))
-      .catch((error: Error) => response.writeHead(500).end(error.message));
+      .catch((error: NodeJS.ErrnoException) =>
+        response.writeHead(error.code === 'ENOENT' ? 404 : 500).end(error.message),
+      );
   };
   const server: Server =
     listen.tls === undefined
@@ -93,4 +114,17 @@ export async function servePage(
         server.closeAllConnections();
       }),
   };
+}
+
+/** A file of the page's build under `pageDir` (none outside it, and only known types). */
+function pageFile(
+  pageDir: string | null,
+  path: string,
+): { type: string; body: () => Promise<Uint8Array> } | undefined {
+  if (pageDir === null) return undefined;
+  const root = normalize(pageDir + sep);
+  const file = normalize(join(root, decodeURIComponent(path)));
+  const type = TYPES[extname(file)];
+  if (!file.startsWith(root) || type === undefined) return undefined;
+  return { type, body: () => readFile(file) };
 }

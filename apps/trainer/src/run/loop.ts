@@ -73,6 +73,7 @@ export async function runLoop(run: Run): Promise<LoopResult> {
       records.push(record);
       const elapsed = (performance.now() - started) / 1000;
       progress.step(record, elapsed);
+      io.onStep?.(record);
       const news = run.prepared.news?.();
       if (news) progress.line(news);
       if (log !== null) await log.write(logLine(record));

@@ -24,6 +24,8 @@ export interface RunIO {
   terminal?: ProgressTerminal;
   /** The command line that reproduces the run (the report shows it); null where unknown. */
   commandLine?: string;
+  /** Called after each step with its record, on every rank (a tab's page plots its own steps). */
+  onStep?: (record: StepRecord) => void;
 }
 
 /** What a finished run did. */

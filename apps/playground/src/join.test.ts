@@ -1,0 +1,122 @@
+import { findChromium, skipWithoutChromium } from '@webshard/test-config/browser-page';
+import { type CliOutcome, main } from '@webshard/trainer';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { JoinState } from './join/join-view.js';
+import { buildAndServe } from './test-support/built-page.js';
+
+// Join mode: a `webshard-train --browser-ranks` job serves the playground's build (here the one
+// this test builds, through WEBSHARD_PLAYGROUND_DIR), and its link opens the page as a rank.
+
+const RUN = ['--strategy', 'ddp', '--world-size', '2', '--batch-size', '8', '--backend', 'cpu'];
+const FLAGS = [...RUN, '--sample-length', '0', '--transport', 'ws', '--browser-ranks', '1'];
+
+/** Starts the CLI with `flags`; resolves the join address it prints, and its outcome. */
+function startJob(flags: string[]) {
+  let stdout = '';
+  let stderr = '';
+  let found: (url: string) => void;
+  const url = new Promise<string>((resolve) => {
+    found = resolve;
+  });
+  const io = {
+    stdout: (text: string) => {
+      stdout += text;
+      const match = /open (http:\/\/[^/\s]+:\d+\/#token=[0-9a-f]+) in/.exec(text);
+      if (match) found(match[1]!);
+    },
+    stderr: (text: string) => {
+      stderr += text;
+    },
+    isTTY: false,
+    cwd: process.cwd(),
+  };
+  const outcome: Promise<CliOutcome> = main(flags, io);
+  return { url, outcome, out: () => stdout, err: () => stderr };
+}
+
+const joinState = (page: Page) =>
+  page.evaluate(() => (window as unknown as { webshardJoin: JoinState }).webshardJoin);
+
+describe.skipIf(skipWithoutChromium('join.test.ts'))('the playground in join mode', () => {
+  let browser: Browser;
+  let served: Awaited<ReturnType<typeof buildAndServe>>;
+  const before = process.env.WEBSHARD_PLAYGROUND_DIR;
+
+  beforeAll(async () => {
+    served = await buildAndServe();
+    process.env.WEBSHARD_PLAYGROUND_DIR = served.outDir;
+    const { chromium } = await import('playwright-core');
+    browser = await chromium.launch({ executablePath: findChromium()!, args: ['--no-sandbox'] });
+  }, 120_000);
+
+  afterAll(async () => {
+    if (before === undefined) delete process.env.WEBSHARD_PLAYGROUND_DIR;
+    else process.env.WEBSHARD_PLAYGROUND_DIR = before;
+    await browser?.close();
+    await served?.close();
+  });
+
+  it("the job's link opens the page as rank 1 of 2: who it is, what it computes, its link, its loss; the job's losses", async () => {
+    const reference = await main(
+      [...RUN, '--steps', '4', '--sample-length', '0', '--transport', 'local'],
+      {
+        stdout: () => {},
+        stderr: () => {},
+        isTTY: false,
+        cwd: process.cwd(),
+      },
+    );
+    const job = startJob([...FLAGS, '--steps', '4']);
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(await job.url);
+    expect(await page.title()).toBe('webshard playground');
+    const outcome = await job.outcome;
+    expect(outcome.exitCode, job.err()).toBe(0);
+    await page.waitForFunction(
+      () => (window as unknown as { webshardJoin: JoinState }).webshardJoin.status.state === 'done',
+    );
+    const expected = reference.summary!.records.map((r) => r.loss);
+    expect(outcome.summary!.records.map((r) => r.loss)).toEqual(expected);
+    const state = await joinState(page);
+    expect(state.status).toEqual({ state: 'done', rank: 1, losses: expected });
+    // Its own plotted losses are the job's (ddp prints the mean over ranks on every rank).
+    expect(state.losses).toEqual(expected);
+    expect(state.link!.dataBytes).toBe(23247);
+    expect(await page.textContent('#join-rank')).toBe('rank 1 of 2');
+    expect(await page.textContent('#join-work')).toContain(
+      'data parallel: a whole copy of the model, trained on its 4 of each step',
+    );
+    expect(await page.textContent('#join-link')).toMatch(
+      /^round trip [\d.]+ ms; the data \(23 KiB\) in \d+ ms, [\d.]+ [KMG]i?B\/s$/,
+    );
+    expect(await page.textContent('#join-leave-effect')).toContain(
+      'the job is not elastic for tabs: every other rank',
+    );
+    expect(await page.textContent('#join-status')).toMatch(/^done: this tab trained 4 steps/);
+    expect(await page.isDisabled('#leave')).toBe(true);
+    expect(errors).toEqual([]);
+    await page.close();
+  }, 240_000);
+
+  it('leave: the tab stops, and the job fails naming its rank, as the page said it would', async () => {
+    const job = startJob([...FLAGS, '--steps', '1000']);
+    const page = await browser.newPage();
+    await page.goto(await job.url);
+    await page.waitForFunction(
+      () => (window as unknown as { webshardJoin: JoinState }).webshardJoin.losses.length >= 2,
+      null,
+      { timeout: 120_000 },
+    );
+    expect(await page.textContent('#join-leave-effect')).toContain('naming rank 1');
+    await page.click('#leave');
+    const outcome = await job.outcome;
+    expect(outcome.exitCode).toBe(1);
+    expect(job.err()).toMatch(/^webshard-train: rank 0: \w+Error: .*rank 1\b/);
+    expect((await joinState(page)).status).toEqual({ state: 'left' });
+    expect(await page.textContent('#join-status')).toBe('left the job (this tab trains no more)');
+    await page.close();
+  }, 240_000);
+});

@@ -1,0 +1,3 @@
+import { definePackageTestConfig } from '@webshard/test-config';
+
+export default definePackageTestConfig('playground');

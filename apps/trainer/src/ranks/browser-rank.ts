@@ -1,0 +1,104 @@
+// One browser tab's rank of a `webshard-train --browser-ranks` run, without a page: the trainer's
+// own page (./browser-page.ts) and the playground's join mode (apps/playground) both run it, the
+// latter in a worker so the page stays responsive.
+import { connectBrowserRank } from '@webshard/collectives';
+import { chooseBackend } from '../backend-choice.js';
+import type { TrainConfig } from '../config.js';
+import { datasetFromBytes } from '../data/dataset.js';
+import { Gpt2Tokenizer } from '../data/gpt2-tokenizer.js';
+import type { StepRecord } from '../progress.js';
+import { train } from '../train.js';
+
+/** What the Node process serves at `/job.json`: the run's flags and where its store is. */
+export interface BrowserJob {
+  config: TrainConfig;
+  /** The join URL of `connectBrowserRank` (the token is in the page's fragment, not here). */
+  join: string;
+}
+
+/** Where the tab is, for the page's text and for tests (`window.webshardRank`). */
+export type RankStatus =
+  | { state: 'joining' }
+  | { state: 'training'; rank: number; worldSize: number }
+  | { state: 'done'; rank: number; losses: number[] }
+  | { state: 'failed'; error: { name: string; message: string } };
+
+/** What a rank tells its page besides its status: the run's lines, and the link it measured. */
+export interface BrowserRankHooks {
+  /** Every status change. */
+  report(status: RankStatus): void;
+  /** The run's output lines (its progress and what it chose), as a Node rank prints them. */
+  say?(line: string): void;
+  /** The job, once fetched, and how fast its data came (bytes over milliseconds, and a round trip). */
+  job?(job: BrowserJob, link: LinkMeasure): void;
+  /** Each step this rank took, with its own loss and time. */
+  step?(record: StepRecord): void;
+}
+
+/** The tab's link to the Node process that serves the job, as the page measured it. */
+export interface LinkMeasure {
+  /** Milliseconds of one small request and its answer (`/job.json`). */
+  roundTripMs: number;
+  /** Bytes of the data file and the milliseconds its download took (null: no data file). */
+  dataBytes: number | null;
+  dataMs: number | null;
+}
+
+/**
+ * Joins the run at `origin` (the page's own origin: the Node process serves the page, `/job.json`
+ * and `/data`) with `token` (from the page's fragment, which the browser never sends to a server)
+ * and trains as one of its ranks until the run ends. The rank, world size and store address come
+ * from the job and the store (see [Note: joining a job as a browser rank] in @webshard/collectives).
+ * Never throws: a failure is the `failed` status.
+ */
+export async function runBrowserRank(
+  origin: string,
+  token: string,
+  hooks: BrowserRankHooks,
+): Promise<void> {
+  const say = (text: string) => hooks.say?.(text.trimEnd());
+  try {
+    hooks.report({ state: 'joining' });
+    const asked = performance.now();
+    const job = (await (await fetch(new URL('/job.json', origin))).json()) as BrowserJob;
+    const link: LinkMeasure = {
+      roundTripMs: performance.now() - asked,
+      dataBytes: null,
+      dataMs: null,
+    };
+    const { group, rank, worldSize } = await connectBrowserRank({ url: job.join, token });
+    hooks.report({ state: 'training', rank, worldSize });
+    try {
+      const summary = await train(
+        job.config,
+        {
+          stdout: say,
+          isTTY: false,
+          ...(hooks.step === undefined ? {} : { onStep: hooks.step }),
+          createBackend: (config, vocabSize) => chooseBackend(config, vocabSize, say),
+          loadData: async (path, blockSize, tokenizer) => {
+            const started = performance.now();
+            const response = await fetch(new URL('/data', origin));
+            if (!response.ok) throw new Error(`GET /data: ${response.status}`);
+            const bytes = new Uint8Array(await response.arrayBuffer());
+            link.dataBytes = bytes.byteLength;
+            link.dataMs = performance.now() - started;
+            hooks.job?.(job, link);
+            const gpt2 = tokenizer === 'gpt2' ? await Gpt2Tokenizer.load() : null;
+            return datasetFromBytes(bytes, path, blockSize, gpt2);
+          },
+        },
+        group,
+      );
+      hooks.report({ state: 'done', rank, losses: summary.records.map((r) => r.loss) });
+    } catch (error) {
+      group.abort(`rank ${rank} failed: ${(error as Error).message}`);
+      throw error;
+    } finally {
+      await group.close();
+    }
+  } catch (error) {
+    const { name, message } = error as Error;
+    hooks.report({ state: 'failed', error: { name, message } });
+  }
+}
