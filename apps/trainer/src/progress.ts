@@ -13,6 +13,11 @@ export interface StepRecord {
   /** Every rank's peak, by rank, in a multi-rank run. */
   peakDeviceBytesPerRank?: number[];
   /**
+   * Every rank's own tokens a second in a multi-rank run, by rank: its share of the batch over its
+   * own step time (they add up to about `tokensPerSecond` when the ranks keep step).
+   */
+  tokensPerSecondPerRank?: number[];
+  /**
    * The peak of memory outside the allocator (rank 0's): registered collective buffers
    * (`group.allocate`, which FSDP and DDP use on the world group of `shm`, `tcp` and two-level
    * worlds). Absent where the backend does not count it.

@@ -13,6 +13,9 @@ export function logLine(record: StepRecord): string {
     hostRanksPerProcess,
     outerStep,
     outerBytesSent,
+    peakDeviceBytesPerRank,
+    tokensPerSecondPerRank,
+    peakHostBytesPerRank,
   } = record;
-  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent })}\n`;
+  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent, peakDeviceBytesPerRank, tokensPerSecondPerRank, peakHostBytesPerRank })}\n`;
 }

@@ -77,7 +77,18 @@ describe('ranks in worker threads and processes train like PyTorch', () => {
     expect(run.stdout).toContain('strategy: fsdp on 2 rank(s) over shm');
     // The report draws each rank's peak memory (fsdp: each holds half the shards).
     const page = await readFile(report, 'utf8');
-    expect(readReportData(page).runs[0]!.records[0]!.peakDeviceBytesPerRank).toHaveLength(2);
+    const first = readReportData(page).runs[0]!.records[0]!;
+    expect(first.peakDeviceBytesPerRank).toHaveLength(2);
+    expect(first.tokensPerSecondPerRank).toHaveLength(2);
+    // The log keeps them too (webshard-report draws a log's ranks): each rank's share of the
+    // batch over its own step time.
+    const line = JSON.parse((await readFile(log, 'utf8')).split('\n')[0]!);
+    expect(line.peakDeviceBytesPerRank).toEqual(first.peakDeviceBytesPerRank);
+    expect(line.tokensPerSecondPerRank).toEqual(first.tokensPerSecondPerRank);
+    for (const t of line.tokensPerSecondPerRank) {
+      expect(t).toBeGreaterThan(0);
+      expect(t).toBeLessThan(line.tokensPerSecond);
+    }
     expect(maxRelativeGap(await jsonlLosses(log), fixture.losses)).toBeLessThan(1e-5);
   });
 

@@ -68,7 +68,7 @@ describe('webshard-report', () => {
     const dir = await mkdtemp(join(tmpdir(), 'webshard-report-cli-'));
     try {
       const log = (losses: number[]) =>
-        `${losses.map((loss, i) => JSON.stringify({ step: i + 1, loss, tokensPerSecond: 100, peakDeviceBytes: 1024 })).join('\n')}\n{"event":"membership","step":2}\n`;
+        `${losses.map((loss, i) => JSON.stringify({ step: i + 1, loss, tokensPerSecond: 100, peakDeviceBytes: 1024, tokensPerSecondPerRank: [50, 49 + i] })).join('\n')}\n{"event":"membership","step":2}\n`;
       await writeFile(join(dir, 'ddp.jsonl'), log([4, 3.5, 3.1]));
       await writeFile(join(dir, 'fsdp.jsonl'), log([4, 3.6, 3.2]));
       let out = '';
@@ -83,6 +83,13 @@ describe('webshard-report', () => {
       expect(data.runs.map((r: ReportRun) => [r.name, r.records.map((p) => p.loss)])).toEqual([
         ['ddp.jsonl', [4, 3.5, 3.1]],
         ['fsdp.jsonl', [4, 3.6, 3.2]],
+      ]);
+      expect(
+        data.runs[0].records.map((p: ReportRun['records'][0]) => p.tokensPerSecondPerRank),
+      ).toEqual([
+        [50, 49],
+        [50, 50],
+        [50, 51],
       ]);
       expect(await reportMain(['missing.jsonl'], io)).toBe(2);
       expect(err).toContain('webshard-report: cannot read');
@@ -120,7 +127,11 @@ describe.skipIf(chromium === null && !required)('the report in headless Chromium
     const dir = await mkdtemp(join(tmpdir(), 'webshard-report-'));
     const browser = await playwright.launch({ executablePath: chromium!, args: ['--no-sandbox'] });
     try {
-      const perRank = records.map((r) => ({ ...r, peakDeviceBytesPerRank: [1 << 20, 3 << 19] }));
+      const perRank = records.map((r) => ({
+        ...r,
+        peakDeviceBytesPerRank: [1 << 20, 3 << 19],
+        tokensPerSecondPerRank: [2500, 2400 + r.step],
+      }));
       const page2 = renderReport(
         { title: 'webshard-train: gpt', runs: [{ ...run, records: perRank }] },
         assets,
@@ -176,7 +187,8 @@ describe.skipIf(chromium === null && !required)('the report in headless Chromium
       ]);
       expect(charts[0]!.series).toEqual(['step', 'train loss', 'held-out loss']);
       expect(charts[0]!.points).toEqual([20, 2]);
-      expect(charts[1]!.series).toEqual(['step', 'tokens/s']);
+      expect(charts[1]!.series).toEqual(['step', 'tokens/s', 'rank 0 tokens/s', 'rank 1 tokens/s']);
+      expect(charts[1]!.points).toEqual([20, 20, 20]);
       expect(charts[2]!.series).toEqual(['step', 'rank 0 peak device', 'rank 1 peak device']);
       for (const c of charts) expect(c.painted, c.id).toBeGreaterThan(500);
       await page.check('#log-loss');

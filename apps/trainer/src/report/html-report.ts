@@ -14,7 +14,7 @@ export type ReportRecord = Pick<
   StepRecord,
   'step' | 'loss' | 'tokensPerSecond' | 'peakDeviceBytes'
 > &
-  Partial<Pick<StepRecord, 'peakDeviceBytesPerRank' | 'peakHostBytes'>>;
+  Partial<Pick<StepRecord, 'peakDeviceBytesPerRank' | 'tokensPerSecondPerRank' | 'peakHostBytes'>>;
 
 /** One run of a report: its steps, its evaluations, and how to run it again. */
 export interface ReportRun {

@@ -37,6 +37,8 @@ export async function readLogRun(path: string): Promise<ReportRun> {
       tokensPerSecond: Number(value.tokensPerSecond ?? 0),
       peakDeviceBytes: Number(value.peakDeviceBytes ?? 0),
       ...(typeof value.peakHostBytes === 'number' ? { peakHostBytes: value.peakHostBytes } : {}),
+      ...numbers('peakDeviceBytesPerRank', value.peakDeviceBytesPerRank),
+      ...numbers('tokensPerSecondPerRank', value.tokensPerSecondPerRank),
     });
   }
   if (records.length === 0) {
@@ -45,6 +47,13 @@ export async function readLogRun(path: string): Promise<ReportRun> {
     });
   }
   return { name: basename(path), command: null, tokensPerStep: 0, records, evals: [] };
+}
+
+/** `{ [key]: value }` when `value` is an array of numbers (a per-rank field of a log line). */
+function numbers<K extends string>(key: K, value: unknown): { [k in K]?: number[] } {
+  return Array.isArray(value) && value.every((v) => typeof v === 'number')
+    ? ({ [key]: value } as { [k in K]: number[] })
+    : {};
 }
 
 /** Parse, read and write; returns the exit code (2 for bad input, with the reason on stderr). */

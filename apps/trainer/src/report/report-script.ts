@@ -19,7 +19,7 @@ export const REPORT_SCRIPT = String.raw`(() => {
     const joined = uPlot.join(tables);
     const series = [{ label: xAxis.value === 'tokens' ? 'tokens' : 'step' }].concat(lines.map((l) => l.points
       ? { label: l.label, stroke: l.color, fill: l.color, paths: () => null, points: { show: true, size: 7, fill: l.color } }
-      : { label: l.label, stroke: l.color, width: 1.5, spanGaps: true, points: { show: false } }));
+      : { label: l.label, stroke: l.color, width: 1.5, spanGaps: true, points: { show: false }, dash: l.dash ? [4, 3] : undefined }));
     const figure = document.createElement('figure');
     figure.id = id;
     const caption = document.createElement('figcaption');
@@ -47,8 +47,10 @@ export const REPORT_SCRIPT = String.raw`(() => {
       if (run.evals.length > 0) loss.push({ label: prefix(run) + 'held-out loss', color: c(1), points: true, xs: run.evals.map((e) => xOf(run, e.step)), ys: run.evals.map((e) => e.loss) });
       speed.push({ label: prefix(run) + 'tokens/s', color: c(0), xs, ys: run.records.map((p) => p.tokensPerSecond) });
       const ranks = run.records[0] && run.records[0].peakDeviceBytesPerRank ? run.records[0].peakDeviceBytesPerRank.length : 0;
+      const speedRanks = run.records[0] && run.records[0].tokensPerSecondPerRank ? run.records[0].tokensPerSecondPerRank.length : 0;
+      for (let k = 0; k < speedRanks; k++) speed.push({ label: prefix(run) + 'rank ' + k + ' tokens/s', color: COLORS[(r * speedRanks + k + 1) % COLORS.length], dash: true, xs, ys: run.records.map((p) => p.tokensPerSecondPerRank ? p.tokensPerSecondPerRank[k] : null) });
       if (ranks > 1) {
-        for (let k = 0; k < ranks; k++) memory.push({ label: prefix(run) + 'rank ' + k + ' peak device', color: COLORS[(r * ranks + k) % COLORS.length], xs, ys: run.records.map((p) => p.peakDeviceBytesPerRank[k]) });
+        for (let k = 0; k < ranks; k++) memory.push({ label: prefix(run) + 'rank ' + k + ' peak device', color: COLORS[(r * ranks + k) % COLORS.length], xs, ys: run.records.map((p) => p.peakDeviceBytesPerRank ? p.peakDeviceBytesPerRank[k] : null) });
       } else {
         memory.push({ label: prefix(run) + 'peak device', color: c(0), xs, ys: run.records.map((p) => p.peakDeviceBytes) });
       }

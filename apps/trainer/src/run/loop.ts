@@ -12,7 +12,7 @@ import { agreedStop, type StopSignal } from '../interrupt.js';
 import { hostMemoryFields } from '../host-memory.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
-import { gatherPerRank } from '../ranks/gather.js';
+import { gatherValuesPerRank } from '../ranks/gather.js';
 import type { EvalPoint } from '../report/html-report.js';
 import { accumulatedStep } from '../train-step.js';
 import { heldOutLoss, shortSample } from './held-out.js';
@@ -156,7 +156,7 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
     peakDeviceBytes: backend.memoryStats().peakAllocated,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
     ...(group !== null && group.size > 1 && !quiet
-      ? { peakDeviceBytesPerRank: await gatherPerRank(group, backend.memoryStats().peakAllocated) }
+      ? await perRankFields(group, backend.memoryStats().peakAllocated, tokensPerStep, ms)
       : {}),
     ...(await hostMemoryFields(quiet ? null : group)),
   };
@@ -182,6 +182,21 @@ export async function saveCheckpoint(
   const partial = await beginCheckpoint(root, step, run.lead);
   await prepared.saveCheckpoint(partial, run.optimizer, state);
   if (run.lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
+}
+
+/** Every rank's device peak and tokens a second (its share of the batch), in one all-gather. */
+async function perRankFields(
+  group: NonNullable<Run['group']>,
+  peakAllocated: number,
+  tokensPerStep: number,
+  ms: number,
+): Promise<Pick<StepRecord, 'peakDeviceBytesPerRank' | 'tokensPerSecondPerRank'>> {
+  const [peaks, times] = await gatherValuesPerRank(group, [peakAllocated, ms]);
+  const share = tokensPerStep / group.size;
+  return {
+    peakDeviceBytesPerRank: peaks!,
+    tokensPerSecondPerRank: times!.map((t) => (share * 1000) / t),
+  };
 }
 
 /** `peakExternalBytes` where the backend counts memory outside its allocator. */
