@@ -1,3 +1,4 @@
+import { gatherScalar } from '@webshard/collectives';
 import {
   beginCheckpoint,
   faultPoint,
@@ -12,7 +13,6 @@ import { agreedStop, type StopSignal } from '../interrupt.js';
 import { hostMemoryFields } from '../host-memory.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
-import { gatherPerRank } from '../ranks/gather.js';
 import type { EvalPoint } from '../report/html-report.js';
 import { accumulatedStep } from '../train-step.js';
 import { heldOutLoss, shortSample } from './held-out.js';
@@ -155,7 +155,7 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
     peakDeviceBytes: backend.memoryStats().peakAllocated,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
     ...(group !== null && group.size > 1 && !quiet
-      ? { peakDeviceBytesPerRank: await gatherPerRank(group, backend.memoryStats().peakAllocated) }
+      ? { peakDeviceBytesPerRank: await gatherScalar(group, backend.memoryStats().peakAllocated) }
       : {}),
     ...(await hostMemoryFields(quiet ? null : group)),
   };
