@@ -5,6 +5,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { checkNotes } from './notes.mjs';
+import { checkWhereThingsLive } from './where-things-live.mjs';
 
 const root = resolve(new URL('../..', import.meta.url).pathname);
 const MAX_LINES = 500;
@@ -219,6 +220,27 @@ for (const group of ['packages', 'apps']) {
       if (!problems.some((p) => p.startsWith(`${group}/${pkg}: import cycle ${path.join(' -> ')}`)))
         problems.push(`${line} (break it: see the README's layers)`);
     }
+    // The README's "where things live" rows name paths that exist, and imports the code keeps
+    // ([Note: the import column of where things live]).
+    if (existsSync(join(dir, 'README.md'))) {
+      const files = new Map();
+      const everyFile = (at) => {
+        for (const name of readdirSync(at)) {
+          if (['node_modules', 'dist', 'out', 'bench-results'].includes(name)) continue;
+          if (name.startsWith('.')) continue;
+          const path = join(at, name);
+          if (statSync(path).isDirectory()) everyFile(path);
+          else {
+            const rel = relative(dir, path).split(sep).join('/');
+            files.set(rel, /\.(ts|mts|mjs|js)$/.test(name) ? readFileSync(path, 'utf8') : '');
+          }
+        }
+      };
+      everyFile(dir);
+      const packages = Object.keys(LAYERS).map((name) => name.replace('@webshard/', ''));
+      const readme = readFileSync(join(dir, 'README.md'), 'utf8');
+      problems.push(...checkWhereThingsLive(`${group}/${pkg}`, readme, files, packages));
+    }
     for (const file of walk(dir)) {
       const rel = relative(root, file).split(sep).join('/');
       const text = readFileSync(file, 'utf8');
@@ -282,5 +304,5 @@ if (problems.length > 0) {
   process.exit(1);
 }
 console.log(
-  'layout check: every source file is at most 500 lines, imports only layers below it, no package has a new import cycle (type imports included), and every design note is indexed where it is defined',
+  'layout check: every source file is at most 500 lines, imports only layers below it, no package has a new import cycle (type imports included), every design note is indexed where it is defined, and every "where things live" row names files that exist and the imports they make',
 );

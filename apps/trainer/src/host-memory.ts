@@ -1,6 +1,5 @@
-import type { ProcessGroup } from '@webshard/collectives';
+import { gatherScalar, type ProcessGroup } from '@webshard/collectives';
 import { hostMemory } from '#platform';
-import { gatherPerRank } from './ranks/gather.js';
 
 /** A step record's host memory fields (see `StepRecord`). */
 export interface HostMemoryFields {
@@ -20,8 +19,8 @@ export async function hostMemoryFields(group: ProcessGroup | null): Promise<Host
   const fields: HostMemoryFields = host === null ? {} : { peakHostBytes: host.peakBytes };
   if (group === null || group.size === 1) return fields;
   const [peaks, processes] = await Promise.all([
-    gatherPerRank(group, host?.peakBytes ?? 0),
-    gatherPerRank(group, host?.processId ?? -1 - group.rank),
+    gatherScalar(group, host?.peakBytes ?? 0),
+    gatherScalar(group, host?.processId ?? -1 - group.rank),
   ]);
   if (peaks.every((p) => p > 0)) fields.peakHostBytesPerRank = peaks;
   if (host !== null)

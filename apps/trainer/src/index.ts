@@ -5,7 +5,7 @@ export { USAGE } from './cli/usage.js';
 export { STRATEGIES } from './config.js';
 export type { Strategy, TrainConfig } from './config.js';
 export { DEFAULT_CORPUS_PATH, loadCorpus } from './corpus.js';
-export { BatchSampler, mulberry32 } from './data/batches.js';
+export { BatchSampler } from './data/batches.js';
 export type { TokenBatch } from './data/batches.js';
 export { CharTokenizer } from './data/char-tokenizer.js';
 export { datasetFromBytes } from './data/dataset.js';

@@ -1,5 +1,4 @@
-import type { ProcessGroup } from '@webshard/collectives';
-import { gatherPerRank } from './ranks/gather.js';
+import { gatherScalar, type ProcessGroup } from '@webshard/collectives';
 
 /**
  * [Note: interrupts]
@@ -118,7 +117,7 @@ export async function agreedStop(
 ): Promise<StopSignal | null> {
   const mine = flag?.signal ?? null;
   if (group === null || group.size === 1) return mine;
-  const all = await gatherPerRank(group, mine === null ? 0 : NUMBERS[mine]);
+  const all = await gatherScalar(group, mine === null ? 0 : NUMBERS[mine]);
   const strongest = Math.max(...all);
   if (strongest === 0) return null;
   return strongest === NUMBERS.SIGTERM ? 'SIGTERM' : 'SIGINT';

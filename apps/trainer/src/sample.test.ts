@@ -1,9 +1,14 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ArgumentError, createCpuBackend, RandomGenerator, tensor } from '@webshard/tensor-core';
+import {
+  ArgumentError,
+  createCpuBackend,
+  mulberry32,
+  RandomGenerator,
+  tensor,
+} from '@webshard/tensor-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mulberry32 } from './data/batches.js';
 import { datasetFromBytes, UNKNOWN_TOKEN_TEXT } from './data/dataset.js';
 import type { EvalForward } from './evaluate.js';
 import { GPT } from './models/gpt.js';

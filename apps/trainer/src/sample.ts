@@ -1,5 +1,4 @@
-import { ArgumentError, noGrad, tensor } from '@webshard/tensor-core';
-import { mulberry32 } from './data/batches.js';
+import { ArgumentError, mulberry32, noGrad, tensor } from '@webshard/tensor-core';
 import type { Decoder } from './data/dataset.js';
 import type { EvalForward } from './evaluate.js';
 import type { GPT } from './models/gpt.js';

@@ -14,7 +14,8 @@
  *
  * [Note: the collectives surface]
  * The root holds what a training script uses: `initProcessGroup` and its options, `ProcessGroup`
- * and `Work`, `createLocalGroups` for one-process worlds, `shardRange`, the reduce ops and the
+ * and `Work`, `createLocalGroups` for one-process worlds, `shardRange`, `averageScalar` and
+ * `gatherScalar` for numbers on the host, the reduce ops and the
  * error classes. The layer below the group (the `Transport` contract and its implementations,
  * the rendezvous store client, the functions that build a transport from rendezvous options) is
  * `@webshard/collectives/transports`, for code that brings its own transport or world; each entry
@@ -61,6 +62,7 @@ export { RendezvousError } from './rendezvous/errors.js';
 export type { InitProcessGroupOptions } from './rendezvous/init-process-group.js';
 export { initProcessGroup } from './rendezvous/init-process-group.js';
 export type { WebSocketConstructor } from './rendezvous/store-client.js';
+export { averageScalar, gatherScalar } from './scalar.js';
 export type { ShardRange } from './shard.js';
 export { shardRange } from './shard.js';
 export { createLocalGroups } from './transports/local/local-transport.js';

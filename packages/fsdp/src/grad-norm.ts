@@ -1,4 +1,4 @@
-import type { ProcessGroup } from '@webshard/collectives';
+import { gatherScalar, type ProcessGroup } from '@webshard/collectives';
 import {
   clipGradNorm,
   GradScaler,
@@ -12,8 +12,9 @@ import type { SsdShards } from './ssd/ssd-offload.js';
 
 /**
  * Combine every rank's partial norm: the sum of |g|^p, or for the max norm the max. Each rank's
- * value is gathered (f32 split into a high and a low part, so no precision is lost to the f32
- * transport) and combined in rank order in double precision, so every rank gets the same number.
+ * value reaches every rank exactly (collectives' `gatherScalar`, [Note: scalars across ranks]) and
+ * is combined in rank order in double precision, so every rank gets the same number, and an
+ * infinite partial norm gives an infinite total, as in one process.
  */
 export async function reducePartialNorm(
   group: ProcessGroup,
@@ -21,16 +22,10 @@ export async function reducePartialNorm(
   mode: 'sum' | 'max',
 ): Promise<number> {
   if (group.size === 1) return local;
-  const hi = Math.fround(local);
-  const mine = new Float32Array([hi, Math.fround(local - hi)]);
-  const all = new Float32Array(2 * group.size);
-  await group.allGather(mine, all).wait();
-  let total = mode === 'sum' ? 0 : Number.NEGATIVE_INFINITY;
-  for (let r = 0; r < group.size; r++) {
-    const v = all[2 * r]! + all[2 * r + 1]!;
-    total = mode === 'sum' ? total + v : Math.max(total, Number.isNaN(v) ? Number.NaN : v);
-    if (Number.isNaN(v)) total = Number.NaN;
-  }
+  const values = await gatherScalar(group, local);
+  if (mode === 'max') return Math.max(...values);
+  let total = 0;
+  for (const v of values) total += v;
   return total;
 }
 

@@ -187,6 +187,7 @@ export type {
 export { SGD } from './optim/sgd.js';
 export type { SgdHyperparameters, SgdState } from './optim/sgd.js';
 export { getDefaultGenerator, manualSeed, RandomGenerator } from './random/generator.js';
+export { mulberry32 } from './random/mulberry32.js';
 export { createCpuBackend, getDefaultBackend, setDefaultBackend } from './runtime.js';
 export { keep, tidy, tidyAsync } from './scope.js';
 export { Tensor } from './tensor.js';

@@ -1,16 +1,4 @@
-import { ArgumentError } from '@webshard/tensor-core';
-
-/** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same batches everywhere. */
-export function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { ArgumentError, mulberry32 } from '@webshard/tensor-core';
 
 /** One language-model batch on the host: inputs and next-token targets, both [batch, block]. */
 export interface TokenBatch {

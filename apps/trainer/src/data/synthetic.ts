@@ -1,4 +1,4 @@
-import { mulberry32 } from './batches.js';
+import { mulberry32 } from '@webshard/tensor-core';
 
 /**
  * The MLP's data: each global sample i of a seeded stream is an input x of `nIn` standard normals

@@ -1,9 +1,8 @@
-import type { ProcessGroup } from '@webshard/collectives';
+import { gatherScalar, type ProcessGroup } from '@webshard/collectives';
 import type { Backend, BackendKind } from '@webshard/tensor-core';
 import { DEFAULT_CORPUS_PATH, loadDataset } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { BackendMismatchError } from '../errors.js';
-import { gatherPerRank } from './gather.js';
 
 /**
  * [Note: one backend for the job]
@@ -50,7 +49,7 @@ export async function agreeOnJobBackend(
   if (config.backend !== 'auto') return config;
   const mine =
     group.rank === 0 ? KINDS.indexOf(await decide(config, await jobVocabSize(config))) : 0;
-  const decided = (await gatherPerRank(group, mine))[0]!;
+  const decided = (await gatherScalar(group, mine))[0]!;
   return { ...config, backend: KINDS[decided]! };
 }
 
@@ -59,7 +58,7 @@ export async function agreeOnJobBackend(
  * otherwise); a collective, so every rank of `group` calls it once.
  */
 export async function checkSameBackend(group: ProcessGroup, backend: Backend): Promise<void> {
-  const codes = await gatherPerRank(group, KINDS.indexOf(backend.kind));
+  const codes = await gatherScalar(group, KINDS.indexOf(backend.kind));
   const kinds = codes.map((code) => KINDS[code] ?? `unknown (${code})`);
   if (kinds.some((kind) => kind !== kinds[0])) throw new BackendMismatchError(kinds);
 }

@@ -1,7 +1,6 @@
-import type { ProcessGroup } from '@webshard/collectives';
+import { gatherScalar, type ProcessGroup } from '@webshard/collectives';
 import { type FmaSupport, relaxedFmaSupport } from '@webshard/tensor-core';
 import type { TrainConfig } from '../config.js';
-import { gatherPerRank } from './gather.js';
 
 /** The answers of `relaxedFmaSupport` as numbers, for a collective. */
 const SUPPORT: readonly FmaSupport[] = ['fused', 'unfused', 'none'];
@@ -31,7 +30,7 @@ export async function agreeOnFma(
   const perRank =
     group === null || group.size === 1
       ? [mine]
-      : (await gatherPerRank(group, SUPPORT.indexOf(mine))).map((code) => SUPPORT[code] ?? 'none');
+      : (await gatherScalar(group, SUPPORT.indexOf(mine))).map((code) => SUPPORT[code] ?? 'none');
   return { matmulFma: perRank.every((s) => s === 'fused') ? 'auto' : 'off', perRank };
 }
 

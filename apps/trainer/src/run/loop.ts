@@ -1,3 +1,4 @@
+import { gatherScalar } from '@webshard/collectives';
 import {
   beginCheckpoint,
   faultPoint,
@@ -12,7 +13,6 @@ import { agreedStop, type StopSignal } from '../interrupt.js';
 import { hostMemoryFields } from '../host-memory.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
-import { gatherValuesPerRank } from '../ranks/gather.js';
 import type { EvalPoint } from '../report/html-report.js';
 import { accumulatedStep } from '../train-step.js';
 import { heldOutLoss, shortSample } from './held-out.js';
@@ -184,18 +184,21 @@ export async function saveCheckpoint(
   if (run.lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
 }
 
-/** Every rank's device peak and tokens a second (its share of the batch), in one all-gather. */
+/** Every rank's device peak and tokens a second (its share of the batch). */
 async function perRankFields(
   group: NonNullable<Run['group']>,
   peakAllocated: number,
   tokensPerStep: number,
   ms: number,
 ): Promise<Pick<StepRecord, 'peakDeviceBytesPerRank' | 'tokensPerSecondPerRank'>> {
-  const [peaks, times] = await gatherValuesPerRank(group, [peakAllocated, ms]);
+  const [peaks, times] = await Promise.all([
+    gatherScalar(group, peakAllocated),
+    gatherScalar(group, ms),
+  ]);
   const share = tokensPerStep / group.size;
   return {
-    peakDeviceBytesPerRank: peaks!,
-    tokensPerSecondPerRank: times!.map((t) => (share * 1000) / t),
+    peakDeviceBytesPerRank: peaks,
+    tokensPerSecondPerRank: times.map((t) => (share * 1000) / t),
   };
 }
 

@@ -1,4 +1,4 @@
-import type { ProcessGroup } from '@webshard/collectives';
+import { averageScalar, type ProcessGroup } from '@webshard/collectives';
 import { DistributedDataParallel } from '@webshard/ddp-buckets';
 import {
   autoWrap,
@@ -6,7 +6,6 @@ import {
   type FullyShardedDataParallel,
   fullStateDict,
   moduleClassAutoWrapPolicy,
-  reducePartialNorm,
   ShardedGradScaler,
 } from '@webshard/fsdp';
 import { type Backend, GradScaler, MixedPrecision, type Tensor } from '@webshard/tensor-core';
@@ -53,9 +52,7 @@ export function prepareModel(
   computeBackend: Backend,
 ): PreparedModel {
   const meanOverRanks =
-    group === null || group.size === 1
-      ? undefined
-      : async (loss: number) => (await reducePartialNorm(group, loss, 'sum')) / group.size;
+    group === null || group.size === 1 ? undefined : (loss: number) => averageScalar(group, loss);
   const dtype = config.precision === 'fp16' ? 'f16' : 'bf16';
   if (config.strategy === 'fsdp') return prepareFsdp(model, config, group!, computeBackend);
   if (config.strategy === 'offload') return prepareOffload(model, config, computeBackend);
@@ -164,9 +161,7 @@ function prepareFsdp(
     step: {
       clipGrads: (maxNorm) => clipShardedGradNorm(root, maxNorm),
       noSync: (fn) => root.noSync(fn),
-      async meanOverRanks(loss) {
-        return (await reducePartialNorm(group, loss, 'sum')) / group.size;
-      },
+      meanOverRanks: (loss) => averageScalar(group, loss),
     },
     async saveCheckpoint(dir, optimizer, state) {
       // The run's id and step in fsdp's own manifest too: the trainer cross-checks them.

@@ -1,4 +1,4 @@
-import { random as seededRandom } from '../testing/suite-reference.js';
+import { mulberry32 } from '@webshard/tensor-core';
 
 /**
  * [Note: the fault-injection suite]
@@ -71,8 +71,8 @@ export const RING_COUNT = 16 * 1024;
 
 /** The plan of `seed`, in one of `worlds`. */
 export function planFault(seed: number, worlds: readonly FaultWorld[]): FaultPlan {
-  // mulberry32, the shared suite's generator: a run reproduces from its seed.
-  const random = seededRandom(seed);
+  // tensor-core's mulberry32, as the shared suite: a run reproduces from its seed.
+  const random = mulberry32(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
   const world = pick(worlds);
   const size = 2 + Math.floor(random() * 3);

@@ -1,3 +1,4 @@
+import { mulberry32 } from '@webshard/tensor-core';
 import { roundToDType } from '@webshard/tensor-core/backend';
 import { CollectiveError } from '../errors.js';
 import type { ReduceOp } from '../kernels/reduce.js';
@@ -24,18 +25,6 @@ export function errorReport(error: unknown): ErrorReport {
   return { name: e?.name ?? 'unknown', message: e?.message ?? String(error) };
 }
 
-/** Deterministic pseudo-random numbers (mulberry32). */
-export function random(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export function digest(bytes: Uint8Array): number {
   let hash = 0x811c9dc5;
   for (let i = 0; i < bytes.length; i++) hash = Math.imul(hash ^ bytes[i]!, 0x01000193);
@@ -58,7 +47,7 @@ export function values(
   dtype: CommDType,
   op: ReduceOp | 'copy',
 ): number[] {
-  const next = random(seed * 7919 + rank * 104729 + count);
+  const next = mulberry32(seed * 7919 + rank * 104729 + count);
   const out: number[] = [];
   for (let i = 0; i < count; i++) {
     const u = next();
@@ -168,7 +157,7 @@ export const REDUCES: readonly ReduceOp[] = ['sum', 'avg', 'max', 'min', 'produc
 
 /** Sizes: empty, tiny, primes, one below/above the direct-exchange threshold, several segments. */
 export function sizesFor(seed: number, size: number): number[] {
-  const next = random(seed);
+  const next = mulberry32(seed);
   const pool = [0, 1, 2, 3, 5, 13, 61, 64, 67, 97, 251, 1031, 2053];
   const picks = [0, 1, size + 1, 1031];
   for (let i = 0; i < 3; i++) picks.push(pool[Math.floor(next() * pool.length)]!);

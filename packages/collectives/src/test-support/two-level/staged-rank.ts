@@ -2,12 +2,13 @@
 // sums depend on the order they are added in, on ordinary arrays and on registered buffers (in
 // place, out of place, an output inside its input). Prints one line of FNV digests per case and
 // the cases whose result is off the float64 reference by more than rounding.
+import { mulberry32 } from '@webshard/tensor-core';
 import type { ReduceOp } from '../../kernels/reduce.js';
 import { narrow, type CommDType, type HostData, widen } from '../../operand.js';
 import { initProcessGroup } from '../../rendezvous/init-process-group.js';
 import { shardRange } from '../../shard.js';
 import { SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
-import { bytes, digest, dtypeOption, random } from '../../testing/suite-reference.js';
+import { bytes, digest, dtypeOption } from '../../testing/suite-reference.js';
 
 const group = await initProcessGroup({ group: SUITE_GROUP_OPTIONS, timeoutMs: 30_000 });
 const { rank, size } = group;
@@ -16,7 +17,7 @@ const failures: string[] = [];
 
 /** Rank r's inputs: random f32 values with full mantissas (i32: any 32-bit value). */
 function inputs(r: number, count: number, dtype: CommDType): HostData {
-  const next = random(r * 7919 + count * 31 + dtype.length);
+  const next = mulberry32(r * 7919 + count * 31 + dtype.length);
   const wide = dtype === 'i32' ? new Int32Array(count) : new Float32Array(count);
   for (let i = 0; i < count; i++)
     wide[i] = dtype === 'i32' ? (next() * 2 ** 32) | 0 : next() * 8 - 4;
