@@ -4,7 +4,8 @@
  * batch 4 a rank) trained for 2 AdamW steps by the CLI on the CPU backend, once per strategy, each
  * in its own process (so its resident memory is its own): single, ddp and fsdp on 2 thread ranks
  * over shm; with `WEBSHARD_BENCH_GPT2=all` also fsdp on 4 and offload (each step is 4096 tokens at
- * 4 ranks: some 15 minutes more on the 2-core machine). A case whose host memory is not free is
+ * 4 ranks: some 15 minutes more on the 2-core machine), and GPT-2 medium (24 layers, 16 heads,
+ * width 1024: `GPT-2 350M` rows) with fsdp on 2 ranks (some 8 minutes, 16 GB of RSS). A case whose host memory is not free is
  * skipped, saying so. Rows: tokens/s at step 2 (step 1
  * builds the kernels and the caches), the allocator's peak a rank against the memory estimate
  * (16P/N + activations, [Note: the memory estimate]) and, for the sharded ones, against DDP's,
@@ -21,18 +22,40 @@ import type { BenchRow } from '@webshard/bench';
 import { estimateBytes } from '../src/models/memory-estimate.js';
 import { parseOptions } from '../src/cli/options.js';
 
-/** GPT-2 small at the bench's size: the flags every row shares. */
-export const GPT2_FLAGS = [
-  ...['--n-layer', '12', '--n-head', '12', '--n-embd', '768', '--block-size', '256'],
-  ...['--tokenizer', 'gpt2', '--vocab-size', '50304', '--backend', 'cpu'],
+/** The flags every row shares: GPT-2's tokens at nanoGPT's padded vocabulary, 2 steps. */
+const SHARED_FLAGS = [
+  ...['--block-size', '256', '--tokenizer', 'gpt2', '--vocab-size', '50304', '--backend', 'cpu'],
   ...['--steps', '2', '--sample-length', '0'],
 ];
-/** GPT-2 small's parameters at the padded vocabulary (wte tied to the head, wpe at 256 rows). */
-const PARAMS = 50304 * 768 + 256 * 768 + 12 * (12 * 768 * 768 + 13 * 768) + 2 * 768;
+/** GPT-2 small at the bench's size. */
+export const GPT2_FLAGS = [
+  ...['--n-layer', '12', '--n-head', '12', '--n-embd', '768'],
+  ...SHARED_FLAGS,
+];
+
+/** A GPT-2 size: its flags, its row names' prefix, its parameters (wte tied, wpe at 256 rows). */
+interface Gpt2Size {
+  prefix: string;
+  flags: string[];
+  params: number;
+}
+
+function gpt2Params(layers: number, width: number): number {
+  return 50304 * width + 256 * width + layers * (12 * width * width + 13 * width) + 2 * width;
+}
+
+const SMALL: Gpt2Size = { prefix: 'GPT-2 124M', flags: GPT2_FLAGS, params: gpt2Params(12, 768) };
+const MEDIUM: Gpt2Size = {
+  prefix: 'GPT-2 350M',
+  flags: [...['--n-layer', '24', '--n-head', '16', '--n-embd', '1024'], ...SHARED_FLAGS],
+  params: gpt2Params(24, 1024),
+};
 const GIB = 2 ** 30;
 
 interface Gpt2Case {
   label: string;
+  /** GPT-2 small unless given. */
+  size?: Gpt2Size;
   /** Only with `WEBSHARD_BENCH_GPT2=all`. */
   all?: boolean;
   ranks: number;
@@ -53,6 +76,14 @@ const CASES: Gpt2Case[] = [
     needsFree: 12 * GIB,
   },
   { label: 'offload', all: true, ranks: 1, flags: ['--strategy', 'offload'], needsFree: 6 * GIB },
+  {
+    label: 'fsdp 2 (shm)',
+    size: MEDIUM,
+    all: true,
+    ranks: 2,
+    flags: ['--strategy', 'fsdp'],
+    needsFree: 18 * GIB,
+  },
 ];
 
 /** Whether the case shards the model's 16 bytes a parameter over its ranks. */
@@ -60,6 +91,7 @@ const sharded = (label: string) => label.startsWith('fsdp');
 
 interface Gpt2Run {
   label: string;
+  size: Gpt2Size;
   ranks: number;
   tokensPerSecond: number;
   peakDevice: number;
@@ -70,10 +102,11 @@ interface Gpt2Run {
 /** One case through the CLI in a child process; its last JSONL record, or null (why printed). */
 function runCase(c: Gpt2Case, dir: string): Gpt2Run | null {
   const batch = String(4 * c.ranks);
-  const argv = [...GPT2_FLAGS, '--batch-size', batch, '--world-size', String(c.ranks), ...c.flags];
+  const size = c.size ?? SMALL;
+  const argv = [...size.flags, '--batch-size', batch, '--world-size', String(c.ranks), ...c.flags];
   if (freemem() < c.needsFree) {
     console.log(
-      `GPT-2 124M, ${c.label}: skipped, ${(freemem() / GIB).toFixed(1)} GiB free of the ${c.needsFree / GIB} it needs`,
+      `${size.prefix}, ${c.label}: skipped, ${(freemem() / GIB).toFixed(1)} GiB free of the ${c.needsFree / GIB} it needs`,
     );
     return null;
   }
@@ -87,7 +120,7 @@ function runCase(c: Gpt2Case, dir: string): Gpt2Run | null {
     { encoding: 'utf8', timeout: 900_000, cwd: fileURLToPath(new URL('..', import.meta.url)) },
   );
   if (child.status !== 0) {
-    console.log(`GPT-2 124M, ${c.label}: exit ${child.status}\n${child.stderr}`);
+    console.log(`${size.prefix}, ${c.label}: exit ${child.status}\n${child.stderr}`);
     return null;
   }
   const last = JSON.parse(readFileSync(log, 'utf8').trim().split('\n').at(-1)!) as {
@@ -100,6 +133,7 @@ function runCase(c: Gpt2Case, dir: string): Gpt2Run | null {
   if (config === 'help') throw new Error('unreachable: --help');
   const run: Gpt2Run = {
     label: c.label,
+    size,
     ranks: c.ranks,
     tokensPerSecond: last.tokensPerSecond,
     peakDevice: last.peakDeviceBytes,
@@ -107,7 +141,7 @@ function runCase(c: Gpt2Case, dir: string): Gpt2Run | null {
     estimate: estimateBytes(config, 50304),
   };
   console.log(
-    `GPT-2 124M, ${c.label}: ${run.tokensPerSecond.toFixed(1)} tokens/s, allocator peak ${(run.peakDevice / GIB).toFixed(2)} GiB a rank (estimate ${(run.estimate / GIB).toFixed(2)}, ${sharded(c.label) ? '16P/N' : '16P'} ${((16 * PARAMS) / (sharded(c.label) ? c.ranks : 1) / GIB).toFixed(2)}), RSS ${(run.peakHostPerRank / GIB).toFixed(2)} GiB a rank; ${((Date.now() - started) / 1000).toFixed(0)} s, load average ${load} -> ${loadavg()[0]!.toFixed(1)}`,
+    `${size.prefix}, ${c.label}: ${run.tokensPerSecond.toFixed(1)} tokens/s, allocator peak ${(run.peakDevice / GIB).toFixed(2)} GiB a rank (estimate ${(run.estimate / GIB).toFixed(2)}, ${sharded(c.label) ? '16P/N' : '16P'} ${((16 * size.params) / (sharded(c.label) ? c.ranks : 1) / GIB).toFixed(2)}), RSS ${(run.peakHostPerRank / GIB).toFixed(2)} GiB a rank; ${((Date.now() - started) / 1000).toFixed(0)} s, load average ${load} -> ${loadavg()[0]!.toFixed(1)}`,
   );
   return run;
 }
@@ -127,17 +161,21 @@ export function gpt2Rows(all: boolean): BenchRow[] {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-  const single = runs.find((r) => r.label === 'single');
-  const ddp = runs.find((r) => r.label.startsWith('ddp'));
+  const single = runs.find((r) => r.label === 'single' && r.size === SMALL);
+  const ddp = runs.find((r) => r.label.startsWith('ddp') && r.size === SMALL);
   const rows: BenchRow[] = [];
   for (const r of runs) {
-    const name = `GPT-2 124M, ${r.label}`;
+    const name = `${r.size.prefix}, ${r.label}`;
+    // Peers of GPT-2 small's own runs only: a medium row stands against its estimate.
+    const small = r.size === SMALL;
     rows.push({
       name,
       metric: 'throughput',
       value: r.tokensPerSecond,
       unit: 'tokens/s',
-      ...(single && r !== single ? { peer: 'single', peerValue: single.tokensPerSecond } : {}),
+      ...(single && small && r !== single
+        ? { peer: 'single', peerValue: single.tokensPerSecond }
+        : {}),
     });
     rows.push({
       name,
@@ -147,7 +185,7 @@ export function gpt2Rows(all: boolean): BenchRow[] {
       peer: `${sharded(r.label) ? '16P/N' : '16P'} + activations (estimate)`,
       peerValue: r.estimate / GIB,
     });
-    if (ddp && r !== ddp && r.label !== 'single') {
+    if (ddp && small && r !== ddp && r.label !== 'single') {
       rows.push({
         name,
         metric: 'allocator peak a rank',
