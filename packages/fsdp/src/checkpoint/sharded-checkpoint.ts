@@ -13,6 +13,7 @@ import { decodeSafetensors, encodeSafetensors } from '@webshard/tensor-core/io';
 import { FsdpError } from '../errors.js';
 import type { FullyShardedDataParallel } from '../fully-sharded.js';
 import { buffersOf, flatParamsOf, type ShardedLayout, shardedLayout } from '../layout.js';
+import { withShardsInMemory } from '../ssd/ssd-offload.js';
 import { consolidateFlat } from '../state-dict.js';
 import { type FaultHook, writeFileAtomic } from './atomic-write.js';
 
@@ -127,7 +128,14 @@ export async function saveShardedCheckpoint(
     await replicas.barrier().wait();
     return;
   }
-  await saveReplica(dir, options);
+  await withShardsInMemory(
+    model,
+    options.optimizer as Optimizer<object, object> | undefined,
+    async () => {
+      await saveReplica(dir, options);
+      return { value: undefined, changed: false };
+    },
+  );
   if (replicas !== null) await replicas.barrier().wait();
 }
 
@@ -359,6 +367,19 @@ export async function loadShardedCheckpoint(
   dir: string,
   options: { model: FullyShardedDataParallel; optimizer?: AnyOptimizer },
 ): Promise<{ step: number; extra: unknown }> {
+  // With ssdOffload the shards and state are read in, and written back once replaced ([Note:
+  // sharded checkpoints of shards in a store]).
+  return withShardsInMemory(
+    options.model,
+    options.optimizer as Optimizer<object, object> | undefined,
+    () => loadInMemory(dir, options),
+  );
+}
+
+async function loadInMemory(
+  dir: string,
+  options: { model: FullyShardedDataParallel; optimizer?: AnyOptimizer },
+): Promise<{ value: { step: number; extra: unknown }; changed: boolean }> {
   const op = 'loadShardedCheckpoint';
   const { model, optimizer } = options;
   for (const unit of model.units()) unit.assertState(op, ['IDLE']);
@@ -435,5 +456,5 @@ export async function loadShardedCheckpoint(
     }
   }
   for (const f of files) for (const t of Object.values(f)) t.free();
-  return { step: manifest.step, extra: manifest.extra };
+  return { value: { step: manifest.step, extra: manifest.extra }, changed: true };
 }

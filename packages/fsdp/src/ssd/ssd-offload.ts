@@ -17,10 +17,12 @@ let serial = 0;
  *   then shard and state written back and freed. At most one unit's shard and state are in memory.
  * Gradients stay in memory (one shard each, like the in-memory FSDP) unless `offloadGradients`
  * ([Note: gradients in a store]). The optimizer's arithmetic
- * is unchanged, so training equals the in-memory FSDP bit for bit. Anything else that reads a
- * shard outside these (the optimizer's own `step`, the optimizer's state dict, the sharded
- * checkpoint) finds it freed and throws `FreedTensorError` naming it; `summonFullParams` (and so
- * the full state dict) reads the shards in and writes back what it changed. Keys are `ssd<serial>.<shard name>.rank<r>`, unique in a process.
+ * is unchanged, so training equals the in-memory FSDP bit for bit. The sharded checkpoint reads
+ * the shards and the optimizer's state in and frees them again after a save, or writes back what
+ * a load replaced ([Note: sharded checkpoints of shards in a store]). Anything else that reads a
+ * shard outside these (the optimizer's own `step`, the optimizer's state dict) finds it freed and
+ * throws `FreedTensorError` naming it; `summonFullParams` (and so the full state dict) reads the
+ * shards in and writes back what it changed. Keys are `ssd<serial>.<shard name>.rank<r>`, unique in a process.
  */
 export class SsdShards {
   readonly store: ShardStore;
@@ -133,6 +135,35 @@ export class SsdShards {
   /** A clip of the stored gradients by `coef`, applied when they are read back. */
   scaleStoredGradients(coef: number): void {
     this.gradScale = Math.fround(this.gradScale * coef);
+  }
+
+  /** Read every freed shard, and its state in `optimizer` where it has one, into memory. */
+  async loadAll(optimizer: Optimizer<object, object> | undefined): Promise<void> {
+    for (const [flat, key] of this.keys) {
+      if (flat.shard.isFreed) await readInto(this.store, key, flat.shard, flat);
+      for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
+        if (t.isFreed) await readInto(this.store, `${key}.${name}`, t, flat);
+      }
+    }
+  }
+
+  /**
+   * Free every shard and state tensor again; `changed` (a load replaced them): write each back
+   * first. Unchanged ones are freed as read (their files are current).
+   */
+  async releaseAll(
+    optimizer: Optimizer<object, object> | undefined,
+    changed: boolean,
+  ): Promise<void> {
+    for (const [flat, key] of this.keys) {
+      if (changed && !flat.shard.isFreed) this.dirty.add(flat);
+      for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
+        if (t.isFreed) continue;
+        if (changed) await writeFrom(this.store, `${key}.${name}`, t);
+        t.free();
+      }
+    }
+    await this.release();
   }
 
   /** Step `optimizer` on each flat parameter in turn, shard and state read in and written back. */
@@ -255,6 +286,36 @@ export async function stepOffloaded(
     );
   }
   for (const unit of units) await unit.ssdShards!.step(optimizer);
+}
+
+/**
+ * [Note: sharded checkpoints of shards in a store]
+ * `saveShardedCheckpoint` and `loadShardedCheckpoint` of a model with `ssdOffload` run `fn` with
+ * every unit's shards and optimizer state read in from the store (`loadAll`), as the checkpoint
+ * needs them; then free them again (`releaseAll`): after a save as they were (their files are
+ * current), after a load (`fn` resolving `true`) written back first, shard and state, so the next
+ * forward and `stepOffloaded` read the loaded values. While it runs a rank holds its whole shard
+ * and state (12 bytes a parameter with Adam over the ranks), as the in-memory FSDP always does; the
+ * checkpoint encodes them into one file a rank in any case. A failed load changes nothing.
+ */
+export async function withShardsInMemory<T>(
+  model: OffloadedModel,
+  optimizer: Optimizer<object, object> | undefined,
+  fn: () => Promise<{ value: T; changed: boolean }>,
+): Promise<T> {
+  const shards = model
+    .units()
+    .map((u) => u.ssdShards)
+    .filter((s): s is SsdShards => s !== null);
+  let changed = false;
+  try {
+    for (const s of shards) await s.loadAll(optimizer);
+    const result = await fn();
+    changed = result.changed;
+    return result.value;
+  } finally {
+    for (const s of shards) await s.releaseAll(optimizer, changed);
+  }
 }
 
 /** The bytes every unit's store moved, summed over distinct stores. */
