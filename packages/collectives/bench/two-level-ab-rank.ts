@@ -4,7 +4,7 @@
 // this shared machine. Also the process's CPU time per op (this node's threads and the kernel's
 // copies for them), which the load does not inflate as it does the wall time. Rank 0 prints
 // results as one JSON line.
-import { initProcessGroup } from '../src/rendezvous/init-process-group.js';
+import { initProcessGroup } from '../src/init-process-group.js';
 import { shardRange } from '../src/shard.js';
 import { type BenchOp, iterationsFor } from './plan.js';
 import type { AbResult } from './two-level.js';

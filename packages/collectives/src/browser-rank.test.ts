@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { connectBrowserRank, formatJoinUrl, parseJoinUrl } from './browser-rank.js';
 import { freePort } from './launcher/launcher.js';
-import { initProcessGroup } from './rendezvous/init-process-group.js';
+import { initProcessGroup } from './init-process-group.js';
 
 // Pages in Node: `listen: false` makes them dial only, as a page does, so the two of them talk
 // through rank 0's relay. browser-page.test.ts and apps/trainer's browser-ranks test run real pages.

@@ -1,7 +1,12 @@
 import { fuzzParameters } from '@webshard/tensor-core/testing';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { FrameKind, HEADER_BYTES, MAX_CONTROL_BYTES, writeHeader } from './transports/ws/frame.js';
+import {
+  FrameKind,
+  HEADER_BYTES,
+  MAX_CONTROL_BYTES,
+  writeHeader,
+} from './transports/framed/frame.js';
 import {
   type PortKind,
   type PortUnderTest,

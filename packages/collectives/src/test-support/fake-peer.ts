@@ -5,7 +5,7 @@ import { StoreClient } from '../rendezvous/store-client.js';
 import { StoreServer } from '../rendezvous/store-server.js';
 import type { Transport } from '../transport.js';
 import { TcpTransport } from '../transports/tcp/tcp-transport.js';
-import { encodeFrame, encodeHello, FrameKind } from '../transports/ws/frame.js';
+import { encodeFrame, encodeHello, FrameKind } from '../transports/framed/frame.js';
 import { WsTransport } from '../transports/ws/ws-transport.js';
 
 /**

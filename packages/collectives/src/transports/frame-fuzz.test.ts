@@ -10,7 +10,7 @@ import {
   MAX_CONTROL_BYTES,
   readHeader,
   writeHeader,
-} from './ws/frame.js';
+} from './framed/frame.js';
 
 /**
  * The frame readers of the `tcp` and `ws` transports under fuzzing (see [Note: seeded fuzzing] in

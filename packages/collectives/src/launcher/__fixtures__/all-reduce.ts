@@ -1,7 +1,7 @@
 // A rank started by webshard-run: joins from the torchrun environment (over the backend in
 // argv[2] as a process; over the node's shared memory as a thread), sums rank + 1 over the world
 // and prints it with the transport it ran on.
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 
 const group = await initProcessGroup({
   backend: process.argv[2] as 'tcp' | 'ws',

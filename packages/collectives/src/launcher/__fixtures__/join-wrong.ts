@@ -1,6 +1,6 @@
 // A thread rank that asks for a rank or size the launcher did not give it, then joins twice:
 // prints each refusal.
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 
 const refused = async (options: Parameters<typeof initProcessGroup>[0]) => {
   try {

@@ -1,6 +1,6 @@
 // Every rank joins with `initProcessGroup()` and all-reduces once; then rank 1 throws while the
 // others wait in a second all-reduce, and report how it failed.
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 
 const group = await initProcessGroup({ group: { timeoutMs: 30_000 } });
 await group.allReduce(new Float32Array(4)).wait();

@@ -5,7 +5,7 @@
 // the world, as a rank whose own work failed does
 // ([Note: an abort does not undo a finished op]). Then every rank calls a world barrier (op #2).
 // Prints what ops #1 and #2 gave as `@@lag {...}`.
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 import { errorReport } from '../../testing/suite-reference.js';
 import { twoLevelOf } from '../../two-level/two-level-transport.js';
 

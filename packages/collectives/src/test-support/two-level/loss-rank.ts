@@ -2,7 +2,7 @@
 // all-reduces until one fails (its node or another is killed) and prints that error as JSON with
 // the wall-clock time it arrived.
 import { CollectiveError } from '../../errors.js';
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 
 const group = await initProcessGroup({ timeoutMs: 30_000, group: { timeoutMs: 20_000 } });
 await group.allReduce(new Float32Array(1024)).wait();

@@ -5,7 +5,7 @@
 import { mulberry32 } from '@webshard/tensor-core';
 import type { ReduceOp } from '../../kernels/reduce.js';
 import { narrow, type CommDType, type HostData, widen } from '../../operand.js';
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 import { shardRange } from '../../shard.js';
 import { SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
 import { bytes, digest, dtypeOption } from '../../testing/suite-reference.js';

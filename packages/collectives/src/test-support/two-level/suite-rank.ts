@@ -1,7 +1,7 @@
 // A rank of the shared collective suite on a node of several, started as a thread by `launch`
 // (two-level-suite.test.ts): joins the two-level world, runs the job from WEBSHARD_SUITE_JOB,
 // prints its report. `die()` ends the thread with code 1, as a crash would.
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../testing/suite.js';
 
 const job = JSON.parse(process.env.WEBSHARD_SUITE_JOB ?? '') as SuiteJob;

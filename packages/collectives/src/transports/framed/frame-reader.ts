@@ -1,5 +1,5 @@
 import type { Incoming } from '../mailbox.js';
-import { type FrameHeader, HEADER_BYTES } from '../ws/frame.js';
+import { type FrameHeader, HEADER_BYTES } from './frame.js';
 
 /** Where the payload of a frame whose header just arrived goes (the transport decides). */
 export type PayloadPlan =

@@ -4,7 +4,7 @@ import type { StoreClient } from '../../rendezvous/store-client.js';
 import { AbortState, type Transport } from '../../transport.js';
 import { Mailbox } from '../mailbox.js';
 import { resolveUnexpectedBudget } from '../unexpected-budget.js';
-import { type FrameHeader, FrameKind, frameKindName, readHeader } from '../ws/frame.js';
+import { type FrameHeader, FrameKind, frameKindName, readHeader } from './frame.js';
 import { type FrameHandler, FrameReader, type PayloadPlan } from './frame-reader.js';
 import { controlFrame, validReason } from './hello.js';
 

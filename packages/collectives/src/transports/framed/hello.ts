@@ -6,7 +6,7 @@ import {
   FrameKind,
   HEADER_BYTES,
   readHeader,
-} from '../ws/frame.js';
+} from './frame.js';
 
 /**
  * The hello a rank says first on a connection it opened (and a `ws` listener answers with, token

@@ -4,7 +4,7 @@ import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { expectPeerLost } from '../../test-support/peer-lost.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
-import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from '../ws/frame.js';
+import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from '../framed/frame.js';
 import { createNetworkWorld, runJobInChildren } from '../../test-support/network-world.js';
 import { TcpTransport } from './tcp-transport.js';
 

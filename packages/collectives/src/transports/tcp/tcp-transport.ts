@@ -7,7 +7,13 @@ import type { StoreClient } from '../../rendezvous/store-client.js';
 import type { FrameHandler } from '../framed/frame-reader.js';
 import { FramedPeer, FramedTransport } from '../framed/framed-transport.js';
 import { helloFrame, parseHello } from '../framed/hello.js';
-import { type FrameHeader, FrameKind, HEADER_BYTES, readHeader, writeHeader } from '../ws/frame.js';
+import {
+  type FrameHeader,
+  FrameKind,
+  HEADER_BYTES,
+  readHeader,
+  writeHeader,
+} from '../framed/frame.js';
 
 /** Options of the `tcp` transport. */
 export interface TcpTransportOptions {

@@ -1,4 +1,4 @@
-import { FrameKind, HEADER_BYTES, readHeader, writeHeader } from './frame.js';
+import { FrameKind, HEADER_BYTES, readHeader, writeHeader } from '../framed/frame.js';
 
 /**
  * Helpers of the `ws` relay ([Note: ws connections]): two ranks that cannot listen (browsers)

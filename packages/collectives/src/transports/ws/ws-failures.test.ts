@@ -9,7 +9,7 @@ import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { createNetworkWorld, runJobInChildren } from '../../test-support/network-world.js';
 import type { Channel } from './channel.js';
-import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from './frame.js';
+import { encodeFrame, encodeHello, FrameKind, HEADER_BYTES, writeHeader } from '../framed/frame.js';
 import { WsTransport } from './ws-transport.js';
 
 const TOKEN = 'ws-token';

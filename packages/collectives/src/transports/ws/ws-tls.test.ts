@@ -5,7 +5,7 @@ import { WebSocket } from 'ws';
 import { freePort } from '../../launcher/launcher.js';
 import { ProcessGroup } from '../../process-group.js';
 import { createNetworkTransport } from '../../connect-transport.js';
-import { initProcessGroup } from '../../rendezvous/init-process-group.js';
+import { initProcessGroup } from '../../init-process-group.js';
 import { type Rendezvous, rendezvous } from '../../rendezvous/rendezvous.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';

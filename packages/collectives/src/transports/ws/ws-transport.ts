@@ -10,7 +10,13 @@ import { abortKey, publishedReason } from './blame.js';
 import { defaultChannels, isNode } from './default-channels.js';
 import { relayAllowed, relayedFrameProblem, relayHeader } from './relay.js';
 import type { Channel, ChannelFactory, Listener, WsTlsOptions } from './channel.js';
-import { type FrameHeader, FrameKind, frameKindName, HEADER_BYTES, writeHeader } from './frame.js';
+import {
+  type FrameHeader,
+  FrameKind,
+  frameKindName,
+  HEADER_BYTES,
+  writeHeader,
+} from '../framed/frame.js';
 
 /** Options of the `ws` transport. */
 export interface WsTransportOptions {

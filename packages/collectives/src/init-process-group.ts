@@ -1,12 +1,12 @@
-import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
-import { joinThreadRank, threadRankData } from '../transports/shm/thread-rank.js';
-import { joinThreadNode } from '../two-level/join-node.js';
-import type { LinkSettings } from '../two-level/link-shaper.js';
+import { ProcessGroup, type ProcessGroupOptions } from './process-group.js';
+import { joinThreadRank, threadRankData } from './transports/shm/thread-rank.js';
+import { joinThreadNode } from './two-level/join-node.js';
+import type { LinkSettings } from './two-level/link-shaper.js';
 import {
   connectNetworkTransport,
   type NetworkBackend,
   type NetworkTransportOptions,
-} from '../connect-transport.js';
+} from './connect-transport.js';
 
 /** Options of `initProcessGroup`: the network transport, its rendezvous, and the group's settings. */
 export interface InitProcessGroupOptions extends Omit<NetworkTransportOptions, 'backend'> {

@@ -1,9 +1,9 @@
 import { networkInterfaces } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { freePort } from '../launcher/launcher.js';
-import { RendezvousError } from './errors.js';
+import { freePort } from './launcher/launcher.js';
+import { RendezvousError } from './rendezvous/errors.js';
 import { initProcessGroup } from './init-process-group.js';
-import { rendezvous } from './rendezvous.js';
+import { rendezvous } from './rendezvous/rendezvous.js';
 
 describe('initProcessGroup', () => {
   for (const backend of ['tcp', 'ws'] as const) {
