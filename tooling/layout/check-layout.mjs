@@ -67,13 +67,8 @@ const KNOWN_TYPE_CYCLES = [
     'packages/collectives/src/testing/suite-reference.ts',
     'packages/collectives/src/testing/suite.ts',
   ],
-  // A unit and the state its root shares name each other (issue 36: state.ts to own the end of
-  // backward and the bucketer), and summon walks units.
-  [
-    'packages/fsdp/src/fully-sharded.ts',
-    'packages/fsdp/src/state.ts',
-    'packages/fsdp/src/summon.ts',
-  ],
+  // Summoning full parameters walks the units, and a unit summons its own.
+  ['packages/fsdp/src/fully-sharded.ts', 'packages/fsdp/src/summon.ts'],
   // A tensor, its autograd node and the engine that runs the nodes name each other's types.
   [
     'packages/tensor-core/src/autograd/engine.ts',

@@ -94,7 +94,7 @@ export class FullyShardedDataParallel<
   trainingState: TrainingState = 'IDLE';
   /** False inside `noSync`: gradients accumulate in full and are not reduced. */
   requireGradSync = true;
-  private shared: FsdpSharedState | null = null;
+  private shared: FsdpSharedState<FullyShardedDataParallel> | null = null;
   private path: string | null = null;
   /** The tensors the unit took from the module at wrap time (before any replacement). */
   private readonly sources = new Set<Tensor>();
@@ -416,7 +416,7 @@ export class FullyShardedDataParallel<
   }
 
   /** The shared state, made by the root on its first forward. */
-  private async lazyInit(): Promise<FsdpSharedState> {
+  private async lazyInit(): Promise<FsdpSharedState<FullyShardedDataParallel>> {
     if (this.shared !== null) return this.shared;
     const units = this.units();
     const shared = new FsdpSharedState(this, units);
@@ -431,7 +431,10 @@ export class FullyShardedDataParallel<
   }
 
   /** Issue `unit`'s gather ahead of its use, unless that would pass `limitAllGathers`. */
-  private prefetch(unit: FullyShardedDataParallel | null, shared: FsdpSharedState): void {
+  private prefetch(
+    unit: FullyShardedDataParallel | null,
+    shared: FsdpSharedState<FullyShardedDataParallel>,
+  ): void {
     if (unit === null || this.options.limitAllGathers === 0) return;
     if (!unit.paramGroup.isSharded || unit.ssdShards !== null) return;
     const busy = shared.gatheredCount() - (this === shared.root ? 0 : 1);
@@ -483,10 +486,7 @@ export class FullyShardedDataParallel<
       if (this.options.reshardAfterForward && !keepsFull) this.paramGroup.reshard([flat]);
       return;
     }
-    const shared = this.shared!;
-    const done = this.paramGroup.reduceGrads(flat, (f, g, s) => shared.bucketer.reduce(f, g, s));
-    done.catch(() => {});
-    shared.pending.push(done);
+    this.shared!.addReduction(this.paramGroup.reduceGrads(flat, this.shared!.bucketer));
   }
 }
 

@@ -1,5 +1,6 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import type { Tensor } from '@webshard/tensor-core';
+import type { ReduceScatterBucketer } from './bucketer.js';
 import { gatherFull, type ReduceSettings } from './collectives.js';
 import { FsdpStateError } from './errors.js';
 import type { FlatParameter } from './flat-param.js';
@@ -154,13 +155,10 @@ export class FsdpParamGroup {
    * the same point of its step); the promise resolves once the averaged shard gradient is
    * accumulated into `flat.shard.grad`.
    */
-  reduceGrads(
-    flat: FlatParameter,
-    reduce: (flat: FlatParameter, fullGrad: Tensor, settings: ReduceSettings) => Promise<void>,
-  ): Promise<void> {
+  reduceGrads(flat: FlatParameter, bucketer: ReduceScatterBucketer): Promise<void> {
     this.reshard([flat]);
     const fullGrad = flat.detachGrads();
     if (fullGrad === null) return Promise.resolve();
-    return reduce(flat, fullGrad, this.settings);
+    return bucketer.reduce(flat, fullGrad, this.settings);
   }
 }

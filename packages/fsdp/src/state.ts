@@ -1,5 +1,27 @@
+import type { ProcessGroup } from '@webshard/collectives';
 import { ReduceScatterBucketer } from './bucketer.js';
-import type { FullyShardedDataParallel } from './fully-sharded.js';
+import type { FsdpParamGroup, TrainingState } from './param-group.js';
+import type { SsdShards } from './ssd/ssd-offload.js';
+
+/**
+ * What the shared state reads and sets of a unit (`U` is one): it names no
+ * unit class, so the unit imports the state and not the other way round.
+ */
+export interface SharedUnit {
+  readonly paramGroup: FsdpParamGroup;
+  readonly requireGradSync: boolean;
+  readonly ssdShards: SsdShards | null;
+  trainingState: TrainingState;
+  assertState(op: string, states: readonly TrainingState[]): void;
+}
+
+/** What the root adds: the settings of its reduce-scatter buckets. */
+export interface SharedRoot extends SharedUnit {
+  readonly options: {
+    readonly processGroupReduceScatter: ProcessGroup;
+    readonly bucketCapMb: number;
+  };
+}
 
 /**
  * What the root shares with every unit under it, made by the root's lazy init on its first forward
@@ -7,33 +29,31 @@ import type { FullyShardedDataParallel } from './fully-sharded.js';
  * in on the first iteration (the prefetch order), whether gradients are synchronized (`noSync`), the
  * end-of-backward callback queued once per backward, and the reductions it waits for.
  */
-export class FsdpSharedState {
+export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
   /** Every unit under the root, the root first, in module pre-order. */
-  readonly units: FullyShardedDataParallel[];
+  readonly units: U[];
   /** Units in the order their forward started, recorded on the first iteration. */
-  readonly forwardOrder: FullyShardedDataParallel[] = [];
+  readonly forwardOrder: U[] = [];
   /**
    * Units in the order their pre-backward hook ran, recorded in the first backward: the backward
    * prefetch order from then on. A unit nested in another runs its backward after the outer one's,
    * though its forward started later, so the reversed forward order is only the first guess.
    */
-  readonly backwardOrder: FullyShardedDataParallel[] = [];
+  readonly backwardOrder: U[] = [];
   private recording = true;
-  /** False inside `noSync`: gradients accumulate unreduced. */
-  requireSync = true;
   /** Whether this backward's end-of-backward callback is queued. */
   finalCallbackQueued = false;
   /** Reductions issued during this backward, awaited by the end-of-backward callback. */
-  readonly pending: Promise<void>[] = [];
+  private readonly pending: Promise<void>[] = [];
   /** The units whose pre-backward hook ran in this backward. */
-  readonly preBackwardRan = new Set<FullyShardedDataParallel>();
+  readonly preBackwardRan = new Set<U>();
 
   /** Batches small reduce-scatters ([Note: reduce-scatter buckets]). */
   readonly bucketer: ReduceScatterBucketer;
 
   constructor(
-    readonly root: FullyShardedDataParallel,
-    units: FullyShardedDataParallel[],
+    readonly root: U & SharedRoot,
+    units: U[],
   ) {
     this.units = units;
     this.bucketer = new ReduceScatterBucketer(
@@ -43,12 +63,12 @@ export class FsdpSharedState {
   }
 
   /** Note that `unit`'s forward started (first iteration only). */
-  recordForward(unit: FullyShardedDataParallel): void {
+  recordForward(unit: U): void {
     if (this.recording && !this.forwardOrder.includes(unit)) this.forwardOrder.push(unit);
   }
 
   /** Note that `unit`'s pre-backward hook ran (first backward only). */
-  recordBackward(unit: FullyShardedDataParallel): void {
+  recordBackward(unit: U): void {
     if (this.recording && !this.backwardOrder.includes(unit)) this.backwardOrder.push(unit);
   }
 
@@ -58,7 +78,7 @@ export class FsdpSharedState {
   }
 
   /** The unit whose forward follows `unit`'s, or null. */
-  nextInForward(unit: FullyShardedDataParallel): FullyShardedDataParallel | null {
+  nextInForward(unit: U): U | null {
     const i = this.forwardOrder.indexOf(unit);
     return i < 0 ? null : (this.forwardOrder[i + 1] ?? null);
   }
@@ -67,13 +87,19 @@ export class FsdpSharedState {
    * The units whose backward follows `unit`'s, nearest first: after the first backward, those
    * after it in the recorded backward order; before, those before it in forward order.
    */
-  nextInBackward(unit: FullyShardedDataParallel): FullyShardedDataParallel[] {
+  nextInBackward(unit: U): U[] {
     if (!this.recording) {
       const i = this.backwardOrder.indexOf(unit);
       return i < 0 ? [] : this.backwardOrder.slice(i + 1);
     }
     const i = this.forwardOrder.indexOf(unit);
     return i <= 0 ? [] : this.forwardOrder.slice(0, i).reverse();
+  }
+
+  /** A reduction issued in this backward, awaited at its end (its failure surfaces there). */
+  addReduction(done: Promise<void>): void {
+    done.catch(() => {});
+    this.pending.push(done);
   }
 
   /** Non-root units whose full parameters are gathered or being gathered. */
@@ -100,11 +126,7 @@ export class FsdpSharedState {
         if (!unit.requireGradSync) continue;
         for (const flat of unit.paramGroup.flatParams) {
           if (flat.fullGrad === null) continue;
-          const done = unit.paramGroup.reduceGrads(flat, (f, g, s) =>
-            this.bucketer.reduce(f, g, s),
-          );
-          done.catch(() => {});
-          this.pending.push(done);
+          this.addReduction(unit.paramGroup.reduceGrads(flat, this.bucketer));
         }
       }
       this.bucketer.flush();
