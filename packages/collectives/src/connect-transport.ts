@@ -3,7 +3,7 @@ import { loadLocalAddressToward, loadTcpTransport } from '#platform';
 import type { AbortReason } from './errors.js';
 import { attachProgressBoard, progressReportOf, shareProgress } from './progress/progress.js';
 import { StoreProgressBoard } from './rendezvous/store-progress-board.js';
-import type { Transport } from './transport.js';
+import type { Transport } from './transport-contract.js';
 import type { RendezvousOptions } from './rendezvous/env.js';
 import { type Rendezvous, rendezvous } from './rendezvous/rendezvous.js';
 import type { WebSocketConstructor } from './rendezvous/store-client.js';

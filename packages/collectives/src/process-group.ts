@@ -15,7 +15,7 @@ import { OperandStaging, type StagingStats } from './operand-staging.js';
 import { CollectivePlan } from './group/plan.js';
 import type { Work } from './group/work.js';
 import { shardRange } from './shard.js';
-import type { Transport } from './transport.js';
+import type { Transport } from './transport-contract.js';
 
 /** Settings of a process group; sub-groups inherit them. */
 export interface ProcessGroupOptions {

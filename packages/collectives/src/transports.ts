@@ -10,8 +10,8 @@ export { rendezvous } from './rendezvous/rendezvous.js';
 export { expandSlurmHostlist } from './rendezvous/slurm-hostlist.js';
 export type { StoreClientOptions } from './rendezvous/store-client.js';
 export { StoreClient } from './rendezvous/store-client.js';
-export type { Transport } from './transport.js';
-export { AbortState } from './transport.js';
+export type { Transport } from './transport-contract.js';
+export { AbortState } from './transport-contract.js';
 export {
   createLocalTransports,
   LocalHub,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CollectiveMismatchError } from '../errors.js';
 import { ProcessGroup } from '../process-group.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 import { createLocalTransports } from '../transports/local/local-transport.js';
 
 // [Note: a mismatch waits for every fingerprint].

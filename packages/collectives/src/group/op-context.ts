@@ -6,7 +6,7 @@ import {
   CollectiveTimeoutError,
   TransportAbortedError,
 } from '../errors.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 import { BLAME_WINDOW_MS, judge, ranksText, type Verdict } from './blame.js';
 import {
   type ProgressBoard,

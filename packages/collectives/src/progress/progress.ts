@@ -1,5 +1,5 @@
 import type { AbortReason } from '../errors.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 
 /** One op a rank is running, as it reports it to a blame poll. */
 export interface RunningOp {

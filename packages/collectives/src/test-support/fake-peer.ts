@@ -3,7 +3,7 @@ import { WebSocket } from 'ws';
 import type { AbortReason } from '../errors.js';
 import { StoreClient } from '../rendezvous/store-client.js';
 import { StoreServer } from '../rendezvous/store-server.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 import { TcpTransport } from '../transports/tcp/tcp-transport.js';
 import { encodeFrame, encodeHello, FrameKind } from '../transports/framed/frame.js';
 import { WsTransport } from '../transports/ws/ws-transport.js';

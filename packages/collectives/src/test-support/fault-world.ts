@@ -5,7 +5,7 @@ import { MemoryProgressHub } from '../progress/memory-progress-board.js';
 import { attachProgressBoard, progressReportOf, silenceProgress } from '../progress/progress.js';
 import { freePort } from '../launcher/launcher.js';
 import { ProcessGroup } from '../process-group.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 import { LocalHub } from '../transports/local/local-transport.js';
 import type { FaultPlan, FaultRankReport } from './fault-plan.js';
 import { type FaultEnvironment, faultGroupOptions, runFaultRank } from './fault-rank.js';

@@ -13,7 +13,7 @@ import {
   SUITE_GROUP_OPTIONS,
   type SuiteJob,
 } from '../testing/suite.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 
 /** `size` ranks of a network transport in this process, over real sockets (tests, benchmarks). */
 export interface NetworkWorld {

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import type { PreAuthGuard, PreAuthLimits } from '../pre-auth-guard.js';
 import { StoreClient } from '../rendezvous/store-client.js';
 import { StoreServer } from '../rendezvous/store-server.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 import { TcpTransport } from '../transports/tcp/tcp-transport.js';
 import { WsTransport } from '../transports/ws/ws-transport.js';
 import { makeTestCertificate } from './certificate.js';

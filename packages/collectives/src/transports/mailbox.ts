@@ -1,5 +1,5 @@
 import { type AbortReason, TransportAbortedError } from '../errors.js';
-import { arrive } from '../transport.js';
+import { arrive } from '../transport-contract.js';
 import { UNEXPECTED_BYTES_VARIABLE } from './unexpected-budget.js';
 
 /** A receive posted by `recv`. */

@@ -4,7 +4,7 @@ import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
 import { publishedBy } from '../rendezvous/published-by.js';
 import { rendezvous } from '../rendezvous/rendezvous.js';
 import type { ThreadRank } from '../transports/shm/thread-rank.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 import { agreedLink, type LinkSettings, shapeLink } from './link-shaper.js';
 import { NodeShmTransport } from './node-shm-transport.js';
 import { NodeTopology, type RankPlace } from './topology.js';

@@ -1,7 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { type AbortReason, TransportAbortedError } from '../errors.js';
 import type { StoreClient } from '../rendezvous/store-client.js';
-import type { Transport } from '../transport.js';
+import type { Transport } from '../transport-contract.js';
 import { LINK_PRESETS } from './link-presets.js';
 
 /** A simulated link: what `LinkShaper` adds to every message between two ranks. */

@@ -1,5 +1,5 @@
 import type { AbortReason } from '../errors.js';
-import { AbortState, type Transport } from '../transport.js';
+import { AbortState, type Transport } from '../transport-contract.js';
 import type { NodeShmTransport } from './node-shm-transport.js';
 import type { NodeTopology } from './topology.js';
 

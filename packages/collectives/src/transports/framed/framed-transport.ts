@@ -1,7 +1,7 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
-import { AbortState, type Transport } from '../../transport.js';
+import { AbortState, type Transport } from '../../transport-contract.js';
 import { Mailbox } from '../mailbox.js';
 import { resolveUnexpectedBudget } from '../unexpected-budget.js';
 import { type FrameHeader, FrameKind, frameKindName, readHeader } from './frame.js';

@@ -1,6 +1,6 @@
 import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
-import { AbortState, type Transport } from '../../transport.js';
+import { AbortState, type Transport } from '../../transport-contract.js';
 import { Mailbox } from '../mailbox.js';
 import { MemoryProgressHub } from '../../progress/memory-progress-board.js';
 import { attachProgressBoard, progressReportOf } from '../../progress/progress.js';

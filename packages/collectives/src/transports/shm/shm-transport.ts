@@ -1,6 +1,6 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import type { SharedArena } from '../../shared-arena.js';
-import { AbortState, type Transport } from '../../transport.js';
+import { AbortState, type Transport } from '../../transport-contract.js';
 import { type Incoming, Mailbox } from '../mailbox.js';
 import { resolveUnexpectedBudget } from '../unexpected-budget.js';
 import { ShmArena } from './shm-arena.js';

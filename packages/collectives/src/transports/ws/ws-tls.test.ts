@@ -11,7 +11,7 @@ import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { shardRange } from '../../shard.js';
 import { makeTestCertificate, type TestCertificate } from '../../test-support/certificate.js';
-import type { Transport } from '../../transport.js';
+import type { Transport } from '../../transport-contract.js';
 import { WsTransport } from './ws-transport.js';
 
 // [Note: ws over TLS], end to end: the store and every data connection over wss://, with a

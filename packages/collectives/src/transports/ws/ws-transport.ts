@@ -6,7 +6,7 @@ import type { StoreClient } from '../../rendezvous/store-client.js';
 import type { FrameHandler, PayloadPlan } from '../framed/frame-reader.js';
 import { FramedPeer, FramedTransport } from '../framed/framed-transport.js';
 import { helloFrame, parseHello } from '../framed/hello.js';
-import { abortKey, publishedReason } from './blame.js';
+import { abortKey, publishedReason } from './published-abort.js';
 import { defaultChannels, isNode } from './default-channels.js';
 import { relayAllowed, relayedFrameProblem, relayHeader } from './relay.js';
 import type { Channel, ChannelFactory, Listener, WsTlsOptions } from './channel.js';
