@@ -5,11 +5,11 @@ export default defineConfig({
   ...definePackageConfig({
     entry: {
       'cli/webshard-run': 'src/cli/webshard-run.ts',
-      node: 'src/node.ts',
+      node: 'src/entries/node.ts',
       'platform/browser': 'src/platform/browser.ts',
       'platform/node': 'src/platform/node.ts',
       testing: 'src/testing/index.ts',
-      transports: 'src/transports.ts',
+      transports: 'src/entries/transports.ts',
     },
     // The testing entry runs inside the user's vitest; `#platform` stays an import so the
     // consumer's resolver picks the Node or browser file ([Note: the collectives platform module]).

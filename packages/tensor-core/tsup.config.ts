@@ -4,10 +4,10 @@ import { defineConfig } from 'tsup';
 export default defineConfig({
   ...definePackageConfig({
     entry: {
-      autograd: 'src/autograd.ts',
-      backend: 'src/backend.ts',
-      io: 'src/io.ts',
-      node: 'src/node.ts',
+      autograd: 'src/entries/autograd.ts',
+      backend: 'src/entries/backend.ts',
+      io: 'src/entries/io.ts',
+      node: 'src/entries/node.ts',
       'platform/browser': 'src/platform/browser.ts',
       'platform/node': 'src/platform/node.ts',
       testing: 'src/testing/index.ts',

@@ -27,7 +27,7 @@ describe('browser bundle', () => {
 
   it('the transports entry bundles for the browser with no Node built-in in it', async () => {
     const { nodeImports, inputs } = await bundleForBrowser(
-      join(here, 'transports.ts'),
+      join(here, 'entries', 'transports.ts'),
       packageRoot,
     );
     expect(nodeImports).toEqual([]);
@@ -35,7 +35,7 @@ describe('browser bundle', () => {
   });
 
   it('catches Node imports (the node entry has them)', async () => {
-    const { nodeImports } = await bundleForBrowser(join(here, 'node.ts'), packageRoot);
+    const { nodeImports } = await bundleForBrowser(join(here, 'entries', 'node.ts'), packageRoot);
     expect(nodeImports).toContain('src/transports/shm/launch-threads.ts: node:worker_threads');
   });
 });

@@ -50,13 +50,13 @@ describe('package entries', () => {
   });
 
   it('the transports entry reaches no Node-only module through static imports either', () => {
-    const { files, external } = staticGraph(join(here, 'transports.ts'));
+    const { files, external } = staticGraph(join(here, 'entries', 'transports.ts'));
     expect(external.filter((line) => / (node:|ws$)/.test(line))).toEqual([]);
     expect(files.has(join(here, 'transports', 'ws', 'ws-transport.ts'))).toBe(true);
   });
 
   it('the walk catches a Node-only import (the node entry has them)', () => {
-    const { external } = staticGraph(join(here, 'node.ts'));
+    const { external } = staticGraph(join(here, 'entries', 'node.ts'));
     expect(external).toContain('transports/shm/launch-threads.ts: node:worker_threads');
   });
 
@@ -64,9 +64,9 @@ describe('package entries', () => {
     const main = await import('./index.js');
     expect(typeof main.ProcessGroup).toBe('function');
     expect('launchThreads' in main).toBe(false);
-    const transports = await import('./transports.js');
+    const transports = await import('./entries/transports.js');
     expect(typeof transports.joinShm).toBe('function');
-    const node = await import('./node.js');
+    const node = await import('./entries/node.js');
     expect(typeof node.launchThreads).toBe('function');
     expect(typeof node.runShmWorker).toBe('function');
   });

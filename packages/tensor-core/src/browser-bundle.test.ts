@@ -20,9 +20,9 @@ describe('browser bundle', () => {
   });
 
   it.each([
-    ['autograd.ts', 'src/autograd/gradcheck.ts'],
-    ['backend.ts', 'src/memory/caching-allocator.ts'],
-    ['io.ts', 'src/io/safetensors.ts'],
+    ['entries/autograd.ts', 'src/autograd/gradcheck.ts'],
+    ['entries/backend.ts', 'src/memory/caching-allocator.ts'],
+    ['entries/io.ts', 'src/io/safetensors.ts'],
   ])(
     'the %s entry bundles for the browser with no Node built-in in it',
     async (entry, expected) => {

@@ -5,10 +5,10 @@ describe('package entries', () => {
   it('no name is exported from two entries, and the root keeps no internals', async () => {
     const entries = {
       '.': await import('./index.js'),
-      './autograd': await import('./autograd.js'),
-      './backend': await import('./backend.js'),
-      './io': await import('./io.js'),
-      './node': await import('./node.js'),
+      './autograd': await import('./entries/autograd.js'),
+      './backend': await import('./entries/backend.js'),
+      './io': await import('./entries/io.js'),
+      './node': await import('./entries/node.js'),
     };
     const homes = new Map<string, string[]>();
     for (const [entry, module] of Object.entries(entries))

@@ -496,7 +496,7 @@ describeBackends('optimizers stepping on views into one flat buffer (FSDP shards
 describe('managed parameters', () => {
   it('an optimizer refuses a parameter a sharding wrapper manages, with its reason', async () => {
     const { SGD, tensor } = await import('../index.js');
-    const { markManagedParameter } = await import('../autograd.js');
+    const { markManagedParameter } = await import('../entries/autograd.js');
     const p = tensor([1, 2], { backend: createCpuBackend() });
     p.requiresGrad = true;
     p.name = 'layer.weight';

@@ -7,5 +7,5 @@ export {
   loadSafetensors,
   readSafetensorsHeader,
   saveSafetensors,
-} from './io/safetensors-file.js';
-export type { LoadSafetensorsOptions, SaveSafetensorsOptions } from './io/safetensors-file.js';
+} from '../io/safetensors-file.js';
+export type { LoadSafetensorsOptions, SaveSafetensorsOptions } from '../io/safetensors-file.js';

@@ -1,0 +1,27 @@
+// The `@webshard/tensor-core/autograd` entry: the autograd graph for the authors of wrappers
+// (FSDP, DDP, offload) and of new ops. A training script needs only the root's `backward`,
+// `noGrad` and `checkpoint`. See [Note: the public surface] in index.ts.
+export { checkpointWith } from '../autograd/checkpoint.js';
+export type { CheckpointResult } from '../autograd/checkpoint.js';
+export {
+  gradientEdge,
+  isBackwardRunning,
+  queueCallback,
+  registerPostAccumulateGradHook,
+  registerTensorHook,
+} from '../autograd/engine.js';
+export { gradcheck } from '../autograd/gradcheck.js';
+export type { GradcheckOptions, GradcheckResult } from '../autograd/gradcheck.js';
+export { gradients, reduceTo } from '../autograd/gradients.js';
+export { AccumulateGrad, GradNode, isParameter, markParameter } from '../autograd/node.js';
+export type {
+  Edge,
+  GradContext,
+  GradientDef,
+  PostAccumulateGradHook,
+} from '../autograd/node.js';
+export { recordOp } from '../autograd/record.js';
+export type { OpRecord } from '../autograd/record.js';
+export { activationGrad } from '../ops/index.js';
+export { markManagedParameter } from '../optim/optimizer.js';
+export type { GradNodeLike } from '../tensor.js';
