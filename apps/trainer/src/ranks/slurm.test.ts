@@ -1,4 +1,4 @@
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +17,30 @@ const ROOT = join(import.meta.dirname, '..', '..', '..', '..');
 const README = readFileSync(join(ROOT, 'packages', 'collectives', 'README.md'), 'utf8');
 const TRAIN = join(ROOT, 'apps', 'trainer', 'bin', 'webshard-train.js');
 const STEPS = 6;
+
+/**
+ * A command run to its end without blocking this thread (a job takes a minute or more: a blocked
+ * test worker misses vitest's own messages, which then fails the run with an RPC timeout).
+ */
+function run(
+  command: string,
+  args: string[],
+  options: { cwd: string; env?: NodeJS.ProcessEnv; timeout: number },
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd: options.cwd, env: options.env ?? process.env });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk) => (stdout += chunk));
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeout);
+    child.on('error', reject);
+    child.on('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
 
 function startCluster(): string | null {
   const started = spawnSync('bash', [join(ROOT, 'tooling', 'slurm', 'start-cluster.sh')], {
@@ -59,14 +83,15 @@ function losses(file: string): number[] {
 }
 
 /** The same run by hand: one trainer, 4 ranks over tcp, the backend the job chose. */
-function byHand(dir: string, strategy: string, backend: string): number[] {
+async function byHand(dir: string, strategy: string, backend: string): Promise<number[]> {
   const log = join(dir, `hand-${strategy}.jsonl`);
-  execFileSync(
+  const hand = await run(
     process.execPath,
     [TRAIN, '--strategy', strategy, '--transport', 'tcp', '--world-size', '4', '--steps', `${STEPS}`,
       '--backend', backend, '--log-jsonl', log],
-    { cwd: dir, stdio: 'pipe', timeout: 120_000 },
+    { cwd: dir, timeout: 120_000 },
   ); // biome-ignore format: one command
+  expect(hand.status, hand.stderr).toBe(0);
   return losses(log);
 }
 
@@ -101,17 +126,16 @@ describe.skipIf(unavailable !== null)('Slurm (a one-machine cluster of two nodes
     dirs.push(dir);
     writeFileSync(join(dir, 'fsdp.sbatch'), readmeBlock('#SBATCH', STEPS));
     const env = await jobEnv();
-    const job = spawnSync('sbatch', ['--wait', '-o', 'job.out', 'fsdp.sbatch'], {
+    const job = await run('sbatch', ['--wait', '-o', 'job.out', 'fsdp.sbatch'], {
       cwd: dir,
       env,
-      encoding: 'utf8',
       timeout: 240_000,
     });
     const output = readFileSync(join(dir, 'job.out'), 'utf8');
     expect(job.status, `${job.stderr}\n${output}`).toBe(0);
     const ours = losses(join(dir, 'fsdp.jsonl'));
     expect(ours).toHaveLength(STEPS);
-    const hand = byHand(dir, 'fsdp', backendOf(output));
+    const hand = await byHand(dir, 'fsdp', backendOf(output));
     for (const [i, loss] of ours.entries()) expect(loss).toBeCloseTo(hand[i]!, 5);
   }, 400_000);
 
@@ -119,16 +143,15 @@ describe.skipIf(unavailable !== null)('Slurm (a one-machine cluster of two nodes
     const dir = project();
     dirs.push(dir);
     const env = await jobEnv();
-    const run = spawnSync('bash', ['-ec', readmeBlock('srun --nodes=2', STEPS)], {
+    const srun = await run('bash', ['-ec', readmeBlock('srun --nodes=2', STEPS)], {
       cwd: dir,
       env,
-      encoding: 'utf8',
       timeout: 240_000,
     });
-    expect(run.status, `${run.stderr}\n${run.stdout}`).toBe(0);
+    expect(srun.status, `${srun.stderr}\n${srun.stdout}`).toBe(0);
     const ours = losses(join(dir, 'ddp.jsonl'));
     expect(ours).toHaveLength(STEPS);
-    const hand = byHand(dir, 'ddp', backendOf(run.stdout));
+    const hand = await byHand(dir, 'ddp', backendOf(srun.stdout));
     for (const [i, loss] of ours.entries()) expect(loss).toBeCloseTo(hand[i]!, 5);
   }, 400_000);
 
