@@ -21,7 +21,8 @@ import { tensorFromHostArray } from '@webshard/tensor-core/backend';
  * that autograd saved may still read a full buffer after the unit resharded, and the memory must
  * not come back as another unit's buffer before that reader is gone. Registered memory is outside
  * the backend's allocator: `memoryStats()` counts it as `externalBytes`, and an emulated
- * `memoryLimit` does not cover it. Elsewhere (other backends, `local`, `ws`, one rank) the buffers
+ * `memoryLimit` covers it beside the allocator's bytes ([Note: the limit covers external memory]
+ * in tensor-core). Elsewhere (other backends, `local`, `ws`, one rank) the buffers
  * are the backend's ordinary tensors.
  */
 export function flatBuffer(
@@ -38,5 +39,11 @@ export function flatBuffer(
     return keep(Tensor.empty(backend, [count], dtype));
   }
   const array = group.allocate(dtype, count);
-  return keep(tensorFromHostArray(backend, array, { dtype, onRelease: () => group.free(array) }));
+  try {
+    return keep(tensorFromHostArray(backend, array, { dtype, onRelease: () => group.free(array) }));
+  } catch (error) {
+    // Past an emulated limit the backend refuses it: the memory goes back to the group.
+    group.free(array);
+    throw error;
+  }
 }

@@ -123,14 +123,24 @@ export class OutOfMemoryError extends WebshardError {
   readonly requested: number;
   readonly allocated: number;
   readonly limit: number;
-  constructor(requested: number, allocated: number, limit: number, backend = 'device') {
+  /** Bytes outside the allocator counted against the limit (external memory), 0 if none. */
+  readonly external: number;
+  constructor(
+    requested: number,
+    allocated: number,
+    limit: number,
+    backend = 'device',
+    external = 0,
+  ) {
+    const beside = external > 0 ? ` (and ${external} bytes of external memory)` : '';
     super(
-      `[allocate] ${backend} out of memory: requested ${requested} bytes with ${allocated} allocated and a limit of ${limit}`,
+      `[allocate] ${backend} out of memory: requested ${requested} bytes with ${allocated} allocated${beside} and a limit of ${limit}`,
       { code: 'E_OOM' },
     );
     this.requested = requested;
     this.allocated = allocated;
     this.limit = limit;
+    this.external = external;
   }
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ArgumentError, BackendError, FreedTensorError } from './errors.js';
+import { ArgumentError, BackendError, FreedTensorError, OutOfMemoryError } from './errors.js';
 import { hostArrayOf, tensorFromHostArray } from './external.js';
 import { add, tensor } from './ops/index.js';
 import { createCpuBackend } from './runtime.js';
@@ -32,6 +32,31 @@ describe('tensorFromHostArray', () => {
     expect(released).toBe(0);
     view.free();
     expect(released).toBe(1);
+  });
+
+  it('counts against the emulated limit beside the allocator, refusing past it with nothing taken', () => {
+    const backend = createCpuBackend({ memoryLimit: 4096 });
+    const block = tensor(new Float32Array(512), { backend }); // 2048 bytes in the allocator
+    let released = 0;
+    const outside = tensorFromHostArray(backend, new Float32Array(256), {
+      onRelease: () => released++,
+    }); // 1024 bytes outside it: 3072 of 4096
+    // Another 1024 + 4 would pass the limit; the error gives the external share.
+    expect(() => tensorFromHostArray(backend, new Float32Array(257))).toThrowError(
+      new OutOfMemoryError(1028, 2048, 4096, 'cpu', 1024),
+    );
+    expect(backend.memoryStats()).toMatchObject({ allocated: 2048, externalBytes: 1024 });
+    expect(() => tensor(new Float32Array(512), { backend })).toThrow(
+      '[allocate] cpu out of memory: requested 2048 bytes with 2048 allocated (and 1024 bytes of external memory) and a limit of 4096',
+    );
+    outside.free();
+    expect(released).toBe(1);
+    // Given back, the same bytes fit again, in the allocator or outside it.
+    const again = tensorFromHostArray(backend, new Float32Array(512));
+    expect(backend.memoryStats()).toMatchObject({ externalBytes: 2048 });
+    again.free();
+    block.free();
+    tensor(new Float32Array(1024), { backend }).free();
   });
 
   it('takes f16 bits with a dtype and refuses what does not fit, with typed errors', async () => {

@@ -14,7 +14,9 @@ export type ExternalArray = Float32Array | Float64Array | Int32Array | Uint16Arr
  * (a collective's registered buffer from `group.allocate`, so collectives on the tensor take their
  * in-place paths; a WebAssembly memory; a shared buffer of worker threads). The backend never pools
  * or frees that memory: `free()` only drops the tensor's reference, and `memoryStats()` counts it
- * as `externalBytes` (and its peak), outside the allocator and its limit; `onRelease` tells the
+ * as `externalBytes` (and its peak), outside the allocator but under its emulated limit (an
+ * `OutOfMemoryError` past it, the array still the caller's: [Note: the limit covers external
+ * memory]); `onRelease` tells the
  * owner when the last reference went (`group.free` for a registered buffer). The caller keeps the memory alive while
  * the tensor (or a view, or an autograd node that saved it) is in use.
  *

@@ -14,10 +14,14 @@ import { shardCount } from '../strategy/sharding.js';
  * b T C (34 + 5 nHead T / C) bytes in 16 bits, doubled for f32, per micro-batch of b sequences;
  * the logits, their softmax and their gradient add 3 b T V elements. Host batches add 8 bytes per
  * token of the global batch. FSDP shards the 16 bytes (and the masters) over its ranks (a node's
- * with `--sharding hybrid`, none with `none`), so its
- * floor is 16P/N (the unit gathered in full at a time comes on top, uncounted). The estimate is
- * one rank's. The emulated limit applies to the caching allocator's size classes,
- * so the estimate is a floor of what it will see, not a promise that the run fits.
+ * with `--sharding hybrid`, none with `none`), so its floor is 16P/N; the units it holds in full
+ * come on top (`gatheredBytes`): the root's (the tied embedding and the rest outside the blocks)
+ * for the whole step, two blocks at a time (the one computing and the one prefetched), and the
+ * largest unit's unsharded gradient before its reduce-scatter; with `--sharding grad-op` every
+ * unit's full parameters after forward. The estimate is one rank's. The emulated limit applies to
+ * the caching allocator's size classes and to FSDP's registered memory ([Note: the limit covers
+ * external memory] in tensor-core), so the estimate is a floor of what it will see, not a promise
+ * that the run fits.
  */
 export function estimateBytes(config: TrainConfig, vocabSize: number): number {
   const microBatch = config.batchSize / (config.worldSize * config.gradAccum);
@@ -34,7 +38,25 @@ export function estimateBytes(config: TrainConfig, vocabSize: number): number {
   const logits = 3 * microBatch * t * vocabSize * 4;
   const hostBatch = 8 * config.batchSize * t;
   const shards = config.strategy === 'fsdp' ? shardCount(config.sharding, config.worldSize) : 1;
-  return (params * (16 + masterExtra)) / shards + nLayer * perLayer + logits + hostBatch;
+  const block = 12 * c * c + 13 * c;
+  const gathered =
+    shards === 1 ? 0 : gatheredBytes(config, params, params - nLayer * block, block, elementBytes);
+  return (params * (16 + masterExtra)) / shards + gathered + nLayer * perLayer + logits + hostBatch;
+}
+
+/**
+ * FSDP's full parameters and gradient on top of its shards ([Note: the memory estimate]): the
+ * trainer wraps each block as a unit and the root holds the rest (`root` parameters).
+ */
+function gatheredBytes(
+  config: TrainConfig,
+  params: number,
+  root: number,
+  block: number,
+  elementBytes: number,
+): number {
+  const full = config.sharding === 'grad-op' ? params : root + 2 * block;
+  return (full + Math.max(root, block)) * elementBytes;
 }
 
 /** Refuse (a `UsageError`) a run whose estimate passes `--memory-limit` or `freeHostBytes`. */

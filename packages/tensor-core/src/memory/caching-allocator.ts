@@ -18,7 +18,8 @@ export interface MemoryStats {
   limit: number | undefined;
   /**
    * Bytes of memory the backend computes on but does not own (tensors over a caller's buffers,
-   * `tensorFromHostArray`): never pooled, not under the limit. Absent on backends without it.
+   * `tensorFromHostArray`): never pooled, under the limit beside `allocated` ([Note: the limit
+   * covers external memory]). Absent on backends without it.
    */
   externalBytes?: number;
   /** Highest `externalBytes` since creation or the last `resetPeak`. */
@@ -93,6 +94,16 @@ export function sizeClass(byteSize: number): number {
  * Buffers of another kind than tensor storage (`usage`, such as WebGPU's MAP_READ staging buffers
  * for reads) come from the same allocator in their own pools: every device byte is in `allocated`,
  * `reserved` and their peaks, and under the limit, whatever it is for.
+ *
+ * [Note: the limit covers external memory]
+ * A backend may compute on memory it did not allocate (the CPU backend's `wrapExternal`: FSDP's
+ * flat buffers in a group's registered memory, [Note: flat buffers in registered memory] in
+ * fsdp). That memory is the device's as much as a block is, so it counts against the emulated
+ * limit (`chargeOutside`) though not in `allocated` or its peak (the backend reports it as
+ * `externalBytes`): FSDP over `shm` under `--memory-limit` is refused by the same
+ * `OutOfMemoryError` as in-allocator memory, its message giving the external share. Before this,
+ * a GPT-2 small run on 4 `shm` ranks under a 2.79 GiB limit held 1.57 GiB in the allocator and
+ * 0.80 GiB of registered memory a rank uncounted.
  */
 export class CachingAllocator<B> {
   private readonly pools = new Map<string, B[]>();
@@ -107,6 +118,9 @@ export class CachingAllocator<B> {
   /** Bytes in the pools (released blocks kept for reuse). */
   private pooled = 0;
 
+  /** Bytes the backend computes on outside its blocks, under the limit too (`chargeOutside`). */
+  private outside = 0;
+
   /**
    * `maxPooledBytes`: the most the pools keep (default: no bound); see [Note: a bounded pool].
    */
@@ -119,8 +133,8 @@ export class CachingAllocator<B> {
   /** A block of at least `byteSize` bytes of kind `usage` (default `'storage'`). */
   allocate(byteSize: number, usage = STORAGE): Block<B> {
     const size = sizeClass(byteSize);
-    if (this.limit !== undefined && this.allocated + size > this.limit) {
-      throw new OutOfMemoryError(size, this.allocated, this.limit, this.deviceName);
+    if (this.limit !== undefined && this.allocated + this.outside + size > this.limit) {
+      throw this.outOfMemory(size);
     }
     const key = poolKey(usage, size);
     const pool = this.pools.get(key);
@@ -169,6 +183,33 @@ export class CachingAllocator<B> {
     }
     this.pools.clear();
     this.pooled = 0;
+  }
+
+  /**
+   * Counts `bytes` of memory the backend computes on but did not allocate (tensors over a
+   * caller's buffers, such as the registered memory FSDP's flat buffers live in) against the
+   * limit, beside `allocated`: see [Note: the limit covers external memory]. Throws
+   * `OutOfMemoryError` (nothing counted) when they would pass it; `bytes` below 0 gives back.
+   */
+  chargeOutside(bytes: number): void {
+    if (
+      bytes > 0 &&
+      this.limit !== undefined &&
+      this.allocated + this.outside + bytes > this.limit
+    ) {
+      throw this.outOfMemory(bytes);
+    }
+    this.outside += bytes;
+  }
+
+  private outOfMemory(requested: number): OutOfMemoryError {
+    return new OutOfMemoryError(
+      requested,
+      this.allocated,
+      this.limit!,
+      this.deviceName,
+      this.outside,
+    );
   }
 
   setLimit(bytes: number | undefined): void {

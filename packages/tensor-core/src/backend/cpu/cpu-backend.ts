@@ -152,6 +152,8 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     onRelease?: () => void,
   ): RawStorage {
     this.assertLive('wrapExternal');
+    // Under the emulated limit like any block: [Note: the limit covers external memory].
+    this.allocator.chargeOutside(ownedBytes);
     const raw: CpuStorage = { buffer: buffer as ArrayBuffer, byteSize };
     this.external.set(raw, { bytes: ownedBytes, onRelease });
     this.externalBytes += ownedBytes;
@@ -164,6 +166,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     if (entry !== undefined) {
       this.external.delete(storage);
       this.externalBytes -= entry.bytes;
+      this.allocator.chargeOutside(-entry.bytes);
       entry.onRelease?.();
       return;
     }
