@@ -180,6 +180,10 @@ export async function saveCheckpoint(
     history: { records: [...earlier.records, ...records], evals: [...earlier.evals, ...evals] },
   };
   const partial = await beginCheckpoint(root, step, run.lead);
+  // Rank 0 empties and makes the step's folder before any rank writes into it: without this
+  // barrier a rank that began first (an elastic world re-saving a step) saw its folder removed
+  // under it (`ENOENT`) or its shard deleted.
+  if (run.group !== null && run.group.size > 1) await run.group.barrier().wait();
   await prepared.saveCheckpoint(partial, run.optimizer, state);
   if (run.lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
 }
