@@ -139,9 +139,28 @@ export async function accumulatedStep(
   microLosses: readonly (() => Tensor | Promise<Tensor>)[],
   options: StepOptions,
 ): Promise<MixedStepResult> {
-  const weight = 1 / microLosses.length;
   const { mixed } = options;
   const zeroGrad = () => (mixed?.mixed ? mixed.mixed.zeroGrad() : optimizer.zeroGrad());
+  try {
+    return await stepOnce(params, optimizer, microLosses, options, zeroGrad);
+  } catch (error) {
+    // A step that failed part way (a collective lost with a member of an elastic world, a loss
+    // that is not finite) leaves no gradient behind: the step run again after the failure must
+    // not add its gradients to the failed attempt's.
+    zeroGrad();
+    throw error;
+  }
+}
+
+async function stepOnce(
+  params: readonly Tensor[],
+  optimizer: Optimizer<object, object>,
+  microLosses: readonly (() => Tensor | Promise<Tensor>)[],
+  options: StepOptions,
+  zeroGrad: () => void,
+): Promise<MixedStepResult> {
+  const weight = 1 / microLosses.length;
+  const { mixed } = options;
   let total = 0;
   for (const [m, computeLoss] of microLosses.entries()) {
     const microStep = async () => {
@@ -162,12 +181,7 @@ export async function accumulatedStep(
     await (last || options.noSync === undefined ? microStep() : options.noSync(microStep));
   }
   if (options.meanOverRanks !== undefined) total = await options.meanOverRanks(total);
-  try {
-    options.check?.(total);
-  } catch (error) {
-    zeroGrad();
-    throw error;
-  }
+  options.check?.(total);
   const clipGrads = options.clipGrads ?? ((maxNorm) => clipGradNorm(params, maxNorm));
   if (mixed === undefined) {
     const gradNorm = await clipGrads(options.clip);

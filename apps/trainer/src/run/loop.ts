@@ -142,6 +142,10 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
   });
   // The strategy's part after the optimizer step (diloco's outer sync), inside the step's time.
   const outer = (await prepared.afterStep?.(step)) ?? null;
+  // Under --elastic no collective of the loop's own follows the update: a member lost there would
+  // fail a step whose parameters had moved, and the step, run again, would move them twice. The
+  // per-rank fields are left out ([Note: elastic training in the trainer]).
+  const solo = quiet || (config.elastic ?? null) !== null;
   const ms = performance.now() - start;
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   return {
@@ -155,10 +159,10 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
     ...(outer === null ? {} : { outerStep: outer.outerStep, outerBytesSent: outer.bytesSent }),
     peakDeviceBytes: backend.memoryStats().peakAllocated,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
-    ...(group !== null && group.size > 1 && !quiet
+    ...(group !== null && group.size > 1 && !solo
       ? await perRankFields(group, backend.memoryStats().peakAllocated, tokensPerStep, ms)
       : {}),
-    ...(await hostMemoryFields(quiet ? null : group)),
+    ...(await hostMemoryFields(solo ? null : group)),
   };
 }
 
