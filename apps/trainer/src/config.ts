@@ -123,6 +123,11 @@ export interface ElasticCoordinatorSettings {
   maxWorldSize: number;
   /** How long to wait for members below the minimum, and for more at the start. */
   waitSeconds: number;
+  /**
+   * `--browser-port` given: also serve the page a browser tab opens to join the world, training
+   * with this command's own training flags ([Note: browser tabs in an elastic world]).
+   */
+  page: boolean;
 }
 
 /** The batch must split evenly over the ranks and their micro-batches. */

@@ -66,8 +66,11 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
     if (config.elasticCoordinator) {
       // Node only, loaded on demand: [Note: elastic training in the trainer].
       const { hostElasticCoordinator } = await import('./ranks/elastic-coordinator.js');
-      await hostElasticCoordinator(config.elasticCoordinator, config.browserHost, (line) =>
-        io.stdout(`${line}\n`),
+      await hostElasticCoordinator(
+        config.elasticCoordinator,
+        config.browserHost,
+        (line) => io.stdout(`${line}\n`),
+        config,
       );
       return { exitCode: 0 };
     }

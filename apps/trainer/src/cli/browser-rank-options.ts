@@ -11,14 +11,20 @@ import type { TrainConfig } from '../config.js';
  */
 export function checkBrowserRanks(config: TrainConfig): void {
   const k = config.browserRanks;
+  if (k === 0 && config.elasticCoordinator) {
+    // The coordinator binds and announces --browser-host, and serves tabs its page on
+    // --browser-port ([Note: browser tabs in an elastic world]).
+    checkBrowserHost(config.browserHost);
+    return;
+  }
   if (k === 0) {
     if (config.browserPort !== 0) {
-      throw new UsageError('--browser-port applies with --browser-ranks', {
+      throw new UsageError('--browser-port applies with --browser-ranks or --elastic-coordinator', {
         option: '--browser-port',
       });
     }
     if (config.browserHost !== '127.0.0.1') {
-      throw new UsageError('--browser-host applies with --browser-ranks', {
+      throw new UsageError('--browser-host applies with --browser-ranks or --elastic-coordinator', {
         option: '--browser-host',
       });
     }

@@ -31,6 +31,7 @@ describe('the elastic flags', () => {
       minWorldSize: 1,
       maxWorldSize: 64,
       waitSeconds: 60,
+      page: false,
     });
     expect(
       parse(
@@ -43,7 +44,39 @@ describe('the elastic flags', () => {
         '--elastic-wait-seconds',
         '5',
       ).elasticCoordinator,
-    ).toEqual({ port: 0, minWorldSize: 2, maxWorldSize: 3, waitSeconds: 5 });
+    ).toEqual({ port: 0, minWorldSize: 2, maxWorldSize: 3, waitSeconds: 5, page: false });
+  });
+
+  it('--browser-port on the coordinator serves the tab page; --browser-host is what it binds', () => {
+    const tabs = ['--elastic-coordinator', '0', '--strategy', 'ddp', '--backend', 'cpu'];
+    expect(parse(...tabs, '--browser-port', '8080')).toMatchObject({
+      elasticCoordinator: { page: true },
+      browserPort: 8080,
+    });
+    expect(parse(...tabs, '--browser-port', '0').elasticCoordinator!.page).toBe(true);
+    expect(parse('--elastic-coordinator', '0', '--browser-host', '10.0.0.2')).toMatchObject({
+      browserHost: '10.0.0.2',
+      elasticCoordinator: { page: false },
+    });
+    const page = '--elastic-coordinator with --browser-port:';
+    expectUsage(
+      () => parse('--elastic-coordinator', '0', '--browser-port', '0', '--strategy', 'fsdp'),
+      `${page} tabs join as members of --strategy ddp, not fsdp`,
+      '--strategy',
+    );
+    expectUsage(
+      () => parse(...tabs, '--browser-port', '0', '--precision', 'fp16'),
+      `${page} elastic members train in fp32, not fp16`,
+      '--precision',
+    );
+    for (const flag of ['--save', '--log-jsonl', '--init', '--checkpoint-dir']) {
+      const extra = flag === '--checkpoint-dir' ? ['--checkpoint-every', '2'] : [];
+      expectUsage(
+        () => parse(...tabs, '--browser-port', '0', flag, 'x', ...extra),
+        `${page} the tabs train with these flags and a tab reads and writes no files (give ${flag} to a Node member)`,
+        flag,
+      );
+    }
   });
 
   it('refuses what an elastic member cannot do, naming the flag', () => {

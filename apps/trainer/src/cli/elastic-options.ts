@@ -1,5 +1,6 @@
 import type { ElasticCoordinatorSettings, TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
+import { checkElasticPage } from './elastic-page-options.js';
 
 /** The elastic flags' parser entries (see [Note: elastic training in the trainer]). */
 export const ELASTIC_OPTIONS = {
@@ -60,7 +61,9 @@ export function elasticOptions(
       );
     }
     const waitSeconds = integer('elastic-wait-seconds', v['elastic-wait-seconds'], 60, 0, 86400);
-    elasticCoordinator = { port, minWorldSize, maxWorldSize, waitSeconds };
+    const page = v['browser-port'] !== undefined;
+    elasticCoordinator = { port, minWorldSize, maxWorldSize, waitSeconds, page };
+    if (page) checkElasticPage(config);
   }
   const elastic = v.elastic ?? null;
   if (elastic !== null) {

@@ -273,7 +273,11 @@ describe('parseOptions', () => {
         '--browser-ranks 1: --checkpoint-every needs files on every rank, and a browser tab reads and writes none',
         '--checkpoint-every',
       ],
-      [['--browser-port', '8123'], '--browser-port applies with --browser-ranks', '--browser-port'],
+      [
+        ['--browser-port', '8123'],
+        '--browser-port applies with --browser-ranks or --elastic-coordinator',
+        '--browser-port',
+      ],
     ];
     for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
   });
@@ -302,7 +306,7 @@ describe('parseOptions', () => {
       ],
       [
         [...tabs, '--browser-host', '10.0.0.2'],
-        '--browser-host applies with --browser-ranks',
+        '--browser-host applies with --browser-ranks or --elastic-coordinator',
         '--browser-host',
       ],
     ];

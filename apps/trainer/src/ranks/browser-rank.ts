@@ -7,6 +7,8 @@ import type { TrainConfig } from '../config.js';
 import { datasetFromBytes } from '../data/dataset.js';
 import { Gpt2Tokenizer } from '../data/gpt2-tokenizer.js';
 import type { StepRecord } from '../progress.js';
+import type { RunIO } from '../run/run-io.js';
+import { trainElastic } from '../run/elastic-run.js';
 import { train } from '../train.js';
 
 /** What the Node process serves at `/job.json`: the run's flags and where its store is. */
@@ -14,6 +16,11 @@ export interface BrowserJob {
   config: TrainConfig;
   /** The join URL of `connectBrowserRank` (the token is in the page's fragment, not here). */
   join: string;
+  /**
+   * `join` is an elastic world's coordinator: the tab joins it as a member (`trainElastic`)
+   * instead of taking a fixed rank ([Note: browser tabs in an elastic world]).
+   */
+  elastic?: boolean;
 }
 
 /** Where the tab is, for the page's text and for tests (`window.webshardRank`). */
@@ -66,30 +73,31 @@ export async function runBrowserRank(
       dataBytes: null,
       dataMs: null,
     };
+    const io: RunIO = {
+      stdout: say,
+      isTTY: false,
+      ...(hooks.step === undefined ? {} : { onStep: hooks.step }),
+      createBackend: (config, vocabSize) => chooseBackend(config, vocabSize, say),
+      loadData: async (path, blockSize, tokenizer) => {
+        const started = performance.now();
+        const response = await fetch(new URL('/data', origin));
+        if (!response.ok) throw new Error(`GET /data: ${response.status}`);
+        const bytes = new Uint8Array(await response.arrayBuffer());
+        link.dataBytes = bytes.byteLength;
+        link.dataMs = performance.now() - started;
+        hooks.job?.(job, link);
+        const gpt2 = tokenizer === 'gpt2' ? await Gpt2Tokenizer.load() : null;
+        return datasetFromBytes(bytes, path, blockSize, gpt2);
+      },
+    };
+    if (job.elastic === true) {
+      await runElasticMember(job, token, io, hooks);
+      return;
+    }
     const { group, rank, worldSize } = await connectBrowserRank({ url: job.join, token });
     hooks.report({ state: 'training', rank, worldSize });
     try {
-      const summary = await train(
-        job.config,
-        {
-          stdout: say,
-          isTTY: false,
-          ...(hooks.step === undefined ? {} : { onStep: hooks.step }),
-          createBackend: (config, vocabSize) => chooseBackend(config, vocabSize, say),
-          loadData: async (path, blockSize, tokenizer) => {
-            const started = performance.now();
-            const response = await fetch(new URL('/data', origin));
-            if (!response.ok) throw new Error(`GET /data: ${response.status}`);
-            const bytes = new Uint8Array(await response.arrayBuffer());
-            link.dataBytes = bytes.byteLength;
-            link.dataMs = performance.now() - started;
-            hooks.job?.(job, link);
-            const gpt2 = tokenizer === 'gpt2' ? await Gpt2Tokenizer.load() : null;
-            return datasetFromBytes(bytes, path, blockSize, gpt2);
-          },
-        },
-        group,
-      );
+      const summary = await train(job.config, io, group);
       hooks.report({ state: 'done', rank, losses: summary.records.map((r) => r.loss) });
     } catch (error) {
       group.abort(`rank ${rank} failed: ${(error as Error).message}`);
@@ -101,4 +109,26 @@ export async function runBrowserRank(
     const { name, message } = error as Error;
     hooks.report({ state: 'failed', error: { name, message } });
   }
+}
+
+/**
+ * The tab as a member of an elastic world (`job.elastic`): `trainElastic` over `ws`, its rank
+ * whatever each epoch gives it (the status shows the first; the coordinator's lines the rest).
+ */
+async function runElasticMember(
+  job: BrowserJob,
+  token: string,
+  io: RunIO,
+  hooks: BrowserRankHooks,
+): Promise<void> {
+  const summary = await trainElastic({ ...job.config, elastic: job.join, transport: 'ws' }, io, {
+    token,
+    name: 'browser tab',
+    admitted: (rank, worldSize) => hooks.report({ state: 'training', rank, worldSize }),
+  });
+  hooks.report({
+    state: 'done',
+    rank: summary.rank ?? 0,
+    losses: summary.records.map((r) => r.loss),
+  });
 }

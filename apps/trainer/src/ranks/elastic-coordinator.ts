@@ -1,5 +1,33 @@
 import { ElasticCoordinator } from '@webshard/collectives/node';
-import type { ElasticCoordinatorSettings } from '../config.js';
+import type { ElasticCoordinatorSettings, TrainConfig } from '../config.js';
+import { DEFAULT_CORPUS_PATH } from '../corpus.js';
+import { type PageServer, servePage } from './browser-job.js';
+
+/*
+ * [Note: browser tabs in an elastic world]
+ * `--elastic-coordinator PORT --browser-port P` also serves the page a tab opens to join the
+ * world (./browser-job.ts, as for `--browser-ranks`), at `http://HOST:P/#token=...`. Its
+ * `/job.json` holds the coordinator's own training flags with `--elastic` set to the
+ * coordinator's URL and `elastic: true`, so the tab runs `trainElastic` over `ws` as one more
+ * member ([Note: elastic training in the trainer]): admitted at the next sync point with rank 0's
+ * state, dropped at the next sync when its tab closes. A tab cannot listen, so it reaches the
+ * others through a Node member's `ws` listener ([Note: ws connections] in collectives): the Node
+ * members join with `--transport ws`, and a world of tabs alone cannot form. What a tab cannot do
+ * (files, fsdp's checkpoints, 16-bit precision) is refused on the coordinator's command line
+ * (cli/elastic-page-options.ts). The page is served over plain http: off loopback the tab is no
+ * secure context (no WebGPU; give `--backend cpu`) and the token travels in cleartext.
+ */
+
+/** The page tabs open, serving the coordinator's training flags as an elastic member's job. */
+function serveTabPage(config: TrainConfig, url: string): Promise<PageServer> {
+  const data = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
+  const job = {
+    config: { ...config, data, elastic: url, elasticCoordinator: null, transport: 'ws' as const },
+    join: url,
+    elastic: true,
+  };
+  return servePage(job, data, { host: config.browserHost, port: config.browserPort });
+}
 
 /**
  * `webshard-train --elastic-coordinator PORT`: hosts an elastic world's coordinator ([Note: elastic
@@ -12,12 +40,14 @@ export async function hostElasticCoordinator(
   settings: ElasticCoordinatorSettings,
   host: string,
   say: (line: string) => void,
+  tabs: TrainConfig | null = null,
 ): Promise<void> {
   const waitMs = settings.waitSeconds * 1000;
+  const token = process.env.WEBSHARD_TOKEN ?? '';
   const coordinator = await ElasticCoordinator.start({
     port: settings.port,
     host,
-    token: process.env.WEBSHARD_TOKEN ?? '',
+    token,
     minWorldSize: settings.minWorldSize,
     maxWorldSize: settings.maxWorldSize,
     joinWindowMs: waitMs,
@@ -26,6 +56,12 @@ export async function hostElasticCoordinator(
   say(
     `elastic coordinator: ${coordinator.url} (world size ${settings.minWorldSize} to ${settings.maxWorldSize}); members join with --elastic ${coordinator.url}`,
   );
+  const page = settings.page && tabs !== null ? await serveTabPage(tabs, coordinator.url) : null;
+  if (page !== null) {
+    say(
+      `elastic: browser tabs join at http://${host}:${page.port}/#token=${token} (each tab a member, training with this command's flags)`,
+    );
+  }
   let told = 0;
   const toldWaiting = new Set<number>();
   const tell = () => {
@@ -47,6 +83,7 @@ export async function hostElasticCoordinator(
     say('elastic coordinator: every member left; the job is over');
   } finally {
     clearInterval(ticker);
+    await page?.close();
     await coordinator.close();
   }
 }

@@ -1,96 +1,27 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { FIXTURES } from '../test-support/fixtures.js';
+import { cli, killStarted, type Line, lines, until } from '../test-support/cli-process.js';
 
 // [Note: elastic training in the trainer], end to end over tcp and ws: a coordinator and 3 member
 // processes started with the same command; one kills itself (SIGKILL) after its 3rd step, the
 // others go on as 2, a 4th process started with the same command joins, and the 3 finish. The
 // loss matches one process trained on the same global batches, which is what DDP at any world
 // size computes (up to the order of the sums).
-const CLI = join(import.meta.dirname, '..', 'cli.ts');
 const STEPS = 40;
 const MODEL = ['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'];
 const COMMON = [...MODEL, '--batch-size', '12', '--steps', String(STEPS), '--backend', 'cpu'];
 const RUN = [...COMMON, '--sample-length', '0', '--seed', '7'];
 
 let out: string;
-const children: ChildProcess[] = [];
 beforeAll(async () => {
   out = await mkdtemp(join(tmpdir(), 'webshard-elastic-'));
 });
 afterAll(async () => {
-  for (const child of children) {
-    if (child.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
-  }
+  killStarted();
   await rm(out, { recursive: true, force: true });
 });
-
-interface Started {
-  child: ChildProcess;
-  stdout: () => string;
-  done: Promise<{ code: number | null; signal: string | null; stderr: string }>;
-}
-
-function cli(args: readonly string[], env: Record<string, string> = {}): Started {
-  const child = spawn(
-    process.execPath,
-    ['--conditions=@webshard/source', '--import', 'tsx', CLI, ...args],
-    {
-      cwd: FIXTURES,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      // A process group of its own, so the test can stop and kill the CLI with its child.
-      detached: true,
-      env: { ...process.env, INIT_CWD: undefined, ...env },
-    },
-  );
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
-    stdout += chunk.toString();
-  });
-  child.stderr!.on('data', (chunk: Buffer) => {
-    stderr += chunk.toString();
-  });
-  const done = new Promise<{ code: number | null; signal: string | null; stderr: string }>(
-    (resolve) => child.on('close', (code, signal) => resolve({ code, signal, stderr })),
-  );
-  return { child, stdout: () => stdout, done };
-}
-
-async function until<T>(
-  what: string,
-  probe: () => T | undefined | null,
-  timeoutMs = 40_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = probe();
-    if (value !== undefined && value !== null) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-interface Line {
-  event?: 'membership';
-  step: number;
-  loss?: number;
-  worldSize?: number;
-  left?: number[];
-  joined?: number[];
-}
-
-async function lines(path: string): Promise<Line[]> {
-  const text = await readFile(path, 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .filter((line) => line !== '')
-    .map((line) => JSON.parse(line) as Line);
-}
 
 it.each(['tcp', 'ws'])(
   'trains through 3 -> 2 -> 3 members over %s, exit 0, the loss of one uninterrupted process',

@@ -26,7 +26,11 @@ import { type Run, setUpRun } from './set-up.js';
  * member takes its share of the same global batch (`--batch-size` must divide by every world size
  * the job may have, times `--grad-accum`). After every step each member reaches a sync point; a
  * step that failed because a member died (its collectives abort) is not counted and runs again in
- * the new world. After a change, under DDP the members rebuild DDP over the new group and take
+ * the new world. So that a failed step never moved the parameters, its gradients are cleared
+ * (`accumulatedStep`) and no collective of the loop follows the optimizer's update (the step
+ * records leave out the per-rank fields): the tab test found both, a failed attempt's gradients
+ * added to the step run again, and a member lost in the memory gathers after the update moving
+ * the parameters twice (a loss 0.8-1.9 % off one process's). After a change, under DDP the members rebuild DDP over the new group and take
  * rank 0's state ([Note: the trainer's elastic state]); under FSDP, whose state is sharded (a
  * member that left took its shards), every member builds the run anew for the new world and
  * restarts from the last sharded checkpoint of `--checkpoint-dir` (`restartSharded`). Rank 0
@@ -109,16 +113,32 @@ async function restartSharded(
   );
 }
 
+/** How this member joins: what a tab passes (`runBrowserRank`); a Node member's come from its env. */
+export interface ElasticMemberOptions {
+  /** The join token (default `WEBSHARD_TOKEN`); a tab's comes from its page's fragment. */
+  token?: string;
+  /** The name the coordinator shows (default `pid N`). */
+  name?: string;
+  /** Called once admitted, with the first epoch's rank and world size. */
+  admitted?: (rank: number, worldSize: number) => void;
+}
+
 /**
  * One member's run of an elastic job ([Note: elastic training in the trainer]): join, set up,
  * step with a sync point after every step, finish. Resolves when the job's last step is done.
  */
-export async function trainElastic(config: TrainConfig, io: RunIO): Promise<TrainSummary> {
+export async function trainElastic(
+  config: TrainConfig,
+  io: RunIO,
+  member: ElasticMemberOptions = {},
+): Promise<TrainSummary & { rank?: number }> {
   const elastic = await joinElastic({
     url: config.elastic!,
     backend: config.transport === 'ws' ? 'ws' : 'tcp',
-    name: `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
+    name: member.name ?? `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
+    ...(member.token === undefined ? {} : { token: member.token }),
   });
+  member.admitted?.(elastic.membership.rank, elastic.membership.worldSize);
   try {
     const sharded = config.strategy === 'fsdp';
     checkBatch(config, elastic.membership.worldSize);
@@ -157,6 +177,7 @@ export async function trainElastic(config: TrainConfig, io: RunIO): Promise<Trai
         step += 1;
         records.push(record);
         progress.step(record, (performance.now() - started) / 1000);
+        io.onStep?.(record);
         await log?.write(logLine(record));
         faultPoint('step');
       }
@@ -188,9 +209,17 @@ export async function trainElastic(config: TrainConfig, io: RunIO): Promise<Trai
     if (records.length === 0) {
       // Admitted at the job's last sync point: the state is the final one, nothing is left to train.
       run.say('elastic: admitted after the last step; nothing left to train');
-      return { model: run.model, backend: run.backend, records, evals: [], sample: '' };
+      return {
+        model: run.model,
+        backend: run.backend,
+        records,
+        evals: [],
+        sample: '',
+        rank: elastic.group.rank,
+      };
     }
-    return await finishRun(run, { records, evals: [], started, interrupted: null });
+    const summary = await finishRun(run, { records, evals: [], started, interrupted: null });
+    return { ...summary, rank: elastic.group.rank };
   } finally {
     await elastic.close();
   }

@@ -1,0 +1,112 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { FIXTURES } from './fixtures.js';
+
+/*
+ * The CLI as a process of its own, for the tests of jobs whose members come and go (the elastic
+ * tests kill, freeze and start members): started in a process group of its own so a test can stop
+ * or kill the CLI with its child, its output captured, the JSONL it writes read back.
+ */
+const CLI = join(import.meta.dirname, '..', 'cli.ts');
+
+/** Every CLI process started, so that `killStarted` can end what a failed test left running. */
+const started: ChildProcess[] = [];
+
+/** A started CLI: the child, its stdout so far, and how it ended. */
+export interface Started {
+  child: ChildProcess;
+  stdout: () => string;
+  done: Promise<{ code: number | null; signal: string | null; stderr: string }>;
+}
+
+/** `webshard-train args` from the fixtures folder, with `env` added to this process's. */
+export function cli(args: readonly string[], env: Record<string, string> = {}): Started {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@webshard/source', '--import', 'tsx', CLI, ...args],
+    {
+      cwd: FIXTURES,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // A process group of its own, so the test can stop and kill the CLI with its child.
+      detached: true,
+      env: { ...process.env, INIT_CWD: undefined, ...env },
+    },
+  );
+  started.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const done = new Promise<{ code: number | null; signal: string | null; stderr: string }>(
+    (resolve) => child.on('close', (code, signal) => resolve({ code, signal, stderr })),
+  );
+  return { child, stdout: () => stdout, done };
+}
+
+/** SIGKILL to every started CLI still running (an `afterAll`). */
+export function killStarted(): void {
+  for (const child of started) {
+    if (child.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+  }
+}
+
+/** Sends `signal` to each CLI's whole process group (the CLI runs the trainer in a child). */
+export function signalAll(members: readonly Started[], signal: NodeJS.Signals): void {
+  for (const m of members) process.kill(-m.child.pid!, signal);
+}
+
+/** Polls `probe` every 50 ms until it gives a value; throws after `timeoutMs`. */
+export async function until<T>(
+  what: string,
+  probe: () => T | undefined | null,
+  timeoutMs = 40_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value !== undefined && value !== null) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** A line of the JSONL log: a step's record or a change of membership. */
+export interface Line {
+  event?: 'membership';
+  step: number;
+  loss?: number;
+  worldSize?: number;
+  left?: number[];
+  joined?: number[];
+}
+
+/** The JSONL log at `path` ([] before it exists). */
+export async function lines(path: string): Promise<Line[]> {
+  const text = await readFile(path, 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as Line);
+}
+
+/**
+ * Reads `path` every 50 ms into `latest()` (a line being written does not parse yet: the next
+ * read has it whole); `stop` ends it.
+ */
+export function followLog(path: string): { latest: () => Line[]; stop: () => void } {
+  let read: Line[] = [];
+  const timer = setInterval(() => {
+    lines(path).then(
+      (got) => {
+        read = got;
+      },
+      () => {},
+    );
+  }, 50);
+  return { latest: () => read, stop: () => clearInterval(timer) };
+}
