@@ -17,7 +17,8 @@ import { shardCount } from '../strategy/sharding.js';
  * with `--sharding hybrid`, none with `none`), so its floor is 16P/N; the units it holds in full
  * come on top (`gatheredBytes`): the root's (the tied embedding and the rest outside the blocks)
  * for the whole step, two blocks at a time (the one computing and the one prefetched), and the
- * largest unit's unsharded gradient before its reduce-scatter; with `--sharding grad-op` every
+ * largest unit's unsharded gradient twice (the reduce-scatter's input is a pre-divided copy of
+ * it: fairscale's predivide factor is 2 at 2 to 7 ranks); with `--sharding grad-op` every
  * unit's full parameters after forward. The estimate is one rank's. The emulated limit applies to
  * the caching allocator's size classes and to FSDP's registered memory ([Note: the limit covers
  * external memory] in tensor-core), so the estimate is a floor of what it will see, not a promise
@@ -56,7 +57,7 @@ function gatheredBytes(
   elementBytes: number,
 ): number {
   const full = config.sharding === 'grad-op' ? params : root + 2 * block;
-  return (full + Math.max(root, block)) * elementBytes;
+  return (full + 2 * Math.max(root, block)) * elementBytes;
 }
 
 /** Refuse (a `UsageError`) a run whose estimate passes `--memory-limit` or `freeHostBytes`. */
