@@ -19,10 +19,12 @@ let serial = 0;
  * ([Note: gradients in a store]). The optimizer's arithmetic
  * is unchanged, so training equals the in-memory FSDP bit for bit. The sharded checkpoint reads
  * the shards and the optimizer's state in and frees them again after a save, or writes back what
- * a load replaced ([Note: sharded checkpoints of shards in a store]). Anything else that reads a
- * shard outside these (the optimizer's own `step`, the optimizer's state dict) finds it freed and
- * throws `FreedTensorError` naming it; `summonFullParams` (and so the full state dict) reads the
- * shards in and writes back what it changed. Keys are `ssd<serial>.<shard name>.rank<r>`, unique in a process.
+ * a load replaced ([Note: sharded checkpoints of shards in a store]); so do the optimizer state
+ * helpers (`localOptimStateDict`, `gatherFullOptimStateDict` and their loads: [Note: optimizer
+ * state in a store]). Anything else that reads a shard or its state outside these (the optimizer's
+ * own `step`, the tensors of its own `stateDict()`) finds it freed and throws `FreedTensorError`
+ * naming it; `summonFullParams` (and so the full state dict) reads the shards in and writes back
+ * what it changed. Keys are `ssd<serial>.<shard name>.rank<r>`, unique in a process.
  */
 export class SsdShards {
   readonly store: ShardStore;
@@ -36,6 +38,8 @@ export class SsdShards {
   private readonly storedGrads = new Map<FlatParameter, Tensor>();
   /** The factor a clip applied to the stored gradients, multiplied in when they are read. */
   private gradScale = 1;
+  /** State tensors `loadAll` read in from their (current) files: freed unwritten unless changed. */
+  private readonly readState = new Set<Tensor>();
 
   constructor(
     store: ShardStore,
@@ -142,14 +146,17 @@ export class SsdShards {
     for (const [flat, key] of this.keys) {
       if (flat.shard.isFreed) await readInto(this.store, key, flat.shard, flat);
       for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
-        if (t.isFreed) await readInto(this.store, `${key}.${name}`, t, flat);
+        if (!t.isFreed) continue;
+        await readInto(this.store, `${key}.${name}`, t, flat);
+        this.readState.add(t);
       }
     }
   }
 
   /**
    * Free every shard and state tensor again; `changed` (a load replaced them): write each back
-   * first. Unchanged ones are freed as read (their files are current).
+   * first. Unchanged ones `loadAll` read are freed as read (their files are current); a state
+   * tensor that was in memory already (an `optimizer.loadStateDict` since the last step) is written.
    */
   async releaseAll(
     optimizer: Optimizer<object, object> | undefined,
@@ -159,10 +166,11 @@ export class SsdShards {
       if (changed && !flat.shard.isFreed) this.dirty.add(flat);
       for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
         if (t.isFreed) continue;
-        if (changed) await writeFrom(this.store, `${key}.${name}`, t);
+        if (changed || !this.readState.has(t)) await writeFrom(this.store, `${key}.${name}`, t);
         t.free();
       }
     }
+    this.readState.clear();
     await this.release();
   }
 
