@@ -1,7 +1,7 @@
 import { type Optimizer, Tensor } from '@webshard/tensor-core';
 import { FsdpConfigError } from '../errors.js';
 import type { FlatParameter } from '../flat-param.js';
-import type { ShardStore, ShardStoreStats } from './shard-store.js';
+import type { ShardStore, ShardStoreStats, SsdOffloadOptions } from './shard-store.js';
 
 let serial = 0;
 
@@ -11,7 +11,8 @@ let serial = 0;
  * live in a `ShardStore` between uses, and hold no memory ([Note: shard stores]):
  * - forward and pre-backward: each shard is read in (`load`) just before its all-gather and freed
  *   (`release`) once the gather completed; the file is still current, so nothing is written. The
- *   first release writes it. Such a unit is never prefetched: its gather waits for its read.
+ *   first release writes it. Such a unit is not prefetched; its shard can be read ahead
+ *   ([Note: reading ahead from a store]).
  * - the step: `stepOffloaded(model, optimizer)` steps one flat parameter at a time: its shard and
  *   its optimizer state read in, the optimizer run with every other parameter's gradient set aside,
  *   then shard and state written back and freed. At most one unit's shard and state are in memory.
@@ -38,16 +39,25 @@ export class SsdShards {
   private readonly storedGrads = new Map<FlatParameter, Tensor>();
   /** The factor a clip applied to the stored gradients, multiplied in when they are read. */
   private gradScale = 1;
+  /** A `readAhead` in flight (its errors dropped: `load` reads again what it did not). */
+  private ahead: Promise<void> | null = null;
   /** State tensors `loadAll` read in from their (current) files: freed unwritten unless changed. */
   private readonly readState = new Set<Tensor>();
+
+  /** `offloadGradients` ([Note: gradients in a store]). */
+  readonly offloadsGradients: boolean;
+  /** `readAhead` ([Note: reading ahead from a store]). */
+  readonly readsAhead: boolean;
 
   constructor(
     store: ShardStore,
     rank: number,
     flats: readonly FlatParameter[],
-    readonly offloadsGradients = false,
+    options: Pick<SsdOffloadOptions, 'offloadGradients' | 'readAhead'> = {},
   ) {
     this.store = store;
+    this.offloadsGradients = options.offloadGradients === true;
+    this.readsAhead = options.readAhead === true;
     const id = serial++;
     for (const flat of flats) {
       this.keys.set(
@@ -60,6 +70,33 @@ export class SsdShards {
 
   /** Read back from the store every shard that is freed and is about to be gathered. */
   async load(): Promise<void> {
+    await this.settle();
+    await this.readShards();
+  }
+
+  /**
+   * With `readAhead`: start `load` ahead, while another unit computes ([Note: reading ahead from a
+   * store]); the next `load` (or any other use of the shards) waits for it. A failed read-ahead is
+   * retried there. Without it, nothing.
+   */
+  readAhead(): void {
+    if (!this.readsAhead || this.ahead !== null) return;
+    const read = this.readShards();
+    this.ahead = read.then(
+      () => {},
+      () => {},
+    );
+  }
+
+  /** Wait for a read-ahead in flight, so nothing reads or frees a shard under it. */
+  private async settle(): Promise<void> {
+    const ahead = this.ahead;
+    if (ahead === null) return;
+    await ahead;
+    this.ahead = null;
+  }
+
+  private async readShards(): Promise<void> {
     for (const [flat, key] of this.keys) {
       if (flat.shardedState === 'sharded' && flat.shard.isFreed)
         await readInto(this.store, key, flat.shard, flat);
@@ -73,6 +110,7 @@ export class SsdShards {
 
   /** Write the shards whose file is stale, then free every shard's memory. */
   async release(): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (flat.shard.isFreed) continue;
       if (this.dirty.has(flat)) {
@@ -143,6 +181,7 @@ export class SsdShards {
 
   /** Read every freed shard, and its state in `optimizer` where it has one, into memory. */
   async loadAll(optimizer: Optimizer<object, object> | undefined): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (flat.shard.isFreed) await readInto(this.store, key, flat.shard, flat);
       for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
@@ -162,6 +201,7 @@ export class SsdShards {
     optimizer: Optimizer<object, object> | undefined,
     changed: boolean,
   ): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (changed && !flat.shard.isFreed) this.dirty.add(flat);
       for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
@@ -176,6 +216,7 @@ export class SsdShards {
 
   /** Step `optimizer` on each flat parameter in turn, shard and state read in and written back. */
   async step(optimizer: Optimizer<object, object>): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (this.hasStoredGrad(flat)) {
         await readInto(this.store, `${key}.grad`, flat.shard.grad!, flat, this.gradScale);
@@ -203,6 +244,21 @@ export class SsdShards {
     this.gradScale = 1;
   }
 }
+
+/**
+ * [Note: reading ahead from a store]
+ * A unit with `ssdOffload` is never prefetched: its shard is not in memory when the prefetch would
+ * gather it. With `ssdOffload: { store, readAhead: true }`, where FSDP prefetches the next unit
+ * (`limitAllGathers`, the forward and backward orders) `readAhead` starts that unit's shard's read
+ * from the store while the current unit gathers and computes, and its own forward (or pre-backward)
+ * `load` waits for that read, then gathers as before. A read-ahead holds one shard more at a time.
+ * Every other use of the shards (release, the step, a checkpoint) waits for a read in flight
+ * first, so a late read never lands on a shard stepped since. It overlaps only where the store's
+ * reads run beside the computation: `NodeFileStore` reads through libuv's thread pool; `OpfsStore`'s
+ * synchronous handles block the worker, so there it only reorders. Values are the same bytes either
+ * way. It is off by default: on the 2-core machine it was measured on, with the files in the page
+ * cache, it made no difference beyond the noise (packages/fsdp/README.md, benchmark).
+ */
 
 /**
  * [Note: gradients in a store]
