@@ -158,20 +158,22 @@ export class SsdShards {
     this.gradScale = 1;
   }
 
-  /** The local part of the stored gradients' p-norm: sum of |g|^p, or max |g| for Infinity. */
-  async storedGradPartialNorm(normType: number): Promise<number> {
-    let total = 0;
+  /**
+   * `shard`'s gradient as it is in the store (with a pending clip's factor applied, as a read-back
+   * applies it), in a new tensor the caller frees; null when this unit does not hold it there.
+   */
+  async storedGradOf(shard: Tensor): Promise<Tensor | null> {
     for (const [flat, key] of this.keys) {
-      if (!this.hasStoredGrad(flat)) continue;
+      if (flat.shard !== shard || !this.hasStoredGrad(flat)) continue;
       const host = new Float32Array(flat.shard.size);
       await this.store.read(`${key}.grad`, new Uint8Array(host.buffer));
-      for (const raw of host) {
-        const g = Math.abs(this.gradScale === 1 ? raw : Math.fround(raw * this.gradScale));
-        if (normType === Number.POSITIVE_INFINITY) total = Number.isNaN(g) ? g : Math.max(total, g);
-        else total += normType === 2 ? g * g : g ** normType;
-      }
+      const scale = this.gradScale;
+      if (scale !== 1) for (let i = 0; i < host.length; i++) host[i] = host[i]! * scale;
+      const grad = Tensor.empty(shard.backend, [host.length], 'f32');
+      grad.write(host);
+      return grad;
     }
-    return total;
+    return null;
   }
 
   /** A clip of the stored gradients by `coef`, applied when they are read back. */
@@ -270,13 +272,13 @@ export class SsdShards {
  *   all three: at most one unit's gradient is in memory at a time.
  * - a backward before the step (accumulating over several synchronized backwards) reads the stored
  *   gradients of the units it reduces back first, so the sum is what it is in memory.
- * - `clipShardedGradNorm` streams: the local norm reads each stored gradient once (the in-memory
- *   ones as before), and the clip factor is kept and multiplied in, in f32 as the in-memory clip
- *   multiplies, when the gradient is read back.
+ * - `clipShardedGradNorm` streams: the local norm reads each stored gradient once, one at a time,
+ *   into a tensor its partial norm is computed on by the kernels `clipGradNorm` uses, and the
+ *   partials are summed by the same reduction in the same order; the clip factor is kept and
+ *   multiplied in, in f32 as the in-memory clip multiplies, when the gradient is read back.
  * - `zeroGrad` (setting gradients to none, the default) drops them: a stored gradient counts only
  *   while `shard.grad` is still the tensor it was stored from.
- * The arithmetic is the in-memory FSDP's but for the clip's norm, whose partial sums over stored
- * gradients run in f64 here: losses and weights agree to f32 rounding (tested to 1e-6).
+ * The arithmetic is the in-memory FSDP's, the clip's included: training is bit for bit the same.
  */
 
 /** The tensors of one parameter's optimizer state (Adam's `expAvg`, `expAvgSq`; SGD's momentum). */
