@@ -15,7 +15,10 @@ function option(name: string, fallback: string): string[] {
   return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
 }
 
-const worlds = option('worlds', '1,2,4').map(Number);
+// `--worlds ''` leaves the shm rows out (for the ssdOffload rows alone, with --no-webgpu).
+const worlds = option('worlds', '1,2,4')
+  .filter((w) => w !== '')
+  .map(Number);
 const CONFIG: GptConfig = { vocabSize: 256, blockSize: 32, nLayer: 4, nHead: 4, nEmbd: 96 };
 const ROWS = 4;
 
@@ -152,30 +155,73 @@ for (const world of worlds) {
   }
 }
 {
-  const inMemory = await ssdCost(CONFIG, ROWS, 5, false);
-  const offloaded = await ssdCost(CONFIG, ROWS, 5, true);
+  const inMemory = await ssdCost(CONFIG, ROWS, 5, { offload: false });
+  const offloaded = await ssdCost(CONFIG, ROWS, 5, { offload: true });
+  const readAhead = await ssdCost(CONFIG, ROWS, 5, { offload: true, readAhead: true });
+  const grads = await ssdCost(CONFIG, ROWS, 5, { offload: true, offloadGradients: true });
   const name = 'GPT 4x96, 2 ranks (local, CPU), shards and Adam state in files (ssdOffload)';
+  const gradsName = `${name}, gradients too (offloadGradients)`;
   const MiB = 2 ** 20;
+  const peer = { peer: 'FSDP, shards in memory' };
   rows.push({
     name,
     metric: 'step, vs shards in memory',
     value: offloaded.stepMs,
     unit: 'ms',
-    peer: 'FSDP, shards in memory',
+    ...peer,
     peerValue: inMemory.stepMs,
   });
   rows.push({
     name,
-    metric: 'read per step and rank',
-    value: offloaded.bytesRead / MiB,
-    unit: 'MiB',
+    metric: 'step with readAhead, vs without',
+    value: readAhead.stepMs,
+    unit: 'ms',
+    peer: 'ssdOffload without readAhead',
+    peerValue: offloaded.stepMs,
   });
-  rows.push({
-    name,
-    metric: 'written per step and rank',
-    value: offloaded.bytesWritten / MiB,
-    unit: 'MiB',
-  });
+  for (const [row, cost] of [
+    [name, offloaded],
+    [gradsName, grads],
+  ] as const) {
+    if (cost === grads) {
+      rows.push({
+        name: row,
+        metric: 'step, vs shards in memory',
+        value: cost.stepMs,
+        unit: 'ms',
+        ...peer,
+        peerValue: inMemory.stepMs,
+      });
+    }
+    rows.push({
+      name: row,
+      metric: 'read per step and rank',
+      value: cost.bytesRead / MiB,
+      unit: 'MiB',
+    });
+    rows.push({
+      name: row,
+      metric: 'written per step and rank',
+      value: cost.bytesWritten / MiB,
+      unit: 'MiB',
+    });
+    rows.push({
+      name: row,
+      metric: 'peak per rank (allocator), vs shards in memory',
+      value: cost.peakBytes / MiB,
+      unit: 'MiB',
+      ...peer,
+      peerValue: inMemory.peakBytes / MiB,
+    });
+    rows.push({
+      name: row,
+      metric: 'peak during the step (allocator), vs shards in memory',
+      value: cost.stepPeakBytes / MiB,
+      unit: 'MiB',
+      ...peer,
+      peerValue: inMemory.stepPeakBytes / MiB,
+    });
+  }
   rows.push({
     name,
     metric: 'FP32 shards per rank',

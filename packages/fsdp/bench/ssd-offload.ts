@@ -1,7 +1,8 @@
 // What `ssdOffload` costs: the benchmark's GPT (one unit per block), 2 ranks in this process over
 // the local transport on the CPU backend, shards and Adam's state in files (a NodeFileStore in a
 // temporary directory) against the same run with everything in memory: step time and the bytes
-// read and written per step and rank.
+// read and written per step and rank, the allocator's peak; with gradients in the store too, and
+// with the next unit's shard read ahead (readAhead).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +25,16 @@ export interface SsdCost {
   readonly bytesWritten: number;
   /** This rank's FP32 shard bytes, for scale. */
   readonly shardBytes: number;
+  /** The allocator's peak over the timed steps, and over their `stepOffloaded` alone. */
+  readonly peakBytes: number;
+  readonly stepPeakBytes: number;
+}
+
+/** In memory, shards and state in the store, gradients there too, or the store read ahead. */
+export interface SsdMode {
+  readonly offload: boolean;
+  readonly offloadGradients?: boolean;
+  readonly readAhead?: boolean;
 }
 
 const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
@@ -33,8 +44,9 @@ export async function ssdCost(
   config: GptConfig,
   rows: number,
   steps: number,
-  offload: boolean,
+  mode: SsdMode,
 ): Promise<SsdCost> {
+  const { offload, offloadGradients = false, readAhead = false } = mode;
   const dir = await mkdtemp(join(tmpdir(), 'fsdp-bench-ssd-'));
   const groups = createLocalGroups(2, { timeoutMs: 120_000 });
   try {
@@ -44,22 +56,32 @@ export async function ssdCost(
         const store = new NodeFileStore(join(dir, `rank${group.rank}`));
         const model = autoWrap(new Gpt(config, backend), moduleClassAutoWrapPolicy([GptBlock]), {
           group,
-          ...(offload ? { ssdOffload: { store } } : {}),
+          ...(offload ? { ssdOffload: { store, offloadGradients, readAhead } } : {}),
         });
         const optimizer = new AdamW(model.parameters(), { lr: 1e-3 });
         const times: number[] = [];
         const reads: number[] = [];
         const writes: number[] = [];
-        for (const batch of tokenBatches(config, steps, 2 * rows)) {
+        let peakBytes = 0;
+        let stepPeakBytes = 0;
+        for (const [i, batch] of tokenBatches(config, steps, 2 * rows).entries()) {
           const [x, y] = tokenSlice(backend, batch, group.rank * rows, (group.rank + 1) * rows);
           store.resetStats();
           const t0 = performance.now();
+          backend.resetPeakMemoryStats();
           const loss = (await model.call(x, y)) as Tensor;
           await loss.backward();
+          const backwardPeak = backend.memoryStats().peakAllocated;
+          backend.resetPeakMemoryStats();
           if (offload) await stepOffloaded(model, optimizer);
           else optimizer.step();
           optimizer.zeroGrad();
           times.push(performance.now() - t0);
+          const stepPeak = backend.memoryStats().peakAllocated;
+          if (i > 0) {
+            peakBytes = Math.max(peakBytes, backwardPeak, stepPeak);
+            stepPeakBytes = Math.max(stepPeakBytes, stepPeak);
+          }
           const stats = ssdStats(model);
           reads.push(stats.bytesRead);
           writes.push(stats.bytesWritten);
@@ -73,6 +95,8 @@ export async function ssdCost(
           bytesRead: median(reads.slice(1)),
           bytesWritten: median(writes.slice(1)),
           shardBytes,
+          peakBytes,
+          stepPeakBytes,
         };
       }),
     );

@@ -156,9 +156,7 @@ export class FullyShardedDataParallel<
     });
     const ssd = this.options.ssdOffload; // keyed by world rank (HYBRID_SHARD repeats group ranks)
     const key = group.rank + group.size * (this.options.replicateGroup?.rank ?? 0);
-    this.ssdShards = ssd
-      ? new SsdShards(ssd.store, key, flats, ssd.offloadGradients === true)
-      : null;
+    this.ssdShards = ssd ? new SsdShards(ssd.store, key, flats, ssd) : null;
     for (const flat of flats) {
       for (const e of flat.entries) {
         markManagedParameter(
@@ -430,16 +428,17 @@ export class FullyShardedDataParallel<
     return shared;
   }
 
-  /** Issue `unit`'s gather ahead of its use, unless that would pass `limitAllGathers`. */
+  /** Issue `unit`'s gather (or its shard's read) ahead of its use, within `limitAllGathers`. */
   private prefetch(
     unit: FullyShardedDataParallel | null,
     shared: FsdpSharedState<FullyShardedDataParallel>,
   ): void {
-    if (unit === null || this.options.limitAllGathers === 0) return;
-    if (!unit.paramGroup.isSharded || unit.ssdShards !== null) return;
+    if (unit === null || this.options.limitAllGathers === 0 || !unit.paramGroup.isSharded) return;
     const busy = shared.gatheredCount() - (this === shared.root ? 0 : 1);
     if (busy >= this.options.limitAllGathers) return;
-    unit.paramGroup.unshard();
+    if (unit.ssdShards !== null)
+      unit.ssdShards.readAhead(); // [Note: reading ahead from a store]
+    else unit.paramGroup.unshard();
   }
 
   /**

@@ -1,5 +1,6 @@
 import { gatherScalar, type ProcessGroup } from '@webshard/collectives';
 import {
+  type Backend,
   clipGradNorm,
   GradScaler,
   type GradScalerOptions,
@@ -55,9 +56,10 @@ export function clipShardedGradNorm(
 }
 
 /**
- * `clipShardedGradNorm` where gradients live in a store ([Note: gradients in a store]): the norm
- * reads each stored gradient once, and their clip factor is applied when they are read back.
- * The checks, the norm and the factor are `clipGradNorm`'s.
+ * `clipShardedGradNorm` where gradients live in a store ([Note: gradients in a store]): each
+ * gradient's partial norm is `partialNorm`'s, a stored one read in for it and freed again, and the
+ * partials are reduced as `clipGradNorm` reduces them, so the total is the in-memory one bit for
+ * bit; the clip factor of stored gradients is applied when they are read back.
  */
 async function clipWithStoredGrads(
   root: FullyShardedDataParallel,
@@ -68,20 +70,34 @@ async function clipWithStoredGrads(
   // The same argument checks (and errors) as clipGradNorm, before anything is read.
   await clipGradNorm([], maxNorm, { normType });
   const inf = normType === Number.POSITIVE_INFINITY;
-  const grads = root
-    .parameters()
-    .map((p) => p.grad)
-    .filter((g): g is Tensor => g !== null && !g.isFreed);
-  let local = await partialNorm(grads, normType);
-  for (const shards of stored) {
-    const part = await shards.storedGradPartialNorm(normType);
-    local = inf ? (Number.isNaN(part) ? part : Math.max(local, part)) : local + part;
+  const inMemory: Tensor[] = [];
+  const partials: number[] = [];
+  let backend: Backend | null = null;
+  for (const p of root.parameters()) {
+    const g = p.grad;
+    if (g === null) continue;
+    backend ??= g.backend;
+    if (!g.isFreed) {
+      inMemory.push(g);
+      partials.push(await partialNorm([g], normType));
+      continue;
+    }
+    let read: Tensor | null = null;
+    for (const shards of stored) read ??= await shards.storedGradOf(p);
+    // Not in a store either: partialNorm names the freed gradient.
+    const grad = read ?? g;
+    try {
+      partials.push(await partialNorm([grad], normType));
+    } finally {
+      read?.free();
+    }
   }
+  const local = backend === null ? 0 : await reducePartials(backend, partials, inf);
   const partial = await reducePartialNorm(root.options.group, local, inf ? 'max' : 'sum');
   const total = inf ? partial : partial ** (1 / normType);
   const coef = Math.fround(maxNorm / (Math.fround(total) + 1e-6));
   if (!(coef >= 1)) {
-    for (const g of grads) {
+    for (const g of inMemory) {
       const scaled = Tensor.empty(g.backend, g.shape, g.dtype);
       g.backend.binary('mul', g.kernel('clipGradNorm'), coef, scaled.kernel('clipGradNorm'));
       g.backend.copy(scaled.kernel('clipGradNorm'), g.kernel('clipGradNorm'));
@@ -90,6 +106,25 @@ async function clipWithStoredGrads(
     for (const shards of stored) shards.scaleStoredGradients(coef);
   }
   return total;
+}
+
+/** Sum (or max) the per-gradient partial norms as `partialNorm` reduces its per-tensor slots. */
+async function reducePartials(backend: Backend, partials: number[], inf: boolean): Promise<number> {
+  const slots = Tensor.empty(backend, [partials.length], 'f32');
+  const total = Tensor.empty(backend, [], 'f32');
+  try {
+    slots.write(Float32Array.from(partials));
+    backend.reduce(
+      inf ? 'max' : 'sum',
+      slots.kernel('clipGradNorm'),
+      0,
+      total.kernel('clipGradNorm'),
+    );
+    return await total.item();
+  } finally {
+    slots.free();
+    total.free();
+  }
 }
 
 /**

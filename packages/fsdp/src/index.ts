@@ -42,6 +42,8 @@ export {
   gatherFullOptimStateDict,
   getShardFromOptimStateDict,
   loadFullOptimStateDict,
+  loadLocalOptimStateDict,
+  localOptimStateDict,
 } from './optim-state.js';
 export { OpfsStore } from './ssd/opfs-store.js';
 export type { ShardStore, ShardStoreStats, SsdOffloadOptions } from './ssd/shard-store.js';

@@ -10,6 +10,7 @@ import {
 import type { FullyShardedDataParallel } from './fully-sharded.js';
 import { flatParamsOf, type ShardedLayout, shardedLayout } from './layout.js';
 import { FsdpConfigError } from './errors.js';
+import { withShardsInMemory } from './ssd/ssd-offload.js';
 import { consolidateFlat, FsdpStateDictError } from './state-dict.js';
 
 /**
@@ -59,12 +60,24 @@ export interface GatherOptimOptions {
  * The full optimizer state (fairscale's `gather_full_optim_state_dict`): each shard-shaped state
  * tensor is gathered and cut into the original parameters' shapes. Every rank must call it; only
  * `recipientRank` (default 0) gets it, the others null, unless `rank0Only: false`. A recipient
- * outside the group is a `FsdpConfigError`, before any collective.
+ * outside the group is a `FsdpConfigError`, before any collective. Under `ssdOffload` the state
+ * is read in from the store for it and freed again ([Note: optimizer state in a store]).
  */
 export async function gatherFullOptimStateDict(
   root: FullyShardedDataParallel,
   optimizer: AnyOptimizer,
   options: GatherOptimOptions = {},
+): Promise<FullOptimStateDict | null> {
+  return withShardsInMemory(root, optimizer, async () => ({
+    value: await gatherFull(root, optimizer, options),
+    changed: false,
+  }));
+}
+
+async function gatherFull(
+  root: FullyShardedDataParallel,
+  optimizer: AnyOptimizer,
+  options: GatherOptimOptions,
 ): Promise<FullOptimStateDict | null> {
   const group = root.options.group;
   const recipient = options.recipientRank ?? 0;
@@ -184,7 +197,8 @@ export async function getShardFromOptimStateDict(
 /**
  * Load a full optimizer state (from `gatherFullOptimStateDict` at any world size) into this rank's
  * optimizer over the shards: `getShardFromOptimStateDict`, then `optimizer.loadStateDict`.
- * Everything is checked before the optimizer is touched.
+ * Everything is checked before the optimizer is touched. Under `ssdOffload` the loaded state is
+ * written to the store and freed ([Note: optimizer state in a store]).
  */
 export async function loadFullOptimStateDict(
   root: FullyShardedDataParallel,
@@ -193,11 +207,75 @@ export async function loadFullOptimStateDict(
 ): Promise<void> {
   const shard = await getShardFromOptimStateDict(root, optimizer, full);
   try {
-    await optimizer.loadStateDict(shard);
+    await loadLocalOptimStateDict(root, optimizer, shard);
   } finally {
-    for (const s of Object.values(shard.state)) {
-      for (const v of Object.values(s)) if (v instanceof Tensor) v.free();
+    freeStateDict(shard);
+  }
+}
+
+/**
+ * [Note: optimizer state in a store]
+ * Under `ssdOffload` the optimizer's state tensors live in the store between steps and are freed
+ * in memory, so the optimizer's own `stateDict()` returns freed tensors (reading one throws
+ * `FreedTensorError` naming it). `localOptimStateDict` is the state dict that works either way: the
+ * state read in (`withShardsInMemory`), copied, and freed again; `loadLocalOptimStateDict` loads one
+ * and writes it to the store. `gatherFullOptimStateDict` and `loadFullOptimStateDict` read and
+ * write through them. The optimizer's own `loadStateDict` also works: the loaded tensors stay in
+ * memory until `stepOffloaded` (or a checkpoint, or these helpers) writes them to the store.
+ * Values are the optimizer's own, so an offloaded model's state dict is bit for bit the in-memory
+ * model's. While one runs a rank holds its whole shard and state, as in-memory FSDP always does.
+ */
+
+/**
+ * This rank's optimizer state dict (the optimizer's `stateDict()`, PyTorch's layout, indices over
+ * the shards) with every state tensor copied to a CPU backend of its own (the caller frees them),
+ * for a model with or without `ssdOffload`: offloaded state is read in from the store for it
+ * ([Note: optimizer state in a store]). No collective.
+ */
+export async function localOptimStateDict(
+  root: FullyShardedDataParallel,
+  optimizer: AnyOptimizer,
+): Promise<OptimizerStateDict> {
+  const backend = createCpuBackend();
+  return withShardsInMemory(root, optimizer, async () => {
+    const own = optimizer.stateDict();
+    const state: OptimizerStateDict['state'] = {};
+    for (const [i, s] of Object.entries(own.state)) {
+      const copy: OptimizerParamState = {};
+      for (const [key, value] of Object.entries(s)) {
+        if (!(value instanceof Tensor)) {
+          copy[key] = value;
+          continue;
+        }
+        const t = keep(Tensor.empty(backend, value.shape, value.dtype));
+        t.write(await value.read());
+        copy[key] = t;
+      }
+      state[Number(i)] = copy;
     }
+    return { value: { state, param_groups: own.param_groups }, changed: false };
+  });
+}
+
+/**
+ * Load a state dict of this rank's optimizer (`localOptimStateDict`, or the optimizer's own
+ * `stateDict()` of an in-memory model) into `optimizer`: `optimizer.loadStateDict`, and under
+ * `ssdOffload` the loaded state written to the store and freed. A refused dict changes nothing.
+ */
+export async function loadLocalOptimStateDict(
+  root: FullyShardedDataParallel,
+  optimizer: AnyOptimizer,
+  dict: OptimizerStateDict,
+): Promise<void> {
+  await withShardsInMemory(root, optimizer, async () => {
+    await optimizer.loadStateDict(dict);
+    return { value: undefined, changed: true };
+  });
+}
+
+function freeStateDict(dict: OptimizerStateDict): void {
+  for (const s of Object.values(dict.state)) {
+    for (const v of Object.values(s)) if (v instanceof Tensor) v.free();
   }
 }
 

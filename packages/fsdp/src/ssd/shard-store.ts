@@ -9,6 +9,12 @@ export interface SsdOffloadOptions {
    * Default false. See [Note: gradients in a store].
    */
   readonly offloadGradients?: boolean;
+  /**
+   * Where FSDP would prefetch a unit (`limitAllGathers`), start reading its shard from the store
+   * while the unit before it computes. Default false: it did not win where it was measured. See
+   * [Note: reading ahead from a store].
+   */
+  readonly readAhead?: boolean;
 }
 
 /** Bytes a store moved since it was made (or since `resetStats`). */

@@ -1,7 +1,7 @@
 import { type Optimizer, Tensor } from '@webshard/tensor-core';
 import { FsdpConfigError } from '../errors.js';
 import type { FlatParameter } from '../flat-param.js';
-import type { ShardStore, ShardStoreStats } from './shard-store.js';
+import type { ShardStore, ShardStoreStats, SsdOffloadOptions } from './shard-store.js';
 
 let serial = 0;
 
@@ -11,7 +11,8 @@ let serial = 0;
  * live in a `ShardStore` between uses, and hold no memory ([Note: shard stores]):
  * - forward and pre-backward: each shard is read in (`load`) just before its all-gather and freed
  *   (`release`) once the gather completed; the file is still current, so nothing is written. The
- *   first release writes it. Such a unit is never prefetched: its gather waits for its read.
+ *   first release writes it. Such a unit is not prefetched; its shard can be read ahead
+ *   ([Note: reading ahead from a store]).
  * - the step: `stepOffloaded(model, optimizer)` steps one flat parameter at a time: its shard and
  *   its optimizer state read in, the optimizer run with every other parameter's gradient set aside,
  *   then shard and state written back and freed. At most one unit's shard and state are in memory.
@@ -19,10 +20,12 @@ let serial = 0;
  * ([Note: gradients in a store]). The optimizer's arithmetic
  * is unchanged, so training equals the in-memory FSDP bit for bit. The sharded checkpoint reads
  * the shards and the optimizer's state in and frees them again after a save, or writes back what
- * a load replaced ([Note: sharded checkpoints of shards in a store]). Anything else that reads a
- * shard outside these (the optimizer's own `step`, the optimizer's state dict) finds it freed and
- * throws `FreedTensorError` naming it; `summonFullParams` (and so the full state dict) reads the
- * shards in and writes back what it changed. Keys are `ssd<serial>.<shard name>.rank<r>`, unique in a process.
+ * a load replaced ([Note: sharded checkpoints of shards in a store]); so do the optimizer state
+ * helpers (`localOptimStateDict`, `gatherFullOptimStateDict` and their loads: [Note: optimizer
+ * state in a store]). Anything else that reads a shard or its state outside these (the optimizer's
+ * own `step`, the tensors of its own `stateDict()`) finds it freed and throws `FreedTensorError`
+ * naming it; `summonFullParams` (and so the full state dict) reads the shards in and writes back
+ * what it changed. Keys are `ssd<serial>.<shard name>.rank<r>`, unique in a process.
  */
 export class SsdShards {
   readonly store: ShardStore;
@@ -36,14 +39,25 @@ export class SsdShards {
   private readonly storedGrads = new Map<FlatParameter, Tensor>();
   /** The factor a clip applied to the stored gradients, multiplied in when they are read. */
   private gradScale = 1;
+  /** A `readAhead` in flight (its errors dropped: `load` reads again what it did not). */
+  private ahead: Promise<void> | null = null;
+  /** State tensors `loadAll` read in from their (current) files: freed unwritten unless changed. */
+  private readonly readState = new Set<Tensor>();
+
+  /** `offloadGradients` ([Note: gradients in a store]). */
+  readonly offloadsGradients: boolean;
+  /** `readAhead` ([Note: reading ahead from a store]). */
+  readonly readsAhead: boolean;
 
   constructor(
     store: ShardStore,
     rank: number,
     flats: readonly FlatParameter[],
-    readonly offloadsGradients = false,
+    options: Pick<SsdOffloadOptions, 'offloadGradients' | 'readAhead'> = {},
   ) {
     this.store = store;
+    this.offloadsGradients = options.offloadGradients === true;
+    this.readsAhead = options.readAhead === true;
     const id = serial++;
     for (const flat of flats) {
       this.keys.set(
@@ -56,6 +70,33 @@ export class SsdShards {
 
   /** Read back from the store every shard that is freed and is about to be gathered. */
   async load(): Promise<void> {
+    await this.settle();
+    await this.readShards();
+  }
+
+  /**
+   * With `readAhead`: start `load` ahead, while another unit computes ([Note: reading ahead from a
+   * store]); the next `load` (or any other use of the shards) waits for it. A failed read-ahead is
+   * retried there. Without it, nothing.
+   */
+  readAhead(): void {
+    if (!this.readsAhead || this.ahead !== null) return;
+    const read = this.readShards();
+    this.ahead = read.then(
+      () => {},
+      () => {},
+    );
+  }
+
+  /** Wait for a read-ahead in flight, so nothing reads or frees a shard under it. */
+  private async settle(): Promise<void> {
+    const ahead = this.ahead;
+    if (ahead === null) return;
+    await ahead;
+    this.ahead = null;
+  }
+
+  private async readShards(): Promise<void> {
     for (const [flat, key] of this.keys) {
       if (flat.shardedState === 'sharded' && flat.shard.isFreed)
         await readInto(this.store, key, flat.shard, flat);
@@ -69,6 +110,7 @@ export class SsdShards {
 
   /** Write the shards whose file is stale, then free every shard's memory. */
   async release(): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (flat.shard.isFreed) continue;
       if (this.dirty.has(flat)) {
@@ -116,20 +158,22 @@ export class SsdShards {
     this.gradScale = 1;
   }
 
-  /** The local part of the stored gradients' p-norm: sum of |g|^p, or max |g| for Infinity. */
-  async storedGradPartialNorm(normType: number): Promise<number> {
-    let total = 0;
+  /**
+   * `shard`'s gradient as it is in the store (with a pending clip's factor applied, as a read-back
+   * applies it), in a new tensor the caller frees; null when this unit does not hold it there.
+   */
+  async storedGradOf(shard: Tensor): Promise<Tensor | null> {
     for (const [flat, key] of this.keys) {
-      if (!this.hasStoredGrad(flat)) continue;
+      if (flat.shard !== shard || !this.hasStoredGrad(flat)) continue;
       const host = new Float32Array(flat.shard.size);
       await this.store.read(`${key}.grad`, new Uint8Array(host.buffer));
-      for (const raw of host) {
-        const g = Math.abs(this.gradScale === 1 ? raw : Math.fround(raw * this.gradScale));
-        if (normType === Number.POSITIVE_INFINITY) total = Number.isNaN(g) ? g : Math.max(total, g);
-        else total += normType === 2 ? g * g : g ** normType;
-      }
+      const scale = this.gradScale;
+      if (scale !== 1) for (let i = 0; i < host.length; i++) host[i] = host[i]! * scale;
+      const grad = Tensor.empty(shard.backend, [host.length], 'f32');
+      grad.write(host);
+      return grad;
     }
-    return total;
+    return null;
   }
 
   /** A clip of the stored gradients by `coef`, applied when they are read back. */
@@ -139,35 +183,42 @@ export class SsdShards {
 
   /** Read every freed shard, and its state in `optimizer` where it has one, into memory. */
   async loadAll(optimizer: Optimizer<object, object> | undefined): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (flat.shard.isFreed) await readInto(this.store, key, flat.shard, flat);
       for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
-        if (t.isFreed) await readInto(this.store, `${key}.${name}`, t, flat);
+        if (!t.isFreed) continue;
+        await readInto(this.store, `${key}.${name}`, t, flat);
+        this.readState.add(t);
       }
     }
   }
 
   /**
    * Free every shard and state tensor again; `changed` (a load replaced them): write each back
-   * first. Unchanged ones are freed as read (their files are current).
+   * first. Unchanged ones `loadAll` read are freed as read (their files are current); a state
+   * tensor that was in memory already (an `optimizer.loadStateDict` since the last step) is written.
    */
   async releaseAll(
     optimizer: Optimizer<object, object> | undefined,
     changed: boolean,
   ): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (changed && !flat.shard.isFreed) this.dirty.add(flat);
       for (const [name, t] of stateTensors(optimizer?.state.get(flat.shard) ?? {})) {
         if (t.isFreed) continue;
-        if (changed) await writeFrom(this.store, `${key}.${name}`, t);
+        if (changed || !this.readState.has(t)) await writeFrom(this.store, `${key}.${name}`, t);
         t.free();
       }
     }
+    this.readState.clear();
     await this.release();
   }
 
   /** Step `optimizer` on each flat parameter in turn, shard and state read in and written back. */
   async step(optimizer: Optimizer<object, object>): Promise<void> {
+    await this.settle();
     for (const [flat, key] of this.keys) {
       if (this.hasStoredGrad(flat)) {
         await readInto(this.store, `${key}.grad`, flat.shard.grad!, flat, this.gradScale);
@@ -197,6 +248,21 @@ export class SsdShards {
 }
 
 /**
+ * [Note: reading ahead from a store]
+ * A unit with `ssdOffload` is never prefetched: its shard is not in memory when the prefetch would
+ * gather it. With `ssdOffload: { store, readAhead: true }`, where FSDP prefetches the next unit
+ * (`limitAllGathers`, the forward and backward orders) `readAhead` starts that unit's shard's read
+ * from the store while the current unit gathers and computes, and its own forward (or pre-backward)
+ * `load` waits for that read, then gathers as before. A read-ahead holds one shard more at a time.
+ * Every other use of the shards (release, the step, a checkpoint) waits for a read in flight
+ * first, so a late read never lands on a shard stepped since. It overlaps only where the store's
+ * reads run beside the computation: `NodeFileStore` reads through libuv's thread pool; `OpfsStore`'s
+ * synchronous handles block the worker, so there it only reorders. Values are the same bytes either
+ * way. It is off by default: on the 2-core machine it was measured on, with the files in the page
+ * cache, it made no difference beyond the noise (packages/fsdp/README.md, benchmark).
+ */
+
+/**
  * [Note: gradients in a store]
  * With `ssdOffload: { store, offloadGradients: true }` a unit's reduced gradient shard goes to the
  * store too (`<shard key>.grad`) at the end of backward, after every reduction completed, and its
@@ -206,13 +272,13 @@ export class SsdShards {
  *   all three: at most one unit's gradient is in memory at a time.
  * - a backward before the step (accumulating over several synchronized backwards) reads the stored
  *   gradients of the units it reduces back first, so the sum is what it is in memory.
- * - `clipShardedGradNorm` streams: the local norm reads each stored gradient once (the in-memory
- *   ones as before), and the clip factor is kept and multiplied in, in f32 as the in-memory clip
- *   multiplies, when the gradient is read back.
+ * - `clipShardedGradNorm` streams: the local norm reads each stored gradient once, one at a time,
+ *   into a tensor its partial norm is computed on by the kernels `clipGradNorm` uses, and the
+ *   partials are summed by the same reduction in the same order; the clip factor is kept and
+ *   multiplied in, in f32 as the in-memory clip multiplies, when the gradient is read back.
  * - `zeroGrad` (setting gradients to none, the default) drops them: a stored gradient counts only
  *   while `shard.grad` is still the tensor it was stored from.
- * The arithmetic is the in-memory FSDP's but for the clip's norm, whose partial sums over stored
- * gradients run in f64 here: losses and weights agree to f32 rounding (tested to 1e-6).
+ * The arithmetic is the in-memory FSDP's, the clip's included: training is bit for bit the same.
  */
 
 /** The tensors of one parameter's optimizer state (Adam's `expAvg`, `expAvgSq`; SGD's momentum). */

@@ -1,7 +1,12 @@
 // Runs in a dedicated worker of a headless Chromium page (src/ssd/opfs-store.test.ts): the OPFS
 // store's contract, then one rank trained with ssdOffload in OPFS against the same in memory. One
-// rank: two in-thread ranks of in-memory FSDP already issue their collectives in different orders
-// in a Chromium worker (CollectiveMismatchError at the first backward), which is not this store's.
+// rank: two in-thread ranks of FSDP, in memory or not, fail here at the first backward with a
+// CollectiveMismatchError (every time, flat and nested; reproduced 2026-11-24). The cause is
+// tensor-core's, not this store's: without AsyncLocalStorage (browsers) the autograd engine's current
+// backward is one variable for the whole thread ([Note: async context]), so the second rank's
+// backward takes itself for one nested in the first rank's and queues its end-of-backward callback
+// (FSDP's finalizeBackward) there: it runs at the other rank's end, before this rank's reductions.
+// A page runs one rank a thread, where this does not arise.
 import { OpfsStore } from '../ssd/opfs-store.js';
 import { trainLocal } from './parity.js';
 
