@@ -23,6 +23,12 @@ export interface DilocoOptions {
   errorFeedback?: boolean;
   /** Deadline of each outer collective in ms (a sync moves the whole model). Default: the group's. */
   timeoutMs?: number;
+  /**
+   * `create` broadcasts rank 0's parameters so every rank starts from the same global copy.
+   * Default true; false where the caller brings every rank the same state itself (an elastic
+   * member admitted with rank 0's state: [Note: DiLoCo in an elastic world]).
+   */
+  broadcast?: boolean;
 }
 
 /** The options with defaults filled in, checked. */
@@ -36,6 +42,7 @@ export interface ResolvedDilocoOptions {
   readonly blockSize: number;
   readonly errorFeedback: boolean;
   readonly timeoutMs: number | undefined;
+  readonly broadcast: boolean;
 }
 
 const OP = 'DiLoCo';
@@ -100,5 +107,6 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
     blockSize,
     errorFeedback: options.errorFeedback ?? true,
     timeoutMs,
+    broadcast: options.broadcast ?? true,
   };
 }

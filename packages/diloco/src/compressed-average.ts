@@ -55,7 +55,7 @@ export class CompressedAverager {
   private count = -1;
 
   constructor(
-    private readonly group: ProcessGroup,
+    readonly group: ProcessGroup,
     options: CompressedAverageOptions = {},
   ) {
     const fail = (option: string, detail: string): never => {
@@ -81,6 +81,21 @@ export class CompressedAverager {
     return { input: this.residual?.slice() ?? null, shard: this.shardResidual?.slice() ?? null };
   }
 
+  /**
+   * The same averager over `group` (a new membership), keeping what this rank's inputs are owed;
+   * the shard residual goes, since the shards are split anew.
+   */
+  regroup(group: ProcessGroup): CompressedAverager {
+    const next = new CompressedAverager(group, {
+      compression: this.compression,
+      blockSize: this.blockSize,
+      errorFeedback: this.errorFeedback,
+      ...(this.timeoutMs === undefined ? {} : { timeoutMs: this.timeoutMs }),
+    });
+    next.loadResiduals({ input: this.residual, shard: null });
+    return next;
+  }
+
   /** Restore residuals saved by `residuals()` (lengths checked at the next `average`). */
   loadResiduals(saved: { input: Float32Array | null; shard: Float32Array | null }): void {
     this.residual = saved.input?.slice() ?? null;
@@ -93,6 +108,24 @@ export class CompressedAverager {
    * length), compressed as configured. Resolves when every rank's contribution is in.
    */
   async average(values: Float32Array): Promise<AverageStats> {
+    // A round that fails (a rank lost) leaves the residuals as they were: what it encoded was
+    // never delivered, so it is still owed ([Note: DiLoCo in an elastic world]).
+    const before = {
+      residual: this.residual?.slice() ?? null,
+      shard: this.shardResidual?.slice() ?? null,
+      count: this.count,
+    };
+    try {
+      return await this.averageOnce(values);
+    } catch (error) {
+      this.residual = before.residual;
+      this.shardResidual = before.shard;
+      this.count = before.count;
+      throw error;
+    }
+  }
+
+  private async averageOnce(values: Float32Array): Promise<AverageStats> {
     const { group } = this;
     const n = group.size;
     if (this.count !== -1 && this.count !== values.length) {

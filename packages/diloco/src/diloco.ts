@@ -41,6 +41,21 @@ export interface DilocoStateDict {
 /** The inner optimizer as DiLoCo uses it: tensor-core's AdamW, SGD, or anything with `step`. */
 export type InnerOptimizer = Pick<Optimizer<object, object>, 'step'>;
 
+/*
+ * [Note: DiLoCo in an elastic world]
+ * Members of an elastic world come and go at outer syncs, where DiLoCo's ranks meet anyway
+ * (torchft and OpenDiLoCo's way). A sync that fails because a member was lost changes nothing on
+ * the survivors (their parameters, global copy, momentum and residuals stay; `outerSync`), so they
+ * `regroup` onto the world that is left and run it again there: the average is then the
+ * survivors', what the lost member trained since the last sync is gone with it. A newcomer takes
+ * the global copy, the outer momentum and the step counts from a live member (`loadStateDict`,
+ * after `create` with `broadcast: false`) and its parameters are the global copy: it has no
+ * pseudo-gradient, so in a sync it runs with the others before it trained it gives `weight` 0 and
+ * the others size / contributors, which leaves the average the contributors'. Each rank's
+ * compression residual is its own and stays with it; the shard residuals, tied to how the shards
+ * split over the old group, are dropped at `regroup`.
+ */
+
 /**
  * [Note: DiLoCo's outer sync]
  * Every rank keeps the global parameters of the last sync as a flat f32 host copy. `step()` runs
@@ -54,9 +69,9 @@ export type InnerOptimizer = Pick<Optimizer<object, object>, 'step'>;
  * global is the average of the ranks' updated parameters.
  */
 export class DiLoCo {
-  readonly options: ResolvedDilocoOptions;
+  private resolved: ResolvedDilocoOptions;
   readonly outer: OuterOptimizer;
-  private readonly averager: CompressedAverager;
+  private averager: CompressedAverager;
   private readonly global: Float32Array;
   private innerSteps = 0;
   private current: DilocoState = 'idle';
@@ -68,7 +83,7 @@ export class DiLoCo {
     options: ResolvedDilocoOptions,
     global: Float32Array,
   ) {
-    this.options = options;
+    this.resolved = options;
     this.global = global;
     this.outer = new OuterOptimizer(
       { lr: options.outerLr, momentum: options.outerMomentum, nesterov: options.nesterov },
@@ -115,14 +130,34 @@ export class DiLoCo {
       }
     }
     const global = await readFlat(list);
-    await resolved.group.broadcast(global, 0, { timeoutMs: resolved.timeoutMs }).wait();
-    writeFlat(list, global);
+    if (resolved.broadcast) {
+      await resolved.group.broadcast(global, 0, { timeoutMs: resolved.timeoutMs }).wait();
+      writeFlat(list, global);
+    }
     return new DiLoCo(list, inner, resolved, global);
+  }
+
+  /** The options, checked, with their defaults; `group` is the current one (`regroup`). */
+  get options(): ResolvedDilocoOptions {
+    return this.resolved;
   }
 
   /** The group the pseudo-gradients are averaged over. */
   get group(): ProcessGroup {
-    return this.options.group;
+    return this.resolved.group;
+  }
+
+  /**
+   * Move to `group` (the members left after a change of membership, or with newcomers):
+   * collectives of later syncs run there. What this rank's compression is owed carries over.
+   * Allowed when idle and after a failed sync, which it ends: the sync may then run again in the
+   * new group ([Note: DiLoCo in an elastic world]). Every member of `group` calls it.
+   */
+  regroup(group: ProcessGroup): void {
+    if (this.current === 'syncing') this.assertIdle('regroup');
+    this.averager = this.averager.regroup(group);
+    this.resolved = { ...this.resolved, group };
+    this.current = 'idle';
   }
 
   get state(): DilocoState {
@@ -170,16 +205,28 @@ export class DiLoCo {
   /**
    * The outer step now (`step` calls it every `innerSteps` steps; call it directly to sync at
    * another point, on every rank at once): average global - local over the group, step the
-   * global copy with the outer optimizer, and set the parameters to it. A failure leaves the
-   * wrapper `failed`: resume from a checkpoint.
+   * global copy with the outer optimizer, and set the parameters to it. `weight` scales this
+   * rank's pseudo-gradient in the average (default 1): a member with none (admitted since the last
+   * global copy) gives 0 and the others size / contributors, so that the average is the
+   * contributors' ([Note: DiLoCo in an elastic world]). A failure (a rank lost) changes nothing:
+   * the parameters, the global copy, the momentum and the compression's residuals stay as they
+   * were, and the wrapper is `failed` until `regroup` (then the sync may run again) or a load.
    */
-  async outerSync(): Promise<OuterSyncStats> {
+  async outerSync(options: { weight?: number } = {}): Promise<OuterSyncStats> {
     this.assertIdle('outerSync');
+    const weight = options.weight ?? 1;
+    if (!Number.isFinite(weight) || weight < 0) {
+      throw new DilocoArgumentError(
+        { op: 'outerSync', rank: this.group.rank },
+        'weight',
+        `weight must be a finite number >= 0, got ${weight}`,
+      );
+    }
     this.current = 'syncing';
     try {
       const local = await readFlat(this.params);
       const delta = local;
-      for (let i = 0; i < delta.length; i++) delta[i] = this.global[i]! - local[i]!;
+      for (let i = 0; i < delta.length; i++) delta[i] = (this.global[i]! - local[i]!) * weight;
       const { bytesSent } = await this.averager.average(delta);
       this.outer.apply(this.global, delta);
       writeFlat(this.params, this.global);
@@ -211,7 +258,7 @@ export class DiLoCo {
    * changes; sets the parameters to its global copy. Call it with the inner optimizer's own load.
    */
   loadStateDict(state: DilocoStateDict): void {
-    this.assertIdle('loadStateDict');
+    if (this.current === 'syncing') this.assertIdle('loadStateDict');
     const n = this.global.length;
     const bad = (what: string, length: number | undefined) =>
       new DilocoStateError(
@@ -238,6 +285,7 @@ export class DiLoCo {
     this.averager.loadResiduals({ input: state.residual, shard: state.shardResidual });
     this.global.set(state.global);
     writeFlat(this.params, this.global);
+    this.current = 'idle';
   }
 
   private assertIdle(op: string): void {
@@ -247,7 +295,7 @@ export class DiLoCo {
         this.current,
         this.current === 'syncing'
           ? 'an outer sync is running: await it first'
-          : 'an earlier outer sync failed: resume from a checkpoint',
+          : 'an earlier outer sync failed: regroup() onto the members left, or resume from a checkpoint',
       );
     }
   }

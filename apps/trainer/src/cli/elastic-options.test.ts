@@ -26,6 +26,25 @@ describe('the elastic flags', () => {
       transport: 'tcp',
     });
     expect(parse('--strategy', 'ddp', '--elastic', URL, '--transport', 'ws').transport).toBe('ws');
+    expect(parse('--strategy', 'diloco', '--elastic', URL)).toMatchObject({
+      strategy: 'diloco',
+      elastic: URL,
+    });
+    expectUsage(
+      () =>
+        parse(
+          '--strategy',
+          'diloco',
+          '--elastic',
+          URL,
+          '--checkpoint-dir',
+          'c',
+          '--checkpoint-every',
+          '2',
+        ),
+      '--elastic with --strategy diloco moves the state between live members: --checkpoint-dir does not apply',
+      '--checkpoint-dir',
+    );
     expect(parse('--elastic-coordinator', '29400').elasticCoordinator).toEqual({
       port: 29400,
       minWorldSize: 1,
@@ -87,7 +106,7 @@ describe('the elastic flags', () => {
     );
     expectUsage(
       () => parse('--strategy', 'offload', '--elastic', URL),
-      '--elastic trains with --strategy ddp or fsdp, not offload',
+      '--elastic trains with --strategy ddp, fsdp or diloco, not offload',
       '--strategy',
     );
     expectUsage(

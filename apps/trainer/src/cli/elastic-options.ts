@@ -75,8 +75,8 @@ export function elasticOptions(
     const refuse = (why: string, option: string) => {
       throw new UsageError(`--elastic ${why}`, { option });
     };
-    if (config.strategy !== 'ddp' && config.strategy !== 'fsdp') {
-      refuse(`trains with --strategy ddp or fsdp, not ${config.strategy}`, '--strategy');
+    if (config.strategy !== 'ddp' && config.strategy !== 'fsdp' && config.strategy !== 'diloco') {
+      refuse(`trains with --strategy ddp, fsdp or diloco, not ${config.strategy}`, '--strategy');
     }
     if (config.precision !== 'fp32')
       refuse(`trains in fp32, not ${config.precision}`, '--precision');
@@ -92,9 +92,9 @@ export function elasticOptions(
         '--resume',
       );
     }
-    if (config.strategy === 'ddp' && config.checkpointDir !== null) {
+    if (config.strategy !== 'fsdp' && config.checkpointDir !== null) {
       refuse(
-        'with --strategy ddp moves the state between live members: --checkpoint-dir does not apply',
+        `with --strategy ${config.strategy} moves the state between live members: --checkpoint-dir does not apply`,
         '--checkpoint-dir',
       );
     }

@@ -14,11 +14,28 @@ export interface RunLog {
   readonly restored: number;
 }
 
-/** The `--log-jsonl` file opened to append (an elastic job's new rank 0 goes on with it). */
-export async function appendLog(path: string): Promise<RunLog> {
+/**
+ * The `--log-jsonl` file opened to append (an elastic job's new rank 0 goes on with it), and the
+ * last step its lines record (0 for none): the member that left may have logged fewer steps than
+ * the new rank 0 took since (diloco's members step alone between syncs), and the caller writes
+ * the missing ones. A last line cut short by the one who left is ended first.
+ */
+export async function appendLog(path: string): Promise<RunLog & { lastStep: number }> {
   await mkdir(dirname(path), { recursive: true });
+  const text = await readFile(path, 'utf8').catch(() => '');
+  let lastStep = 0;
+  for (const line of text.split('\n')) {
+    try {
+      const record = JSON.parse(line) as { step?: unknown; event?: unknown };
+      if (record.event === undefined && typeof record.step === 'number') lastStep = record.step;
+    } catch {
+      // A line cut short: not a record.
+    }
+  }
   const file = await open(path, 'a');
+  if (text !== '' && !text.endsWith('\n')) await file.write('\n');
   return {
+    lastStep,
     async write(line) {
       await file.write(line);
     },

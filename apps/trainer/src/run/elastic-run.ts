@@ -12,6 +12,7 @@ import { createProgress, type StepRecord } from '../progress.js';
 import { checkSameBackend } from '../ranks/job-backend.js';
 import { agreeOnFma } from '../ranks/job-fma.js';
 import { prepareModel } from '../strategy/prepare.js';
+import { globalDigest, shareOuterState, syncOuter } from './elastic-outer.js';
 import { shareRunState } from './elastic-state.js';
 import { finishRun } from './finish.js';
 import { oneStep, saveCheckpoint } from './loop.js';
@@ -20,7 +21,8 @@ import { type Run, setUpRun } from './set-up.js';
 
 /*
  * [Note: elastic training in the trainer]
- * `--elastic URL` makes this process one member of an elastic world (DDP or FSDP) whose coordinator runs at
+ * `--elastic URL` makes this process one member of an elastic world (DDP, FSDP or DiLoCo, whose
+ * members meet at outer syncs only: [Note: diloco members that come and go]) whose coordinator runs at
  * URL (`webshard-train --elastic-coordinator PORT`; [Note: elastic membership] in collectives).
  * The world size is the coordinator's: each epoch's config has `worldSize` set to it, so every
  * member takes its share of the same global batch (`--batch-size` must divide by every world size
@@ -154,13 +156,63 @@ export async function trainElastic(
         `elastic: epoch ${change.epoch}, ${change.worldSize} member(s) [${change.members.join(', ')}]${change.left.length > 0 ? `, left [${change.left.join(', ')}]` : ''}${change.joined.length > 0 ? `, joined [${change.joined.join(', ')}]` : ''}, next step ${step + 1}`,
       );
       if (run.lead && log === null && config.logJsonl !== null) {
-        // This member became rank 0: the log goes on from the step the world is at.
-        log = await appendLog(config.logJsonl);
+        // This member became rank 0: the log goes on from the step the world is at, with the
+        // steps this member took that the one before did not log.
+        const appended = await appendLog(config.logJsonl);
+        log = appended;
+        for (const record of records) {
+          if (record.step > appended.lastStep) await log.write(logLine(record));
+        }
       }
       await log?.write(membershipLine(change, step));
     };
-    let step = sharded ? run.firstStep : await shareRunState(run, elastic, 0);
-    await announce(elastic.membership, step);
+    const outer = run.prepared.outer !== undefined;
+    // diloco: whether this member trained since the last global copy ([Note: diloco members that
+    // come and go] in ./elastic-outer.ts).
+    let hasDelta = false;
+    const digest = () => {
+      if (outer) io.stdout(`elastic: global digest ${globalDigest(run)} at step ${step}\n`);
+    };
+    /** diloco: the outer sync at this sync point, run again in the new world until it holds. */
+    const outerSyncPoint = async (pending: boolean) => {
+      for (;;) {
+        let failed = false;
+        if (pending) {
+          try {
+            await syncOuter(run, hasDelta);
+            pending = false;
+            hasDelta = false;
+          } catch (error) {
+            if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+            failed = true;
+          }
+        }
+        const change = await elastic.sync({ failed });
+        if (change === null) {
+          if (failed) throw new Error('an outer sync failed but the world did not change');
+          return;
+        }
+        const previous = run.prepared.outer!.diloco!;
+        await enterEpoch(run, config, elastic);
+        run.prepared.outer!.adopt(previous);
+        ({ step } = await shareOuterState(run, elastic, step, pending, false));
+        await announce(change, step);
+        digest();
+        if (!pending) return;
+      }
+    };
+    let step = 0;
+    if (sharded) step = run.firstStep;
+    else if (!outer) step = await shareRunState(run, elastic, 0);
+    else {
+      const shared = await shareOuterState(run, elastic, 0, false, true);
+      step = shared.step;
+      await announce(elastic.membership, step);
+      digest();
+      // Admitted in the middle of a sync that failed: it runs again, with this member in it.
+      if (shared.pending) await outerSyncPoint(true);
+    }
+    if (!outer) await announce(elastic.membership, step);
     while (step < config.steps) {
       let record: StepRecord | null = null;
       try {
@@ -191,6 +243,12 @@ export async function trainElastic(
           checkpoint: null,
           lead: run.lead,
         });
+      }
+      if (outer) {
+        hasDelta = true;
+        // Members meet only at outer syncs: between them there is no sync point.
+        if (run.prepared.outer!.due(step - 1)) await outerSyncPoint(true);
+        continue;
       }
       const change = await elastic.sync({ failed: record === null });
       if (change !== null) {

@@ -21,6 +21,15 @@ async function entriesOf(run: Run, step: number): Promise<Map<string, StateValue
   for (const [index, param] of run.prepared.params.entries()) {
     entries.set(`param.${index}`, (await param.read()) as Float32Array);
   }
+  await addOptimizerEntries(run, entries);
+  return entries;
+}
+
+/** AdamW's moments (f32) and its numbers and parameter groups (JSON) into `entries`. */
+export async function addOptimizerEntries(
+  run: Run,
+  entries: Map<string, StateValue>,
+): Promise<void> {
   const dict = run.optimizer.stateDict();
   const numbers: Record<string, Record<string, unknown>> = {};
   for (const [index, state] of Object.entries(dict.state)) {
@@ -34,7 +43,6 @@ async function entriesOf(run: Run, step: number): Promise<Map<string, StateValue
   }
   const json = JSON.stringify({ numbers, param_groups: dict.param_groups });
   entries.set('optimizer', encoder.encode(json));
-  return entries;
 }
 
 /** Puts rank 0's entries into this member's parameters and AdamW. */
@@ -50,6 +58,11 @@ async function apply(run: Run, entries: Map<string, StateValue>): Promise<void> 
     }
     param.write(values);
   }
+  await applyOptimizer(run, entries);
+}
+
+/** Loads the optimizer state of `addOptimizerEntries` into this member's AdamW. */
+export async function applyOptimizer(run: Run, entries: Map<string, StateValue>): Promise<void> {
   const { numbers, param_groups } = JSON.parse(decoder.decode(entries.get('optimizer'))) as {
     numbers: Record<string, Record<string, number>>;
     param_groups: OptimizerStateDict['param_groups'];

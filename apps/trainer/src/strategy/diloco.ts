@@ -25,9 +25,11 @@ export function prepareDiloco(
   meanOverRanks: ((loss: number) => Promise<number>) | undefined,
 ): PreparedModel {
   let diloco: DiLoCo | null = null;
+  const elastic = (config.elastic ?? null) !== null;
+  const due = (step: number) => (step + 1) % config.innerSteps === 0 || step + 1 === config.steps;
   return {
     ...base,
-    step: meanOverRanks === undefined ? {} : { meanOverRanks },
+    step: meanOverRanks === undefined || elastic ? {} : { meanOverRanks },
     async start(optimizer: AnyOptimizer) {
       diloco = await DiLoCo.create(base.params, optimizer, {
         group,
@@ -35,11 +37,29 @@ export function prepareDiloco(
         outerLr: config.outerLr,
         outerMomentum: config.outerMomentum,
         compression: config.outerCompression,
+        // An elastic member takes the world's state from rank 0 instead (run/elastic-outer.ts).
+        broadcast: !elastic,
       });
     },
+    ...(elastic
+      ? {
+          outer: {
+            get diloco() {
+              return diloco;
+            },
+            due,
+            adopt(previous: DiLoCo) {
+              previous.regroup(group);
+              diloco = previous;
+            },
+          },
+        }
+      : {}),
     // Only the steps that end with a sync communicate: [Note: the diloco strategy].
-    quietStep: (step: number) => (step + 1) % config.innerSteps !== 0 && step + 1 !== config.steps,
+    // Under --elastic every step is quiet: the elastic loop runs the syncs and their collectives.
+    quietStep: (step: number) => elastic || !due(step),
     async afterStep(step: number): Promise<OuterSyncReport | null> {
+      if (elastic) return null;
       if (diloco === null) {
         throw new DilocoStateError(
           { op: 'afterStep', rank: group.rank },

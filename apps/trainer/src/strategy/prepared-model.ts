@@ -4,6 +4,7 @@ import type {
   ParamGroupInput,
   Tensor,
 } from '@webshard/tensor-core';
+import type { DiLoCo } from '@webshard/diloco';
 import type { RunState } from '../checkpoint/run-checkpoint.js';
 import type { MixedState, StepOptions } from '../train-step.js';
 import type { TrainOutput } from './train-module.js';
@@ -60,6 +61,20 @@ export interface PreparedModel {
    * step that is not quiet.
    */
   quietStep?(step: number): boolean;
+  /** diloco under `--elastic`: the outer sync, run by the elastic loop at its sync points. */
+  outer?: ElasticOuter;
+}
+
+/**
+ * DiLoCo as the elastic loop drives it ([Note: DiLoCo in an elastic world] in @webshard/diloco,
+ * [Note: elastic training in the trainer]): the wrapper once `start` made it, whether a step (from
+ * 0) ends at a sync point, and `adopt` to carry a wrapper over into a model prepared for a new
+ * group (regrouped onto it).
+ */
+export interface ElasticOuter {
+  readonly diloco: DiLoCo | null;
+  due(step: number): boolean;
+  adopt(previous: DiLoCo): void;
 }
 
 /** What an outer sync did, for the step's record. */

@@ -1,0 +1,128 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import {
+  cli,
+  followLog,
+  killStarted,
+  lines,
+  type Started,
+  signalAll,
+  until,
+} from '../test-support/cli-process.js';
+
+// [Note: diloco members that come and go], end to end over tcp and ws: 3 members of a diloco
+// world (H = 4, int8); one dies between syncs (SIGKILL after its 6th step), the survivors find
+// it at the sync of step 8 and run that sync again as 2; a 4th process started with the same
+// command is admitted at a later sync with the world's state, bit for bit (the digest every
+// member prints of the global copy). All finish with exit 0 and a loss near an uninterrupted run.
+const STEPS = 40;
+const MODEL = ['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'];
+const DILOCO = ['--strategy', 'diloco', '--inner-steps', '4', '--outer-compression', 'int8'];
+const RUN = [
+  ...MODEL,
+  ...DILOCO,
+  ...['--batch-size', '12', '--steps', String(STEPS), '--backend', 'cpu'],
+  ...['--sample-length', '0', '--seed', '7'],
+];
+
+let out: string;
+beforeAll(async () => {
+  out = await mkdtemp(join(tmpdir(), 'webshard-elastic-diloco-'));
+});
+afterAll(async () => {
+  killStarted();
+  await rm(out, { recursive: true, force: true });
+});
+
+/** The digests a member printed of the global copy, by step. */
+function digests(member: Started): Map<number, string> {
+  const found = new Map<number, string>();
+  for (const m of member.stdout().matchAll(/global digest ([0-9a-f]{8}) at step (\d+)/g)) {
+    found.set(Number(m[2]), m[1]!);
+  }
+  return found;
+}
+
+it.each(['tcp', 'ws'])(
+  'diloco through 3 -> 2 -> 3 members over %s: exit 0, the joiner holds the global copy bit for bit, the loss of an uninterrupted run',
+  async (transport) => {
+    const coordinator = cli([
+      ...['--elastic-coordinator', '0', '--min-world-size', '2', '--max-world-size', '3'],
+      ...['--elastic-wait-seconds', '30'],
+    ]);
+    const url = await until(
+      'the coordinator',
+      () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+    );
+    const log = join(out, `diloco-${transport}.jsonl`);
+    const follow = followLog(log);
+    const member = (env: Record<string, string> = {}) =>
+      cli([...RUN, '--transport', transport, '--elastic', url, '--log-jsonl', log], env);
+    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '6' })];
+    const survivors = await until(
+      'a step of the world of 2',
+      () => {
+        const read = follow.latest();
+        const changes = read.filter((line) => line.event === 'membership');
+        if (changes.length < 2 || read.at(-1)!.event !== undefined) return null;
+        return first.filter((m) => m.child.exitCode === null && m.child.signalCode === null);
+      },
+      60_000,
+    );
+    signalAll(survivors, 'SIGSTOP');
+    const joiner = member();
+    await until('the 4th waiting', () => (/member 3 waits/.test(coordinator.stdout()) ? 1 : null));
+    signalAll(survivors, 'SIGCONT');
+    const [a, b, victim, c, ended] = await Promise.all(
+      [...first, joiner, coordinator].map((m) => m.done),
+    );
+    follow.stop();
+    expect(victim!.signal).toBe('SIGKILL');
+    for (const result of [a!, b!, c!]) expect([result.code, result.stderr]).toEqual([0, '']);
+    expect(ended!.code).toBe(0);
+
+    const records = await lines(log);
+    const changes = records.filter((line) => line.event === 'membership');
+    expect(changes.map((line) => [line.worldSize, line.left!.length, line.joined!.length])).toEqual(
+      [
+        [3, 0, 3],
+        [2, 1, 0],
+        [3, 0, 1],
+      ],
+    );
+    // The member died after step 6; the survivors met it missing at the sync of step 8.
+    expect(changes[1]!.step).toBe(8);
+    // Admitted at a sync point, after the world of 2 trained.
+    expect(changes[2]!.step % 4).toBe(0);
+    expect(changes[2]!.step).toBeGreaterThan(8);
+    const steps = records.filter((line) => line.event === undefined);
+    expect(steps.map((line) => line.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+    // The joiner's global copy is the survivors', bit for bit, from its admission on.
+    const admitted = changes[2]!.step;
+    const joinerDigest = digests(joiner).get(admitted);
+    expect(joinerDigest).toMatch(/^[0-9a-f]{8}$/);
+    const live = first.filter((m) => m !== first[2]);
+    for (const m of live) expect(digests(m).get(admitted)).toBe(joinerDigest);
+
+    // The same run never interrupted: 3 members throughout.
+    const plain = cli([
+      ...RUN,
+      ...['--world-size', '3', '--transport', 'local'],
+      ...['--log-jsonl', join(out, `plain-${transport}.jsonl`)],
+    ]);
+    expect((await plain.done).code).toBe(0);
+    const reference = await lines(join(out, `plain-${transport}.jsonl`));
+    // Each step's loss is one member's own batch between syncs: a mean over the last 16 steps.
+    const mean = (xs: typeof steps) => xs.slice(-16).reduce((sum, l) => sum + l.loss!, 0) / 16;
+    const gap = Math.abs(mean(steps) - mean(reference)) / mean(reference);
+    console.log(
+      `elastic diloco 3 -> 2 -> 3 over ${transport}: mean loss of the last 16 steps ${mean(steps).toFixed(4)} against ${mean(reference).toFixed(4)} uninterrupted (${(100 * gap).toFixed(2)} %)`,
+    );
+    // The run's own tolerance: how many steps the world of 2 takes (fewer tokens a step) depends
+    // on when the freeze lands; the last 8 steps' mean measured 0.23-2.47 % off in 6 runs.
+    expect(gap).toBeLessThan(0.05);
+  },
+  120_000,
+);

@@ -1,0 +1,104 @@
+import {
+  averageScalar,
+  broadcastState,
+  type ElasticGroup,
+  type StateValue,
+} from '@webshard/collectives';
+import type { DiLoCo } from '@webshard/diloco';
+import type { OuterSyncReport } from '../strategy/prepared-model.js';
+import { addOptimizerEntries, applyOptimizer } from './elastic-state.js';
+import type { Run } from './set-up.js';
+
+/*
+ * [Note: diloco members that come and go]
+ * Under `--elastic` with `--strategy diloco` the members meet only at outer syncs (every
+ * `--inner-steps` steps and after the last): between them a member trains alone, and a member
+ * lost there is found at the next sync, whose collectives fail. That sync changed nothing
+ * ([Note: DiLoCo in an elastic world] in @webshard/diloco), so after `elastic.sync` the survivors
+ * regroup DiLoCo onto the new world and run it again there; newcomers are admitted at the same
+ * points. A newcomer takes from rank 0 the step, the global copy (its parameters), the outer
+ * momentum, the step counts and AdamW's state (`shareOuterState`), and whether the world is in
+ * the middle of a sync that failed (`pending`): then it runs that sync with the others, with no
+ * pseudo-gradient of its own. Each sync weighs a member with one (`hasDelta`: it trained since the
+ * last global copy) by size / contributors and one without by 0 (`syncOuter`, an average of the
+ * flags first), so the average is the contributors'. Survivors keep their own AdamW state, as
+ * DiLoCo's workers do. Every member prints a digest of the global copy after a change, so a test
+ * sees that a newcomer holds the world's bits.
+ */
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function dilocoOf(run: Run): DiLoCo {
+  const diloco = run.prepared.outer?.diloco ?? null;
+  if (diloco === null) throw new Error('the diloco strategy is not started');
+  return diloco;
+}
+
+/**
+ * Every member calls it after a change (and a newcomer once admitted): rank 0 sends the step,
+ * whether a failed sync is `pending`, DiLoCo's global state and its AdamW; a `newcomer` loads
+ * them, the others keep their own. Returns rank 0's step and `pending`.
+ */
+export async function shareOuterState(
+  run: Run,
+  elastic: ElasticGroup,
+  step: number,
+  pending: boolean,
+  newcomer: boolean,
+): Promise<{ step: number; pending: boolean }> {
+  const lead = elastic.group.rank === 0;
+  let entries: Map<string, StateValue> | undefined;
+  if (lead) {
+    const state = dilocoOf(run).stateDict();
+    const meta = { step, pending, innerStep: state.innerStep, outerStep: state.outerStep };
+    entries = new Map<string, StateValue>([
+      ['outer.meta', encoder.encode(JSON.stringify(meta))],
+      ['outer.global', state.global],
+      ...(state.momentumBuffer === null
+        ? []
+        : [['outer.momentum', state.momentumBuffer] as [string, StateValue]]),
+    ]);
+    await addOptimizerEntries(run, entries);
+  }
+  const received = await broadcastState(elastic.group, entries);
+  const meta = JSON.parse(decoder.decode(received.get('outer.meta'))) as {
+    step: number;
+    pending: boolean;
+    innerStep: number;
+    outerStep: number;
+  };
+  if (newcomer && !lead) {
+    dilocoOf(run).loadStateDict({
+      innerStep: meta.innerStep,
+      outerStep: meta.outerStep,
+      global: received.get('outer.global') as Float32Array,
+      momentumBuffer: (received.get('outer.momentum') as Float32Array | undefined) ?? null,
+      residual: null,
+      shardResidual: null,
+    });
+    await applyOptimizer(run, received);
+  }
+  return { step: meta.step, pending: meta.pending };
+}
+
+/**
+ * One outer sync over the current group, weighted ([Note: diloco members that come and go]):
+ * null when no member has a pseudo-gradient (nothing to average).
+ */
+export async function syncOuter(run: Run, hasDelta: boolean): Promise<OuterSyncReport | null> {
+  const diloco = dilocoOf(run);
+  const share = await averageScalar(diloco.group, hasDelta ? 1 : 0);
+  if (share === 0) return null;
+  const before = diloco.bytesSent;
+  await diloco.outerSync({ weight: hasDelta ? 1 / share : 0 });
+  return { outerStep: diloco.outer.step, bytesSent: diloco.bytesSent - before };
+}
+
+/** FNV-1a over the global copy's bytes, as hex: the same on every member after a sync. */
+export function globalDigest(run: Run): string {
+  const bytes = new Uint8Array(dilocoOf(run).globalParameters().buffer);
+  let hash = 0x811c9dc5;
+  for (const byte of bytes) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0;
+  return hash.toString(16).padStart(8, '0');
+}
