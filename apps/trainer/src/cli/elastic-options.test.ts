@@ -80,7 +80,7 @@ describe('the elastic flags', () => {
     const page = '--elastic-coordinator with --browser-port:';
     expectUsage(
       () => parse('--elastic-coordinator', '0', '--browser-port', '0', '--strategy', 'fsdp'),
-      `${page} tabs join as members of --strategy ddp, not fsdp`,
+      `${page} tabs join as members of --strategy ddp or diloco, not fsdp`,
       '--strategy',
     );
     expectUsage(

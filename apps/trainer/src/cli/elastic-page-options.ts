@@ -2,7 +2,7 @@ import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 
 /** The strategies a tab trains under in an elastic world: its state moves between live members. */
-const TAB_STRATEGIES: readonly string[] = ['ddp'];
+const TAB_STRATEGIES: readonly string[] = ['ddp', 'diloco'];
 
 /**
  * `--elastic-coordinator PORT --browser-port P`: the coordinator serves the page that joins a

@@ -52,7 +52,7 @@ Execution
   --min-world-size <n> --max-world-size <n>  the coordinator's bounds (default 1 and 64)
   --elastic-wait-seconds <n>   below the minimum, and for more members at the start (default 60)
                                with --browser-port the coordinator also serves the page that joins
-                               a browser tab as a member (ddp over ws), training with its own flags
+                               a browser tab as a member (ddp or diloco), training with its own flags
   --elastic <ws://host:port>   ddp or fsdp (fp32) as one member of that elastic world: members may
                                leave (the others drop them at the next step) and join (ddp: they
                                receive rank 0's state; fsdp: every member restarts from the last
