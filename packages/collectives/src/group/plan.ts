@@ -27,7 +27,7 @@ import { splitAddress } from '../registered-segments.js';
 import { registeredOffsetsOf } from './fingerprint.js';
 import type { GroupView, OpContext } from './op-context.js';
 import { RegisteredBuffers } from './registered-buffers.js';
-import { TwoLevelPlan } from './two-level-plan.js';
+import { TwoLevelPlan } from '../two-level/two-level-plan.js';
 import {
   type RingSettings,
   reduceLayout,
@@ -71,7 +71,7 @@ export class CollectivePlan {
     // Receive slots and, for a registered reduce-scatter, as many forward slots (`ringReduce`).
     const tcpBytes = 2 * ringStagingBytes(this.settings) + 64;
     // Two levels: registered buffers in the node's arena ([Note: two-level node phases on
-    // staged memory] in algorithms/two-level-staged.ts).
+    // staged memory] in two-level/staged-schedule.ts).
     this.buffers = new RegisteredBuffers(
       group,
       () => this.sharedArena() ?? this.twoLevel?.nodeArena ?? null,

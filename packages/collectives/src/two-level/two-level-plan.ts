@@ -9,27 +9,27 @@ import {
   twoLevelAllReduce,
   twoLevelReduceScatter,
   type WideData,
-} from '../algorithms/two-level.js';
+} from './slot-schedule.js';
 import {
   type StagedStep,
   stagedAllGather,
   stagedAllReduce,
   stagedReduceScatter,
-} from '../algorithms/two-level-staged.js';
+} from './staged-schedule.js';
 import { ReduceArena, type ReduceOp } from '../kernels/reduce.js';
 import { bytesOf, type CommDType, type HostData, overlaps } from '../operand.js';
 import { shardRange } from '../shard.js';
 import type { SharedArena } from '../shared-arena.js';
-import type { NodeTopology } from '../two-level/topology.js';
-import { twoLevelOf } from '../two-level/two-level-transport.js';
-import type { GroupView, OpContext } from './op-context.js';
+import type { NodeTopology } from './topology.js';
+import { twoLevelOf } from './two-level-transport.js';
+import type { GroupView, OpContext } from '../group/op-context.js';
 import {
   type RingSettings,
   ringLayout,
   ringStagingBytes,
   segmentBytes,
   streamedLayout,
-} from './ring-layout.js';
+} from '../group/ring-layout.js';
 
 /**
  * The most bytes one op stages per rank ([Note: two-level node phases on staged memory]); a
