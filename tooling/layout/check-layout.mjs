@@ -67,8 +67,6 @@ const KNOWN_TYPE_CYCLES = [
     'packages/collectives/src/testing/suite-reference.ts',
     'packages/collectives/src/testing/suite.ts',
   ],
-  // Summoning full parameters walks the units, and a unit summons its own.
-  ['packages/fsdp/src/fully-sharded.ts', 'packages/fsdp/src/summon.ts'],
   // A tensor, its autograd node and the engine that runs the nodes name each other's types.
   [
     'packages/tensor-core/src/autograd/engine.ts',
