@@ -62,10 +62,10 @@ const KNOWN_TYPE_CYCLES = [
   ],
   // The shared collective suite's cases, failures and reference take the suite's context type.
   [
-    'packages/collectives/src/testing/suite-cases.ts',
-    'packages/collectives/src/testing/suite-failures.ts',
-    'packages/collectives/src/testing/suite-reference.ts',
-    'packages/collectives/src/testing/suite.ts',
+    'packages/collectives/src/suites/suite-cases.ts',
+    'packages/collectives/src/suites/suite-failures.ts',
+    'packages/collectives/src/suites/suite-reference.ts',
+    'packages/collectives/src/suites/suite.ts',
   ],
   // A tensor, its autograd node and the engine that runs the nodes name each other's types.
   [
