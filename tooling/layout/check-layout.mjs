@@ -297,5 +297,5 @@ if (problems.length > 0) {
   process.exit(1);
 }
 console.log(
-  'layout check: every source file is at most 500 lines, imports only layers below it, no package has a new import cycle (type imports included), every design note is indexed where it is defined, and every "where things live" row names files that exist and the imports they make',
+  'layout check: every source file is at most 500 lines, imports only layers below it, no package has a new import cycle (type imports included), every design note is indexed where it is defined, and every "where things live" row names files that exist and the imports they make, and every source file lies in a row',
 );
