@@ -8,7 +8,7 @@ export default defineConfig({
       node: 'src/entries/node.ts',
       'platform/browser': 'src/platform/browser.ts',
       'platform/node': 'src/platform/node.ts',
-      testing: 'src/testing/index.ts',
+      testing: 'src/suites/index.ts',
       transports: 'src/entries/transports.ts',
     },
     // The testing entry runs inside the user's vitest; `#platform` stays an import so the

@@ -1,8 +1,9 @@
 // The "where things live" check of `check:layout` (#36): in a package README's table under
 // `## Where things live`, every path of a row's first column exists, and where the table has an
 // import column (`imports` or `may import`), every relative import of a row's files lands in the
-// row itself or in what that column names. Pure functions over texts, so the docs test can feed
-// them fixtures.
+// row itself or in what that column names, and every source file of `src/` lies in some row
+// (`src/index.ts`, `src/errors.ts` and generated files aside). Pure functions over texts, so the
+// docs test can feed them fixtures.
 //
 // [Note: the import column of where things live]
 // The import column speaks of the package's own files; which packages a package may import is the
@@ -17,6 +18,8 @@
 // `` `file.ts` also imports a, b `` for one file of the row that reaches further.
 
 const CODE = /\.(ts|mts|mjs|js)$/;
+// Source files a table need not name: the package's entry, its errors, and generated files.
+const UNLISTED = /^src\/(index|errors)\.ts$|generated/;
 const SPECIAL_NONE = /^nothing( of the package)?$/;
 const SPECIAL_ABOVE = /^(all of the above|everything above|the files above)$/;
 
@@ -231,7 +234,13 @@ export function checkWhereThingsLive(pkg, readme, files, packages) {
   for (const [file, text] of files) {
     if (!CODE.test(file) || /\.test\.ts$/.test(file) || file.includes('__fixtures__/')) continue;
     const i = rowOf(file);
-    if (i === null) continue;
+    if (i === null) {
+      if (file.startsWith('src/') && !UNLISTED.test(file))
+        problems.push(
+          `${where}: \`${file}\` is in no row (add it to the row of its folder, or a row)`,
+        );
+      continue;
+    }
     const row = rows[i];
     const base = file.split('/').pop();
     const mayImport = [...allowed[i].all, ...(allowed[i].also.get(base) ?? [])];

@@ -12,7 +12,8 @@ import {
 import { FingerprintExchange, REDUCE_NAMES } from './group/fingerprint.js';
 import { OpQueue } from './group/op-queue.js';
 import { OperandStaging, type StagingStats } from './operand-staging.js';
-import { CollectivePlan } from './group/plan.js';
+import type { CollectivePlan } from './group/collective-plan.js';
+import { choosePlan } from './group/plan.js';
 import type { Work } from './group/work.js';
 import { shardRange } from './shard.js';
 import type { Transport } from './transport-contract.js';
@@ -78,8 +79,9 @@ function tagOf(path: string): number {
  * A group of ranks that run collectives together, on a `Transport`: its members, its lifecycle
  * and the public calls, each checked here before anything runs. Its pieces, under `group/`:
  * `OpQueue` runs the calls in issue order, each under an `OpContext` (deadline, abort) with its
- * fingerprint checked by `FingerprintExchange`, and `CollectivePlan` picks the algorithm for the
- * transport and size. See [Note: ordering, deadlines and abort] (in `group/op-queue.ts`).
+ * fingerprint checked by `FingerprintExchange`, and the `CollectivePlan` chosen once when the
+ * group is built runs them ([Note: one plan per group] in `group/plan.ts`).
+ * See [Note: ordering, deadlines and abort] (in `group/op-queue.ts`).
  */
 export class ProcessGroup {
   /** This rank in the group, 0 <= rank < size. */
@@ -149,7 +151,7 @@ export class ProcessGroup {
     }
     shared.tags.set(this.tag, path);
     this.shared = shared;
-    this.plan = new CollectivePlan(this, this.options, path === '', this.staging);
+    this.plan = choosePlan(this, this.options, path === '', this.staging);
     const fingerprints = new FingerprintExchange(this, () => this.plan.sharedArena());
     this.queue = new OpQueue(
       this,

@@ -54,7 +54,7 @@ import type { SharedArena } from './shared-arena.js';
  *    posted instead of being copied aside (see [Note: fingerprints ahead of the data]). An
  *    exception from `onArrive` is the caller's: the transport ignores it.
  *
- * Run `runTransportSuite` from `@webshard/collectives/testing` (src/testing/transport-suite.ts)
+ * Run `runTransportSuite` from `@webshard/collectives/testing` (src/suites/transport-suite.ts)
  * against a new transport: it checks these rules and every collective on top of them.
  */
 export interface Transport {

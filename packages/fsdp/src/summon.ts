@@ -1,7 +1,9 @@
 import { keep, type Module, Tensor } from '@webshard/tensor-core';
 import { FsdpConfigError } from './errors.js';
+import type { ResolvedOptions } from './api.js';
 import type { FlatParameter } from './flat-param.js';
-import type { FullyShardedDataParallel } from './fully-sharded.js';
+import type { FsdpParamGroup, TrainingState } from './param-group.js';
+import type { SsdShards } from './ssd/ssd-offload.js';
 
 /** Options of `summonFullParams`. */
 export interface SummonOptions {
@@ -16,8 +18,25 @@ export interface SummonOptions {
   rank0Only?: boolean;
 }
 
+/**
+ * What summoning needs of a unit; `FullyShardedDataParallel` is one. Named here, not imported, so
+ * the wrapper that calls these functions and this file do not name each other (#36).
+ */
+export interface SummonUnit {
+  readonly module: Module;
+  readonly options: ResolvedOptions;
+  readonly paramGroup: FsdpParamGroup;
+  readonly ssdShards: SsdShards | null;
+  trainingState: TrainingState;
+  readonly unitName: string;
+  readonly rank: number;
+  /** This unit and the units nested inside it. */
+  units(): readonly SummonUnit[];
+  assertState(op: string, states: readonly TrainingState[]): void;
+}
+
 interface Summoned {
-  readonly unit: FullyShardedDataParallel;
+  readonly unit: SummonUnit;
   readonly flat: FlatParameter;
   /** The gathered f32 buffer on the shard's backend. */
   readonly full: Tensor;
@@ -36,7 +55,7 @@ interface Summoned {
  * its shard unless `volatile`, then frees everything: the units are sharded and IDLE again.
  */
 export async function summonFullParams<T>(
-  root: FullyShardedDataParallel,
+  root: SummonUnit,
   fn: () => T | Promise<T>,
   options: SummonOptions = {},
 ): Promise<T> {
@@ -124,7 +143,7 @@ export async function summonFullParams<T>(
  * (children before their parent, in registration order), inside `summonFullParams`.
  */
 export async function applyWithFullParams(
-  unit: FullyShardedDataParallel,
+  unit: SummonUnit,
   fn: (module: Module) => void | Promise<void>,
 ): Promise<void> {
   const visit = async (m: Module): Promise<void> => {
@@ -138,7 +157,7 @@ export async function applyWithFullParams(
  * The wrapped module's `resetParameters()` inside `summonFullParams` (written back into the
  * shards); a `FsdpConfigError` without `allowResetParameters` or when there is no such method.
  */
-export async function resetWithFullParams(unit: FullyShardedDataParallel): Promise<void> {
+export async function resetWithFullParams(unit: SummonUnit): Promise<void> {
   const op = 'resetParameters';
   const where = `unit '${unit.unitName}' rank ${unit.rank}`;
   if (!unit.options.allowResetParameters) {

@@ -41,6 +41,13 @@ describe("check:layout's where-things-live check (tooling/layout/where-things-li
     expect(check(ROWS)).toEqual([]);
   });
 
+  it('names a source file that no row holds (the entry, errors and generated files aside)', () => {
+    const files = { ...FILES, 'src/index.ts': '', 'src/stray.ts': '', 'bench/run.ts': '' };
+    expect(check(ROWS.replace('| `src/errors.ts` | the errors | nothing |\n', ''), files)).toEqual([
+      'packages/a/README.md: where things live: `src/stray.ts` is in no row (add it to the row of its folder, or a row)',
+    ]);
+  });
+
   it('names a path that does not exist, and a row that names none', () => {
     expect(
       check(

@@ -3,7 +3,7 @@
 // closes once its stdin closes.
 import { ProcessGroup } from '../process-group.js';
 import { connectNetworkTransport, type NetworkBackend } from '../connect-transport.js';
-import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../testing/suite.js';
+import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../suites/suite.js';
 
 const [backend, jobText, shape, survivors] = process.argv.slice(2) as [
   NetworkBackend,

@@ -12,7 +12,7 @@ import {
   runSuiteJob,
   SUITE_GROUP_OPTIONS,
   type SuiteJob,
-} from '../testing/suite.js';
+} from '../suites/suite.js';
 import type { Transport } from '../transport-contract.js';
 
 /** `size` ranks of a network transport in this process, over real sockets (tests, benchmarks). */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { SuiteJob } from '../testing/suite.js';
+import type { SuiteJob } from '../suites/suite.js';
 import { runJobInChildren } from '../test-support/network-world.js';
 
 /**

@@ -1,4 +1,4 @@
-import { runTransportSuite } from '../testing/transport-suite.js';
+import { runTransportSuite } from '../suites/transport-suite.js';
 import { runTwoLevelJob } from '../test-support/two-level/run-nodes.js';
 
 // The shared suite over two-level worlds: each node a launcher of threads in this process (its

@@ -11,9 +11,9 @@ import type { NodeTopology } from './topology.js';
  * goes through the node's `shm` rings, any other through the network transport, so every group,
  * sub-groups and point-to-point included, works unchanged over it. Which ranks share a node the
  * ranks tell each other at rendezvous (`NodeTopology`). The world group's all-reduce, all-gather
- * and reduce-scatter then split in two (group/two-level-plan.ts, as NCCL's and gloo's hierarchical
+ * and reduce-scatter then split in two (two-level-plan.ts, as NCCL's and gloo's hierarchical
  * algorithms do): a phase inside each node on the node-mates' operands in place in the shm arena
- * ([Note: two-level node phases on staged memory] in algorithms/two-level-staged.ts), and a phase
+ * ([Note: two-level node phases on staged memory] in staged-schedule.ts), and a phase
  * between the ranks of the same local index on every node, over the network, moving 1/L of the data each (L ranks per
  * node), so each node sends about what one rank of a flat ring would and the L connections between
  * two nodes run side by side. An all-reduce is a reduce-scatter in the node, an all-reduce of each

@@ -1,5 +1,5 @@
 // A rank of the shared transport suite over shm (started by shm-transport.test.ts).
-import { runSuiteJob, type SuiteJob } from '../../testing/suite.js';
+import { runSuiteJob, type SuiteJob } from '../../suites/suite.js';
 import { runShmWorker } from '../../transports/shm/launch-threads.js';
 
 void runShmWorker((group, job: SuiteJob) =>

@@ -6,7 +6,7 @@
 // ([Note: an abort does not undo a finished op]). Then every rank calls a world barrier (op #2).
 // Prints what ops #1 and #2 gave as `@@lag {...}`.
 import { initProcessGroup } from '../../init-process-group.js';
-import { errorReport } from '../../testing/suite-reference.js';
+import { errorReport } from '../../suites/suite-reference.js';
 import { twoLevelOf } from '../../two-level/two-level-transport.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

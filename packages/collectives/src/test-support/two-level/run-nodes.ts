@@ -6,7 +6,7 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { freePort, launch } from '../../launcher/launcher.js';
 import type { LaunchResult } from '../../launcher/supervise.js';
-import type { RankReport, SuiteJob } from '../../testing/suite.js';
+import type { RankReport, SuiteJob } from '../../suites/suite.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const REPORT = /^\[rank (\d+)\] @@report (.*)$/;

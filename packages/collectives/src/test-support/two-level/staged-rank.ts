@@ -7,8 +7,8 @@ import type { ReduceOp } from '../../kernels/reduce.js';
 import { narrow, type CommDType, type HostData, widen } from '../../operand.js';
 import { initProcessGroup } from '../../init-process-group.js';
 import { shardRange } from '../../shard.js';
-import { SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
-import { bytes, digest, dtypeOption } from '../../testing/suite-reference.js';
+import { SUITE_GROUP_OPTIONS } from '../../suites/suite.js';
+import { bytes, digest, dtypeOption } from '../../suites/suite-reference.js';
 
 const group = await initProcessGroup({ group: SUITE_GROUP_OPTIONS, timeoutMs: 30_000 });
 const { rank, size } = group;

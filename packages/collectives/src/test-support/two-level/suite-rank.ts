@@ -2,7 +2,7 @@
 // (two-level-suite.test.ts): joins the two-level world, runs the job from WEBSHARD_SUITE_JOB,
 // prints its report. `die()` ends the thread with code 1, as a crash would.
 import { initProcessGroup } from '../../init-process-group.js';
-import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../testing/suite.js';
+import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../../suites/suite.js';
 
 const job = JSON.parse(process.env.WEBSHARD_SUITE_JOB ?? '') as SuiteJob;
 const group = await initProcessGroup({ group: SUITE_GROUP_OPTIONS, timeoutMs: 30_000 });

@@ -1,5 +1,5 @@
-import { runSuiteJob, SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
-import { runTransportSuite } from '../../testing/transport-suite.js';
+import { runSuiteJob, SUITE_GROUP_OPTIONS } from '../../suites/suite.js';
+import { runTransportSuite } from '../../suites/transport-suite.js';
 import { ProcessGroup } from '../../process-group.js';
 import { LocalHub } from './local-transport.js';
 

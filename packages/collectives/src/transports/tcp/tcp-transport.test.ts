@@ -1,5 +1,5 @@
-import { killsARank } from '../../testing/suite.js';
-import { runTransportSuite } from '../../testing/transport-suite.js';
+import { killsARank } from '../../suites/suite.js';
+import { runTransportSuite } from '../../suites/transport-suite.js';
 import { runJobInChildren, runJobInProcess } from '../../test-support/network-world.js';
 
 // The cases and most failures run with every rank in this process (real sockets, one event

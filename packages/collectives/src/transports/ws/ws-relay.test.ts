@@ -4,8 +4,8 @@ import { ProcessGroup } from '../../process-group.js';
 import { StoreClient } from '../../rendezvous/store-client.js';
 import { StoreServer } from '../../rendezvous/store-server.js';
 import { shardRange } from '../../shard.js';
-import { killsARank, SUITE_GROUP_OPTIONS } from '../../testing/suite.js';
-import { runTransportSuite } from '../../testing/transport-suite.js';
+import { killsARank, SUITE_GROUP_OPTIONS } from '../../suites/suite.js';
+import { runTransportSuite } from '../../suites/transport-suite.js';
 import {
   createNetworkWorld,
   runJobInChildren,

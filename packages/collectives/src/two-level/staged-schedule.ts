@@ -2,9 +2,9 @@ import type { ReduceOp } from '../kernels/reduce.js';
 import { bytesOf, type CommDType, type HostData, narrow, widen } from '../operand.js';
 import { shardRange } from '../shard.js';
 import type { SharedArena } from '../shared-arena.js';
-import type { Comm } from './comm.js';
-import { ringAllGather } from './gather.js';
-import { type ReduceLayout, ringReduce } from './reduce.js';
+import type { Comm } from '../algorithms/comm.js';
+import { ringAllGather } from '../algorithms/gather.js';
+import { type ReduceLayout, ringReduce } from '../algorithms/reduce.js';
 
 /**
  * [Note: two-level node phases on staged memory]
@@ -35,8 +35,8 @@ import { type ReduceLayout, ringReduce } from './reduce.js';
  * at their end. A registered operand is the user's, who may write it as soon as the op returns:
  * when any node-mate's operand is registered (the exchange's flag), every rank waits at a final
  * barrier. A rank that cannot stage (the op exceeds the staging limit, or the arena's reserve is
- * spent) says so in the exchange, and the whole node runs the slot schedule (algorithms/
- * two-level.ts) instead; the messages between nodes are the same either way, so nodes need not
+ * spent) says so in the exchange, and the whole node runs the slot schedule (slot-
+ * schedule.ts) instead; the messages between nodes are the same either way, so nodes need not
  * agree.
  */
 

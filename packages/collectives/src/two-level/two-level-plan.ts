@@ -9,27 +9,39 @@ import {
   twoLevelAllReduce,
   twoLevelReduceScatter,
   type WideData,
-} from '../algorithms/two-level.js';
+} from './slot-schedule.js';
 import {
   type StagedStep,
   stagedAllGather,
   stagedAllReduce,
   stagedReduceScatter,
-} from '../algorithms/two-level-staged.js';
+} from './staged-schedule.js';
 import { ReduceArena, type ReduceOp } from '../kernels/reduce.js';
-import { bytesOf, type CommDType, type HostData, overlaps } from '../operand.js';
+import {
+  bytesOf,
+  type CommDType,
+  type HostData,
+  hostOperand,
+  type OperandInfo,
+  overlaps,
+} from '../operand.js';
 import { shardRange } from '../shard.js';
 import type { SharedArena } from '../shared-arena.js';
-import type { NodeTopology } from '../two-level/topology.js';
-import { twoLevelOf } from '../two-level/two-level-transport.js';
-import type { GroupView, OpContext } from './op-context.js';
+import type { NodeTopology } from './topology.js';
+import { twoLevelOf } from './two-level-transport.js';
+import { placeOwn } from '../algorithms/gather.js';
+import { type CollectivePlan, gatherOperands, type PlanOptions } from '../group/collective-plan.js';
+import type { GroupView, OpContext } from '../group/op-context.js';
+import { RegisteredBuffers } from '../group/registered-buffers.js';
+import { broadcastOverMessages } from '../group/ring-plan.js';
+import type { OperandStaging } from '../operand-staging.js';
 import {
   type RingSettings,
   ringLayout,
   ringStagingBytes,
   segmentBytes,
   streamedLayout,
-} from './ring-layout.js';
+} from '../group/ring-layout.js';
 
 /**
  * The most bytes one op stages per rank ([Note: two-level node phases on staged memory]); a
@@ -61,7 +73,9 @@ interface Staging {
  * for any other group: sub-groups, irregular worlds (nodes of different sizes) and worlds of one
  * rank per node run over the routed messages as on any transport.
  */
-export class TwoLevelPlan {
+export class TwoLevelPlan implements CollectivePlan {
+  /** The buffers `allocate` hands out: in the node's arena. */
+  readonly buffers: RegisteredBuffers;
   private readonly arena = new ReduceArena();
   private readonly settings: RingSettings;
   private scratchBuffer = new ArrayBuffer(0);
@@ -74,78 +88,110 @@ export class TwoLevelPlan {
   private ringSlots = -1;
 
   private constructor(
-    group: GroupView,
+    private readonly group: GroupView,
     private readonly topology: NodeTopology,
-    private readonly sharedArena: SharedArena,
-    segment: number | 'auto',
+    /** The node's arena, where `allocate` hands out registered buffers on this group. */
+    private readonly nodeArena: SharedArena,
+    private readonly options: PlanOptions,
+    /** Host arrays for tensor operands: see [Note: operand staging]. */
+    private readonly operandStaging: OperandStaging,
   ) {
     this.node = topology.nodeOf(group.rank);
     this.localRank = topology.localRankOf(group.rank);
-    this.settings = { segmentBytes: segment, size: topology.nodes.length };
+    this.settings = { segmentBytes: options.segmentBytes, size: topology.nodes.length };
+    // Registered buffers in the node's arena ([Note: two-level node phases on staged memory] in
+    // staged-schedule.ts); the tcp size is the one every plan passes (unused here).
+    const groupRing = { segmentBytes: options.segmentBytes, size: group.size };
+    this.buffers = new RegisteredBuffers(
+      group,
+      () => nodeArena,
+      2 * ringStagingBytes(groupRing) + 64,
+    );
   }
 
   /** The plan of `group` when it is a two-level transport's world group, else null. */
   static for(
     group: GroupView,
     world: boolean,
-    options: { segmentBytes: number | 'auto'; sharedMemory: boolean },
+    options: PlanOptions,
+    staging: OperandStaging,
   ): TwoLevelPlan | null {
     const transport = twoLevelOf(group.transport);
     if (transport === null || !world || !options.sharedMemory) return null;
     const { topology } = transport;
     const localSize = topology.localSize;
     if (localSize === null || localSize < 2 || topology.nodes.length < 2) return null;
-    return new TwoLevelPlan(group, topology, transport.local.sharedArena, options.segmentBytes);
+    return new TwoLevelPlan(group, topology, transport.local.sharedArena, options, staging);
   }
 
-  /** The node's arena, where `allocate` hands out registered buffers on this group. */
-  get nodeArena(): SharedArena {
-    return this.sharedArena;
+  /** This group has no one arena: it runs the node's phases through `nodeArena`. */
+  sharedArena(): null {
+    return null;
   }
 
-  async allReduce(ctx: OpContext, dtype: CommDType, host: HostData, op: ReduceOp): Promise<void> {
+  async allReduce(ctx: OpContext, info: OperandInfo, op: ReduceOp): Promise<void> {
+    const operand = await hostOperand('allReduce', info, false, this.operandStaging);
+    const { dtype } = info;
+    const host = operand.host;
     const registered = this.reducibleOffset(dtype, host);
-    if (await stagedAllReduce(this.stagedStep(ctx), dtype, host, op, registered)) return;
-    await twoLevelAllReduce(this.step(ctx), dtype, host, op);
+    if (!(await stagedAllReduce(this.stagedStep(ctx), dtype, host, op, registered)))
+      await twoLevelAllReduce(this.step(ctx), dtype, host, op);
+    operand.commit();
   }
 
   async reduceScatter(
     ctx: OpContext,
-    dtype: CommDType,
-    input: HostData,
-    output: HostData,
+    inInfo: OperandInfo,
+    outInfo: OperandInfo,
     op: ReduceOp,
   ): Promise<void> {
+    const [source, target] = await Promise.all([
+      hostOperand('reduceScatter', inInfo, false, this.operandStaging),
+      hostOperand('reduceScatter', outInfo, true, this.operandStaging),
+    ]);
+    const { dtype } = inInfo;
+    const input = source.host;
+    const output = target.host;
     // Node-mates read a registered input in place while this rank writes its output.
     const separate = !overlaps(bytesOf(input), bytesOf(output));
     const registered = separate ? this.reducibleOffset(dtype, input) : -1;
     const step = this.stagedStep(ctx);
-    if (await stagedReduceScatter(step, dtype, input, output, op, registered)) return;
-    await twoLevelReduceScatter(this.step(ctx), dtype, input, output, op);
+    if (!(await stagedReduceScatter(step, dtype, input, output, op, registered)))
+      await twoLevelReduceScatter(this.step(ctx), dtype, input, output, op);
+    target.commit();
   }
 
-  /** `own` is this rank's shard, already at its place in `output`. */
-  async allGather(
-    ctx: OpContext,
-    own: Uint8Array,
-    output: Uint8Array,
-    count: number,
-    element: number,
-  ): Promise<void> {
-    const registered = this.sharedArena.owns(output.buffer) ? output.byteOffset : -1;
+  async allGather(ctx: OpContext, inInfo: OperandInfo, outInfo: OperandInfo): Promise<void> {
+    const { target, bytes, own, chunk, element } = await gatherOperands(
+      this.group,
+      inInfo,
+      outInfo,
+      this.operandStaging,
+    );
+    const [start, length] = chunk(this.group.rank);
+    placeOwn(bytes, own, start);
+    // This rank's shard, now at its place in the output.
+    const placed = bytes.subarray(start, start + length);
+    const registered = this.nodeArena.owns(bytes.buffer) ? bytes.byteOffset : -1;
     const step = this.stagedStep(ctx);
-    if (await stagedAllGather(step, own, output, count, element, registered)) return;
-    await nodeAllGather(this.step(ctx), output, count, element);
+    if (!(await stagedAllGather(step, placed, bytes, outInfo.count, element, registered)))
+      await nodeAllGather(this.step(ctx), bytes, outInfo.count, element);
+    target.commit();
+  }
+
+  /** Over the routed messages, as on any transport. */
+  broadcast(ctx: OpContext, info: OperandInfo, root: number): Promise<void> {
+    return broadcastOverMessages(ctx, this.group, this.options, this.operandStaging, info, root);
   }
 
   /** The byte offset of a registered f32/i32 operand in the node's arena, else -1. */
   private reducibleOffset(dtype: CommDType, host: HostData): number {
     if (dtype !== 'f32' && dtype !== 'i32') return -1;
-    return this.sharedArena.owns(host.buffer) ? host.byteOffset : -1;
+    return this.nodeArena.owns(host.buffer) ? host.byteOffset : -1;
   }
 
   private stagedStep(ctx: OpContext): StagedStep {
-    const { sharedArena, topology, node, settings } = this;
+    const { nodeArena: sharedArena, topology, node, settings } = this;
     const local = this.step(ctx);
     const memory: ReduceMemory = {
       reduce: (...args) => sharedArena.reduce(...args),
@@ -180,7 +226,7 @@ export class TwoLevelPlan {
     if (roundsOnly()) return false;
     if (this.ringSlots >= 0) return true;
     try {
-      this.ringSlots = this.sharedArena.allocate(ringStagingBytes(this.settings));
+      this.ringSlots = this.nodeArena.allocate(ringStagingBytes(this.settings));
       return true;
     } catch (error) {
       if (error instanceof RangeError) return false;
@@ -194,7 +240,7 @@ export class TwoLevelPlan {
    */
   private staging(bytes: number): number {
     if (bytes > STAGING_LIMIT_BYTES) return -1;
-    const arena = this.sharedArena;
+    const arena = this.nodeArena;
     try {
       const which = this.nextStaging;
       this.nextStaging ^= 1;
@@ -212,7 +258,7 @@ export class TwoLevelPlan {
   }
 
   private step(ctx: OpContext): TwoLevelStep {
-    const { topology, node, localRank, sharedArena } = this;
+    const { topology, node, localRank, nodeArena: sharedArena } = this;
     const local: SharedStep = {
       rank: localRank,
       size: topology.nodes[node]!.length,

@@ -1,8 +1,12 @@
 import type { ReduceOp } from '../kernels/reduce.js';
 import { bytesOf, type CommDType, elementBytes, type HostData, narrow } from '../operand.js';
 import { shardRange } from '../shard.js';
-import type { Comm } from './comm.js';
-import { type SharedStep, sharedAllGather, sharedReduceScatterShards } from './shared.js';
+import type { Comm } from '../algorithms/comm.js';
+import {
+  type SharedStep,
+  sharedAllGather,
+  sharedReduceScatterShards,
+} from '../algorithms/shared.js';
 
 /** 4-byte elements as the phases between nodes carry them (f16/bf16 partial sums in f32). */
 export type WideData = Float32Array | Int32Array;
