@@ -9,6 +9,7 @@ import {
   lines,
   type Started,
   signalAll,
+  startCoordinator,
   until,
 } from '../test-support/cli-process.js';
 
@@ -48,14 +49,7 @@ function digests(member: Started): Map<number, string> {
 it.each(['tcp', 'ws'])(
   'diloco through 3 -> 2 -> 3 members over %s: exit 0, the joiner holds the global copy bit for bit, the loss of an uninterrupted run',
   async (transport) => {
-    const coordinator = cli([
-      ...['--elastic-coordinator', '0', '--min-world-size', '2', '--max-world-size', '3'],
-      ...['--elastic-wait-seconds', '30'],
-    ]);
-    const url = await until(
-      'the coordinator',
-      () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
-    );
+    const { coordinator, url } = await startCoordinator(2, 3, 30);
     const log = join(out, `diloco-${transport}.jsonl`);
     const follow = followLog(log);
     const member = (env: Record<string, string> = {}) =>

@@ -11,6 +11,7 @@ import {
   lines,
   type Line,
   signalAll,
+  startCoordinator,
   until,
 } from '../test-support/cli-process.js';
 import type { RankStatus } from './browser-page.js';
@@ -58,16 +59,11 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
       '%s: 2 Node members and a tab, the tab closed, another opened, 3 -> 2 -> 3, exit 0, the losses of an uninterrupted run',
       async (strategy) => {
         const RUN = [...BASE, ...STRATEGY[strategy]!];
-        const coordinator = cli([
-          ...['--elastic-coordinator', '0', '--browser-port', '0'],
-          // The first world forms 5 s after the minimum is there (the join window) without a third.
-          ...['--min-world-size', '2', '--max-world-size', '3', '--elastic-wait-seconds', '5'],
+        // The first world forms 5 s after the minimum is there (the join window) without a third.
+        const { coordinator, url } = await startCoordinator(2, 3, 5, [
+          ...['--browser-port', '0'],
           ...RUN,
         ]);
-        const url = await until(
-          'the coordinator',
-          () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
-        );
         const page = await until(
           'the tab page',
           () => /browser tabs join at (http:\/\/\S+)/.exec(coordinator.stdout())?.[1],

@@ -2,7 +2,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { cli, killStarted, type Line, lines, until } from '../test-support/cli-process.js';
+import {
+  cli,
+  killStarted,
+  type Line,
+  lines,
+  startCoordinator,
+  until,
+} from '../test-support/cli-process.js';
 
 // [Note: elastic training in the trainer], end to end over tcp and ws: a coordinator and 3 member
 // processes started with the same command; one kills itself (SIGKILL) after its 3rd step, the
@@ -26,20 +33,7 @@ afterAll(async () => {
 it.each(['tcp', 'ws'])(
   'trains through 3 -> 2 -> 3 members over %s, exit 0, the loss of one uninterrupted process',
   async (transport) => {
-    const coordinator = cli([
-      '--elastic-coordinator',
-      '0',
-      '--min-world-size',
-      '2',
-      '--max-world-size',
-      '3',
-      '--elastic-wait-seconds',
-      '30',
-    ]);
-    const url = await until(
-      'the coordinator',
-      () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
-    );
+    const { coordinator, url } = await startCoordinator(2, 3, 30);
     const log = join(out, `elastic-${transport}.jsonl`);
     let lastLines: Line[] = [];
     const reader = setInterval(() => {
@@ -121,20 +115,7 @@ it.each(['tcp', 'ws'])(
 );
 
 it('stops with the sizes when the world stays below --min-world-size', async () => {
-  const coordinator = cli([
-    '--elastic-coordinator',
-    '0',
-    '--min-world-size',
-    '2',
-    '--max-world-size',
-    '2',
-    '--elastic-wait-seconds',
-    '1',
-  ]);
-  const url = await until(
-    'the coordinator',
-    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
-  );
+  const { coordinator, url } = await startCoordinator(2, 2, 1);
   const lone = cli([...RUN, '--strategy', 'ddp', '--elastic', url]);
   const [member, ended] = await Promise.all([lone.done, coordinator.done]);
   const sizes =
@@ -152,18 +133,8 @@ it('stops with the sizes when the world stays below --min-world-size', async () 
 }, 30_000);
 
 it('a member stopped by SIGTERM leaves (exit 143) and the others go on', async () => {
-  const coordinator = cli([
-    '--elastic-coordinator',
-    '0',
-    '--min-world-size',
-    '1',
-    '--max-world-size',
-    '2',
-  ]);
-  const url = await until(
-    'the coordinator',
-    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
-  );
+  // The default wait (60 s): the world of 1 forms at once, the second joins at a step.
+  const { coordinator, url } = await startCoordinator(1, 2, 60);
   const log = join(out, 'sigterm.jsonl');
   const args = [...MODEL, '--batch-size', '12', '--steps', '100000', '--backend', 'cpu'];
   const members = [0, 1].map(() =>
@@ -199,20 +170,7 @@ it('a member stopped by SIGTERM leaves (exit 143) and the others go on', async (
 // and written its shard there (`ENOENT`); the ranks now meet at a barrier in between
 // (run/loop.ts `saveCheckpoint`). 24 runs after the fix passed at load 2-8.
 it('fsdp restarts from its last sharded checkpoint at the new world size when a member dies', async () => {
-  const coordinator = cli([
-    '--elastic-coordinator',
-    '0',
-    '--min-world-size',
-    '2',
-    '--max-world-size',
-    '3',
-    '--elastic-wait-seconds',
-    '30',
-  ]);
-  const url = await until(
-    'the coordinator',
-    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
-  );
+  const { coordinator, url } = await startCoordinator(2, 3, 30);
   const log = join(out, 'fsdp.jsonl');
   const checkpoints = join(out, 'fsdp-checkpoints');
   const sharded = ['--checkpoint-dir', checkpoints, '--checkpoint-every', '2'];

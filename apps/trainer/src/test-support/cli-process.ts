@@ -110,3 +110,25 @@ export function followLog(path: string): { latest: () => Line[]; stop: () => voi
   }, 50);
   return { latest: () => read, stop: () => clearInterval(timer) };
 }
+
+/**
+ * `webshard-train --elastic-coordinator 0` with its bounds (`min`, `max`, `waitSeconds`) and any
+ * `extra` flags, once it prints the URL members join at.
+ */
+export async function startCoordinator(
+  min: number,
+  max: number,
+  waitSeconds: number,
+  extra: readonly string[] = [],
+): Promise<{ coordinator: Started; url: string }> {
+  const coordinator = cli([
+    ...['--elastic-coordinator', '0', '--min-world-size', String(min)],
+    ...['--max-world-size', String(max), '--elastic-wait-seconds', String(waitSeconds)],
+    ...extra,
+  ]);
+  const url = await until(
+    'the coordinator',
+    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+  );
+  return { coordinator, url };
+}
