@@ -80,7 +80,7 @@ describe('DiLoCo in an elastic world', () => {
       }
       // Regrouped onto 2, the sync runs again: the same as two fresh wrappers holding that state.
       const two = createLocalGroups(2);
-      survivors.forEach((d, r) => d.regroup(two[r]!));
+      for (const [r, d] of survivors.entries()) d.regroup(two[r]!);
       await Promise.all(survivors.map((d) => d.outerSync()));
       const refGroups = createLocalGroups(2);
       const refModels = refGroups.map(() => buildModel(seed));
@@ -143,7 +143,7 @@ describe('DiLoCo in an elastic world', () => {
     const state = pair.dilocos[0]!.stateDict();
     joined.loadStateDict({ ...state, residual: null, shardResidual: null });
     expect(await flat(newcomer)).toEqual(state.global);
-    pair.dilocos.forEach((d, r) => d.regroup(three[r]!));
+    for (const [r, d] of pair.dilocos.entries()) d.regroup(three[r]!);
     await Promise.all([
       ...pair.dilocos.map((d) => d.outerSync({ weight: 3 / 2 })),
       joined.outerSync({ weight: 0 }),
