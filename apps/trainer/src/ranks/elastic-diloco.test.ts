@@ -114,9 +114,9 @@ it.each(['tcp', 'ws'])(
     console.log(
       `elastic diloco 3 -> 2 -> 3 over ${transport}: mean loss of the last 16 steps ${mean(steps).toFixed(4)} against ${mean(reference).toFixed(4)} uninterrupted (${(100 * gap).toFixed(2)} %)`,
     );
-    // The run's own tolerance: how many steps the world of 2 takes (fewer tokens a step) depends
-    // on when the freeze lands; the last 8 steps' mean measured 0.23-2.47 % off in 6 runs.
-    expect(gap).toBeLessThan(0.05);
+    // Issue 34's bound: how many steps the world of 2 takes (fewer tokens a step) depends on when
+    // the freeze lands; the last 16 steps' mean measured 0.15-1.48 % off in 12 runs (6 tcp, 6 ws).
+    expect(gap).toBeLessThan(0.03);
   },
   120_000,
 );

@@ -9,7 +9,9 @@ import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-mo
  * split over ranks as under ddp, but nothing is reduced in backward) with the run's AdamW; every
  * `--inner-steps` steps, and after the last step, `DiLoCo` (@webshard/diloco) averages the
  * pseudo-gradients over the group and takes the outer Nesterov step, so the ranks hold the same
- * parameters again. `start` broadcasts rank 0's parameters once the optimizer exists. Steps
+ * parameters again. `start` broadcasts rank 0's parameters once the optimizer exists, except
+ * under `--elastic`, where members come and go at outer syncs and a member takes the world's state
+ * from rank 0 when admitted ([Note: diloco members that come and go] in run/elastic-outer.ts). Steps
  * between syncs are quiet (`quietStep`): on a link of 40 ms, the loop's own five small collectives
  * a step (the loss's mean, three per-rank memory gathers, the agreed stop) cost more than the
  * step's compute, so only the sync steps run them. The loss logged between syncs is rank 0's own,
