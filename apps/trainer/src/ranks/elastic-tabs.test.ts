@@ -37,6 +37,8 @@ function statusOf(page: Page): Promise<RankStatus | undefined> {
   return page.evaluate(() => (window as { webshardRank?: RankStatus }).webshardRank);
 }
 
+// Skipped only where no Chromium is installed (it says so): CI installs Debian's chromium, so it
+// runs there, as the trainer's other tab tests do.
 describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
   'browser tabs in an elastic world',
   () => {

@@ -61,6 +61,18 @@ export interface GatherOperands {
   readonly element: number;
 }
 
+/** The host operands of a reduce-scatter: its input (read) and output (written), staged if need be. */
+export function scatterOperands(
+  inInfo: OperandInfo,
+  outInfo: OperandInfo,
+  staging: OperandStaging,
+): Promise<[HostOperand, HostOperand]> {
+  return Promise.all([
+    hostOperand('reduceScatter', inInfo, false, staging),
+    hostOperand('reduceScatter', outInfo, true, staging),
+  ]);
+}
+
 /** The host operands of an all-gather on `group`, its input put in place when it overlaps. */
 export async function gatherOperands(
   group: GroupView,

@@ -15,6 +15,7 @@ import {
   type CollectivePlan,
   elementChunk,
   gatherOperands,
+  scatterOperands,
   type PlanOptions,
 } from './collective-plan.js';
 import type { GroupView, OpContext } from './op-context.js';
@@ -166,10 +167,7 @@ export class RingPlan implements CollectivePlan {
     outInfo: OperandInfo,
     op: ReduceOp,
   ): Promise<void> {
-    const [source, target] = await Promise.all([
-      hostOperand('reduceScatter', inInfo, false, this.staging),
-      hostOperand('reduceScatter', outInfo, true, this.staging),
-    ]);
+    const [source, target] = await scatterOperands(inInfo, outInfo, this.staging);
     const count = inInfo.count;
     const direct = count * 4 <= this.options.smallMessageBytes;
     const chunk = elementChunk(count, this.group.size);

@@ -14,7 +14,12 @@ import { bytesOf, hostOperand, type OperandInfo } from '../operand.js';
 import type { OperandStaging } from '../operand-staging.js';
 import { splitAddress } from '../registered-segments.js';
 import type { SharedArena } from '../shared-arena.js';
-import { type CollectivePlan, gatherOperands, type PlanOptions } from './collective-plan.js';
+import {
+  type CollectivePlan,
+  gatherOperands,
+  type PlanOptions,
+  scatterOperands,
+} from './collective-plan.js';
 import { registeredOffsetsOf } from './fingerprint.js';
 import type { GroupView, OpContext } from './op-context.js';
 import { RegisteredBuffers } from './registered-buffers.js';
@@ -82,10 +87,7 @@ export class SharedArenaPlan implements CollectivePlan {
     outInfo: OperandInfo,
     op: ReduceOp,
   ): Promise<void> {
-    const [source, target] = await Promise.all([
-      hostOperand('reduceScatter', inInfo, false, this.staging),
-      hostOperand('reduceScatter', outInfo, true, this.staging),
-    ]);
+    const [source, target] = await scatterOperands(inInfo, outInfo, this.staging);
     const step = this.step(ctx);
     // The inputs' offsets as every rank agreed on them in the fingerprint exchange, so all ranks
     // take the same schedule.

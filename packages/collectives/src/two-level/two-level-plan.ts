@@ -30,7 +30,12 @@ import type { SharedArena } from '../shared-arena.js';
 import type { NodeTopology } from './topology.js';
 import { twoLevelOf } from './two-level-transport.js';
 import { placeOwn } from '../algorithms/gather.js';
-import { type CollectivePlan, gatherOperands, type PlanOptions } from '../group/collective-plan.js';
+import {
+  type CollectivePlan,
+  gatherOperands,
+  type PlanOptions,
+  scatterOperands,
+} from '../group/collective-plan.js';
 import type { GroupView, OpContext } from '../group/op-context.js';
 import { RegisteredBuffers } from '../group/registered-buffers.js';
 import { broadcastOverMessages } from '../group/ring-plan.js';
@@ -145,10 +150,7 @@ export class TwoLevelPlan implements CollectivePlan {
     outInfo: OperandInfo,
     op: ReduceOp,
   ): Promise<void> {
-    const [source, target] = await Promise.all([
-      hostOperand('reduceScatter', inInfo, false, this.operandStaging),
-      hostOperand('reduceScatter', outInfo, true, this.operandStaging),
-    ]);
+    const [source, target] = await scatterOperands(inInfo, outInfo, this.operandStaging);
     const { dtype } = inInfo;
     const input = source.host;
     const output = target.host;
