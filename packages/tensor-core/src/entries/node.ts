@@ -16,4 +16,9 @@ export {
   writeAtomically,
   writeBytesAtomically,
 } from '../io/atomic-file.js';
-export type { AtomicWriteOptions, FaultHook, WriteStage } from '../io/atomic-file.js';
+export type {
+  AtomicFileHandle,
+  AtomicWriteOptions,
+  FaultHook,
+  WriteStage,
+} from '../io/atomic-file.js';

@@ -10,6 +10,20 @@ export type FaultHook = (file: string, stage: WriteStage) => void;
 /** A crash simulated by a `FaultHook`: the writer stops where it is and cleans nothing up. */
 export class SimulatedCrash extends Error {}
 
+/**
+ * What `writeAtomically`'s callback may do with the temporary file: write bytes at a position (a
+ * `FileHandle` of node:fs, named structurally so the `/node` entry's declarations need no Node
+ * types, which browser consumers lack).
+ */
+export interface AtomicFileHandle {
+  write(
+    buffer: Uint8Array,
+    offset?: number,
+    length?: number,
+    position?: number | null,
+  ): Promise<{ bytesWritten: number }>;
+}
+
 /** How an atomic write goes. */
 export interface AtomicWriteOptions {
   /** Tests: simulate a crash at a stage of the write. */
@@ -37,7 +51,7 @@ export interface AtomicWriteOptions {
  */
 export async function writeAtomically(
   path: string,
-  write: (handle: FileHandle) => Promise<void>,
+  write: (handle: AtomicFileHandle) => Promise<void>,
   options: AtomicWriteOptions = {},
 ): Promise<void> {
   const { fault, pending, mkdir: makeParents } = options;
