@@ -26,7 +26,7 @@ describe('writeFileAtomically', () => {
     await writeFile(join(dir, 'target-is-a-dir/inside/keep'), 'x');
     const target = join(dir, 'target-is-a-dir');
     const error = await writeFileAtomically(target, 'data').catch((e: unknown) => e);
-    // fsdp's one writer: the error names the path (see [Note: atomic files]).
+    // the one writer (through fsdp): the error names the path (see [Note: atomic files]).
     expect(error).toBeInstanceOf(FileWriteError);
     expect((error as Error).message).toMatch(
       new RegExp(`^\\[write\\] ${target}: could not be written: E(ISDIR|NOTEMPTY)`),

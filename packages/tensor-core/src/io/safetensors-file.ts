@@ -19,6 +19,7 @@ import {
   SafetensorsError,
   type SafetensorsHeader,
 } from './safetensors-format.js';
+import { writeAtomically } from './atomic-file.js';
 
 /**
  * [Note: streaming safetensors]
@@ -30,8 +31,9 @@ import {
  * (`backend.read` on a window), so no tensor is ever staged whole on the host. The header is
  * validated completely before the first allocation; if anything fails afterwards (a read error,
  * an out-of-memory), every tensor allocated so far is freed before the error propagates, so a load
- * either returns every tensor or none. A save writes to a temporary file beside the target and
- * renames it into place, so a failed save never leaves a half-written checkpoint at `path`.
+ * either returns every tensor or none. A save goes through `writeAtomically` ([Note: atomic files]):
+ * temporary file, fsync, rename, directory fsync, so a failed save never leaves a half-written
+ * checkpoint at `path`, nor a temporary file.
  *
  * Every error of the file system (a directory, a missing file, a permission, a read that fails
  * half-way) becomes a `SafetensorsError` naming the op and the file, with the system error as its
@@ -216,40 +218,34 @@ export async function saveSafetensors(
   const op = 'saveSafetensors';
   const chunk = chunkSize(options.chunkBytes);
   const header = buildHeader(headerInputs(tensors, op), metadata, op, path);
-  const temporary = `${path}.${Date.now().toString(36)}${Math.random().toString(36).slice(2)}.partial`;
-  const { handle, fs } = await openFile(temporary, 'w', op, path);
-  let closed = false;
   try {
-    await handle.write(header.bytes, 0, header.bytes.byteLength, 0);
-    let position = header.bytes.byteLength;
-    for (const entry of header.layout) {
-      const tensor = tensors[entry.name]!;
-      const elementBytes = bytesPerElement(entry.dtype);
-      const perChunk = chunk / elementBytes;
-      for (let start = 0; start < tensor.size; start += perChunk) {
-        const count = Math.min(perChunk, tensor.size - start);
-        const host = await tensor.backend.read(window(tensor, op, start, count));
-        const data = new Uint8Array(host.buffer, host.byteOffset, count * elementBytes);
-        let written = 0;
-        while (written < data.byteLength) {
-          const { bytesWritten } = await handle.write(
-            data,
-            written,
-            data.byteLength - written,
-            position + written,
-          );
-          written += bytesWritten;
+    await writeAtomically(path, async (handle) => {
+      await handle.write(header.bytes, 0, header.bytes.byteLength, 0);
+      let position = header.bytes.byteLength;
+      for (const entry of header.layout) {
+        const tensor = tensors[entry.name]!;
+        const elementBytes = bytesPerElement(entry.dtype);
+        const perChunk = chunk / elementBytes;
+        for (let start = 0; start < tensor.size; start += perChunk) {
+          const count = Math.min(perChunk, tensor.size - start);
+          const host = await tensor.backend.read(window(tensor, op, start, count));
+          const data = new Uint8Array(host.buffer, host.byteOffset, count * elementBytes);
+          let written = 0;
+          while (written < data.byteLength) {
+            const { bytesWritten } = await handle.write(
+              data,
+              written,
+              data.byteLength - written,
+              position + written,
+            );
+            written += bytesWritten;
+          }
+          position += data.byteLength;
         }
-        position += data.byteLength;
       }
-    }
-    await handle.close();
-    closed = true;
-    await fs.rename(temporary, path);
+    });
   } catch (error) {
-    // Cleaning up must not hide the error that made it necessary.
-    if (!closed) await handle.close().catch(() => undefined);
-    await fs.rm(temporary, { force: true }).catch(() => undefined);
-    throw asFileError(error, op, path, 'cannot write');
+    const opening = (error as { syscall?: unknown } | null)?.syscall === 'open';
+    throw asFileError(error, op, path, opening ? 'cannot open' : 'cannot write');
   }
 }
