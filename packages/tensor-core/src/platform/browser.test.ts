@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { NodeRequiredError } from '../errors.js';
-import { importDawn, importThreads, nodeFs, RUNTIME } from './browser.js';
+import { importDawn, loadThreads, nodeFs, RUNTIME } from './browser.js';
 
 describe('#platform in a browser bundle', () => {
   it('file io is a NodeRequiredError naming the op and the browser alternative', async () => {
@@ -20,11 +20,11 @@ describe('#platform in a browser bundle', () => {
 
   it('has worker threads only where the page is cross-origin isolated', async () => {
     // Node's globals have no crossOriginIsolated: as a page that is not isolated, one thread.
-    expect(await importThreads()).toBeNull();
+    expect(await loadThreads()).toBeNull();
     const scope = globalThis as { crossOriginIsolated?: boolean };
     scope.crossOriginIsolated = true;
     try {
-      const threads = await importThreads();
+      const threads = await loadThreads();
       // Node 20 has a global Worker only behind a flag: without one there is still no pool.
       if (typeof (globalThis as { Worker?: unknown }).Worker === 'undefined') {
         expect(threads).toBeNull();

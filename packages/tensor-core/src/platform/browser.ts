@@ -35,7 +35,7 @@ export const importDawn: typeof NodePlatform.importDawn = async () => {
  * cannot start while the page's main thread is busy, so the pool waits for that answer before it
  * splits a call); the page's main thread cannot block in `Atomics.wait` (a worker can).
  */
-export const importThreads: typeof NodePlatform.importThreads = async () => {
+export const loadThreads: typeof NodePlatform.loadThreads = () => {
   const scope = globalThis as {
     crossOriginIsolated?: boolean;
     Worker?: typeof Worker;

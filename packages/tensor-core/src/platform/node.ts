@@ -65,7 +65,10 @@ export interface NodeThreads {
    * Node's workers are unref'd: they never keep the process alive.
    */
   spawnWorker(loop: string, data: object): ThreadWorker;
-  /** Cores this process may use (`os.availableParallelism`, `navigator.hardwareConcurrency`). */
+  /**
+   * Cores this process may use (`os.availableParallelism` over `LOCAL_WORLD_SIZE`: [Note: threads
+   * per process]; `navigator.hardwareConcurrency`).
+   */
   cores: number;
   /** Whether this is the process's main thread (ranks in worker threads already fill the cores). */
   isMainThread: boolean;
@@ -73,15 +76,44 @@ export interface NodeThreads {
   canBlock: boolean;
 }
 
-/** `node:worker_threads` and the core count, loaded on first use. */
-export async function importThreads(): Promise<NodeThreads | null> {
-  const [{ Worker, isMainThread }, os] = await Promise.all([
-    import('node:worker_threads'),
-    import('node:os'),
-  ]);
+type WorkerThreads = typeof import('node:worker_threads');
+type Os = typeof import('node:os');
+
+/**
+ * `node:worker_threads` and the cores this process may use: synchronously where Node has
+ * `process.getBuiltinModule` (20.16 and later), so a pool can start its workers in the middle of a
+ * synchronous call ([Note: matmul threads]); a promise of them on older Nodes.
+ */
+export function loadThreads(): NodeThreads | null | Promise<NodeThreads | null> {
+  const getBuiltin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
+  const threads = getBuiltin?.('node:worker_threads') as WorkerThreads | undefined;
+  const os = getBuiltin?.('node:os') as Os | undefined;
+  if (threads !== undefined && os !== undefined) return nodeThreads(threads, os);
+  return Promise.all([import('node:worker_threads'), import('node:os')]).then(([t, o]) =>
+    nodeThreads(t, o),
+  );
+}
+
+/**
+ * [Note: threads per process]
+ * The cores a process's matmul takes: all of them, divided by the processes a launcher started on
+ * this machine (`LOCAL_WORLD_SIZE`, which webshard-run and torchrun set), as torchrun sets
+ * `OMP_NUM_THREADS` for its ranks, so that two process ranks on two cores run a thread each
+ * instead of four threads on two cores. Ranks in worker threads take one thread each anyway.
+ */
+function coresForThisProcess(os: Os): number {
+  const cores = os.availableParallelism?.() ?? os.cpus().length;
+  const local = Number(process.env.LOCAL_WORLD_SIZE);
+  const share = Number.isInteger(local) && local > 1 ? Math.floor(cores / local) : cores;
+  return Math.max(1, share);
+}
+
+function nodeThreads({ Worker, isMainThread }: WorkerThreads, os: Os): NodeThreads {
   const spawnWorker = (loop: string, data: object): ThreadWorker => {
     const source = `(${loop})(require('node:worker_threads').workerData);`;
-    const worker = new Worker(source, { eval: true, workerData: data });
+    // No execArgv: the loop is plain JavaScript over a compiled module, so a worker needs none of
+    // the process's loaders (tsx's hooks made a worker's start wait for this thread's event loop).
+    const worker = new Worker(source, { eval: true, workerData: data, execArgv: [] });
     // Referenced until it starts: a process whose only work is awaiting `ready` (a script that
     // awaits `startMatmulThreads()` first) would otherwise exit with the promise unsettled (code
     // 13). Once running it never keeps the process alive.
@@ -95,6 +127,5 @@ export async function importThreads(): Promise<NodeThreads | null> {
       terminate: () => void worker.terminate(),
     };
   };
-  const cores = os.availableParallelism?.() ?? os.cpus().length;
-  return { spawnWorker, cores, isMainThread, canBlock: true };
+  return { spawnWorker, cores: coresForThisProcess(os), isMainThread, canBlock: true };
 }

@@ -135,6 +135,14 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     return this.wasmMatmul?.startThreads() ?? Promise.resolve(1);
   }
 
+  /**
+   * Threads a large f32 matmul uses now: 1 with the TypeScript kernel, without workers, or until
+   * they run ([Note: matmul threads]).
+   */
+  get matmulThreadsInUse(): number {
+    return this.wasmMatmul?.threadsInUse ?? 1;
+  }
+
   // ---- external memory --------------------------------------------------------------------
   private readonly external = new WeakMap<RawStorage, { bytes: number; onRelease?: () => void }>();
   private externalBytes = 0;

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createCpuBackend } from '../../runtime.js';
@@ -10,11 +11,12 @@ import { THREADED_MIN_MACS } from './matmul-threads.js';
 // Shapes past the threading threshold, with odd sizes on every axis (edge tiles, uneven splits),
 // both operands transposed or not, and batches with a broadcast operand.
 const SHAPES = [
-  { batchA: 1, batchB: 1, m: 131, k: 97, n: 101 },
-  { batchA: 1, batchB: 1, m: 257, k: 300, n: 19 },
-  { batchA: 3, batchB: 1, m: 99, k: 97, n: 103 },
-  { batchA: 2, batchB: 2, m: 7, k: 513, n: 301 },
+  { batchA: 1, batchB: 1, m: 261, k: 257, n: 263 },
+  { batchA: 1, batchB: 1, m: 257, k: 300, n: 219 },
+  { batchA: 3, batchB: 1, m: 199, k: 297, n: 103 },
+  { batchA: 2, batchB: 2, m: 7, k: 2049, n: 603 },
 ];
+const macs = (s: (typeof SHAPES)[number]) => Math.max(s.batchA, s.batchB) * s.m * s.k * s.n;
 
 async function run(
   backend: Backend,
@@ -53,7 +55,7 @@ describe('the WASM matmul on several threads', () => {
     expect(await backends.get(1)!.startMatmulThreads()).toBe(1);
     expect(await backends.get(2)!.startMatmulThreads()).toBe(2);
     expect(await backends.get(3)!.startMatmulThreads()).toBe(3);
-    expect(131 * 97 * 101).toBeGreaterThan(THREADED_MIN_MACS);
+    for (const shape of SHAPES) expect(macs(shape)).toBeGreaterThan(THREADED_MIN_MACS);
   });
 
   for (const s of SHAPES) {
@@ -105,6 +107,64 @@ describe('the WASM matmul on several threads', () => {
       );
     });
     expect(stdout.trim()).toBe('2');
+  }, 90_000);
+});
+
+// A node with tensor-core from source, running `script` (an ES module body); its stdout.
+function runScript(script: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const source = `const { createCpuBackend } = await import(${JSON.stringify(
+    fileURLToPath(new URL('../../runtime.ts', import.meta.url)),
+  )});\n${script}`;
+  return new Promise((resolve, reject) => {
+    execFile(
+      process.execPath,
+      ['--conditions=@webshard/source', '--import', 'tsx', '--input-type=module', '-e', source],
+      { timeout: 60_000, env },
+      (error, out) => (error ? reject(error) : resolve(out)),
+    );
+  });
+}
+
+describe('matmul threads in a synchronous training step', () => {
+  // A training step calls kernels synchronously between awaits of promises, so the event loop
+  // never turns inside it: the workers' online events cannot be what lets a call split. Issue 31's
+  // GPT-2 profile ran every matmul on one thread for that reason.
+  it('splits large calls once the workers run, with no turn of the event loop', async () => {
+    const out = await runScript(`
+      const backend = createCpuBackend({ matmulThreads: 2, matmulFma: 'off' });
+      const n = 320;
+      const t = () => ({ storage: backend.allocate(n * n * 4), offset: 0, dtype: 'f32', shape: [1, n, n] });
+      const [a, b, c] = [t(), t(), t()];
+      const before = backend.matmulThreadsInUse;
+      const started = performance.now();
+      let calls = 0;
+      // No await in this loop: microtasks only after it.
+      while (backend.matmulThreadsInUse === 1 && performance.now() - started < 20000) {
+        backend.matmul(a, b, c, false, false);
+        calls++;
+      }
+      console.log(JSON.stringify({ before, after: backend.matmulThreadsInUse, calls }));
+      backend.dispose();
+    `);
+    const { before, after, calls } = JSON.parse(out.trim()) as Record<string, number>;
+    expect(before).toBe(1);
+    expect(after, `still one thread after ${calls} calls`).toBe(2);
+  }, 90_000);
+
+  // [Note: threads per process]: process ranks a launcher started share the machine's cores.
+  it("takes the process's share of the cores when a launcher started several", async () => {
+    const script = `
+      const backend = createCpuBackend({ matmulFma: 'off' });
+      console.log(await backend.startMatmulThreads());
+      backend.dispose();
+    `;
+    const cores = availableParallelism();
+    const alone = Number(await runScript(script, { ...process.env, LOCAL_WORLD_SIZE: '1' }));
+    const shared = Number(
+      await runScript(script, { ...process.env, LOCAL_WORLD_SIZE: String(cores) }),
+    );
+    expect(alone).toBe(Math.min(cores, 16));
+    expect(shared).toBe(1);
   }, 90_000);
 });
 

@@ -1,4 +1,4 @@
-import { importThreads, type ThreadWorker } from '#platform';
+import { loadThreads, type NodeThreads, type ThreadWorker } from '#platform';
 
 /** The module's `gemm` export: C (at `c`) from the packed panels of A and B, rows by tile. */
 export type Gemm = (
@@ -30,9 +30,20 @@ export type Gemm = (
  * chunk size and the chunk counter), bumps a generation counter and wakes the workers with
  * `Atomics.notify`, claims and computes chunks until none is left, then waits with `Atomics.wait`
  * until every worker has counted itself done (a page's main thread may not block, so there it
- * spins on the count, for at most the chunks in flight); the kernel API stays synchronous. Each thread has its own edge tile in the scratch bytes.
- * Workers start in the background when the backend is created; until they are ready (and for
- * small products, where waking them costs more than it saves) the calling thread does all rows.
+ * spins on the count, for at most the chunks in flight); the kernel API stays synchronous. Each
+ * thread has its own edge tile in the scratch bytes.
+ *
+ * Workers start at the first call large enough to use them (or `startMatmulThreads()`), and each
+ * counts itself in the control block when it enters its loop; a call splits only once all have
+ * (a page's worker cannot start while the page's main thread spins in a call). Until then (and
+ * for small products, where waking them costs more than it saves) the calling thread does all
+ * rows. The count is read from shared memory at each call, never from the workers' online events,
+ * which reach this thread only when its event loop turns: a training step is synchronous kernel
+ * calls between awaits of promises, and until issue 31's profile found it, the trainer's matmuls
+ * never split (a GPT-2 step at 42.6 GFLOP/s, one core's worth, against 89-90 with both threads).
+ * Where Node has `process.getBuiltinModule` (20.16 on) the workers are even spawned inside the
+ * first large call, so its next calls split. A process takes its share of the cores when a
+ * launcher started several on the machine ([Note: threads per process] in `#platform`).
  * Workers are `unref`ed in Node (they never keep a process alive) and stopped by `dispose`.
  * `#platform` starts them (`spawnWorker`: a `node:worker_threads` Worker from source, or a Web
  * Worker from a Blob URL whose first message is the worker's data); a page that is not
@@ -46,12 +57,19 @@ const STOP = 2;
 const FAILED = 3;
 const ARGS = 4; // ap, bp, c, k, n, m, rows per chunk
 const NEXT = 11; // the next chunk to claim
-const CONTROL_WORDS = 12;
+const ONLINE = 12; // workers in their loop
+const CONTROL_WORDS = 13;
 /** Rows per chunk at most (the gemm's row block), and chunks per thread at least. */
 const CHUNK_ROWS = 64;
 const CHUNKS_PER_THREAD = 4;
-/** Below this many multiply-adds a call runs on the calling thread alone. */
-export const THREADED_MIN_MACS = 96 * 96 * 96;
+/**
+ * Below this many multiply-adds (the whole call's, every batch element and block counted) a call
+ * runs on the calling thread alone: 2^24, a 256-cube, about 0.4 ms on one thread here. Below it,
+ * waking a worker saves little, and where processes outnumber the cores (ranks started without a
+ * launcher, tests) a worker that the system has not scheduled yet holds up the call: the default
+ * GPT's largest product (512 x 256 x 64, 8.4 M) stays on one thread, every GPT-2 product splits.
+ */
+export const THREADED_MIN_MACS = 2 ** 24;
 
 // Runs in each worker, given the worker's data: waits for a generation, computes its rows,
 // counts. An expression (a function), which each platform's `spawnWorker` calls with the data.
@@ -59,6 +77,7 @@ const WORKER_LOOP = `(function run({ module, memory, control, index, tileBytes }
   const { gemm } = new WebAssembly.Instance(module, { env: { memory } }).exports;
   const ctl = new Int32Array(control);
   let seen = 0;
+  Atomics.add(ctl, ${ONLINE}, 1);
   for (;;) {
     Atomics.wait(ctl, ${GENERATION}, seen);
     seen = Atomics.load(ctl, ${GENERATION});
@@ -108,13 +127,19 @@ export class MatmulThreads {
    * to the thread count in use: 1 when none could start.
    */
   start(): Promise<number> {
-    this.starting ??= this.spawn();
+    if (this.starting === null) {
+      const platform = loadThreads();
+      this.starting =
+        platform instanceof Promise
+          ? platform.catch(() => null).then((p) => this.spawn(p))
+          : this.spawn(platform);
+    }
     return this.starting;
   }
 
-  private async spawn(): Promise<number> {
-    const platform = await importThreads().catch(() => null);
-    if (platform === null || this.stopped) return 1;
+  /** Starts the workers now (synchronously); resolves once every one has said it runs. */
+  private spawn(platform: NodeThreads | null): Promise<number> {
+    if (platform === null || this.stopped) return Promise.resolve(1);
     const wanted =
       this.threads === 'auto' ? (platform.isMainThread ? platform.cores : 1) : this.threads;
     const count = Math.min(this.maxThreads, Math.max(1, wanted)) - 1;
@@ -132,33 +157,61 @@ export class MatmulThreads {
       worker.onError(() => this.stop());
       this.workers.push(worker);
     }
-    // Calls split only once every worker runs: a page's workers cannot start while its main
-    // thread spins in a call.
-    const started = await Promise.all(this.workers.map((w) => w.ready)).then(
-      () => true,
-      () => false,
+    return Promise.all(this.workers.map((w) => w.ready)).then(
+      () => {
+        if (this.stopped) return 1;
+        this.ready = this.workers.length > 0;
+        return this.workers.length + 1;
+      },
+      () => {
+        this.stop();
+        return 1;
+      },
     );
-    if (!started || this.stopped) {
-      this.stop();
-      return 1;
-    }
-    this.ready = this.workers.length > 0;
-    return this.workers.length + 1;
   }
 
-  /** Threads a call of this size would use now. */
-  threadsFor(m: number, k: number, n: number): number {
-    if (m * k * n < THREADED_MIN_MACS) return 1;
-    if (!this.ready) {
+  /**
+   * Whether every worker runs its loop. Read from the control block, not from the workers' online
+   * events: those arrive only when this thread's event loop turns, which a synchronous training
+   * step never lets it do (the trainer's steps ran on one thread for that reason).
+   */
+  private running(): boolean {
+    if (!this.ready && !this.stopped && this.workers.length > 0) {
+      this.ready = Atomics.load(this.control, ONLINE) === this.workers.length;
+    }
+    return this.ready;
+  }
+
+  /** Threads a large call uses now: 1 until every worker runs its loop. */
+  get inUse(): number {
+    return this.running() ? this.workers.length + 1 : 1;
+  }
+
+  /** Threads a gemm of `m` rows would use now, in a call of `macs` multiply-adds in all. */
+  threadsFor(m: number, macs: number): number {
+    if (macs < THREADED_MIN_MACS) return 1;
+    if (!this.running()) {
       if (!this.stopped) void this.start();
       return 1;
     }
     return Math.min(this.workers.length + 1, Math.ceil(m / this.rowMultiple));
   }
 
-  /** C rows [0, m) = packed A times packed B, split between this thread and the workers. */
-  gemm(gemm: Gemm, ap: number, bp: number, c: number, m: number, k: number, n: number): void {
-    const threads = this.threadsFor(m, k, n);
+  /**
+   * C rows [0, m) = packed A times packed B, split between this thread and the workers; `macs`:
+   * the multiply-adds of the whole call this gemm is part of (default: this gemm's).
+   */
+  gemm(
+    gemm: Gemm,
+    ap: number,
+    bp: number,
+    c: number,
+    m: number,
+    k: number,
+    n: number,
+    macs = m * k * n,
+  ): void {
+    const threads = this.threadsFor(m, macs);
     if (threads === 1) {
       gemm(ap, bp, c, m, k, n, 0);
       return;

@@ -3,7 +3,7 @@ import { ArgumentError } from '../../errors.js';
 import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import type { Backend, KernelTensor } from '../backend.js';
-import { loadWasmMatmul, type WasmApi } from './matmul-wasm.js';
+import { foldBatch, loadWasmMatmul, type WasmApi } from './matmul-wasm.js';
 import { MATMUL_DEFAULTS } from './matmul-wat.mjs';
 import { matmulScratchBytes } from './matmul-wasm.generated.js';
 
@@ -148,6 +148,26 @@ describe('the WASM SIMD f32 matmul', () => {
     }
     expect(blocked.scratchBytes).toBeLessThanOrEqual(budget + 65536);
     expect(whole.scratchBytes).toBeGreaterThan(budget + 65536);
+  });
+
+  it('folds a batch with one shared B into rows, and only that batch', () => {
+    // [Note: a shared B folds the batch into rows]; the cases above check the bits of both paths.
+    const linear = { batch: 4, batchA: 4, batchB: 1, m: 256, k: 768, n: 50304 };
+    expect(foldBatch({ ...linear, transposeA: false, transposeB: true })).toEqual({
+      ...linear,
+      batch: 1,
+      batchA: 1,
+      m: 1024,
+      transposeA: false,
+      transposeB: true,
+    });
+    for (const kept of [
+      { ...linear, transposeA: true, transposeB: false },
+      { ...linear, batchB: 4, transposeA: false, transposeB: false },
+      { ...linear, batchA: 1, batchB: 4, transposeA: false, transposeB: false },
+    ]) {
+      expect(foldBatch(kept)).toBe(kept);
+    }
   });
 
   it('overwrites the output when a call reuses module memory left dirty by a larger one', async () => {

@@ -130,6 +130,19 @@ export interface MatmulShape {
   transposeB: boolean;
 }
 
+/**
+ * [Note: a shared B folds the batch into rows]
+ * A batch of products with one B (a linear layer's input [B, T, C] times its weight, and the
+ * gradient of that input) is one product of A's B x T rows with B, when A is stored row-major
+ * ([batch, m, k], not transposed) as C is: the same elements with the same sums in the same
+ * order, so the same bits, and B is packed once, not once per batch element (GPT-2's output
+ * layer: its 154 MB weight packed four times, in blocks, at B4), and the threads split B x T rows.
+ */
+export function foldBatch(s: MatmulShape): MatmulShape {
+  if (s.batch === 1 || s.batchB !== 1 || s.batchA !== s.batch || s.transposeA) return s;
+  return { ...s, batch: 1, batchA: 1, m: s.batch * s.m };
+}
+
 /** The WASM SIMD f32 matmul over one module instance, whose memory only grows. */
 export class WasmMatmul {
   constructor(
@@ -150,6 +163,11 @@ export class WasmMatmul {
   /** Starts the worker threads if they have not started; resolves to the threads in use. */
   startThreads(): Promise<number> {
     return this.threads?.start() ?? Promise.resolve(1);
+  }
+
+  /** Threads a large call uses now (1 until the workers run: [Note: matmul threads]). */
+  get threadsInUse(): number {
+    return this.threads?.inUse ?? 1;
   }
 
   /** Stops the worker threads. */
@@ -175,7 +193,8 @@ export class WasmMatmul {
   }
 
   /** Write A B into `out` (`batch * m * n` floats). The caller checks `accepts(shape)` first. */
-  run(a: Float32Array, b: Float32Array, out: Float32Array, s: MatmulShape): void {
+  run(a: Float32Array, b: Float32Array, out: Float32Array, shape: MatmulShape): void {
+    const s = foldBatch(shape);
     const need = WasmMatmul.bytesFor(s);
     if (need > this.maxScratchBytes) {
       this.runInBlocks(a, b, out, s);
@@ -201,7 +220,7 @@ export class WasmMatmul {
     for (let p = 0; p < batch; p++) {
       if (p === 0 || batchA !== 1) pack(aRaw + p * m * k * 4, aPack, m, k, MR, aOuter, aInner);
       if (p === 0 || batchB !== 1) pack(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner);
-      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n);
+      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n, batch * m * k * n);
     }
     out.set(new Float32Array(buffer, c, batch * m * n));
   }
@@ -269,7 +288,7 @@ export class WasmMatmul {
           }
           if (transposeA) pack(aRaw, aPack, mc, k, MR, 1, mc);
           else pack(aRaw, aPack, mc, k, MR, k, 1);
-          this.gemm(aPack, bPack, c, mc, k, nc);
+          this.gemm(aPack, bPack, c, mc, k, nc, batch * m * k * n);
           for (let i = 0; i < mc; i++) {
             const row = c / 4 + i * nc;
             out.set(heap.subarray(row, row + nc), (p * m + i0 + i) * n + j0);
@@ -279,10 +298,19 @@ export class WasmMatmul {
     }
   }
 
-  private gemm(ap: number, bp: number, c: number, m: number, k: number, n: number): void {
+  /** One gemm of a call of `macs` multiply-adds in all (whether it splits: THREADED_MIN_MACS). */
+  private gemm(
+    ap: number,
+    bp: number,
+    c: number,
+    m: number,
+    k: number,
+    n: number,
+    macs: number,
+  ): void {
     const { gemm } = this.exports;
     if (this.threads === null) gemm(ap, bp, c, m, k, n, 0);
-    else this.threads.gemm(gemm, ap, bp, c, m, k, n);
+    else this.threads.gemm(gemm, ap, bp, c, m, k, n, macs);
   }
 }
 
