@@ -29,13 +29,25 @@ export function scatterAddKernel(
   }
   const s = readValues(src);
   const o = inoutValues(out);
-  // Accumulate in doubles, then round once: deterministic and order-independent up to the final store.
-  const acc = Float64Array.from(o.values);
+  // Each row an index names: its value and then every source row with that index, in index order,
+  // summed in doubles and rounded once: deterministic. Only those rows are touched: a GPT-2 token
+  // embedding's gradient is 38.6 M values, of which a step's 1024 tokens name at most 1024 rows
+  // (a copy of the whole output in doubles made this 0.85 s of issue 31's GPT-2 step).
+  const first = new Map<number, number[]>();
   for (let n = 0; n < ids.length; n++) {
-    const base = ids[n]! * dim;
-    for (let d = 0; d < dim; d++) acc[base + d] = acc[base + d]! + s[n * dim + d]!;
+    const sources = first.get(ids[n]!);
+    if (sources === undefined) first.set(ids[n]!, [n]);
+    else sources.push(n);
   }
-  o.values.set(acc);
+  const acc = new Float64Array(dim);
+  for (const [id, sources] of first) {
+    const base = id * dim;
+    for (let d = 0; d < dim; d++) acc[d] = o.values[base + d]!;
+    for (const n of sources) {
+      for (let d = 0; d < dim; d++) acc[d] = acc[d]! + s[n * dim + d]!;
+    }
+    for (let d = 0; d < dim; d++) o.values[base + d] = acc[d]!;
+  }
   o.commit();
 }
 
