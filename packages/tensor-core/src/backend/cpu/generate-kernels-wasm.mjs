@@ -81,12 +81,13 @@ function rows(op, kind) {
 `;
 }
 
-// vf / fv: o[i] = a[i] op s or s op a[i] with s an f32 (the per-row value of vc and cv).
+// vf / fv: o[i] = a[i] op s or s op a[i] with s an f32 (the per-row value of vc and cv, and a
+// JavaScript number that is an f32 value: f32 lanes then agree with vs / sv bit for bit, as vv does).
 function f32Scalar(op, scalarFirst) {
   const name = `${op}_${scalarFirst ? 'fv' : 'vf'}`;
   const v = (x) => (scalarFirst ? `(local.get $s4) ${x}` : `${x} (local.get $s4)`);
   const one = (x) => (scalarFirst ? `(local.get $s) ${x}` : `${x} (local.get $s)`);
-  return `  (func $${name} (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  return `  (func $${name} (export "${name}") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     ${loop('v', 'i', get('n'), 4, `(v128.store ${at('o', get('i'))} (f32x4.${op} ${v(`(v128.load ${at('a', get('i'))})`)}))`)}

@@ -107,6 +107,10 @@ describe('the WASM SIMD kernels', () => {
         ['a single element', [rows, cols], [1]],
         ['a number that is not an f32', [rows, cols], 0.1],
         ['a number first', 1 / 3, [rows, cols]],
+        // f32 values run in f32 lanes (attention's 1/8, a clipping coefficient from Math.fround)
+        ['a number that is an f32', [rows, cols], 0.125],
+        ['an f32 number first', Math.fround(0.7), [rows, cols]],
+        ['an f32 number that makes subnormals', [rows, cols], 2 ** -130],
         ['an outer product (the TypeScript fallback)', [rows, 1], [1, cols]],
       ];
       for (const [name, a, b] of cases) {

@@ -17,7 +17,9 @@ import type { WasmApi } from './matmul-wasm.js';
  * - Elementwise add, sub, mul, div, square: f32x4 arithmetic on f32 operands rounds once, as the
  *   TypeScript kernel's f64 arithmetic rounded to f32 does (f64 holds more than twice f32's
  *   precision), so results agree bit for bit. A JavaScript number operand is applied in f64 two
- *   lanes at a time, again as the TypeScript kernel does. Broadcasts taken: an operand repeating
+ *   lanes at a time, again as the TypeScript kernel does; one that is an f32 value (0.125, a
+ *   clipping coefficient made with `Math.fround`) in f32 lanes four at a time, which rounds the
+ *   same way for the same reason. Broadcasts taken: an operand repeating
  *   every row of the output (a bias: its shape is the output's trailing dims), one value per row
  *   (its shape is the output's leading dims), or a single element.
  * - where with a repeating (or same-shape) condition, one scalar and one same-shape tensor (the
@@ -175,8 +177,10 @@ export class WasmKernels {
         if (at === null) return false;
         const [px, po] = at as [number, number];
         this.putRange(tensor, px, from, count);
-        if (typeof b === 'number') this.exports[`${name}_vs`]!(px, b, po, count);
-        else this.exports[`${name}_sv`]!(px, a as number, po, count);
+        const s = (typeof b === 'number' ? b : a) as number;
+        const f32 = Math.fround(s) === s || Number.isNaN(s); // then f32 lanes: the same bits
+        const kind = typeof b === 'number' ? (f32 ? 'vf' : 'vs') : f32 ? 'fv' : 'sv';
+        this.exports[`${name}_${kind}`]!(px, s, po, count);
         this.take(out, po, count, from);
       }
       return true;

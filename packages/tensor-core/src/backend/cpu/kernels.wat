@@ -40,7 +40,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.demote_f64 (f64.add (local.get $s) (f64.promote_f32 (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2))))))))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $add_vf (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $add_vf (export "add_vf") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
@@ -53,7 +53,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.add (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2)))) (local.get $s)))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $add_fv (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $add_fv (export "add_fv") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
@@ -132,7 +132,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.demote_f64 (f64.sub (local.get $s) (f64.promote_f32 (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2))))))))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $sub_vf (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $sub_vf (export "sub_vf") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
@@ -145,7 +145,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.sub (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2)))) (local.get $s)))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $sub_fv (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $sub_fv (export "sub_fv") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
@@ -224,7 +224,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.demote_f64 (f64.mul (local.get $s) (f64.promote_f32 (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2))))))))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $mul_vf (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $mul_vf (export "mul_vf") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
@@ -237,7 +237,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.mul (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2)))) (local.get $s)))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $mul_fv (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $mul_fv (export "mul_fv") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
@@ -316,7 +316,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.demote_f64 (f64.div (local.get $s) (f64.promote_f32 (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2))))))))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $div_vf (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $div_vf (export "div_vf") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
@@ -329,7 +329,7 @@
       (f32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))) (f32.div (f32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2)))) (local.get $s)))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $s))))
-  (func $div_fv (param $a i32) (param $s f32) (param $o i32) (param $n i32)
+  (func $div_fv (export "div_fv") (param $a i32) (param $s f32) (param $o i32) (param $n i32)
     (local $i i32) (local $s4 v128)
     (local.set $s4 (f32x4.splat (local.get $s)))
     (block $v_done (loop $v
