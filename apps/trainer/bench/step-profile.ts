@@ -125,7 +125,10 @@ async function profileStep(size: ProfileSize, ceilings: { gflops: number; gbPerS
   const t0 = performance.now();
   for (let i = 0; i < size.steps; i++) await step();
   const stepMs = (performance.now() - t0) / size.steps;
-  const table = formatProfile(profile, stepMs, size.steps, ceilings);
+  const top = Number(process.env.WEBSHARD_PROFILE_TOP ?? 0);
+  const table =
+    formatProfile(profile, stepMs, size.steps, ceilings) +
+    (top > 0 ? `\n\n${profile.topKernels(top, size.steps)}` : '');
   const description = cpu.description;
   for (const param of params) param.free();
   cpu.dispose();

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { formatProfile, KernelProfile, kernelWork, profileKernels } from './kernel-profile.js';
+import {
+  formatProfile,
+  KernelProfile,
+  kernelKey,
+  kernelWork,
+  profileKernels,
+} from './kernel-profile.js';
 
 const t = (shape: number[], dtype = 'f32') => ({ shape, dtype, storage: {}, offset: 0 });
 
@@ -115,6 +121,26 @@ describe('profileKernels', () => {
     expect(profile.kernelMs()).toBe(10);
     profile.reset();
     expect(profile.kernelMs()).toBe(0);
+  });
+
+  it('keeps each kernel by method, op and shapes, the costliest first (WEBSHARD_PROFILE_TOP)', () => {
+    let clock = 0;
+    const fake = new FakeBackend();
+    const { backend, profile } = profileKernels(fake, { now: () => (clock += 5) });
+    backend.copy(t([8]), t([8]));
+    for (let i = 0; i < 2; i++) backend.matmul(t([1, 2, 3]), t([1, 3, 4]), t([1, 2, 4]));
+    expect(kernelKey('binary', ['mul', t([2, 3]), 0.125, t([2, 3])])).toBe(
+      'binary mul [2, 3] [2, 3]',
+    );
+    // Two steps: per step, the matmul's one call of 5 ms before the copy's half call.
+    expect(profile.topKernels(2, 2).split('\n')).toEqual([
+      '| kernel (method, op, operand shapes) | calls a step | ms a step |',
+      '| --- | --- | --- |',
+      '| matmul [1, 2, 3] [1, 3, 4] [1, 2, 4] | 1 | 5.00 |',
+      '| copy [8] [8] | 1 | 2.50 |',
+    ]);
+    profile.reset();
+    expect(profile.kernels.size).toBe(0);
   });
 });
 

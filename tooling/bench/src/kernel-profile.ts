@@ -131,6 +131,13 @@ export function kernelWork(
   return { category: CATEGORY_OF[method] ?? 'other', flops: 0, bytes };
 }
 
+/** A kernel call's key in `KernelProfile.kernels`: method, op (unary, binary) and shapes. */
+export function kernelKey(method: string, args: readonly unknown[]): string {
+  const op = method === 'unary' || method === 'binary' ? ` ${String(args[0])}` : '';
+  const shapes = args.filter(isOperand).map((o) => `[${o.shape.join(', ')}]`);
+  return `${method}${op} ${shapes.join(' ')}`.trim();
+}
+
 /** What the profile summed for one category. */
 export interface CategoryTotals {
   calls: number;
@@ -142,8 +149,16 @@ export interface CategoryTotals {
 /** The running totals of a profiled backend; `reset` between warm-up and the measured steps. */
 export class KernelProfile {
   readonly totals = new Map<ProfileCategory, CategoryTotals>();
+  /** Calls and milliseconds by kernel: method, op and operand shapes (`kernelKey`). */
+  readonly kernels = new Map<string, { calls: number; ms: number }>();
 
-  add(work: KernelWork, ms: number): void {
+  add(work: KernelWork, ms: number, key?: string): void {
+    if (key !== undefined) {
+      const kernel = this.kernels.get(key) ?? { calls: 0, ms: 0 };
+      kernel.calls += 1;
+      kernel.ms += ms;
+      this.kernels.set(key, kernel);
+    }
     const total = this.totals.get(work.category) ?? { calls: 0, ms: 0, flops: 0, bytes: 0 };
     total.calls += 1;
     total.ms += ms;
@@ -154,6 +169,19 @@ export class KernelProfile {
 
   reset(): void {
     this.totals.clear();
+    this.kernels.clear();
+  }
+
+  /** The `count` kernels that took longest, as a Markdown table (per step: over `steps`). */
+  topKernels(count: number, steps: number): string {
+    const rows = [...this.kernels].sort((a, b) => b[1].ms - a[1].ms).slice(0, count);
+    return [
+      '| kernel (method, op, operand shapes) | calls a step | ms a step |',
+      '| --- | --- | --- |',
+      ...rows.map(
+        ([key, k]) => `| ${key} | ${(k.calls / steps).toFixed(0)} | ${(k.ms / steps).toFixed(2)} |`,
+      ),
+    ].join('\n');
   }
 
   /** Milliseconds in kernels, all categories. */
@@ -194,7 +222,11 @@ export function profileKernels<T extends object>(
       return (...args: unknown[]) => {
         const start = now();
         const result = method.apply(target, args);
-        profile.add(kernelWork(property, args, sequenceLength), now() - start);
+        profile.add(
+          kernelWork(property, args, sequenceLength),
+          now() - start,
+          kernelKey(property, args),
+        );
         return result;
       };
     },
