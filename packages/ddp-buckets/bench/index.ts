@@ -64,6 +64,9 @@ async function tcp(plan: StepPlan): Promise<StepResult> {
                 ...process.env,
                 RANK: String(rank),
                 LOCAL_RANK: String(rank),
+                // As torchrun and webshard-run set it: each rank's matmul takes its share of the
+                // cores ([Note: threads per process] in tensor-core).
+                LOCAL_WORLD_SIZE: '2',
                 WORLD_SIZE: '2',
                 MASTER_ADDR: '127.0.0.1',
                 MASTER_PORT: String(port),

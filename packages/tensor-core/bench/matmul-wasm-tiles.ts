@@ -44,6 +44,13 @@ const VARIANTS: Record<string, MatmulWatOptions> = {
   'fma 4x12': { relaxed: true, nr: 12 },
   'fma 3x16': { relaxed: true, mr: 3, nr: 16, mc: 63 },
   'fma 6x8, k blocks of 512': { relaxed: true, mr: 6, mc: 60, kc: 512 },
+  // Fewer loop instructions per multiply-add: on x64 the loop's integer adds and compare share
+  // ports 0 and 1 with the FMAs, and 8 accumulators are exactly the FMA latency times its ports.
+  'fma 4x8 k unrolled 2': { relaxed: true, unroll: 2 },
+  'fma 4x8 k unrolled 4': { relaxed: true, unroll: 4 },
+  'fma 5x8 k unrolled 2': { relaxed: true, mr: 5, mc: 60, unroll: 2 },
+  'fma 3x12': { relaxed: true, mr: 3, nr: 12, mc: 63 },
+  'fma 3x12 k unrolled 2': { relaxed: true, mr: 3, nr: 12, mc: 63, unroll: 2 },
 };
 const only = process.argv[4]?.split(',');
 const chosen = Object.entries(VARIANTS).filter(
