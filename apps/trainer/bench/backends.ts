@@ -25,6 +25,7 @@ import {
   AdamW,
   type Backend,
   createBackend,
+  GPT,
   RandomGenerator,
   relaxedFmaSupport,
   tensor,
@@ -32,7 +33,6 @@ import {
 import { loadCorpus } from '../src/corpus.js';
 import { BatchSampler } from '../src/data/batches.js';
 import { CharTokenizer } from '../src/data/char-tokenizer.js';
-import { GPT } from '../src/models/gpt.js';
 import { DEFAULT_MODEL } from '../src/train.js';
 import { decayGroups, trainStep } from '../src/train-step.js';
 import { gpt2Rows } from './gpt2.js';

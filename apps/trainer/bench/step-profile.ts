@@ -22,11 +22,12 @@ import {
   AdamW,
   type Backend,
   createBackend,
+  GPT,
+  type GPTConfig,
   RandomGenerator,
   relaxedFmaSupport,
   tensor,
 } from '@webshard/tensor-core';
-import { GPT, type GPTConfig } from '../src/models/gpt.js';
 import { DEFAULT_MODEL } from '../src/train.js';
 import { decayGroups, trainStep } from '../src/train-step.js';
 

@@ -2,11 +2,11 @@ import {
   AdamW,
   type Backend,
   createBackend,
+  GPT,
   NoAdapterError,
   type Tensor,
   tensor,
 } from '@webshard/tensor-core';
-import { GPT } from './models/gpt.js';
 import { decayGroups, trainStep } from './train-step.js';
 import { buildModel, MLP_IN, MLP_OUT } from './models/build-model.js';
 import type { TrainConfig } from './config.js';

@@ -10,8 +10,7 @@ export { rankMicroBatches } from './data/global-batch.js';
 export type { Dataset, Decoder } from './data/dataset.js';
 export { evaluate, tokenTensors } from './evaluate.js';
 export type { EvalForward } from './evaluate.js';
-export { GPT } from './models/gpt.js';
-export type { GPTConfig, GPTOutput } from './models/gpt.js';
+export { GPT, type GPTConfig, type GPTOutput } from '@webshard/tensor-core';
 export { runBrowserRank } from './ranks/browser-rank.js';
 export type {
   BrowserJob,

@@ -1,8 +1,7 @@
-import { cast, noGrad, type Tensor, tensor } from '@webshard/tensor-core';
+import { cast, GPT, noGrad, type Tensor, tensor } from '@webshard/tensor-core';
 import type { TokenBatch } from './data/batches.js';
 import { rankMicroBatches } from './data/global-batch.js';
 import { regressionBatch } from './data/synthetic.js';
-import { GPT } from './models/gpt.js';
 import type { TrainOutput } from './strategy/train-module.js';
 import type { MLP } from './models/mlp.js';
 

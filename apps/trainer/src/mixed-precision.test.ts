@@ -1,6 +1,7 @@
 import {
   AdamW,
   cast,
+  GPT,
   GradScaler,
   MixedPrecision,
   type Module,
@@ -8,7 +9,6 @@ import {
 } from '@webshard/tensor-core';
 import { describeBackends } from '@webshard/tensor-core/testing';
 import { expect, it } from 'vitest';
-import { GPT } from './models/gpt.js';
 import { MLP } from './models/mlp.js';
 import {
   batchAt,

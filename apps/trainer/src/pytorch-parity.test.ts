@@ -2,12 +2,12 @@ import {
   AdamW,
   type Backend,
   createCpuBackend,
+  GPT,
   type Module,
   type Tensor,
 } from '@webshard/tensor-core';
 import { describeBackends } from '@webshard/tensor-core/testing';
 import { describe, expect, it } from 'vitest';
-import { GPT } from './models/gpt.js';
 import { MLP } from './models/mlp.js';
 import {
   batchAt,

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import {
   ArgumentError,
   createCpuBackend,
+  GPT,
   mulberry32,
   RandomGenerator,
   tensor,
@@ -11,7 +12,6 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { datasetFromBytes, UNKNOWN_TOKEN_TEXT } from './data/dataset.js';
 import type { EvalForward } from './evaluate.js';
-import { GPT } from './models/gpt.js';
 import { drawToken, sample } from './sample.js';
 import { runMain, TINY } from './test-support/cli.js';
 

@@ -1,7 +1,6 @@
-import { ArgumentError, mulberry32, noGrad, tensor } from '@webshard/tensor-core';
+import { ArgumentError, type GPT, mulberry32, noGrad, tensor } from '@webshard/tensor-core';
 import type { Decoder } from './data/dataset.js';
 import type { EvalForward } from './evaluate.js';
-import type { GPT } from './models/gpt.js';
 
 /**
  * [Note: sampling a padded vocabulary]

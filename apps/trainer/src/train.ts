@@ -1,6 +1,6 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import type { TrainConfig } from './config.js';
-import type { GPTConfig } from './models/gpt.js';
+import type { GPTConfig } from '@webshard/tensor-core';
 import { finishRun } from './run/finish.js';
 import { runLoop } from './run/loop.js';
 import type { RunIO, TrainSummary } from './run/run-io.js';

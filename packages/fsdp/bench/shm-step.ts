@@ -6,6 +6,7 @@ import {
   AdamW,
   type Backend,
   createCpuBackend,
+  GPTBlock,
   type Module,
   type Tensor,
 } from '@webshard/tensor-core';
@@ -14,13 +15,7 @@ import {
   type FullyShardedDataParallel,
   moduleClassAutoWrapPolicy,
 } from '../src/index.js';
-import {
-  Gpt,
-  GptBlock,
-  type GptConfig,
-  tokenBatches,
-  tokenSlice,
-} from '../src/test-support/gpt.js';
+import { Gpt, type GptConfig, tokenBatches, tokenSlice } from '../src/test-support/gpt.js';
 
 export interface StepJob {
   readonly config: GptConfig;
@@ -68,7 +63,7 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
   const backend = createCpuBackend();
   if (job.strategy === 'ddp') return runDdp(group, job, backend);
   if (!job.registered) Object.defineProperty(group, 'allocatesRegistered', { value: false });
-  const model = autoWrap(new Gpt(job.config, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+  const model = autoWrap(new Gpt(job.config, backend), moduleClassAutoWrapPolicy([GPTBlock]), {
     group,
     limitAllGathers: job.limitAllGathers,
   }) as unknown as Module<[Tensor, Tensor], Promise<Tensor>> & { parameters(): Tensor[] };

@@ -7,16 +7,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalGroups } from '@webshard/collectives';
-import { AdamW, createCpuBackend, type Tensor } from '@webshard/tensor-core';
+import { AdamW, createCpuBackend, GPTBlock, type Tensor } from '@webshard/tensor-core';
 import { NodeFileStore } from '../src/checkpoint/index.js';
 import { autoWrap, moduleClassAutoWrapPolicy, ssdStats, stepOffloaded } from '../src/index.js';
-import {
-  Gpt,
-  GptBlock,
-  type GptConfig,
-  tokenBatches,
-  tokenSlice,
-} from '../src/test-support/gpt.js';
+import { Gpt, type GptConfig, tokenBatches, tokenSlice } from '../src/test-support/gpt.js';
 
 export interface SsdCost {
   readonly stepMs: number;
@@ -54,7 +48,7 @@ export async function ssdCost(
       groups.map(async (group) => {
         const backend = createCpuBackend();
         const store = new NodeFileStore(join(dir, `rank${group.rank}`));
-        const model = autoWrap(new Gpt(config, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+        const model = autoWrap(new Gpt(config, backend), moduleClassAutoWrapPolicy([GPTBlock]), {
           group,
           ...(offload ? { ssdOffload: { store, offloadGradients, readAhead } } : {}),
         });

@@ -7,19 +7,14 @@ import {
   type Backend,
   createCpuBackend,
   createWebGpuBackend,
+  GPTBlock,
   type HostArray,
   NoAdapterError,
   type Tensor,
 } from '@webshard/tensor-core';
 import type { KernelTensor } from '@webshard/tensor-core/backend';
 import { autoWrap, moduleClassAutoWrapPolicy } from '../src/index.js';
-import {
-  Gpt,
-  GptBlock,
-  type GptConfig,
-  tokenBatches,
-  tokenSlice,
-} from '../src/test-support/gpt.js';
+import { Gpt, type GptConfig, tokenBatches, tokenSlice } from '../src/test-support/gpt.js';
 
 export interface CopyCounts {
   /** Bytes written to the device per step and rank (median over the timed steps). */
@@ -64,7 +59,7 @@ export async function webgpuCopies(
       groups.map(async (group) => {
         const device = devices[group.rank]!;
         const host = createCpuBackend();
-        const model = autoWrap(new Gpt(config, host), moduleClassAutoWrapPolicy([GptBlock]), {
+        const model = autoWrap(new Gpt(config, host), moduleClassAutoWrapPolicy([GPTBlock]), {
           group,
           moveParamsToCpu: true,
           computeBackend: device,

@@ -1,6 +1,6 @@
-import { AdamW, createCpuBackend } from '@webshard/tensor-core';
+import { AdamW, createCpuBackend, GPTBlock } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
-import { Gpt, GptBlock, TINY_GPT, tokenBatches, tokenSlice } from './test-support/gpt.js';
+import { Gpt, TINY_GPT, tokenBatches, tokenSlice } from './test-support/gpt.js';
 import { onLocalRanks } from './test-support/ranks.js';
 import { autoWrap, moduleClassAutoWrapPolicy } from './wrap.js';
 
@@ -31,10 +31,14 @@ describe('a GPT with one unit per block and lm_head tied to wte in the root', ()
       const reference = await single();
       expect(reference.params.has('lm_head.weight')).toBe(false);
       const results = await onLocalRanks(world, async (group, backend) => {
-        const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+        const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GPTBlock]), {
           group,
         });
-        expect(model.units().map((u) => u.unitName)).toEqual(['<root>', 'h.0', 'h.1']);
+        expect(model.units().map((u) => u.unitName)).toEqual([
+          '<root>',
+          'transformer.h.0',
+          'transformer.h.1',
+        ]);
         const optimizer = new AdamW(model.parameters(), { lr: 1e-2 });
         const per = BATCH / world;
         const losses: number[] = [];

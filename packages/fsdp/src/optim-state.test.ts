@@ -1,8 +1,8 @@
-import { AdamW } from '@webshard/tensor-core';
+import { AdamW, GPTBlock } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { gatherFullOptimStateDict, loadFullOptimStateDict } from './optim-state.js';
 import { fullStateDict, loadFullStateDict } from './state-dict.js';
-import { Gpt, GptBlock, TINY_GPT, tokenBatches, tokenSlice } from './test-support/gpt.js';
+import { Gpt, TINY_GPT, tokenBatches, tokenSlice } from './test-support/gpt.js';
 import { onLocalRanks } from './test-support/ranks.js';
 import { autoWrap, moduleClassAutoWrapPolicy } from './wrap.js';
 
@@ -30,7 +30,7 @@ async function train(
   },
 ) {
   return onLocalRanks(world, async (group, backend) => {
-    const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+    const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GPTBlock]), {
       group,
     });
     const optimizer = new AdamW(model.parameters(), { lr: 1e-2 });
@@ -62,8 +62,8 @@ describe('optimizer state across world sizes', () => {
     for (const n of [1, 2, 4]) {
       const saved = (await train(n, 2, 0))[0]!;
       const expected = await snapshot(saved.optim);
-      expect(Object.keys(expected.state)).toContain('wte.weight');
-      expect(expected.state['wte.weight']!.step).toBe(2);
+      expect(Object.keys(expected.state)).toContain('transformer.wte.weight');
+      expect(expected.state['transformer.wte.weight']!.step).toBe(2);
       for (const m of [1, 2, 4]) {
         const resumed = await train(m, 2, 2, saved);
         const uninterrupted = await train(m, 4, 0);
@@ -84,7 +84,7 @@ describe('optimizer state across world sizes', () => {
       }
       // The moments round-trip exactly: load at 2, gather again.
       const [again] = await onLocalRanks(2, async (group, backend) => {
-        const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+        const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GPTBlock]), {
           group,
         });
         const optimizer = new AdamW(model.parameters(), { lr: 1e-2 });

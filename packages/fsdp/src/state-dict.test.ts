@@ -1,4 +1,4 @@
-import { AdamW, createCpuBackend, type Tensor } from '@webshard/tensor-core';
+import { AdamW, createCpuBackend, GPTBlock, type Tensor } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import {
   consolidateShardWeights,
@@ -7,7 +7,7 @@ import {
   loadFullStateDict,
   localStateDict,
 } from './state-dict.js';
-import { Gpt, GptBlock, TINY_GPT, tokenBatches, tokenSlice } from './test-support/gpt.js';
+import { Gpt, TINY_GPT, tokenBatches, tokenSlice } from './test-support/gpt.js';
 import { onLocalRanks } from './test-support/ranks.js';
 import { autoWrap, moduleClassAutoWrapPolicy } from './wrap.js';
 
@@ -22,7 +22,7 @@ function wrapGpt(
   backend: Parameters<Parameters<typeof onLocalRanks>[1]>[1],
   seed = 0,
 ) {
-  return autoWrap(new Gpt(TINY_GPT, backend, seed), moduleClassAutoWrapPolicy([GptBlock]), {
+  return autoWrap(new Gpt(TINY_GPT, backend, seed), moduleClassAutoWrapPolicy([GPTBlock]), {
     group,
   });
 }
@@ -49,7 +49,7 @@ describe('fullStateDict', () => {
     const plain = new Gpt(TINY_GPT, createCpuBackend());
     const expected = new Map<string, number[]>();
     for (const [k, t] of plain.namedParameters()) expected.set(k, [...(await t.read())]);
-    expect(expected.has('wte.weight')).toBe(true);
+    expect(expected.has('transformer.wte.weight')).toBe(true);
     expect(expected.has('lm_head.weight')).toBe(false);
     for (const world of [1, 2, 4]) {
       const dicts = await onLocalRanks(world, async (group, backend) =>
@@ -105,19 +105,19 @@ describe('loadFullStateDict refuses what does not fit, changing nothing', () => 
       const before = await values(await fullStateDict(model));
       const donor = new Gpt(TINY_GPT, createCpuBackend(), 5);
       const dict = new Map(donor.namedParameters());
-      dict.delete('ln_f.bias');
-      dict.set('extra.weight', donor.wte.weight);
-      dict.set('wpe.weight', donor.lnF.weight!);
+      dict.delete('transformer.ln_f.bias');
+      dict.set('extra.weight', donor.gpt.wte.weight);
+      dict.set('transformer.wpe.weight', donor.gpt.lnF.weight!);
       const error = await loadFullStateDict(model, dict).then(
         () => null,
         (e: unknown) => e,
       );
       expect(error).toBeInstanceOf(FsdpStateDictError);
       const e = error as FsdpStateDictError;
-      expect(e.missingKeys).toEqual(['ln_f.bias']);
+      expect(e.missingKeys).toEqual(['transformer.ln_f.bias']);
       expect(e.unexpectedKeys).toEqual(['extra.weight']);
       expect(e.shapeMismatches).toEqual([
-        'shape mismatch for wpe.weight: checkpoint [16], model [8, 16]',
+        'shape mismatch for transformer.wpe.weight: checkpoint [16], model [8, 16]',
       ]);
       expect(await values(await fullStateDict(model))).toEqual(before);
     });

@@ -59,6 +59,8 @@ export {
 export { CausalSelfAttention } from './nn/attention.js';
 export type { CausalSelfAttentionOptions } from './nn/attention.js';
 export { ModuleDict, ModuleList, Sequential } from './nn/containers.js';
+export { GPT, GPTBlock, gptLoss } from './nn/gpt.js';
+export type { GPTConfig, GPTOptions, GPTOutput } from './nn/gpt.js';
 export {
   constantInit,
   kaimingUniformBound,

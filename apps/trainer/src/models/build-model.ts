@@ -1,14 +1,14 @@
 import {
   type Backend,
-  RandomGenerator,
+  GPT,
   type Module,
+  RandomGenerator,
   StateDictError,
   type Tensor,
 } from '@webshard/tensor-core';
 import { SafetensorsError } from '@webshard/tensor-core/io';
 import { loadSafetensors } from '@webshard/tensor-core/node';
 import { UsageError } from '../errors.js';
-import { GPT } from './gpt.js';
 import { hfGpt2StateDict, isHfGpt2 } from './hf-gpt2.js';
 import { MLP } from './mlp.js';
 import type { TrainConfig } from '../config.js';

@@ -1,4 +1,11 @@
-import { AdamW, backward, type Backend, clipGradNorm, type Tensor } from '@webshard/tensor-core';
+import {
+  AdamW,
+  type Backend,
+  backward,
+  clipGradNorm,
+  GPT,
+  type Tensor,
+} from '@webshard/tensor-core';
 import { describeBackends } from '@webshard/tensor-core/testing';
 import { expect, it } from 'vitest';
 import {
@@ -9,7 +16,6 @@ import {
   readReference,
 } from '../test-support/fixtures.js';
 import { decayGroups } from '../train-step.js';
-import { GPT } from './gpt.js';
 
 type Path = 'sync' | 'async';
 

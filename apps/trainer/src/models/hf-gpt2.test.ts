@@ -1,14 +1,20 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createCpuBackend, noGrad, type Tensor, tensor } from '@webshard/tensor-core';
+import {
+  createCpuBackend,
+  GPT,
+  type GPTConfig,
+  noGrad,
+  type Tensor,
+  tensor,
+} from '@webshard/tensor-core';
 import { loadSafetensors, saveSafetensors } from '@webshard/tensor-core/node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadInitialWeights } from './build-model.js';
 import { UsageError } from '../errors.js';
 import { runMain } from '../test-support/cli.js';
 import { FIXTURES } from '../test-support/fixtures.js';
-import { GPT, type GPTConfig } from './gpt.js';
 
 /**
  * `__fixtures__/make_hf_gpt2.py`: a small GPT-2 in transformers' layout (GPT2LMHeadModel's names,

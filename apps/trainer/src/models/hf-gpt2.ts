@@ -1,6 +1,5 @@
-import { narrow, type Tensor, transpose } from '@webshard/tensor-core';
+import { type GPTConfig, narrow, type Tensor, transpose } from '@webshard/tensor-core';
 import { UsageError } from '../errors.js';
-import type { GPTConfig } from './gpt.js';
 
 /**
  * [Note: transformers' GPT-2 checkpoints]

@@ -3,13 +3,14 @@ import {
   arange,
   type Dropout,
   type Embedding,
+  type GPT,
+  type GPTBlock,
   type LayerNorm,
   type Linear,
   Module,
   type Tensor,
   tidy,
 } from '@webshard/tensor-core';
-import type { Block, GPT } from './gpt.js';
 import type { MLP } from './mlp.js';
 
 /** One layer of a model run layer by layer: one tensor in, one out (`OffloadModel`'s `Layer`). */
@@ -62,7 +63,7 @@ export function layersOf(model: GPT | MLP): Layer[] {
   if ('blocks' in model) {
     return [
       new GptEmbed(model.wte, model.wpe, model.drop),
-      ...(model.blocks as Iterable<Block>),
+      ...(model.blocks as Iterable<GPTBlock>),
       new GptHead(model.lnF, model.lmHead),
     ];
   }

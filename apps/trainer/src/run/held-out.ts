@@ -1,5 +1,5 @@
 import { evaluate } from '../evaluate.js';
-import { GPT } from '../models/gpt.js';
+import { GPT } from '@webshard/tensor-core';
 import { sample } from '../sample.js';
 import type { Run } from './set-up.js';
 

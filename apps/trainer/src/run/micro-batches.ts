@@ -1,10 +1,9 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import type { Tensor } from '@webshard/tensor-core';
+import { GPT, type Tensor } from '@webshard/tensor-core';
 import type { TrainConfig } from '../config.js';
 import type { Dataset } from '../data/dataset.js';
 import { rankMicroBatches } from '../data/global-batch.js';
 import { regressionTensors, tokenTensors } from '../evaluate.js';
-import { GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
 import type { PreparedModel } from '../strategy/prepared-model.js';
 

@@ -1,8 +1,7 @@
-import type { Backend } from '@webshard/tensor-core';
+import type { Backend, GPT } from '@webshard/tensor-core';
 import type { TrainConfig } from '../config.js';
 import type { Dataset, TokenizerName } from '../data/dataset.js';
 import type { StopSignal } from '../interrupt.js';
-import type { GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
 import type { ProgressTerminal, StepRecord } from '../progress.js';
 import type { EvalPoint } from '../report/html-report.js';

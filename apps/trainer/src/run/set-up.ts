@@ -1,5 +1,11 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { AdamW, type Backend, createBackend, createCpuBackend } from '@webshard/tensor-core';
+import {
+  AdamW,
+  type Backend,
+  createBackend,
+  createCpuBackend,
+  type GPT,
+} from '@webshard/tensor-core';
 import {
   checkFiles,
   DEFAULT_CORPUS_PATH,
@@ -15,7 +21,6 @@ import type { TrainConfig } from '../config.js';
 import type { Dataset } from '../data/dataset.js';
 import { UsageError } from '../errors.js';
 import { buildModel, loadInitialWeights } from '../models/build-model.js';
-import type { GPT } from '../models/gpt.js';
 import { checkMemory } from '../models/memory-estimate.js';
 import type { MLP } from '../models/mlp.js';
 import type { StepRecord } from '../progress.js';

@@ -2,6 +2,8 @@ import { OffloadConfigError, OffloadModel, SliceTooLargeError } from '@webshard/
 import {
   type Backend,
   concat,
+  GPT,
+  gptLoss,
   keep,
   narrow,
   noGrad,
@@ -11,7 +13,6 @@ import {
 import { loadFullOptimizer, saveFullCheckpoint } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
-import { GPT, gptLoss } from '../models/gpt.js';
 import { layersOf } from '../models/layers.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups } from '../train-step.js';

@@ -8,7 +8,14 @@ import {
   moduleClassAutoWrapPolicy,
   ShardedGradScaler,
 } from '@webshard/fsdp';
-import { type Backend, GradScaler, MixedPrecision, type Tensor } from '@webshard/tensor-core';
+import {
+  type Backend,
+  GPT,
+  GPTBlock,
+  GradScaler,
+  MixedPrecision,
+  type Tensor,
+} from '@webshard/tensor-core';
 import {
   checkpointFault,
   loadFullOptimizer,
@@ -18,7 +25,6 @@ import {
 } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
-import { Block, GPT } from '../models/gpt.js';
 import type { MLP } from '../models/mlp.js';
 import { decayGroups, type MixedState } from '../train-step.js';
 import { prepareDiloco } from './diloco.js';
@@ -130,7 +136,7 @@ function prepareFsdp(
     ...(config.bucketMb === null ? {} : { bucketCapMb: config.bucketMb }),
     ...(config.moveParamsToCpu ? { moveParamsToCpu: true, computeBackend } : {}),
   };
-  const policy = moduleClassAutoWrapPolicy(config.autoWrap === 'block' ? [Block] : []);
+  const policy = moduleClassAutoWrapPolicy(config.autoWrap === 'block' ? [GPTBlock] : []);
   const root = autoWrap(new TrainModule(model), policy, options) as FullyShardedDataParallel<
     [Tensor, (Tensor | null)?],
     Promise<TrainOutput>

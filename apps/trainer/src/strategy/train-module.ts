@@ -1,5 +1,4 @@
-import { Module, type Tensor } from '@webshard/tensor-core';
-import { GPT, type GPTOutput } from '../models/gpt.js';
+import { GPT, type GPTOutput, Module, type Tensor } from '@webshard/tensor-core';
 import type { MLP } from '../models/mlp.js';
 
 /** What one forward gives the loop: the loss (given targets) and, for the GPT, the logits. */

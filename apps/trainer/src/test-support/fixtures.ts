@@ -1,8 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Backend, Tensor } from '@webshard/tensor-core';
+import type { Backend, GPTConfig, Tensor } from '@webshard/tensor-core';
 import { loadSafetensors } from '@webshard/tensor-core/node';
-import type { GPTConfig } from '../models/gpt.js';
 
 /** The fixtures made by `__fixtures__/make_fixtures.py` (PyTorch 1.13, CPU). */
 export const FIXTURES = join(import.meta.dirname, '..', '..', '__fixtures__');

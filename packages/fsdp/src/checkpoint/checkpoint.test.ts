@@ -1,20 +1,13 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AdamW, createCpuBackend, type Tensor } from '@webshard/tensor-core';
+import { AdamW, createCpuBackend, GPTBlock, type Tensor } from '@webshard/tensor-core';
 import { loadSafetensors } from '@webshard/tensor-core/node';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { FullyShardedDataParallel } from '../fully-sharded.js';
 import { gatherFullOptimStateDict } from '../optim-state.js';
 import { fullStateDict } from '../state-dict.js';
-import {
-  Gpt,
-  GptBlock,
-  type GptConfig,
-  TINY_GPT,
-  tokenBatches,
-  tokenSlice,
-} from '../test-support/gpt.js';
+import { Gpt, type GptConfig, TINY_GPT, tokenBatches, tokenSlice } from '../test-support/gpt.js';
 import { onLocalRanks } from '../test-support/ranks.js';
 import { autoWrap, moduleClassAutoWrapPolicy } from '../wrap.js';
 import { SimulatedCrash, type WriteStage } from './atomic-write.js';
@@ -41,7 +34,7 @@ type Group = Parameters<Parameters<typeof onLocalRanks>[1]>[0];
 type Backend = Parameters<Parameters<typeof onLocalRanks>[1]>[1];
 
 function wrap(group: Group, backend: Backend, config: GptConfig = TINY_GPT, seed = 0) {
-  return autoWrap(new Gpt(config, backend, seed), moduleClassAutoWrapPolicy([GptBlock]), { group });
+  return autoWrap(new Gpt(config, backend, seed), moduleClassAutoWrapPolicy([GPTBlock]), { group });
 }
 
 async function steps(

@@ -1,22 +1,23 @@
 // A consolidated FSDP checkpoint read by PyTorch: the same loss on the same tokens. Runs where
-// /usr/bin/python3 has torch (Debian's python3-torch); skipped with a message elsewhere.
+// WEBSHARD_TORCH_PYTHON (the venv `pnpm peers:torch` makes) or /usr/bin/python3 (Debian's
+// python3-torch) has torch; skipped with a message elsewhere.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AdamW, type Tensor } from '@webshard/tensor-core';
+import { AdamW, GPTBlock, type Tensor } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
-import { Gpt, GptBlock, TINY_GPT, tokenBatches, tokenSlice } from '../test-support/gpt.js';
+import { Gpt, TINY_GPT, tokenBatches, tokenSlice } from '../test-support/gpt.js';
 import { onLocalRanks } from '../test-support/ranks.js';
 import { autoWrap, moduleClassAutoWrapPolicy } from '../wrap.js';
 import { consolidateCheckpoint } from './consolidate.js';
 import { saveShardedCheckpoint } from './sharded-checkpoint.js';
 
-const python = '/usr/bin/python3';
+const python = process.env.WEBSHARD_TORCH_PYTHON ?? '/usr/bin/python3';
 const torchMissing =
   spawnSync(python, ['-c', 'import torch'], { encoding: 'utf8' }).status !== 0
-    ? `${python} with torch is not installed (apt-get install python3-torch): PyTorch interop not checked`
+    ? `${python} with torch is not installed (apt-get install python3-torch, or WEBSHARD_TORCH_PYTHON): PyTorch interop not checked`
     : null;
 const script = join(dirname(fileURLToPath(import.meta.url)), '__fixtures__', 'torch_forward.py');
 
@@ -32,7 +33,7 @@ describe('a consolidated checkpoint in PyTorch', () => {
     try {
       const [rows] = tokenBatches(TINY_GPT, 1, 4, 3);
       const [loss] = await onLocalRanks(2, async (group, backend) => {
-        const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GptBlock]), {
+        const model = autoWrap(new Gpt(TINY_GPT, backend), moduleClassAutoWrapPolicy([GPTBlock]), {
           group,
         });
         const optimizer = new AdamW(model.parameters(), { lr: 1e-2 });

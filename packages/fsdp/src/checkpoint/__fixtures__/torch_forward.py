@@ -1,7 +1,8 @@
 """Load a consolidated checkpoint in PyTorch and print the loss of the test GPT on given tokens.
 
 usage: python3 torch_forward.py MODEL.safetensors CONFIG_JSON TOKENS_JSON
-The model mirrors packages/fsdp/src/test-support/gpt.ts (nanoGPT's blocks, lm_head tied to wte).
+The model is tensor-core's GPT as packages/fsdp/src/test-support/gpt.ts trains it (nanoGPT's, with
+PyTorch's names; lm_head tied to transformer.wte).
 The safetensors file is read with the format's own rules (8-byte header length, JSON header, raw
 little-endian data), so only torch is needed.
 """
@@ -40,9 +41,10 @@ def main():
     ids = torch.tensor([r[:-1] for r in rows])
     targets = torch.tensor([r[1:] for r in rows])
     b, t = ids.shape
-    x = F.embedding(ids, w("wte.weight")) + F.embedding(torch.arange(t), w("wpe.weight"))
+    x = F.embedding(ids, w("transformer.wte.weight"))
+    x = x + F.embedding(torch.arange(t), w("transformer.wpe.weight"))
     for i in range(config["nLayer"]):
-        p = f"h.{i}."
+        p = f"transformer.h.{i}."
         h = F.layer_norm(x, (c,), w(p + "ln_1.weight"), w(p + "ln_1.bias"))
         qkv = F.linear(h, w(p + "attn.c_attn.weight"), w(p + "attn.c_attn.bias"))
         q, k, v = qkv.split(c, dim=2)
@@ -53,10 +55,10 @@ def main():
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
         x = x + F.linear(y, w(p + "attn.c_proj.weight"), w(p + "attn.c_proj.bias"))
         h = F.layer_norm(x, (c,), w(p + "ln_2.weight"), w(p + "ln_2.bias"))
-        h = F.gelu(F.linear(h, w(p + "c_fc.weight"), w(p + "c_fc.bias")))
-        x = x + F.linear(h, w(p + "c_proj.weight"), w(p + "c_proj.bias"))
-    x = F.layer_norm(x, (c,), w("ln_f.weight"), w("ln_f.bias"))
-    logits = F.linear(x, w("wte.weight"))
+        h = F.gelu(F.linear(h, w(p + "mlp.c_fc.weight"), w(p + "mlp.c_fc.bias")))
+        x = x + F.linear(h, w(p + "mlp.c_proj.weight"), w(p + "mlp.c_proj.bias"))
+    x = F.layer_norm(x, (c,), w("transformer.ln_f.weight"), w("transformer.ln_f.bias"))
+    logits = F.linear(x, w("transformer.wte.weight"))
     loss = F.cross_entropy(logits.view(b * t, -1), targets.view(b * t))
     print(json.dumps({"loss": loss.item()}))
 

@@ -1,26 +1,13 @@
-import {
-  add,
-  arange,
-  type Backend,
-  CausalSelfAttention,
-  copy_,
-  crossEntropy,
-  Dropout,
-  Embedding,
-  GELU,
-  keep,
-  type RandomGenerator,
-  LayerNorm,
-  Linear,
-  Module,
-  ModuleDict,
-  ModuleList,
-  randn,
-  reshape,
-  ShapeError,
-  type Tensor,
-  tidy,
-} from '@webshard/tensor-core';
+import type { Backend } from '../backend/backend.js';
+import { ShapeError } from '../errors.js';
+import { add, arange, copy_, crossEntropy, randn, reshape } from '../ops/index.js';
+import type { RandomGenerator } from '../random/generator.js';
+import { keep, tidy } from '../scope.js';
+import type { Tensor } from '../tensor.js';
+import { CausalSelfAttention } from './attention.js';
+import { ModuleDict, ModuleList } from './containers.js';
+import { Dropout, Embedding, GELU, LayerNorm, Linear } from './layers.js';
+import { Module } from './module.js';
 
 /** nanoGPT's `GPTConfig`, in camelCase. */
 export interface GPTConfig {
@@ -67,8 +54,8 @@ class FeedForward extends Module<[Tensor], Tensor> {
   }
 }
 
-/** nanoGPT's `Block`: x + attn(ln_1(x)), then x + mlp(ln_2(x)). */
-export class Block extends Module<[Tensor], Tensor> {
+/** nanoGPT's `Block`: x + attn(ln_1(x)), then x + mlp(ln_2(x)); FSDP's unit in a GPT. */
+export class GPTBlock extends Module<[Tensor], Tensor> {
   readonly ln1: LayerNorm;
   readonly attn: CausalSelfAttention;
   readonly ln2: LayerNorm;
@@ -123,7 +110,7 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
   readonly wte: Embedding;
   readonly wpe: Embedding;
   readonly drop: Dropout;
-  readonly blocks: ModuleList<Block>;
+  readonly blocks: ModuleList<GPTBlock>;
   readonly lnF: LayerNorm;
   readonly lmHead: Linear;
   private readonly positions = new Map<number, Tensor>();
@@ -135,7 +122,7 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
     this.wpe = new Embedding(config.blockSize, config.nEmbd, options);
     this.drop = new Dropout(config.dropout, options);
     this.blocks = new ModuleList(
-      Array.from({ length: config.nLayer }, () => new Block(config, options)),
+      Array.from({ length: config.nLayer }, () => new GPTBlock(config, options)),
     );
     this.lnF = new LayerNorm(config.nEmbd, { ...options, bias: config.bias });
     this.registerModule(
