@@ -240,7 +240,9 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
    * its parameters first), and `tidy` is synchronous, so it cannot span the awaits. The embedding
    * and the head run in their own `tidy` scopes; between blocks each block's input is freed as
    * soon as the block has returned its output (autograd keeps what it saved). The ops and their
-   * order are those of `forward`, so the numbers are bit-identical (gpt-async.test.ts).
+   * order are those of `forward`, so the numbers are bit-identical (`gpt.test.ts` beside this file
+   * for the loss; the trainer's `src/models/gpt-async.test.ts` for 4 AdamW steps of its PyTorch
+   * fixture, losses and gradients).
    */
   async forwardAsync(idx: Tensor, targets: Tensor | null = null): Promise<GPTOutput> {
     const [, t] = this.checkIds(idx);
