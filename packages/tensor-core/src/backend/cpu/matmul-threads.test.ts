@@ -6,7 +6,8 @@ import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import type { Backend } from '../backend.js';
 import type { CpuBackend } from './cpu-backend.js';
-import { THREADED_MIN_MACS } from './matmul-threads.js';
+import { type MatmulThreads, THREADED_MIN_MACS } from './matmul-threads.js';
+import { loadWasmMatmul } from './matmul-wasm.js';
 
 // Shapes past the threading threshold, with odd sizes on every axis (edge tiles, uneven splits),
 // both operands transposed or not, and batches with a broadcast operand.
@@ -80,6 +81,27 @@ describe('the WASM matmul on several threads', () => {
       });
     }
   }
+
+  // Waking a worker for a small product saves little and, where processes outnumber the cores,
+  // waits for a worker the system has not scheduled: under 2^24 multiply-adds a call stays here.
+  it('splits only calls of 2^24 multiply-adds or more, every batch element counted', async () => {
+    const matmul = loadWasmMatmul(undefined, { threads: 2, fma: 'off' })!;
+    try {
+      expect(await matmul.startThreads()).toBe(2);
+      const pool = (matmul as unknown as { threads: MatmulThreads }).threads;
+      expect(THREADED_MIN_MACS).toBe(2 ** 24);
+      // The default GPT's largest product, 512 x 256 x 64: one thread.
+      expect(pool.threadsFor(512, 512 * 256 * 64)).toBe(1);
+      expect(pool.threadsFor(512, THREADED_MIN_MACS - 1)).toBe(1);
+      expect(pool.threadsFor(512, THREADED_MIN_MACS)).toBe(2);
+      // GPT-2's attention: 48 products of 256 x 256 x 64 in one call, each split.
+      expect(pool.threadsFor(256, 48 * 256 * 256 * 64)).toBe(2);
+      // Never more threads than register tiles of rows.
+      expect(pool.threadsFor(4, THREADED_MIN_MACS)).toBe(1);
+    } finally {
+      matmul.dispose();
+    }
+  });
 
   it('runs on one thread where worker threads are not wanted', async () => {
     const single = createCpuBackend({ matmulThreads: 1 });
