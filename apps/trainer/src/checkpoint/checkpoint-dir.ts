@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { syncDirectory, writeFileAtomic } from '@webshard/fsdp/checkpoint';
 import { UsageError } from '../errors.js';
 import { checkpointFault, faultPoint } from '../io/fault-points.js';
+import { checkBeforeCommit } from './commit-check.js';
 import { LATEST, RUN_STATE, type RunState, stepDirName } from './run-checkpoint.js';
 import { peekStepManifest, STEP_MANIFEST, writeStepManifest } from './step-manifest.js';
 
@@ -16,8 +17,9 @@ import { peekStepManifest, STEP_MANIFEST, writeStepManifest } from './step-manif
  * steps at or below the one just written and touches no other run's folder.
  *
  * A step is saved into `.step-N.partial` (emptied first by rank 0; every rank writes its files
- * there), then rank 0 writes `run.json` and `checkpoint.json` into it, fsyncs it, and renames it
- * into place; only then `latest` moves. A complete step folder is never rewritten: re-saving step
+ * there), then rank 0 writes `run.json` and `checkpoint.json` into it, fsyncs it, reads every file
+ * back ([Note: a checkpoint is checked before it is committed]), and renames it into place; only
+ * then `latest` moves. A complete step folder is never rewritten: re-saving step
  * N (a run resumed from an earlier step) renames the new folder to `.step-N.swap`, points `latest`
  * there, moves the old folder aside, renames the new one into place and points `latest` back, so
  * `latest` names a complete folder at every instant (a `latest` naming a `.step-N.swap` that is
@@ -56,9 +58,13 @@ export async function checkCheckpointDir(
   }
 }
 
+function partialDir(root: string, step: number): string {
+  return join(root, `.${stepDirName(step)}.partial`);
+}
+
 /** The temporary folder step `step` is saved into; rank 0 empties it (`lead`). */
 export async function beginCheckpoint(root: string, step: number, lead: boolean): Promise<string> {
-  const partial = join(root, `.${stepDirName(step)}.partial`);
+  const partial = partialDir(root, step);
   if (lead) {
     await rm(partial, { recursive: true, force: true });
     await mkdir(partial, { recursive: true });
@@ -89,7 +95,9 @@ async function moveLatest(root: string, name: string): Promise<void> {
 
 /**
  * Rank 0, once every rank's files are in `partial` (`beginCheckpoint`): `run.json`, the manifest,
- * the rename into place, `latest`, then cleanup. `overwrite`: also remove other runs' steps.
+ * the check of every file on disk (a `CheckpointCommitError` naming the step, the rank and the
+ * file, before anything is renamed), the rename into place, `latest`, then cleanup. `overwrite`:
+ * also remove other runs' steps.
  */
 export async function finishCheckpoint(
   root: string,
@@ -102,6 +110,7 @@ export async function finishCheckpoint(
   await writeStepManifest(partial, state.runId, state.step);
   await syncDirectory(partial);
   faultPoint('manifest');
+  await checkBeforeCommit(partial, state.step);
   const final = join(root, name);
   if (!(await exists(final))) {
     await rename(partial, final);
