@@ -19,11 +19,19 @@ import { peekStepManifest, STEP_MANIFEST, writeStepManifest } from './step-manif
  * A step is saved into `.step-N.partial` (emptied first by rank 0; every rank writes its files
  * there), then rank 0 writes `run.json` and `checkpoint.json` into it, fsyncs it, reads every file
  * back ([Note: a checkpoint is checked before it is committed]), and renames it into place; only
- * then `latest` moves. A complete step folder is never rewritten: re-saving step
- * N (a run resumed from an earlier step) renames the new folder to `.step-N.swap`, points `latest`
- * there, moves the old folder aside, renames the new one into place and points `latest` back, so
- * `latest` names a complete folder at every instant (a `latest` naming a `.step-N.swap` that is
- * gone means the swap finished: `resolveLatest` reads it as `step-N`).
+ * then `latest` moves. A complete step folder is never rewritten: re-saving step N (a run resumed
+ * from an earlier step) renames the new folder to `.step-N.swap`, points `latest` there, moves the
+ * old folder aside, renames the new one into place and points `latest` back, so `latest` names a
+ * complete folder at every instant (a `latest` naming a `.step-N.swap` that is gone means the swap
+ * finished: `resolveLatest` reads it as `step-N`).
+ *
+ * A checkpoint that fails on the way (a full disk under any rank, a rank's file missing at the
+ * check, a lost rank) is abandoned as a failed file write is: rank 0, which made the folder,
+ * removes `.step-N.partial` (`abandonCheckpoint`) before the error goes on, and `latest` still
+ * names the previous checkpoint, which loads. Only rank 0 removes it: another rank that failed
+ * could otherwise remove files under rank 0 while it checks them; rank 0 fails too (its collective
+ * is aborted, or its check finds the file missing) and removes it then. A crash (no error to
+ * catch) leaves the folder to the next checkpoint's cleanup, or to `removePartialCheckpoints`.
  */
 const KEEP = 2;
 const STEP = /^step-\d{6,}$/;
@@ -70,6 +78,15 @@ export async function beginCheckpoint(root: string, step: number, lead: boolean)
     await mkdir(partial, { recursive: true });
   }
   return partial;
+}
+
+/**
+ * Rank 0, when saving step `step` failed anywhere (a rank's write, the check, the rename): remove
+ * its temporary folder. Never throws, so the error that ended the checkpoint is the one reported;
+ * a folder it could not remove goes at the next checkpoint's cleanup.
+ */
+export async function abandonCheckpoint(root: string, step: number): Promise<void> {
+  await rm(partialDir(root, step), { recursive: true, force: true }).catch(() => undefined);
 }
 
 /**

@@ -5,7 +5,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CheckpointCommitError } from '../errors.js';
-import { beginCheckpoint, finishCheckpoint, resolveResume } from './checkpoint-dir.js';
+import {
+  abandonCheckpoint,
+  beginCheckpoint,
+  finishCheckpoint,
+  resolveResume,
+} from './checkpoint-dir.js';
 import type { RunState } from './run-checkpoint.js';
 import { verifyStep } from './step-manifest.js';
 
@@ -181,5 +186,14 @@ describe('a checkpoint is checked on disk before it is committed', () => {
     expect((await readFile(join(root, 'latest'), 'utf8')).trim()).toBe('step-000002');
     expect(await readFile(join(root, 'step-000002', 'checkpoint.json'), 'utf8')).toBe(before);
     expect((await verifyStep(join(root, 'step-000002'), 'run.json')).step).toBe(2);
+  });
+
+  it('abandonCheckpoint removes the temporary folder and nothing else', async () => {
+    const root = await rootAtStep1();
+    await shardedSave(root, 2, [0]);
+    await abandonCheckpoint(root, 2);
+    expect((await readdir(root)).sort()).toEqual(['latest', 'step-000001']);
+    await abandonCheckpoint(root, 2); // none there: no error
+    await expectStep1Latest(root);
   });
 });
