@@ -31,9 +31,11 @@ import type { SharedArena } from './shared-arena.js';
  *    either receives: a process group does that in every ring step.
  * 5. Abort. `abort(reason)` is idempotent (the first reason wins) and synchronous in effect: every
  *    pending `send`/`recv` rejects promptly (within milliseconds) with `TransportAbortedError`
- *    carrying the reason, later calls reject the same way, and `onAbort` listeners run once. The
- *    transport forwards the reason to the other ranks best-effort (shared memory word, a control
- *    frame, closing sockets), so that their transports abort with the SAME reason (keep `origin`).
+ *    carrying the reason, later calls reject the same way, and `onAbort` listeners run once. A
+ *    receive from a peer may first be served from what that peer sent before the abort reached it,
+ *    for a bounded time (tcp and ws: [Note: draining after an abort]). The transport forwards the
+ *    reason to the other ranks best-effort (shared memory word, a control frame, closing sockets),
+ *    so that their transports abort with the SAME reason (keep `origin`).
  * 6. Dead peers. When a transport learns that a peer is gone (worker exit, socket closed or reset,
  *    no heartbeat) it aborts itself with `{ kind: 'peer-lost', origin: <this rank>, peer: <dead
  *    rank>, message }`, unless it was already aborted. Closing after `close()` on both sides is not

@@ -50,8 +50,10 @@ function resolvesWithin(body: Promise<void>, ms: number): Promise<boolean> {
  * finish: a body whose waits were all satisfied completes and so does the op (the next call then
  * fails with the abort, as on every other rank); one whose waits reject (a transport keeping rule 5
  * of its contract rejects them at once) or never settle fails as before. An op whose own deadline
- * aborted the group fails in any case. Not covered: data a peer sent that this rank's transport had
- * not read yet when the abort came over another connection (the transport rejects that receive).
+ * aborted the group fails in any case. Data a peer sent before the abort reached it, still unread
+ * when the abort came over another connection, is read first on tcp and ws
+ * ([Note: draining after an abort] in transports/framed/framed-transport.ts); shm and local reject
+ * that receive.
  */
 async function finishedOrAborted(body: Promise<void>, ctx: OpContext): Promise<void> {
   body.catch(noop);

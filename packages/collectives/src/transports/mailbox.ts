@@ -58,6 +58,11 @@ export class Mailbox {
   unexpectedBytes = 0;
   private readonly inflight = new Set<Incoming>();
   private abortError: TransportAbortedError | null = null;
+  /**
+   * After an abort, the peers whose receives still wait for what they sent before the abort
+   * reached them ([Note: draining after an abort] in framed/framed-transport.ts).
+   */
+  private readonly draining = new Set<number>();
   /** Per peer, payload bytes copied aside that no receive has claimed yet. */
   private readonly held = new Map<number, number>();
 
@@ -96,7 +101,8 @@ export class Mailbox {
 
   /** Posts a receive: filled at once from a stashed message, or queued. */
   recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
-    if (this.abortError !== null) return Promise.reject(this.abortError);
+    if (this.abortError !== null && !this.draining.has(peer))
+      return Promise.reject(this.abortError);
     return new Promise<void>((resolve, reject) => {
       const slot = this.slot(peer, tag);
       const arrived = slot.arrived.shift();
@@ -221,21 +227,44 @@ export class Mailbox {
     return false;
   }
 
-  /** Rejects every posted receive, now and later (those being filled too); drops stashed ones. */
-  abort(reason: AbortReason): void {
+  /**
+   * Rejects every posted receive, now and later (those being filled too); drops stashed ones.
+   * Receives from the peers in `draining` are spared, and such receives may still be posted, until
+   * `endDrain` ([Note: draining after an abort] in framed/framed-transport.ts).
+   */
+  abort(reason: AbortReason, draining: Iterable<number> = []): void {
     if (this.abortError !== null) return;
     this.abortError = new TransportAbortedError(reason);
-    for (const incoming of this.inflight) incoming.recv?.reject(this.abortError);
-    this.inflight.clear();
-    for (const byTag of this.slots.values()) {
-      for (const slot of byTag.values()) {
-        for (const waiting of slot.waiting.splice(0)) waiting.reject(this.abortError);
-        slot.arrived.length = 0;
-      }
-    }
+    for (const peer of draining) this.draining.add(peer);
+    // Every peer with a receive, a message aside or one being filled has a slot (`begin`, `recv`).
+    for (const peer of this.slots.keys()) if (!this.draining.has(peer)) this.fail(peer);
     this.pool.clear();
     this.pooledBytes = 0;
-    this.held.clear();
+  }
+
+  /** After an abort, `peer` has sent all it will: its receives that wait now reject. */
+  endDrain(peer: number): void {
+    if (this.draining.delete(peer)) this.fail(peer);
+  }
+
+  /** Whether receives from `peer` are still served after an abort. */
+  isDraining(peer: number): boolean {
+    return this.draining.has(peer);
+  }
+
+  /** Rejects `peer`'s posted receives (those being filled too) and drops what it sent aside. */
+  private fail(peer: number): void {
+    const error = this.abortError!;
+    for (const incoming of this.inflight) {
+      if (incoming.peer !== peer) continue;
+      this.inflight.delete(incoming);
+      incoming.recv?.reject(error);
+    }
+    for (const slot of this.slots.get(peer)?.values() ?? []) {
+      for (const waiting of slot.waiting.splice(0)) waiting.reject(error);
+      slot.arrived.length = 0;
+    }
+    this.held.delete(peer);
   }
 
   private violate(

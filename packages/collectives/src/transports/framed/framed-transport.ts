@@ -30,6 +30,8 @@ export class FramedPeer {
 }
 
 const BYE_WAIT_MS = 2000;
+/** The longest an aborted transport serves receives from a peer whose stream has not ended. */
+export const ABORT_DRAIN_MS = 250;
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
@@ -49,6 +51,22 @@ function sleep(ms: number): Promise<void> {
  * frame aborts naming its sender, a failed write waits for the abort that names the peer
  * (`holdFailedSend`), a bye means the peer's sockets closing next is not a failure, and an abort
  * is forwarded to every open peer before this rank closes.
+ *
+ * [Note: draining after an abort]
+ * An abort reaches a rank over one connection while messages that other peers sent before the abort
+ * reached them may still wait unread on theirs. A rank that is behind (a starved process) can read
+ * rank 0's abort frame before rank 2's last message of an op that every other rank has finished;
+ * rejecting every receive at once failed that op on it, one op before the op the others failed in
+ * (issue 44, seed 882300 of the fault-injection suite: 4 tcp processes, rank 0 throwing in an
+ * all-gather while a survivor was still in the all-reduce before it; the case
+ * [Note: an abort does not undo a finished op] left open). So an abort rejects at once the receives
+ * from peers that can send nothing more (the dead peer, one whose connection closed or said bye,
+ * the sender of a malformed frame). A peer whose connection is open keeps its receives, and new
+ * ones may be posted, served from what it sent before it learned of the abort, until its stream
+ * ends: with its abort frame (every rank forwards the reason to every open peer as it aborts, so it
+ * comes within a round trip), its bye, its close, or `ABORT_DRAIN_MS` after the abort at the latest
+ * (a stopped peer forwards nothing). Sends reject at once. The op queue's grace then lets a body
+ * whose data came complete.
  */
 export abstract class FramedTransport<P extends FramedPeer> implements Transport {
   abstract readonly kind: 'tcp' | 'ws';
@@ -137,6 +155,10 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
   recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
     // Tags are uint32 on the wire; a negative int32 tag names the same group.
     const wireTag = tag >>> 0;
+    if (this.abortState.reason !== null && this.mailbox.isDraining(peer)) {
+      // Served from what `peer` sent before the abort reached it: [Note: draining after an abort].
+      return this.mailbox.recv(peer, wireTag, dst, onArrive);
+    }
     const closed = Number.isInteger(peer) ? this.peers[peer] : undefined;
     if (this.abortState.reason === null && closed?.state === 'closed' && closed.byeReceived) {
       // A peer that finished and closed may have sent this message before its bye (a process
@@ -264,6 +286,7 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
         return { kind: 'control', frame: header, buffer: new Uint8Array(header.length) };
       case FrameKind.bye:
         peer.byeReceived = true;
+        this.mailbox.endDrain(peer.rank);
         if (peer.state === 'open') peer.state = 'closed';
         if (this.mailbox.hasPending(peer.rank)) {
           this.abort({
@@ -305,6 +328,8 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
       return;
     }
     this.abort(valid);
+    // Its abort frame is the last thing `peer` sends: [Note: draining after an abort].
+    this.mailbox.endDrain(peer.rank);
   }
 
   /** `peer` broke the protocol: abort naming it, read nothing more from it, drop it. */
@@ -316,12 +341,14 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
       peer: peer.rank,
       message: `[${this.kind}] rank ${this.rank}: malformed frame from rank ${peer.rank}: ${detail}`,
     });
+    this.mailbox.endDrain(peer.rank);
     this.dropPeer(peer);
     return { kind: 'stop' };
   }
 
   /** `peer`'s connection is gone (`how`); unless it said bye first, it is lost. */
   protected peerDied(peer: P, how: string): void {
+    this.mailbox.endDrain(peer.rank);
     if (this.phase === 'closing' || peer.state === 'closed' || peer.byeReceived) return;
     const wasLive = peer.state === 'open' || peer.state === 'connecting';
     peer.state = 'dead';
@@ -340,7 +367,15 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
   }
 
   private onAborted(reason: AbortReason): void {
-    this.mailbox.abort(reason);
+    // The peers that may still have sent something before the abort reached them.
+    const draining =
+      this.phase === 'closing'
+        ? []
+        : this.peers
+            .filter((p) => p !== null && p.state === 'open' && p.rank !== reason.peer)
+            .map((p) => p!.rank);
+    this.mailbox.abort(reason, draining);
+    if (draining.length > 0) setTimeout(() => this.endDrains(), ABORT_DRAIN_MS).unref?.();
     const error = new TransportAbortedError(reason);
     for (const reject of this.pendingSends) reject(error);
     this.pendingSends.clear();
@@ -353,8 +388,14 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
     return peer.state === 'open' && !peer.byeReceived;
   }
 
+  /** Every peer's stream has ended for its receives ([Note: draining after an abort]). */
+  private endDrains(): void {
+    for (const peer of this.peers) if (peer !== null) this.mailbox.endDrain(peer.rank);
+  }
+
   private async shutdown(): Promise<void> {
     const wasAborted = this.abortState.reason !== null;
+    this.endDrains();
     this.abortState.trigger({
       kind: 'user',
       origin: this.rank,
