@@ -1,6 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { loadLocalAddressToward, loadTcpTransport } from '#platform';
 import type { AbortReason } from './errors.js';
+import type { OpStamp } from './op-stamp.js';
 import { attachProgressBoard, progressReportOf, shareProgress } from './progress/progress.js';
 import { StoreProgressBoard } from './rendezvous/store-progress-board.js';
 import type { Transport } from './transport-contract.js';
@@ -154,11 +155,17 @@ export class JoinedTransport implements Transport {
   get abortReason(): AbortReason | null {
     return this.inner.abortReason;
   }
-  send(peer: number, tag: number, data: Uint8Array): Promise<void> {
-    return this.inner.send(peer, tag, data);
+  send(peer: number, tag: number, data: Uint8Array, stamp?: OpStamp): Promise<void> {
+    return this.inner.send(peer, tag, data, stamp);
   }
-  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
-    return this.inner.recv(peer, tag, dst, onArrive);
+  recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    stamp?: OpStamp,
+  ): Promise<void> {
+    return this.inner.recv(peer, tag, dst, onArrive, stamp);
   }
   abort(reason: AbortReason): void {
     this.inner.abort(reason);

@@ -124,9 +124,9 @@ describe('ProcessGroup ring segments', () => {
     const largest = new Array<number>(size).fill(0);
     const groups = createLocalTransports(size).map((transport) => {
       const send = transport.send.bind(transport);
-      transport.send = (peer, tag, data) => {
+      transport.send = (peer, tag, data, stamp) => {
         largest[transport.rank] = Math.max(largest[transport.rank]!, data.byteLength);
-        return send(peer, tag, data);
+        return send(peer, tag, data, stamp);
       };
       return ProcessGroup.fromTransport(transport, options);
     });

@@ -1,4 +1,5 @@
 import type { AbortReason } from './errors.js';
+import type { OpStamp } from './op-stamp.js';
 import type { SharedArena } from './shared-arena.js';
 
 /**
@@ -23,7 +24,8 @@ import type { SharedArena } from './shared-arena.js';
  *    intermediate copy where the medium allows).
  * 3. Exact sizes. The message's byte length must equal `dst.byteLength`. A different length is a
  *    protocol violation: the transport aborts with kind `error` and a message naming both lengths,
- *    the peer and the tag. Zero-length messages are real messages (used as tokens).
+ *    the peer and the tag (with op stamps, rule 10's `mismatch`). Zero-length messages are real
+ *    messages (used as tokens).
  * 4. Send completion. `send` resolves once `data` may be overwritten by the caller (the bytes were
  *    copied out or delivered). It need not wait for the receiver to post its receive, and it may
  *    resolve before the bytes reach the peer. A transport may apply back-pressure (resolve later
@@ -55,6 +57,13 @@ import type { SharedArena } from './shared-arena.js';
  *    receives that waited for it, so the data right behind the fingerprint on the wire finds them
  *    posted instead of being copied aside (see [Note: fingerprints ahead of the data]). An
  *    exception from `onArrive` is the caller's: the transport ignores it.
+ * 10. Op stamps. `send`'s `stamp` travels with the message (with its tag, its sender and its byte
+ *    count), and `recv`'s `stamp` is what the receive expects: when a message meets a posted
+ *    receive, whichever came first, the transport checks that its sender is `peer`, its length
+ *    `dst.byteLength` and its stamp the receive's (any op's fingerprint for a receive stamped as a
+ *    fingerprint) before a byte reaches `dst`. A message that is not the receive's rejects it and
+ *    aborts with kind `mismatch`, naming both (`stampMismatch`). A call without a stamp sends or
+ *    expects `NO_STAMP`. The transports here check in `Mailbox`; see [Note: op stamps].
  *
  * Run `runTransportSuite` from `@webshard/collectives/testing` (src/suites/transport-suite.ts)
  * against a new transport: it checks these rules and every collective on top of them.
@@ -72,14 +81,24 @@ export interface Transport {
    */
   readonly sharedArena?: SharedArena;
 
-  /** Send `data` to `peer` on `tag` (a uint32). Resolves when `data` may be reused. */
-  send(peer: number, tag: number, data: Uint8Array): Promise<void>;
+  /**
+   * Send `data` to `peer` on `tag` (a uint32), stamped with its op (rule 10; `NO_STAMP` when not
+   * given). Resolves when `data` may be reused.
+   */
+  send(peer: number, tag: number, data: Uint8Array, stamp?: OpStamp): Promise<void>;
 
   /**
-   * Receive the next message from `peer` on `tag` into `dst`, whose length must match exactly.
-   * `onArrive`, optional for both sides, is rule 9's hint.
+   * Receive the next message from `peer` on `tag` into `dst`, whose length must match exactly, and
+   * whose op stamp must be `stamp` (rule 10; `NO_STAMP` when not given). `onArrive`, optional for
+   * both sides, is rule 9's hint.
    */
-  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void>;
+  recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    stamp?: OpStamp,
+  ): Promise<void>;
 
   /** Fail every pending and later op with `reason` and tell the other ranks. Idempotent. */
   abort(reason: AbortReason): void;

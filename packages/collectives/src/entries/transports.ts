@@ -4,6 +4,8 @@
 // [Note: the collectives surface] in index.ts.
 export { connectNetworkTransport, createNetworkTransport } from '../connect-transport.js';
 export { errorFromAbortReason } from '../errors.js';
+export type { OpStamp } from '../op-stamp.js';
+export { NO_STAMP, stampMismatch } from '../op-stamp.js';
 export { resolveRendezvousOptions } from '../rendezvous/env.js';
 export type { Rendezvous } from '../rendezvous/rendezvous.js';
 export { rendezvous } from '../rendezvous/rendezvous.js';

@@ -12,10 +12,10 @@ import { createLocalTransports } from '../transports/local/local-transport.js';
  */
 function slowReceives(transport: Transport, bytes: number, ms: number): Transport {
   const recv = transport.recv.bind(transport);
-  transport.recv = (peer, tag, dst, onArrive) => {
-    if (dst.byteLength !== bytes) return recv(peer, tag, dst, onArrive);
+  transport.recv = (peer, tag, dst, ...rest) => {
+    if (dst.byteLength !== bytes) return recv(peer, tag, dst, ...rest);
     return new Promise((resolve) => setTimeout(resolve, ms)).then(() =>
-      recv(peer, tag, dst, onArrive),
+      recv(peer, tag, dst, ...rest),
     );
   };
   return transport;

@@ -179,7 +179,7 @@ export class FingerprintExchange {
     const incoming = this.incoming;
     const outBytes = bytesOf(out);
     const pending: Promise<void>[] = [];
-    for (const peer of sendTo) pending.push(ctx.send(peer, outBytes));
+    for (const peer of sendTo) pending.push(ctx.sendFingerprint(peer, outBytes));
     // Checked once per peer: where the transport gives the arrival hint, synchronously as the
     // fingerprint lands (so the held receives are posted before the data behind it is parsed),
     // else when the receive resolves. The first mismatch is held, its peer's receives stay closed,

@@ -6,6 +6,7 @@ import {
   CollectiveTimeoutError,
   TransportAbortedError,
 } from '../errors.js';
+import { type OpStamp, opStamp } from '../op-stamp.js';
 import type { Transport } from '../transport-contract.js';
 import { BLAME_WINDOW_MS, judge, ranksText, type Verdict } from './blame.js';
 import {
@@ -63,6 +64,9 @@ export class OpContext implements Comm {
   private readonly untrack: () => void;
   /** Set when the deadline passed: settles once the group's verdict is in (an abort). */
   private verdict: Promise<void> | null = null;
+  /** What the op's messages, and its fingerprint, say they belong to ([Note: op stamps]). */
+  private readonly stamp: OpStamp;
+  private readonly fingerprintStamp: OpStamp;
 
   constructor(
     private readonly group: GroupView,
@@ -75,6 +79,8 @@ export class OpContext implements Comm {
       );
     });
     this.aborted.catch(noop);
+    this.stamp = opStamp(fields.op, fields.seq);
+    this.fingerprintStamp = opStamp(fields.op, fields.seq, true);
     const collective = fields.op !== 'send' && fields.op !== 'recv';
     this.untrack = progressTrackerOf(group.transport).started(
       group.tag,
@@ -114,7 +120,17 @@ export class OpContext implements Comm {
   }
 
   send(peer: number, data: Uint8Array): Promise<void> {
-    const promise = this.group.transport.send(this.group.ranks[peer]!, this.group.tag, data);
+    return this.sendStamped(peer, data, this.stamp);
+  }
+
+  /** Sends the op's fingerprint to `peer`, stamped as its fingerprint. */
+  sendFingerprint(peer: number, data: Uint8Array): Promise<void> {
+    return this.sendStamped(peer, data, this.fingerprintStamp);
+  }
+
+  private sendStamped(peer: number, data: Uint8Array, stamp: OpStamp): Promise<void> {
+    const { transport, ranks, tag } = this.group;
+    const promise = transport.send(ranks[peer]!, tag, data, stamp);
     promise.catch(noop);
     return promise;
   }
@@ -128,7 +144,7 @@ export class OpContext implements Comm {
    * hint (rule 9 of [Note: the transport contract]).
    */
   recvFingerprint(peer: number, dst: Uint8Array, onArrive: () => void): Promise<void> {
-    return this.receive(peer, dst, undefined, onArrive);
+    return this.receive(peer, dst, undefined, onArrive, this.fingerprintStamp);
   }
 
   private receive(
@@ -136,11 +152,13 @@ export class OpContext implements Comm {
     dst: Uint8Array,
     queue: HeldRecv[] | undefined,
     onArrive?: () => void,
+    stamp = this.stamp,
   ): Promise<void> {
     this.waiting.set(peer, (this.waiting.get(peer) ?? 0) + 1);
+    const { transport, ranks, tag } = this.group;
     const received =
       queue === undefined
-        ? this.group.transport.recv(this.group.ranks[peer]!, this.group.tag, dst, onArrive)
+        ? transport.recv(ranks[peer]!, tag, dst, onArrive, stamp)
         : new Promise<void>((resolve, reject) => queue.push({ dst, resolve, reject }));
     const promise = received.then(() => {
       const left = (this.waiting.get(peer) ?? 1) - 1;
@@ -162,8 +180,9 @@ export class OpContext implements Comm {
     if (queue === undefined) return;
     this.gated.delete(peer);
     const source = this.group.ranks[peer]!;
+    const { transport, tag } = this.group;
     for (const held of queue) {
-      this.group.transport.recv(source, this.group.tag, held.dst).then(held.resolve, held.reject);
+      transport.recv(source, tag, held.dst, undefined, this.stamp).then(held.resolve, held.reject);
     }
   }
 

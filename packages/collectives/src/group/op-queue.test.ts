@@ -27,8 +27,8 @@ function laggingTransport(
 ): { transport: Transport; lag: (until: Promise<unknown>) => void } {
   let until: Promise<unknown> | null = null;
   const recv = transport.recv.bind(transport);
-  transport.recv = (peer, tag, dst, onArrive) => {
-    const received = recv(peer, tag, dst, onArrive);
+  transport.recv = (peer, tag, dst, ...rest) => {
+    const received = recv(peer, tag, dst, ...rest);
     if (until === null || dst.byteLength !== bytes) return received;
     const wait = until;
     return received.then(async () => {

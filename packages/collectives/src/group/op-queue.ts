@@ -78,7 +78,9 @@ async function finishedOrAborted(body: Promise<void>, ctx: OpContext): Promise<v
  * the data]). A rank whose fingerprints differ from a peer's aborts the transport with a
  * `mismatch` reason naming both calls, once every peer's fingerprint is in ([Note: a mismatch
  * waits for every fingerprint]); every rank of the group then fails with
- * `CollectiveMismatchError` before any payload with a wrong size could be received. The all-to-all
+ * `CollectiveMismatchError` before any payload with a wrong size could be received. Every message
+ * of the op, fingerprint included, is stamped with the op, and the receive it meets checks the
+ * stamp, so a message of another op never passes as data ([Note: op stamps]). The all-to-all
  * fingerprint is also the barrier, and it tells a timed-out barrier exactly which ranks never
  * arrived. Deadlines: each op arms a timer when it starts; when it fires, the rank aborts the
  * transport with a `timeout` reason listing the ranks it was still waiting for. Abort: a transport

@@ -48,8 +48,8 @@ function dieAfterReceiving(group: ProcessGroup, bytes: number, die: () => void):
   const transport = group.transport;
   const recv = transport.recv.bind(transport);
   let received = 0;
-  transport.recv = (peer, tag, dst) => {
-    const promise = recv(peer, tag, dst);
+  transport.recv = (peer, tag, dst, ...rest) => {
+    const promise = recv(peer, tag, dst, ...rest);
     if (tag === group.tag) {
       void promise.then(
         () => {

@@ -43,8 +43,12 @@ const frameArbitrary = fc.record({
     fc.integer({ min: 0, max: 2 ** 53 - 1 }),
   ),
   sender: fc.oneof(fc.constant(1), fc.constantFrom(0, 2), u32),
+  stamp: fc.record({
+    op: fc.oneof(fc.constantFrom(0, 1, 6, 0x86), fc.integer({ min: 0, max: 255 })),
+    seq: fc.oneof(fc.constantFrom(0, 1), u32),
+  }),
   payload: fc.uint8Array({ maxLength: 96 }),
-  flip: fc.option(fc.record({ at: fc.integer({ min: 0, max: 31 }), bit: fc.nat(7) })),
+  flip: fc.option(fc.record({ at: fc.integer({ min: 0, max: HEADER_BYTES - 1 }), bit: fc.nat(7) })),
 });
 type FuzzFrame = typeof frameArbitrary extends fc.Arbitrary<infer F> ? F : never;
 
@@ -104,8 +108,11 @@ describe('frame headers under fuzzing', () => {
       fc.property(frameArbitrary, (frame) => {
         const header = readHeader(headerBytes(frame), LIMIT);
         const known = frame.kind >= FrameKind.data && frame.kind <= FrameKind.relayed;
+        const { op, seq } = frame.stamp;
+        // An op stamp names a known kind, and only data frames carry one ([Note: op stamps]).
+        const stampOk = (op & 0x7f) <= 6 && (frame.kind === FrameKind.data || op + seq === 0);
         const wellFormed =
-          frame.flip === null && known && frame.length <= capFor(frame.kind, LIMIT);
+          frame.flip === null && known && stampOk && frame.length <= capFor(frame.kind, LIMIT);
         expect(typeof header !== 'string', String(header)).toBe(wellFormed);
         if (typeof header === 'string') return;
         const { payload: _payload, flip: _flip, ...fields } = frame;

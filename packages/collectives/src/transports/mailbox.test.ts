@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { type AbortReason, TransportAbortedError } from '../errors.js';
+import { NO_STAMP, opStamp } from '../op-stamp.js';
 import { Mailbox } from './mailbox.js';
 
 describe('Mailbox', () => {
@@ -66,5 +67,111 @@ describe('Mailbox', () => {
           "rank 0 holds 10 bytes from rank 1 that no receive has claimed; a message of 1 bytes on tag 4 would pass the budget of 10 bytes per peer (raise it with the transport's maxUnexpectedBytes or WEBSHARD_MAX_UNEXPECTED_BYTES)",
       },
     ]);
+  });
+});
+
+describe('Mailbox op stamps ([Note: op stamps])', () => {
+  const expected = opStamp('allGather', 5);
+  /** How a case gets at the mailbox: post the receive, deliver the message, or start it. */
+  interface Steps {
+    mailbox: Mailbox;
+    post(): void;
+    deliver(): void;
+    begin(): ReturnType<Mailbox['begin']>;
+  }
+  /** Each place a message meets its receive: the receive posted first, or the message. */
+  const meetings: Record<string, (steps: Steps) => void> = {
+    'a receive posted first (begin)': ({ post, deliver }) => {
+      post();
+      deliver();
+    },
+    'a message stashed first (recv)': ({ post, deliver }) => {
+      deliver();
+      post();
+    },
+    'a receive posted while its message was stashed (complete)': ({ mailbox, post, begin }) => {
+      const incoming = begin()!;
+      post();
+      mailbox.complete(incoming);
+    },
+  };
+  const wrong = [
+    ['a wrong seq', opStamp('allGather', 6), 8, 1, "rank 1's allGather seq 6 (8 bytes)"],
+    ['a wrong kind', opStamp('allReduce', 5), 8, 1, "rank 1's allReduce seq 5 (8 bytes)"],
+    ['a wrong byte count', expected, 16, 1, "rank 1's allGather seq 5 (16 bytes)"],
+    ['a wrong sender', expected, 8, 2, "rank 2's allGather seq 5 (8 bytes)"],
+    ['no stamp', NO_STAMP, 8, 1, "rank 1's message without an op stamp (8 bytes)"],
+    [
+      'a fingerprint',
+      opStamp('allGather', 5, true),
+      8,
+      1,
+      "rank 1's allGather fingerprint seq 5 (8 bytes)",
+    ],
+  ] as const;
+  for (const [meeting, meet] of Object.entries(meetings)) {
+    it.each(wrong)(
+      `rejects %s at ${meeting}, and leaves the buffer alone`,
+      async (what, stamp, bytes, sender, received) => {
+        const reasons: AbortReason[] = [];
+        const mailbox = new Mailbox(0, (reason) => reasons.push(reason));
+        const dst = new Uint8Array(8).fill(0xee);
+        let receive: Promise<unknown> = Promise.resolve();
+        const data = new Uint8Array(bytes).fill(7);
+        meet({
+          mailbox,
+          post: () => {
+            receive = mailbox.recv(1, 3, dst, undefined, expected).catch((e: unknown) => e);
+          },
+          deliver: () => mailbox.deliver(1, 3, data, stamp, sender),
+          begin: () => mailbox.begin(1, 3, bytes, stamp, sender),
+        });
+        const expectedText =
+          what === 'a wrong sender'
+            ? "rank 1's allGather seq 5 (8 bytes)"
+            : 'allGather seq 5 (8 bytes)';
+        const reason: AbortReason = {
+          kind: 'mismatch',
+          origin: 0,
+          peer: 1,
+          tag: 3,
+          seq: 5,
+          message: `received ${received} where ${expectedText} was expected`,
+        };
+        const error = await receive;
+        expect(error).toBeInstanceOf(TransportAbortedError);
+        expect((error as TransportAbortedError).reason).toEqual(reason);
+        expect(reasons).toEqual([reason]);
+        expect([...dst]).toEqual(new Array(8).fill(0xee));
+      },
+    );
+  }
+
+  it("takes the op's own messages, and any op's fingerprint where a fingerprint is expected", async () => {
+    const reasons: AbortReason[] = [];
+    const mailbox = new Mailbox(0, (reason) => reasons.push(reason));
+    const fingerprint = new Uint8Array(4);
+    const own = new Uint8Array(2);
+    const received = Promise.all([
+      mailbox.recv(1, 3, fingerprint, undefined, opStamp('allGather', 5, true)),
+      mailbox.recv(1, 3, own, undefined, expected),
+    ]);
+    mailbox.deliver(1, 3, Uint8Array.from([1, 2, 3, 4]), opStamp('broadcast', 9, true));
+    mailbox.deliver(1, 3, Uint8Array.from([5, 6]), expected);
+    await received;
+    expect([...fingerprint, ...own]).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(reasons).toEqual([]);
+  });
+
+  it('keeps the length error of rule 3 between messages without stamps', async () => {
+    const mailbox = new Mailbox(0, () => {});
+    mailbox.deliver(1, 3, new Uint8Array(4));
+    const error = await mailbox.recv(1, 3, new Uint8Array(2)).catch((e: unknown) => e);
+    expect((error as TransportAbortedError).reason).toEqual({
+      kind: 'error',
+      origin: 0,
+      peer: 1,
+      message: 'rank 0 expected a message of 2 bytes from rank 1 on tag 3, got 4',
+    });
   });
 });

@@ -1,10 +1,13 @@
 import { type AbortReason, TransportAbortedError } from '../errors.js';
+import { NO_STAMP, type OpStamp, stampMismatch } from '../op-stamp.js';
 import { arrive } from '../transport-contract.js';
 import { UNEXPECTED_BYTES_VARIABLE } from './unexpected-budget.js';
 
 /** A receive posted by `recv`. */
 interface PostedRecv {
   readonly dst: Uint8Array;
+  /** The stamp of the op the receive belongs to ([Note: op stamps]). */
+  readonly stamp: OpStamp;
   /** Rule 9 of [Note: the transport contract]: called before the next message is matched. */
   readonly onArrive: (() => void) | undefined;
   readonly resolve: () => void;
@@ -15,6 +18,8 @@ interface PostedRecv {
 interface Stashed {
   readonly buffer: ArrayBuffer;
   readonly length: number;
+  readonly sender: number;
+  readonly stamp: OpStamp;
 }
 
 interface Slot {
@@ -26,6 +31,9 @@ interface Slot {
 export interface Incoming {
   readonly peer: number;
   readonly tag: number;
+  /** The sender the message names, and its op stamp ([Note: op stamps]). */
+  readonly sender: number;
+  readonly stamp: OpStamp;
   /** Where the payload bytes go, exactly `length` long. */
   readonly target: Uint8Array;
   readonly recv: PostedRecv | null;
@@ -48,7 +56,9 @@ function sizeClass(length: number): number {
  * buffer, so the bytes are written (or read from a socket) straight into it. A message that comes
  * first goes into a buffer from a pool by power-of-two size class, returned when a receive consumes
  * it, so a steady stream of same-sized messages allocates nothing. `deliver` does both steps for a
- * message already whole in memory (the local transport). Browser-safe.
+ * message already whole in memory (the local transport). Where a message meets its receive it
+ * checks that the message is the receive's op's, of its sender and length, before a byte lands
+ * ([Note: op stamps]). Browser-safe.
  */
 export class Mailbox {
   private readonly slots = new Map<number, Map<number, Slot>>();
@@ -99,41 +109,58 @@ export class Mailbox {
     return slot;
   }
 
-  /** Posts a receive: filled at once from a stashed message, or queued. */
-  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+  /**
+   * Posts a receive of the op stamped `stamp`: filled at once from a stashed message, or queued.
+   * A message that is not the op's rejects it and aborts ([Note: op stamps]).
+   */
+  recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    stamp: OpStamp = NO_STAMP,
+  ): Promise<void> {
     if (this.abortError !== null && !this.draining.has(peer))
       return Promise.reject(this.abortError);
     return new Promise<void>((resolve, reject) => {
       const slot = this.slot(peer, tag);
       const arrived = slot.arrived.shift();
       if (arrived === undefined) {
-        slot.waiting.push({ dst, onArrive, resolve, reject });
+        slot.waiting.push({ dst, stamp, onArrive, resolve, reject });
         return;
       }
-      const ok = arrived.length === dst.byteLength;
-      if (ok) dst.set(new Uint8Array(arrived.buffer, 0, arrived.length));
-      this.hold(peer, -arrived.length);
+      const { sender, length } = arrived;
+      const ok = this.matches(peer, tag, stamp, dst, sender, arrived.stamp, length, reject);
+      if (ok) dst.set(new Uint8Array(arrived.buffer, 0, length));
+      this.hold(peer, -length);
       this.release(arrived.buffer);
       if (ok) {
         arrive(onArrive);
         resolve();
-      } else this.violate(peer, tag, arrived.length, dst.byteLength, reject);
+      }
     });
   }
 
   /**
-   * Starts an incoming message of `length` bytes from `peer` on `tag`. Returns null after a
-   * length mismatch with the posted receive, or when no buffer of `length` bytes can be allocated
-   * (the violation is already reported).
+   * Starts an incoming message of `length` bytes from `peer` on `tag`, naming `sender` and
+   * stamped `stamp`. Returns null when it is not what the posted receive expects ([Note: op
+   * stamps]: its length, sender or op), or when no buffer of `length` bytes can be allocated (the
+   * violation is already reported).
    */
-  begin(peer: number, tag: number, length: number): Incoming | null {
+  begin(
+    peer: number,
+    tag: number,
+    length: number,
+    stamp: OpStamp = NO_STAMP,
+    sender = peer,
+  ): Incoming | null {
     const recv = this.slot(peer, tag).waiting.shift() ?? null;
     if (recv !== null) {
-      if (recv.dst.byteLength !== length) {
-        this.violate(peer, tag, length, recv.dst.byteLength, recv.reject);
+      if (!this.matches(peer, tag, recv.stamp, recv.dst, sender, stamp, length, recv.reject)) {
         return null;
       }
-      const incoming: Incoming = { peer, tag, target: recv.dst, recv, stash: null };
+      const target = recv.dst;
+      const incoming: Incoming = { peer, tag, sender, stamp, target, recv, stash: null };
       this.inflight.add(incoming);
       return incoming;
     }
@@ -167,6 +194,8 @@ export class Mailbox {
     const incoming: Incoming = {
       peer,
       tag,
+      sender,
+      stamp,
       target: new Uint8Array(stash, 0, length),
       recv: null,
       stash,
@@ -185,15 +214,16 @@ export class Mailbox {
     }
     const slot = this.slot(incoming.peer, incoming.tag);
     const waiting = slot.waiting.shift();
+    const { peer, tag, sender, stamp } = incoming;
+    const length = incoming.target.byteLength;
     if (waiting === undefined) {
-      slot.arrived.push({ buffer: incoming.stash!, length: incoming.target.byteLength });
+      slot.arrived.push({ buffer: incoming.stash!, length, sender, stamp });
       return;
     }
-    const length = incoming.target.byteLength;
-    this.hold(incoming.peer, -length);
-    if (waiting.dst.byteLength !== length) {
+    this.hold(peer, -length);
+    const { dst, reject } = waiting;
+    if (!this.matches(peer, tag, waiting.stamp, dst, sender, stamp, length, reject)) {
       this.release(incoming.stash!);
-      this.violate(incoming.peer, incoming.tag, length, waiting.dst.byteLength, waiting.reject);
       return;
     }
     waiting.dst.set(incoming.target);
@@ -203,8 +233,8 @@ export class Mailbox {
   }
 
   /** A whole message in memory: `begin`, one copy into the target, `complete`. */
-  deliver(peer: number, tag: number, data: Uint8Array): void {
-    const incoming = this.begin(peer, tag, data.byteLength);
+  deliver(peer: number, tag: number, data: Uint8Array, stamp = NO_STAMP, sender = peer): void {
+    const incoming = this.begin(peer, tag, data.byteLength, stamp, sender);
     if (incoming === null) return;
     incoming.target.set(data);
     this.complete(incoming);
@@ -267,21 +297,35 @@ export class Mailbox {
     this.held.delete(peer);
   }
 
-  private violate(
+  /**
+   * The one check of [Note: op stamps], where a message meets a receive: whether the message
+   * (`sender`, `stamp`, `length` bytes) is what the receive (`expected`, `dst`) takes. When not,
+   * the receive rejects and the transport aborts, before a byte reaches `dst`.
+   */
+  private matches(
     peer: number,
     tag: number,
-    got: number,
-    expected: number,
+    expected: OpStamp,
+    dst: Uint8Array,
+    sender: number,
+    stamp: OpStamp,
+    length: number,
     reject: (error: Error) => void,
-  ): void {
-    const reason: AbortReason = {
-      kind: 'error',
-      origin: this.rank,
+  ): boolean {
+    const reason = stampMismatch(
+      this.rank,
       peer,
-      message: `rank ${this.rank} expected a message of ${expected} bytes from rank ${peer} on tag ${tag}, got ${got}`,
-    };
+      tag,
+      expected,
+      dst.byteLength,
+      sender,
+      stamp,
+      length,
+    );
+    if (reason === null) return true;
     reject(new TransportAbortedError(reason));
     this.onViolation(reason);
+    return false;
   }
 
   private acquire(length: number): ArrayBuffer {

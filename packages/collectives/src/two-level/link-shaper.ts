@@ -1,6 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { type AbortReason, TransportAbortedError } from '../errors.js';
 import type { StoreClient } from '../rendezvous/store-client.js';
+import type { OpStamp } from '../op-stamp.js';
 import type { Transport } from '../transport-contract.js';
 import { LINK_PRESETS } from './link-presets.js';
 
@@ -231,19 +232,26 @@ export class LinkShaper implements Transport {
     return at;
   }
 
-  send(peer: number, tag: number, data: Uint8Array): Promise<void> {
+  /** The due time and the message both carry the message's op stamp ([Note: op stamps]). */
+  send(peer: number, tag: number, data: Uint8Array, op?: OpStamp): Promise<void> {
     const stamp = new Float64Array([this.dueAt(peer, data.byteLength)]);
-    const stamped = this.inner.send(peer, tag, new Uint8Array(stamp.buffer));
+    const stamped = this.inner.send(peer, tag, new Uint8Array(stamp.buffer), op);
     stamped.catch(() => {});
-    return Promise.all([stamped, this.inner.send(peer, tag, data)]).then(() => {});
+    return Promise.all([stamped, this.inner.send(peer, tag, data, op)]).then(() => {});
   }
 
-  async recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+  async recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    op?: OpStamp,
+  ): Promise<void> {
     const stamp = new Float64Array(1);
-    const stamped = this.inner.recv(peer, tag, new Uint8Array(stamp.buffer));
+    const stamped = this.inner.recv(peer, tag, new Uint8Array(stamp.buffer), undefined, op);
     // The hint when the bytes are in `dst` (the group posts its next receives then); the promise
     // when the message is due.
-    const received = this.inner.recv(peer, tag, dst, onArrive);
+    const received = this.inner.recv(peer, tag, dst, onArrive, op);
     stamped.catch(() => {});
     received.catch(() => {});
     await stamped;

@@ -1,4 +1,5 @@
 import type { AbortReason } from '../errors.js';
+import type { OpStamp } from '../op-stamp.js';
 import { AbortState, type Transport } from '../transport-contract.js';
 import type { NodeShmTransport } from './node-shm-transport.js';
 import type { NodeTopology } from './topology.js';
@@ -63,15 +64,22 @@ export class TwoLevelTransport implements Transport {
     return this.topology.nodeOf(peer) === this.topology.nodeOf(this.rank);
   }
 
-  send(peer: number, tag: number, data: Uint8Array): Promise<void> {
-    if (this.isLocal(peer)) return this.local.send(this.topology.localRankOf(peer), tag, data);
-    return this.network.send(peer, tag, data);
+  send(peer: number, tag: number, data: Uint8Array, stamp?: OpStamp): Promise<void> {
+    if (this.isLocal(peer))
+      return this.local.send(this.topology.localRankOf(peer), tag, data, stamp);
+    return this.network.send(peer, tag, data, stamp);
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+  recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    stamp?: OpStamp,
+  ): Promise<void> {
     if (this.isLocal(peer))
-      return this.local.recv(this.topology.localRankOf(peer), tag, dst, onArrive);
-    return this.network.recv(peer, tag, dst, onArrive);
+      return this.local.recv(this.topology.localRankOf(peer), tag, dst, onArrive, stamp);
+    return this.network.recv(peer, tag, dst, onArrive, stamp);
   }
 
   get abortReason(): AbortReason | null {

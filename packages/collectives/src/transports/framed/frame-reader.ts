@@ -14,7 +14,7 @@ export type PayloadPlan =
 
 /** What a frame reader reports to its transport. */
 export interface FrameHandler {
-  /** A 32-byte header arrived (not yet validated). */
+  /** A whole header (`HEADER_BYTES`) arrived, not yet validated. */
   onHeader(header: Uint8Array): PayloadPlan;
   /** A data payload is in its target. */
   onData(incoming: Incoming): void;
@@ -38,8 +38,8 @@ type State =
  * kernel copies a large payload into the receive's buffer with no copy in JavaScript.
  *
  * [Note: message boundaries on ws]
- * Over `ws` a header must be one whole 32-byte message and a payload exactly the message after
- * it; a message of another length is a violation naming its length. When the length is known at
+ * Over `ws` a header must be one whole message of `HEADER_BYTES` and a payload exactly the message
+ * after it; a message of another length is a violation naming its length. When the length is known at
  * the start (an unfragmented WebSocket frame: every message from Node, nearly every one from a
  * browser) it is checked before a byte is written; a fragmented message is checked at its end,
  * counting what does not fit without keeping it.

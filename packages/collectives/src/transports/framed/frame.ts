@@ -1,28 +1,38 @@
+import { knownOpKind, NO_STAMP, type OpStamp } from '../../op-stamp.js';
+
 /**
  * The frame header the `tcp` and `ws` transports share. Browser-safe: no Node imports.
  *
  * [Note: network frames]
- * Every message is a 32-byte little-endian header, then `length` payload bytes:
+ * Every message is a 36-byte little-endian header, then `length` payload bytes:
  *
- *   0  magic u32 (`WSHD`)        4  version u8, kind u8, reserved u16 (0)
+ *   0  magic u32 (`WSHD`)        4  version u8 (2), kind u8, op u8, reserved u8 (0)
  *   8  tag u32 (the group id)    12 seq u32 (n-th message from this sender on this tag)
  *   16 length u32 (low)          20 length u32 (high, < 2^21)
- *   24 sender rank u32           28 check u32 (FNV-1a of bytes 0..27)
+ *   24 sender rank u32           28 op seq u32
+ *   32 check u32 (FNV-1a of bytes 0..31)
  *
- * The transport only sees groups as tags; the op-level fingerprint (op, seq, dtype, count) is the
- * process group's and travels as its own messages. The per-tag `seq` catches lost, duplicated or
+ * The transport only sees groups as tags. `op` and `op seq` are the op stamp of a data frame (the
+ * op's kind and sequence number in its group, [Note: op stamps]), zero on control frames: with
+ * the tag, the sender and the length they say which op the message belongs to, and the receive it
+ * meets checks them (`Mailbox`). The op's full fingerprint (dtype, count, root) is the process
+ * group's and travels as its own message. The per-tag `seq` catches lost, duplicated or
  * reordered frames, and `check` catches garbage that happens to start with the magic. A receiver
  * validates every field before it trusts the length, and a frame that fails is a protocol
  * violation naming the peer: it aborts the transport, it never throws into the socket's callback.
+ * A data frame's sender is its stamp's and is checked where it meets a receive; any other frame
+ * naming another sender than its connection's peer is a violation at once.
  * Over TCP the payload follows the header on the stream; over WebSocket the header is one binary
  * message and a non-empty payload the next one. `relay`/`relayed` frames (ws only) carry a whole
  * inner frame as their payload, for ranks that reach each other through a third ([Note: ws
- * connections]); over TCP they are violations.
+ * connections]); over TCP they are violations. Version 1 headers (32 bytes, no op stamp) are
+ * refused.
  */
 
 export const FRAME_MAGIC = 0x44485357;
-export const FRAME_VERSION = 1;
-export const HEADER_BYTES = 32;
+export const FRAME_VERSION = 2;
+export const HEADER_BYTES = 36;
+const CHECK_AT = HEADER_BYTES - 4;
 
 /** Frame kinds. */
 export const FrameKind = {
@@ -56,6 +66,8 @@ export interface FrameHeader {
   seq: number;
   length: number;
   sender: number;
+  /** A data frame's op stamp ([Note: op stamps]); `NO_STAMP` when not given. */
+  stamp?: OpStamp;
 }
 
 function fnv1a(bytes: Uint8Array, end: number): number {
@@ -67,20 +79,23 @@ function fnv1a(bytes: Uint8Array, end: number): number {
   return hash >>> 0;
 }
 
-/** Writes a header into `target` (32 bytes at `offset`). */
+/** Writes a header into `target` (`HEADER_BYTES` at `offset`). */
 export function writeHeader(target: Uint8Array, header: FrameHeader, offset = 0): void {
   const view = new DataView(target.buffer, target.byteOffset + offset, HEADER_BYTES);
+  const stamp = header.stamp ?? NO_STAMP;
   view.setUint32(0, FRAME_MAGIC, true);
   view.setUint8(4, FRAME_VERSION);
   view.setUint8(5, header.kind);
-  view.setUint16(6, 0, true);
+  view.setUint8(6, stamp.op);
+  view.setUint8(7, 0);
   view.setUint32(8, header.tag, true);
   view.setUint32(12, header.seq, true);
   view.setUint32(16, header.length % 0x1_0000_0000, true);
   view.setUint32(20, Math.floor(header.length / 0x1_0000_0000), true);
   view.setUint32(24, header.sender, true);
+  view.setUint32(28, stamp.seq, true);
   const bytes = target.subarray(offset, offset + HEADER_BYTES);
-  view.setUint32(28, fnv1a(bytes, 28), true);
+  view.setUint32(CHECK_AT, fnv1a(bytes, CHECK_AT), true);
 }
 
 /**
@@ -98,13 +113,17 @@ export function readHeader(
   const magic = view.getUint32(0, true);
   if (magic !== FRAME_MAGIC) return `bad magic 0x${magic.toString(16).padStart(8, '0')}`;
   if (view.getUint8(4) !== FRAME_VERSION) return `unsupported frame version ${view.getUint8(4)}`;
-  const check = view.getUint32(28, true);
-  if (check !== fnv1a(source.subarray(offset, offset + HEADER_BYTES), 28)) {
+  const check = view.getUint32(CHECK_AT, true);
+  if (check !== fnv1a(source.subarray(offset, offset + HEADER_BYTES), CHECK_AT)) {
     return 'header check word does not match';
   }
   const kind = view.getUint8(5);
   if (kind < FrameKind.data || kind > FrameKind.relayed) return `unknown frame kind ${kind}`;
-  if (view.getUint16(6, true) !== 0) return 'reserved header bits are set';
+  if (view.getUint8(7) !== 0) return 'reserved header bits are set';
+  const op = view.getUint8(6);
+  const opSeq = view.getUint32(28, true);
+  if (!knownOpKind(op)) return `unknown op kind ${op}`;
+  if (kind !== FrameKind.data && (op !== 0 || opSeq !== 0)) return 'op stamp on a control frame';
   const high = view.getUint32(20, true);
   const length = high * 0x1_0000_0000 + view.getUint32(16, true);
   const limit =
@@ -122,6 +141,7 @@ export function readHeader(
     seq: view.getUint32(12, true),
     length,
     sender: view.getUint32(24, true),
+    stamp: op === 0 && opSeq === 0 ? NO_STAMP : { op, seq: opSeq },
   };
 }
 

@@ -1,6 +1,7 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
 import { RendezvousError } from '../../rendezvous/errors.js';
 import type { StoreClient } from '../../rendezvous/store-client.js';
+import type { OpStamp } from '../../op-stamp.js';
 import { AbortState, type Transport } from '../../transport-contract.js';
 import { Mailbox } from '../mailbox.js';
 import { resolveUnexpectedBudget } from '../unexpected-budget.js';
@@ -16,7 +17,7 @@ export class FramedPeer {
   state: PeerState = 'connecting';
   readonly sendSeq = new Map<number, number>();
   readonly recvSeq = new Map<number, number>();
-  /** Send-side 32-byte headers free for reuse (a send holds one until its write completes). */
+  /** Send-side headers free for reuse (a send holds one until its write completes). */
   readonly freeHeaders: Uint8Array[] = [];
   byeReceived = false;
   readonly reader: FrameReader;
@@ -140,7 +141,7 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
     this.abortState.trigger(reason);
   }
 
-  send(peer: number, groupTag: number, data: Uint8Array): Promise<void> {
+  send(peer: number, groupTag: number, data: Uint8Array, stamp?: OpStamp): Promise<void> {
     const tag = groupTag >>> 0;
     const gated = this.gate(peer);
     if (gated !== null) return gated;
@@ -148,11 +149,24 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
     if (target instanceof Error) return Promise.reject(target);
     const seq = target.sendSeq.get(tag) ?? 0;
     target.sendSeq.set(tag, (seq + 1) >>> 0);
-    const frame = { kind: FrameKind.data, tag, seq, length: data.byteLength, sender: this.rank };
+    const frame: FrameHeader = {
+      kind: FrameKind.data,
+      tag,
+      seq,
+      length: data.byteLength,
+      sender: this.rank,
+      stamp,
+    };
     return this.transmit(target, frame, data);
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+  recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    stamp?: OpStamp,
+  ): Promise<void> {
     // Tags are uint32 on the wire; a negative int32 tag names the same group.
     const wireTag = tag >>> 0;
     if (this.abortState.reason !== null && this.mailbox.isDraining(peer)) {
@@ -164,7 +178,7 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
       // A peer that finished and closed may have sent this message before its bye (a process
       // group posts a receive only once the sender's fingerprint has been checked): a message
       // already here is delivered; one that never came is a lost peer, as in `peerFor`.
-      const received = this.mailbox.recv(peer, wireTag, dst, onArrive);
+      const received = this.mailbox.recv(peer, wireTag, dst, onArrive, stamp);
       if (this.mailbox.hasPending(peer)) this.peerFor(peer, 'recv');
       return received;
     }
@@ -172,7 +186,7 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
     if (gated !== null) return gated;
     const source = this.peerFor(peer, 'recv');
     if (source instanceof Error) return Promise.reject(source);
-    return this.mailbox.recv(peer, wireTag, dst, onArrive);
+    return this.mailbox.recv(peer, wireTag, dst, onArrive, stamp);
   }
 
   close(): Promise<void> {
@@ -262,7 +276,9 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
   private onHeader(peer: P, bytes: Uint8Array): PayloadPlan {
     const header = readHeader(bytes, this.maxMessageBytes);
     if (typeof header === 'string') return this.violation(peer, header);
-    if (header.sender !== peer.rank) {
+    // A data frame's sender is part of its op's identity, checked where it meets its receive
+    // ([Note: op stamps]); any other frame must come from its connection's peer.
+    if (header.sender !== peer.rank && header.kind !== FrameKind.data) {
       return this.violation(peer, `frame claims to come from rank ${header.sender}`);
     }
     switch (header.kind) {
@@ -275,7 +291,8 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
           );
         }
         peer.recvSeq.set(header.tag, (expected + 1) >>> 0);
-        const incoming = this.mailbox.begin(peer.rank, header.tag, header.length);
+        const { tag, length, stamp, sender } = header;
+        const incoming = this.mailbox.begin(peer.rank, tag, length, stamp, sender);
         if (incoming === null) return { kind: 'stop' };
         if (header.length > 0) return { kind: 'data', incoming };
         this.mailbox.complete(incoming);

@@ -1,5 +1,6 @@
 import { ProcessGroup, type ProcessGroupOptions } from '../../process-group.js';
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import type { OpStamp } from '../../op-stamp.js';
 import { AbortState, type Transport } from '../../transport-contract.js';
 import { Mailbox } from '../mailbox.js';
 import { MemoryProgressHub } from '../../progress/memory-progress-board.js';
@@ -53,7 +54,7 @@ export class LocalTransport implements Transport {
     return this.hub.abortState.reason;
   }
 
-  send(peer: number, tag: number, data: Uint8Array): Promise<void> {
+  send(peer: number, tag: number, data: Uint8Array, stamp?: OpStamp): Promise<void> {
     const reason = this.hub.abortState.reason;
     if (reason !== null) return Promise.reject(new TransportAbortedError(reason));
     const target = this.hub.transports[peer];
@@ -66,14 +67,21 @@ export class LocalTransport implements Transport {
         }),
       );
     }
-    target.mailbox.deliver(this.rank, tag, data);
+    // The stamp travels as an argument: nothing to serialize ([Note: op stamps]).
+    target.mailbox.deliver(this.rank, tag, data, stamp);
     return Promise.resolve();
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+  recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    stamp?: OpStamp,
+  ): Promise<void> {
     const reason = this.hub.abortState.reason;
     if (reason !== null) return Promise.reject(new TransportAbortedError(reason));
-    return this.mailbox.recv(peer, tag, dst, onArrive);
+    return this.mailbox.recv(peer, tag, dst, onArrive, stamp);
   }
 
   abort(reason: AbortReason): void {

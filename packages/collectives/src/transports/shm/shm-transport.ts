@@ -1,4 +1,5 @@
 import { type AbortReason, TransportAbortedError } from '../../errors.js';
+import { NO_STAMP, type OpStamp } from '../../op-stamp.js';
 import type { SharedArena } from '../../shared-arena.js';
 import { AbortState, type Transport } from '../../transport-contract.js';
 import { type Incoming, Mailbox } from '../mailbox.js';
@@ -11,10 +12,12 @@ import {
   shmOffsets,
   writeShmAbort,
 } from './shm-layout.js';
+import { RING_HEADER_BYTES, readRingHeader, writeRingHeader } from './ring-header.js';
 import { waitAsync } from './shm-wait.js';
 
 interface OutgoingFrame {
   readonly tag: number;
+  readonly stamp: OpStamp;
   readonly data: Uint8Array;
   /** Bytes of header + payload written so far. */
   written: number;
@@ -34,7 +37,7 @@ interface IncomingState {
 
 /** Polls of the doorbell before sleeping on it: a wake-up costs tens of microseconds. */
 const SPIN_POLLS = 2000;
-const HEADER_BYTES = 8;
+const HEADER_BYTES = RING_HEADER_BYTES;
 
 /** `setImmediate` where it exists (Node), else a zero-delay timer (browsers' Web Workers). */
 const immediate: (run: () => void) => void =
@@ -139,21 +142,27 @@ export class ShmTransport implements Transport {
     this.abortState.trigger(writeShmAbort(this.handle, reason));
   }
 
-  send(peer: number, tag: number, data: Uint8Array): Promise<void> {
+  send(peer: number, tag: number, data: Uint8Array, stamp = NO_STAMP): Promise<void> {
     const failed = this.refuse(peer);
     if (failed !== null) return failed;
     return new Promise<void>((resolve, reject) => {
       const queue = this.outgoing[peer]!;
-      queue.push({ tag, data, written: 0, resolve, reject });
+      queue.push({ tag, stamp, data, written: 0, resolve, reject });
       if (queue.length === 1) this.writeQueued(peer);
       this.holdWhilePending();
     });
   }
 
-  recv(peer: number, tag: number, dst: Uint8Array, onArrive?: () => void): Promise<void> {
+  recv(
+    peer: number,
+    tag: number,
+    dst: Uint8Array,
+    onArrive?: () => void,
+    stamp?: OpStamp,
+  ): Promise<void> {
     const failed = this.refuse(peer);
     if (failed !== null) return failed;
-    const received = this.mailbox.recv(peer, tag, dst, onArrive);
+    const received = this.mailbox.recv(peer, tag, dst, onArrive, stamp);
     this.holdWhilePending();
     return received;
   }
@@ -231,8 +240,8 @@ export class ShmTransport implements Transport {
     while (queue.length > 0 && free > 0) {
       const frame = queue[0]!;
       if (frame.written < HEADER_BYTES) {
-        this.headerView.setUint32(0, frame.tag, true);
-        this.headerView.setUint32(4, frame.data.byteLength, true);
+        const { tag, data, stamp } = frame;
+        writeRingHeader(this.headerView, tag, data.byteLength, this.rank, stamp);
         const length = Math.min(HEADER_BYTES - frame.written, free);
         put(this.headerScratch, frame.written, length);
         frame.written += length;
@@ -294,10 +303,10 @@ export class ShmTransport implements Transport {
         state.headerFill += length;
         used += length;
         if (state.headerFill < HEADER_BYTES) break;
-        const view = new DataView(state.header.buffer);
-        state.tag = view.getUint32(0, true);
-        const size = view.getUint32(4, true);
-        state.message = this.mailbox.begin(peer, state.tag, size);
+        const header = readRingHeader(new DataView(state.header.buffer));
+        const { length: size, stamp, sender } = header;
+        state.tag = header.tag;
+        state.message = this.mailbox.begin(peer, state.tag, size, stamp, sender);
         if (state.message === null) return chunk.length;
         state.target = state.message.target;
         state.fill = 0;

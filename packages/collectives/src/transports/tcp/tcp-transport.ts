@@ -68,7 +68,7 @@ class TcpPeer extends FramedPeer {
  * every socket we read is one we created, with `onread`: Node reads into a buffer we choose. That
  * buffer is the posted receive's destination while a payload is in flight (the kernel copies
  * straight into it), or a per-peer 32 KiB scratch buffer for headers and small tails. Messages
- * that arrive before their receive go into pooled buffers (`Mailbox`). Sends write the 32-byte
+ * that arrive before their receive go into pooled buffers (`Mailbox`). Sends write the 36-byte
  * header (from a per-peer free list) and the caller's view, corked together, with TCP_NODELAY:
  * nothing is copied or allocated per message in steady state. See [Note: network frames] for the
  * header and its validation.

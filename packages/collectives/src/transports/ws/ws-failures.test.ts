@@ -84,7 +84,7 @@ describe('ws transport under hostile input', () => {
     [
       'a short header',
       (f) => f.send(new Uint8Array(10)),
-      'expected a 32-byte header, got 10 bytes',
+      `expected a ${HEADER_BYTES}-byte header, got 10 bytes`,
     ],
     [
       'a payload longer than announced',

@@ -82,7 +82,7 @@ function noop(): void {}
  * carries the whole inner frame to it, and it passes the frame on unchanged behind a `relayed`
  * header, so the receiver validates it as if it came straight from the sender. The dialer says
  * hello (rank, world size, token) and the listener answers with its own hello once the token checks
- * out. Frames are those of the tcp transport ([Note: network frames]): the 32-byte header as one
+ * out. Frames are those of the tcp transport ([Note: network frames]): the 36-byte header as one
  * message, then a non-empty payload as the next ([Note: message boundaries on ws]), so the payload
  * is sent from the caller's view without a copy. Node clients mask with zeros, so neither side
  * spends a pass on masking; Node channels read frames themselves and stream payloads into their
