@@ -89,8 +89,9 @@ function armTrigger(group: ProcessGroup, bytes: number, strike: (() => void) | '
   const recv = transport.recv.bind(transport);
   let received = 0;
   let fired = false;
-  transport.recv = (peer, tag, dst, onArrive) => {
-    const promise = recv(peer, tag, dst, onArrive);
+  transport.recv = (peer, tag, dst, ...rest) => {
+    // The arrival hint and the op stamp pass on ([Note: op stamps]).
+    const promise = recv(peer, tag, dst, ...rest);
     if (tag !== group.tag || fired) return promise;
     return promise.then(() => {
       received += dst.byteLength;
