@@ -14,6 +14,8 @@ export interface StressJob {
   readonly rank: RankOptions;
   /** shm and two-level: bytes of each rank's arena slot (small ones make small ops take rounds). */
   readonly slotBytes: number;
+  /** tcp and ws: every rank in this thread over real sockets, instead of a process each. */
+  readonly inProcess: boolean;
 }
 
 /** The line prefix of a rank's report on stdout. */

@@ -16,6 +16,11 @@ export interface RankOptions {
   readonly matmulSize: number;
   /** Each op's deadline, in milliseconds. */
   readonly timeoutMs: number;
+  /**
+   * What part of its pauses a rank takes (default 1): ranks that share one thread (local, and tcp
+   * and ws in process) pause one after another, so each takes 1/n and the world's time stays.
+   */
+  readonly pauseScale?: number;
 }
 
 /** What one rank did and found. */
@@ -94,7 +99,7 @@ export async function runStressRank(
         break;
       }
       operands.endBatch();
-      busy.run(batch.pauseMs[world.rank] ?? 0);
+      busy.run((batch.pauseMs[world.rank] ?? 0) * (options.pauseScale ?? 1));
     }
   } finally {
     busy.dispose();

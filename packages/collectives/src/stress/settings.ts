@@ -19,6 +19,8 @@ export interface StressSettings {
   readonly minutes: number;
   /** Small sizes, short pauses, small arena slots: the CI test's settings. */
   readonly ci: boolean;
+  /** tcp and ws ranks in this process rather than a process each (the default with `--ci`). */
+  readonly inProcess: boolean;
 }
 
 const SIZE = /^(\d+(?:\.\d+)?)\s*(b|kib|k|mib|m|gib|g)?$/i;
@@ -45,7 +47,7 @@ export function parseStressArgs(argv: readonly string[], env = process.env): Str
     const arg = argv[i]!;
     if (!arg.startsWith('--')) throw new ArgumentError('stress', `unexpected argument ${arg}`);
     const [name, inline] = arg.slice(2).split('=', 2) as [string, string | undefined];
-    if (name === 'ci' || name === 'big-registered') flags.add(name);
+    if (['ci', 'big-registered', 'in-process', 'processes'].includes(name)) flags.add(name);
     else if (inline !== undefined) values.set(name, inline);
     else if (i + 1 < argv.length) values.set(name, argv[++i]!);
     else throw new ArgumentError('stress', `--${name} needs a value`);
@@ -95,6 +97,7 @@ export function parseStressArgs(argv: readonly string[], env = process.env): Str
     bigRegistered: flags.has('big-registered'),
     minutes: number('minutes', 0),
     ci,
+    inProcess: flags.has('in-process') || (ci && !flags.has('processes')),
   };
 }
 
@@ -110,6 +113,8 @@ export function replayCommand(settings: StressSettings, transport: string, seed:
     args.push(`--max-sleep-ms ${settings.maxPauseMs}`);
   if (settings.maxInFlight !== 4) args.push(`--in-flight ${settings.maxInFlight}`);
   if (settings.bigRegistered) args.push('--big-registered');
+  if (settings.inProcess !== defaults.inProcess)
+    args.push(settings.inProcess ? '--in-process' : '--processes');
   return `pnpm --filter @webshard/collectives stress ${args.join(' ')}`;
 }
 
@@ -144,5 +149,6 @@ export function stressJob(
       timeoutMs: settings.ci ? 30_000 : 120_000,
     },
     slotBytes: settings.ci ? 4096 : 1 << 20,
+    inProcess: settings.inProcess,
   };
 }

@@ -1,0 +1,29 @@
+import type { StressTransport } from './job.js';
+
+/**
+ * Seeds that ever failed, with the arguments they failed under, replayed by the CI test
+ * (stress.test.ts) on every run. A seed names a program of the generator in program.ts as it is:
+ * a change to the generator draws other programs from the same seeds, so whoever changes it finds
+ * new seeds for the bugs below (run the CLI until each fails again before its fix) and replaces
+ * these.
+ */
+export interface StressRegression {
+  readonly seed: number;
+  readonly transport: StressTransport;
+  /** Arguments of the CLI besides the seed and transport. */
+  readonly args: readonly string[];
+  /** What it found. */
+  readonly found: string;
+}
+
+export const STRESS_REGRESSIONS: readonly StressRegression[] = [
+  {
+    seed: 5,
+    transport: 'shm',
+    args: ['--ci'],
+    found:
+      'op #13, a reduce-scatter of registered f32 inputs, outputs registered on ranks 1 and 3 and not on 0 and 2: ' +
+      'only 0 and 2 started an arena round (sharedReduceScatterRegistered), so the all-reduce #14 that copies ' +
+      'through the arena read other sets on 0, 2 than on 1, 3',
+  },
+];
