@@ -59,6 +59,13 @@ export class StressOperands {
         data = new Ctor(count + skip + 3).subarray(skip, skip + count);
         break;
       }
+      case 'registeredView': {
+        const skip = 1 + (salt % 7);
+        const whole = this.world.allocate(dtype, count + skip + 3);
+        if (this.world.allocatesRegistered) this.registered.push(whole);
+        data = whole.subarray(skip, skip + count);
+        break;
+      }
       case 'bigTail': {
         const bytes = Math.ceil((count * element) / 64) * 64;
         if (this.ballast !== null && bytes <= this.cursor) {

@@ -22,8 +22,8 @@ export const STRESS_REGRESSIONS: readonly StressRegression[] = [
     transport: 'shm',
     args: ['--ci'],
     found:
-      'op #13, a reduce-scatter of registered f32 inputs, outputs registered on ranks 1 and 3 and not on 0 and 2: ' +
-      'only 0 and 2 started an arena round (sharedReduceScatterRegistered), so the all-reduce #14 that copies ' +
-      'through the arena read other sets on 0, 2 than on 1, 3',
+      'op #13, a reduce-scatter of registered f32 inputs (segment 0) with outputs registered on ranks 0, 1, 3 ' +
+      'and not on 2: only rank 2 started an arena round (sharedReduceScatterRegistered), so the all-reduce ' +
+      '#14, which copies through the arena, read another set of slots on rank 2 than on the others',
   },
 ];
