@@ -2,7 +2,7 @@ import type { ProgramOptions } from './program.js';
 import type { RankOptions } from './run-rank.js';
 
 /** The transports a stress run covers. */
-export const STRESS_TRANSPORTS = ['local', 'shm', 'tcp', 'ws', 'two-level'] as const;
+export const STRESS_TRANSPORTS = ['shm', 'two-level', 'tcp', 'ws', 'local'] as const;
 export type StressTransport = (typeof STRESS_TRANSPORTS)[number];
 
 /** One world running one program: what the parent hands each rank (as JSON). */

@@ -19,9 +19,19 @@ export function mix32(x: number): number {
   return h >>> 0;
 }
 
+/** The base of stream `(a, b)` for `hashAt`: `hashAt(hashBase(a, b), c) === hash3(a, b, c)`. */
+export function hashBase(a: number, b: number): number {
+  return mix32(a ^ Math.imul(b, 0x9e3779b9));
+}
+
+/** Element `c` of the stream whose base is `base`. */
+export function hashAt(base: number, c: number): number {
+  return mix32(base + Math.imul(c, 0x7feb352d) + 0x165667b1);
+}
+
 /** A u32 from three words, for element `c` of stream `(a, b)`. */
 export function hash3(a: number, b: number, c: number): number {
-  return mix32(mix32(a ^ Math.imul(b, 0x9e3779b9)) + Math.imul(c, 0x7feb352d) + 0x165667b1);
+  return hashAt(hashBase(a, b), c);
 }
 
 /** A key for a sub-stream: the seed and any number of small integers. */

@@ -5,7 +5,7 @@ import { shardRange } from '../shard.js';
 import { BusyWork } from './busy.js';
 import { firstDifference, hex, type StressMismatch } from './check.js';
 import { bitsOf, type PlacementCounts, StressOperands } from './operands.js';
-import type { StressOp, StressProgram } from './program.js';
+import { elementBytesOf, type StressOp, type StressProgram } from './program.js';
 import { type Bits, expectedOutput, fillGarbage, fillInput, scalarValue } from './reference.js';
 
 /** How a rank runs its part of a program. */
@@ -81,7 +81,10 @@ export async function runStressRank(
           const group = groups[op.group];
           if (group === null || group === undefined) continue;
           const one = issue(op, group, world.rank, operands, program.seed);
-          if (one !== null) issued.push(one);
+          if (one === null) continue;
+          // The batch fails with its first error; the others must not go unhandled.
+          one.pending.catch(() => {});
+          issued.push(one);
         }
         const results = await Promise.all(issued.map((one) => one.pending));
         for (let i = 0; i < issued.length && mismatch === null; i++) {
@@ -93,7 +96,7 @@ export async function runStressRank(
         break;
       }
       ops += issued.length;
-      for (const one of issued) checkedBytes += outputBytes(one.op, one.groupRank, program, world);
+      for (const one of issued) checkedBytes += outputBytes(one.op, one.groupRank, program);
       if (mismatch !== null) {
         world.abort(`stress mismatch on rank ${world.rank} at op #${mismatch.op}`);
         break;
@@ -121,13 +124,14 @@ export async function runStressRank(
   return report;
 }
 
-function outputBytes(op: StressOp, groupRank: number, program: StressProgram, world: ProcessGroup) {
+/** Bytes of the output this rank checked for `op`. */
+function outputBytes(op: StressOp, groupRank: number, program: StressProgram): number {
   const size = program.groups[op.group]!.length;
-  const element = op.dtype === 'f16' || op.dtype === 'bf16' ? 2 : 4;
+  const element = elementBytesOf(op.dtype);
+  if (op.kind === 'sendRecv' && groupRank === op.root) return 0;
   if (op.kind === 'reduceScatter') return shardRange(op.count, size, groupRank).count * element;
   if (op.kind === 'barrier') return 0;
   if (op.kind === 'gatherScalar' || op.kind === 'averageScalar') return 8 * size;
-  void world;
   return op.count * element;
 }
 
