@@ -103,16 +103,16 @@ export function elementBytesOf(dtype: CommDType): number {
  * which then runs on messages where the world group runs on shm's arena), then batches of one to
  * `maxInFlight` ops issued back to back before any is awaited, each followed by a pause of its own
  * length on each rank (a quarter of them none, the rest `maxPauseMs * u^2`). An op's size is
- * log-uniform with the big ones rarer: 2^(2 + (log2(maxBytes) - 2) * u^2) bytes, so with the default
- * 256 MiB half the ops are under 32 KiB and one in 25 is over 64 MiB; one op in 50 has no
- * elements. Each operand is placed (an ordinary array, a registered buffer, a view at an odd
- * element offset into an ordinary or a registered one, or with `bigTail` a view at the end of its
- * big registered buffer): for 2 in 5 operands every rank alike (the in-place schedules need every
- * rank's operand registered), for the others each rank on its own, so ranks of one op disagree
- * about where their operands live: the case the shm schedules must agree on
- * ([Note: registered buffers]). Reductions draw their data so that every order of reduction gives the same bits
- * ([Note: stress reference] in reference.ts); gathers, broadcasts and sends move random bits, NaNs
- * included.
+ * log-uniform with the big ones rarer: 2^(2 + (log2(maxBytes) - 2) * u^2) bytes, so with the
+ * default 256 MiB half the ops are under 400 bytes, 7 in 10 under 32 KiB and one in 25 over 64
+ * MiB; one op in 50 has no elements. Each operand is placed (an ordinary array, a registered
+ * buffer, a view at an odd element offset into an ordinary or a registered one, or with `bigTail`
+ * a view at the end of its big registered buffer): for 2 in 5 operands every rank alike (the
+ * in-place schedules need every rank's operand registered), for the others each rank on its own,
+ * so ranks of one op disagree about where their operands live: the case the shm schedules must
+ * agree on ([Note: registered buffers]). Reductions draw their data so that every order of
+ * reduction gives the same bits ([Note: stress reference] in reference.ts); gathers, broadcasts
+ * and sends move random bits, NaNs included.
  */
 export function generateProgram(
   seed: number,

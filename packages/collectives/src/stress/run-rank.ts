@@ -150,7 +150,10 @@ function issue(
   const salt = op.key + worldRank;
   const make = (place: typeof inPlace, count: number) =>
     operands.make(place, op.dtype, count, salt);
-  const detail = `${op.dtype} x ${op.count}${op.kind === 'allReduce' || op.kind === 'reduceScatter' ? ` ${op.reduce}` : ''}, group ${op.group} [${group.ranks.join(',')}], placement ${inPlace}/${outPlace}`;
+  const reduction = op.kind === 'allReduce' || op.kind === 'reduceScatter' ? ` ${op.reduce}` : '';
+  const detail =
+    `${op.dtype} x ${op.count}${reduction}, group ${op.group} [${group.ranks.join(',')}], ` +
+    `placement ${inPlace}/${outPlace}`;
   const verify = (data: HostData): StressMismatch | null => {
     const found = firstDifference(bitsOf(data), expectedOutput(op, j, n));
     if (found === null) return null;

@@ -8,7 +8,7 @@ import { JOB_VARIABLE, REPORT_MARK, type StressJob } from './job.js';
 import { generateProgram } from './program.js';
 import { type RankReport, runStressRank } from './run-rank.js';
 
-/** What a world's ranks reported, and what they printed besides (for a rank that did not report). */
+/** What a world's ranks reported, and what else they printed (for a rank with no report). */
 export interface WorldOutcome {
   /** By world rank; null for a rank that printed no report (it crashed or hung). */
   readonly reports: (RankReport | null)[];
