@@ -76,3 +76,29 @@ export class InterruptedError extends WebshardError {
     this.lead = at.lead;
   }
 }
+
+/**
+ * A checkpoint rank 0 found incomplete on disk just before committing it
+ * ([Note: a checkpoint is checked before it is committed], checkpoint/commit-check.ts): `file`,
+ * written by `rank`, is missing, truncated, or differs from what the step's manifests record.
+ * Step `step` was not renamed into place, its temporary folder `dir` is removed, and `latest`
+ * still names the previous checkpoint. The message begins with the op: `[checkpoint] step 2,
+ * rank 1: ...`.
+ */
+export class CheckpointCommitError extends WebshardError {
+  readonly op = 'checkpoint';
+  readonly step: number;
+  readonly rank: number;
+  readonly file: string;
+  readonly dir: string;
+  constructor(at: { step: number; rank: number; file: string; dir: string }, detail: string) {
+    super(
+      `[checkpoint] step ${at.step}, rank ${at.rank}: ${at.file} ${detail}; the step is not committed (latest is unchanged): ${at.dir}`,
+      { code: 'E_CHECKPOINT_COMMIT' },
+    );
+    this.step = at.step;
+    this.rank = at.rank;
+    this.file = at.file;
+    this.dir = at.dir;
+  }
+}

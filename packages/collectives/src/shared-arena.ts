@@ -15,6 +15,19 @@ import type { RegisteredSegments } from './registered-segments.js';
 /** Sets of slots in a `SharedArena`: rounds cycle through them (see sharedAllReduce's pipeline). */
 export const SHARED_ARENA_SETS = 3;
 
+/**
+ * What a barrier's caller says of the op it serves; every rank's is checked against the others'
+ * ([Note: barrier stamps] in transports/shm/barrier-stamps.ts).
+ */
+export interface BarrierStamp {
+  /** The collective (`allReduce`, `allGather`, ...). */
+  readonly op: string;
+  /** Its sequence number in its group. */
+  readonly seq: number;
+  /** The transport tag of its group. */
+  readonly tag: number;
+}
+
 export interface SharedArena extends ReduceKernels {
   /** Bytes of one rank's slot in one set, a multiple of 64. */
   readonly slotBytes: number;
@@ -40,15 +53,28 @@ export interface SharedArena extends ReduceKernels {
   /** Start the next round; returns the byte offset of its set (slot 0). */
   nextRound(): number;
   /**
+   * The byte offset of the set the next round will take, without taking it: scratch for a phase
+   * that only some ranks use (a registered reduce-scatter staging its output). Rounds must be
+   * taken by every rank alike, whatever its operands: the ranks read each other's slots of the
+   * set their own counters name.
+   */
+  upcomingRound(): number;
+  /**
    * Arrive at the next barrier and wait until every rank has. Before each sleep `waiting` is told
    * the ranks that have not arrived (for a deadline's message). Rejects with
-   * `TransportAbortedError` as soon as the transport aborts.
+   * `TransportAbortedError` as soon as the transport aborts, and aborts the transport with a
+   * `mismatch` when a peer arrived with another `stamp` or another round of the arena
+   * ([Note: barrier stamps]).
    */
-  barrier(waiting: (ranks: readonly number[]) => void): Promise<void>;
+  barrier(waiting: (ranks: readonly number[]) => void, stamp?: BarrierStamp): Promise<void>;
   /**
    * All-gather a few words (at most 16) per rank through the arena, with one barrier: returns every
    * rank's words, rank r's at `r * 16`. The view stays valid until the exchange after next (the
    * collectives' fingerprints). `waiting` and rejection as for `barrier`.
    */
-  exchange(words: Int32Array, waiting: (ranks: readonly number[]) => void): Promise<Int32Array>;
+  exchange(
+    words: Int32Array,
+    waiting: (ranks: readonly number[]) => void,
+    stamp?: BarrierStamp,
+  ): Promise<Int32Array>;
 }

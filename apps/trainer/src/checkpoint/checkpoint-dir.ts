@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { syncDirectory, writeFileAtomic } from '@webshard/fsdp/checkpoint';
 import { UsageError } from '../errors.js';
 import { checkpointFault, faultPoint } from '../io/fault-points.js';
+import { checkBeforeCommit } from './commit-check.js';
 import { LATEST, RUN_STATE, type RunState, stepDirName } from './run-checkpoint.js';
 import { peekStepManifest, STEP_MANIFEST, writeStepManifest } from './step-manifest.js';
 
@@ -16,12 +17,21 @@ import { peekStepManifest, STEP_MANIFEST, writeStepManifest } from './step-manif
  * steps at or below the one just written and touches no other run's folder.
  *
  * A step is saved into `.step-N.partial` (emptied first by rank 0; every rank writes its files
- * there), then rank 0 writes `run.json` and `checkpoint.json` into it, fsyncs it, and renames it
- * into place; only then `latest` moves. A complete step folder is never rewritten: re-saving step
- * N (a run resumed from an earlier step) renames the new folder to `.step-N.swap`, points `latest`
- * there, moves the old folder aside, renames the new one into place and points `latest` back, so
- * `latest` names a complete folder at every instant (a `latest` naming a `.step-N.swap` that is
- * gone means the swap finished: `resolveLatest` reads it as `step-N`).
+ * there), then rank 0 writes `run.json` and `checkpoint.json` into it, fsyncs it, reads every file
+ * back ([Note: a checkpoint is checked before it is committed]), and renames it into place; only
+ * then `latest` moves. A complete step folder is never rewritten: re-saving step N (a run resumed
+ * from an earlier step) renames the new folder to `.step-N.swap`, points `latest` there, moves the
+ * old folder aside, renames the new one into place and points `latest` back, so `latest` names a
+ * complete folder at every instant (a `latest` naming a `.step-N.swap` that is gone means the swap
+ * finished: `resolveLatest` reads it as `step-N`).
+ *
+ * A checkpoint that fails on the way (a full disk under any rank, a rank's file missing at the
+ * check, a lost rank) is abandoned as a failed file write is: rank 0, which made the folder,
+ * removes `.step-N.partial` (`abandonCheckpoint`) before the error goes on, and `latest` still
+ * names the previous checkpoint, which loads. Only rank 0 removes it: another rank that failed
+ * could otherwise remove files under rank 0 while it checks them; rank 0 fails too (its collective
+ * is aborted, or its check finds the file missing) and removes it then. A crash (no error to
+ * catch) leaves the folder to the next checkpoint's cleanup, or to `removePartialCheckpoints`.
  */
 const KEEP = 2;
 const STEP = /^step-\d{6,}$/;
@@ -56,14 +66,27 @@ export async function checkCheckpointDir(
   }
 }
 
+function partialDir(root: string, step: number): string {
+  return join(root, `.${stepDirName(step)}.partial`);
+}
+
 /** The temporary folder step `step` is saved into; rank 0 empties it (`lead`). */
 export async function beginCheckpoint(root: string, step: number, lead: boolean): Promise<string> {
-  const partial = join(root, `.${stepDirName(step)}.partial`);
+  const partial = partialDir(root, step);
   if (lead) {
     await rm(partial, { recursive: true, force: true });
     await mkdir(partial, { recursive: true });
   }
   return partial;
+}
+
+/**
+ * Rank 0, when saving step `step` failed anywhere (a rank's write, the check, the rename): remove
+ * its temporary folder. Never throws, so the error that ended the checkpoint is the one reported;
+ * a folder it could not remove goes at the next checkpoint's cleanup.
+ */
+export async function abandonCheckpoint(root: string, step: number): Promise<void> {
+  await rm(partialDir(root, step), { recursive: true, force: true }).catch(() => undefined);
 }
 
 /**
@@ -89,7 +112,9 @@ async function moveLatest(root: string, name: string): Promise<void> {
 
 /**
  * Rank 0, once every rank's files are in `partial` (`beginCheckpoint`): `run.json`, the manifest,
- * the rename into place, `latest`, then cleanup. `overwrite`: also remove other runs' steps.
+ * the check of every file on disk (a `CheckpointCommitError` naming the step, the rank and the
+ * file, before anything is renamed), the rename into place, `latest`, then cleanup. `overwrite`:
+ * also remove other runs' steps.
  */
 export async function finishCheckpoint(
   root: string,
@@ -102,6 +127,7 @@ export async function finishCheckpoint(
   await writeStepManifest(partial, state.runId, state.step);
   await syncDirectory(partial);
   faultPoint('manifest');
+  await checkBeforeCommit(partial, state.step);
   const final = join(root, name);
   if (!(await exists(final))) {
     await rename(partial, final);

@@ -42,7 +42,10 @@ function sha256(bytes: Uint8Array | string): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
-function digestOf(manifest: Omit<StepManifest, 'sha256'> & { sha256?: string }): string {
+/** The SHA-256 a step manifest carries: of its JSON (compact) without its own `sha256` field. */
+export function stepManifestDigest(
+  manifest: Omit<StepManifest, 'sha256'> & { sha256?: string },
+): string {
   const { sha256: _, ...body } = manifest;
   return sha256(JSON.stringify(body));
 }
@@ -59,7 +62,7 @@ export async function writeStepManifest(dir: string, runId: string, step: number
     files.push({ file, bytes: bytes.byteLength, sha256: sha256(bytes) });
   }
   const body = { format: FORMAT, version: 1, runId, step, files } as const;
-  const manifest: StepManifest = { ...body, sha256: digestOf(body) };
+  const manifest: StepManifest = { ...body, sha256: stepManifestDigest(body) };
   const text = `${JSON.stringify(manifest, null, 1)}\n`;
   await writeFileAtomic(join(dir, STEP_MANIFEST), text, checkpointFault);
 }
@@ -72,6 +75,29 @@ export async function peekStepManifest(dir: string): Promise<StepManifest | null
   } catch {
     return null;
   }
+}
+
+/**
+ * What is wrong with `entry.file` in `dir` against its size and SHA-256 as `listedIn` records them
+ * (missing, unreadable, truncated, corrupted), or null when it checks out.
+ */
+export async function fileProblem(
+  dir: string,
+  entry: Pick<StepFile, 'file' | 'bytes' | 'sha256'>,
+  listedIn: string,
+): Promise<string | null> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await readFile(join(dir, entry.file));
+  } catch (error) {
+    const code = (error as { code?: string }).code ?? 'unreadable';
+    return `listed in ${listedIn} but ${code === 'ENOENT' ? 'missing' : `unreadable (${code})`}`;
+  }
+  if (bytes.byteLength !== entry.bytes) {
+    return `has ${bytes.byteLength} bytes, ${listedIn} says ${entry.bytes} (truncated?)`;
+  }
+  if (sha256(bytes) !== entry.sha256) return `its SHA-256 differs from ${listedIn} (corrupted)`;
+  return null;
 }
 
 function refuse(dir: string, file: string, detail: string): never {
@@ -102,31 +128,12 @@ export async function verifyStep(dir: string, runStateFile: string): Promise<Ste
   if (manifest?.format !== FORMAT || manifest.version !== 1 || !Array.isArray(manifest.files)) {
     refuse(dir, STEP_MANIFEST, `not a ${FORMAT} manifest of version 1`);
   }
-  if (manifest.sha256 !== digestOf(manifest)) {
+  if (manifest.sha256 !== stepManifestDigest(manifest)) {
     refuse(dir, STEP_MANIFEST, 'its SHA-256 differs from the one it records (edited or corrupted)');
   }
   for (const entry of manifest.files) {
-    let bytes: Uint8Array;
-    try {
-      bytes = await readFile(join(dir, entry.file));
-    } catch (error) {
-      const code = (error as { code?: string }).code ?? 'unreadable';
-      refuse(
-        dir,
-        entry.file,
-        `listed in ${STEP_MANIFEST} but ${code === 'ENOENT' ? 'missing' : `unreadable (${code})`}`,
-      );
-    }
-    if (bytes.byteLength !== entry.bytes) {
-      refuse(
-        dir,
-        entry.file,
-        `has ${bytes.byteLength} bytes, ${STEP_MANIFEST} says ${entry.bytes} (truncated?)`,
-      );
-    }
-    if (sha256(bytes) !== entry.sha256) {
-      refuse(dir, entry.file, `its SHA-256 differs from ${STEP_MANIFEST} (corrupted)`);
-    }
+    const problem = await fileProblem(dir, entry, STEP_MANIFEST);
+    if (problem !== null) refuse(dir, entry.file, problem);
   }
   const listed = new Set(manifest.files.map((f) => f.file));
   if (!listed.has(runStateFile)) refuse(dir, STEP_MANIFEST, `lists no ${runStateFile}`);

@@ -56,6 +56,8 @@ export const resolveResume: typeof NodePlatform.resolveResume = noFilesAsync('--
 export const removePartialCheckpoints: typeof NodePlatform.removePartialCheckpoints =
   noFilesAsync('--checkpoint-dir');
 export const readRunState: typeof NodePlatform.readRunState = noFilesAsync('--resume');
+export const abandonCheckpoint: typeof NodePlatform.abandonCheckpoint =
+  noFilesAsync('--checkpoint-every');
 export const beginCheckpoint: typeof NodePlatform.beginCheckpoint =
   noFilesAsync('--checkpoint-every');
 export const finishCheckpoint: typeof NodePlatform.finishCheckpoint =

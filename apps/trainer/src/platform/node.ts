@@ -14,6 +14,7 @@ import { join } from 'node:path';
 
 export { loadShardedCheckpoint, saveShardedCheckpoint } from '@webshard/fsdp/checkpoint';
 export {
+  abandonCheckpoint,
   beginCheckpoint,
   finishCheckpoint,
   removePartialCheckpoints,

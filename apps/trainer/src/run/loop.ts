@@ -1,5 +1,6 @@
 import { gatherScalar } from '@webshard/collectives';
 import {
+  abandonCheckpoint,
   beginCheckpoint,
   faultPoint,
   finishCheckpoint,
@@ -183,13 +184,21 @@ export async function saveCheckpoint(
     scaler: prepared.mixed?.scaler.stateDict() ?? null,
     history: { records: [...earlier.records, ...records], evals: [...earlier.evals, ...evals] },
   };
-  const partial = await beginCheckpoint(root, step, run.lead);
-  // Rank 0 empties and makes the step's folder before any rank writes into it: without this
-  // barrier a rank that began first (an elastic world re-saving a step) saw its folder removed
-  // under it (`ENOENT`) or its shard deleted.
-  if (run.group !== null && run.group.size > 1) await run.group.barrier().wait();
-  await prepared.saveCheckpoint(partial, run.optimizer, state);
-  if (run.lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
+  try {
+    const partial = await beginCheckpoint(root, step, run.lead);
+    // Rank 0 empties and makes the step's folder before any rank writes into it: without this
+    // barrier a rank that began first (an elastic world re-saving a step) saw its folder removed
+    // under it (`ENOENT`) or its shard deleted.
+    if (run.group !== null && run.group.size > 1) await run.group.barrier().wait();
+    await prepared.saveCheckpoint(partial, run.optimizer, state);
+    if (run.lead) await finishCheckpoint(root, partial, state, config.overwriteCheckpoints);
+  } catch (error) {
+    // No `.step-N.partial` outlives a failed checkpoint, and `latest` still names the previous
+    // one ([Note: a checkpoint directory belongs to a run]): rank 0, which made the folder,
+    // removes it.
+    if (run.lead) await abandonCheckpoint(root, step);
+    throw error;
+  }
 }
 
 /** Every rank's device peak and tokens a second (its share of the batch). */

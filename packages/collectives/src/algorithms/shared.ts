@@ -158,7 +158,10 @@ export async function sharedReduceScatterRegistered(
   }
   const own = shardRange(count, size, rank);
   const slotBytes = step.arena.slotBytes;
-  const scratch = outputOffset < 0 ? step.arena.nextRound() + rank * slotBytes : -1;
+  // Ranks whose outputs lie in the inputs' segment write in place while the others stage through
+  // their slot, so no rank takes a round: one taken by some ranks only set their slots apart from
+  // then on, and every later op read another op's bytes (issue 44, [Note: barrier stamps]).
+  const scratch = outputOffset < 0 ? step.arena.upcomingRound() + rank * slotBytes : -1;
   const piece = outputOffset < 0 ? slotBytes / 4 : REGISTERED_PIECE;
   for (let at = 0; at < own.count; at += piece) {
     const length = Math.min(piece, own.count - at);

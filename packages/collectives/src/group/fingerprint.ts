@@ -157,7 +157,10 @@ export class FingerprintExchange {
       const { segment, offset } = address < 0 ? { segment: -1, offset: -1 } : splitAddress(address);
       shared[FINGERPRINT_WORDS] = offset;
       shared[FINGERPRINT_WORDS + 1] = segment;
-      const all = await arena.exchange(shared, (ranks) => ctx.waitFor(ranks));
+      // The stamp of [Note: barrier stamps]: two exchanges compare their arenas' positions only,
+      // as the fingerprints name two different calls better.
+      const stamp = { op: 'fingerprint', seq, tag: this.group.tag };
+      const all = await arena.exchange(shared, (ranks) => ctx.waitFor(ranks), stamp);
       ctx.waitFor([]);
       ctx.sharedWords = all;
       for (let peer = 0; peer < size; peer++) {

@@ -138,7 +138,8 @@ export class SharedArenaPlan implements CollectivePlan {
       size: this.group.size,
       arena,
       barrier: async () => {
-        await arena.barrier((ranks) => ctx.waitFor(ranks));
+        const stamp = { op: ctx.fields.op, seq: ctx.fields.seq, tag: this.group.tag };
+        await arena.barrier((ranks) => ctx.waitFor(ranks), stamp);
         ctx.waitFor([]);
       },
     };

@@ -42,6 +42,12 @@ async function main(group: ProcessGroup, job: SegmentsJob): Promise<SegmentsRepo
     rounds++;
     return nextRound();
   };
+  // A set of slots used as scratch without taking its round counts as one too.
+  const upcomingRound = arena.upcomingRound.bind(arena);
+  arena.upcomingRound = () => {
+    rounds++;
+    return upcomingRound();
+  };
   const { rank, size } = group;
   // Together past 2 GiB: the ranks after the first to allocate spill into segment 1. Nothing of
   // it is written but its last few elements, so it stays uncommitted.

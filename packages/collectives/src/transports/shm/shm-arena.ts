@@ -1,7 +1,8 @@
 import { TransportAbortedError } from '../../errors.js';
 import { SharedReducer } from '../../kernels/reduce.js';
 import { RegisteredSegments, SEGMENT_SPAN } from '../../registered-segments.js';
-import { SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
+import { type BarrierStamp, SHARED_ARENA_SETS, type SharedArena } from '../../shared-arena.js';
+import { checkStamps, writeStamp } from './barrier-stamps.js';
 import {
   ARENA_MAX_BYTES,
   arenaHeaderBytes,
@@ -118,14 +119,19 @@ export class ShmArena extends SharedReducer implements SharedArena {
   }
 
   nextRound(): number {
-    const set = this.round;
+    const base = this.upcomingRound();
     this.round = (this.round + 1) % SHARED_ARENA_SETS;
-    return arenaHeaderBytes(this.handle.size) + set * this.handle.size * this.slotBytes;
+    return base;
+  }
+
+  upcomingRound(): number {
+    return arenaHeaderBytes(this.handle.size) + this.round * this.handle.size * this.slotBytes;
   }
 
   async exchange(
     words: Int32Array,
     waiting: (ranks: readonly number[]) => void,
+    stamp?: BarrierStamp,
   ): Promise<Int32Array> {
     const { size, rank } = this.transport;
     const stride = EXCHANGE_SLOT_BYTES / 4;
@@ -136,15 +142,18 @@ export class ShmArena extends SharedReducer implements SharedArena {
     this.exchanges ^= 1;
     const all = new Int32Array(this.buffer, set * size * EXCHANGE_SLOT_BYTES, size * stride);
     all.set(words, rank * stride);
-    await this.barrier(waiting);
+    await this.barrier(waiting, stamp);
     return all;
   }
 
-  async barrier(waiting: (ranks: readonly number[]) => void): Promise<void> {
+  async barrier(waiting: (ranks: readonly number[]) => void, stamp?: BarrierStamp): Promise<void> {
     const { words, offsets, transport } = this;
     const { rank, size } = transport;
     this.epoch = (this.epoch + 1) | 0;
     const epoch = this.epoch;
+    // [Note: barrier stamps]: what this rank arrives with, published with its arrival.
+    const position = { epoch, round: this.round, exchange: this.exchanges };
+    writeStamp(words, offsets, rank, position, stamp);
     Atomics.store(words, offsets.arrival(rank), epoch);
     for (let peer = 0; peer < size; peer++) {
       if (peer === rank) continue;
@@ -160,8 +169,14 @@ export class ShmArena extends SharedReducer implements SharedArena {
     for (;;) {
       const seen = Atomics.load(words, gate);
       while (from < size && ((Atomics.load(words, offsets.arrival(from)) - epoch) | 0) >= 0) from++;
-      // A barrier every rank reached has completed, even if the world aborts right after.
-      if (from === size) return;
+      // A barrier every rank reached has completed, even if the world aborts right after, unless
+      // a peer arrived from another schedule.
+      if (from === size) {
+        const diverged = checkStamps(words, offsets, rank, size, epoch, stamp);
+        if (diverged === null) return;
+        transport.abort(diverged);
+        throw new TransportAbortedError(transport.abortReason!);
+      }
       if (shmAbortPublished(words) || transport.aborted) {
         throw new TransportAbortedError(transport.abortReason!);
       }

@@ -71,8 +71,9 @@ export interface ShmHandleOptions {
  * and read positions (byte counts modulo 2^32) on separate lines. Frames in a ring are an 8-byte
  * header (tag, byte length) and the payload; a frame may wrap around the ring's end and may be
  * written and read in pieces, so messages of any size stream through a ring of fixed capacity.
- * The collectives' barrier adds, per rank, the last barrier epoch it arrived at and a gate (a
- * doorbell of its own, so a barrier does not wake the ring pump); aborts ring every gate too. The
+ * The collectives' barrier adds, per rank, the last barrier epoch it arrived at, two stamps of what
+ * it arrived with ([Note: barrier stamps]) and a gate (a doorbell of its own, so a barrier does not
+ * wake the ring pump); aborts ring every gate too. The
  * collectives' data lives in a separate shared `WebAssembly.Memory` (the arena), so that the
  * reduction kernels read and write it in place.
  */
@@ -88,6 +89,11 @@ export interface ShmOffsets {
   gate(rank: number): number;
   /** Int32 index of the last barrier epoch rank r arrived at. */
   arrival(rank: number): number;
+  /**
+   * Int32 index of rank r's stamp of its arrival at barriers of `parity` (epoch & 1): see
+   * [Note: barrier stamps] in barrier-stamps.ts.
+   */
+  stamp(rank: number, parity: number): number;
   /** Int32 index of the write position of the channel src -> dst (the read position is + LINE_WORDS). */
   control(src: number, dst: number): number;
   /** Byte offset of the ring of the channel src -> dst. */
@@ -99,7 +105,8 @@ export function shmOffsets(size: number, capacity: number): ShmOffsets & { total
   const bells = LINE_WORDS;
   const gates = bells + size * LINE_WORDS;
   const arrivals = gates + size * LINE_WORDS;
-  const controls = arrivals + size * LINE_WORDS;
+  const stamps = arrivals + size * LINE_WORDS;
+  const controls = stamps + size * 2 * LINE_WORDS;
   const channel = (src: number, dst: number) => src * size + dst;
   const abortText = (controls + size * size * 2 * LINE_WORDS) * 4;
   const rings = abortText + ABORT_TEXT_BYTES;
@@ -107,6 +114,7 @@ export function shmOffsets(size: number, capacity: number): ShmOffsets & { total
     bell: (rank) => bells + rank * LINE_WORDS,
     gate: (rank) => gates + rank * LINE_WORDS,
     arrival: (rank) => arrivals + rank * LINE_WORDS,
+    stamp: (rank, parity) => stamps + (rank * 2 + parity) * LINE_WORDS,
     control: (src, dst) => controls + channel(src, dst) * 2 * LINE_WORDS,
     ring: (src, dst) => rings + channel(src, dst) * capacity,
     abortText,
