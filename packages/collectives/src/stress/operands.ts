@@ -1,5 +1,6 @@
 import type { HostData, CommDType } from '../operand.js';
 import type { ProcessGroup } from '../process-group.js';
+import type { Transport } from '../transport-contract.js';
 import type { Placement } from './program.js';
 import type { Bits } from './reference.js';
 
@@ -111,7 +112,10 @@ export class StressOperands {
 
   /** The registered segment `data` lies in, or -1 (ordinary memory, or a transport without). */
   segmentOf(data: HostData): number {
-    const arena = this.world.transport.sharedArena;
+    // A two-level world's registered buffers live in its node's arena, that of the shm transport
+    // under it (`TwoLevelTransport.local`).
+    const transport = this.world.transport as Transport & { readonly local?: Transport };
+    const arena = transport.sharedArena ?? transport.local?.sharedArena;
     return arena?.registered.segmentOf(data.buffer) ?? -1;
   }
 }
