@@ -86,10 +86,20 @@ export function opStamp(op: string, seq: number, fingerprint = false): OpStamp {
   return { op: fingerprint ? kind | FINGERPRINT : kind, seq: seq >>> 0 };
 }
 
+/** The name of a stamp's op kind (`allReduce`, ...), whether or not it marks a fingerprint. */
+export function opKindName(op: number): string {
+  return OP_KINDS[op & KIND_MASK] ?? `op kind ${op & KIND_MASK}`;
+}
+
+/** Whether a stamp's op marks the op's fingerprint message. */
+export function isFingerprintStamp(op: number): boolean {
+  return (op & FINGERPRINT) !== 0;
+}
+
 function describe(sender: number | null, stamp: OpStamp, bytes: number): string {
   const whose = sender === null ? '' : `rank ${sender}'s `;
   if (stamp.op === 0) return `${whose}message without an op stamp (${bytes} bytes)`;
-  const kind = OP_KINDS[stamp.op & KIND_MASK] ?? `op kind ${stamp.op & KIND_MASK}`;
+  const kind = opKindName(stamp.op);
   const what = stamp.op & FINGERPRINT ? `${kind} fingerprint` : kind;
   return `${whose}${what} seq ${stamp.seq} (${bytes} bytes)`;
 }

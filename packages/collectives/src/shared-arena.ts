@@ -26,6 +26,8 @@ export interface BarrierStamp {
   readonly seq: number;
   /** The transport tag of its group. */
   readonly tag: number;
+  /** The op's fingerprint exchange rather than its body. */
+  readonly fingerprint?: boolean;
 }
 
 export interface SharedArena extends ReduceKernels {

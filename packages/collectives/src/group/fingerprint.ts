@@ -159,7 +159,7 @@ export class FingerprintExchange {
       shared[FINGERPRINT_WORDS + 1] = segment;
       // The stamp of [Note: barrier stamps]: two exchanges compare their arenas' positions only,
       // as the fingerprints name two different calls better.
-      const stamp = { op: 'fingerprint', seq, tag: this.group.tag };
+      const stamp = { op: fingerprint.op, seq, tag: this.group.tag, fingerprint: true };
       const all = await arena.exchange(shared, (ranks) => ctx.waitFor(ranks), stamp);
       ctx.waitFor([]);
       ctx.sharedWords = all;

@@ -1,4 +1,5 @@
 import type { AbortReason } from '../../errors.js';
+import { isFingerprintStamp, opKindName, opStamp } from '../../op-stamp.js';
 import type { BarrierStamp } from '../../shared-arena.js';
 import type { ShmOffsets } from './shm-layout.js';
 
@@ -12,9 +13,6 @@ export interface ArenaPosition {
   readonly exchange: number;
 }
 
-const OP_CODES = ['?', 'allReduce', 'allGather', 'reduceScatter', 'broadcast', 'barrier'];
-/** The op code of a fingerprint exchange's stamp. */
-const FINGERPRINT = OP_CODES.length;
 /** Words of a stamp: epoch, op code, seq, tag, round, exchange. */
 const STAMP_WORDS = 6;
 
@@ -50,8 +48,9 @@ export function writeStamp(
 ): void {
   const at = offsets.stamp(rank, position.epoch & 1);
   Atomics.store(words, at, position.epoch);
-  const code = stamp?.op === 'fingerprint' ? FINGERPRINT : OP_CODES.indexOf(stamp?.op ?? '?');
-  Atomics.store(words, at + 1, Math.max(0, code));
+  // The op's kind as the messages' op stamps code it ([Note: op stamps]), 0 for none.
+  const code = stamp === undefined ? 0 : opStamp(stamp.op, 0, stamp.fingerprint).op;
+  Atomics.store(words, at + 1, code);
   Atomics.store(words, at + 2, stamp?.seq ?? -1);
   Atomics.store(words, at + 3, stamp?.tag ?? -1);
   Atomics.store(words, at + 4, position.round);
@@ -62,8 +61,8 @@ function describe(words: Int32Array, at: number): string {
   const code = words[at + 1]!;
   const seq = words[at + 2]!;
   const group = words[at + 3];
-  let served = `${OP_CODES[code] ?? '?'} #${seq} of group ${group}`;
-  if (code === FINGERPRINT) served = `the fingerprints of op #${seq} of group ${group}`;
+  let served = `${opKindName(code)} #${seq} of group ${group}`;
+  if (isFingerprintStamp(code)) served = `the fingerprints of op #${seq} of group ${group}`;
   if (seq < 0) served = 'a node barrier';
   return `barrier ${words[at]} (${served}, round set ${words[at + 4]}, exchange slots ${words[at + 5]})`;
 }
@@ -84,12 +83,12 @@ export function checkStamps(
   for (let peer = 0; peer < size; peer++) {
     if (peer === rank) continue;
     const theirs = offsets.stamp(peer, epoch & 1);
-    // Two fingerprint exchanges leave the calls (seq and group) to the fingerprints.
+    // Two fingerprint exchanges leave the calls (kind, seq and group) to the fingerprints.
     const exchanges =
-      words[mine + 1] === FINGERPRINT && Atomics.load(words, theirs + 1) === FINGERPRINT;
+      isFingerprintStamp(words[mine + 1]!) && isFingerprintStamp(Atomics.load(words, theirs + 1));
     let same = true;
     for (let w = 0; w < STAMP_WORDS; w++) {
-      if (exchanges && (w === 2 || w === 3)) continue;
+      if (exchanges && w >= 1 && w <= 3) continue;
       if (Atomics.load(words, theirs + w) !== words[mine + w]) same = false;
     }
     if (same) continue;
