@@ -1,52 +1,29 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { ArgumentError } from '@webshard/tensor-core';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { BelowMinimumWait, stateLostError } from './below-minimum.js';
 import { EpochStores, wsUrl } from './epoch-stores.js';
 import { ElasticError, ElasticWorldTooSmallError } from './errors.js';
-import { checkWorldBounds, nextMembers, type WorldBounds } from './membership.js';
+import {
+  type CoordinatorState,
+  CoordinatorStateFile,
+  loadCoordinatorState,
+} from './coordinator-state-file.js';
+import {
+  checkCoordinatorOptions,
+  type ElasticCoordinatorOptions,
+  type ResolvedCoordinatorOptions,
+  resolveCoordinatorOptions,
+} from './coordinator-options.js';
+import { acceptMember, refuseSocket, sendTo } from './coordinator-sockets.js';
+import { HeartbeatSweep } from './liveness.js';
+import { nextMembers } from './membership.js';
+import { type Member, Roster } from './roster.js';
 import {
   type CoordinatorMessage,
   type EpochAnnouncement,
   MAX_ELASTIC_MESSAGE_BYTES,
   parseMemberMessage,
 } from './protocol.js';
-
-/** Options of `ElasticCoordinator.start`. */
-export interface ElasticCoordinatorOptions extends WorldBounds {
-  /** Port to listen on (default 0: a free one, read it from `port` or `url`). */
-  port?: number;
-  /** Address to bind and to announce for the epochs' stores (default `127.0.0.1`). */
-  host?: string;
-  /** The join token every member must present; required off loopback. */
-  token?: string;
-  /**
-   * Forming the first epoch: once `minWorldSize` members wait, how long to wait for more (up to
-   * `maxWorldSize`, which forms it at once). Default 0.
-   */
-  joinWindowMs?: number;
-  /**
-   * At a sync point, how long the members that arrived wait for the others before the latecomers
-   * are dropped as gone (their connection is closed). Default 300 s.
-   */
-  syncTimeoutMs?: number;
-  /** How long a world below `minWorldSize` waits for members to join before it fails. Default 60 s. */
-  belowMinTimeoutMs?: number;
-  /** A member that does not send a valid `join` within this time is disconnected. Default 10 s. */
-  helloTimeoutMs?: number;
-}
-
-interface Member {
-  readonly id: number;
-  readonly name: string;
-  readonly socket: WebSocket;
-  /** The epoch whose sync point it reached (-1: a newcomer waiting), or null while it works. */
-  syncedAt: number | null;
-  rebuild: boolean;
-}
-
-const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
-const digest = (text: string) => createHash('sha256').update(text, 'utf8').digest();
 
 /**
  * The elastic coordinator: tracks who is in the world, decides each epoch's membership at sync
@@ -67,16 +44,16 @@ const digest = (text: string) => createHash('sha256').update(text, 'utf8').diges
  * member left has lost its state: waiting newcomers are failed (code `E_STATE_LOST`).
  */
 export class ElasticCoordinator {
-  private readonly members = new Map<number, Member>();
-  private nextId = 0;
-  private current: { epoch: number; members: number[] } | null = null;
   private readonly stores: EpochStores;
+  private readonly roster = new Roster();
   private syncTimer: ReturnType<typeof setTimeout> | null = null;
   private windowTimer: ReturnType<typeof setTimeout> | null = null;
-  private belowMin: { timer: ReturnType<typeof setTimeout>; since: number } | null = null;
+  private readonly belowMin: BelowMinimumWait;
   private forming = false;
   private failure: ElasticError | null = null;
   private closed = false;
+  private readonly sweep: HeartbeatSweep;
+  private readonly stateFile: CoordinatorStateFile | null;
   private resolveDone!: () => void;
   private rejectDone!: (error: ElasticError) => void;
   /** Every announced change of membership, in order. */
@@ -90,11 +67,10 @@ export class ElasticCoordinator {
 
   private constructor(
     private readonly server: WebSocketServer,
-    private readonly options: Required<Omit<ElasticCoordinatorOptions, 'token'>> & {
-      token: string;
-    },
+    private readonly options: ResolvedCoordinatorOptions,
     /** The coordinator's URL, for members' `joinElastic({ url })`. */
     readonly url: string,
+    restored: CoordinatorState | null,
   ) {
     this.done = new Promise<void>((resolve, reject) => {
       this.resolveDone = resolve;
@@ -102,22 +78,42 @@ export class ElasticCoordinator {
     });
     this.done.catch(() => {});
     this.stores = new EpochStores(options.host, options.token);
+    this.belowMin = new BelowMinimumWait(options.belowMinTimeoutMs);
+    this.stateFile =
+      options.statePath === null ? null : new CoordinatorStateFile(options.statePath);
+    if (restored !== null) this.roster.restore(restored.epoch, restored.members, restored.nextId);
+    this.sweep = new HeartbeatSweep(
+      options.heartbeatMs,
+      options.memberTimeoutMs,
+      () => this.roster.members.values(),
+      (watched) => this.send(watched as Member, { op: 'beat' }),
+      (watched, silentMs) =>
+        this.drop(
+          watched as Member,
+          `member ${watched.id} sent nothing for ${(silentMs / 1000).toFixed(1)} s (memberTimeoutMs ${options.memberTimeoutMs}): frozen or cut off`,
+        ),
+    );
     server.on('connection', (socket) => this.accept(socket));
+  }
+
+  /** The state file's contents for `world` (default the current one). */
+  private stateOf(world = this.roster.current!): CoordinatorState {
+    const { minWorldSize, maxWorldSize } = this.options;
+    const { epoch, members } = world;
+    return { version: 1, epoch, members, nextId: this.roster.nextId, minWorldSize, maxWorldSize };
+  }
+
+  /** Queues a write of the state file (a new id given): the epoch itself is written by `form`. */
+  private persist(): void {
+    if (this.stateFile !== null && this.roster.current !== null)
+      this.stateFile.save(this.stateOf());
   }
 
   /** Starts listening; resolves once members can join at `url`. */
   static async start(options: ElasticCoordinatorOptions): Promise<ElasticCoordinator> {
-    checkWorldBounds(options, 'ElasticCoordinator');
-    const host = options.host ?? '127.0.0.1';
-    const token = options.token ?? '';
-    if (!LOOPBACK.has(host) && token === '') {
-      throw new ArgumentError(
-        'ElasticCoordinator',
-        `binding to ${host} needs a join token (option token or WEBSHARD_TOKEN)`,
-      );
-    }
+    checkCoordinatorOptions(options);
     const server = new WebSocketServer({
-      host,
+      host: options.host ?? '127.0.0.1',
       port: options.port ?? 0,
       maxPayload: MAX_ELASTIC_MESSAGE_BYTES,
     });
@@ -126,22 +122,16 @@ export class ElasticCoordinator {
       server.once('error', reject);
     });
     server.on('error', () => {});
-    const port = (server.address() as AddressInfo).port;
-    return new ElasticCoordinator(
-      server,
-      {
-        minWorldSize: options.minWorldSize,
-        maxWorldSize: options.maxWorldSize,
-        port,
-        host,
-        token,
-        joinWindowMs: options.joinWindowMs ?? 0,
-        syncTimeoutMs: options.syncTimeoutMs ?? 300_000,
-        belowMinTimeoutMs: options.belowMinTimeoutMs ?? 60_000,
-        helloTimeoutMs: options.helloTimeoutMs ?? 10_000,
-      },
-      wsUrl(host, port),
-    );
+    const resolved = resolveCoordinatorOptions(options, (server.address() as AddressInfo).port);
+    let restored: CoordinatorState | null = null;
+    try {
+      restored =
+        resolved.statePath === null ? null : await loadCoordinatorState(resolved.statePath);
+    } catch (error) {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      throw error;
+    }
+    return new ElasticCoordinator(server, resolved, wsUrl(resolved.host, resolved.port), restored);
   }
 
   /** The port the coordinator listens on. */
@@ -151,18 +141,23 @@ export class ElasticCoordinator {
 
   /** The current epoch (-1 before the first forms). */
   get epoch(): number {
-    return this.current?.epoch ?? -1;
+    return this.roster.current?.epoch ?? -1;
   }
 
   /** The current epoch's member ids in rank order. */
   get memberIds(): readonly number[] {
-    return this.current?.members ?? [];
+    return this.roster.current?.members ?? [];
+  }
+
+  /** Ids of the current epoch's members connected now (a restored world's, once they resume). */
+  get connectedIds(): readonly number[] {
+    return this.memberIds.filter((id) => this.roster.members.get(id)?.socket != null);
   }
 
   /** Ids of the members waiting to be admitted at the next sync point. */
   get waiting(): readonly number[] {
-    const inWorld = new Set(this.current?.members ?? []);
-    return this.waitingIds().filter((id) => !inWorld.has(id));
+    const inWorld = new Set(this.roster.current?.members ?? []);
+    return this.roster.waitingIds().filter((id) => !inWorld.has(id));
   }
 
   /** Disconnects every member, stops the stores and stops listening. */
@@ -170,7 +165,8 @@ export class ElasticCoordinator {
     if (this.closed) return;
     this.closed = true;
     this.clearTimers();
-    for (const member of this.members.values()) member.socket.terminate();
+    this.sweep.stop();
+    for (const member of this.roster.members.values()) member.socket?.terminate();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.stores.close();
     this.resolveDone();
@@ -179,84 +175,129 @@ export class ElasticCoordinator {
   private clearTimers(): void {
     if (this.syncTimer !== null) clearTimeout(this.syncTimer);
     if (this.windowTimer !== null) clearTimeout(this.windowTimer);
-    if (this.belowMin !== null) clearTimeout(this.belowMin.timer);
-    this.syncTimer = this.windowTimer = this.belowMin = null;
+    this.belowMin.stop();
+    this.syncTimer = this.windowTimer = null;
   }
 
   private accept(socket: WebSocket): void {
     let member: Member | null = null;
-    const hello = setTimeout(() => socket.terminate(), this.options.helloTimeoutMs);
-    socket.on('error', () => {});
-    socket.on('close', () => {
-      clearTimeout(hello);
-      if (member !== null && this.members.get(member.id) === member) {
-        this.members.delete(member.id);
-        this.advance();
-      }
-    });
-    socket.on('message', (data, isBinary) => {
-      const message = isBinary ? 'binary message' : parseMemberMessage(data.toString());
-      if (typeof message === 'string') {
-        this.refuse(socket, message);
-        return;
-      }
-      if (member === null) {
-        if (message.op !== 'join') return this.refuse(socket, 'the first message must be join');
-        if (!timingSafeEqual(digest(message.token), digest(this.options.token))) {
-          return this.refuse(socket, message.token === '' ? 'no join token given' : 'wrong token');
+    acceptMember(socket, this.options, {
+      refusal: () => this.failure?.message ?? null,
+      join: (name) => {
+        member = this.roster.add(name, socket);
+        this.persist();
+        this.welcome(member);
+        return true;
+      },
+      resume: (message) => {
+        member = this.resume(socket, message);
+        return member !== null;
+      },
+      message: (message) => {
+        if (member === null || this.roster.members.get(member.id) !== member) return;
+        member.lastSeen = Date.now();
+        if (message.op === 'heartbeat') return;
+        if (message.op === 'leave') {
+          this.roster.members.delete(member.id);
+          socket.close(1000, 'bye');
+          this.advance();
+          return;
         }
-        if (this.failure !== null) return this.refuse(socket, this.failure.message);
-        clearTimeout(hello);
-        member = { id: this.nextId++, name: message.name, socket, syncedAt: null, rebuild: false };
-        this.members.set(member.id, member);
-        this.send(member, { op: 'welcome', id: member.id });
-        return;
-      }
-      if (message.op === 'join') return this.refuse(socket, 'already joined');
-      if (message.op === 'leave') {
-        this.members.delete(member.id);
-        socket.close(1000, 'bye');
-        this.advance();
-        return;
-      }
-      const current = this.current;
-      const inWorld = current?.members.includes(member.id) ?? false;
-      if (message.epoch === -1 ? inWorld : !inWorld || message.epoch !== current?.epoch) {
-        return this.refuse(
-          socket,
-          `sync for epoch ${message.epoch}, but the current epoch is ${current?.epoch ?? -1} and member ${member.id} is ${inWorld ? '' : 'not '}in it`,
-        );
-      }
-      member.syncedAt = message.epoch;
-      member.rebuild = message.rebuild === true;
-      if (inWorld && this.syncTimer === null) {
-        this.syncTimer = setTimeout(() => this.dropLatecomers(), this.options.syncTimeoutMs);
-      }
-      this.advance();
+        if (message.op === 'sync') this.synced(member, message.epoch, message.rebuild === true);
+      },
+      closed: () => {
+        if (member !== null && this.roster.members.get(member.id) === member) {
+          this.roster.members.delete(member.id);
+          this.advance();
+        }
+      },
     });
   }
 
-  private refuse(socket: WebSocket, message: string): void {
-    if (socket.readyState === socket.OPEN) {
-      socket.send(JSON.stringify({ op: 'refused', message } satisfies CoordinatorMessage));
+  /** A member reached the sync point of `epoch` (-1: a newcomer waiting to be admitted). */
+  private synced(member: Member, epoch: number, rebuild: boolean): void {
+    const current = this.roster.current;
+    const inWorld = current?.members.includes(member.id) ?? false;
+    if (epoch === -1 ? inWorld : !inWorld || epoch !== current?.epoch) {
+      refuseSocket(
+        member.socket!,
+        `sync for epoch ${epoch}, but the current epoch is ${current?.epoch ?? -1} and member ${member.id} is ${inWorld ? '' : 'not '}in it`,
+      );
+      return;
     }
-    socket.close(4001, 'refused');
+    member.syncedAt = epoch;
+    member.rebuild = rebuild;
+    if (inWorld && this.syncTimer === null) {
+      this.syncTimer = setTimeout(() => this.dropLatecomers(), this.options.syncTimeoutMs);
+    }
+    this.advance();
+  }
+
+  private welcome(member: Member): void {
+    const { heartbeatMs, memberTimeoutMs } = this.options;
+    this.send(member, { op: 'welcome', id: member.id, heartbeatMs, memberTimeoutMs });
+  }
+
+  /**
+   * A member back on a new connection ([Note: liveness in an elastic world]): welcomed while it is
+   * in the current epoch; a coordinator with no world yet adopts the one it reports.
+   */
+  private resume(
+    socket: WebSocket,
+    message: { id: number; name: string; epoch: number; members: readonly number[] },
+  ): Member | null {
+    const adopted = this.roster.current === null;
+    const member = this.roster.resume(message, socket);
+    if (typeof member === 'string') {
+      refuseSocket(socket, member, 'E_DROPPED');
+      return null;
+    }
+    if (adopted) this.persist();
+    this.welcome(member);
+    return member;
   }
 
   private send(member: Member, message: CoordinatorMessage): void {
-    if (member.socket.readyState === member.socket.OPEN)
-      member.socket.send(JSON.stringify(message));
+    if (member.socket !== null) sendTo(member.socket, message);
+  }
+
+  /**
+   * Drops a member as gone ([Note: liveness in an elastic world]): it is told `E_DROPPED` and
+   * disconnected, and the other members of the current epoch are told to abort their group.
+   */
+  private drop(member: Member, reason: string): void {
+    if (this.roster.members.get(member.id) !== member) return;
+    this.roster.members.delete(member.id);
+    if (member.socket !== null)
+      refuseSocket(member.socket, `dropped from the world: ${reason}`, 'E_DROPPED');
+    const current = this.roster.current;
+    if (current !== null && current.members.includes(member.id)) {
+      const dropped: CoordinatorMessage = {
+        op: 'dropped',
+        epoch: current.epoch,
+        members: [member.id],
+        reason,
+      };
+      for (const id of current.members) {
+        const other = this.roster.members.get(id);
+        if (other !== undefined) this.send(other, dropped);
+      }
+    }
+    this.advance();
   }
 
   /** Members of the current epoch that passed the sync deadline are dropped as gone. */
   private dropLatecomers(): void {
     this.syncTimer = null;
-    const epoch = this.current?.epoch;
-    for (const id of this.current?.members ?? []) {
-      const member = this.members.get(id);
+    const epoch = this.roster.current?.epoch;
+    const seconds = this.options.syncTimeoutMs / 1000;
+    for (const id of this.roster.current?.members ?? []) {
+      const member = this.roster.members.get(id);
       if (member !== undefined && member.syncedAt !== epoch) {
-        this.members.delete(id);
-        member.socket.terminate();
+        this.drop(
+          member,
+          `member ${id} did not reach the sync point of epoch ${epoch} within ${seconds} s (syncTimeoutMs)`,
+        );
       }
     }
     this.advance();
@@ -265,35 +306,44 @@ export class ElasticCoordinator {
   /** Re-examines the world after any event: forms the next epoch when a sync point is complete. */
   private advance(): void {
     if (this.closed || this.forming || this.failure !== null) return;
-    const waiting = [...this.members.values()]
+    const waiting = [...this.roster.members.values()]
       .filter(
-        (member) => member.syncedAt === -1 && !(this.current?.members.includes(member.id) ?? false),
+        (member) =>
+          member.syncedAt === -1 && !(this.roster.current?.members.includes(member.id) ?? false),
       )
       .map((member) => member.id);
     const { minWorldSize, maxWorldSize } = this.options;
-    if (this.current === null) {
+    if (this.roster.current === null) {
       if (waiting.length < minWorldSize) {
         this.waitBelowMin(waiting.length);
         return;
       }
-      this.stopBelowMin();
+      this.belowMin.stop();
       if (waiting.length < maxWorldSize && this.options.joinWindowMs > 0) {
         this.windowTimer ??= setTimeout(() => {
           this.windowTimer = null;
-          this.form(nextMembers([], new Set(), this.waitingIds(), this.options), false);
+          this.form(nextMembers([], new Set(), this.roster.waitingIds(), this.options), false);
         }, this.options.joinWindowMs);
         return;
       }
       this.form(nextMembers([], new Set(), waiting, this.options), false);
       return;
     }
-    const { epoch, members } = this.current;
-    const live = members.filter((id) => this.members.has(id));
-    if (!live.every((id) => this.members.get(id)!.syncedAt === epoch)) return;
+    const { epoch, members } = this.roster.current;
+    const live = members.filter((id) => this.roster.members.has(id));
+    if (!live.every((id) => this.roster.members.get(id)!.syncedAt === epoch)) return;
     if (live.length === 0) {
+      if (this.roster.forgetUnclaimed()) {
+        // A restored world nobody resumed was an earlier job's: a new one forms.
+        this.advance();
+        return;
+      }
       // Everyone left (the job ended, or every process died): newcomers cannot get the state.
-      if (waiting.length > 0) this.fail(this.stateLost(waiting));
-      else this.resolveDone();
+      if (waiting.length > 0) this.fail(stateLostError(this.roster.current?.epoch, waiting.length));
+      else {
+        void this.stateFile?.remove();
+        this.resolveDone();
+      }
       return;
     }
     const next = nextMembers(members, new Set(live), waiting, this.options);
@@ -301,55 +351,31 @@ export class ElasticCoordinator {
       this.waitBelowMin(next.members.length);
       return;
     }
-    this.stopBelowMin();
-    const rebuild = live.some((id) => this.members.get(id)!.rebuild);
+    this.belowMin.stop();
+    const rebuild = live.some((id) => this.roster.members.get(id)!.rebuild);
     this.form(next, next.left.length > 0 || next.joined.length > 0 || rebuild);
   }
 
-  private waitingIds(): number[] {
-    return [...this.members.values()].filter((m) => m.syncedAt === -1).map((m) => m.id);
-  }
-
-  private stateLost(waiting: readonly number[]): ElasticError {
-    return new ElasticError(
-      'coordinator',
-      `every member of epoch ${this.current?.epoch} left: the job's state is lost, so the ${waiting.length} waiting member(s) cannot be admitted (restart the job, from a checkpoint)`,
-      { code: 'E_STATE_LOST' },
-    );
-  }
-
   private waitBelowMin(worldSize: number): void {
-    if (this.belowMin !== null) return;
     // Nobody is waiting at all before the first epoch: nothing to time out yet.
-    if (this.current === null && worldSize === 0) return;
-    const since = Date.now();
-    const timer = setTimeout(() => {
-      const waitedMs = Date.now() - since;
+    if (this.roster.current === null && worldSize === 0) return;
+    this.belowMin.start((waitedMs) => {
+      const live = (this.roster.current?.members ?? []).filter((id) => this.roster.members.has(id));
+      const size = live.length + this.roster.waitingIds().length;
       this.fail(
         new ElasticWorldTooSmallError('coordinator', {
-          worldSize: this.sizeIfFormedNow(),
+          worldSize: Math.min(this.options.maxWorldSize, size),
           minWorldSize: this.options.minWorldSize,
           waitedMs,
         }),
       );
-    }, this.options.belowMinTimeoutMs);
-    this.belowMin = { timer, since };
-  }
-
-  private sizeIfFormedNow(): number {
-    const live = (this.current?.members ?? []).filter((id) => this.members.has(id));
-    return Math.min(this.options.maxWorldSize, live.length + this.waitingIds().length);
-  }
-
-  private stopBelowMin(): void {
-    if (this.belowMin === null) return;
-    clearTimeout(this.belowMin.timer);
-    this.belowMin = null;
+    });
   }
 
   private fail(error: ElasticError): void {
     this.failure = error;
     this.clearTimers();
+    void this.stateFile?.remove();
     const fields =
       error instanceof ElasticWorldTooSmallError
         ? { worldSize: error.worldSize, minWorldSize: error.minWorldSize, waitedMs: error.waitedMs }
@@ -360,9 +386,9 @@ export class ElasticCoordinator {
       message: error.message,
       ...fields,
     };
-    for (const member of this.members.values()) {
+    for (const member of this.roster.members.values()) {
       this.send(member, message);
-      member.socket.close(1000, 'failed');
+      member.socket?.close(1000, 'failed');
     }
     this.rejectDone(error);
   }
@@ -371,8 +397,8 @@ export class ElasticCoordinator {
   private form(next: ReturnType<typeof nextMembers>, changed: boolean): void {
     if (this.windowTimer !== null) clearTimeout(this.windowTimer);
     this.windowTimer = null;
-    if (!changed && this.current !== null) {
-      const { epoch, members } = this.current;
+    if (!changed && this.roster.current !== null) {
+      const { epoch, members } = this.roster.current;
       const storeUrl = this.history.at(-1)?.storeUrl ?? '';
       this.finishSync();
       const same: EpochAnnouncement = {
@@ -385,53 +411,61 @@ export class ElasticCoordinator {
         storeUrl,
       };
       for (const id of members) {
-        const member = this.members.get(id);
+        const member = this.roster.members.get(id);
         if (member !== undefined) this.send(member, same);
       }
       return;
     }
     this.forming = true;
-    const epoch = (this.current?.epoch ?? -1) + 1;
-    this.stores.open(next.members.length).then(
-      (storeUrl) => {
-        this.forming = false;
-        if (this.closed) return;
-        const announcement: EpochAnnouncement = {
-          op: 'epoch',
-          epoch,
-          members: next.members,
-          left: next.left,
-          joined: next.joined,
-          changed: true,
-          storeUrl,
-        };
-        this.current = { epoch, members: [...next.members] };
-        this.history.push(announcement);
-        this.finishSync();
-        for (const id of next.members) {
-          const member = this.members.get(id);
-          if (member !== undefined) this.send(member, announcement);
-        }
-        // Members that left while the store started are noticed at the next sync point.
-        this.advance();
-      },
-      (error: unknown) => {
-        this.forming = false;
-        if (this.closed) return;
-        const detail = `epoch ${epoch}'s store cannot listen: ${String(error)}`;
-        this.fail(new ElasticError('coordinator', detail, { cause: error }));
-      },
-    );
+    const epoch = (this.roster.current?.epoch ?? this.roster.previousEpoch) + 1;
+    const world = { epoch, members: [...next.members] };
+    this.stores
+      .open(next.members.length)
+      // Written before it is announced: a coordinator started again knows every epoch a member may report.
+      .then(async (storeUrl) => (await this.stateFile?.write(this.stateOf(world)), storeUrl))
+      .then(
+        (storeUrl) => {
+          this.forming = false;
+          if (this.closed) return;
+          const announcement: EpochAnnouncement = {
+            op: 'epoch',
+            epoch,
+            members: next.members,
+            left: next.left,
+            joined: next.joined,
+            changed: true,
+            storeUrl,
+          };
+          this.roster.current = world;
+          this.history.push(announcement);
+          this.finishSync();
+          for (const id of next.members) {
+            const member = this.roster.members.get(id);
+            if (member !== undefined) this.send(member, announcement);
+          }
+          // Members that left while the store started are noticed at the next sync point.
+          this.advance();
+        },
+        (error: unknown) => {
+          this.forming = false;
+          if (this.closed) return;
+          if (ElasticError.isInstance(error)) return this.fail(error);
+          const detail = `epoch ${epoch}'s store cannot listen: ${String(error)}`;
+          this.fail(new ElasticError('coordinator', detail, { cause: error }));
+        },
+      );
   }
 
   private finishSync(): void {
     if (this.syncTimer !== null) clearTimeout(this.syncTimer);
     this.syncTimer = null;
-    for (const member of this.members.values()) {
-      if (this.current?.members.includes(member.id)) {
+    for (const member of this.roster.members.values()) {
+      if (this.roster.current?.members.includes(member.id)) {
         member.syncedAt = null;
         member.rebuild = false;
       }
     }
   }
 }
+
+export type { ElasticCoordinatorOptions };

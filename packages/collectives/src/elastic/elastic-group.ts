@@ -4,7 +4,9 @@ import {
   type NetworkBackend,
 } from '../connect-transport.js';
 import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
+import { CollectiveError } from '../errors.js';
 import { shareProgress } from '../progress/progress.js';
+import { gatherScalar } from '../scalar.js';
 import { resolveRendezvousOptions } from '../rendezvous/env.js';
 import type { Rendezvous } from '../rendezvous/rendezvous.js';
 import { StoreClient, type WebSocketConstructor } from '../rendezvous/store-client.js';
@@ -24,9 +26,18 @@ export interface JoinElasticOptions {
   name?: string;
   /** How long to wait to reach the coordinator and to be admitted (default 300 s). */
   timeoutMs?: number;
+  /**
+   * How long a member keeps trying to reach a coordinator that went away, training on meanwhile,
+   * before it fails with code `E_COORDINATOR_LOST` ([Note: liveness in an elastic world]).
+   * Default 300 s.
+   */
+  coordinatorTimeoutMs?: number;
   /** Deadline for building one epoch's group (store and every data connection); default 60 s. */
   connectTimeoutMs?: number;
-  /** Settings of every epoch's process group. */
+  /**
+   * Settings of every epoch's process group. Its ops' deadline defaults to twice the coordinator's
+   * member timeout: a silent peer is dropped (and the group aborted) before it passes.
+   */
   group?: ProcessGroupOptions;
   /** Address this member's data listener binds to and advertises (as `initProcessGroup`'s). */
   host?: string;
@@ -56,6 +67,11 @@ export interface MembershipChange extends Membership {
   readonly left: readonly number[];
   /** Ids admitted in this epoch (this member's own id when it was just admitted). */
   readonly joined: readonly number[];
+  /**
+   * This member was dropped (frozen or late past the coordinator's deadlines) and was admitted
+   * again as a newcomer, with a new id: its state is stale, take the world's.
+   */
+  readonly rejoined?: boolean;
 }
 
 function isNode(): boolean {
@@ -77,7 +93,7 @@ function failureOf(message: CoordinatorMessage, op: string, member: number): Ela
   if (message.op === 'refused') {
     return new ElasticError(op, `refused by the coordinator: ${message.message}`, {
       member,
-      code: 'E_REFUSED',
+      code: message.code ?? 'E_REFUSED',
     });
   }
   return new ElasticError(op, `unexpected '${message.op}' from the coordinator`, {
@@ -94,11 +110,35 @@ function failureOf(message: CoordinatorMessage, op: string, member: number): Ela
  */
 export class ElasticGroup {
   private constructor(
-    private readonly link: CoordinatorLink,
+    private link: CoordinatorLink,
     private readonly options: JoinElasticOptions,
     private current: ProcessGroup,
     private membershipNow: MembershipChange,
-  ) {}
+  ) {
+    this.watch();
+  }
+
+  /** The link's liveness reaches the group: a dropped peer or a lost coordinator aborts it. */
+  private watch(): void {
+    const { link } = this;
+    link.resumeAs = {
+      token: this.options.token ?? '',
+      name: this.options.name ?? '',
+      id: this.membershipNow.id,
+      epoch: this.membershipNow.epoch,
+      members: this.membershipNow.members,
+    };
+    link.onDropped = (message) => {
+      if (message.epoch === this.membershipNow.epoch && this.current.state === 'ready') {
+        this.current.abort(
+          `[elastic] member(s) ${message.members.join(', ')} dropped: ${message.reason}`,
+        );
+      }
+    };
+    link.onLost = (error) => {
+      if (this.current.state === 'ready') this.current.abort(error.message);
+    };
+  }
 
   /** The current epoch's process group (a new object after every change). */
   get group(): ProcessGroup {
@@ -113,7 +153,12 @@ export class ElasticGroup {
   /** @internal Joins: waits to be admitted, then builds the epoch's group. */
   static async join(options: JoinElasticOptions): Promise<ElasticGroup> {
     const timeoutMs = options.timeoutMs ?? 300_000;
-    const link = await CoordinatorLink.open(options.url, timeoutMs, options.WebSocket);
+    const link = await CoordinatorLink.open(
+      options.url,
+      timeoutMs,
+      options.WebSocket,
+      options.coordinatorTimeoutMs,
+    );
     const token = options.token ?? (isNode() ? (process.env.WEBSHARD_TOKEN ?? '') : '');
     const resolved = { ...options, token };
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -181,7 +226,11 @@ export class ElasticGroup {
         joined: announcement.joined,
       };
       try {
-        return { group: await buildEpochGroup(change, announcement.storeUrl, options), change };
+        const group = await buildEpochGroup(change, announcement.storeUrl, {
+          ...options,
+          group: { timeoutMs: 2 * link.memberTimeoutMs, ...options.group },
+        });
+        return { group, change };
       } catch (error) {
         // The coordinator notices who is gone; a missing member fails everyone's connections.
         if (ElasticError.isInstance(error)) throw error;
@@ -199,15 +248,51 @@ export class ElasticGroup {
    * `ElasticWorldTooSmallError` when the world stays below its minimum.
    */
   async sync(options: { failed?: boolean } = {}): Promise<MembershipChange | null> {
-    const rebuild = options.failed === true || this.current.state !== 'ready';
-    this.link.send({ op: 'sync', epoch: this.membershipNow.epoch, rebuild });
-    const announcement = await ElasticGroup.answer(this.link, 'sync');
+    let rebuild = options.failed === true || this.current.state !== 'ready';
+    if (this.link.closedCode === 'E_DROPPED') return this.rejoin();
+    if (!rebuild) {
+      // The coordinator is away from one member at least: nothing to report, the world trains on
+      // without it. All agree, so none waits at a sync point the others passed.
+      try {
+        const up = this.link.closedCode === null && !this.link.reconnecting ? 1 : 0;
+        const reachable = await gatherScalar(this.current, up);
+        if (reachable.includes(0)) return null;
+      } catch (error) {
+        if (this.current.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+        rebuild = true;
+      }
+    }
+    let announcement: EpochAnnouncement;
+    try {
+      this.link.send({ op: 'sync', epoch: this.membershipNow.epoch, rebuild });
+      announcement = await ElasticGroup.answer(this.link, 'sync');
+    } catch (error) {
+      if (ElasticError.isInstance(error) && error.code === 'E_DROPPED') return this.rejoin();
+      throw error;
+    }
     if (!announcement.changed) return null;
     await this.current.close().catch(() => {});
     const { group, change } = await ElasticGroup.enter(this.link, this.options, announcement);
     this.current = group;
     this.membershipNow = change;
+    this.watch();
     return change;
+  }
+
+  /**
+   * This member was dropped ([Note: liveness in an elastic world]): it joins again as a newcomer
+   * (a new id, admitted at the world's next sync point) and says so (`rejoined`), so that it takes
+   * the world's state instead of pushing its own stale one.
+   */
+  private async rejoin(): Promise<MembershipChange> {
+    this.current.abort('[elastic] this member was dropped from the world');
+    await this.current.close().catch(() => {});
+    const fresh = await ElasticGroup.join(this.options);
+    this.link = fresh.link;
+    this.current = fresh.current;
+    this.membershipNow = { ...fresh.membershipNow, rejoined: true };
+    this.watch();
+    return this.membershipNow;
   }
 
   /** Leaves the world (the others drop this member at their next sync point) and closes the group. */

@@ -12,6 +12,13 @@
  * whose epoch did not change get the same epoch back with `changed: false`. `failed` ends the job
  * for everyone (the world stayed below the minimum). `leave` is a polite goodbye; a closed socket
  * is an impolite one.
+ *
+ * Liveness ([Note: liveness in an elastic world] in liveness.ts): the coordinator sends `beat`
+ * every `heartbeatMs` (told in `welcome`) and each member answers `heartbeat` from its event loop;
+ * a member silent for `memberTimeoutMs` is dropped, the current epoch's others get `dropped` (abort
+ * your group now) and the dropped member `refused` with code `E_DROPPED`. A member whose
+ * connection broke sends `resume` (its id and epoch) on a new one instead of `join`; it is welcomed
+ * back only while it is still in the coordinator's current epoch.
  */
 
 /** One epoch's world, as the coordinator announces it. */
@@ -33,8 +40,29 @@ export interface EpochAnnouncement {
 }
 
 export type CoordinatorMessage =
-  | { readonly op: 'welcome'; readonly id: number }
-  | { readonly op: 'refused'; readonly message: string }
+  | {
+      readonly op: 'welcome';
+      readonly id: number;
+      /** How often the coordinator beats (a member answers each beat). */
+      readonly heartbeatMs?: number;
+      /** A member silent this long is dropped; a coordinator silent this long is lost. */
+      readonly memberTimeoutMs?: number;
+    }
+  | {
+      readonly op: 'refused';
+      readonly message: string;
+      /** `E_DROPPED`: this member is no longer in the world (join again as a newcomer). */
+      readonly code?: string;
+    }
+  | { readonly op: 'beat' }
+  | {
+      readonly op: 'dropped';
+      /** The epoch the dropped members belonged to. */
+      readonly epoch: number;
+      /** Ids of the members dropped. */
+      readonly members: readonly number[];
+      readonly reason: string;
+    }
   | EpochAnnouncement
   | {
       readonly op: 'failed';
@@ -53,13 +81,28 @@ export type MemberMessage =
       /** The member's group broke (a lost link, a failed step): rebuild it even if nobody left. */
       readonly rebuild?: boolean;
     }
-  | { readonly op: 'leave' };
+  | { readonly op: 'leave' }
+  | { readonly op: 'heartbeat' }
+  | {
+      readonly op: 'resume';
+      readonly token: string;
+      readonly name: string;
+      /** The id the coordinator gave this member. */
+      readonly id: number;
+      /** The epoch this member is in. */
+      readonly epoch: number;
+      /** That epoch's member ids in rank order (a coordinator that lost its state adopts them). */
+      readonly members: readonly number[];
+    };
 
 /** Largest message either side accepts, in bytes. */
 export const MAX_ELASTIC_MESSAGE_BYTES = 1 << 20;
 
 const isIdList = (value: unknown): value is number[] =>
   Array.isArray(value) && value.every((id) => Number.isSafeInteger(id) && id >= 0);
+
+const isPositive = (value: unknown): value is number =>
+  typeof value === 'number' && Number.isFinite(value) && value > 0;
 
 function parseObject(text: string): Record<string, unknown> | undefined {
   try {
@@ -89,6 +132,20 @@ export function parseMemberMessage(text: string): MemberMessage | string {
         : 'bad sync';
     case 'leave':
       return { op: 'leave' };
+    case 'heartbeat':
+      return { op: 'heartbeat' };
+    case 'resume':
+      return typeof r.token === 'string' &&
+        typeof r.name === 'string' &&
+        r.name.length <= 256 &&
+        Number.isSafeInteger(r.id) &&
+        (r.id as number) >= 0 &&
+        Number.isSafeInteger(r.epoch) &&
+        (r.epoch as number) >= 0 &&
+        isIdList(r.members) &&
+        r.members.length <= 4096
+        ? (r as MemberMessage)
+        : 'bad resume';
     default:
       return 'unknown op';
   }
@@ -100,9 +157,21 @@ export function parseCoordinatorMessage(text: string): CoordinatorMessage | unde
   if (r === undefined) return undefined;
   switch (r.op) {
     case 'welcome':
-      return Number.isSafeInteger(r.id) ? (r as CoordinatorMessage) : undefined;
+      return Number.isSafeInteger(r.id) &&
+        (r.heartbeatMs === undefined || isPositive(r.heartbeatMs)) &&
+        (r.memberTimeoutMs === undefined || isPositive(r.memberTimeoutMs))
+        ? (r as CoordinatorMessage)
+        : undefined;
     case 'refused':
-      return typeof r.message === 'string' ? (r as CoordinatorMessage) : undefined;
+      return typeof r.message === 'string' && (r.code === undefined || typeof r.code === 'string')
+        ? (r as CoordinatorMessage)
+        : undefined;
+    case 'beat':
+      return { op: 'beat' };
+    case 'dropped':
+      return Number.isSafeInteger(r.epoch) && isIdList(r.members) && typeof r.reason === 'string'
+        ? (r as CoordinatorMessage)
+        : undefined;
     case 'epoch':
       return Number.isSafeInteger(r.epoch) &&
         isIdList(r.members) &&

@@ -11,6 +11,15 @@ export interface MemberData {
   size: number;
   steps: number;
   lr: number;
+  /** Liveness tests: the member freezes its thread (Atomics.wait) on `{ freeze: true }` until
+   * the test stores 1 in word 0 of this buffer and notifies. */
+  freezeWord?: SharedArrayBuffer;
+  /** Liveness tests: each step blocks the thread this long (a slow laptop's synchronous step). */
+  blockMs?: number;
+  /** Liveness tests: each step also sleeps this long with the event loop free. */
+  sleepMs?: number;
+  /** How long the member trains on without a coordinator (`coordinatorTimeoutMs`). */
+  coordinatorTimeoutMs?: number;
 }
 
 export type MemberReport =
@@ -24,7 +33,9 @@ export type MemberReport =
       joined: readonly number[];
       step: number;
       params: Float32Array;
+      rejoined: boolean;
     }
+  | { kind: 'error'; id: number; step: number; code: string; message: string }
   | { kind: 'gate'; id: number; step: number }
   | { kind: 'done'; id: number; epoch: number; step: number; params: Float32Array };
 
