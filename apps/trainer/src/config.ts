@@ -113,6 +113,11 @@ export interface TrainConfig {
   elastic?: string | null;
   /** Host an elastic world's coordinator instead of training (`--elastic-coordinator`). */
   elasticCoordinator?: ElasticCoordinatorSettings | null;
+  /**
+   * `--elastic`: how long a member trains on without its coordinator before it exits
+   * (`--coordinator-timeout`, seconds; [Note: liveness in an elastic world] in collectives).
+   */
+  coordinatorTimeoutSeconds?: number;
 }
 
 /** `--elastic-coordinator PORT` and its bounds ([Note: elastic training in the trainer]). */
@@ -123,6 +128,12 @@ export interface ElasticCoordinatorSettings {
   maxWorldSize: number;
   /** How long to wait for members below the minimum, and for more at the start. */
   waitSeconds: number;
+  /** A member silent this long is dropped (`--member-timeout`, default 60). */
+  memberTimeoutSeconds: number;
+  /** How long the members at a sync point wait for late ones (`--sync-timeout`, default 300). */
+  syncTimeoutSeconds: number;
+  /** The coordinator's state file (`--coordinator-state`), to start it again on; null: none. */
+  statePath: string | null;
   /**
    * `--browser-port` given: also serve the page a browser tab opens to join the world, training
    * with this command's own training flags ([Note: browser tabs in an elastic world]).

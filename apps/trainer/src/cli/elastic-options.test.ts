@@ -51,6 +51,9 @@ describe('the elastic flags', () => {
       maxWorldSize: 64,
       waitSeconds: 60,
       page: false,
+      memberTimeoutSeconds: 60,
+      syncTimeoutSeconds: 300,
+      statePath: null,
     });
     expect(
       parse(
@@ -62,8 +65,38 @@ describe('the elastic flags', () => {
         '3',
         '--elastic-wait-seconds',
         '5',
+        '--member-timeout',
+        '4',
+        '--sync-timeout',
+        '9',
+        '--coordinator-state',
+        'world.json',
       ).elasticCoordinator,
-    ).toEqual({ port: 0, minWorldSize: 2, maxWorldSize: 3, waitSeconds: 5, page: false });
+    ).toEqual({
+      port: 0,
+      minWorldSize: 2,
+      maxWorldSize: 3,
+      waitSeconds: 5,
+      page: false,
+      memberTimeoutSeconds: 4,
+      syncTimeoutSeconds: 9,
+      statePath: 'world.json',
+    });
+    expectUsage(
+      () => parse('--member-timeout', '5'),
+      '--member-timeout applies to --elastic-coordinator',
+      '--member-timeout',
+    );
+    expectUsage(
+      () => parse('--coordinator-timeout', '5'),
+      '--coordinator-timeout applies to --elastic',
+      '--coordinator-timeout',
+    );
+    expectUsage(
+      () => parse('--elastic-coordinator', '0', '--member-timeout', '0'),
+      '--member-timeout 0 is not an integer in 1..86400',
+      '--member-timeout',
+    );
   });
 
   it('--browser-port on the coordinator serves the tab page; --browser-host is what it binds', () => {

@@ -9,7 +9,21 @@ export const ELASTIC_OPTIONS = {
   'min-world-size': { type: 'string' },
   'max-world-size': { type: 'string' },
   'elastic-wait-seconds': { type: 'string' },
+  'member-timeout': { type: 'string' },
+  'sync-timeout': { type: 'string' },
+  'coordinator-state': { type: 'string' },
+  'coordinator-timeout': { type: 'string' },
 } as const;
+
+/** The coordinator's own flags: an error names the first given without `--elastic-coordinator`. */
+const COORDINATOR_FLAGS = [
+  'min-world-size',
+  'max-world-size',
+  'elastic-wait-seconds',
+  'member-timeout',
+  'sync-timeout',
+  'coordinator-state',
+] as const;
 
 function integer(
   name: string,
@@ -36,13 +50,15 @@ function integer(
 export function elasticOptions(
   v: Record<string, string | undefined>,
   config: TrainConfig,
-): Pick<TrainConfig, 'elastic' | 'elasticCoordinator' | 'transport'> {
-  const bounds = v['min-world-size'] ?? v['max-world-size'] ?? v['elastic-wait-seconds'];
-  if (v['elastic-coordinator'] === undefined && bounds !== undefined) {
-    const flag = ['min-world-size', 'max-world-size', 'elastic-wait-seconds'].find(
-      (name) => v[name] !== undefined,
-    );
+): Pick<TrainConfig, 'elastic' | 'elasticCoordinator' | 'transport' | 'coordinatorTimeoutSeconds'> {
+  const flag = COORDINATOR_FLAGS.find((name) => v[name] !== undefined);
+  if (v['elastic-coordinator'] === undefined && flag !== undefined) {
     throw new UsageError(`--${flag} applies to --elastic-coordinator`, { option: `--${flag}` });
+  }
+  if (v.elastic === undefined && v['coordinator-timeout'] !== undefined) {
+    throw new UsageError('--coordinator-timeout applies to --elastic', {
+      option: '--coordinator-timeout',
+    });
   }
   let elasticCoordinator: ElasticCoordinatorSettings | null = null;
   if (v['elastic-coordinator'] !== undefined) {
@@ -61,8 +77,19 @@ export function elasticOptions(
       );
     }
     const waitSeconds = integer('elastic-wait-seconds', v['elastic-wait-seconds'], 60, 0, 86400);
+    const memberTimeoutSeconds = integer('member-timeout', v['member-timeout'], 60, 1, 86400);
+    const syncTimeoutSeconds = integer('sync-timeout', v['sync-timeout'], 300, 1, 86400);
     const page = v['browser-port'] !== undefined;
-    elasticCoordinator = { port, minWorldSize, maxWorldSize, waitSeconds, page };
+    elasticCoordinator = {
+      port,
+      minWorldSize,
+      maxWorldSize,
+      waitSeconds,
+      page,
+      memberTimeoutSeconds,
+      syncTimeoutSeconds,
+      statePath: v['coordinator-state'] ?? null,
+    };
     if (page) checkElasticPage(config);
   }
   const elastic = v.elastic ?? null;
@@ -108,5 +135,12 @@ export function elasticOptions(
       refuse('evaluates at the end only: drop --eval-every', '--eval-every');
   }
   const transport = elastic !== null && v.transport === undefined ? 'tcp' : config.transport;
-  return { elastic, elasticCoordinator, transport };
+  const coordinatorTimeoutSeconds = integer(
+    'coordinator-timeout',
+    v['coordinator-timeout'],
+    300,
+    1,
+    86400,
+  );
+  return { elastic, elasticCoordinator, transport, coordinatorTimeoutSeconds };
 }

@@ -51,6 +51,14 @@ Execution
                                below --min-world-size for --elastic-wait-seconds
   --min-world-size <n> --max-world-size <n>  the coordinator's bounds (default 1 and 64)
   --elastic-wait-seconds <n>   below the minimum, and for more members at the start (default 60)
+  --member-timeout <s>         the coordinator drops a member silent this long: frozen, asleep,
+                               cut off (default 60; a slow step is fine, a frozen process is not)
+  --sync-timeout <s>           at a sync point (diloco: an outer sync), how long the members wait
+                               for late ones before going on without them (default 300)
+  --coordinator-state <file>   the coordinator keeps its world there: started again with it, it
+                               takes the world back (without it, from what the members report)
+  --coordinator-timeout <s>    --elastic: how long a member trains on without its coordinator
+                               (it reconnects meanwhile) before it exits (default 300)
                                with --browser-port the coordinator also serves the page that joins
                                a browser tab as a member (ddp or diloco), training with its own flags
   --elastic <ws://host:port>   ddp or fsdp (fp32) as one member of that elastic world: members may

@@ -13,10 +13,19 @@ import type { FaultHook } from '@webshard/fsdp/checkpoint';
 const killAt = Number(process.env.WEBSHARD_TRAINER_KILL_AT ?? 0);
 let passed = 0;
 
-/** Count one fault point (`label` for a debugger), and die here if it is the chosen one. */
-export function faultPoint(_label: string): void {
+const slowMs = Number(process.env.WEBSHARD_TRAINER_SLOW_MS ?? 0);
+
+/**
+ * Count one fault point (`label` for a debugger), and die here if it is the chosen one. At the end
+ * of a step, `WEBSHARD_TRAINER_SLOW_MS=t` also blocks the thread for t ms, as a slow laptop's
+ * synchronous compute does (the elastic liveness tests: a slow member is not a frozen one).
+ */
+export function faultPoint(label: string): void {
   passed += 1;
   if (killAt > 0 && passed === killAt) process.kill(process.pid, 'SIGKILL');
+  if (slowMs > 0 && label === 'step') {
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, slowMs);
+  }
 }
 
 /** How many fault points this process has passed. */

@@ -52,10 +52,18 @@ export async function hostElasticCoordinator(
     maxWorldSize: settings.maxWorldSize,
     joinWindowMs: waitMs,
     belowMinTimeoutMs: waitMs,
+    memberTimeoutMs: settings.memberTimeoutSeconds * 1000,
+    syncTimeoutMs: settings.syncTimeoutSeconds * 1000,
+    ...(settings.statePath === null ? {} : { statePath: settings.statePath }),
   });
   say(
     `elastic coordinator: ${coordinator.url} (world size ${settings.minWorldSize} to ${settings.maxWorldSize}); members join with --elastic ${coordinator.url}`,
   );
+  if (coordinator.epoch >= 0) {
+    say(
+      `elastic: epoch ${coordinator.epoch} [${coordinator.memberIds.join(', ')}] taken back from ${settings.statePath}; its members resume (those not back within --member-timeout are dropped)`,
+    );
+  }
   const page = settings.page && tabs !== null ? await serveTabPage(tabs, coordinator.url) : null;
   if (page !== null) {
     say(

@@ -13,17 +13,21 @@ import type { Run } from './set-up.js';
  * [Note: diloco members that come and go]
  * Under `--elastic` with `--strategy diloco` the members meet only at outer syncs (every
  * `--inner-steps` steps and after the last): between them a member trains alone, and a member
- * lost there is found at the next sync, whose collectives fail. That sync changed nothing
- * ([Note: DiLoCo in an elastic world] in @webshard/diloco), so after `elastic.sync` the survivors
- * regroup DiLoCo onto the new world and run it again there; newcomers are admitted at the same
- * points. A newcomer takes from rank 0 the step, the global copy (its parameters), the outer
- * momentum, the step counts and AdamW's state (`shareOuterState`), and whether the world is in
- * the middle of a sync that failed (`pending`): then it runs that sync with the others, with no
- * pseudo-gradient of its own. Each sync weighs a member with one (`hasDelta`: it trained since the
- * last global copy) by size / contributors and one without by 0 (`syncOuter`, an average of the
- * flags first), so the average is the contributors'. Survivors keep their own AdamW state, as
- * DiLoCo's workers do. Every member prints a digest of the global copy after a change, so a test
- * sees that a newcomer holds the world's bits.
+ * lost there is found at the next sync. At an outer sync point the members meet the coordinator
+ * first (`elastic.sync`): a member later than the coordinator's `--sync-timeout` is dropped there
+ * and left out of this sync instead of holding everyone, and newcomers are admitted. After a
+ * change the members regroup DiLoCo onto the new world, then run the outer sync over it; a member
+ * lost in the outer sync changes nothing ([Note: DiLoCo in an elastic world] in @webshard/diloco),
+ * so the point starts again, with the world that is left. A newcomer takes from rank 0 the step,
+ * the global copy (its parameters), the outer momentum, the step counts and AdamW's state
+ * (`shareOuterState`), and whether the world is at an outer sync point (`pending`, always so after
+ * a change): then it runs that sync with the others, with no pseudo-gradient of its own. A member
+ * that was dropped (frozen, or late) and admitted again is a newcomer too: its pseudo-gradient is
+ * stale and never reaches the world. Each sync weighs a member with one (`hasDelta`: it trained
+ * since the last global copy) by size / contributors and one without by 0 (`syncOuter`, an average
+ * of the flags first), so the average is the contributors'. Survivors keep their own AdamW state,
+ * as DiLoCo's workers do. Every member prints a digest of the global copy after a change, so a
+ * test sees that a newcomer holds the world's bits.
  */
 
 const encoder = new TextEncoder();
@@ -37,8 +41,8 @@ function dilocoOf(run: Run): DiLoCo {
 
 /**
  * Every member calls it after a change (and a newcomer once admitted): rank 0 sends the step,
- * whether a failed sync is `pending`, DiLoCo's global state and its AdamW; a `newcomer` loads
- * them, the others keep their own. Returns rank 0's step and `pending`.
+ * whether the world is at an outer sync point (`pending`), DiLoCo's global state and its AdamW; a
+ * `newcomer` loads them, the others keep their own. Returns rank 0's step and `pending`.
  */
 export async function shareOuterState(
   run: Run,

@@ -136,6 +136,7 @@ export async function trainElastic(
 ): Promise<TrainSummary & { rank?: number }> {
   const elastic = await joinElastic({
     url: config.elastic!,
+    coordinatorTimeoutMs: (config.coordinatorTimeoutSeconds ?? 300) * 1000,
     backend: config.transport === 'ws' ? 'ws' : 'tcp',
     name: member.name ?? `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
     ...(member.token === undefined ? {} : { token: member.token }),
@@ -173,32 +174,61 @@ export async function trainElastic(
     const digest = () => {
       if (outer) io.stdout(`elastic: global digest ${globalDigest(run)} at step ${step}\n`);
     };
-    /** diloco: the outer sync at this sync point, run again in the new world until it holds. */
-    const outerSyncPoint = async (pending: boolean) => {
+    /**
+     * After a change: the strategy moved to the new world and the state shared. A member lost in
+     * these collectives too (a tab closed while the world regrouped) only means another change:
+     * every op of the regroup is covered, as the step's are ([Note: elastic training in the
+     * trainer]).
+     */
+    const regroup = async (
+      first: MembershipChange,
+      share: (change: MembershipChange) => Promise<void>,
+    ) => {
+      let change = first;
       for (;;) {
-        let failed = false;
-        if (pending) {
-          try {
-            await syncOuter(run, hasDelta);
-            pending = false;
-            hasDelta = false;
-          } catch (error) {
-            if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
-            failed = true;
-          }
+        try {
+          await share(change);
+          break;
+        } catch (error) {
+          if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
         }
-        const change = await elastic.sync({ failed });
-        if (change === null) {
-          if (failed) throw new Error('an outer sync failed but the world did not change');
+        const next = await elastic.sync({ failed: true });
+        if (next === null) throw new Error('a regroup failed but the world did not change');
+        change = next;
+      }
+      await announce(elastic.membership, step);
+      digest();
+    };
+    /**
+     * diloco: an outer sync point. The coordinator's sync point comes first, so a member later than
+     * `--sync-timeout` is left out of this sync (it joins again as a newcomer, its pseudo-gradient
+     * stale); then the outer sync runs over the world that met, again in the next world if a
+     * member is lost in it. `joined`: a newcomer just admitted at this point, which runs the outer
+     * sync with the others (its weight 0) without meeting the coordinator again.
+     */
+    const outerSyncPoint = async (joined: boolean) => {
+      let failed = false;
+      for (;;) {
+        const change = joined ? null : await elastic.sync({ failed });
+        joined = false;
+        if (change !== null) {
+          await regroup(change, async (now) => {
+            const previous = run.prepared.outer!.diloco!;
+            await enterEpoch(run, config, elastic);
+            run.prepared.outer!.adopt(previous);
+            // A member dropped and admitted again takes the world's state; its delta is stale.
+            if (now.rejoined === true) hasDelta = false;
+            ({ step } = await shareOuterState(run, elastic, step, true, now.rejoined === true));
+          });
+        }
+        try {
+          await syncOuter(run, hasDelta);
+          hasDelta = false;
           return;
+        } catch (error) {
+          if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+          failed = true;
         }
-        const previous = run.prepared.outer!.diloco!;
-        await enterEpoch(run, config, elastic);
-        run.prepared.outer!.adopt(previous);
-        ({ step } = await shareOuterState(run, elastic, step, pending, false));
-        await announce(change, step);
-        digest();
-        if (!pending) return;
       }
     };
     let step = 0;
@@ -209,7 +239,7 @@ export async function trainElastic(
       step = shared.step;
       await announce(elastic.membership, step);
       digest();
-      // Admitted in the middle of a sync that failed: it runs again, with this member in it.
+      // Admitted at an outer sync point: it runs that sync with the others, with no delta.
       if (shared.pending) await outerSyncPoint(true);
     }
     if (!outer) await announce(elastic.membership, step);
@@ -247,19 +277,20 @@ export async function trainElastic(
       if (outer) {
         hasDelta = true;
         // Members meet only at outer syncs: between them there is no sync point.
-        if (run.prepared.outer!.due(step - 1)) await outerSyncPoint(true);
+        if (run.prepared.outer!.due(step - 1)) await outerSyncPoint(false);
         continue;
       }
       const change = await elastic.sync({ failed: record === null });
       if (change !== null) {
-        if (sharded) {
-          run = await restartSharded(config, io, elastic, run);
-          step = run.firstStep;
-        } else {
-          await enterEpoch(run, config, elastic);
-          step = await shareRunState(run, elastic, step);
-        }
-        await announce(change, step);
+        await regroup(change, async () => {
+          if (sharded) {
+            run = await restartSharded(config, io, elastic, run);
+            step = run.firstStep;
+          } else {
+            await enterEpoch(run, config, elastic);
+            step = await shareRunState(run, elastic, step);
+          }
+        });
       }
     }
     progress.done();

@@ -63,6 +63,8 @@ export class CoordinatorLink {
   private readonly takers: {
     resolve: (message: CoordinatorMessage) => void;
     reject: (reason: string) => void;
+    /** Set by `answerUnlessBroken`: the connection broke before the answer came. */
+    broke?: () => void;
   }[] = [];
   private closedBecause: { reason: string; code: string } | null = null;
   private socket: WebSocketLike;
@@ -178,6 +180,12 @@ export class CoordinatorLink {
       this.shut(reason, 'E_COORDINATOR_LOST');
       return;
     }
+    // A sync waiting for its answer gives up: the coordinator may never have sent it.
+    for (const taker of this.takers.filter((t) => t.broke !== undefined)) {
+      this.takers.splice(this.takers.indexOf(taker), 1);
+      this.unanswered = null;
+      taker.broke!();
+    }
     const old = this.socket;
     old.onmessage = old.onclose = null;
     try {
@@ -259,6 +267,33 @@ export class CoordinatorLink {
     return new Promise((resolve, reject) => {
       this.takers.push({ resolve, reject: (reason) => reject(this.error(op, reason)) });
     });
+  }
+
+  /**
+   * The answer to the sync just sent, or null when the connection breaks first (or is broken
+   * already): then the sync is not sent again on the next connection.
+   */
+  answerUnlessBroken(op: string): Promise<CoordinatorMessage | null> {
+    const queued = this.inbox.shift();
+    if (queued !== undefined) return Promise.resolve(queued);
+    if (this.closedBecause !== null)
+      return Promise.reject(this.error(op, this.closedBecause.reason));
+    if (this.reconnecting) {
+      this.unanswered = null;
+      return Promise.resolve(null);
+    }
+    return new Promise((resolve, reject) => {
+      this.takers.push({
+        resolve,
+        reject: (reason) => reject(this.error(op, reason)),
+        broke: () => resolve(null),
+      });
+    });
+  }
+
+  /** Puts `message` back in front of the next `next()`. */
+  pushBack(message: CoordinatorMessage): void {
+    this.inbox.unshift(message);
   }
 
   /** Why the link is gone for good (`E_DROPPED`, `E_COORDINATOR_LOST`), or null while it lives. */

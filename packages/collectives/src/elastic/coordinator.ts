@@ -334,8 +334,13 @@ export class ElasticCoordinator {
     if (!live.every((id) => this.roster.members.get(id)!.syncedAt === epoch)) return;
     if (live.length === 0) {
       if (this.roster.forgetUnclaimed()) {
-        // A restored world nobody resumed was an earlier job's: a new one forms.
-        this.advance();
+        // A restored world nobody resumed: its job ended while the coordinator was away, or it
+        // was an earlier job's. Newcomers waiting form a new one; with none, the job is over.
+        if (waiting.length > 0) this.advance();
+        else {
+          void this.stateFile?.remove();
+          this.resolveDone();
+        }
         return;
       }
       // Everyone left (the job ended, or every process died): newcomers cannot get the state.

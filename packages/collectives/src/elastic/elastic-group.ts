@@ -265,6 +265,13 @@ export class ElasticGroup {
     let announcement: EpochAnnouncement;
     try {
       this.link.send({ op: 'sync', epoch: this.membershipNow.epoch, rebuild });
+      if (!rebuild) {
+        // The coordinator lost before it answered: as a skipped sync point (the others skip it,
+        // or were told nothing changed; one told of a change fails its next step with this one).
+        const answer = await this.link.answerUnlessBroken('sync');
+        if (answer === null) return null;
+        this.link.pushBack(answer);
+      }
       announcement = await ElasticGroup.answer(this.link, 'sync');
     } catch (error) {
       if (ElasticError.isInstance(error) && error.code === 'E_DROPPED') return this.rejoin();

@@ -288,6 +288,27 @@ describe('the coordinator epoch decides', () => {
     expect([saved.epoch, saved.members]).toEqual([8, [2]]);
   });
 
+  it('ends the job when a restored world does not come back and nobody waits', async () => {
+    const statePath = join(dir, 'ended.json');
+    await writeFile(
+      statePath,
+      JSON.stringify({
+        version: 1,
+        epoch: 2,
+        members: [0, 1],
+        nextId: 2,
+        minWorldSize: 1,
+        maxWorldSize: 3,
+      }),
+    );
+    const coordinator = await coordinate({ statePath, minWorldSize: 1 });
+    expect([coordinator.epoch, coordinator.connectedIds]).toEqual([2, []]);
+    const started = Date.now();
+    await coordinator.done;
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
+    await expect(readFile(statePath)).rejects.toThrow(/ENOENT/);
+  });
+
   it('names the state file it cannot read', async () => {
     const statePath = join(dir, 'broken.json');
     await writeFile(statePath, '{"version":1,"epoch":');

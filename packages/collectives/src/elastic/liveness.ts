@@ -22,8 +22,10 @@
  * the coordinator. A coordinator started again on the same address takes its state from its
  * state file (`statePath`: the epoch, its members, the next id), or without one adopts the epoch
  * the first member to resume reports; a member of another epoch (or a member not in it) is refused
- * with `E_DROPPED`. A restored world that no member resumes within the member timeout was an
- * earlier job's: the coordinator forgets it and forms a new one.
+ * with `E_DROPPED`. A restored world that no member resumes within the member timeout ended while
+ * the coordinator was away (members that finish during an outage leave without a word), or was an
+ * earlier job's: the coordinator forgets it, forms a new one from the newcomers waiting, and with
+ * none the job is over (`done`).
  *
  * Split brain: only the coordinator forms epochs, so two parts of a world that lose sight of each
  * other cannot both go on as the same epoch. The part the coordinator hears goes on (the other

@@ -1,0 +1,216 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import {
+  cli,
+  followLog,
+  killStarted,
+  type Line,
+  lines,
+  type Started,
+  signalAll,
+  startCoordinator,
+  until,
+} from '../test-support/cli-process.js';
+
+// [Note: liveness in an elastic world] (collectives) with real processes: a member frozen with
+// SIGSTOP (a closed lid) is dropped after --member-timeout and the others finish; woken after, it
+// joins again as a newcomer with the world's state; a slow member is kept; the coordinator killed
+// and started again on its port changes nothing; gone for good, every member exits in one line.
+const MODEL = ['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'];
+const RUN = [
+  ...MODEL,
+  '--batch-size',
+  '12',
+  '--backend',
+  'cpu',
+  '--sample-length',
+  '0',
+  '--seed',
+  '7',
+];
+const TIMEOUT = ['--member-timeout', '3'];
+
+let out: string;
+beforeAll(async () => {
+  out = await mkdtemp(join(tmpdir(), 'webshard-liveness-'));
+});
+afterAll(async () => {
+  killStarted();
+  await rm(out, { recursive: true, force: true });
+});
+
+const steps = (read: Line[]) => read.filter((line) => line.event === undefined);
+const changes = (read: Line[]) => read.filter((line) => line.event === 'membership');
+const alive = (m: Started) => m.child.exitCode === null && m.child.signalCode === null;
+
+const STRATEGIES: Record<string, { args: string[]; transport: string; steps: number }> = {
+  ddp: { args: ['--strategy', 'ddp'], transport: 'tcp', steps: 60 },
+  fsdp: {
+    args: ['--strategy', 'fsdp', '--checkpoint-every', '2'],
+    transport: 'tcp',
+    steps: 40,
+  },
+  diloco: {
+    args: ['--strategy', 'diloco', '--inner-steps', '4', '--outer-compression', 'int8'],
+    transport: 'ws',
+    steps: 60,
+  },
+};
+
+it.each(Object.keys(STRATEGIES))(
+  '%s: a member frozen (SIGSTOP) is dropped after --member-timeout, the others go on; woken, it joins again; all exit 0',
+  async (strategy) => {
+    const { args, transport, steps: total } = STRATEGIES[strategy]!;
+    const { coordinator, url } = await startCoordinator(2, 3, 30, TIMEOUT);
+    const log = join(out, `frozen-${strategy}.jsonl`);
+    const follow = followLog(log);
+    const extra = strategy === 'fsdp' ? ['--checkpoint-dir', join(out, `ckpt-${strategy}`)] : [];
+    const member = () =>
+      cli([
+        ...RUN,
+        ...args,
+        ...extra,
+        ...['--steps', String(total), '--transport', transport, '--elastic', url],
+        ...['--log-jsonl', log],
+      ]);
+    const all = [member(), member(), member()];
+    await until('3 steps of 3', () => (steps(follow.latest()).length >= 3 ? true : null), 60_000);
+    // Rank 0 prints the run's lines: freeze another one.
+    const frozen = all.find((m) => !/strategy: /.test(m.stdout()))!;
+    process.kill(-frozen.child.pid!, 'SIGSTOP');
+    const frozenAt = Date.now();
+    const others = all.filter((m) => m !== frozen);
+    await until(
+      'a step of the world of 2',
+      () => {
+        const read = follow.latest();
+        return changes(read).length === 2 && read.at(-1)!.event === undefined ? true : null;
+      },
+      60_000,
+    );
+    const droppedAfter = (Date.now() - frozenAt) / 1000;
+    expect(changes(follow.latest())[1]!.worldSize).toBe(2);
+    expect(coordinator.stdout()).toMatch(/left \[\d+\]/);
+    // Woken once the world went on without it: it learns it was dropped and joins again.
+    signalAll(others, 'SIGSTOP');
+    process.kill(-frozen.child.pid!, 'SIGCONT');
+    await until('the woken member waiting', () =>
+      /member 3 waits/.test(coordinator.stdout()) ? true : null,
+    );
+    signalAll(others, 'SIGCONT');
+    const results = await Promise.all([...all, coordinator].map((m) => m.done));
+    follow.stop();
+    for (const result of results.slice(0, 3)) expect([result.code, result.stderr]).toEqual([0, '']);
+    expect(results[3]!.code).toBe(0);
+    const read = await lines(log);
+    expect(changes(read).map((line) => [line.worldSize, line.left!.length, line.joined])).toEqual([
+      [3, 0, [0, 1, 2]],
+      [2, 1, []],
+      [3, 0, [3]],
+    ]);
+    const last = new Map<number, number>();
+    for (const line of steps(read)) last.set(line.step, line.loss!);
+    expect([...last.keys()].sort((a, b) => a - b)).toEqual(
+      Array.from({ length: total }, (_, i) => i + 1),
+    );
+    console.log(
+      `${strategy} over ${transport}: a frozen member dropped ${droppedAfter.toFixed(1)} s after SIGSTOP (--member-timeout 3)`,
+    );
+    // Dropped after the member timeout and a beat, long before the sync timeout (300 s).
+    expect(droppedAfter).toBeLessThan(30);
+  },
+  150_000,
+);
+
+it('a slow member (each step blocks its thread 1.5 s, the others 0.05 s) is not dropped at --member-timeout 2', async () => {
+  const { coordinator, url } = await startCoordinator(2, 2, 30, ['--member-timeout', '2']);
+  const log = join(out, 'slow.jsonl');
+  const member = (env: Record<string, string> = {}) =>
+    cli([...RUN, '--strategy', 'ddp', '--steps', '6', '--elastic', url, '--log-jsonl', log], env);
+  const both = [member(), member({ WEBSHARD_TRAINER_SLOW_MS: '1500' })];
+  const results = await Promise.all([...both, coordinator].map((m) => m.done));
+  for (const result of results) expect([result.code, result.stderr]).toEqual([0, '']);
+  expect(changes(await lines(log)).map((line) => line.worldSize)).toEqual([2]);
+}, 90_000);
+
+/** A port free now, for a coordinator that must come back on the same one. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+function coordinatorOn(port: number, extra: string[]): Started {
+  return cli([
+    ...['--elastic-coordinator', String(port), '--min-world-size', '2', '--max-world-size', '3'],
+    ...['--elastic-wait-seconds', '30', ...TIMEOUT, ...extra],
+  ]);
+}
+
+it('the coordinator SIGKILLed and started again on its port: the members train through, all exit 0, the loss of one process', async () => {
+  const port = await freePort();
+  const state = ['--coordinator-state', join(out, 'world.json')];
+  const first = coordinatorOn(port, state);
+  const url = await until(
+    'the coordinator',
+    () => /--elastic (ws:\/\/\S+)/.exec(first.stdout())?.[1],
+  );
+  const log = join(out, 'restart.jsonl');
+  const follow = followLog(log);
+  // Enough steps that the world is still training when the coordinator is back.
+  const STEPS = 300;
+  const run = [...RUN, '--strategy', 'ddp', '--steps', String(STEPS), '--log-jsonl', log];
+  const members = [0, 1, 2].map(() => cli([...run, '--elastic', url]));
+  await until('3 steps of 3', () => (steps(follow.latest()).length >= 3 ? true : null), 60_000);
+  process.kill(-first.child.pid!, 'SIGKILL');
+  const at = steps(follow.latest()).length;
+  // The world trains on without a coordinator.
+  await until('3 more steps', () => (steps(follow.latest()).length >= at + 3 ? true : null));
+  const again = coordinatorOn(port, state);
+  const results = await Promise.all([...members, again].map((m) => m.done));
+  follow.stop();
+  for (const result of results) expect([result.code, result.stderr]).toEqual([0, '']);
+  expect(again.stdout()).toMatch(/elastic: epoch 0 \[0, 1, 2\] taken back from .*world\.json/);
+  expect(again.stdout()).toMatch(/every member left; the job is over/);
+  const read = await lines(log);
+  expect(changes(read).map((line) => line.worldSize)).toEqual([3]);
+  expect(steps(read).map((line) => line.step)).toEqual(
+    Array.from({ length: STEPS }, (_, i) => i + 1),
+  );
+  const single = cli([...RUN, '--steps', String(STEPS), '--log-jsonl', join(out, 'single.jsonl')]);
+  expect((await single.done).code).toBe(0);
+  const reference = await lines(join(out, 'single.jsonl'));
+  const gaps = steps(read).map(
+    (line, i) => Math.abs(line.loss! - reference[i]!.loss!) / reference[i]!.loss!,
+  );
+  expect(Math.max(...gaps)).toBeLessThan(5e-3);
+}, 120_000);
+
+it('the coordinator gone for good: every member exits 1 in one line within --coordinator-timeout', async () => {
+  const { coordinator, url } = await startCoordinator(2, 2, 30, TIMEOUT);
+  const log = join(out, 'gone.jsonl');
+  const follow = followLog(log);
+  const run = [...RUN, '--strategy', 'ddp', '--steps', '100000', '--log-jsonl', log];
+  const members = [0, 1].map(() => cli([...run, '--elastic', url, '--coordinator-timeout', '4']));
+  await until('3 steps of 2', () => (steps(follow.latest()).length >= 3 ? true : null), 60_000);
+  process.kill(-coordinator.child.pid!, 'SIGKILL');
+  const gone = Date.now();
+  const results = await Promise.all(members.map((m) => m.done));
+  follow.stop();
+  const seconds = (Date.now() - gone) / 1000;
+  for (const result of results) {
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      new RegExp(
+        `^webshard-train: ElasticError: \\[elastic\\.sync\\] member \\d: no coordinator at ${url} for 4 s \\(coordinatorTimeoutMs; [^\\n]*\\n$`,
+      ),
+    );
+  }
+  expect(seconds).toBeLessThan(15);
+  expect(alive(members[0]!)).toBe(false);
+}, 90_000);
