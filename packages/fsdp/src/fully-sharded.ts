@@ -216,9 +216,9 @@ export class FullyShardedDataParallel<
   /**
    * The shards of this unit and every nested unit, as `[name, shard]` (names like
    * `transformer.h.0.flat_param_0`; with `flattenParameters: false` each shard holds one
-   * parameter and has its name, `transformer.h.0.attn.c_attn.weight`, as in fairscale): what the
-   * optimizer steps on. Inside `summonFullParams` the module's own parameters under their original
-   * names instead.
+   * parameter and has its name, `transformer.h.0.attn.c_attn.weight`, as in fairscale), in the
+   * unwrapped model's order ([Note: the order of named shards]): what the optimizer steps on.
+   * Inside `summonFullParams` the module's own parameters under their original names instead.
    */
   override namedParameters(
     options: { recurse?: boolean; removeDuplicate?: boolean } = {},
@@ -228,8 +228,7 @@ export class FullyShardedDataParallel<
         .namedParameters(options)
         .map(([name, t]) => [cleanPath(name), t] as [string, Tensor]);
     }
-    const units = options.recurse === false ? [['', this] as const] : this.namedModules();
-    return namedShards(units.filter((e): e is [string, FullyShardedDataParallel] => isUnit(e[1])));
+    return namedShards<FullyShardedDataParallel>(this, isUnit, options.recurse !== false);
   }
 
   /**
