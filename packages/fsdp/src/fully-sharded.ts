@@ -15,7 +15,6 @@ import { type FlatParameter, flattenSources } from './flat-param.js';
 import { flatBuffer } from './host-buffers.js';
 import {
   cleanPath,
-  forEachTensor,
   namedShards,
   nestedUnits,
   ownParameters,
@@ -61,10 +60,11 @@ const wrappedBy = new WeakMap<Module, FullyShardedDataParallel>();
  *    under `noGrad` where no backward will come) and registers a tensor hook on every output that
  *    requires grad.
  * 2. the first of those hooks to fire in a backward (once per backward, however many outputs or
- *    forwards feed it) is the pre-backward hook: state BACKWARD_PRE, gather again, prefetch the
- *    next unit whose backward has not run (in the order pre-backward hooks ran in the first
- *    backward; reversed forward order before), point the parameters' `.grad` at views of a flat
- *    gradient, and queue the root's end-of-backward callback once for the whole backward. The
+ *    forwards feed it; a nested unit's output returned again: [Note: outputs of nested units]) is
+ *    the pre-backward hook: state BACKWARD_PRE, gather again, prefetch the next unit whose
+ *    backward has not run (in the order pre-backward hooks ran in the first backward; reversed
+ *    forward order before), point the parameters' `.grad` at views of a flat gradient, and queue
+ *    the root's end-of-backward callback once for the whole backward. The
  *    engine runs a tensor hook before the node that produced the output, so every node that reads
  *    the unit's parameters runs after the gather.
  * 3. post-accumulate hooks count the parameters whose gradient is complete; when a flat
@@ -216,9 +216,9 @@ export class FullyShardedDataParallel<
   /**
    * The shards of this unit and every nested unit, as `[name, shard]` (names like
    * `transformer.h.0.flat_param_0`; with `flattenParameters: false` each shard holds one
-   * parameter and has its name, `transformer.h.0.attn.c_attn.weight`, as in fairscale): what the
-   * optimizer steps on. Inside `summonFullParams` the module's own parameters under their original
-   * names instead.
+   * parameter and has its name, `transformer.h.0.attn.c_attn.weight`, as in fairscale), in the
+   * unwrapped model's order ([Note: the order of named shards]): what the optimizer steps on.
+   * Inside `summonFullParams` the module's own parameters under their original names instead.
    */
   override namedParameters(
     options: { recurse?: boolean; removeDuplicate?: boolean } = {},
@@ -228,8 +228,7 @@ export class FullyShardedDataParallel<
         .namedParameters(options)
         .map(([name, t]) => [cleanPath(name), t] as [string, Tensor]);
     }
-    const units = options.recurse === false ? [['', this] as const] : this.namedModules();
-    return namedShards(units.filter((e): e is [string, FullyShardedDataParallel] => isUnit(e[1])));
+    return namedShards<FullyShardedDataParallel>(this, isUnit, options.recurse !== false);
   }
 
   /**
@@ -276,14 +275,9 @@ export class FullyShardedDataParallel<
       if (this.ssdShards !== null) await this.ssdShards.release();
       const lent = await this.borrowed.gather();
       output = (await this.module.call(...inputs)) as Awaited<Out>;
-      let hooked = 0;
-      if (isGradEnabled()) {
-        forEachTensor(output, (t) => {
-          if (!t.requiresGrad) return;
-          t.registerHook(() => this.preBackward());
-          hooked++;
-        });
-      }
+      const hooked = isGradEnabled()
+        ? shared.hookOutputs(output, (call, nested) => this.preBackward(call, nested))
+        : 0;
       const keepFull =
         hooked > 0 &&
         (!this.options.reshardAfterForward || (this.isRoot && this.options.disableReshardOnRoot));
@@ -445,10 +439,12 @@ export class FullyShardedDataParallel<
    * An output gradient arrived. The first of a backward gathers, prefetches and attaches flat
    * gradients; a later one (more outputs, more forwards, a checkpoint's recomputation) gathers again
    * and attaches again in case the unit reduced in between ([Note: recomputation]). All are no-ops
-   * when nothing changed.
+   * when nothing changed. A nested unit's output runs it once per forward call ([Note: outputs of
+   * nested units]).
    */
-  private async preBackward(): Promise<undefined> {
+  private async preBackward(call: object, nested: boolean): Promise<undefined> {
     const shared = this.shared!;
+    if (!shared.runsPreBackward(call, nested)) return undefined;
     if (!shared.finalCallbackQueued) {
       shared.finalCallbackQueued = true;
       queueCallback(() => shared.finalizeBackward());

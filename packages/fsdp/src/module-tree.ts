@@ -99,27 +99,69 @@ export function mapTensors(value: unknown, fn: (t: Tensor) => Tensor): unknown {
 }
 
 /**
- * `[name, shard]` of every flat parameter of `units` (each with its path from the unit asked):
- * `<path>.flat_param_<i>`, or, unflattened, where a flat parameter holds one parameter, that
- * parameter's name, as fairscale names them.
+ * [Note: the order of named shards]
+ * `namedParameters()` (and so `parameters()`, which an optimizer's parameter groups and its state
+ * dict follow) lists the shards in the unwrapped model's order, as fairscale's `named_parameters`
+ * does: it walks the module tree in pre-order, wrappers included, and yields each shard where its
+ * parameters would be. A flattened unit's `flat_param_<i>` sit where the unit is, before its
+ * module's children (fairscale registers them on the flattening wrapper, the unit's first child);
+ * an unflattened unit's shard, which holds one parameter, sits where the module that registers
+ * that parameter is, under its name, a tied one at its first place. Listing unit by unit instead
+ * put a unit's own parameters before every nested unit's (`0, 3, 1.1, 1.0, 2` for a model whose
+ * order is `0, 1.0, 1.1, 2, 3`). Shard keys in local state dicts and checkpoints are
+ * `<unit path>.flat_param_<i>` in unit order whatever this order is ([Note: the sharded layout]).
  */
-export function namedShards(
-  units: readonly (readonly [
-    string,
-    {
-      readonly options: { readonly flattenParameters: boolean };
-      readonly flatParameters: readonly FlatParameter[];
-    },
-  ])[],
+
+/** What `namedShards` reads of a unit. */
+export interface NamedShardsUnit {
+  readonly options: { readonly flattenParameters: boolean };
+  readonly flatParameters: readonly FlatParameter[];
+}
+
+/**
+ * `[name, shard]` of every flat parameter of the units in `root`'s tree (only `root`'s own with
+ * `recurse: false`), named `<unit path>.flat_param_<i>`, or, unflattened, where a flat parameter
+ * holds one parameter, after that parameter as fairscale names them; in the unwrapped model's
+ * order ([Note: the order of named shards]).
+ */
+export function namedShards<U extends Module & NamedShardsUnit>(
+  root: U,
+  isUnit: (m: Module) => m is U,
+  recurse = true,
 ): [string, Tensor][] {
   const out: [string, Tensor][] = [];
-  for (const [path, unit] of units) {
-    const prefix = cleanPath(path);
-    const dot = prefix === '' ? '' : `${prefix}.`;
-    unit.flatParameters.forEach((flat, i) => {
-      const own = unit.options.flattenParameters ? undefined : flat.entries[0]?.names[0];
-      out.push([`${dot}${own ?? `flat_param_${i}`}`, flat.shard]);
-    });
+  const emitted = new Set<FlatParameter>();
+  // An unflattened unit's parameters, by the tensor its module registers: named where met.
+  const byParam = new Map<Tensor, [string, FlatParameter]>();
+  for (const [path, m] of root.namedModules()) {
+    if (isUnit(m)) {
+      if (m !== root && !recurse) continue;
+      const prefix = cleanPath(path);
+      const dot = prefix === '' ? '' : `${prefix}.`;
+      m.flatParameters.forEach((flat, i) => {
+        const own = m.options.flattenParameters ? undefined : flat.entries[0]?.names[0];
+        if (own === undefined) {
+          out.push([`${dot}flat_param_${i}`, flat.shard]);
+          emitted.add(flat);
+        } else {
+          for (const e of flat.entries) byParam.set(e.param, [`${dot}${own}`, flat]);
+        }
+      });
+      continue;
+    }
+    for (const [, t] of m.namedParameters({ recurse: false, removeDuplicate: false })) {
+      const found = byParam.get(t);
+      if (found === undefined || emitted.has(found[1])) continue;
+      out.push([found[0], found[1].shard]);
+      emitted.add(found[1]);
+    }
+  }
+  // A parameter no module registers (none should be): after the others, in unit order.
+  for (const [name, flat] of byParam.values()) {
+    if (!emitted.has(flat)) {
+      out.push([name, flat.shard]);
+      emitted.add(flat);
+    }
   }
   return out;
 }

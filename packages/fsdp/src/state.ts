@@ -1,5 +1,7 @@
 import type { ProcessGroup } from '@webshard/collectives';
+import type { Tensor } from '@webshard/tensor-core';
 import { ReduceScatterBucketer } from './bucketer.js';
+import { forEachTensor } from './module-tree.js';
 import type { FsdpParamGroup, TrainingState } from './param-group.js';
 import type { SsdShards } from './ssd/ssd-offload.js';
 
@@ -47,6 +49,10 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
   private readonly pending: Promise<void>[] = [];
   /** The units whose pre-backward hook ran in this backward. */
   readonly preBackwardRan = new Set<U>();
+  /** Output tensors some unit hooked ([Note: outputs of nested units]). */
+  private readonly hookedOutputs = new WeakSet<Tensor>();
+  /** The forward calls whose outputs ran their unit's pre-backward in this backward. */
+  private readonly preBackwardCalls = new Set<object>();
 
   /** Batches small reduce-scatters ([Note: reduce-scatter buckets]). */
   readonly bucketer: ReduceScatterBucketer;
@@ -96,6 +102,50 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
     return i <= 0 ? [] : this.forwardOrder.slice(0, i).reverse();
   }
 
+  /**
+   * [Note: outputs of nested units]
+   * A unit hooks every output of its forward that requires grad, and each hook runs the unit's
+   * pre-backward: it gathers again what the unit reduced in between, which a checkpoint's
+   * recomputation needs ([Note: recomputation]). An output a nested unit produced and the outer
+   * unit returns as well (`return [l3(inner), inner]`, with `inner` from a nested unit) is
+   * different: its gradient comes late, through the outer unit's own nodes (l3's), which by then
+   * may have completed and reduced their parameters, so its hook gathered them again for nothing
+   * (two all-gathers a step in fairscale's test_pre_backward_hook model) and held them to the end
+   * of backward. fairscale registers no outer hook on such a tensor unless it is the first output;
+   * here the outer unit's hook on it runs the pre-backward only when no hook of the same forward
+   * call ran it yet in this backward: it still starts the unit's backward when the loss comes from
+   * that output alone, and the unit's own outputs keep hooks that gather every time.
+   */
+  /**
+   * Hook `preBackward` on every tensor of `output` (one forward call of a unit) that requires grad;
+   * the number hooked. It gets the call and whether a unit hooked the tensor first.
+   */
+  hookOutputs(
+    output: unknown,
+    preBackward: (call: object, nested: boolean) => Promise<undefined>,
+  ): number {
+    const call = {};
+    let hooked = 0;
+    forEachTensor(output, (t) => {
+      if (!t.requiresGrad) return;
+      const nested = this.hookedOutputs.has(t);
+      this.hookedOutputs.add(t);
+      t.registerHook(() => preBackward(call, nested));
+      hooked++;
+    });
+    return hooked;
+  }
+
+  /**
+   * Whether a pre-backward hook of forward `call` runs: always on the unit's own outputs, on a
+   * nested unit's only when none of the call's hooks ran yet in this backward.
+   */
+  runsPreBackward(call: object, nested: boolean): boolean {
+    if (nested && this.preBackwardCalls.has(call)) return false;
+    this.preBackwardCalls.add(call);
+    return true;
+  }
+
   /** A reduction issued in this backward, awaited at its end (its failure surfaces there). */
   addReduction(done: Promise<void>): void {
     done.catch(() => {});
@@ -136,6 +186,7 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
       this.pending.length = 0;
       this.finalCallbackQueued = false;
       this.preBackwardRan.clear();
+      this.preBackwardCalls.clear();
       this.stopRecording();
       for (const unit of this.units) {
         unit.paramGroup.resetGradCounts();
