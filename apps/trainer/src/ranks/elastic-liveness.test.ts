@@ -136,6 +136,38 @@ it('a slow member (each step blocks its thread 1.5 s, the others 0.05 s) is not 
   expect(changes(await lines(log)).map((line) => line.worldSize)).toEqual([2]);
 }, 90_000);
 
+it('diloco: a member later than --sync-timeout to an outer sync is left out of it, joins again, all exit 0', async () => {
+  const { coordinator, url } = await startCoordinator(2, 3, 30, [
+    ...['--member-timeout', '20', '--sync-timeout', '2'],
+  ]);
+  const log = join(out, 'straggler.jsonl');
+  const run = [...RUN, ...STRATEGIES.diloco!.args, '--steps', '120', '--log-jsonl', log];
+  const member = (env: Record<string, string>) =>
+    cli([...run, '--transport', 'tcp', '--elastic', url], env);
+  // Its first 4 steps block 1.5 s each: 6 s late to the first outer sync (step 4). The others'
+  // steps take 60 ms at least, so the job is still on when it comes back.
+  const late = { WEBSHARD_TRAINER_SLOW_MS: '1500', WEBSHARD_TRAINER_SLOW_STEPS: '4' };
+  const steady = { WEBSHARD_TRAINER_SLOW_MS: '60' };
+  const all = [member(steady), member(steady), member(late)];
+  const results = await Promise.all([...all, coordinator].map((m) => m.done));
+  for (const result of results) expect([result.code, result.stderr]).toEqual([0, '']);
+  const read = await lines(log);
+  const moves = changes(read).map((line) => [
+    line.step,
+    line.worldSize,
+    line.left!.length,
+    line.joined!.length,
+  ]);
+  // The first outer sync went on as 2; the latecomer was admitted at a later one, as a newcomer.
+  expect(moves.slice(0, 2)).toEqual([
+    [0, 3, 0, 3],
+    [4, 2, 1, 0],
+  ]);
+  expect(moves[2]!.slice(1)).toEqual([3, 0, 1]);
+  expect(moves[2]![0]! % 4).toBe(0);
+  expect(coordinator.stdout()).toMatch(/left \[\d+\]/);
+}, 120_000);
+
 /** A port free now, for a coordinator that must come back on the same one. */
 async function freePort(): Promise<number> {
   const server = createServer();

@@ -26,6 +26,8 @@ export interface ResumeAs {
   readonly id: number;
   readonly epoch: number;
   readonly members: readonly number[];
+  /** Sync points passed in that epoch. */
+  readonly round: number;
 }
 
 /** One WebSocket to `url`, or the reason it could not open. */

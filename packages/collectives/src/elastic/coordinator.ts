@@ -203,7 +203,9 @@ export class ElasticCoordinator {
           this.advance();
           return;
         }
-        if (message.op === 'sync') this.synced(member, message.epoch, message.rebuild === true);
+        if (message.op === 'sync') {
+          this.synced(member, message.epoch, message.rebuild === true, message.round);
+        }
       },
       closed: () => {
         if (member !== null && this.roster.members.get(member.id) === member) {
@@ -215,7 +217,7 @@ export class ElasticCoordinator {
   }
 
   /** A member reached the sync point of `epoch` (-1: a newcomer waiting to be admitted). */
-  private synced(member: Member, epoch: number, rebuild: boolean): void {
+  private synced(member: Member, epoch: number, rebuild: boolean, round?: number): void {
     const current = this.roster.current;
     const inWorld = current?.members.includes(member.id) ?? false;
     if (epoch === -1 ? inWorld : !inWorld || epoch !== current?.epoch) {
@@ -227,6 +229,9 @@ export class ElasticCoordinator {
     }
     member.syncedAt = epoch;
     member.rebuild = rebuild;
+    member.round = round ?? member.passed;
+    this.releaseBehind();
+    if (member.syncedAt === null) return;
     if (inWorld && this.syncTimer === null) {
       this.syncTimer = setTimeout(() => this.dropLatecomers(), this.options.syncTimeoutMs);
     }
@@ -254,6 +259,7 @@ export class ElasticCoordinator {
     }
     if (adopted) this.persist();
     this.welcome(member);
+    this.releaseBehind();
     return member;
   }
 
@@ -286,6 +292,32 @@ export class ElasticCoordinator {
     this.advance();
   }
 
+  /**
+   * Members waiting at a sync point that another member already passed without the coordinator
+   * (it was away) are told nothing changed, as that member was ([Note: liveness in an elastic
+   * world]): else each would wait for the other. A member that asks for a rebuild keeps waiting:
+   * the others fail their next step and meet it at the next point.
+   */
+  private releaseBehind(): void {
+    const current = this.roster.current;
+    if (current === null) return;
+    const most = this.roster.mostPassed();
+    for (const id of current.members) {
+      const member = this.roster.members.get(id);
+      if (member?.syncedAt !== current.epoch || member.rebuild || member.round >= most) continue;
+      member.syncedAt = null;
+      member.passed = member.round + 1;
+      this.send(member, this.sameEpoch());
+    }
+  }
+
+  /** The answer to a sync point that changed nothing. */
+  private sameEpoch(): EpochAnnouncement {
+    const { epoch, members } = this.roster.current!;
+    const storeUrl = this.history.at(-1)?.storeUrl ?? '';
+    return { op: 'epoch', epoch, members, left: [], joined: [], changed: false, storeUrl };
+  }
+
   /** Members of the current epoch that passed the sync deadline are dropped as gone. */
   private dropLatecomers(): void {
     this.syncTimer = null;
@@ -301,6 +333,11 @@ export class ElasticCoordinator {
       }
     }
     this.advance();
+  }
+
+  /** The job is over: its state file goes, then `done` settles. */
+  private end(): void {
+    void (this.stateFile?.remove() ?? Promise.resolve()).then(() => this.resolveDone());
   }
 
   /** Re-examines the world after any event: forms the next epoch when a sync point is complete. */
@@ -338,16 +375,14 @@ export class ElasticCoordinator {
         // was an earlier job's. Newcomers waiting form a new one; with none, the job is over.
         if (waiting.length > 0) this.advance();
         else {
-          void this.stateFile?.remove();
-          this.resolveDone();
+          this.end();
         }
         return;
       }
       // Everyone left (the job ended, or every process died): newcomers cannot get the state.
       if (waiting.length > 0) this.fail(stateLostError(this.roster.current?.epoch, waiting.length));
       else {
-        void this.stateFile?.remove();
-        this.resolveDone();
+        this.end();
       }
       return;
     }
@@ -403,18 +438,9 @@ export class ElasticCoordinator {
     if (this.windowTimer !== null) clearTimeout(this.windowTimer);
     this.windowTimer = null;
     if (!changed && this.roster.current !== null) {
-      const { epoch, members } = this.roster.current;
-      const storeUrl = this.history.at(-1)?.storeUrl ?? '';
-      this.finishSync();
-      const same: EpochAnnouncement = {
-        op: 'epoch',
-        epoch,
-        members,
-        left: [],
-        joined: [],
-        changed,
-        storeUrl,
-      };
+      const { members } = this.roster.current;
+      this.finishSync(true);
+      const same = this.sameEpoch();
       for (const id of members) {
         const member = this.roster.members.get(id);
         if (member !== undefined) this.send(member, same);
@@ -443,7 +469,7 @@ export class ElasticCoordinator {
           };
           this.roster.current = world;
           this.history.push(announcement);
-          this.finishSync();
+          this.finishSync(false);
           for (const id of next.members) {
             const member = this.roster.members.get(id);
             if (member !== undefined) this.send(member, announcement);
@@ -461,11 +487,13 @@ export class ElasticCoordinator {
       );
   }
 
-  private finishSync(): void {
+  /** The sync point is over: passed in the same epoch (`same`), or a new epoch starts. */
+  private finishSync(same: boolean): void {
     if (this.syncTimer !== null) clearTimeout(this.syncTimer);
     this.syncTimer = null;
     for (const member of this.roster.members.values()) {
       if (this.roster.current?.members.includes(member.id)) {
+        member.passed = same ? Math.max(member.passed, member.round + 1) : 0;
         member.syncedAt = null;
         member.rebuild = false;
       }

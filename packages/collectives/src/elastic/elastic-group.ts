@@ -4,9 +4,7 @@ import {
   type NetworkBackend,
 } from '../connect-transport.js';
 import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
-import { CollectiveError } from '../errors.js';
 import { shareProgress } from '../progress/progress.js';
-import { gatherScalar } from '../scalar.js';
 import { resolveRendezvousOptions } from '../rendezvous/env.js';
 import type { Rendezvous } from '../rendezvous/rendezvous.js';
 import { StoreClient, type WebSocketConstructor } from '../rendezvous/store-client.js';
@@ -118,10 +116,15 @@ export class ElasticGroup {
     this.watch();
   }
 
+  /** Sync points passed in the current epoch (the coordinator's `round`). */
+  private round = 0;
+
   /** The link's liveness reaches the group: a dropped peer or a lost coordinator aborts it. */
   private watch(): void {
     const { link } = this;
+    this.round = 0;
     link.resumeAs = {
+      round: 0,
       token: this.options.token ?? '',
       name: this.options.name ?? '',
       id: this.membershipNow.id,
@@ -155,7 +158,7 @@ export class ElasticGroup {
     const timeoutMs = options.timeoutMs ?? 300_000;
     const link = await CoordinatorLink.open(
       options.url,
-      timeoutMs,
+      Math.min(timeoutMs, options.coordinatorTimeoutMs ?? timeoutMs),
       options.WebSocket,
       options.coordinatorTimeoutMs,
     );
@@ -248,28 +251,18 @@ export class ElasticGroup {
    * `ElasticWorldTooSmallError` when the world stays below its minimum.
    */
   async sync(options: { failed?: boolean } = {}): Promise<MembershipChange | null> {
-    let rebuild = options.failed === true || this.current.state !== 'ready';
+    const rebuild = options.failed === true || this.current.state !== 'ready';
     if (this.link.closedCode === 'E_DROPPED') return this.rejoin();
-    if (!rebuild) {
-      // The coordinator is away from one member at least: nothing to report, the world trains on
-      // without it. All agree, so none waits at a sync point the others passed.
-      try {
-        const up = this.link.closedCode === null && !this.link.reconnecting ? 1 : 0;
-        const reachable = await gatherScalar(this.current, up);
-        if (reachable.includes(0)) return null;
-      } catch (error) {
-        if (this.current.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
-        rebuild = true;
-      }
-    }
+    // The coordinator is away: nothing to report, so this member passes the point without it (the
+    // coordinator, back, tells any member still waiting there that it passed: `round`).
+    if (this.link.reconnecting && !rebuild) return this.passed();
     let announcement: EpochAnnouncement;
     try {
-      this.link.send({ op: 'sync', epoch: this.membershipNow.epoch, rebuild });
+      this.link.send({ op: 'sync', epoch: this.membershipNow.epoch, rebuild, round: this.round });
       if (!rebuild) {
-        // The coordinator lost before it answered: as a skipped sync point (the others skip it,
-        // or were told nothing changed; one told of a change fails its next step with this one).
+        // The coordinator lost before it answered: the point is passed without it.
         const answer = await this.link.answerUnlessBroken('sync');
-        if (answer === null) return null;
+        if (answer === null) return this.passed();
         this.link.pushBack(answer);
       }
       announcement = await ElasticGroup.answer(this.link, 'sync');
@@ -277,13 +270,21 @@ export class ElasticGroup {
       if (ElasticError.isInstance(error) && error.code === 'E_DROPPED') return this.rejoin();
       throw error;
     }
-    if (!announcement.changed) return null;
+    if (!announcement.changed) return this.passed();
     await this.current.close().catch(() => {});
     const { group, change } = await ElasticGroup.enter(this.link, this.options, announcement);
     this.current = group;
     this.membershipNow = change;
     this.watch();
     return change;
+  }
+
+  /** One more sync point passed in this epoch, with or without the coordinator. */
+  private passed(): null {
+    this.round += 1;
+    if (this.link.resumeAs !== undefined)
+      this.link.resumeAs = { ...this.link.resumeAs, round: this.round };
+    return null;
   }
 
   /**

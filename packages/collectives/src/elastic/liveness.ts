@@ -19,7 +19,12 @@
  * connection) and a member reconnects with backoff, sending `resume` with its id and epoch, for up
  * to its `coordinatorTimeoutMs`, then fails with `E_COORDINATOR_LOST`. Meanwhile it trains on:
  * its collectives run over its own links, and a sync point with nothing to report passes without
- * the coordinator. A coordinator started again on the same address takes its state from its
+ * the coordinator (as does one whose answer the coordinator took with it when it died). Members
+ * count the sync points they passed in an epoch (`round`, sent with each `sync` and `resume`):
+ * one back at the coordinator, waiting at a point another member already passed without it, is
+ * told at once that nothing changed, as that member was; else each would wait for the other, one
+ * at the coordinator, the other in the next step's collective. A member whose group broke keeps
+ * waiting: the others fail their next step and meet it at the next point. A coordinator started again on the same address takes its state from its
  * state file (`statePath`: the epoch, its members, the next id), or without one adopts the epoch
  * the first member to resume reports; a member of another epoch (or a member not in it) is refused
  * with `E_DROPPED`. A restored world that no member resumes within the member timeout ended while

@@ -80,6 +80,8 @@ export type MemberMessage =
       readonly epoch: number;
       /** The member's group broke (a lost link, a failed step): rebuild it even if nobody left. */
       readonly rebuild?: boolean;
+      /** Sync points this member passed in this epoch: this is the next ([Note: liveness in an elastic world]). */
+      readonly round?: number;
     }
   | { readonly op: 'leave' }
   | { readonly op: 'heartbeat' }
@@ -93,6 +95,8 @@ export type MemberMessage =
       readonly epoch: number;
       /** That epoch's member ids in rank order (a coordinator that lost its state adopts them). */
       readonly members: readonly number[];
+      /** Sync points this member passed in this epoch (some maybe without the coordinator). */
+      readonly round?: number;
     };
 
 /** Largest message either side accepts, in bytes. */
@@ -100,6 +104,9 @@ export const MAX_ELASTIC_MESSAGE_BYTES = 1 << 20;
 
 const isIdList = (value: unknown): value is number[] =>
   Array.isArray(value) && value.every((id) => Number.isSafeInteger(id) && id >= 0);
+
+const isCount = (value: unknown): value is number =>
+  Number.isSafeInteger(value) && (value as number) >= 0;
 
 const isPositive = (value: unknown): value is number =>
   typeof value === 'number' && Number.isFinite(value) && value > 0;
@@ -127,7 +134,8 @@ export function parseMemberMessage(text: string): MemberMessage | string {
     case 'sync':
       return Number.isSafeInteger(r.epoch) &&
         (r.epoch as number) >= -1 &&
-        (r.rebuild === undefined || typeof r.rebuild === 'boolean')
+        (r.rebuild === undefined || typeof r.rebuild === 'boolean') &&
+        (r.round === undefined || isCount(r.round))
         ? (r as MemberMessage)
         : 'bad sync';
     case 'leave':
@@ -143,7 +151,8 @@ export function parseMemberMessage(text: string): MemberMessage | string {
         Number.isSafeInteger(r.epoch) &&
         (r.epoch as number) >= 0 &&
         isIdList(r.members) &&
-        r.members.length <= 4096
+        r.members.length <= 4096 &&
+        (r.round === undefined || isCount(r.round))
         ? (r as MemberMessage)
         : 'bad resume';
     default:

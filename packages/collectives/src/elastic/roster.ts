@@ -11,6 +11,10 @@ export interface Member {
   /** The epoch whose sync point it reached (-1: a newcomer waiting), or null while it works. */
   syncedAt: number | null;
   rebuild: boolean;
+  /** Sync points it passed in the current epoch. */
+  passed: number;
+  /** The round of the sync it waits at (when `syncedAt` is the epoch). */
+  round: number;
 }
 
 /**
@@ -37,6 +41,8 @@ export class Roster {
       lastSeen: Date.now(),
       syncedAt: null,
       rebuild: false,
+      passed: 0,
+      round: 0,
     };
     this.members.set(member.id, member);
     return member;
@@ -56,6 +62,8 @@ export class Roster {
         lastSeen: now,
         syncedAt: null,
         rebuild: false,
+        passed: 0,
+        round: 0,
       });
     }
   }
@@ -65,7 +73,13 @@ export class Roster {
    * seen nobody yet adopts the world it reports); otherwise the reason it is refused.
    */
   resume(
-    message: { id: number; name: string; epoch: number; members: readonly number[] },
+    message: {
+      id: number;
+      name: string;
+      epoch: number;
+      members: readonly number[];
+      round?: number;
+    },
     socket: WebSocket,
   ): Member | string {
     const { id, epoch, members } = message;
@@ -83,7 +97,13 @@ export class Roster {
     }
     if (!current.members.includes(id)) return `member ${id} is not in epoch ${epoch}`;
     if (before.socket !== null && before.socket !== socket) before.socket.terminate();
-    const member: Member = { ...before, name: message.name, socket, lastSeen: Date.now() };
+    const member: Member = {
+      ...before,
+      name: message.name,
+      socket,
+      lastSeen: Date.now(),
+      passed: Math.max(before.passed, message.round ?? 0),
+    };
     this.members.set(id, member);
     this.restoredUnclaimed = false;
     return member;
@@ -92,6 +112,15 @@ export class Roster {
   /** Whether `id` is a member of the current epoch. */
   inWorld(id: number): boolean {
     return this.current?.members.includes(id) ?? false;
+  }
+
+  /** The most sync points a live member of the current epoch passed. */
+  mostPassed(): number {
+    let most = 0;
+    for (const id of this.current?.members ?? []) {
+      most = Math.max(most, this.members.get(id)?.passed ?? 0);
+    }
+    return most;
   }
 
   /** Ids of every member waiting at a sync point as a newcomer. */
