@@ -292,23 +292,9 @@ export class ElasticCoordinator {
     this.advance();
   }
 
-  /**
-   * Members waiting at a sync point that another member already passed without the coordinator
-   * (it was away) are told nothing changed, as that member was ([Note: liveness in an elastic
-   * world]): else each would wait for the other. A member that asks for a rebuild keeps waiting:
-   * the others fail their next step and meet it at the next point.
-   */
+  /** Tells members waiting at a point another passed that nothing changed (`Roster.behind`). */
   private releaseBehind(): void {
-    const current = this.roster.current;
-    if (current === null) return;
-    const most = this.roster.mostPassed();
-    for (const id of current.members) {
-      const member = this.roster.members.get(id);
-      if (member?.syncedAt !== current.epoch || member.rebuild || member.round >= most) continue;
-      member.syncedAt = null;
-      member.passed = member.round + 1;
-      this.send(member, this.sameEpoch());
-    }
+    for (const member of this.roster.behind()) this.send(member, this.sameEpoch());
   }
 
   /** The answer to a sync point that changed nothing. */

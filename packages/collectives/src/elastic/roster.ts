@@ -123,6 +123,26 @@ export class Roster {
     return most;
   }
 
+  /**
+   * Members waiting at a sync point that another member already passed without the coordinator
+   * (it was away), now counted as past it: they are told nothing changed, as that member was
+   * ([Note: liveness in an elastic world]). One that asks for a rebuild keeps waiting.
+   */
+  behind(): Member[] {
+    const current = this.current;
+    if (current === null) return [];
+    const most = this.mostPassed();
+    const released: Member[] = [];
+    for (const id of current.members) {
+      const member = this.members.get(id);
+      if (member?.syncedAt !== current.epoch || member.rebuild || member.round >= most) continue;
+      member.syncedAt = null;
+      member.passed = member.round + 1;
+      released.push(member);
+    }
+    return released;
+  }
+
   /** Ids of every member waiting at a sync point as a newcomer. */
   waitingIds(): number[] {
     return [...this.members.values()].filter((m) => m.syncedAt === -1).map((m) => m.id);
