@@ -39,6 +39,11 @@ function statusOf(page: Page): Promise<RankStatus | undefined> {
   return page.evaluate(() => (window as { webshardRank?: RankStatus }).webshardRank);
 }
 
+/** What the page shows (either page: the trainer's minimal one or the playground's join mode). */
+function pageText(page: Page): Promise<string> {
+  return page.evaluate(() => document.body.textContent ?? '');
+}
+
 /** Polls the tab's status until `ready` says it is the one awaited. */
 async function statusUntil(
   page: Page,
@@ -103,7 +108,20 @@ describe.skipIf(skipWithoutChromium('elastic-tab-liveness.test.ts'))(
         () => (changes(follow.latest()).length >= 1 && steps(follow.latest()).length >= 1) || null,
         60_000,
       );
-      expect(await statusOf(tab)).toMatchObject({ state: 'training', worldSize: 3 });
+      const status = await statusUntil(
+        tab,
+        'the tab in epoch 0',
+        (s) => s?.state === 'training' && s.elastic !== undefined,
+      );
+      expect(status).toMatchObject({
+        state: 'training',
+        worldSize: 3,
+        elastic: { id: 2, epoch: 0, rejoined: 0, memberTimeoutSeconds: 3 },
+      });
+      // The page says what happens when the tab sleeps (the minimal page or the playground's).
+      expect(await pageText(tab)).toContain(
+        "If this tab is frozen or asleep longer than the member timeout (3 s), the world drops it and goes on; when it wakes it joins again as a newcomer, with the world's state.",
+      );
       return { coordinator, nodes, tab, follow, log };
     }
 
@@ -142,10 +160,20 @@ describe.skipIf(skipWithoutChromium('elastic-tab-liveness.test.ts'))(
       );
       const waitingAfter = (Date.now() - wokenAt) / 1000;
       signalAll(nodes, 'SIGCONT');
+      // Its status says so: a new id, the world's epoch, dropped and joined again once.
       const back = await statusUntil(
         tab,
         'the tab training again',
-        (status) => status?.state === 'training' && status.worldSize === 3,
+        (status) => status?.state === 'training' && status.elastic?.rejoined === 1,
+      );
+      expect(back).toMatchObject({
+        state: 'training',
+        rank: 2,
+        worldSize: 3,
+        elastic: { id: 3, epoch: 2, rejoined: 1 },
+      });
+      expect(await pageText(tab)).toContain(
+        'it was dropped while frozen or asleep and joined again as a newcomer, member 3',
       );
       await allExitZero(nodes, coordinator);
       follow.stop();
