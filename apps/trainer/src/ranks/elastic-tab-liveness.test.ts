@@ -188,7 +188,7 @@ describe.skipIf(skipWithoutChromium('elastic-tab-liveness.test.ts'))(
         Array.from({ length: total }, (_, i) => i + 1),
       );
       console.log(
-        `a frozen tab dropped ${droppedAfter.toFixed(1)} s after it froze (--member-timeout 3), waiting to join again ${waitingAfter.toFixed(1)} s after it woke; ${JSON.stringify(back)}, then ${JSON.stringify({ ...done, losses: done.state === 'done' ? done.losses.length : 0 })}`,
+        `a frozen tab dropped and the world of 2 stepping ${droppedAfter.toFixed(1)} s after it froze (--member-timeout 3); the tab waiting to join again ${waitingAfter.toFixed(1)} s after it woke; ${JSON.stringify(back)}, then ${JSON.stringify({ ...done, losses: done.state === 'done' ? done.losses.length : 0 })}`,
       );
       expect(droppedAfter).toBeLessThan(20);
       await tab.close();
