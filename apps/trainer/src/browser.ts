@@ -15,9 +15,11 @@ export { runBrowserRank } from './ranks/browser-rank.js';
 export type {
   BrowserJob,
   BrowserRankHooks,
+  ElasticTabStatus,
   LinkMeasure,
   RankStatus,
 } from './ranks/browser-rank.js';
+export { asleepNote, rejoinedNote } from './ranks/tab-asleep.js';
 export { learningRate } from './run/schedule.js';
 export { sample } from './sample.js';
 export { DEFAULT_MODEL } from './train.js';

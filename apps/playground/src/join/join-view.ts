@@ -1,4 +1,10 @@
-import type { BrowserJob, LinkMeasure, RankStatus } from '@webshard/trainer/browser';
+import {
+  asleepNote,
+  type BrowserJob,
+  type LinkMeasure,
+  type RankStatus,
+  rejoinedNote,
+} from '@webshard/trainer/browser';
 import { byId, formatBytes, formatCount } from '../ui/format.js';
 import { LiveChart } from '../ui/live-chart.js';
 import type { FromJoinWorker, JoinRequest } from './join-protocol.js';
@@ -38,7 +44,9 @@ export interface JoinState {
  * trains, and what leaving does. "Leave" ends the worker, which closes its connections as a closed
  * tab does: the job's strategies are not elastic for tabs, so the other ranks' next collective
  * fails naming this rank, and the job stops (resumable from its last checkpoint, the page says,
- * where it keeps them). `window.webshardRank` is the status the trainer's own minimal page
+ * where it keeps them). A tab of an elastic world (`job.elastic`) says instead that the world goes
+ * on without it, and what happens when it sleeps past the member timeout (dropped, then joined
+ * again as a newcomer, which its rank then says). `window.webshardRank` is the status the trainer's own minimal page
  * reports, so the trainer's tab tests run either page.
  */
 export function mountJoinView(root: HTMLElement, token: string): JoinState {
@@ -60,7 +68,9 @@ export function mountJoinView(root: HTMLElement, token: string): JoinState {
     byId('join-status').textContent = describeStatus(status);
     if (status.state === 'training') {
       rank = { rank: status.rank, worldSize: status.worldSize };
-      byId('join-rank').textContent = `rank ${status.rank} of ${status.worldSize}`;
+      const rejoined = rejoinedNote(status.elastic);
+      byId('join-rank').textContent =
+        `rank ${status.rank} of ${status.worldSize}${rejoined === null ? '' : `; ${rejoined}`}`;
     }
     if (status.state === 'done' || status.state === 'failed' || status.state === 'left') {
       byId<HTMLButtonElement>('leave').disabled = true;
@@ -145,6 +155,9 @@ export function describeLink(link: LinkMeasure): string {
 
 /** What happens to the job if this tab leaves. */
 export function leaveEffect(job: BrowserJob, rank: number): string {
+  if (job.elastic === true) {
+    return `the world is elastic: it goes on without this tab, which may join again. ${asleepNote(job.memberTimeoutSeconds ?? null)}`;
+  }
   const resume =
     job.config.checkpointDir === null
       ? 'the job keeps no checkpoints, so it would start again'

@@ -12,6 +12,7 @@ const PAGE = `<!doctype html>
 <title>webshard-train: browser rank</title>
 <h1>webshard-train</h1>
 <p id="status">loading...</p>
+<p id="asleep"></p>
 <script type="module" src="/rank.js"></script>
 `;
 

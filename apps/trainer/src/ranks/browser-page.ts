@@ -3,6 +3,7 @@
 // browser (ranks/page-bundle.ts) and served by the Node process that started the run
 // (ranks/browser-job.ts); it runs the same rank loop as a Node rank, train.ts.
 import { type RankStatus, runBrowserRank } from './browser-rank.js';
+import { asleepNote, rejoinedNote } from './tab-asleep.js';
 
 export type { BrowserJob, RankStatus } from './browser-rank.js';
 
@@ -11,8 +12,11 @@ function describe(status: RankStatus): string {
   switch (status.state) {
     case 'joining':
       return 'joining the run...';
-    case 'training':
-      return `training as rank ${status.rank} of ${status.worldSize} (keep this tab open until the run ends)`;
+    case 'training': {
+      const training = `training as rank ${status.rank} of ${status.worldSize} (keep this tab open until the run ends)`;
+      const rejoined = rejoinedNote(status.elastic);
+      return rejoined === null ? training : `${training}; ${rejoined}`;
+    }
     case 'done':
       return `done: rank ${status.rank} trained ${status.losses.length} steps, loss ${status.losses.at(-1)?.toFixed(4)}`;
     case 'failed':
@@ -28,6 +32,11 @@ if (globals.document !== undefined) {
       globals.webshardRank = status;
       const line = document.getElementById('status');
       if (line !== null) line.textContent = describe(status);
+      const note = document.getElementById('asleep');
+      // An elastic world's tab: what happens when it sleeps.
+      if (note !== null && status.state === 'training' && status.elastic !== undefined) {
+        note.textContent = asleepNote(status.elastic.memberTimeoutSeconds);
+      }
     },
     say: (line) => console.log(line),
   });

@@ -21,12 +21,32 @@ export interface BrowserJob {
    * instead of taking a fixed rank ([Note: browser tabs in an elastic world]).
    */
   elastic?: boolean;
+  /**
+   * `elastic` only: the coordinator's `--member-timeout`, in seconds: a tab frozen or asleep that
+   * long is dropped ([Note: liveness in an elastic world] in collectives).
+   */
+  memberTimeoutSeconds?: number;
+}
+
+/**
+ * A tab in an elastic world, for its page: who it is now, and whether it was dropped (frozen or
+ * asleep past the member timeout) and joined again as a newcomer.
+ */
+export interface ElasticTabStatus {
+  /** The coordinator's id of this tab: a new one each time it joins again. */
+  id: number;
+  /** The epoch it trains in. */
+  epoch: number;
+  /** How many times the world dropped this tab and it joined again as a newcomer. */
+  rejoined: number;
+  /** The coordinator's member timeout in seconds (null: not told). */
+  memberTimeoutSeconds: number | null;
 }
 
 /** Where the tab is, for the page's text and for tests (`window.webshardRank`). */
 export type RankStatus =
   | { state: 'joining' }
-  | { state: 'training'; rank: number; worldSize: number }
+  | { state: 'training'; rank: number; worldSize: number; elastic?: ElasticTabStatus }
   | { state: 'done'; rank: number; losses: number[] }
   | { state: 'failed'; error: { name: string; message: string } };
 
@@ -113,7 +133,8 @@ export async function runBrowserRank(
 
 /**
  * The tab as a member of an elastic world (`job.elastic`): `trainElastic` over `ws`, its rank
- * whatever each epoch gives it (the status shows the first; the coordinator's lines the rest).
+ * whatever each epoch gives it; the status follows every epoch, and counts the times the tab was
+ * dropped (frozen or asleep past the member timeout) and joined again as a newcomer.
  */
 async function runElasticMember(
   job: BrowserJob,
@@ -121,10 +142,22 @@ async function runElasticMember(
   io: RunIO,
   hooks: BrowserRankHooks,
 ): Promise<void> {
+  let rejoined = 0;
   const summary = await trainElastic({ ...job.config, elastic: job.join, transport: 'ws' }, io, {
     token,
     name: 'browser tab',
     admitted: (rank, worldSize) => hooks.report({ state: 'training', rank, worldSize }),
+    changed: (change) => {
+      if (change.rejoined === true) rejoined += 1;
+      const { id, epoch, rank, worldSize } = change;
+      const memberTimeoutSeconds = job.memberTimeoutSeconds ?? null;
+      hooks.report({
+        state: 'training',
+        rank,
+        worldSize,
+        elastic: { id, epoch, rejoined, memberTimeoutSeconds },
+      });
+    },
   });
   hooks.report({
     state: 'done',

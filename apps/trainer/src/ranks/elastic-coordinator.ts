@@ -19,12 +19,17 @@ import { type PageServer, servePage } from './browser-job.js';
  */
 
 /** The page tabs open, serving the coordinator's training flags as an elastic member's job. */
-function serveTabPage(config: TrainConfig, url: string): Promise<PageServer> {
+function serveTabPage(
+  config: TrainConfig,
+  url: string,
+  memberTimeoutSeconds: number,
+): Promise<PageServer> {
   const data = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
   const job = {
     config: { ...config, data, elastic: url, elasticCoordinator: null, transport: 'ws' as const },
     join: url,
     elastic: true,
+    memberTimeoutSeconds,
   };
   return servePage(job, data, { host: config.browserHost, port: config.browserPort });
 }
@@ -64,7 +69,10 @@ export async function hostElasticCoordinator(
       `elastic: epoch ${coordinator.epoch} [${coordinator.memberIds.join(', ')}] taken back from ${settings.statePath}; its members resume (those not back within --member-timeout are dropped)`,
     );
   }
-  const page = settings.page && tabs !== null ? await serveTabPage(tabs, coordinator.url) : null;
+  const page =
+    settings.page && tabs !== null
+      ? await serveTabPage(tabs, coordinator.url, settings.memberTimeoutSeconds)
+      : null;
   if (page !== null) {
     say(
       `elastic: browser tabs join at http://${host}:${page.port}/#token=${token} (each tab a member, training with this command's flags)`,

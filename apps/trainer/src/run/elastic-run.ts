@@ -123,6 +123,11 @@ export interface ElasticMemberOptions {
   name?: string;
   /** Called once admitted, with the first epoch's rank and world size. */
   admitted?: (rank: number, worldSize: number) => void;
+  /**
+   * Called with every epoch this member trains in, once the world regrouped (`rejoined` when it
+   * was dropped and admitted again as a newcomer: [Note: liveness in an elastic world]).
+   */
+  changed?: (change: MembershipChange) => void;
 }
 
 /**
@@ -166,6 +171,7 @@ export async function trainElastic(
         }
       }
       await log?.write(membershipLine(change, step));
+      member.changed?.(change);
     };
     const outer = run.prepared.outer !== undefined;
     // diloco: whether this member trained since the last global copy ([Note: diloco members that
