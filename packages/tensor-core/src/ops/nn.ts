@@ -70,10 +70,10 @@ export interface LayerNormOptions {
  * biased variance (PyTorch). Primitive `layerNorm`: attrs carry the per-row `mean` and `rstd`
  * (f32, or f64 for f64 input) the backward kernel needs; the op frees them after `recordOp`.
  */
-export function layerNorm(input: Tensor, options: LayerNormOptions = {}): Tensor {
-  const params = [input, options.weight ?? null, options.bias ?? null] as const;
-  return autocastOp('layerNorm', params, ([x, weight, bias]) =>
-    layerNormOf(x, weight, bias, options.eps),
+export function layerNorm(x: Tensor, options: LayerNormOptions = {}): Tensor {
+  const params = [x, options.weight ?? null, options.bias ?? null] as const;
+  return autocastOp('layerNorm', params, ([input, weight, bias]) =>
+    layerNormOf(input, weight, bias, options.eps),
   );
 }
 

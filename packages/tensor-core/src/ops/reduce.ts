@@ -55,8 +55,8 @@ function reduceAxes(
 }
 
 /** Sum over `axes` (all by default). Primitive `sum`. f32 inside `autocast`, as PyTorch's. */
-export function sum(input: Tensor, axes?: Axes, options: ReduceOptions = {}): Tensor {
-  return autocastOp('sum', [input], ([x]) => sumOf(x, axes, options));
+export function sum(x: Tensor, axes?: Axes, options: ReduceOptions = {}): Tensor {
+  return autocastOp('sum', [x], ([input]) => sumOf(input, axes, options));
 }
 
 function sumOf(x: Tensor, axes: Axes, options: ReduceOptions): Tensor {
