@@ -23,15 +23,15 @@ import { autocast } from './autocast.js';
 /**
  * [Note: autocast parity with PyTorch]
  * `__fixtures__/make_autocast_fixtures.py` runs a small block (layer norm, linear, GELU, linear,
- * softmax(h h^T / sqrt(d)) h, an f32 + 16-bit residual, a linear head, cross entropy) under
+ * softmax(h h^T / sqrt(d)) v with v a layer norm of the 16-bit h, an f32 + 16-bit residual, a linear head, cross entropy) under
  * PyTorch 2.13's `torch.autocast('cpu')` in bf16 and f16, and under PyTorch's CUDA lists applied
  * by hand (no CUDA device there: the casts are the script's, the kernels PyTorch's). This test
  * runs the same block under `autocast` with `deviceType` 'cpu' and 'cuda' on each backend: every
  * intermediate must have PyTorch's dtype exactly, and its values must agree within the 16-bit
  * format's rounding, compounded over the ops before it (webshard rounds a linear's matmul before
  * adding the bias, PyTorch's fused kernels once). The f32 parameters' gradients, which flowed back
- * through the 16-bit casts, must be f32 and agree within the same bound, relative to each
- * gradient's largest element.
+ * through the 16-bit casts, must be f32 and agree within a few roundings of each gradient's
+ * largest element.
  */
 
 interface Stored {
@@ -68,15 +68,22 @@ function block(backend: Backend, params: Record<string, Tensor>): Record<string,
   out.fc2 = linear(out.gelu, p('fc2.weight'), p('fc2.bias'));
   out.scores = mul(matmul(out.fc2, out.fc2, { transposeB: true }), 1 / Math.sqrt(8));
   out.att = softmax(out.scores);
-  out.mixed = matmul(out.att, out.fc2);
+  out.ln2 = layerNorm(out.fc2, { weight: p('ln2.weight'), bias: p('ln2.bias') });
+  out.mixed = matmul(out.att, out.ln2);
   out.residual = add(x, out.mixed);
   out.logits = linear(out.residual, p('head.weight'), p('head.bias'));
   out.loss = crossEntropy(out.logits, targets);
   return out;
 }
 
-/** Units of the 16-bit format's rounding allowed, compounded over the block's ops. */
+/**
+ * Units of the 16-bit format's rounding allowed (`toleranceFor`), compounded over the block's
+ * ops: for values, relative to the block's largest (worst seen, bf16: 0.012 at 2.25, f16: 0.002);
+ * for gradients, which pass back through more 16-bit ops, relative to each gradient's largest
+ * element (worst seen: 2.7 % in bf16, 0.39 % in f16).
+ */
 const ROUNDINGS = 2;
+const GRADIENT_ROUNDINGS = 4;
 
 describeBackends('autocast against PyTorch', (ctx) => {
   for (const [name, expected] of Object.entries(fixture.cases)) {
@@ -108,8 +115,8 @@ describeBackends('autocast against PyTorch', (ctx) => {
         const values = [...(await grad.read())];
         const scale = Math.max(...want.map(Math.abs));
         expectClose(values, want, {
-          rtol: ROUNDINGS * low.rtol,
-          atol: ROUNDINGS * low.rtol * scale,
+          rtol: GRADIENT_ROUNDINGS * low.rtol,
+          atol: GRADIENT_ROUNDINGS * low.rtol * scale,
         });
       }
     });

@@ -5,8 +5,8 @@ Run from the repository root (torch from `pnpm peers:torch`, torch 2.13.0+cpu):
     .venv-torch/bin/python packages/tensor-core/src/amp/__fixtures__/make_autocast_fixtures.py
 
 Writes autocast-reference.json beside this script: the inputs and f32 parameters of a small
-block (layer norm, two linears with GELU, a self-attention-like softmax(h h^T / sqrt(d)) h, a
-residual add of f32 and 16-bit tensors, a linear head, cross entropy), and for each case the
+block (layer norm, two linears with GELU, a self-attention-like softmax(h h^T / sqrt(d)) v with
+v a layer norm of the 16-bit h, a residual add of f32 and 16-bit tensors, a linear head, cross entropy), and for each case the
 dtype and values of every intermediate, the loss, and the f32 parameters' gradients.
 
 Cases:
@@ -44,6 +44,8 @@ def make_inputs():
         "fc1.bias": u(HIDDEN, scale=1 / math.sqrt(D)),
         "fc2.weight": u(D, HIDDEN, scale=1 / math.sqrt(HIDDEN)),
         "fc2.bias": u(D, scale=1 / math.sqrt(HIDDEN)),
+        "ln2.weight": 1 + u(D, scale=0.2),
+        "ln2.bias": u(D, scale=0.2),
         "head.weight": u(CLASSES, D, scale=1 / math.sqrt(D)),
         "head.bias": u(CLASSES, scale=1 / math.sqrt(D)),
     }
@@ -65,7 +67,12 @@ def block(p, x, targets, cast):
     out["scores"] = torch.matmul(a, bt.transpose(0, 1)) * (1 / math.sqrt(D))
     (s,) = cast("softmax", out["scores"])
     out["att"] = torch.softmax(s, -1)
-    out["mixed"] = torch.matmul(*cast("matmul", out["att"], out["fc2"]))
+    # A layer norm of a 16-bit input with f32 weights: f32 under the CUDA lists; under the CPU
+    # lists PyTorch's mixed-dtype layer_norm, which gives the input's dtype.
+    (h,) = cast("layer_norm", out["fc2"])
+    w, b = cast("layer_norm_params", p["ln2.weight"], p["ln2.bias"])
+    out["ln2"] = F.layer_norm(h, (D,), w, b)
+    out["mixed"] = torch.matmul(*cast("matmul", out["att"], out["ln2"]))
     out["residual"] = torch.add(*cast("add", x, out["mixed"]))
     out["logits"] = F.linear(*cast("linear", out["residual"], p["head.weight"], p["head.bias"]))
     (logits,) = cast("cross_entropy", out["logits"])
