@@ -65,8 +65,11 @@ export interface AutocastScope {
  * The scope follows the async call chain ([Note: async context]), as grad mode does: ranks that
  * share a thread (the `local` transport) each have their own scope and their own cache, and an
  * async forward under `autocast` (an FSDP unit awaiting its all-gather) stays in its scope across
- * the awaits. This file holds the state only, apart from autograd's context (whose running-backward
- * part may move off `AsyncLocalStorage` on its own): `amp/autocast.ts` opens and closes scopes,
+ * the awaits. Without `AsyncLocalStorage` (browsers) a scope is set from `fn`'s start until its
+ * promise settles, as grad mode is there: right for one chain at a time (a page running one rank);
+ * two ranks of one page under `autocast` at once would see each other's scope. This file holds the
+ * state only, apart from autograd's context (whose running-backward part may move off
+ * `AsyncLocalStorage` on its own): `amp/autocast.ts` opens and closes scopes,
  * `ops/autocast-policy.ts` reads them.
  *
  * Inside an op that applied the policy, the op's own composites (matmul's reshapes and batched
