@@ -98,6 +98,14 @@ export interface FsdpOptions {
   /** Without mixed precision, cast floating inputs of the root to f32. Default false. */
   forceInputToFp32?: boolean;
   /**
+   * Free tensor-core's autocast cast cache after each unit's forward (fairscale's
+   * `clear_autocast_cache`, which calls `torch.clear_autocast_cache()`): inside one `autocast`
+   * scope, a parameter gathered again with new values (after a step, or another unit's
+   * all-gather into the same storage) would otherwise compute with the cast made before. Default
+   * false, as fairscale.
+   */
+  clearAutocastCache?: boolean;
+  /**
    * The most units whose full parameters a prefetch may have gathered at once, besides the unit
    * computing (PyTorch's `limit_all_gathers`). Default 1; 0 turns prefetching off.
    */
@@ -142,6 +150,7 @@ export interface ResolvedOptions {
   readonly moveGradsToCpu: boolean;
   readonly ssdOffload: SsdOffloadOptions | undefined;
   readonly forceInputToFp32: boolean;
+  readonly clearAutocastCache: boolean;
   readonly limitAllGathers: number;
   readonly computeBackend: Backend | undefined;
   readonly verbose: boolean;
@@ -240,6 +249,7 @@ export function resolveOptions(options: FsdpOptions): ResolvedOptions {
     moveGradsToCpu: moveParamsToCpu,
     ssdOffload,
     forceInputToFp32: options.forceInputToFp32 ?? false,
+    clearAutocastCache: options.clearAutocastCache ?? false,
     limitAllGathers,
     computeBackend: options.computeBackend,
     verbose: options.verbose ?? false,

@@ -1,4 +1,11 @@
-import { cast, isFloatDType, keep, type Module, Tensor } from '@webshard/tensor-core';
+import {
+  cast,
+  clearAutocastCache,
+  isFloatDType,
+  keep,
+  type Module,
+  Tensor,
+} from '@webshard/tensor-core';
 import type { ResolvedOptions } from './api.js';
 import { forEachTensor, mapTensors } from './module-tree.js';
 
@@ -51,8 +58,18 @@ export function castInputs<Args extends unknown[]>(
   return { inputs, casts };
 }
 
-/** Free the root's input casts, but not one the output holds ([Note: input casts]). */
-export function freeCasts(casts: readonly Tensor[], output: unknown): void {
+/**
+ * What a unit's forward cast, let go when it ends: the root's input casts, but not one the output
+ * holds ([Note: input casts]), and with `clearAutocastCache` the casts of parameters that
+ * `autocast` cached during the forward (fairscale clears them after each forward: the next gather
+ * may bring other values into the same parameters).
+ */
+export function freeCasts(
+  casts: readonly Tensor[],
+  output: unknown,
+  options: Pick<ResolvedOptions, 'clearAutocastCache'>,
+): void {
+  if (options.clearAutocastCache) clearAutocastCache();
   if (casts.length === 0) return;
   const kept = new Set<Tensor>();
   forEachTensor(output, (t) => kept.add(t));

@@ -288,7 +288,7 @@ export class FullyShardedDataParallel<
       return output;
     } finally {
       this.trainingState = 'IDLE';
-      freeCasts(casts, output);
+      freeCasts(casts, output, this.options);
     }
   }
 

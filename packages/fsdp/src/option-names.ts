@@ -20,6 +20,7 @@ export const OPTION_NAMES = [
   'moveGradsToCpu',
   'ssdOffload',
   'forceInputToFp32',
+  'clearAutocastCache',
   'limitAllGathers',
   'computeBackend',
   'verbose',

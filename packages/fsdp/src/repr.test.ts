@@ -42,7 +42,7 @@ describe('toString and extraRepr', () => {
         false,
       );
       expect(model.extraRepr()).toBe(
-        `rank=${group.rank}, isRoot=false, worldSize=2, flattenParameters=true, mixedPrecision=false, reshardAfterForward=true, disableReshardOnRoot=true, computeDtype=f32, bufferDtype=f32, fp32ReduceScatter=false, computeBackend=the parameters', moveParamsToCpu=false, moveGradsToCpu=false, bucketCapMb=0, forceInputToFp32=false, limitAllGathers=1, gradientPredivideFactor=2`,
+        `rank=${group.rank}, isRoot=false, worldSize=2, flattenParameters=true, mixedPrecision=false, reshardAfterForward=true, disableReshardOnRoot=true, computeDtype=f32, bufferDtype=f32, fp32ReduceScatter=false, computeBackend=the parameters', moveParamsToCpu=false, moveGradsToCpu=false, bucketCapMb=0, forceInputToFp32=false, clearAutocastCache=false, limitAllGathers=1, gradientPredivideFactor=2`,
       );
     });
   });

@@ -29,6 +29,7 @@ export function extraRepr(options: ResolvedOptions, isRoot: boolean): string {
     `moveGradsToCpu=${options.moveGradsToCpu}`,
     `bucketCapMb=${options.bucketCapMb}`,
     `forceInputToFp32=${options.forceInputToFp32}`,
+    `clearAutocastCache=${options.clearAutocastCache}`,
     `limitAllGathers=${options.limitAllGathers}`,
     `gradientPredivideFactor=${options.gradientPredivideFactor}`,
   ].join(', ');

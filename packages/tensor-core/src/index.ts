@@ -22,6 +22,8 @@ export type {
   GradScalerStateDict,
   ScalableOptimizer,
 } from './amp/grad-scaler.js';
+export { autocast, clearAutocastCache, isAutocastEnabled } from './amp/autocast.js';
+export type { AutocastOptions } from './amp/autocast.js';
 export { MixedPrecision } from './amp/mixed-precision.js';
 export type { MixedPrecisionOptions } from './amp/mixed-precision.js';
 export { checkpoint } from './autograd/checkpoint.js';
@@ -40,6 +42,7 @@ export { type FmaSupport, relaxedFmaSupport } from './backend/cpu/fma-support.js
 export { webGpuLikelyAvailable } from './backend/webgpu/gpu-runtime.js';
 export { createWebGpuBackend } from './backend/webgpu/webgpu-backend.js';
 export type { WebGpuBackendOptions } from './backend/webgpu/webgpu-backend.js';
+export type { AutocastDeviceType, AutocastDType } from './autocast-state.js';
 export { bytesPerElement, DTYPES, isFloatDType } from './dtype.js';
 export type { DType, HostArray } from './dtype.js';
 export {
@@ -117,6 +120,7 @@ export {
   indexAdd,
   layerNorm,
   le,
+  linear,
   log,
   logSoftmax,
   lt,

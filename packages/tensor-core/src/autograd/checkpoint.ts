@@ -1,3 +1,8 @@
+import {
+  type AutocastSettings,
+  currentAutocastSettings,
+  runInAutocastScope,
+} from '../autocast-state.js';
 import { Tensor } from '../tensor.js';
 import { keep } from '../scope.js';
 import { getDefaultGenerator, type RandomGenerator } from '../random/generator.js';
@@ -63,6 +68,7 @@ class CheckpointNode extends GradNode {
     outputs: readonly Tensor[],
     private readonly generators: readonly RandomGenerator[],
     private readonly states: readonly { seed: number; offset: number }[],
+    private readonly autocastSettings: AutocastSettings | null,
     next: GradNode['next'],
   ) {
     super(next, outputs.map(metaOf));
@@ -83,7 +89,11 @@ class CheckpointNode extends GradNode {
     });
     let recomputed: readonly Tensor[] = [];
     try {
-      const out = enableGrad(() => this.run(...detached));
+      // The recomputation runs in the forward's autocast settings (PyTorch's checkpoint does too),
+      // in a scope of its own: its casts are freed when it ends.
+      const settings = this.autocastSettings;
+      const rerun = (): AnyResult => enableGrad(() => this.run(...detached));
+      const out = settings === null ? rerun() : runInAutocastScope(settings, rerun);
       recomputed = asList(isThenable(out) ? await enableGrad(() => out) : out);
       const roots: Tensor[] = [];
       const rootGrads: Tensor[] = [];
@@ -164,6 +174,7 @@ export function checkpointWith(
   const run: Fn = typeof fn === 'function' ? fn : (...args) => fn.call(...args) as CheckpointResult;
   const generators = generatorsOf(fn, options.generators ?? []);
   const states = generators.map((g) => g.getState());
+  const autocastSettings = currentAutocastSettings();
   const recording = isGradEnabled();
   const probe = startProbe();
   const finish = (result: CheckpointResult): CheckpointResult => {
@@ -172,7 +183,15 @@ export function checkpointWith(
     const needed = probe.sawRequiresGrad || inputs.some((t) => t.requiresGrad);
     if (!recording || !needed) return result;
     const next = inputs.map((t) => (t.requiresGrad ? gradientEdgeOf(t) : null));
-    const node = new CheckpointNode(run, inputs, outputs, generators, states, next);
+    const node = new CheckpointNode(
+      run,
+      inputs,
+      outputs,
+      generators,
+      states,
+      autocastSettings,
+      next,
+    );
     outputs.forEach((t, i) => {
       if (t.dtype !== 'i32') setGradFn(t, node, i);
     });

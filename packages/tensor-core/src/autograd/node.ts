@@ -1,5 +1,6 @@
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
+import { withAutocastExcluded } from '../autocast-state.js';
 import { FreedTensorError } from '../errors.js';
 import { keep } from '../scope.js';
 import type { GradNodeLike, Tensor } from '../tensor.js';
@@ -294,7 +295,8 @@ export class OpNode extends GradNode {
   }
 
   apply(grads: readonly Tensor[]): (Tensor | null)[] {
-    const result = this.def.backward(this.context, grads);
+    // A formula computes in the dtypes forward recorded, inside an autocast scope too.
+    const result = withAutocastExcluded(() => this.def.backward(this.context, grads));
     return this.next.map((edge, i) => (edge === null ? null : (result[i] ?? null)));
   }
 

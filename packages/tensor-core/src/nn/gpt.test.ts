@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { autocast } from '../amp/autocast.js';
 import { ShapeError } from '../errors.js';
 import { tensor } from '../ops/index.js';
 import { RandomGenerator } from '../random/generator.js';
@@ -62,6 +63,28 @@ describe("tensor-core's GPT (nanoGPT's model)", () => {
     expect(sync.logits.shape).toEqual([2, 4, 11]);
     expect(await async.loss!.item()).toBe(await sync.loss!.item());
     expect(model.call(x).loss).toBeNull();
+  });
+
+  it('runs under autocast: bf16 logits, an f32 loss near the f32 one, f32 gradients', async () => {
+    const x = ids([
+      [1, 2, 3, 4],
+      [5, 6, 7, 8],
+    ]);
+    const y = ids([
+      [2, 3, 4, 5],
+      [6, 7, 8, -1],
+    ]);
+    const reference = gpt();
+    const full = await reference.call(x, y).loss!.item();
+    const model = gpt();
+    const { logits, loss } = autocast({ dtype: 'bf16' }, () => model.call(x, y));
+    expect(logits.dtype).toBe('bf16');
+    expect(loss!.dtype).toBe('f32');
+    expect(Math.abs((await loss!.item()) - full)).toBeLessThan(2e-2 * full);
+    await loss!.backward();
+    for (const [name, p] of model.namedParameters()) {
+      expect(`${name}: ${p.grad?.dtype}`).toBe(`${name}: f32`);
+    }
   });
 
   it('refuses ids longer than its block with a ShapeError naming the shape', () => {

@@ -1,12 +1,11 @@
 import {
-  add,
   cast,
   crossEntropy,
   embedding,
   gelu,
   ge,
   layerNorm,
-  matmul,
+  linear,
   mseLoss,
   mul,
   rand,
@@ -58,14 +57,7 @@ export class Linear extends Module<[Tensor], Tensor> {
   }
 
   forward(x: Tensor): Tensor {
-    const y = matmul(x, this.weight, { transposeB: true });
-    const bias = this.bias;
-    if (bias === null) return y;
-    try {
-      return add(y, bias);
-    } finally {
-      y.free();
-    }
+    return linear(x, this.weight, this.bias);
   }
 }
 

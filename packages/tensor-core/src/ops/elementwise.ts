@@ -2,6 +2,7 @@ import type { BinaryOp, KernelTensor, UnaryOp } from '../backend/backend.js';
 import { recordOp } from '../autograd/record.js';
 import { ArgumentError, DTypeError } from '../errors.js';
 import { Tensor } from '../tensor.js';
+import { autocastOp } from './autocast-policy.js';
 import { backendOf, broadcastShapes, requireFloat, requireSameDType } from './validate.js';
 
 /** A tensor or a number (broadcast like a 0-d tensor of the other operand's dtype). */
@@ -12,9 +13,13 @@ const INT_UNARY: ReadonlySet<UnaryOp> = new Set(['neg', 'abs', 'square']);
 function unaryOp(
   op: UnaryOp,
   name: string,
-  x: Tensor,
+  input: Tensor,
   attrs: Record<string, unknown> = {},
 ): Tensor {
+  return autocastOp(name, [input], ([x]) => unaryKernel(op, name, x, attrs));
+}
+
+function unaryKernel(op: UnaryOp, name: string, x: Tensor, attrs: Record<string, unknown>): Tensor {
   backendOf(name, [x]);
   if (!INT_UNARY.has(op)) requireFloat(name, x);
   const out = Tensor.empty(x.backend, x.shape, x.dtype);
@@ -93,6 +98,14 @@ const INT_BINARY: ReadonlySet<BinaryOp> = new Set([
 function binaryOp(op: BinaryOp, name: string, a: Operand, b: Operand, record: boolean): Tensor {
   const ta = typeof a === 'number' ? null : a;
   const tb = typeof b === 'number' ? null : b;
+  return autocastOp(name, [ta, tb], ([ca, cb]) =>
+    binaryKernel(op, name, ca ?? (a as number), cb ?? (b as number), record),
+  );
+}
+
+function binaryKernel(op: BinaryOp, name: string, a: Operand, b: Operand, record: boolean): Tensor {
+  const ta = typeof a === 'number' ? null : a;
+  const tb = typeof b === 'number' ? null : b;
   const backend = backendOf(name, [ta, tb]);
   const dtype = requireSameDType(name, [ta, tb]);
   if (dtype === 'i32' && !INT_BINARY.has(op)) {
@@ -142,6 +155,12 @@ export function minimum(a: Operand, b: Operand): Tensor {
  * needs no gradient of its own for it.
  */
 export function sub(a: Operand, b: Operand): Tensor {
+  const ta = typeof a === 'number' ? null : a;
+  const tb = typeof b === 'number' ? null : b;
+  return autocastOp('sub', [ta, tb], ([ca, cb]) => subOf(ca ?? (a as number), cb ?? (b as number)));
+}
+
+function subOf(a: Operand, b: Operand): Tensor {
   if (typeof b === 'number') return add(a, -b);
   if (typeof a === 'number') return add(neg(b), a);
   backendOf('sub', [a, b]);
@@ -190,6 +209,14 @@ export function activationGrad(kind: 'relu' | 'gelu' | 'geluTanh', x: Tensor, dy
  * have any dtype.
  */
 export function where(cond: Tensor, a: Operand, b: Operand): Tensor {
+  const ta = typeof a === 'number' ? null : a;
+  const tb = typeof b === 'number' ? null : b;
+  return autocastOp('where', [ta, tb], ([ca, cb]) =>
+    whereOf(cond, ca ?? (a as number), cb ?? (b as number)),
+  );
+}
+
+function whereOf(cond: Tensor, a: Operand, b: Operand): Tensor {
   const ta = typeof a === 'number' ? null : a;
   const tb = typeof b === 'number' ? null : b;
   const backend = backendOf('where', [cond, ta, tb]);

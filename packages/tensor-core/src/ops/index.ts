@@ -85,7 +85,7 @@ export {
 } from './elementwise.js';
 export type { Operand } from './elementwise.js';
 export { createFull } from './fill.js';
-export { batchedMatmul, matmul } from './linalg.js';
+export { batchedMatmul, linear, matmul } from './linalg.js';
 export type { MatmulOptions } from './linalg.js';
 export {
   crossEntropy,

@@ -1,6 +1,8 @@
 import { recordOp } from '../autograd/record.js';
 import { ArgumentError, DTypeError, ShapeError } from '../errors.js';
 import { shapeSize, Tensor } from '../tensor.js';
+import { autocastOp } from './autocast-policy.js';
+import { add } from './elementwise.js';
 import { expand, reshape } from './shape.js';
 import { backendOf, broadcastShapes, requireSameDType, sameShape } from './validate.js';
 
@@ -17,6 +19,10 @@ export interface MatmulOptions {
  * transposeB), out [B, M, N] with Ba, Bb each B or 1. Records `matmul`.
  */
 export function batchedMatmul(a: Tensor, b: Tensor, options: MatmulOptions = {}): Tensor {
+  return autocastOp('matmul', [a, b], ([ca, cb]) => batchedMatmulOf(ca, cb, options));
+}
+
+function batchedMatmulOf(a: Tensor, b: Tensor, options: MatmulOptions): Tensor {
   const backend = backendOf('matmul', [a, b]);
   const dtype = requireSameDType('matmul', [a, b]);
   if (dtype === 'i32') throw new DTypeError('matmul', [a.dtype, b.dtype], 'needs float operands');
@@ -65,6 +71,10 @@ export function batchedMatmul(a: Tensor, b: Tensor, options: MatmulOptions = {})
  * operand without a copy. A composite of `reshape`, `expand` and the `matmul` primitive.
  */
 export function matmul(a: Tensor, b: Tensor, options: MatmulOptions = {}): Tensor {
+  return autocastOp('matmul', [a, b], ([ca, cb]) => matmulOf(ca, cb, options));
+}
+
+function matmulOf(a: Tensor, b: Tensor, options: MatmulOptions): Tensor {
   backendOf('matmul', [a, b]);
   requireSameDType('matmul', [a, b]);
   if (a.rank === 0 || b.rank === 0) {
@@ -119,4 +129,21 @@ export function matmul(a: Tensor, b: Tensor, options: MatmulOptions = {}): Tenso
   } finally {
     for (const t of owned) t.free();
   }
+}
+
+/**
+ * x W^T + b for a weight [out, in] (`F.linear`): a composite of `matmul` with `transposeB` and
+ * `add`. Its own row of the autocast policy, as PyTorch's `linear`: inside `autocast`, x, the
+ * weight and the bias are all cast to the lower-precision dtype, so the output is too.
+ */
+export function linear(x: Tensor, weight: Tensor, bias: Tensor | null = null): Tensor {
+  return autocastOp('linear', [x, weight, bias], ([cx, cw, cb]) => {
+    const y = matmul(cx, cw, { transposeB: true });
+    if (cb === null) return y;
+    try {
+      return add(y, cb);
+    } finally {
+      y.free();
+    }
+  });
 }

@@ -1,6 +1,7 @@
 import { recordOp } from '../autograd/record.js';
 import { ArgumentError, ShapeError } from '../errors.js';
 import { Tensor } from '../tensor.js';
+import { autocastOp } from './autocast-policy.js';
 import { cast } from './cast.js';
 import { createFull } from './fill.js';
 import { div, ne, square, sub } from './elementwise.js';
@@ -46,12 +47,12 @@ function softmaxImpl(name: 'softmax' | 'logSoftmax', x: Tensor, axis: number): T
  * axis is moved last and back with transposes.
  */
 export function softmax(x: Tensor, axis = -1): Tensor {
-  return softmaxImpl('softmax', x, axis);
+  return autocastOp('softmax', [x], ([cx]) => softmaxImpl('softmax', cx, axis));
 }
 
 /** Log-softmax along `axis` (the last by default). Primitive `logSoftmax` over the last axis. */
 export function logSoftmax(x: Tensor, axis = -1): Tensor {
-  return softmaxImpl('logSoftmax', x, axis);
+  return autocastOp('logSoftmax', [x], ([cx]) => softmaxImpl('logSoftmax', cx, axis));
 }
 
 /** Options of `layerNorm`. */
@@ -70,9 +71,19 @@ export interface LayerNormOptions {
  * (f32, or f64 for f64 input) the backward kernel needs; the op frees them after `recordOp`.
  */
 export function layerNorm(x: Tensor, options: LayerNormOptions = {}): Tensor {
-  const weight = options.weight ?? null;
-  const bias = options.bias ?? null;
-  const eps = options.eps ?? 1e-5;
+  const params = [x, options.weight ?? null, options.bias ?? null] as const;
+  return autocastOp('layerNorm', params, ([input, weight, bias]) =>
+    layerNormOf(input, weight, bias, options.eps),
+  );
+}
+
+function layerNormOf(
+  x: Tensor,
+  weight: Tensor | null,
+  bias: Tensor | null,
+  epsilon: number | undefined,
+): Tensor {
+  const eps = epsilon ?? 1e-5;
   const backend = backendOf('layerNorm', [x, weight, bias]);
   requireFloat('layerNorm', x);
   requireSameDType('layerNorm', [x, weight, bias]);
@@ -147,6 +158,10 @@ export function embedding(weight: Tensor, indices: Tensor): Tensor {
  * Out of place. Primitive `indexAdd`.
  */
 export function indexAdd(x: Tensor, indices: Tensor, src: Tensor): Tensor {
+  return autocastOp('indexAdd', [x, indices, src], ([cx, ci, cs]) => indexAddOf(cx, ci, cs));
+}
+
+function indexAddOf(x: Tensor, indices: Tensor, src: Tensor): Tensor {
   const backend = backendOf('indexAdd', [x, indices, src]);
   requireDType('indexAdd', indices, ['i32'], 'indices');
   requireSameDType('indexAdd', [x, src]);
@@ -216,6 +231,12 @@ export function crossEntropy(
   targets: Tensor,
   options: CrossEntropyOptions = {},
 ): Tensor {
+  return autocastOp('crossEntropy', [logits, targets], ([cl, ct]) =>
+    crossEntropyOf(cl, ct, options),
+  );
+}
+
+function crossEntropyOf(logits: Tensor, targets: Tensor, options: CrossEntropyOptions): Tensor {
   const reduction = options.reduction ?? 'mean';
   const ignoreIndex = options.ignoreIndex ?? -100;
   const backend = backendOf('crossEntropy', [logits, targets]);
@@ -269,6 +290,14 @@ export function mseLoss(
   input: Tensor,
   target: Tensor,
   options: { reduction?: 'mean' | 'sum' | 'none' } = {},
+): Tensor {
+  return autocastOp('mseLoss', [input, target], ([ci, ct]) => mseLossOf(ci, ct, options));
+}
+
+function mseLossOf(
+  input: Tensor,
+  target: Tensor,
+  options: { reduction?: 'mean' | 'sum' | 'none' },
 ): Tensor {
   const reduction = options.reduction ?? 'mean';
   backendOf('mseLoss', [input, target]);

@@ -2,6 +2,8 @@ import type { ReductionOp } from '../backend/backend.js';
 import { recordOp } from '../autograd/record.js';
 import { DTypeError, ShapeError } from '../errors.js';
 import { Tensor } from '../tensor.js';
+import { withAutocastExcluded } from '../autocast-state.js';
+import { autocastOp } from './autocast-policy.js';
 import { mul } from './elementwise.js';
 import { backendOf, kernelAs, normalizeAxes, normalizeAxis } from './validate.js';
 
@@ -52,8 +54,12 @@ function reduceAxes(
   return current;
 }
 
-/** Sum over `axes` (all by default). Primitive `sum`. */
+/** Sum over `axes` (all by default). Primitive `sum`. f32 inside `autocast`, as PyTorch's. */
 export function sum(x: Tensor, axes?: Axes, options: ReduceOptions = {}): Tensor {
+  return autocastOp('sum', [x], ([input]) => sumOf(input, axes, options));
+}
+
+function sumOf(x: Tensor, axes: Axes, options: ReduceOptions): Tensor {
   backendOf('sum', [x]);
   const list = normalizeAxes('sum', axes, x.shape);
   const keepDim = options.keepDim ?? false;
@@ -62,8 +68,15 @@ export function sum(x: Tensor, axes?: Axes, options: ReduceOptions = {}): Tensor
   return out;
 }
 
-/** Mean over `axes` (all by default): a composite, sum times 1/count. Floats only. */
+/**
+ * Mean over `axes` (all by default): a composite, sum times 1/count. Floats only. In its input's
+ * dtype inside `autocast` too (PyTorch's lists leave `mean` out).
+ */
 export function mean(x: Tensor, axes?: Axes, options: ReduceOptions = {}): Tensor {
+  return withAutocastExcluded(() => meanOf(x, axes, options));
+}
+
+function meanOf(x: Tensor, axes: Axes, options: ReduceOptions): Tensor {
   if (x.dtype === 'i32') {
     throw new DTypeError('mean', [x.dtype], 'needs a floating point tensor (cast i32 first)');
   }

@@ -3,6 +3,7 @@ import { recordOp } from '../autograd/record.js';
 import { ArgumentError, ShapeError } from '../errors.js';
 import { shapeSize, Tensor } from '../tensor.js';
 import { backendOf, contiguousStrides, normalizeAxis, requireSameDType } from './validate.js';
+import { autocastOp } from './autocast-policy.js';
 
 /** Resolve one -1 in a target shape against `size` elements. */
 function inferShape(op: string, from: readonly number[], shape: readonly number[]): number[] {
@@ -252,8 +253,15 @@ export function chunk(x: Tensor, chunks: number, axis = 0): Tensor[] {
   return split(x, Math.max(1, Math.ceil(x.shape[a]! / chunks)), a);
 }
 
-/** Join tensors of one dtype along `axis`; other dims must agree. Primitive `concat`. */
+/**
+ * Join tensors of one dtype along `axis`; other dims must agree. Primitive `concat`. Inside
+ * `autocast`, tensors of several floating dtypes are promoted to the widest.
+ */
 export function concat(tensors: readonly Tensor[], axis = 0): Tensor {
+  return autocastOp('concat', tensors, (ts) => concatOf(ts, axis));
+}
+
+function concatOf(tensors: readonly Tensor[], axis: number): Tensor {
   if (tensors.length === 0) throw new ArgumentError('concat', 'needs at least one tensor');
   const backend = backendOf('concat', tensors);
   const dtype = requireSameDType('concat', tensors);
