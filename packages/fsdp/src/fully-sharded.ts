@@ -4,9 +4,10 @@ import {
   isGradEnabled,
   Module,
   type RemovableHandle,
+  type RunningBackward,
   type Tensor,
 } from '@webshard/tensor-core';
-import { markManagedParameter, queueCallback } from '@webshard/tensor-core/autograd';
+import { markManagedParameter } from '@webshard/tensor-core/autograd';
 import { finitePositive, type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
 import { castBuffers, castInputs, freeCasts } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
@@ -280,7 +281,7 @@ export class FullyShardedDataParallel<
       if (isGradEnabled()) {
         forEachTensor(output, (t) => {
           if (!t.requiresGrad) return;
-          t.registerHook(() => this.preBackward());
+          t.registerHook((_grad, running) => this.preBackward(running));
           hooked++;
         });
       }
@@ -447,11 +448,11 @@ export class FullyShardedDataParallel<
    * and attaches again in case the unit reduced in between ([Note: recomputation]). All are no-ops
    * when nothing changed.
    */
-  private async preBackward(): Promise<undefined> {
+  private async preBackward(running: RunningBackward): Promise<undefined> {
     const shared = this.shared!;
     if (!shared.finalCallbackQueued) {
       shared.finalCallbackQueued = true;
-      queueCallback(() => shared.finalizeBackward());
+      running.queueCallback(() => shared.finalizeBackward());
     }
     const first = !shared.preBackwardRan.has(this);
     this.assertState('pre-backward', first ? ['IDLE'] : RECOMPUTE_STATES);
