@@ -37,8 +37,8 @@ import { asCurrent, BackwardRun, parentTask, type RunningBackward } from './runn
  *    A leaf used several times in the graph gets one accumulation of the summed gradient.
  * 4. Callbacks queued with `queueCallback` run once, in FIFO order, after the whole graph of the
  *    outermost backward has run (also those queued from a nested backward, e.g. a checkpoint's
- *    recomputation, and those queued by other callbacks), before `backward` resolves. Hooks, nodes and
- *    callbacks get the running backward to queue on ([Note: the running backward]), so ranks
+ *    recomputation, and those queued by other callbacks), before `backward` resolves. Hooks, nodes
+ *    and callbacks get the running backward to queue on ([Note: the running backward]), so ranks
  *    sharing a thread each queue on their own.
  * 5. Each hook and callback is awaited before the engine continues. A hook that wants its
  *    communication to overlap with the rest of backward (DDP buckets) should start it, keep the
@@ -111,7 +111,10 @@ export function registerPostAccumulateGradHook(
   return accumulatorOf(leaf).postHooks.add(hook);
 }
 
-/** One backward pass: its nesting and callbacks ([Note: the running backward]), the gradient tensors it owns. */
+/**
+ * One backward pass: its nesting and callbacks ([Note: the running backward]) and the gradient
+ * tensors it owns.
+ */
 class GraphTask extends BackwardRun {
   private readonly owned = new Map<Tensor, number>();
 
