@@ -96,15 +96,13 @@ export function parentTask(nestedIn: RunningBackward | undefined): BackwardRun |
 }
 
 /** Run `fn` (a backward's body) with `task` as what the ambient forms see. */
-export async function asCurrent(task: BackwardRun, fn: () => Promise<void>): Promise<void> {
+export function asCurrent(task: BackwardRun, fn: () => Promise<void>): Promise<void> {
   if (asyncContextSupported) return currentTask.run(task.outermost, fn);
   if (task.outermost !== task) return fn();
   runningInThread.add(task);
-  try {
-    await fn();
-  } finally {
+  return fn().finally(() => {
     runningInThread.delete(task);
-  }
+  });
 }
 
 /** The backward that ambient code belongs to, or null; see [Note: the running backward]. */
