@@ -1,6 +1,11 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { type DType, Module, type RemovableHandle, type Tensor } from '@webshard/tensor-core';
-import { queueCallback } from '@webshard/tensor-core/autograd';
+import {
+  type DType,
+  Module,
+  type RemovableHandle,
+  type RunningBackward,
+  type Tensor,
+} from '@webshard/tensor-core';
 import {
   type DistributedDataParallelOptions,
   type ResolvedOptions,
@@ -261,7 +266,7 @@ export class DistributedDataParallel<
     this.refreshing = true;
     this.recorded = [];
     this.hooks = params.map((p, index) =>
-      p.registerPostAccumulateGradHook(() => this.onGrad(p, index)),
+      p.registerPostAccumulateGradHook((_param, running) => this.onGrad(p, index, running)),
     );
     const plan = planPerDType(
       this.planParams(params),
@@ -301,7 +306,7 @@ export class DistributedDataParallel<
     return new Reducer(buckets, mode, 1 / factor, post, this.options.retainAllreduceBuffers);
   }
 
-  private async onGrad(param: Tensor, index: number): Promise<void> {
+  private async onGrad(param: Tensor, index: number, running: RunningBackward): Promise<void> {
     if (this.stateValue === 'idle') {
       throw new DdpStateError(
         this.fields('backward'),
@@ -313,7 +318,7 @@ export class DistributedDataParallel<
     if (this.stateValue === 'forwarded') {
       this.stateValue = 'backward';
       if (this.syncThisStep) this.reducer!.begin();
-      queueCallback(() => this.endBackward());
+      running.queueCallback(() => this.endBackward());
     }
     if (!this.syncThisStep) return;
     if (this.refreshing) this.recorded.push(index);

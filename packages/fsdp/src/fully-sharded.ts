@@ -4,9 +4,10 @@ import {
   isGradEnabled,
   Module,
   type RemovableHandle,
+  type RunningBackward,
   type Tensor,
 } from '@webshard/tensor-core';
-import { markManagedParameter, queueCallback } from '@webshard/tensor-core/autograd';
+import { markManagedParameter } from '@webshard/tensor-core/autograd';
 import { finitePositive, type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
 import { castBuffers, castInputs, freeCasts } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
@@ -270,13 +271,19 @@ export class FullyShardedDataParallel<
       if (this.ssdShards !== null) await this.ssdShards.load();
       this.paramGroup.unshard();
       if (shared.root.trainingState === 'FORWARD')
-        this.prefetch(shared.nextInForward(this), shared);
+        shared.prefetch(
+          shared.nextInForward(this),
+          this === shared.root,
+          this.options.limitAllGathers,
+        );
       await this.paramGroup.waitForUnshard();
       if (this.ssdShards !== null) await this.ssdShards.release();
       const lent = await this.borrowed.gather();
       output = (await this.module.call(...inputs)) as Awaited<Out>;
       const hooked = isGradEnabled()
-        ? shared.hookOutputs(output, (call, nested) => this.preBackward(call, nested))
+        ? shared.hookOutputs(output, (call, nested, running) =>
+            this.preBackward(call, nested, running),
+          )
         : 0;
       const keepFull =
         hooked > 0 &&
@@ -422,19 +429,6 @@ export class FullyShardedDataParallel<
     return shared;
   }
 
-  /** Issue `unit`'s gather (or its shard's read) ahead of its use, within `limitAllGathers`. */
-  private prefetch(
-    unit: FullyShardedDataParallel | null,
-    shared: FsdpSharedState<FullyShardedDataParallel>,
-  ): void {
-    if (unit === null || this.options.limitAllGathers === 0 || !unit.paramGroup.isSharded) return;
-    const busy = shared.gatheredCount() - (this === shared.root ? 0 : 1);
-    if (busy >= this.options.limitAllGathers) return;
-    if (unit.ssdShards !== null)
-      unit.ssdShards.readAhead(); // [Note: reading ahead from a store]
-    else unit.paramGroup.unshard();
-  }
-
   /**
    * An output gradient arrived. The first of a backward gathers, prefetches and attaches flat
    * gradients; a later one (more outputs, more forwards, a checkpoint's recomputation) gathers again
@@ -442,12 +436,16 @@ export class FullyShardedDataParallel<
    * when nothing changed. A nested unit's output runs it once per forward call ([Note: outputs of
    * nested units]).
    */
-  private async preBackward(call: object, nested: boolean): Promise<undefined> {
+  private async preBackward(
+    call: object,
+    nested: boolean,
+    running: RunningBackward,
+  ): Promise<undefined> {
     const shared = this.shared!;
     if (!shared.runsPreBackward(call, nested)) return undefined;
     if (!shared.finalCallbackQueued) {
       shared.finalCallbackQueued = true;
-      queueCallback(() => shared.finalizeBackward());
+      running.queueCallback(() => shared.finalizeBackward());
     }
     const first = !shared.preBackwardRan.has(this);
     this.assertState('pre-backward', first ? ['IDLE'] : RECOMPUTE_STATES);
@@ -460,7 +458,7 @@ export class FullyShardedDataParallel<
       // The next unit whose backward has not run yet: one that already reduced would be gathered
       // again for nothing and held to the end of backward.
       const next = shared.nextInBackward(this).find((u) => !shared.preBackwardRan.has(u));
-      this.prefetch(next ?? null, shared);
+      shared.prefetch(next ?? null, this === shared.root, this.options.limitAllGathers);
     }
     await this.paramGroup.waitForUnshard();
     if (this.ssdShards !== null) await this.ssdShards.release();

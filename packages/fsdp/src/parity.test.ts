@@ -1,15 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { expectClose } from './test-support/expect-parity.js';
 import { meanLosses, trainLocal, trainSingle } from './test-support/parity.js';
-
-function expectClose(actual: ArrayLike<number>, expected: ArrayLike<number>, rtol: number): void {
-  expect(actual.length).toBe(expected.length);
-  for (let i = 0; i < expected.length; i++) {
-    const tol = rtol * Math.max(1, Math.abs(expected[i]!));
-    if (!(Math.abs(actual[i]! - expected[i]!) <= tol)) {
-      throw new Error(`element ${i}: ${actual[i]} vs ${expected[i]} (tolerance ${tol})`);
-    }
-  }
-}
 
 const RUN = { steps: 4, batch: 8 };
 

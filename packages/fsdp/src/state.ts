@@ -1,5 +1,5 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import type { Tensor } from '@webshard/tensor-core';
+import type { RunningBackward, Tensor } from '@webshard/tensor-core';
 import { ReduceScatterBucketer } from './bucketer.js';
 import { forEachTensor } from './module-tree.js';
 import type { FsdpParamGroup, TrainingState } from './param-group.js';
@@ -122,7 +122,7 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
    */
   hookOutputs(
     output: unknown,
-    preBackward: (call: object, nested: boolean) => Promise<undefined>,
+    preBackward: (call: object, nested: boolean, running: RunningBackward) => Promise<undefined>,
   ): number {
     const call = {};
     let hooked = 0;
@@ -130,7 +130,7 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
       if (!t.requiresGrad) return;
       const nested = this.hookedOutputs.has(t);
       this.hookedOutputs.add(t);
-      t.registerHook(() => preBackward(call, nested));
+      t.registerHook((_grad, running) => preBackward(call, nested, running));
       hooked++;
     });
     return hooked;
@@ -144,6 +144,19 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
     if (nested && this.preBackwardCalls.has(call)) return false;
     this.preBackwardCalls.add(call);
     return true;
+  }
+
+  /**
+   * Issue `unit`'s gather (or its shard's read) ahead of its use, within `limitAllGathers` full
+   * units at once (the asking unit's own counts, unless it is the root, which keeps its own).
+   */
+  prefetch(unit: U | null, fromRoot: boolean, limitAllGathers: number): void {
+    if (unit === null || limitAllGathers === 0 || !unit.paramGroup.isSharded) return;
+    const busy = this.gatheredCount() - (fromRoot ? 0 : 1);
+    if (busy >= limitAllGathers) return;
+    if (unit.ssdShards !== null)
+      unit.ssdShards.readAhead(); // [Note: reading ahead from a store]
+    else unit.paramGroup.unshard();
   }
 
   /** A reduction issued in this backward, awaited at its end (its failure surfaces there). */

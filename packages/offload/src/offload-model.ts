@@ -9,6 +9,7 @@ import {
   isGradEnabled,
   keep,
   noGrad,
+  type RunningBackward,
   type Sequential,
   type StepOptions,
   type Tensor,
@@ -323,7 +324,7 @@ export class OffloadModel {
     }
     out.requiresGrad = true;
     this.pending = { records, input: input.requiresGrad ? input : null };
-    out.registerPostAccumulateGradHook((leaf) => this.backwardFrom(leaf));
+    out.registerPostAccumulateGradHook((leaf, running) => this.backwardFrom(leaf, running));
     return out;
   }
 
@@ -342,7 +343,7 @@ export class OffloadModel {
     await this.downloadShared();
   }
 
-  private async backwardFrom(out: Tensor): Promise<void> {
+  private async backwardFrom(out: Tensor, running: RunningBackward): Promise<void> {
     const pending = this.pending;
     const grad = out.grad;
     out.grad = null;
@@ -389,7 +390,7 @@ export class OffloadModel {
           x = record.leaves[j]!;
           y = record.outputs[j]!;
         }
-        if (y.requiresGrad) await backward(y, grads[j]!);
+        if (y.requiresGrad) await backward(y, grads[j]!, { nestedIn: running });
         if (checkpointActivation) y.free();
         inputGrads.push(x.grad);
         x.grad = null;
@@ -403,7 +404,7 @@ export class OffloadModel {
     }
     if (pending.input !== null && grads.length > 0) {
       const full = noGrad(() => (grads.length === 1 ? grads[0]! : concat(grads)));
-      await backward(pending.input, full);
+      await backward(pending.input, full, { nestedIn: running });
       if (full !== grads[0]) full.free();
     }
     for (const g of grads) g.free();

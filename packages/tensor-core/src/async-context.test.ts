@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { backward, isBackwardRunning, queueCallback } from './autograd/engine.js';
+import { backward } from './autograd/engine.js';
+import { isBackwardRunning, queueCallback } from './autograd/running-backward.js';
 import { AutogradError } from './autograd/errors.js';
 import { isGradEnabled, noGrad, setGradEnabled } from './autograd/grad-mode.js';
 import { asyncContextSupported, ContextSlot } from './async-context.js';

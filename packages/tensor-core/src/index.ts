@@ -34,6 +34,7 @@ export { AutogradError } from './autograd/errors.js';
 export { enableGrad, isGradEnabled, noGrad, setGradEnabled } from './autograd/grad-mode.js';
 export type { RemovableHandle } from './autograd/hooks.js';
 export type { TensorHook } from './autograd/node.js';
+export type { BackwardCallback, RunningBackward } from './autograd/running-backward.js';
 export type { Backend, BackendKind } from './backend/backend.js';
 export { createBackend } from './backend/create.js';
 export type { CreateBackendOptions } from './backend/create.js';

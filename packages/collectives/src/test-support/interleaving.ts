@@ -11,7 +11,6 @@ import {
   type Tensor,
   tensor,
 } from '@webshard/tensor-core';
-import { queueCallback } from '@webshard/tensor-core/autograd';
 import type { ProcessGroup } from '../process-group.js';
 
 export interface RankGradients {
@@ -39,9 +38,9 @@ export async function interleavedGradients(
       await yieldToOthers();
       return undefined;
     });
-    fc2.weight.registerPostAccumulateGradHook(async () => {
+    fc2.weight.registerPostAccumulateGradHook(async (_param, running) => {
       await group.allReduce(new Float32Array([rank])).wait();
-      queueCallback(() => {
+      running.queueCallback(() => {
         log.push('callback');
       });
     });

@@ -1,12 +1,8 @@
 // Runs in a dedicated worker of a headless Chromium page (src/ssd/opfs-store.test.ts): the OPFS
 // store's contract, then one rank trained with ssdOffload in OPFS against the same in memory. One
-// rank: two in-thread ranks of FSDP, in memory or not, fail here at the first backward with a
-// CollectiveMismatchError (every time, flat and nested; reproduced 2026-11-24). The cause is
-// tensor-core's, not this store's: without AsyncLocalStorage (browsers) the autograd engine's current
-// backward is one variable for the whole thread ([Note: async context]), so the second rank's
-// backward takes itself for one nested in the first rank's and queues its end-of-backward callback
-// (FSDP's finalizeBackward) there: it runs at the other rank's end, before this rank's reductions.
-// A page runs one rank a thread, where this does not arise.
+// rank is enough for the store; two ranks sharing a page's thread are src/browser-ranks.test.ts
+// (they failed at the first backward until the engine handed the running backward to FSDP's
+// hooks, [Note: the running backward]).
 import { OpfsStore } from '../ssd/opfs-store.js';
 import { trainLocal } from './parity.js';
 

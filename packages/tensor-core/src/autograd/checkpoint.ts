@@ -9,6 +9,7 @@ import { getDefaultGenerator, type RandomGenerator } from '../random/generator.j
 import { backward, gradientEdge as gradientEdgeOf, setGradFn } from './engine.js';
 import { enableGrad, isGradEnabled, noGrad } from './grad-mode.js';
 import { metaOf, GradNode, SavedTensor } from './node.js';
+import type { RunningBackward } from './running-backward.js';
 import { endProbe, startProbe } from './record.js';
 
 /** What a checkpointed function returns: a tensor or tensors, or a promise of them. */
@@ -75,7 +76,7 @@ class CheckpointNode extends GradNode {
     this.saved = inputs.map((t) => new SavedTensor(t));
   }
 
-  async apply(grads: readonly Tensor[]): Promise<(Tensor | null)[]> {
+  async apply(grads: readonly Tensor[], running: RunningBackward): Promise<(Tensor | null)[]> {
     const sources = this.saved.map((s) => s.get('checkpoint backward'));
     const detached = sources.map((x, i) => {
       const d = keep(x.detach());
@@ -103,7 +104,7 @@ class CheckpointNode extends GradNode {
           rootGrads.push(grads[i]!);
         }
       });
-      if (roots.length > 0) await backward(roots, rootGrads);
+      if (roots.length > 0) await backward(roots, rootGrads, { nestedIn: running });
       return detached.map((d, i) => {
         if (this.next[i] === null) return null;
         const g = d.grad;

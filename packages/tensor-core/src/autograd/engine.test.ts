@@ -8,7 +8,7 @@ import { tidy } from '../scope.js';
 import { Tensor } from '../tensor.js';
 import { expectClose } from '../testing/index.js';
 import { checkpoint, checkpointWith } from './checkpoint.js';
-import { queueCallback } from './engine.js';
+import { queueCallback } from './running-backward.js';
 import { AutogradError } from './errors.js';
 import { enableGrad, isGradEnabled, noGrad } from './grad-mode.js';
 

@@ -1,4 +1,3 @@
-import { ContextSlot } from '../async-context.js';
 import { ArgumentError, DTypeError, ShapeError } from '../errors.js';
 import { keep, tidy } from '../scope.js';
 import type { Tensor } from '../tensor.js';
@@ -15,9 +14,9 @@ import {
   type PostAccumulateGradHook,
   type TensorHook,
   type TensorMeta,
-  type VoidOrPromise,
 } from './node.js';
 import { dependencies, ReadyQueue } from './ready-queue.js';
+import { asCurrent, BackwardRun, parentTask, type RunningBackward } from './running-backward.js';
 
 /**
  * [Note: the backward engine and its ordering guarantees]
@@ -38,8 +37,9 @@ import { dependencies, ReadyQueue } from './ready-queue.js';
  *    A leaf used several times in the graph gets one accumulation of the summed gradient.
  * 4. Callbacks queued with `queueCallback` run once, in FIFO order, after the whole graph of the
  *    outermost backward has run (also those queued from a nested backward, e.g. a checkpoint's
- *    recomputation, and those queued by other callbacks), before `backward` resolves. "Outermost"
- *    is per call chain: ranks sharing a thread each get their own ([Note: async context]).
+ *    recomputation, and those queued by other callbacks), before `backward` resolves. Hooks, nodes
+ *    and callbacks get the running backward to queue on ([Note: the running backward]), so ranks
+ *    sharing a thread each queue on their own.
  * 5. Each hook and callback is awaited before the engine continues. A hook that wants its
  *    communication to overlap with the rest of backward (DDP buckets) should start it, keep the
  *    promise, and await it in a queued callback instead of returning it.
@@ -111,18 +111,19 @@ export function registerPostAccumulateGradHook(
   return accumulatorOf(leaf).postHooks.add(hook);
 }
 
-/** Options of `backward`. */
-export interface BackwardOptions {
-  /** Keep saved tensors so the graph can be backpropagated again. */
-  retainGraph?: boolean;
-}
-
-/** One backward pass: its queued callbacks and the gradient tensors it owns. */
-class GraphTask {
-  readonly callbacks: (() => VoidOrPromise)[] = [];
+/**
+ * One backward pass: its nesting and callbacks ([Note: the running backward]) and the gradient
+ * tensors it owns.
+ */
+class GraphTask extends BackwardRun {
   private readonly owned = new Map<Tensor, number>();
 
-  constructor(readonly retainGraph: boolean) {}
+  constructor(
+    readonly retainGraph: boolean,
+    parent: BackwardRun | null,
+  ) {
+    super(parent);
+  }
 
   /** Count one more holder of `t` if the engine owns it. `fresh` tensors become owned. */
   hold(t: Tensor, fresh: boolean): void {
@@ -149,37 +150,24 @@ class GraphTask {
     return true;
   }
 
-  freeAll(): void {
+  /** The end: free what it still owns; an outermost task takes no more callbacks. */
+  finish(): void {
+    this.end();
     for (const t of this.owned.keys()) t.free();
     this.owned.clear();
   }
 }
 
-/**
- * The outermost backward of the current call chain, if any. A chain is one rank's code: several
- * ranks in one thread each see their own backward ([Note: async context]).
- */
-const currentTask = new ContextSlot<GraphTask | null>(null);
-
-/** Whether a backward pass is running in this call chain (hooks and callbacks see true). */
-export function isBackwardRunning(): boolean {
-  return currentTask.get() !== null;
-}
-
-/**
- * Queue `callback` to run once at the end of the outermost backward of this call chain, after all
- * its nodes and hooks, like PyTorch's `Variable._execution_engine.queue_callback`. Throws
- * `AutogradError` outside a backward, also while another chain's backward runs.
- */
-export function queueCallback(callback: () => VoidOrPromise): void {
-  const task = currentTask.get();
-  if (task === null) {
-    throw new AutogradError(
-      'queueCallback',
-      'callbacks can only be queued while backward runs (from a hook, a node or another callback of that backward)',
-    );
-  }
-  task.callbacks.push(callback);
+/** Options of `backward`. */
+export interface BackwardOptions {
+  /** Keep saved tensors so the graph can be backpropagated again. */
+  retainGraph?: boolean;
+  /**
+   * The backward this one runs inside (the `RunningBackward` a hook or node got): its callbacks
+   * then run at the end of that one ([Note: the running backward]). Without it, a backward started
+   * inside another is nested only where AsyncLocalStorage tells (Node).
+   */
+  nestedIn?: RunningBackward;
 }
 
 function newLike(meta: TensorMeta): Tensor {
@@ -237,7 +225,7 @@ export async function backward(
       : Array.isArray(grads)
         ? (grads as readonly (Tensor | null | undefined)[])
         : [grads as Tensor];
-  const task = new GraphTask(options.retainGraph ?? false);
+  const task = new GraphTask(options.retainGraph ?? false, parentTask(options.nestedIn));
   const edges: Edge[] = [];
   const rootGrads: Tensor[] = [];
   try {
@@ -268,23 +256,22 @@ export async function backward(
       rootGrads.push(grad);
     });
   } catch (error) {
-    task.freeAll();
+    task.finish();
     throw error;
   }
-  // A backward inside a backward of the same chain (a checkpoint's recomputation) queues its
-  // callbacks to the outermost one, which runs them.
-  const outermost = currentTask.get() ?? task;
+  // A nested backward (a checkpoint's recomputation) queues its callbacks to the outermost one,
+  // which runs them.
   try {
-    await currentTask.run(outermost, async () => {
+    await asCurrent(task, async () => {
       await run(task, new GraphRoot(edges, rootGrads));
-      if (outermost !== task) return;
+      if (task.outermost !== task) return;
       for (let i = 0; i < task.callbacks.length; i++) {
         const callback = task.callbacks[i]!;
-        await callHook(callback);
+        await callHook(() => callback(task));
       }
     });
   } finally {
-    task.freeAll();
+    task.finish();
   }
 }
 
@@ -340,7 +327,7 @@ async function runNode(
     for (const hook of hooks.snapshot()) {
       const grad = buffer[index] ?? null;
       if (grad === null) break;
-      const replaced = await callHook(() => hook(grad));
+      const replaced = await callHook(() => hook(grad, task));
       if (isTensor(replaced) && replaced !== grad) {
         checkGradient(`${node.name} hook`, `output ${index}`, replaced, node.outputs[index]!);
         task.hold(replaced, true);
@@ -371,7 +358,8 @@ async function runNode(
   });
   let result: (Tensor | null)[];
   try {
-    result = node instanceof OpNode ? applyFormula(node, grads) : await node.apply(grads);
+    result =
+      node instanceof OpNode ? applyFormula(node, grads, task) : await node.apply(grads, task);
   } finally {
     if (!task.retainGraph) node.release();
   }
@@ -382,10 +370,14 @@ async function runNode(
 }
 
 /** Run a node's synchronous formula under noGrad inside tidy (its temporaries are freed). */
-export function applyFormula(node: GradNode, grads: readonly Tensor[]): (Tensor | null)[] {
+export function applyFormula(
+  node: GradNode,
+  grads: readonly Tensor[],
+  backward: RunningBackward,
+): (Tensor | null)[] {
   const previous = setGradEnabled(false);
   try {
-    return tidy(() => node.apply(grads) as (Tensor | null)[]);
+    return tidy(() => node.apply(grads, backward) as (Tensor | null)[]);
   } finally {
     setGradEnabled(previous);
   }
@@ -409,5 +401,5 @@ async function accumulate(task: GraphTask, node: AccumulateGrad, grad: Tensor): 
     sum.free();
     task.drop(grad);
   }
-  for (const hook of node.postHooks.snapshot()) await callHook(() => hook(leaf));
+  for (const hook of node.postHooks.snapshot()) await callHook(() => hook(leaf, task));
 }

@@ -7,6 +7,7 @@ import type { GradNodeLike, Tensor } from '../tensor.js';
 import { isTensor } from '../tensor-brand.js';
 import { AutogradError } from './errors.js';
 import { HookList } from './hooks.js';
+import type { RunningBackward } from './running-backward.js';
 
 /** Shape, dtype and backend of a tensor, kept by nodes instead of the tensor itself. */
 export interface TensorMeta {
@@ -19,11 +20,15 @@ export function metaOf(tensor: Tensor): TensorMeta {
   return { shape: tensor.shape, dtype: tensor.dtype, backend: tensor.backend };
 }
 
-/** A gradient hook on a tensor: may return a replacement gradient; may be async. */
-export type TensorHook = (grad: Tensor) => Tensor | undefined | Promise<Tensor | undefined>;
 export type VoidOrPromise = void | Promise<void>;
+
+/** A gradient hook on a tensor: may return a replacement gradient; may be async. */
+export type TensorHook = (
+  grad: Tensor,
+  backward: RunningBackward,
+) => Tensor | undefined | Promise<Tensor | undefined>;
 /** Runs after a leaf's gradient was accumulated into `.grad`; may be async. */
-export type PostAccumulateGradHook = (param: Tensor) => VoidOrPromise;
+export type PostAccumulateGradHook = (param: Tensor, backward: RunningBackward) => VoidOrPromise;
 
 /** Where a gradient goes: output `index` of `node`. */
 export interface Edge {
@@ -181,8 +186,14 @@ export abstract class GradNode implements GradNodeLike {
     return list;
   }
 
-  /** Gradients of the inputs from the gradients of the outputs (null: none for that input). */
-  abstract apply(grads: readonly Tensor[]): (Tensor | null)[] | Promise<(Tensor | null)[]>;
+  /**
+   * Gradients of the inputs from the gradients of the outputs (null: none for that input).
+   * `backward` is the pass running the node (a node that backpropagates nests in it).
+   */
+  abstract apply(
+    grads: readonly Tensor[],
+    backward: RunningBackward,
+  ): (Tensor | null)[] | Promise<(Tensor | null)[]>;
 
   /** Drop saved tensors (after backward without retainGraph). */
   release(): void {

@@ -6,7 +6,7 @@ import { RandomGenerator } from '../random/generator.js';
 import { createCpuBackend, setDefaultBackend } from '../runtime.js';
 import { Tensor } from '../tensor.js';
 import { checkpoint } from './checkpoint.js';
-import { queueCallback } from './engine.js';
+import { queueCallback } from './running-backward.js';
 
 /**
  * The hook protocol of fairscale's FullyShardedDataParallel, driven through this package's hooks

@@ -1,15 +1,15 @@
 // The `@webshard/tensor-core/autograd` entry: the autograd graph for the authors of wrappers
 // (FSDP, DDP, offload) and of new ops. A training script needs only the root's `backward`,
 // `noGrad` and `checkpoint`. See [Note: the public surface] in index.ts.
+export { asyncContextSupported } from '../async-context.js';
 export { checkpointWith } from '../autograd/checkpoint.js';
 export type { CheckpointResult } from '../autograd/checkpoint.js';
 export {
   gradientEdge,
-  isBackwardRunning,
-  queueCallback,
   registerPostAccumulateGradHook,
   registerTensorHook,
 } from '../autograd/engine.js';
+export { isBackwardRunning, queueCallback } from '../autograd/running-backward.js';
 export { gradcheck } from '../autograd/gradcheck.js';
 export type { GradcheckOptions, GradcheckResult } from '../autograd/gradcheck.js';
 export { gradients, reduceTo } from '../autograd/gradients.js';
