@@ -1,4 +1,4 @@
-import { mkdir, open, readFile } from 'node:fs/promises';
+import { mkdir, open, readFile, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { StepRecord } from '../progress.js';
 import { writeFileAtomically } from './atomic-write.js';
@@ -89,7 +89,10 @@ export async function openLog(
     const ordered = [...keep.entries()].sort((a, b) => a[0] - b[0]).map(([, line]) => line);
     await writeFileAtomically(path, ordered.join(''));
   }
-  const file = await open(path, resumedStep === null ? 'w' : 'a');
+  // Appending, always: each line lands whole at the end even when another process appends to the
+  // same file (an elastic rank 0 that was dropped but does not know it yet, beside the new one).
+  if (resumedStep === null) await writeFile(path, '');
+  const file = await open(path, 'a');
   return {
     async write(line) {
       await file.write(line);

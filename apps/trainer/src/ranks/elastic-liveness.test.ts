@@ -141,14 +141,20 @@ it('diloco: a member later than --sync-timeout to an outer sync is left out of i
     ...['--member-timeout', '20', '--sync-timeout', '2'],
   ]);
   const log = join(out, 'straggler.jsonl');
-  const run = [...RUN, ...STRATEGIES.diloco!.args, '--steps', '120', '--log-jsonl', log];
+  const run = [...RUN, ...STRATEGIES.diloco!.args, '--steps', '160', '--log-jsonl', log];
   const member = (env: Record<string, string>) =>
     cli([...run, '--transport', 'tcp', '--elastic', url], env);
   // Its first 4 steps block 1.5 s each: 6 s late to the first outer sync (step 4). The others'
   // steps take 60 ms at least, so the job is still on when it comes back.
   const late = { WEBSHARD_TRAINER_SLOW_MS: '1500', WEBSHARD_TRAINER_SLOW_STEPS: '4' };
   const steady = { WEBSHARD_TRAINER_SLOW_MS: '60' };
-  const all = [member(steady), member(steady), member(late)];
+  // The late member joins first: rank 0, the one that writes the log, until it is dropped while
+  // it still trains (the new rank 0 appends to the same file: every line must stay whole).
+  const first = member(late);
+  await until('the late member waiting', () =>
+    /member 0 waits/.test(coordinator.stdout()) ? true : null,
+  );
+  const all = [first, member(steady), member(steady)];
   const results = await Promise.all([...all, coordinator].map((m) => m.done));
   for (const result of results) expect([result.code, result.stderr]).toEqual([0, '']);
   const read = await lines(log);

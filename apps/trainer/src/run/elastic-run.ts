@@ -158,6 +158,11 @@ export async function trainElastic(
     const progress = createProgress((text) => run.lead && io.stdout(text), false);
     let log = run.lead && config.logJsonl !== null ? await openLog(config.logJsonl) : null;
     const announce = async (change: MembershipChange, step: number) => {
+      if (!run.lead && log !== null) {
+        // Rank 0 no more (dropped, and back as a newcomer): the new rank 0 writes the log.
+        await log.close();
+        log = null;
+      }
       run.say(
         `elastic: epoch ${change.epoch}, ${change.worldSize} member(s) [${change.members.join(', ')}]${change.left.length > 0 ? `, left [${change.left.join(', ')}]` : ''}${change.joined.length > 0 ? `, joined [${change.joined.join(', ')}]` : ''}, next step ${step + 1}`,
       );
