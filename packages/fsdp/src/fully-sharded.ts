@@ -1,6 +1,4 @@
 import {
-  type Backend,
-  type DType,
   isGradEnabled,
   Module,
   type RemovableHandle,
@@ -12,25 +10,13 @@ import { finitePositive, type FsdpOptions, type ResolvedOptions, resolveOptions 
 import { castBuffers, castInputs, freeCasts } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
 import { extraRepr, moduleTree } from './repr.js';
-import { type FlatParameter, flattenSources } from './flat-param.js';
-import { flatBuffer } from './host-buffers.js';
-import {
-  cleanPath,
-  namedShards,
-  nestedUnits,
-  ownParameters,
-  WRAPPED_MODULE,
-} from './module-tree.js';
-import { FsdpParamGroup, RECOMPUTE_STATES, type TrainingState } from './param-group.js';
-import {
-  type BorrowedParams,
-  borrowShared,
-  appendShared,
-  checkNotUsedOutside,
-  recordOwner,
-} from './shared-params.js';
-import { SsdShards } from './ssd/ssd-offload.js';
+import type { FlatParameter } from './flat-param.js';
+import { cleanPath, namedShards, nestedUnits, WRAPPED_MODULE } from './module-tree.js';
+import { type FsdpParamGroup, RECOMPUTE_STATES, type TrainingState } from './param-group.js';
+import { type BorrowedParams, appendShared, recordOwner } from './shared-params.js';
+import type { SsdShards } from './ssd/ssd-offload.js';
 import { FsdpSharedState } from './state.js';
+import { shardUnit } from './unit-shards.js';
 import {
   applyWithFullParams,
   resetWithFullParams,
@@ -119,45 +105,17 @@ export class FullyShardedDataParallel<
     }
     this.options = resolveOptions(options);
     this.module = module;
-    const { group } = this.options;
-    const found = ownParameters(module, isUnit);
-    for (const unit of nestedUnits(module, isUnit)) {
-      checkNotUsedOutside(op, found, unit.sources, unit.module.typeName);
-    }
-    const { sources, borrowed } = borrowShared(module, found);
-    this.borrowed = borrowed;
-    const shardBackend = sources[0]?.tensor.backend ?? this.options.computeBackend;
-    if (this.options.moveParamsToCpu && shardBackend !== undefined && shardBackend.kind !== 'cpu') {
-      throw new FsdpWrapError(
-        op,
-        `moveParamsToCpu keeps the shards where the parameters are, which is ${shardBackend.kind}: build the model on the CPU backend and pass computeBackend`,
-      );
-    }
-    const computeBackend: Backend | undefined = this.options.computeBackend ?? shardBackend;
-    const placement = {
-      rank: group.rank,
-      worldSize: group.size,
-      shardBackend: shardBackend!,
-      gradBackend: shardBackend!,
-      computeBackend: computeBackend!,
-      computeDtype: this.options.computeDtype,
-      allocate: (backend: Backend, count: number, dtype: DType) =>
-        flatBuffer(group, backend, count, dtype),
-    };
-    const replacements = new Map<Tensor, Tensor>();
-    const flats = flattenSources(module.typeName, sources, this.options, placement, replacements);
-    for (const { tensor } of sources) this.sources.add(tensor);
-    if (replacements.size > 0) module.replaceTensors(replacements);
-    recordOwner(this, flats, replacements);
-    this.paramGroup = new FsdpParamGroup(() => this.unitName, group, flats, {
-      fp32ReduceScatter: this.options.fp32ReduceScatter,
-      predivide: this.options.gradientPredivideFactor,
-      postdivide: this.options.gradientPostdivideFactor,
-      replicate: this.options.replicateGroup,
-    });
-    const ssd = this.options.ssdOffload; // keyed by world rank (HYBRID_SHARD repeats group ranks)
-    const key = group.rank + group.size * (this.options.replicateGroup?.rank ?? 0);
-    this.ssdShards = ssd ? new SsdShards(ssd.store, key, flats, ssd) : null;
+    const nested = nestedUnits(module, isUnit).map((unit) => ({
+      sources: unit.sources,
+      typeName: unit.module.typeName,
+    }));
+    const built = shardUnit(op, module, this.options, isUnit, nested, () => this.unitName);
+    for (const tensor of built.sources) this.sources.add(tensor);
+    recordOwner(this, built.flats, built.replacements);
+    this.borrowed = built.borrowed;
+    this.paramGroup = built.paramGroup;
+    this.ssdShards = built.ssdShards;
+    const flats = built.flats;
     for (const flat of flats) {
       for (const e of flat.entries) {
         markManagedParameter(
