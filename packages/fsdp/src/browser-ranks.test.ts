@@ -30,7 +30,9 @@ interface Outcome {
 
 // Two ranks in one page, where there is no AsyncLocalStorage (the same path in Node:
 // src/without-async-context.test.ts). They failed at the first backward with a
-// CollectiveMismatchError before the engine handed the running backward to hooks.
+// CollectiveMismatchError before the engine handed the running backward to hooks. Skipped only
+// where no Chromium is installed (it says so); CI installs Debian's, so it runs there; the Node
+// test of the same path runs everywhere.
 describe.skipIf(skipWithoutChromium('browser-ranks.test.ts'))(
   'two FSDP ranks in one page of headless Chromium',
   () => {

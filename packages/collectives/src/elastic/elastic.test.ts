@@ -1,54 +1,29 @@
-import { Worker } from 'node:worker_threads';
 import { afterEach, describe, expect, it } from 'vitest';
-import { tsxBootstrap } from '../test-support/shm/shm-suite-run.js';
 import { ElasticCoordinator } from './coordinator.js';
+import {
+  atGate,
+  forgetMember,
+  type Running,
+  startMember,
+  stopMembers,
+  until,
+} from './__fixtures__/member-threads.js';
 import { type MemberData, type MemberReport, referenceRun } from './__fixtures__/toy-model.js';
 
 // [Note: elastic membership], end to end: members are worker threads (a real thread terminated is
 // a member killed: its sockets close), the coordinator runs here. 3 members train, one is killed,
 // 2 go on, a new one joins and receives the state from a live member, 3 finish.
-const member = tsxBootstrap('../../elastic/__fixtures__/elastic-member.ts');
 
-interface Running {
-  worker: Worker;
-  reports: MemberReport[];
-  exited: Promise<number>;
-}
-
-const running: Running[] = [];
 let coordinator: ElasticCoordinator | undefined;
 
 afterEach(async () => {
-  await Promise.all(running.splice(0).map((r) => r.worker.terminate()));
+  await stopMembers();
   await coordinator?.close();
   coordinator = undefined;
 });
 
-function start(data: MemberData): Running {
-  const worker = new Worker(member, {
-    eval: true,
-    execArgv: ['--conditions=@webshard/source'],
-    workerData: data,
-  });
-  const reports: MemberReport[] = [];
-  worker.on('message', (report: MemberReport) => reports.push(report));
-  const exited = new Promise<number>((resolve) => worker.once('exit', resolve));
-  worker.on('error', (error) => reports.push({ kind: 'gate', id: -1, step: -1, error } as never));
-  const entry = { worker, reports, exited };
-  running.push(entry);
-  return entry;
-}
+const start = startMember;
 
-async function until(what: string, ready: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!ready()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
-const atGate = (r: Running, step: number) =>
-  r.reports.some((report) => report.kind === 'gate' && report.step === step);
 const statesAt = (members: Running[], epoch: number) =>
   members.map((r) =>
     r.reports.find((report) => report.kind === 'state' && report.epoch === epoch),
@@ -79,7 +54,7 @@ describe.each(['tcp', 'ws'] as const)('elastic world over %s', (backend) => {
     const victim = first.find((r) => statesAt([r], 0)[0]!.rank === 1)!;
     const victimId = statesAt([victim], 0)[0]!.id;
     await victim.worker.terminate();
-    running.splice(running.indexOf(victim), 1);
+    forgetMember(victim);
     const survivors = first.filter((r) => r !== victim);
     for (const r of survivors) r.worker.postMessage({ gate: 6 });
     await until('2 survivors at step 6', () => survivors.every((r) => atGate(r, 6)));

@@ -1,11 +1,16 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { tsxBootstrap } from '../test-support/shm/shm-suite-run.js';
 import { ElasticCoordinator, type ElasticCoordinatorOptions } from './coordinator.js';
+import {
+  atGate,
+  type Running,
+  startMember,
+  stopMembers,
+  until,
+} from './__fixtures__/member-threads.js';
 import { type MemberData, type MemberReport, referenceRun } from './__fixtures__/toy-model.js';
 
 // [Note: liveness in an elastic world], end to end: members are worker threads running the toy
@@ -13,15 +18,7 @@ import { type MemberData, type MemberReport, referenceRun } from './__fixtures__
 // its sockets left open (what SIGSTOP or a frozen page does to a process); the trainer's tests
 // freeze real processes with SIGSTOP. A coordinator that dies is `close()`d: its sockets close as
 // a killed process's do.
-const member = tsxBootstrap('../../elastic/__fixtures__/elastic-member.ts');
 
-interface Running {
-  worker: Worker;
-  reports: MemberReport[];
-  exited: Promise<number>;
-}
-
-const running: Running[] = [];
 const coordinators: ElasticCoordinator[] = [];
 let dir: string;
 
@@ -32,7 +29,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 afterEach(async () => {
-  await Promise.all(running.splice(0).map((r) => r.worker.terminate()));
+  await stopMembers();
   await Promise.all(coordinators.splice(0).map((c) => c.close()));
 });
 
@@ -49,30 +46,8 @@ async function coordinate(options: Partial<ElasticCoordinatorOptions> = {}) {
   return coordinator;
 }
 
-function start(data: MemberData): Running {
-  const worker = new Worker(member, {
-    eval: true,
-    execArgv: ['--conditions=@webshard/source'],
-    workerData: data,
-  });
-  const reports: MemberReport[] = [];
-  worker.on('message', (report: MemberReport) => reports.push(report));
-  const exited = new Promise<number>((resolve) => worker.once('exit', resolve));
-  const entry = { worker, reports, exited };
-  running.push(entry);
-  return entry;
-}
+const start = startMember;
 
-async function until(what: string, ready: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!ready()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
-const atGate = (r: Running, step: number) =>
-  r.reports.some((report) => report.kind === 'gate' && report.step === step);
 type State = Extract<MemberReport, { kind: 'state' }>;
 type Done = Extract<MemberReport, { kind: 'done' }>;
 const states = (r: Running) => r.reports.filter((x): x is State => x.kind === 'state');
@@ -210,13 +185,22 @@ describe('liveness', () => {
   }, 30_000);
 });
 
+/** A state file as a coordinator of bounds 1..3 writes it. */
+function writeState(path: string, epoch: number, members: number[], nextId: number) {
+  const state = { version: 1, epoch, members, nextId, minWorldSize: 1, maxWorldSize: 3 };
+  return writeFile(path, JSON.stringify(state));
+}
+
+/** A coordinator's message as the raw member below reads it. */
+type Raw = { op: string; [field: string]: unknown };
+
 /** A raw member connection speaking the protocol, for the coordinator's own rules. */
-async function raw(url: string): Promise<{ send: (m: object) => void; next: () => Promise<any> }> {
+async function raw(url: string): Promise<{ send: (m: object) => void; next: () => Promise<Raw> }> {
   const socket = new WebSocket(url);
-  const inbox: any[] = [];
-  const takers: ((m: any) => void)[] = [];
+  const inbox: Raw[] = [];
+  const takers: ((m: Raw) => void)[] = [];
   socket.on('message', (data) => {
-    const message = JSON.parse(data.toString());
+    const message = JSON.parse(data.toString()) as Raw;
     if (message.op === 'beat') return socket.send(JSON.stringify({ op: 'heartbeat' }));
     const taker = takers.shift();
     if (taker !== undefined) taker(message);
@@ -230,24 +214,14 @@ async function raw(url: string): Promise<{ send: (m: object) => void; next: () =
   return {
     send: (m) => socket.send(JSON.stringify(m)),
     next: () =>
-      inbox.length > 0 ? Promise.resolve(inbox.shift()) : new Promise((r) => takers.push(r)),
+      inbox.length > 0 ? Promise.resolve(inbox.shift()!) : new Promise((r) => takers.push(r)),
   };
 }
 
 describe('the coordinator epoch decides', () => {
   it('refuses a member that resumes with another epoch than the current one (split brain)', async () => {
     const statePath = join(dir, 'split.json');
-    await writeFile(
-      statePath,
-      JSON.stringify({
-        version: 1,
-        epoch: 4,
-        members: [0, 1],
-        nextId: 5,
-        minWorldSize: 1,
-        maxWorldSize: 3,
-      }),
-    );
+    await writeState(statePath, 4, [0, 1], 5);
     const coordinator = await coordinate({ statePath, minWorldSize: 1 });
     const stale = await raw(coordinator.url);
     stale.send({ op: 'resume', token: '', name: '', id: 1, epoch: 3, members: [0, 1] });
@@ -265,17 +239,7 @@ describe('the coordinator epoch decides', () => {
 
   it('forgets a restored world that no member resumes within the member timeout', async () => {
     const statePath = join(dir, 'stale.json');
-    await writeFile(
-      statePath,
-      JSON.stringify({
-        version: 1,
-        epoch: 7,
-        members: [0, 1],
-        nextId: 2,
-        minWorldSize: 1,
-        maxWorldSize: 3,
-      }),
-    );
+    await writeState(statePath, 7, [0, 1], 2);
     const coordinator = await coordinate({ statePath, minWorldSize: 1, maxWorldSize: 1 });
     const newcomer = await raw(coordinator.url);
     newcomer.send({ op: 'join', token: '', name: '' });
@@ -290,17 +254,7 @@ describe('the coordinator epoch decides', () => {
 
   it('ends the job when a restored world does not come back and nobody waits', async () => {
     const statePath = join(dir, 'ended.json');
-    await writeFile(
-      statePath,
-      JSON.stringify({
-        version: 1,
-        epoch: 2,
-        members: [0, 1],
-        nextId: 2,
-        minWorldSize: 1,
-        maxWorldSize: 3,
-      }),
-    );
+    await writeState(statePath, 2, [0, 1], 2);
     const coordinator = await coordinate({ statePath, minWorldSize: 1 });
     expect([coordinator.epoch, coordinator.connectedIds]).toEqual([2, []]);
     const started = Date.now();
