@@ -263,6 +263,32 @@ describe('the coordinator epoch decides', () => {
     await expect(readFile(statePath)).rejects.toThrow(/ENOENT/);
   });
 
+  it('beats every heartbeatMs (default a sixth of memberTimeoutMs); refuses a timeout that is not positive', async () => {
+    const beatsIn = async (options: Partial<ElasticCoordinatorOptions>) => {
+      const coordinator = await coordinate({ minWorldSize: 1, ...options });
+      const member = new WebSocket(coordinator.url);
+      let beats = 0;
+      member.on('message', (data) => {
+        if (JSON.parse(data.toString()).op !== 'beat') return;
+        beats += 1;
+        member.send(JSON.stringify({ op: 'heartbeat' }));
+      });
+      await new Promise((resolve) => member.once('open', resolve));
+      member.send(JSON.stringify({ op: 'join', token: '', name: '' }));
+      await new Promise((resolve) => setTimeout(resolve, 1300));
+      member.close();
+      return beats;
+    };
+    // 1.3 s: about 7 beats at the default (166 ms), 2 or 3 at 500 ms.
+    const [defaults, slower] = [await beatsIn({}), await beatsIn({ heartbeatMs: 500 })];
+    expect(defaults).toBeGreaterThanOrEqual(5);
+    expect(slower).toBeGreaterThanOrEqual(1);
+    expect(slower).toBeLessThanOrEqual(3);
+    await expect(
+      ElasticCoordinator.start({ minWorldSize: 1, maxWorldSize: 2, memberTimeoutMs: 0 }),
+    ).rejects.toThrow('memberTimeoutMs must be a positive number of ms, got 0');
+  });
+
   it('names the state file it cannot read', async () => {
     const statePath = join(dir, 'broken.json');
     await writeFile(statePath, '{"version":1,"epoch":');
