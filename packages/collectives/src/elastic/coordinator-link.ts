@@ -253,6 +253,12 @@ export class CoordinatorLink {
 
   send(message: MemberMessage): void {
     if (message.op === 'sync') this.unanswered = message;
+    if (this.closedBecause === null && !this.reconnecting && this.socket.readyState !== OPEN) {
+      // The socket closed (the coordinator died) but its close event is still queued behind this
+      // send: the connection broke all the same, and a member in an epoch replaces it rather than
+      // failing its sync point.
+      this.broke(`the coordinator at ${this.url} closed the connection (not open)`);
+    }
     if (this.reconnecting && this.closedBecause === null) return;
     if (this.closedBecause !== null || this.socket.readyState !== OPEN) {
       throw this.error(message.op, this.closedBecause?.reason ?? 'the connection is not open');
