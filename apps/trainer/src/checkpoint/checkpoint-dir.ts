@@ -86,7 +86,15 @@ export async function beginCheckpoint(root: string, step: number, lead: boolean)
  * a folder it could not remove goes at the next checkpoint's cleanup.
  */
 export async function abandonCheckpoint(root: string, step: number): Promise<void> {
-  await rm(partialDir(root, step), { recursive: true, force: true }).catch(() => undefined);
+  // Another rank may still be writing its file into the folder (its write had not failed yet): a
+  // file it adds while the folder is emptied fails the last `rmdir` with ENOTEMPTY, which the
+  // retries empty again. It cannot make the folder again (only `beginCheckpoint` does).
+  await rm(partialDir(root, step), {
+    recursive: true,
+    force: true,
+    maxRetries: 10,
+    retryDelay: 20,
+  }).catch(() => undefined);
 }
 
 /**

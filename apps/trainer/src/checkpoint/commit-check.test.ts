@@ -196,4 +196,25 @@ describe('a checkpoint is checked on disk before it is committed', () => {
     await abandonCheckpoint(root, 2); // none there: no error
     await expectStep1Latest(root);
   });
+
+  it('abandonCheckpoint removes the folder while another rank still writes into it', async () => {
+    // CI once kept `.step-000002.partial` after rank 0's ENOSPC (failed-checkpoint.test.ts): rank 1
+    // added its file while rank 0 emptied the folder, and the final rmdir failed ENOTEMPTY.
+    const root = await rootAtStep1();
+    const left: number[] = [];
+    for (let round = 0; round < 20; round++) {
+      const { partial } = await shardedSave(root, 2);
+      let files = 0;
+      const writer = (async () => {
+        for (; files < 3; files++) {
+          await writeFile(join(partial, `late-${files}.tmp`), 'rank 1').catch(() => undefined);
+        }
+      })();
+      await abandonCheckpoint(root, 2);
+      await writer;
+      if ((await readdir(root)).length !== 2) left.push(round);
+      await rm(partial, { recursive: true, force: true });
+    }
+    expect(left).toEqual([]);
+  });
 });
