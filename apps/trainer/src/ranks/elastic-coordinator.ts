@@ -49,6 +49,8 @@ export async function hostElasticCoordinator(
 ): Promise<void> {
   const waitMs = settings.waitSeconds * 1000;
   const token = process.env.WEBSHARD_TOKEN ?? '';
+  let told = 0;
+  const toldWaiting = new Set<number>();
   const coordinator = await ElasticCoordinator.start({
     port: settings.port,
     host,
@@ -60,6 +62,9 @@ export async function hostElasticCoordinator(
     memberTimeoutMs: settings.memberTimeoutSeconds * 1000,
     syncTimeoutMs: settings.syncTimeoutSeconds * 1000,
     ...(settings.statePath === null ? {} : { statePath: settings.statePath }),
+    // Each change is printed as it is announced, before any member trains in it (the ticker below
+    // would print it up to a tick later, after the members' first lines of the new epoch).
+    onEpoch: () => tell(),
   });
   say(
     `elastic coordinator: ${coordinator.url} (world size ${settings.minWorldSize} to ${settings.maxWorldSize}); members join with --elastic ${coordinator.url}`,
@@ -78,9 +83,7 @@ export async function hostElasticCoordinator(
       `elastic: browser tabs join at http://${host}:${page.port}/#token=${token} (each tab a member, training with this command's flags)`,
     );
   }
-  let told = 0;
-  const toldWaiting = new Set<number>();
-  const tell = () => {
+  function tell(): void {
     for (const id of coordinator.waiting) {
       if (!toldWaiting.has(id)) say(`elastic: member ${id} waits to be admitted at a sync point`);
       toldWaiting.add(id);
@@ -91,7 +94,7 @@ export async function hostElasticCoordinator(
       );
     }
     told = coordinator.history.length;
-  };
+  }
   const ticker = setInterval(tell, 200);
   try {
     await coordinator.done;

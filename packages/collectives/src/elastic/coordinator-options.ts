@@ -1,6 +1,7 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { BEATS_PER_TIMEOUT, DEFAULT_MEMBER_TIMEOUT_MS } from './liveness.js';
 import { checkWorldBounds, type WorldBounds } from './membership.js';
+import type { EpochAnnouncement } from './protocol.js';
 
 /** Options of `ElasticCoordinator.start`. */
 export interface ElasticCoordinatorOptions extends WorldBounds {
@@ -38,12 +39,21 @@ export interface ElasticCoordinatorOptions extends WorldBounds {
    * epoch the first member to resume reports.
    */
   statePath?: string;
+  /**
+   * Told of each change of membership as it is announced, before any member hears of it (a log
+   * line written here comes before every line the members write in the new epoch).
+   */
+  onEpoch?: (change: EpochAnnouncement) => void;
 }
 
 /** The options with every default filled in, and the port the server got. */
 export type ResolvedCoordinatorOptions = Required<
-  Omit<ElasticCoordinatorOptions, 'token' | 'statePath'>
-> & { token: string; statePath: string | null };
+  Omit<ElasticCoordinatorOptions, 'token' | 'statePath' | 'onEpoch'>
+> & {
+  token: string;
+  statePath: string | null;
+  onEpoch: ((change: EpochAnnouncement) => void) | null;
+};
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
@@ -87,5 +97,6 @@ export function resolveCoordinatorOptions(
     memberTimeoutMs,
     heartbeatMs: options.heartbeatMs ?? Math.max(10, memberTimeoutMs / BEATS_PER_TIMEOUT),
     statePath: options.statePath ?? null,
+    onEpoch: options.onEpoch ?? null,
   };
 }

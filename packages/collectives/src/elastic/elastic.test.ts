@@ -39,9 +39,15 @@ describe.each(['tcp', 'ws'] as const)('elastic world over %s', (backend) => {
       syncTimeoutMs: 10_000,
       // The first epoch waits for all 3 (at the maximum it forms at once).
       joinWindowMs: 20_000,
+      // Each change as it is announced: no member has trained in it yet (none reported its state).
+      onEpoch: (change) =>
+        told.push([change.epoch, statesAt(everyone, change.epoch).filter(Boolean).length]),
     });
+    const told: [number, number][] = [];
+    const everyone: Running[] = [];
     const data: MemberData = { url: coordinator.url, backend, size: 257, steps: 9, lr: 0.5 };
     const first = [start(data), start(data), start(data)];
+    everyone.push(...first);
     for (const r of first) r.worker.postMessage({ gate: 3 });
     await until('3 members at step 3', () => first.every((r) => atGate(r, 3)));
     const epoch0 = statesAt(first, 0);
@@ -67,6 +73,7 @@ describe.each(['tcp', 'ws'] as const)('elastic world over %s', (backend) => {
 
     // A newcomer waits at the coordinator and is admitted at the survivors' next sync point.
     const joiner = start(data);
+    everyone.push(joiner);
     joiner.worker.postMessage({ gate: 9 });
     await until('the newcomer waiting', () => coordinator!.waiting.length === 1);
     const joinerId = coordinator.waiting[0]!;
@@ -92,6 +99,11 @@ describe.each(['tcp', 'ws'] as const)('elastic world over %s', (backend) => {
     const worst = Math.max(...done[0]!.params.map((p, j) => Math.abs(p - reference[j]!)));
     expect(worst).toBeLessThan(1e-5);
     expect(coordinator.history.map((h) => h.members.length)).toEqual([3, 2, 3]);
+    expect(told).toEqual([
+      [0, 0],
+      [1, 0],
+      [2, 0],
+    ]);
     expect(await Promise.all(all.map((r) => r.exited))).toEqual([0, 0, 0]);
   }, 30_000);
 });

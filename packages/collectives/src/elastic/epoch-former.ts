@@ -231,6 +231,7 @@ export class EpochFormer {
           };
           this.roster.current = world;
           this.history.push(announcement);
+          this.options.onEpoch?.(announcement);
           this.finishSync(false);
           for (const id of next.members) {
             const member = this.roster.members.get(id);
