@@ -9,8 +9,9 @@ import { trainLocal, wrapNet } from '../test-support/parity.js';
 import { NodeFileStore } from './node-file-store.js';
 import { stepOffloaded } from './ssd-offload.js';
 
-// [Note: reading ahead from a store]: with readAhead, where FSDP prefetches a gather, a unit with
-// ssdOffload has its shard read from the store while the unit before it computes; same values.
+// [Note: prefetching shards from a store]: a unit with ssdOffload is gathered ahead where an
+// in-memory unit is (its shard read in first), and with readAhead the shard of the unit after it is
+// read in the background too; the same values either way.
 
 let dir: string;
 beforeEach(async () => {
@@ -35,65 +36,101 @@ class LoggingStore extends NodeFileStore {
   }
 }
 
-/** One rank, nested units, 2 steps: the second forward's log of reads and units computing. */
-async function secondForward(readAhead: boolean, limitAllGathers = 1): Promise<string[]> {
-  const [group] = createLocalGroups(1);
-  const backend = createCpuBackend();
-  const log: string[] = [];
-  const store = new LoggingStore(join(dir, `${readAhead}-${limitAllGathers}`), log);
-  const model = wrapNet(
-    new Net(SMALL, backend, 0),
-    group!,
-    { limitAllGathers, ssdOffload: { store, readAhead } },
-    true,
+/**
+ * Nested units on `world` ranks, 2 steps: rank 0's second forward as a log of reads from the store,
+ * gathers issued (`gather <unit>`) and blocks computing. `ssd` null: in memory.
+ */
+async function secondForward(
+  world: number,
+  ssd: { readAhead: boolean } | null,
+  limitAllGathers = 1,
+): Promise<string[]> {
+  const groups = createLocalGroups(world, { timeoutMs: 20_000 });
+  const logs = await Promise.all(
+    groups.map(async (group) => {
+      const backend = createCpuBackend();
+      const log: string[] = [];
+      const path = join(dir, `${group.rank}-${ssd?.readAhead}-${limitAllGathers}`);
+      const ssdOffload = ssd ? { store: new LoggingStore(path, log), ...ssd } : undefined;
+      const model = wrapNet(
+        new Net(SMALL, backend, 0),
+        group,
+        { limitAllGathers, ...(ssdOffload ? { ssdOffload } : {}) },
+        true,
+      );
+      for (const unit of model.units()) {
+        const params = unit.paramGroup;
+        const unshard = params.unshard.bind(params);
+        params.unshard = () => {
+          if (params.isSharded) log.push(`gather ${unit.unitName}`);
+          unshard();
+        };
+        if (unit === model) continue;
+        const call = unit.module.call.bind(unit.module);
+        unit.module.call = (...args) => {
+          log.push(`compute ${unit.unitName}`);
+          return call(...args);
+        };
+      }
+      const optimizer = new AdamW(model.parameters(), { lr: 0.01 });
+      let forward: string[] = [];
+      const rows = 8 / world;
+      for (const batch of makeBatches(backend, SMALL, 2, 8)) {
+        const [x, y] = slice(backend, batch, group.rank * rows, (group.rank + 1) * rows);
+        log.length = 0;
+        const loss = await model.call(x, y);
+        forward = [...log];
+        await loss.backward();
+        // stepOffloaded, so this test runs on code whose optimizer.step() refuses shards in files.
+        if (ssd) await stepOffloaded(model, optimizer);
+        else optimizer.step();
+        optimizer.zeroGrad();
+        for (const t of [x, y, loss]) t.free();
+      }
+      return forward;
+    }),
   );
-  const units = model.units().slice(1);
-  for (const unit of units) {
-    const call = unit.module.call.bind(unit.module);
-    unit.module.call = (...args) => {
-      log.push(`compute ${unit.unitName}`);
-      return call(...args);
-    };
-  }
-  const optimizer = new AdamW(model.parameters(), { lr: 0.01 });
-  let forward: string[] = [];
-  for (const batch of makeBatches(backend, SMALL, 2, 8)) {
-    const [x, y] = slice(backend, batch, 0, 8);
-    log.length = 0;
-    const loss = await model.call(x, y);
-    forward = [...log];
-    await loss.backward();
-    await stepOffloaded(model, optimizer);
-    optimizer.zeroGrad();
-    for (const t of [x, y, loss]) t.free();
-  }
-  await group!.close();
+  await Promise.all(groups.map((g) => g.close()));
   // Keys carry a serial per model (ssd<n>.): leave it out to compare two models' logs.
-  return forward.map((e) => e.replace(/^read ssd\d+\./, 'read '));
+  return logs[0]!.map((e) => e.replace(/^read ssd\d+\./, 'read '));
 }
 
-/** For each `compute` in `log`, how many reads started before it. */
-function readsBeforeEachCompute(log: string[]): number[] {
+/** For each `compute` in `log`, how many entries of `kind` came before it. */
+function beforeEachCompute(log: string[], kind: 'read' | 'gather'): number[] {
   const counts: number[] = [];
-  let reads = 0;
+  let n = 0;
   for (const e of log) {
-    if (e.startsWith('read ')) reads++;
-    else counts.push(reads);
+    if (e.startsWith(`${kind} `)) n++;
+    else if (e.startsWith('compute ')) counts.push(n);
   }
   return counts;
 }
 
-describe('ssdOffload.readAhead reads the next unit ahead', () => {
-  it("readAhead: starts the next unit's read before the current unit computes; not by default, nor with limitAllGathers 0", async () => {
-    const ahead = await secondForward(true);
-    const plain = await secondForward(false);
-    expect(await secondForward(true, 0)).toEqual(plain);
-    // Reads started before each block computes: the root's and the blocks' up to it, and with
-    // read-ahead the next block's too (the last block has none after it).
-    expect(readsBeforeEachCompute(plain)).toEqual([2, 3, 4]);
-    expect(readsBeforeEachCompute(ahead)).toEqual([3, 4, 4]);
-    // The same reads in both, in another order.
-    expect(ahead.filter((e) => e.startsWith('read ')).length).toBe(4);
+const without = (log: string[], kind: string) => log.filter((e) => !e.startsWith(`${kind} `));
+
+describe('ssdOffload: units are prefetched as in memory', () => {
+  it("world 2: the next unit's shard is read and its gather issued before the current unit computes, in in-memory FSDP's order", async () => {
+    const memory = await secondForward(2, null);
+    const plain = await secondForward(2, { readAhead: false });
+    // Gathers and computes interleave exactly as in memory: each block's gather is issued before
+    // the block ahead of it computes (the root's, then blocks 0 and 1 before block 0 computes).
+    expect(without(plain, 'read')).toEqual(memory);
+    expect(beforeEachCompute(memory, 'gather')).toEqual([3, 4, 4]);
+    // Each gather's shard was read first: the root's and the blocks' up to the next one.
+    expect(beforeEachCompute(plain, 'read')).toEqual([3, 4, 4]);
+  });
+
+  it('limitAllGathers 0: nothing is read or gathered ahead', async () => {
+    const log = await secondForward(1, { readAhead: false }, 0);
+    expect(beforeEachCompute(log, 'read')).toEqual([2, 3, 4]);
+    expect(beforeEachCompute(log, 'gather')).toEqual([2, 3, 4]);
+  });
+
+  it('readAhead: the shard of the unit after the prefetched one is read too, the same reads in all', async () => {
+    const plain = await secondForward(1, { readAhead: false });
+    const ahead = await secondForward(1, { readAhead: true });
+    expect(beforeEachCompute(ahead, 'read')).toEqual([4, 4, 4]);
+    expect(beforeEachCompute(ahead, 'gather')).toEqual([3, 4, 4]);
     expect([...ahead].sort()).toEqual([...plain].sort());
   });
 
