@@ -8,7 +8,7 @@ import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { launchThreads } from '@webshard/collectives/node';
 import type { GptConfig } from '../src/test-support/gpt.js';
 import type { StepJob, StepResult } from './shm-step.js';
-import { ssdCost } from './ssd-offload.js';
+import { type SsdCost, SSD_MODES, ssdCost, ssdRows } from './ssd-offload.js';
 import { webgpuCopies } from './webgpu-copies.js';
 
 function option(name: string, fallback: string): string[] {
@@ -172,79 +172,9 @@ for (const world of worlds) {
   }
 }
 if (!GPT2) {
-  const inMemory = await ssdCost(CONFIG, ROWS, 5, { offload: false });
-  const offloaded = await ssdCost(CONFIG, ROWS, 5, { offload: true });
-  const readAhead = await ssdCost(CONFIG, ROWS, 5, { offload: true, readAhead: true });
-  const grads = await ssdCost(CONFIG, ROWS, 5, { offload: true, offloadGradients: true });
-  const name = 'GPT 4x96, 2 ranks (local, CPU), shards and Adam state in files (ssdOffload)';
-  const gradsName = `${name}, gradients too (offloadGradients)`;
-  const MiB = 2 ** 20;
-  const peer = { peer: 'FSDP, shards in memory' };
-  rows.push({
-    name,
-    metric: 'step, vs shards in memory',
-    value: offloaded.stepMs,
-    unit: 'ms',
-    ...peer,
-    peerValue: inMemory.stepMs,
-  });
-  rows.push({
-    name,
-    metric: 'step with readAhead, vs without',
-    value: readAhead.stepMs,
-    unit: 'ms',
-    peer: 'ssdOffload without readAhead',
-    peerValue: offloaded.stepMs,
-  });
-  for (const [row, cost] of [
-    [name, offloaded],
-    [gradsName, grads],
-  ] as const) {
-    if (cost === grads) {
-      rows.push({
-        name: row,
-        metric: 'step, vs shards in memory',
-        value: cost.stepMs,
-        unit: 'ms',
-        ...peer,
-        peerValue: inMemory.stepMs,
-      });
-    }
-    rows.push({
-      name: row,
-      metric: 'read per step and rank',
-      value: cost.bytesRead / MiB,
-      unit: 'MiB',
-    });
-    rows.push({
-      name: row,
-      metric: 'written per step and rank',
-      value: cost.bytesWritten / MiB,
-      unit: 'MiB',
-    });
-    rows.push({
-      name: row,
-      metric: 'peak per rank (allocator), vs shards in memory',
-      value: cost.peakBytes / MiB,
-      unit: 'MiB',
-      ...peer,
-      peerValue: inMemory.peakBytes / MiB,
-    });
-    rows.push({
-      name: row,
-      metric: 'peak during the step (allocator), vs shards in memory',
-      value: cost.stepPeakBytes / MiB,
-      unit: 'MiB',
-      ...peer,
-      peerValue: inMemory.stepPeakBytes / MiB,
-    });
-  }
-  rows.push({
-    name,
-    metric: 'FP32 shards per rank',
-    value: offloaded.shardBytes / MiB,
-    unit: 'MiB',
-  });
+  const costs: [string, SsdCost][] = [];
+  for (const [label, mode] of SSD_MODES) costs.push([label, await ssdCost(CONFIG, ROWS, 5, mode)]);
+  rows.push(...ssdRows(costs));
 }
 if (!GPT2 && !process.argv.includes('--no-webgpu')) {
   const copies = await webgpuCopies(CONFIG, ROWS, 4);
