@@ -10,9 +10,9 @@ export interface SsdOffloadOptions {
    */
   readonly offloadGradients?: boolean;
   /**
-   * Where FSDP would prefetch a unit (`limitAllGathers`), start reading its shard from the store
-   * while the unit before it computes. Default false: it did not win where it was measured. See
-   * [Note: reading ahead from a store].
+   * Where FSDP prefetches a unit (`limitAllGathers`, its shard read and its gather issued), also
+   * start reading the shard of the unit after it in the background. Default false (measured:
+   * packages/fsdp/README.md, benchmark). See [Note: prefetching shards from a store].
    */
   readonly readAhead?: boolean;
 }
