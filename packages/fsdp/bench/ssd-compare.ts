@@ -27,18 +27,20 @@ for (let r = 0; r < rounds; r++) {
 const MiB = 2 ** 20;
 const memoryMs = median(runs[0]!.map((c) => c.stepMs));
 console.log(`load average (1, 5, 15 min) before: ${before}; after: ${load()}; ${rounds} rounds`);
+const memoryCpu = median(runs[0]!.map((c) => c.cpuMs));
 console.log(
-  '| run | step (median of rounds) | vs in memory | runs spread | read / step and rank | written / step and rank | peak per rank | peak during the step |',
+  '| run | step (median of rounds) | vs in memory | runs spread | CPU a step (both ranks) | vs in memory | read / step and rank | written / step and rank | peak per rank | peak during the step |',
 );
-console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
 for (const [i, [label]] of SSD_MODES.entries()) {
   const costs = runs[i]!;
   const times = costs.map((c) => c.stepMs);
   const ms = median(times);
+  const cpuMs = median(costs.map((x) => x.cpuMs));
   const mib = (v: number) => (v === 0 ? '-' : `${(v / MiB).toFixed(2)} MiB`);
   const c = costs[0]!;
   console.log(
-    `| ${label} | ${ms.toFixed(0)} ms | ${(ms / memoryMs).toFixed(2)}x | ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms | ${mib(median(costs.map((x) => x.bytesRead)))} | ${mib(median(costs.map((x) => x.bytesWritten)))} | ${mib(c.peakBytes)} | ${mib(c.stepPeakBytes)} |`,
+    `| ${label} | ${ms.toFixed(0)} ms | ${(ms / memoryMs).toFixed(2)}x | ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms | ${cpuMs.toFixed(0)} ms | ${(cpuMs / memoryCpu).toFixed(2)}x | ${mib(median(costs.map((x) => x.bytesRead)))} | ${mib(median(costs.map((x) => x.bytesWritten)))} | ${mib(c.peakBytes)} | ${mib(c.stepPeakBytes)} |`,
   );
 }
 console.log(`FP32 shards per rank: ${(runs[1]![0]!.shardBytes / MiB).toFixed(2)} MiB`);

@@ -16,6 +16,11 @@ import { Gpt, type GptConfig, tokenBatches, tokenSlice } from '../src/test-suppo
 
 export interface SsdCost {
   readonly stepMs: number;
+  /**
+   * CPU time of the whole process (both ranks) per step, median: what load from other work
+   * disturbs least (it leaves out waits on the disk).
+   */
+  readonly cpuMs: number;
   /** Bytes read from the store per step and rank (median over the timed steps; 0 in memory). */
   readonly bytesRead: number;
   readonly bytesWritten: number;
@@ -72,6 +77,7 @@ export async function ssdCost(
         });
         const optimizer = new AdamW(model.parameters(), { lr: 1e-3 });
         const times: number[] = [];
+        const cpu: number[] = [];
         const reads: number[] = [];
         const writes: number[] = [];
         let peakBytes = 0;
@@ -80,6 +86,7 @@ export async function ssdCost(
           const [x, y] = tokenSlice(backend, batch, group.rank * rows, (group.rank + 1) * rows);
           store.resetStats();
           const t0 = performance.now();
+          const c0 = process.cpuUsage();
           backend.resetPeakMemoryStats();
           const loss = (await model.call(x, y)) as Tensor;
           await loss.backward();
@@ -89,6 +96,8 @@ export async function ssdCost(
           else optimizer.step();
           optimizer.zeroGrad();
           times.push(performance.now() - t0);
+          const used = process.cpuUsage(c0);
+          cpu.push((used.user + used.system) / 1000);
           const stepPeak = backend.memoryStats().peakAllocated;
           if (i > 0) {
             peakBytes = Math.max(peakBytes, backwardPeak, stepPeak);
@@ -104,6 +113,7 @@ export async function ssdCost(
           .reduce((n, u) => n + u.flatParameters.reduce((m, f) => m + 4 * f.shardNumel, 0), 0);
         return {
           stepMs: median(times.slice(1)),
+          cpuMs: median(cpu.slice(1)),
           bytesRead: median(reads.slice(1)),
           bytesWritten: median(writes.slice(1)),
           shardBytes,

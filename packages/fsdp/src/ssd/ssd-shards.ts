@@ -10,7 +10,9 @@ let serial = 0;
 
 /** What `gatherAhead` needs of a unit's flat parameters: issue their gathers and wait for them. */
 export interface Gatherable {
+  /** Issue the all-gathers (a unit's `FsdpParamGroup.unshard`). */
   unshard(): void;
+  /** Resolve once they completed. */
   waitForUnshard(): Promise<void>;
 }
 
