@@ -29,9 +29,12 @@ const memoryMs = median(runs[0]!.map((c) => c.stepMs));
 console.log(`load average (1, 5, 15 min) before: ${before}; after: ${load()}; ${rounds} rounds`);
 const memoryCpu = median(runs[0]!.map((c) => c.cpuMs));
 console.log(
-  '| run | step (median of rounds) | vs in memory | runs spread | CPU a step (both ranks) | vs in memory | read / step and rank | written / step and rank | peak per rank | peak during the step |',
+  '| run | step (median of rounds) | vs in memory | paired: vs in memory, vs defaults | runs spread | CPU a step (both ranks) | vs in memory | read / step and rank | written / step and rank | peak per rank | peak during the step |',
 );
-console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+/** The median over rounds of variant `i`'s step over variant `j`'s in the same round. */
+const paired = (i: number, j: number) =>
+  median(runs[i]!.map((c, r) => c.stepMs / runs[j]![r]!.stepMs)).toFixed(2);
 for (const [i, [label]] of SSD_MODES.entries()) {
   const costs = runs[i]!;
   const times = costs.map((c) => c.stepMs);
@@ -40,7 +43,7 @@ for (const [i, [label]] of SSD_MODES.entries()) {
   const mib = (v: number) => (v === 0 ? '-' : `${(v / MiB).toFixed(2)} MiB`);
   const c = costs[0]!;
   console.log(
-    `| ${label} | ${ms.toFixed(0)} ms | ${(ms / memoryMs).toFixed(2)}x | ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms | ${cpuMs.toFixed(0)} ms | ${(cpuMs / memoryCpu).toFixed(2)}x | ${mib(median(costs.map((x) => x.bytesRead)))} | ${mib(median(costs.map((x) => x.bytesWritten)))} | ${mib(c.peakBytes)} | ${mib(c.stepPeakBytes)} |`,
+    `| ${label} | ${ms.toFixed(0)} ms | ${(ms / memoryMs).toFixed(2)}x | ${paired(i, 0)}x, ${paired(i, 1)}x | ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms | ${cpuMs.toFixed(0)} ms | ${(cpuMs / memoryCpu).toFixed(2)}x | ${mib(median(costs.map((x) => x.bytesRead)))} | ${mib(median(costs.map((x) => x.bytesWritten)))} | ${mib(c.peakBytes)} | ${mib(c.stepPeakBytes)} |`,
   );
 }
 console.log(`FP32 shards per rank: ${(runs[1]![0]!.shardBytes / MiB).toFixed(2)} MiB`);

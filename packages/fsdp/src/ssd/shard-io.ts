@@ -1,5 +1,5 @@
 import { Tensor } from '@webshard/tensor-core';
-import { hostArrayOf } from '@webshard/tensor-core/backend';
+import { CpuBackend, hostArrayOf } from '@webshard/tensor-core/backend';
 import { FsdpConfigError } from '../errors.js';
 import type { FlatParameter } from '../flat-param.js';
 import type { ShardStore } from './shard-store.js';
@@ -70,13 +70,26 @@ export function readIntoSync(
 export function writeFromSync(op: string, store: ShardStore, key: string, source: Tensor): void {
   if (store.writeSync === undefined) throw synchronousOnly(op, store, 'writes');
   const host = hostArrayOf(source, op);
-  if (host === null) {
-    throw new FsdpConfigError(
-      op,
-      `${source.name ?? 'a shard'} is on ${source.backend.kind}, whose bytes cannot be read synchronously: call await stepOffloaded(model, optimizer) instead of optimizer.step()`,
-    );
-  }
+  if (host === null) throw notOnHost(op, source);
   store.writeSync(key, new Uint8Array(host.buffer, host.byteOffset, host.byteLength));
+}
+
+/**
+ * Throw the `FsdpConfigError` of `readIntoSync` or `writeFromSync` now, before anything changes,
+ * unless both can run for `shard` in `store`.
+ */
+export function checkSynchronous(op: string, store: ShardStore, shard: Tensor): void {
+  if (store.readSync === undefined) throw synchronousOnly(op, store, 'reads');
+  if (store.writeSync === undefined) throw synchronousOnly(op, store, 'writes');
+  // hostArrayOf's condition, which a freed shard cannot be asked.
+  if (!(shard.backend instanceof CpuBackend)) throw notOnHost(op, shard);
+}
+
+function notOnHost(op: string, source: Tensor): FsdpConfigError {
+  return new FsdpConfigError(
+    op,
+    `${source.name ?? 'a shard'} is on ${source.backend.kind}, whose bytes cannot be read synchronously: call await stepOffloaded(model, optimizer) instead of optimizer.step()`,
+  );
 }
 
 function synchronousOnly(op: string, store: ShardStore, what: string): FsdpConfigError {

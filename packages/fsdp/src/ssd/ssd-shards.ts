@@ -2,7 +2,14 @@ import type { Optimizer, Tensor } from '@webshard/tensor-core';
 import { holdParameter } from '@webshard/tensor-core/autograd';
 import { FsdpStateError } from '../errors.js';
 import type { FlatParameter } from '../flat-param.js';
-import { readInto, readIntoSync, stateTensors, writeFrom, writeFromSync } from './shard-io.js';
+import {
+  checkSynchronous,
+  readInto,
+  readIntoSync,
+  stateTensors,
+  writeFrom,
+  writeFromSync,
+} from './shard-io.js';
 import type { ShardStore, SsdOffloadOptions } from './shard-store.js';
 import { StoredGradients } from './stored-gradients.js';
 
@@ -237,6 +244,7 @@ export class SsdShards {
           'a read of this shard is still in flight: step after the backward completed',
         );
       }
+      checkSynchronous(op, this.store, flat.shard);
       this.grads.loadSync(op, flat);
       if (flat.shard.isFreed) readIntoSync(op, this.store, key, flat.shard, flat);
     }
