@@ -1,13 +1,11 @@
 // The FSDP benchmark: a nanoGPT-shaped model (one unit per block) trained over shm at 1, 2 and 4
 // ranks: step time, tokens/s and peak memory per rank, and the share of all-gather time that
 // prefetching hides. `pnpm bench` (or `tsx --conditions=@webshard/source bench/index.ts --worlds 2`).
-import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
-import { pathToFileURL } from 'node:url';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
-import { launchThreads } from '@webshard/collectives/node';
 import type { GptConfig } from '../src/test-support/gpt.js';
-import type { StepJob, StepResult } from './shm-step.js';
+import { runShmStep } from './shm-launch.js';
+import type { StepResult } from './shm-step.js';
 import { type SsdCost, SSD_MODES, ssdCost, ssdRows } from './ssd-offload.js';
 import { webgpuCopies } from './webgpu-copies.js';
 
@@ -36,21 +34,13 @@ const CONFIG: GptConfig = GPT2
 const ROWS = Number(option('rows', '4')[0]);
 const MODEL = GPT2 ? 'GPT-2 124M' : 'GPT 4x96';
 
-const tsx = pathToFileURL(
-  createRequire(import.meta.url)
-    .resolve('tsx/esm/api')
-    .replace(/\.cjs$/, '.mjs'),
-).href;
-const worker = pathToFileURL(new URL('./shm-step.ts', import.meta.url).pathname).href;
-const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
-
 async function measure(
   world: number,
   limitAllGathers: number,
   strategy: 'fsdp' | 'ddp' = 'fsdp',
   registered = true,
 ): Promise<StepResult> {
-  const job: StepJob = {
+  return runShmStep(world, {
     config: CONFIG,
     rows: ROWS,
     limitAllGathers,
@@ -58,24 +48,7 @@ async function measure(
     iterations: GPT2 ? 2 : 6,
     strategy,
     registered,
-  };
-  const outcomes = await launchThreads<StepJob, StepResult>(world, bootstrap, job, {
-    eval: true,
-    execArgv: ['--conditions=@webshard/source'],
-    group: { timeoutMs: 120_000 },
   });
-  const results = outcomes.map((o) => {
-    if (o.status !== 'fulfilled') throw new Error(`rank ${o.rank} failed: ${JSON.stringify(o)}`);
-    return o.value;
-  });
-  return {
-    stepMs: Math.max(...results.map((r) => r.stepMs)),
-    gatherMs: Math.max(...results.map((r) => r.gatherMs)),
-    exposedMs: Math.max(...results.map((r) => r.exposedMs)),
-    peakBytes: Math.max(...results.map((r) => r.peakBytes)),
-    registeredBytes: Math.max(...results.map((r) => r.registeredBytes)),
-    stagedOps: Math.max(...results.map((r) => r.stagedOps)),
-  };
 }
 
 const rows: BenchRow[] = [];
