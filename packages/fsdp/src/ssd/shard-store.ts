@@ -6,7 +6,9 @@ export interface SsdOffloadOptions {
   /**
    * Also keep each unit's reduced gradient shard in the store between the end of backward and the
    * step (fairscale's ssd_offload keeps only parameters there), so gradients hold no memory either.
-   * Default false. See [Note: gradients in a store].
+   * Default false: measured, it made every step slower (1 MiB more I/O a step and rank in the
+   * bench) for a lower peak during the step only (packages/fsdp/README.md, benchmark). See
+   * [Note: gradients in a store].
    */
   readonly offloadGradients?: boolean;
   /**
