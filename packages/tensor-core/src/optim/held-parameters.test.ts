@@ -50,7 +50,8 @@ describe('holdParameter: optimizers acquire a held parameter around each use', (
         [3, 4],
         [5, 6],
       ].map((v) => {
-        const t = tensor(v, { backend, requiresGrad: true });
+        const t = tensor(v, { backend });
+        t.requiresGrad = true;
         t.grad = tensor([0.5, -0.5], { backend });
         return t;
       }) as [Tensor, Tensor, Tensor];
