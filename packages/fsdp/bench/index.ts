@@ -1,14 +1,12 @@
 // The FSDP benchmark: a nanoGPT-shaped model (one unit per block) trained over shm at 1, 2 and 4
 // ranks: step time, tokens/s and peak memory per rank, and the share of all-gather time that
 // prefetching hides. `pnpm bench` (or `tsx --conditions=@webshard/source bench/index.ts --worlds 2`).
-import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
-import { pathToFileURL } from 'node:url';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
-import { launchThreads } from '@webshard/collectives/node';
 import type { GptConfig } from '../src/test-support/gpt.js';
-import type { StepJob, StepResult } from './shm-step.js';
-import { ssdCost } from './ssd-offload.js';
+import { runShmStep } from './shm-launch.js';
+import type { StepResult } from './shm-step.js';
+import { type SsdCost, SSD_MODES, ssdCost, ssdRows } from './ssd-offload.js';
 import { webgpuCopies } from './webgpu-copies.js';
 
 function option(name: string, fallback: string): string[] {
@@ -36,21 +34,13 @@ const CONFIG: GptConfig = GPT2
 const ROWS = Number(option('rows', '4')[0]);
 const MODEL = GPT2 ? 'GPT-2 124M' : 'GPT 4x96';
 
-const tsx = pathToFileURL(
-  createRequire(import.meta.url)
-    .resolve('tsx/esm/api')
-    .replace(/\.cjs$/, '.mjs'),
-).href;
-const worker = pathToFileURL(new URL('./shm-step.ts', import.meta.url).pathname).href;
-const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
-
 async function measure(
   world: number,
   limitAllGathers: number,
   strategy: 'fsdp' | 'ddp' = 'fsdp',
   registered = true,
 ): Promise<StepResult> {
-  const job: StepJob = {
+  return runShmStep(world, {
     config: CONFIG,
     rows: ROWS,
     limitAllGathers,
@@ -58,24 +48,7 @@ async function measure(
     iterations: GPT2 ? 2 : 6,
     strategy,
     registered,
-  };
-  const outcomes = await launchThreads<StepJob, StepResult>(world, bootstrap, job, {
-    eval: true,
-    execArgv: ['--conditions=@webshard/source'],
-    group: { timeoutMs: 120_000 },
   });
-  const results = outcomes.map((o) => {
-    if (o.status !== 'fulfilled') throw new Error(`rank ${o.rank} failed: ${JSON.stringify(o)}`);
-    return o.value;
-  });
-  return {
-    stepMs: Math.max(...results.map((r) => r.stepMs)),
-    gatherMs: Math.max(...results.map((r) => r.gatherMs)),
-    exposedMs: Math.max(...results.map((r) => r.exposedMs)),
-    peakBytes: Math.max(...results.map((r) => r.peakBytes)),
-    registeredBytes: Math.max(...results.map((r) => r.registeredBytes)),
-    stagedOps: Math.max(...results.map((r) => r.stagedOps)),
-  };
 }
 
 const rows: BenchRow[] = [];
@@ -172,79 +145,9 @@ for (const world of worlds) {
   }
 }
 if (!GPT2) {
-  const inMemory = await ssdCost(CONFIG, ROWS, 5, { offload: false });
-  const offloaded = await ssdCost(CONFIG, ROWS, 5, { offload: true });
-  const readAhead = await ssdCost(CONFIG, ROWS, 5, { offload: true, readAhead: true });
-  const grads = await ssdCost(CONFIG, ROWS, 5, { offload: true, offloadGradients: true });
-  const name = 'GPT 4x96, 2 ranks (local, CPU), shards and Adam state in files (ssdOffload)';
-  const gradsName = `${name}, gradients too (offloadGradients)`;
-  const MiB = 2 ** 20;
-  const peer = { peer: 'FSDP, shards in memory' };
-  rows.push({
-    name,
-    metric: 'step, vs shards in memory',
-    value: offloaded.stepMs,
-    unit: 'ms',
-    ...peer,
-    peerValue: inMemory.stepMs,
-  });
-  rows.push({
-    name,
-    metric: 'step with readAhead, vs without',
-    value: readAhead.stepMs,
-    unit: 'ms',
-    peer: 'ssdOffload without readAhead',
-    peerValue: offloaded.stepMs,
-  });
-  for (const [row, cost] of [
-    [name, offloaded],
-    [gradsName, grads],
-  ] as const) {
-    if (cost === grads) {
-      rows.push({
-        name: row,
-        metric: 'step, vs shards in memory',
-        value: cost.stepMs,
-        unit: 'ms',
-        ...peer,
-        peerValue: inMemory.stepMs,
-      });
-    }
-    rows.push({
-      name: row,
-      metric: 'read per step and rank',
-      value: cost.bytesRead / MiB,
-      unit: 'MiB',
-    });
-    rows.push({
-      name: row,
-      metric: 'written per step and rank',
-      value: cost.bytesWritten / MiB,
-      unit: 'MiB',
-    });
-    rows.push({
-      name: row,
-      metric: 'peak per rank (allocator), vs shards in memory',
-      value: cost.peakBytes / MiB,
-      unit: 'MiB',
-      ...peer,
-      peerValue: inMemory.peakBytes / MiB,
-    });
-    rows.push({
-      name: row,
-      metric: 'peak during the step (allocator), vs shards in memory',
-      value: cost.stepPeakBytes / MiB,
-      unit: 'MiB',
-      ...peer,
-      peerValue: inMemory.stepPeakBytes / MiB,
-    });
-  }
-  rows.push({
-    name,
-    metric: 'FP32 shards per rank',
-    value: offloaded.shardBytes / MiB,
-    unit: 'MiB',
-  });
+  const costs: [string, SsdCost][] = [];
+  for (const [label, mode] of SSD_MODES) costs.push([label, await ssdCost(CONFIG, ROWS, 5, mode)]);
+  rows.push(...ssdRows(costs));
 }
 if (!GPT2 && !process.argv.includes('--no-webgpu')) {
   const copies = await webgpuCopies(CONFIG, ROWS, 4);

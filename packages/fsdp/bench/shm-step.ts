@@ -1,4 +1,5 @@
 // One rank of the FSDP benchmark, in a worker thread started by bench/index.ts.
+import { join } from 'node:path';
 import type { ProcessGroup } from '@webshard/collectives';
 import { runShmWorker } from '@webshard/collectives/node';
 import { DistributedDataParallel } from '@webshard/ddp-buckets';
@@ -10,10 +11,12 @@ import {
   type Module,
   type Tensor,
 } from '@webshard/tensor-core';
+import { NodeFileStore } from '../src/checkpoint/index.js';
 import {
   autoWrap,
   type FullyShardedDataParallel,
   moduleClassAutoWrapPolicy,
+  stepOffloaded,
 } from '../src/index.js';
 import { Gpt, type GptConfig, tokenBatches, tokenSlice } from '../src/test-support/gpt.js';
 
@@ -31,6 +34,14 @@ export interface StepJob {
    * (the peer of [Note: flat buffers in registered memory]).
    */
   readonly registered: boolean;
+  /** FSDP with `ssdOffload`: a `NodeFileStore` in `dir/rank<r>`, with these options. */
+  readonly ssd?: {
+    dir: string;
+    readAhead?: boolean;
+    offloadGradients?: boolean;
+    /** Step with `stepOffloaded` instead of `optimizer.step()`. */
+    stepOffloaded?: boolean;
+  };
 }
 
 export interface StepResult {
@@ -46,6 +57,9 @@ export interface StepResult {
   readonly registeredBytes: number;
   /** Median per step of the collectives that copied an operand through staging (`stagedOps`). */
   readonly stagedOps: number;
+  /** With `ssd`: median bytes a step read from and wrote to the store (0 without). */
+  readonly bytesRead: number;
+  readonly bytesWritten: number;
 }
 
 function peaks(backend: Backend): { peakBytes: number; registeredBytes: number } {
@@ -63,14 +77,25 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
   const backend = createCpuBackend();
   if (job.strategy === 'ddp') return runDdp(group, job, backend);
   if (!job.registered) Object.defineProperty(group, 'allocatesRegistered', { value: false });
+  const store = job.ssd ? new NodeFileStore(join(job.ssd.dir, `rank${group.rank}`)) : null;
   const model = autoWrap(new Gpt(job.config, backend), moduleClassAutoWrapPolicy([GPTBlock]), {
     group,
     limitAllGathers: job.limitAllGathers,
+    ...(store && job.ssd
+      ? {
+          ssdOffload: {
+            store,
+            readAhead: job.ssd.readAhead,
+            offloadGradients: job.ssd.offloadGradients,
+          },
+        }
+      : {}),
   }) as unknown as Module<[Tensor, Tensor], Promise<Tensor>> & { parameters(): Tensor[] };
   const optimizer = new AdamW(model.parameters(), { lr: 1e-3 });
   let gatherMs = 0;
   let exposedMs = 0;
-  for (const unit of (model as unknown as { units(): FullyShardedDataParallel[] }).units()) {
+  const wrapped = model as unknown as FullyShardedDataParallel;
+  for (const unit of wrapped.units()) {
     const group = unit.paramGroup;
     const wait = group.waitForUnshard.bind(group);
     group.waitForUnshard = async () => {
@@ -93,9 +118,12 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
   const gathers: number[] = [];
   const exposed: number[] = [];
   const staged: number[] = [];
+  const reads: number[] = [];
+  const writes: number[] = [];
   for (const [i, rows] of batches.entries()) {
     const [x, y] = tokenSlice(backend, rows, group.rank * job.rows, (group.rank + 1) * job.rows);
     if (i === job.warmup) backend.resetPeakMemoryStats();
+    store?.resetStats();
     gatherMs = 0;
     exposedMs = 0;
     await group.barrier().wait();
@@ -103,7 +131,8 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
     const t0 = performance.now();
     const loss = await model.call(x, y);
     await loss.backward();
-    optimizer.step();
+    if (job.ssd?.stepOffloaded === true) await stepOffloaded(wrapped, optimizer);
+    else optimizer.step();
     optimizer.zeroGrad();
     await group.barrier().wait();
     const ms = performance.now() - t0;
@@ -116,6 +145,8 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
       exposed.push(exposedMs);
       // Less the closing barrier's (it stages nothing either way: no operand).
       staged.push(group.stagingStats().stagedOps - stagedBefore);
+      reads.push(store?.stats().bytesRead ?? 0);
+      writes.push(store?.stats().bytesWritten ?? 0);
     }
   }
   return {
@@ -124,6 +155,8 @@ async function run(group: ProcessGroup, job: StepJob): Promise<StepResult> {
     exposedMs: median(exposed),
     ...peaks(backend),
     stagedOps: median(staged),
+    bytesRead: median(reads),
+    bytesWritten: median(writes),
   };
 }
 
@@ -162,6 +195,8 @@ async function runDdp(group: ProcessGroup, job: StepJob, backend: Backend): Prom
     exposedMs: 0,
     ...peaks(backend),
     stagedOps: median(staged),
+    bytesRead: 0,
+    bytesWritten: 0,
   };
 }
 

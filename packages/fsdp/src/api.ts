@@ -80,8 +80,9 @@ export interface FsdpOptions {
   moveParamsToCpu?: boolean;
   /**
    * Keep each FP32 shard and its optimizer state in `store` between uses, not in memory (fairscale's
-   * `ssd_offload`; [Note: shards in a store]): read in for each gather and for the step, which must
-   * be `stepOffloaded(model, optimizer)`.
+   * `ssd_offload`; [Note: shards in a store]): read in for each gather, prefetched as in memory, and
+   * for the optimizer's own `step()` and `stateDict()` ([Note: the optimizer's own step through a
+   * store]; with a store that cannot read synchronously, `stepOffloaded(model, optimizer)`).
    */
   ssdOffload?: SsdOffloadOptions;
   /**

@@ -14,7 +14,7 @@ import type { FlatParameter } from './flat-param.js';
 import { cleanPath, namedShards, nestedUnits, WRAPPED_MODULE } from './module-tree.js';
 import { type FsdpParamGroup, RECOMPUTE_STATES, type TrainingState } from './param-group.js';
 import { type BorrowedParams, appendShared, recordOwner } from './shared-params.js';
-import type { SsdShards } from './ssd/ssd-offload.js';
+import type { SsdShards } from './ssd/ssd-shards.js';
 import { FsdpSharedState } from './state.js';
 import { shardUnit } from './unit-shards.js';
 import {
@@ -228,12 +228,15 @@ export class FullyShardedDataParallel<
       }
       if (this.ssdShards !== null) await this.ssdShards.load();
       this.paramGroup.unshard();
-      if (shared.root.trainingState === 'FORWARD')
-        shared.prefetch(
-          shared.nextInForward(this),
+      if (shared.root.trainingState === 'FORWARD') {
+        const next = shared.nextInForward(this);
+        await shared.prefetch(
+          next,
           this === shared.root,
           this.options.limitAllGathers,
+          next === null ? null : shared.nextInForward(next),
         );
+      }
       await this.paramGroup.waitForUnshard();
       if (this.ssdShards !== null) await this.ssdShards.release();
       const lent = await this.borrowed.gather();
@@ -415,8 +418,15 @@ export class FullyShardedDataParallel<
     if (first) {
       // The next unit whose backward has not run yet: one that already reduced would be gathered
       // again for nothing and held to the end of backward.
-      const next = shared.nextInBackward(this).find((u) => !shared.preBackwardRan.has(u));
-      shared.prefetch(next ?? null, this === shared.root, this.options.limitAllGathers);
+      const [next, following] = shared
+        .nextInBackward(this)
+        .filter((u) => !shared.preBackwardRan.has(u));
+      await shared.prefetch(
+        next ?? null,
+        this === shared.root,
+        this.options.limitAllGathers,
+        following ?? null,
+      );
     }
     await this.paramGroup.waitForUnshard();
     if (this.ssdShards !== null) await this.ssdShards.release();

@@ -9,7 +9,7 @@ import {
 } from '@webshard/tensor-core';
 import { FsdpConfigError } from './errors.js';
 import type { FullyShardedDataParallel } from './fully-sharded.js';
-import type { SsdShards } from './ssd/ssd-offload.js';
+import type { SsdShards } from './ssd/ssd-shards.js';
 
 /**
  * Combine every rank's partial norm: the sum of |g|^p, or for the max norm the max. Each rank's

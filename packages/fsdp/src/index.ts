@@ -48,4 +48,6 @@ export {
 export { OpfsStore } from './ssd/opfs-store.js';
 export type { ShardStore, ShardStoreStats, SsdOffloadOptions } from './ssd/shard-store.js';
 export type { OffloadedModel } from './ssd/ssd-offload.js';
-export { SsdShards, ssdStats, stepOffloaded } from './ssd/ssd-offload.js';
+export { ssdStats, stepOffloaded } from './ssd/ssd-offload.js';
+export { SsdShards } from './ssd/ssd-shards.js';
+export type { Gatherable } from './ssd/ssd-shards.js';

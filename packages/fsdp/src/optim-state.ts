@@ -216,12 +216,13 @@ export async function loadFullOptimStateDict(
 /**
  * [Note: optimizer state in a store]
  * Under `ssdOffload` the optimizer's state tensors live in the store between steps and are freed
- * in memory, so the optimizer's own `stateDict()` returns freed tensors (reading one throws
- * `FreedTensorError` naming it). `localOptimStateDict` is the state dict that works either way: the
- * state read in (`withShardsInMemory`), copied, and freed again; `loadLocalOptimStateDict` loads one
- * and writes it to the store. `gatherFullOptimStateDict` and `loadFullOptimStateDict` read and
+ * in memory. The optimizer's own `stateDict()` reads them in synchronously where the store can
+ * ([Note: the optimizer's own step through a store]) and hands out its own tensors, which stay in
+ * memory until the next step. `localOptimStateDict` is the state dict that works with any store:
+ * the state read in (`withShardsInMemory`), copied, and freed again; `loadLocalOptimStateDict` loads
+ * one and writes it to the store. `gatherFullOptimStateDict` and `loadFullOptimStateDict` read and
  * write through them. The optimizer's own `loadStateDict` also works: the loaded tensors stay in
- * memory until `stepOffloaded` (or a checkpoint, or these helpers) writes them to the store.
+ * memory until the next step (or a checkpoint, or these helpers) writes them to the store.
  * Values are the optimizer's own, so an offloaded model's state dict is bit for bit the in-memory
  * model's. While one runs a rank holds its whole shard and state, as in-memory FSDP always does.
  */

@@ -3,7 +3,7 @@ import type { RunningBackward, Tensor } from '@webshard/tensor-core';
 import { ReduceScatterBucketer } from './bucketer.js';
 import { forEachTensor } from './module-tree.js';
 import type { FsdpParamGroup, TrainingState } from './param-group.js';
-import type { SsdShards } from './ssd/ssd-offload.js';
+import type { SsdShards } from './ssd/ssd-shards.js';
 
 /**
  * What the shared state reads and sets of a unit (`U` is one): it names no
@@ -147,16 +147,26 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
   }
 
   /**
-   * Issue `unit`'s gather (or its shard's read) ahead of its use, within `limitAllGathers` full
-   * units at once (the asking unit's own counts, unless it is the root, which keeps its own).
+   * Issue `unit`'s gather ahead of its use, within `limitAllGathers` full units at once (the asking
+   * unit's own counts, unless it is the root, which keeps its own). A unit with shards in a store
+   * has them read in first, and `following` (the unit after it) has its shards read ahead with
+   * `readAhead` ([Note: prefetching shards from a store]).
    */
-  prefetch(unit: U | null, fromRoot: boolean, limitAllGathers: number): void {
+  async prefetch(
+    unit: U | null,
+    fromRoot: boolean,
+    limitAllGathers: number,
+    following: U | null = null,
+  ): Promise<void> {
     if (unit === null || limitAllGathers === 0 || !unit.paramGroup.isSharded) return;
     const busy = this.gatheredCount() - (fromRoot ? 0 : 1);
     if (busy >= limitAllGathers) return;
-    if (unit.ssdShards !== null)
-      unit.ssdShards.readAhead(); // [Note: reading ahead from a store]
-    else unit.paramGroup.unshard();
+    if (unit.ssdShards === null) {
+      unit.paramGroup.unshard();
+      return;
+    }
+    await unit.ssdShards.gatherAhead(unit.paramGroup);
+    if (following?.paramGroup.isSharded) following.ssdShards?.readAhead();
   }
 
   /** A reduction issued in this backward, awaited at its end (its failure surfaces there). */
@@ -180,6 +190,8 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
   async finalizeBackward(): Promise<void> {
     try {
       for (const unit of this.units) await unit.paramGroup.waitForUnshard();
+      // No read or prefetch of a shard may be in flight when the step comes.
+      for (const unit of this.units) await unit.ssdShards?.settle();
       // Gradients in a store are read back where this backward adds to them ([Note: gradients in
       // a store]).
       for (const unit of this.units) {

@@ -3,7 +3,7 @@ import { FsdpConfigError } from './errors.js';
 import type { ResolvedOptions } from './api.js';
 import type { FlatParameter } from './flat-param.js';
 import type { FsdpParamGroup, TrainingState } from './param-group.js';
-import type { SsdShards } from './ssd/ssd-offload.js';
+import type { SsdShards } from './ssd/ssd-shards.js';
 
 /** Options of `summonFullParams`. */
 export interface SummonOptions {

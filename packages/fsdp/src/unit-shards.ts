@@ -6,7 +6,7 @@ import { flatBuffer } from './host-buffers.js';
 import { ownParameters } from './module-tree.js';
 import { FsdpParamGroup } from './param-group.js';
 import { type BorrowedParams, borrowShared, checkNotUsedOutside } from './shared-params.js';
-import { SsdShards } from './ssd/ssd-offload.js';
+import { SsdShards } from './ssd/ssd-shards.js';
 
 /** What a new unit takes from the module it wraps. */
 export interface UnitShards {

@@ -2,12 +2,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalGroups } from '@webshard/collectives';
-import { AdamW, createCpuBackend, FreedTensorError } from '@webshard/tensor-core';
+import { AdamW, createCpuBackend } from '@webshard/tensor-core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { makeBatches, Net, SMALL, slice } from '../test-support/models.js';
 import { type ParityResult, trainLocal, wrapNet } from '../test-support/parity.js';
 import { NodeFileStore } from './node-file-store.js';
-import { stepOffloaded } from './ssd-offload.js';
 
 let dir: string;
 beforeEach(async () => {
@@ -78,11 +77,11 @@ describe('ssdOffload.offloadGradients: what the memory holds', () => {
       if (offloadGradients) {
         // Allocated bytes are size-class rounded: at least the gradient bytes fewer.
         expect(held[0]! - held[1]!).toBeGreaterThanOrEqual(gradBytes);
-        expect(() => optimizer.step()).toThrow(FreedTensorError);
         for (const u of model.units())
           for (const f of u.flatParameters) expect(f.shard.grad!.isFreed).toBe(true);
       }
-      await stepOffloaded(model, optimizer);
+      // The optimizer's own step reads each stored gradient back with its shard and state.
+      optimizer.step();
       optimizer.zeroGrad();
       for (const u of model.units())
         for (const f of u.flatParameters) expect(f.shard.grad).toBeNull();

@@ -6,13 +6,15 @@ export interface SsdOffloadOptions {
   /**
    * Also keep each unit's reduced gradient shard in the store between the end of backward and the
    * step (fairscale's ssd_offload keeps only parameters there), so gradients hold no memory either.
-   * Default false. See [Note: gradients in a store].
+   * Default false: measured, it made every step slower (1 MiB more I/O a step and rank in the
+   * bench) for a lower peak during the step only (packages/fsdp/README.md, benchmark). See
+   * [Note: gradients in a store].
    */
   readonly offloadGradients?: boolean;
   /**
-   * Where FSDP would prefetch a unit (`limitAllGathers`), start reading its shard from the store
-   * while the unit before it computes. Default false: it did not win where it was measured. See
-   * [Note: reading ahead from a store].
+   * Where FSDP prefetches a unit (`limitAllGathers`, its shard read and its gather issued), also
+   * start reading the shard of the unit after it in the background. Default false (measured:
+   * packages/fsdp/README.md, benchmark). See [Note: prefetching shards from a store].
    */
   readonly readAhead?: boolean;
 }
@@ -33,7 +35,8 @@ export interface ShardStoreStats {
  * read; a missing key is one too. `write` replaces the value whole: a reader sees the old bytes or
  * the new ones (files written to a temporary name and renamed over the old one). Each store counts
  * the bytes it moved, which is what a step costs in I/O. Two implementations: Node's file system
- * (`NodeFileStore`) and, in a page's worker, the Origin Private File System (`OpfsStore`).
+ * (`NodeFileStore`, with synchronous reads and writes too) and, in a page's worker, the Origin
+ * Private File System (`OpfsStore`, asynchronous only: its files open asynchronously).
  */
 export interface ShardStore {
   /** What the store is, for messages: `node-file`, `opfs`. */
@@ -42,6 +45,14 @@ export interface ShardStore {
   write(key: string, bytes: Uint8Array): Promise<void>;
   /** Fill `into` with `key`'s bytes; a value of another length or a missing key is an error. */
   read(key: string, into: Uint8Array): Promise<void>;
+  /**
+   * `read` that completes before it returns, where the store can (Node's files): what lets an
+   * unchanged `optimizer.step()` and `optimizer.stateDict()` read shards and state ([Note: the
+   * optimizer's own step through a store]). A store without it needs `stepOffloaded`.
+   */
+  readSync?(key: string, into: Uint8Array): void;
+  /** `write` that completes before it returns, where the store can (see `readSync`). */
+  writeSync?(key: string, bytes: Uint8Array): void;
   /** Forget `key` (no error when it is absent). */
   remove(key: string): Promise<void>;
   /** Bytes and calls so far. */

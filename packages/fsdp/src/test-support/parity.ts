@@ -30,6 +30,8 @@ export interface ParityRun {
   readonly clip?: number;
   /** The reference computes in this dtype with tensor-core's `MixedPrecision`. */
   readonly computeDtype?: 'f16' | 'bf16';
+  /** Under `ssdOffload`, step with `await stepOffloaded(model, optimizer)`, not `optimizer.step()`. */
+  readonly stepOffloaded?: boolean;
 }
 
 /** What a run produced: the mean loss of each step and the final parameters by name. */
@@ -140,7 +142,7 @@ export async function trainRank(
     }
     losses.push(total / micro);
     if (run.clip !== undefined) await clipShardedGradNorm(model, run.clip);
-    if (options.ssdOffload) await stepOffloaded(model, optimizer);
+    if (options.ssdOffload && run.stepOffloaded === true) await stepOffloaded(model, optimizer);
     else optimizer.step();
     optimizer.zeroGrad();
     stagedOps.push(group.stagingStats().stagedOps - staged);

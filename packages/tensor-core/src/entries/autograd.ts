@@ -23,5 +23,6 @@ export type {
 export { recordOp } from '../autograd/record.js';
 export type { OpRecord } from '../autograd/record.js';
 export { activationGrad } from '../ops/index.js';
-export { markManagedParameter } from '../optim/optimizer.js';
+export { holdParameter, markManagedParameter } from '../optim/optimizer.js';
+export type { ParamHolder } from '../optim/optimizer.js';
 export type { GradNodeLike } from '../tensor.js';

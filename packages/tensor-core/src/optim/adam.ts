@@ -74,28 +74,24 @@ export class Adam extends Optimizer<AdamHyperparameters, AdamState> {
   step(options: StepOptions = {}): void {
     this.checkGrads();
     const gradScale = options.gradScale ?? 1;
-    for (const group of this.paramGroups) {
-      for (const p of group.params) {
-        const grad = p.grad;
-        if (grad === null) continue;
-        let state = this.state.get(p);
-        if (state === undefined) {
-          state = { step: 0, expAvg: zerosState(p), expAvgSq: zerosState(p) };
-          this.state.set(p, state);
-        }
-        state.step++;
-        applyAdam(this.opName, p, grad, state.expAvg, state.expAvgSq, {
-          lr: group.lr,
-          beta1: group.betas[0],
-          beta2: group.betas[1],
-          eps: group.eps,
-          weightDecay: group.weightDecay,
-          step: state.step,
-          decoupled: this.variant.decoupled,
-          gradScale,
-        });
+    this.forEachGrad((group, p, grad) => {
+      let state = this.state.get(p);
+      if (state === undefined) {
+        state = { step: 0, expAvg: zerosState(p), expAvgSq: zerosState(p) };
+        this.state.set(p, state);
       }
-    }
+      state.step++;
+      applyAdam(this.opName, p, grad, state.expAvg, state.expAvgSq, {
+        lr: group.lr,
+        beta1: group.betas[0],
+        beta2: group.betas[1],
+        eps: group.eps,
+        weightDecay: group.weightDecay,
+        step: state.step,
+        decoupled: this.variant.decoupled,
+        gradScale,
+      });
+    });
   }
 
   protected groupToDict(group: ParamGroup<AdamHyperparameters>): Record<string, unknown> {

@@ -56,6 +56,41 @@ export function markManagedParameter(param: Tensor, reason: string): void {
   managed.set(param, reason);
 }
 
+/**
+ * [Note: parameters held elsewhere]
+ * A sharding wrapper may keep a parameter's storage, its gradient and its optimizer state out of
+ * memory between uses (FSDP's `ssdOffload` keeps them in files). It registers a `ParamHolder` for
+ * the parameter (`holdParameter`), and every optimizer calls it around each use, so an unchanged
+ * `optimizer.step()` and `stateDict()` work on such parameters:
+ * - `acquire(param, state, 'step')` before a step reads the parameter, its `.grad` and its state
+ *   (undefined before the first step), bringing whatever is not in memory back;
+ * - `afterStep(param, state)` once that parameter is stepped (state made by then), to write them
+ *   back and free them: a step holds one parameter's tensors at a time, not all of them;
+ * - `acquire(param, state, 'stateDict')` before `stateDict()` hands out the state's tensors, which
+ *   stay in memory until the holder frees them (its next `afterStep`).
+ * The hooks are synchronous because `step()` and `stateDict()` are; a holder that cannot bring its
+ * tensors back synchronously throws a typed error saying what to call instead. A parameter without a
+ * gradient is not acquired for a step, and `checkGrads` leaves a held parameter's freed gradient to
+ * its holder (the update kernel still refuses one the holder left freed).
+ */
+export interface ParamHolder {
+  /** Bring `param`, its `.grad` (for a step) and the tensors of `state` into memory. */
+  acquire(param: Tensor, state: object | undefined, use: 'step' | 'stateDict'): void;
+  /** `param` was stepped: write it, its gradient and `state` back where they live and free them. */
+  afterStep(param: Tensor, state: object): void;
+}
+
+const holders = new WeakMap<Tensor, ParamHolder>();
+
+/**
+ * Register `holder` around every optimizer's use of `param` ([Note: parameters held elsewhere]);
+ * null removes it.
+ */
+export function holdParameter(param: Tensor, holder: ParamHolder | null): void {
+  if (holder === null) holders.delete(param);
+  else holders.set(param, holder);
+}
+
 export abstract class Optimizer<H extends object, S extends object> {
   readonly paramGroups: ParamGroup<H>[] = [];
   /** Per-parameter state, created at a parameter's first step. */
@@ -119,7 +154,9 @@ export abstract class Optimizer<H extends object, S extends object> {
         const grad = p.grad;
         if (grad === null) continue;
         const name = p.name ?? String(p);
-        if (grad.isFreed) throw new FreedTensorError(this.opName, `${name}.grad`);
+        if (grad.isFreed && !holders.has(p)) {
+          throw new FreedTensorError(this.opName, `${name}.grad`);
+        }
         if (
           grad.size !== p.size ||
           grad.shape.some((d, i) => d !== p.shape[i]) ||
@@ -148,6 +185,31 @@ export abstract class Optimizer<H extends object, S extends object> {
     }
   }
 
+  /**
+   * Run `update` on each parameter that has a gradient, in group order, inside its holder's
+   * `acquire` and `afterStep` where it has one ([Note: parameters held elsewhere]). `update` makes
+   * the parameter's state when it has none.
+   */
+  protected forEachGrad(update: (group: ParamGroup<H>, param: Tensor, grad: Tensor) => void): void {
+    for (const group of this.paramGroups) {
+      for (const p of group.params) {
+        if (p.grad === null) continue;
+        const holder = holders.get(p);
+        if (holder === undefined) {
+          update(group, p, p.grad);
+          continue;
+        }
+        holder.acquire(p, this.state.get(p), 'step');
+        try {
+          update(group, p, p.grad!);
+        } finally {
+          const state = this.state.get(p);
+          if (state !== undefined) holder.afterStep(p, state);
+        }
+      }
+    }
+  }
+
   /** Every parameter of every group, in order (the indices of the state dict). */
   get params(): Tensor[] {
     return this.paramGroups.flatMap((g) => g.params);
@@ -163,7 +225,10 @@ export abstract class Optimizer<H extends object, S extends object> {
   protected abstract stateToDict(state: S): OptimizerParamState;
   protected abstract stateFromDict(param: Tensor, dict: OptimizerParamState): Promise<S>;
 
-  /** The state in PyTorch's layout. Tensors are the optimizer's own (not copies). */
+  /**
+   * The state in PyTorch's layout. Tensors are the optimizer's own (not copies); a held parameter's
+   * are brought into memory first ([Note: parameters held elsewhere]).
+   */
   stateDict(): OptimizerStateDict {
     const state: Record<number, OptimizerParamState> = {};
     const groups: OptimizerStateDict['param_groups'] = [];
@@ -172,7 +237,10 @@ export abstract class Optimizer<H extends object, S extends object> {
       const indices: number[] = [];
       for (const p of group.params) {
         const s = this.state.get(p);
-        if (s !== undefined) state[index] = this.stateToDict(s);
+        if (s !== undefined) {
+          holders.get(p)?.acquire(p, s, 'stateDict');
+          state[index] = this.stateToDict(s);
+        }
         indices.push(index++);
       }
       groups.push({ ...this.groupToDict(group), params: indices });

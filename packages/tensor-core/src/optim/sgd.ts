@@ -71,32 +71,28 @@ export class SGD extends Optimizer<SgdHyperparameters, SgdState> {
   step(options: StepOptions = {}): void {
     this.checkGrads();
     const gradScale = options.gradScale ?? 1;
-    for (const group of this.paramGroups) {
-      for (const p of group.params) {
-        const grad = p.grad;
-        if (grad === null) continue;
-        let state = this.state.get(p);
-        if (state === undefined) {
-          state = { momentumBuffer: null };
-          this.state.set(p, state);
-        }
-        let firstStep = false;
-        if (group.momentum !== 0 && state.momentumBuffer === null) {
-          state.momentumBuffer = keep(Tensor.empty(p.backend, p.shape, 'f32'));
-          firstStep = true;
-        }
-        const buffer = group.momentum !== 0 ? state.momentumBuffer! : null;
-        applySgd('SGD', p, grad, buffer, {
-          lr: group.lr,
-          momentum: group.momentum,
-          dampening: group.dampening,
-          weightDecay: group.weightDecay,
-          nesterov: group.nesterov,
-          firstStep,
-          gradScale,
-        });
+    this.forEachGrad((group, p, grad) => {
+      let state = this.state.get(p);
+      if (state === undefined) {
+        state = { momentumBuffer: null };
+        this.state.set(p, state);
       }
-    }
+      let firstStep = false;
+      if (group.momentum !== 0 && state.momentumBuffer === null) {
+        state.momentumBuffer = keep(Tensor.empty(p.backend, p.shape, 'f32'));
+        firstStep = true;
+      }
+      const buffer = group.momentum !== 0 ? state.momentumBuffer! : null;
+      applySgd('SGD', p, grad, buffer, {
+        lr: group.lr,
+        momentum: group.momentum,
+        dampening: group.dampening,
+        weightDecay: group.weightDecay,
+        nesterov: group.nesterov,
+        firstStep,
+        gradScale,
+      });
+    });
   }
 
   protected groupToDict(group: ParamGroup<SgdHyperparameters>): Record<string, unknown> {
