@@ -126,20 +126,25 @@ describe('compressed averaging over ws and shm (world 3)', () => {
     30_000,
   );
 
-  it('shm (worker threads), int8', async () => {
-    const job = {
-      compression: 'int8' as const,
-      seed: newSeed('average shm int8'),
-      count: COUNT,
-      blockSize: BLOCK,
-    };
-    const outcomes = await runShm<AverageJob, AverageReport>(3, 'shm-average-worker.ts', job);
-    const reports = outcomes.map((o) => {
-      expect(o.status, JSON.stringify(o)).toBe('fulfilled');
-      return (o as { value: AverageReport }).value;
-    });
-    await check(job, 3, reports);
-  }, 60_000);
+  it.each(['int8', 'topk'] as OuterCompression[])(
+    'shm (worker threads), %s',
+    async (compression) => {
+      const job = {
+        compression,
+        seed: newSeed(`average shm ${compression}`),
+        count: COUNT,
+        blockSize: BLOCK,
+        ...(compression === 'topk' ? { density: DENSITY } : {}),
+      };
+      const outcomes = await runShm<AverageJob, AverageReport>(3, 'shm-average-worker.ts', job);
+      const reports = outcomes.map((o) => {
+        expect(o.status, JSON.stringify(o)).toBe('fulfilled');
+        return (o as { value: AverageReport }).value;
+      });
+      await check(job, 3, reports);
+    },
+    60_000,
+  );
 });
 
 describe('compressed averaging: errors and residuals', () => {
