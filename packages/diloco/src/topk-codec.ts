@@ -12,9 +12,11 @@ export const MAX_TOPK_CHUNK = 65536;
  * `topk` follows SparseLoCo (Sarfi et al. 2025): each rank keeps an error-feedback buffer e;
  * at a sync e = decay x e + delta (its pseudo-gradient), it sends Q(TopK(e)), the k = round(density
  * x chunkSize) entries of each chunk of `chunkSize` elements largest in magnitude (ties: the lower
- * index), their values in 2 bits, and keeps e -= what it sent. SparseLoCo's decay (0.95) is what
- * stands in for DiLoCo's outer momentum, so the outer step defaults to plain SGD at lr 1 with it
- * (api.ts).
+ * index), their values in 2 bits, and keeps e -= what it sent. The decayed buffer is what stands
+ * in for DiLoCo's outer momentum, so the outer step defaults to plain SGD at lr 1 with it (api.ts;
+ * decay 0.95 and lr 1 as we read the paper's settings: tune them, the trainer README has a
+ * measurement). A `weight` other than 1 (an elastic newcomer's 0, [Note: DiLoCo in an elastic
+ * world]) scales the pseudo-gradient before it enters the buffer.
  *
  * A chunk is `wordsPerChunk` 32-bit words: the f32 magnitudes `low` and `high`, then k entries of
  * indexBits + 2 bits, bit-packed from bit 0 of the third word up (little-endian, as [Note: block
@@ -29,9 +31,10 @@ export const MAX_TOPK_CHUNK = 65536;
  * Bytes, at the defaults (4096, 1/64): k = 64 entries of 14 bits = 28 words, plus 2: 120 bytes a
  * chunk, 0.0293 bytes an element, against 4 for f32 (137x smaller) and 1.0156 for int8. Where
  * SparseLoCo differs: it chunks each 2-D tensor in 64 x 64 tiles (here the flat parameter vector
- * in runs of 4096, which crosses tensors: one sort, no per-shape plan), and its 2-bit quantizer
- * bins values by standard deviations with a per-tensor lookup table (here per chunk, two levels a
- * sign, which the per-chunk top-k makes a narrow range).
+ * in runs of 4096, which cross tensors: one pass, no per-shape plan, but a small tensor shares its
+ * chunk with its neighbour's larger values and waits longer in the buffer), and its code quantizes
+ * statistically (bins within a range of standard deviations, decoded through a lookup table; here
+ * per chunk, two levels a sign, which the per-chunk top-k makes a narrow range).
  */
 export class TopkCodec {
   /** Entries sent per chunk. */
