@@ -10,7 +10,7 @@
  * profile instead (`bench/step-profile.ts`); `WEBSHARD_BENCH_GPT2=1` adds the GPT-2 124M rows
  * (`bench/gpt2.ts`: single, ddp 2, fsdp 2; some 20 minutes more), `=all` fsdp 4 and offload too.
  * Then the quick DiLoCo case (`bench/diloco-quick.ts`: bytes per token of DiLoCo H = 50 in int8,
- * int4 and topk against DDP, 4 launchers over loopback, about 2 minutes); `WEBSHARD_BENCH_DILOCO=0`
+ * int4 and topk against DDP, 4 launchers over loopback, 15-50 s on 2 loaded cores); `WEBSHARD_BENCH_DILOCO=0`
  * skips it.
  */
 import { availableParallelism, loadavg } from 'node:os';
