@@ -9,6 +9,9 @@
  * Run: `pnpm --filter @webshard/trainer bench`; `WEBSHARD_PROFILE=1` (or `gpt2`) prints the step
  * profile instead (`bench/step-profile.ts`); `WEBSHARD_BENCH_GPT2=1` adds the GPT-2 124M rows
  * (`bench/gpt2.ts`: single, ddp 2, fsdp 2; some 20 minutes more), `=all` fsdp 4 and offload too.
+ * Then the quick DiLoCo case (`bench/diloco-quick.ts`: bytes per token of DiLoCo H = 50 in int8,
+ * int4 and topk against DDP, 4 launchers over loopback, 15-50 s on 2 loaded cores); `WEBSHARD_BENCH_DILOCO=0`
+ * skips it.
  */
 import { availableParallelism, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -35,6 +38,7 @@ import { BatchSampler } from '../src/data/batches.js';
 import { CharTokenizer } from '../src/data/char-tokenizer.js';
 import { DEFAULT_MODEL } from '../src/train.js';
 import { decayGroups, trainStep } from '../src/train-step.js';
+import { dilocoQuickRows } from './diloco-quick.js';
 import { gpt2Rows } from './gpt2.js';
 import { profileSize, runStepProfile } from './step-profile.js';
 
@@ -173,5 +177,6 @@ if (torch) {
 // [Note: the GPT-2 124M bench rows]: minutes each, so only when asked for.
 const gpt2 = process.env.WEBSHARD_BENCH_GPT2;
 if (gpt2 === '1' || gpt2 === 'all') rows.push(...gpt2Rows(gpt2 === 'all'));
+if (process.env.WEBSHARD_BENCH_DILOCO !== '0') rows.push(...(await dilocoQuickRows()));
 writeBenchResults('trainer', rows);
 process.exit(0);

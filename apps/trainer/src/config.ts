@@ -61,8 +61,13 @@ export interface TrainConfig {
   outerLr: number;
   /** DiLoCo: the outer momentum (the paper's 0.9; 0: plain SGD, no Nesterov). */
   outerMomentum: number;
-  /** DiLoCo: how pseudo-gradients travel (`f32`, `bf16`, `int8` with error feedback). */
+  /**
+   * DiLoCo: how pseudo-gradients travel (`f32`, `bf16`, `int8` and `int4` with error feedback,
+   * `topk`: SparseLoCo's sparse 2-bit values from a decaying error-feedback buffer).
+   */
   outerCompression: OuterCompression;
+  /** DiLoCo `topk`: the share of each chunk of 4096 values sent (default 1/64). */
+  outerDensity: number;
   /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
   checkpointEvery: number;
   checkpointDir: string | null;

@@ -1,26 +1,25 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { DEFAULT_BLOCK_SIZE, type OuterCompression } from './compression.js';
+import { type CodecOptions, resolveCodecOptions } from './codec-options.js';
+import type { OuterCompression } from './compression.js';
 import { DilocoArgumentError } from './errors.js';
 import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from './outer-optimizer.js';
 
-/** Options of `DiLoCo`; the defaults are the DiLoCo paper's (Douillard et al. 2023). */
-export interface DilocoOptions {
+/**
+ * Options of `DiLoCo`; the defaults are the DiLoCo paper's (Douillard et al. 2023), and
+ * SparseLoCo's for `topk` (outer lr 1, no outer momentum: its decayed error feedback is the
+ * momentum, [Note: sparse outer gradients]).
+ */
+export interface DilocoOptions extends CodecOptions {
   /** The ranks (workers) that average pseudo-gradients; each runs its own inner steps. */
   group: ProcessGroup;
   /** Inner steps between outer syncs (H). The paper uses 500; at least 1. */
   innerSteps: number;
-  /** Outer learning rate. Default 0.7. */
+  /** Outer learning rate. Default 0.7 (1 for `topk`). */
   outerLr?: number;
-  /** Outer momentum. Default 0.9 (0: plain SGD). */
+  /** Outer momentum. Default 0.9 (0 for `topk`; 0: plain SGD). */
   outerMomentum?: number;
   /** Nesterov outer momentum. Default true when the momentum is above 0. */
   nesterov?: boolean;
-  /** How pseudo-gradients travel: `f32`, `bf16` or `int8`. Default `f32`. */
-  compression?: OuterCompression;
-  /** Elements per int8 scale (and per encoded block): a positive multiple of 4. Default 256. */
-  blockSize?: number;
-  /** Feed what compression dropped into the next sync. Default true. */
-  errorFeedback?: boolean;
   /** Deadline of each outer collective in ms (a sync moves the whole model). Default: the group's. */
   timeoutMs?: number;
   /**
@@ -40,7 +39,9 @@ export interface ResolvedDilocoOptions {
   readonly nesterov: boolean;
   readonly compression: OuterCompression;
   readonly blockSize: number;
+  readonly density: number;
   readonly errorFeedback: boolean;
+  readonly errorDecay: number;
   readonly timeoutMs: number | undefined;
   readonly broadcast: boolean;
 }
@@ -73,19 +74,13 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
   if (!Number.isSafeInteger(innerSteps) || innerSteps < 1) {
     fail('innerSteps', `innerSteps (H) must be a whole number >= 1, got ${innerSteps}`);
   }
-  const compression = options.compression ?? 'f32';
-  if (compression !== 'f32' && compression !== 'bf16' && compression !== 'int8') {
-    fail('compression', `unknown outer compression '${String(compression)}' (f32, bf16 or int8)`);
-  }
-  const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
-  if (!Number.isSafeInteger(blockSize) || blockSize <= 0 || blockSize % 4 !== 0) {
-    fail('blockSize', `blockSize must be a positive multiple of 4, got ${blockSize}`);
-  }
-  const outerLr = options.outerLr ?? DEFAULT_OUTER_LR;
+  const codec = resolveCodecOptions(options, fail);
+  const topk = codec.compression === 'topk';
+  const outerLr = options.outerLr ?? (topk ? 1 : DEFAULT_OUTER_LR);
   if (!Number.isFinite(outerLr) || outerLr <= 0) {
     fail('outerLr', `the outer lr must be a positive number, got ${outerLr}`);
   }
-  const outerMomentum = options.outerMomentum ?? DEFAULT_OUTER_MOMENTUM;
+  const outerMomentum = options.outerMomentum ?? (topk ? 0 : DEFAULT_OUTER_MOMENTUM);
   if (!Number.isFinite(outerMomentum) || outerMomentum < 0 || outerMomentum >= 1) {
     fail('outerMomentum', `the outer momentum must be in [0, 1), got ${outerMomentum}`);
   }
@@ -103,9 +98,7 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
     outerLr,
     outerMomentum,
     nesterov,
-    compression,
-    blockSize,
-    errorFeedback: options.errorFeedback ?? true,
+    ...codec,
     timeoutMs,
     broadcast: options.broadcast ?? true,
   };

@@ -1,21 +1,16 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import {
-  type BlockCodec,
-  blockCodec,
-  DEFAULT_BLOCK_SIZE,
-  encodeWithFeedback,
-  type OuterCompression,
-} from './compression.js';
+import type { BlockCodec } from './block-codec.js';
+import { type CodecOptions, resolveCodecOptions } from './codec-options.js';
+import { blockCodec, encodeWithFeedback, type OuterCompression } from './compression.js';
 import { DilocoArgumentError, DilocoStateError } from './errors.js';
+import { averageSparse } from './sparse-average.js';
+import { TopkCodec } from './topk-codec.js';
 
-/** Options of `CompressedAverager`. */
-export interface CompressedAverageOptions {
-  /** How values travel. Default `f32`. */
-  compression?: OuterCompression;
-  /** Elements per block for `int8` and `bf16`: a positive multiple of 4. Default 256. */
-  blockSize?: number;
-  /** Keep what compression dropped and add it to the next round ([Note: error feedback]). Default true. */
-  errorFeedback?: boolean;
+/**
+ * Options of `CompressedAverager`: the codec's ([Note: error feedback], [Note: sparse outer
+ * gradients]) and a deadline.
+ */
+export interface CompressedAverageOptions extends CodecOptions {
   /** Deadline of each collective in ms (default: the group's). */
   timeoutMs?: number;
 }
@@ -39,14 +34,18 @@ export interface AverageStats {
  *    fed back too) and the group's `allGather` hands every shard to every rank, which decodes all
  *    of them, its own included, so every rank ends with the same bits.
  * Each rank sends 2 (n - 1) / n of the encoded size: 4x less than f32 for int8 (plus 4 bytes a
- * block), 2x for bf16. Only collectives of the group are used, so it runs over every transport
+ * block), 8x for int4, 2x for bf16. `topk` is all-gathered instead ([Note: averaging sparse
+ * contributions]). Only collectives of the group are used, so it runs over every transport
  * (local, shm, tcp, ws) and under the link shaper.
  */
 export class CompressedAverager {
   readonly compression: OuterCompression;
   readonly blockSize: number;
+  readonly density: number;
   readonly errorFeedback: boolean;
+  readonly errorDecay: number;
   private readonly codec: BlockCodec | null;
+  private readonly topk: TopkCodec | null;
   private readonly timeoutMs: number | undefined;
   /** Per element of the input: what compression dropped in phase 1 (null for f32 or no feedback). */
   private residual: Float32Array | null = null;
@@ -61,19 +60,17 @@ export class CompressedAverager {
     const fail = (option: string, detail: string): never => {
       throw new DilocoArgumentError({ op: 'CompressedAverager', rank: group.rank }, option, detail);
     };
-    const compression = options.compression ?? 'f32';
-    if (compression !== 'f32' && compression !== 'bf16' && compression !== 'int8') {
-      fail('compression', `unknown compression '${String(compression)}' (f32, bf16 or int8)`);
-    }
-    const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
-    if (!Number.isSafeInteger(blockSize) || blockSize <= 0 || blockSize % 4 !== 0) {
-      fail('blockSize', `blockSize must be a positive multiple of 4, got ${blockSize}`);
-    }
-    this.compression = compression;
-    this.blockSize = blockSize;
-    this.errorFeedback = options.errorFeedback ?? true;
+    const codec = resolveCodecOptions(options, fail);
+    this.compression = codec.compression;
+    this.blockSize = codec.blockSize;
+    this.density = codec.density;
+    this.errorFeedback = codec.errorFeedback;
+    this.errorDecay = codec.errorDecay;
     this.timeoutMs = options.timeoutMs;
-    this.codec = compression === 'f32' ? null : blockCodec(compression, blockSize);
+    const { compression, blockSize } = codec;
+    this.topk = compression === 'topk' ? new TopkCodec(blockSize, codec.density) : null;
+    this.codec =
+      compression === 'f32' || compression === 'topk' ? null : blockCodec(compression, blockSize);
   }
 
   /** What compression still owes: the phase-1 residual (a copy), or null when there is none. */
@@ -89,7 +86,9 @@ export class CompressedAverager {
     const next = new CompressedAverager(group, {
       compression: this.compression,
       blockSize: this.blockSize,
+      ...(this.compression === 'topk' ? { density: this.density } : {}),
       errorFeedback: this.errorFeedback,
+      errorDecay: this.errorDecay,
       ...(this.timeoutMs === undefined ? {} : { timeoutMs: this.timeoutMs }),
     });
     next.loadResiduals({ input: this.residual, shard: null });
@@ -136,6 +135,21 @@ export class CompressedAverager {
       );
     }
     this.count = values.length;
+    if (this.topk !== null) {
+      // Compressed at any group size: the decayed buffer is SparseLoCo's outer momentum.
+      if (this.errorFeedback && this.residual === null) {
+        this.residual = new Float32Array(values.length);
+      }
+      const bytesSent = await averageSparse(
+        group,
+        this.topk,
+        values,
+        this.errorFeedback ? this.residual : null,
+        this.errorDecay,
+        this.timeoutMs,
+      );
+      return { bytesSent };
+    }
     if (this.codec === null || n === 1) {
       if (n > 1) await group.allReduce(values, { op: 'avg', timeoutMs: this.timeoutMs }).wait();
       return { bytesSent: n === 1 ? 0 : Math.round(((2 * (n - 1)) / n) * values.length * 4) };
@@ -153,7 +167,7 @@ export class CompressedAverager {
     }
     // Phase 1: encode everything, exchange shards, sum this rank's shard in rank order.
     const encoded = new Int32Array(shardWords * n);
-    encodeWithFeedback(codec, values, this.residual, blocksPerRank * n, encoded);
+    encodeWithFeedback(codec, values, this.residual, blocksPerRank * n, encoded, this.errorDecay);
     const incoming = new Int32Array(shardWords * n);
     const rank = group.rank;
     const timeoutMs = this.timeoutMs;
@@ -194,6 +208,7 @@ export class CompressedAverager {
       this.errorFeedback ? this.shardResidual : null,
       blocksPerRank,
       mine,
+      this.errorDecay,
     );
     const gathered = new Int32Array(shardWords * n);
     await group.allGather(mine, gathered, { timeoutMs }).wait();

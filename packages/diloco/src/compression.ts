@@ -1,48 +1,27 @@
 import { bf16BitsToF32, f32ToBf16Bits } from '@webshard/tensor-core/backend';
+import type { BlockCodec, BlockCompression } from './block-codec.js';
+import { Int4Codec } from './int4-codec.js';
 
 /**
- * How the pseudo-gradients travel in the outer all-reduce: `f32` as they are, `bf16` rounded to
+ * How the pseudo-gradients travel in the outer average: `f32` as they are, `bf16` rounded to
  * bfloat16 (2 bytes an element), `int8` as signed bytes with one f32 scale per block (1 byte an
- * element plus 4 bytes a block).
+ * element plus 4 bytes a block), `int4` as nibbles with a scale per block (half a byte an element
+ * plus 4 bytes a block), `topk` as the few largest of each chunk, their values in 2 bits
+ * ([Note: sparse outer gradients]).
  */
-export type OuterCompression = 'f32' | 'bf16' | 'int8';
+export type OuterCompression = 'f32' | BlockCompression | 'topk';
 
 /** The compressions, in the order the docs list them. */
-export const OUTER_COMPRESSIONS: readonly OuterCompression[] = ['f32', 'bf16', 'int8'];
+export const OUTER_COMPRESSIONS: readonly OuterCompression[] = [
+  'f32',
+  'bf16',
+  'int8',
+  'int4',
+  'topk',
+];
 
-/** Elements per block (one int8 scale each) unless the options say otherwise. */
+/** Elements per block (one int8 or int4 scale each) unless the options say otherwise. */
 export const DEFAULT_BLOCK_SIZE = 256;
-
-/**
- * [Note: block codecs]
- * A codec turns blocks of `blockSize` f32 values into 32-bit words the collectives move bit for
- * bit (an `Int32Array`, which every transport carries), and back. `int8`: word 0 of a block is the
- * f32 scale max|x| / 127, the next blockSize / 4 words hold the bytes round(x / scale) in
- * [-127, 127] (a block of zeros has scale 0); decoding is q x scale in f32. `bf16`: blockSize / 2
- * words of bfloat16 bits, rounded to nearest even (tensor-core's `f32ToBf16Bits`). Bytes are read
- * through views of the word buffer in the platform's order: every runtime webshard runs on (x86,
- * ARM, browsers there) is little-endian, and a rank decodes exactly the bytes another encoded.
- * Blocks past the end of the data encode zeros, so a codec never reads or writes out of range.
- */
-export interface BlockCodec {
-  readonly name: Exclude<OuterCompression, 'f32'>;
-  readonly blockSize: number;
-  /** 32-bit words one encoded block takes. */
-  readonly wordsPerBlock: number;
-  /** Encode `values[block * blockSize ...]` (zeros past the end) into `out` at `wordOffset`. */
-  encodeBlock(values: Float32Array, block: number, out: Int32Array, wordOffset: number): void;
-  /**
-   * Decode the block at `wordOffset` of `words` and add it, times `weight`, into `into` from
-   * `start` (up to `into.length`): `into[start + i] += weight x decoded[i]`, or `=` with `assign`.
-   */
-  decodeBlock(
-    words: Int32Array,
-    wordOffset: number,
-    into: Float32Array,
-    start: number,
-    assign: boolean,
-  ): void;
-}
 
 class Int8Codec implements BlockCodec {
   readonly name = 'int8';
@@ -126,11 +105,10 @@ class Bf16Codec implements BlockCodec {
 }
 
 /** The codec of a compression (`blockSize` a positive multiple of 4, checked by the caller). */
-export function blockCodec(
-  compression: Exclude<OuterCompression, 'f32'>,
-  blockSize: number,
-): BlockCodec {
-  return compression === 'int8' ? new Int8Codec(blockSize) : new Bf16Codec(blockSize);
+export function blockCodec(compression: BlockCompression, blockSize: number): BlockCodec {
+  if (compression === 'int8') return new Int8Codec(blockSize);
+  if (compression === 'int4') return new Int4Codec(blockSize);
+  return new Bf16Codec(blockSize);
 }
 
 /**
@@ -139,6 +117,8 @@ export function blockCodec(
  * keeps residual = meant - decoded(sent) for the next round (EF-SGD, as INTELLECT-1 does for its
  * int8 pseudo-gradients). Over T rounds the sum of what was sent is the sum of what was meant
  * minus the last residual, which one quantization step bounds: the error does not grow with T.
+ * With a `decay` below 1 the residual fades first (meant = values + decay x residual), as
+ * SparseLoCo's buffer does ([Note: sparse outer gradients]); the default 1 is plain EF-SGD.
  */
 export function encodeWithFeedback(
   codec: BlockCodec,
@@ -146,8 +126,9 @@ export function encodeWithFeedback(
   residual: Float32Array | null,
   blocks: number,
   out: Int32Array,
+  decay = 1,
 ): void {
-  const meant = residual === null ? values : addInto(residual, values);
+  const meant = residual === null ? values : addInto(residual, values, decay);
   for (let b = 0; b < blocks; b++) codec.encodeBlock(meant, b, out, b * codec.wordsPerBlock);
   if (residual === null) return;
   // residual currently holds `meant`; subtract what the blocks decode to.
@@ -161,8 +142,9 @@ export function encodeWithFeedback(
   }
 }
 
-/** `residual += values`, returning `residual` (which then holds what is meant to be sent). */
-function addInto(residual: Float32Array, values: Float32Array): Float32Array {
-  for (let i = 0; i < values.length; i++) residual[i]! += values[i]!;
+/** `residual = decay x residual + values`, returning `residual` (what is meant to be sent). */
+function addInto(residual: Float32Array, values: Float32Array, decay: number): Float32Array {
+  if (decay === 1) for (let i = 0; i < values.length; i++) residual[i]! += values[i]!;
+  else for (let i = 0; i < values.length; i++) residual[i] = decay * residual[i]! + values[i]!;
   return residual;
 }

@@ -1,52 +1,10 @@
 import { createLocalGroups, type ProcessGroup } from '@webshard/collectives';
-import {
-  AdamW,
-  createCpuBackend,
-  Linear,
-  mseLoss,
-  RandomGenerator,
-  ReLU,
-  SGD,
-  Sequential,
-  tensor,
-} from '@webshard/tensor-core';
+import { AdamW, SGD } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
 import { DilocoArgumentError, DilocoStateError } from './errors.js';
-import { closeWorld, newSeed, randomValues } from './test-support/worlds.js';
-
-const backend = createCpuBackend();
-
-/** The same small MLP on every rank (seeded), as each rank of a job builds it. */
-function buildModel(seed: number) {
-  const generator = new RandomGenerator(seed);
-  return new Sequential(
-    new Linear(4, 8, { backend, generator }),
-    new ReLU(),
-    new Linear(8, 1, { backend, generator }),
-  );
-}
-
-/** Rank `rank`'s batch at `step`: its own shard of the data. */
-async function batch(seed: number, rank: number, step: number) {
-  const x = await randomValues(seed * 7919 + rank * 101 + step, 12);
-  const y = await randomValues(seed * 7919 + rank * 101 + step + 50_000, 3);
-  return { x: tensor(x, { backend, shape: [3, 4] }), y: tensor(y, { backend, shape: [3, 1] }) };
-}
-
-type Model = ReturnType<typeof buildModel>;
-
-async function backwardOn(model: Model, seed: number, rank: number, step: number) {
-  const { x, y } = await batch(seed, rank, step);
-  model.zeroGrad({ setToNone: true });
-  const loss = mseLoss(model.call(x), y);
-  await loss.backward();
-}
-
-async function flat(model: Model): Promise<Float32Array> {
-  const parts = await Promise.all(model.parameters().map((p) => p.read()));
-  return Float32Array.from(parts.flatMap((p) => [...p]));
-}
+import { backwardOn, buildModel, flat, type Model } from './test-support/mlp-case.js';
+import { closeWorld, newSeed } from './test-support/worlds.js';
 
 describe('DiLoCo', () => {
   it.each([2, 3])(
@@ -263,7 +221,7 @@ describe('DiLoCo', () => {
     );
     await expect(make({ innerSteps: 1.5 })).rejects.toMatchObject({ option: 'innerSteps' });
     await expect(make({ compression: 'fp8' })).rejects.toThrow(
-      "[DiLoCo] rank 0: unknown outer compression 'fp8' (f32, bf16 or int8)",
+      "[DiLoCo] rank 0: unknown outer compression 'fp8' (f32, bf16, int8, int4, topk)",
     );
     await expect(make({ outerMomentum: 1 })).rejects.toMatchObject({ option: 'outerMomentum' });
     await expect(make({ outerLr: 0 })).rejects.toMatchObject({ option: 'outerLr' });

@@ -92,7 +92,9 @@ export class DiLoCo {
     this.averager = new CompressedAverager(options.group, {
       compression: options.compression,
       blockSize: options.blockSize,
+      ...(options.compression === 'topk' ? { density: options.density } : {}),
       errorFeedback: options.errorFeedback,
+      errorDecay: options.errorDecay,
       timeoutMs: options.timeoutMs,
     });
   }

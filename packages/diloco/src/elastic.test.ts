@@ -36,7 +36,7 @@ async function train(model: Model, seed: number): Promise<void> {
   }
 }
 
-async function world(size: number, seed: number, compression: 'f32' | 'int8') {
+async function world(size: number, seed: number, compression: 'f32' | 'int8' | 'topk') {
   const groups = createLocalGroups(size);
   const models = groups.map(() => buildModel(seed));
   const dilocos = await Promise.all(
@@ -55,7 +55,7 @@ async function world(size: number, seed: number, compression: 'f32' | 'int8') {
 describe('DiLoCo in an elastic world', () => {
   it('a sync that fails leaves everything as it was; regrouped, the survivors sync as a world of 2 would', async () => {
     const seed = newSeed('diloco elastic regroup');
-    for (const compression of ['f32', 'int8'] as const) {
+    for (const compression of ['f32', 'int8', 'topk'] as const) {
       const three = await world(3, seed, compression);
       // One sync among 3 first, so that momentum and residuals are not empty.
       for (const [r, m] of three.models.entries()) await train(m, seed + r);

@@ -2,7 +2,9 @@ export type { DilocoOptions, ResolvedDilocoOptions } from './api.js';
 export { resolveDilocoOptions } from './api.js';
 export type { AverageStats, CompressedAverageOptions } from './compressed-average.js';
 export { CompressedAverager } from './compressed-average.js';
-export type { BlockCodec, OuterCompression } from './compression.js';
+export type { BlockCodec, BlockCompression } from './block-codec.js';
+export type { CodecOptions, ResolvedCodecOptions } from './codec-options.js';
+export type { OuterCompression } from './compression.js';
 export {
   blockCodec,
   DEFAULT_BLOCK_SIZE,
@@ -21,3 +23,11 @@ export type { DilocoErrorFields } from './errors.js';
 export { DilocoArgumentError, DilocoError, DilocoStateError } from './errors.js';
 export type { OuterOptimizerOptions, OuterOptimizerState } from './outer-optimizer.js';
 export { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, OuterOptimizer } from './outer-optimizer.js';
+export {
+  DEFAULT_TOPK_CHUNK,
+  DEFAULT_TOPK_DENSITY,
+  DEFAULT_TOPK_ERROR_DECAY,
+  encodeSparseWithFeedback,
+  MAX_TOPK_CHUNK,
+  TopkCodec,
+} from './topk-codec.js';

@@ -176,6 +176,28 @@ describe('parseOptions', () => {
         ...['--outer-momentum', '0', '--outer-compression', 'int8'],
       ),
     ).toMatchObject({ innerSteps: 1, outerLr: 1, outerMomentum: 0, outerCompression: 'int8' });
+    // topk: SparseLoCo's outer step (lr 1, no momentum) and density unless given.
+    expect(
+      parse('--strategy', 'diloco', '--world-size', '2', '--outer-compression', 'topk'),
+    ).toMatchObject({
+      outerCompression: 'topk',
+      outerLr: 1,
+      outerMomentum: 0,
+      outerDensity: 1 / 64,
+    });
+    expect(
+      parse(
+        ...['--strategy', 'diloco', '--world-size', '2', '--outer-compression', 'topk'],
+        ...['--outer-density', '0.03', '--outer-lr', '0.7', '--outer-momentum', '0.9'],
+      ),
+    ).toMatchObject({ outerDensity: 0.03, outerLr: 0.7, outerMomentum: 0.9 });
+    expect(
+      parse('--strategy', 'diloco', '--world-size', '2', '--outer-compression', 'int4'),
+    ).toMatchObject({
+      outerCompression: 'int4',
+      outerLr: 0.7,
+      outerMomentum: 0.9,
+    });
     const diloco = ['--strategy', 'diloco', '--world-size', '2'];
     const cases: [string[], string, string][] = [
       [
@@ -186,8 +208,38 @@ describe('parseOptions', () => {
       [[...diloco, '--inner-steps', '2.5'], '--inner-steps 2.5 is not an integer', '--inner-steps'],
       [
         [...diloco, '--outer-compression', 'fp8'],
-        '--outer-compression fp8 is not one of f32, bf16, int8',
+        '--outer-compression fp8 is not one of f32, bf16, int8, int4, topk',
         '--outer-compression',
+      ],
+      [
+        [...diloco, '--outer-compression', 'topk', '--outer-density', '0'],
+        '--outer-density 0 is out of range (0, 1]',
+        '--outer-density',
+      ],
+      [
+        [...diloco, '--outer-compression', 'topk', '--outer-density', '1.5'],
+        '--outer-density 1.5 is out of range (0, 1]',
+        '--outer-density',
+      ],
+      [
+        [...diloco, '--outer-compression', 'topk', '--outer-density', 'dense'],
+        '--outer-density dense is not a finite number',
+        '--outer-density',
+      ],
+      [
+        [...diloco, '--outer-compression', 'int8', '--outer-density', '0.02'],
+        '--outer-density applies to --outer-compression topk, not int8',
+        '--outer-density',
+      ],
+      [
+        [...diloco, '--outer-density', '0.02'],
+        '--outer-density applies to --outer-compression topk, not f32',
+        '--outer-density',
+      ],
+      [
+        ['--strategy', 'ddp', '--world-size', '2', '--outer-density', '0.02'],
+        '--outer-density applies to --strategy diloco, not ddp',
+        '--outer-density',
       ],
       [
         [...diloco, '--outer-momentum', '1'],

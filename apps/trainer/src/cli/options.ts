@@ -2,7 +2,7 @@ import { ELASTIC_OPTIONS, elasticOptions } from './elastic-options.js';
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TOKENIZERS } from '../data/dataset.js';
-import { OUTER_COMPRESSIONS } from '@webshard/diloco';
+import { DEFAULT_TOPK_DENSITY, OUTER_COMPRESSIONS } from '@webshard/diloco';
 import { checkBatchDivides, STRATEGIES, type TrainConfig, TRANSPORTS } from '../config.js';
 import { UsageError } from '../errors.js';
 import { parseSharding } from '../strategy/sharding.js';
@@ -28,6 +28,7 @@ const OPTIONS = {
   'outer-lr': { type: 'string' },
   'outer-momentum': { type: 'string' },
   'outer-compression': { type: 'string' },
+  'outer-density': { type: 'string' },
   'checkpoint-every': { type: 'string' },
   'checkpoint-dir': { type: 'string' },
   resume: { type: 'string' },
@@ -149,6 +150,14 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       integer: true,
       ...(max === undefined ? {} : { max }),
     });
+  const outerCompression = choice(
+    'outer-compression',
+    v['outer-compression'],
+    OUTER_COMPRESSIONS,
+    'f32',
+  );
+  // SparseLoCo's outer step for topk: its decayed error feedback is the momentum (@webshard/diloco).
+  const topk = outerCompression === 'topk';
   const config: TrainConfig = {
     strategy,
     worldSize,
@@ -210,17 +219,21 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     numMicrobatches: int('num-microbatches', 1),
     checkpointActivation: values['checkpoint-activation'] === true,
     innerSteps: int('inner-steps', 50),
-    outerLr: numberOption('outer-lr', v['outer-lr'], 0.7, { min: 0, minExclusive: true, max: 10 }),
-    outerMomentum: numberOption('outer-momentum', v['outer-momentum'], 0.9, {
+    outerLr: numberOption('outer-lr', v['outer-lr'], topk ? 1 : 0.7, {
+      min: 0,
+      minExclusive: true,
+      max: 10,
+    }),
+    outerMomentum: numberOption('outer-momentum', v['outer-momentum'], topk ? 0 : 0.9, {
       min: 0,
       max: 0.999999,
     }),
-    outerCompression: choice(
-      'outer-compression',
-      v['outer-compression'],
-      OUTER_COMPRESSIONS,
-      'f32',
-    ),
+    outerCompression,
+    outerDensity: numberOption('outer-density', v['outer-density'], DEFAULT_TOPK_DENSITY, {
+      min: 0,
+      minExclusive: true,
+      max: 1,
+    }),
     checkpointEvery: int('checkpoint-every', 0, 0),
     checkpointDir: path('checkpoint-dir'),
     resume: path('resume'),
@@ -266,7 +279,13 @@ const FSDP_FLAGS = [
   'move-params-to-cpu',
 ] as const;
 const OFFLOAD_FLAGS = ['num-slices', 'num-microbatches', 'checkpoint-activation'] as const;
-const DILOCO_FLAGS = ['inner-steps', 'outer-lr', 'outer-momentum', 'outer-compression'] as const;
+const DILOCO_FLAGS = [
+  'inner-steps',
+  'outer-lr',
+  'outer-momentum',
+  'outer-compression',
+  'outer-density',
+] as const;
 
 /** Flags of one strategy given to another, and what no transport can do, refused by name. */
 function checkStrategyFlags(
@@ -295,6 +314,12 @@ function checkStrategyFlags(
     }
   }
   if (config.strategy === 'diloco') checkDilocoFlags(config);
+  if (values['outer-density'] !== undefined && config.outerCompression !== 'topk') {
+    throw new UsageError(
+      `--outer-density applies to --outer-compression topk, not ${config.outerCompression}`,
+      { option: '--outer-density' },
+    );
+  }
   const oneRank = config.strategy === 'single' || config.strategy === 'offload';
   if (config.bucketMb !== null && (oneRank || config.strategy === 'diloco')) {
     throw new UsageError(`--bucket-mb applies to --strategy ddp or fsdp, not ${config.strategy}`, {

@@ -79,9 +79,12 @@ Execution
   --checkpoint-activation      offload: recompute each slice in backward from its input
   --inner-steps <n>            diloco: inner AdamW steps between outer syncs (default 50)
   --outer-lr <x> --outer-momentum <x>
-                               diloco: outer Nesterov SGD (default 0.7, 0.9: the paper's)
-  --outer-compression <f32|bf16|int8>  diloco: how pseudo-gradients travel (default f32; int8
-                               with a scale per 256 elements and error feedback)
+                               diloco: outer Nesterov SGD (default 0.7, 0.9: the paper's;
+                               with topk 1, 0: SparseLoCo's, its error feedback is the momentum)
+  --outer-compression <f32|bf16|int8|int4|topk>  diloco: how pseudo-gradients travel (default
+                               f32; int8 and int4 with a scale per 256 elements and error
+                               feedback; topk: SparseLoCo's top-k of each 4096, 2-bit values)
+  --outer-density <x>          diloco topk: share of each chunk sent, in (0, 1] (default 0.015625)
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)

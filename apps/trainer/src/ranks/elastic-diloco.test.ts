@@ -120,3 +120,30 @@ it.each(['tcp', 'ws'])(
   },
   120_000,
 );
+
+it('diloco with topk under --elastic over tcp: 2 members train and sync sparse pseudo-gradients to the end, exit 0', async () => {
+  const { coordinator, url } = await startCoordinator(2, 2, 30);
+  const log = join(out, 'diloco-topk.jsonl');
+  const run = [
+    ...MODEL,
+    ...['--strategy', 'diloco', '--inner-steps', '4', '--outer-compression', 'topk'],
+    ...['--batch-size', '12', '--steps', '12', '--backend', 'cpu', '--sample-length', '0'],
+    ...['--seed', '7', '--transport', 'tcp', '--elastic', url, '--log-jsonl', log],
+  ];
+  const members = [cli(run), cli(run)];
+  const results = await Promise.all([...members, coordinator].map((m) => m.done));
+  for (const result of results.slice(0, 2)) expect([result!.code, result!.stderr]).toEqual([0, '']);
+  expect(results[2]!.code).toBe(0);
+  const records = await lines(log);
+  const changes = records.filter((line) => line.event === 'membership');
+  expect(changes.map((line) => [line.worldSize, line.left!.length, line.joined!.length])).toEqual([
+    [2, 0, 2],
+  ]);
+  // Both hold the same global copy when the world forms, and every step of the run is logged.
+  const [a, b] = members.map(digests);
+  expect(a!.get(0)).toMatch(/^[0-9a-f]{8}$/);
+  expect(b!.get(0)).toBe(a!.get(0));
+  const steps = records.filter((line) => line.event === undefined);
+  expect(steps.map((line) => line.step)).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
+  for (const line of steps) expect(Number.isFinite(line.loss)).toBe(true);
+}, 120_000);

@@ -39,6 +39,7 @@ export function prepareDiloco(
         outerLr: config.outerLr,
         outerMomentum: config.outerMomentum,
         compression: config.outerCompression,
+        ...(config.outerCompression === 'topk' ? { density: config.outerDensity } : {}),
         // An elastic member takes the world's state from rank 0 instead (run/elastic-outer.ts).
         broadcast: !elastic,
       });

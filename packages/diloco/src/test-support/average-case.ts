@@ -11,6 +11,8 @@ export interface AverageJob {
   readonly seed: number;
   readonly count: number;
   readonly blockSize: number;
+  /** `topk` only: the share of each chunk sent. */
+  readonly density?: number;
 }
 
 /** A rank's result. */
@@ -30,6 +32,7 @@ export async function runAverage(group: ProcessGroup, job: AverageJob): Promise<
   const averager = new CompressedAverager(group, {
     compression: job.compression,
     blockSize: job.blockSize,
+    ...(job.density === undefined ? {} : { density: job.density }),
   });
   const { bytesSent } = await averager.average(output);
   return { output, bytesSent };

@@ -1,0 +1,124 @@
+/**
+ * One run of the trainer on 4 one-rank nodes (4 launchers on this machine, `webshard-run --nnodes
+ * 4`), every link between them shaped by `WEBSHARD_LINK` or left as loopback, for `bench:diloco`
+ * and the quick DiLoCo rows of `pnpm bench`. DDP's bytes are the ring all-reduce's volume of its
+ * gradients, 2 (n - 1) / n x 4 bytes a parameter a step (nominal); DiLoCo's are what its syncs
+ * report (the JSONL's `outerBytesSent`, rank 0's: each codec's encoded words as sent, [Note:
+ * compressed averaging] and [Note: averaging sparse contributions] in @webshard/diloco).
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { freePort, launch } from '@webshard/collectives/node';
+
+const CLI = join(import.meta.dirname, '..', 'src', 'cli.ts');
+
+/** The job every variant trains. */
+export interface DilocoShape {
+  readonly ranks: number;
+  readonly steps: number;
+  readonly innerSteps: number;
+  readonly batch: number;
+  readonly block: number;
+  readonly embd: number;
+  readonly layers: number;
+}
+
+/** A strategy and its flags. */
+export interface Variant {
+  readonly name: string;
+  readonly args: readonly string[];
+}
+
+/** What one run measured. */
+export interface Measured {
+  tokensPerSecond: number;
+  /** Bytes one rank sent per token the job trained. */
+  bytesPerToken: number;
+  heldOutLoss: number;
+  parameters: number;
+}
+
+/** DDP, then DiLoCo at H = `innerSteps` with each of `compressions`. */
+export function dilocoVariants(innerSteps: number, compressions: readonly string[]): Variant[] {
+  return [
+    { name: 'DDP', args: ['--strategy', 'ddp'] },
+    ...compressions.map((compression) => ({
+      name: `DiLoCo H=${innerSteps} ${compression}`,
+      args: [
+        ...['--strategy', 'diloco', '--inner-steps', String(innerSteps)],
+        ...['--outer-compression', compression],
+      ],
+    })),
+  ];
+}
+
+/** The first 4000 and the last 8000 characters a run printed. */
+class Tail extends Writable {
+  head = '';
+  text = '';
+  override _write(chunk: Buffer, _: BufferEncoding, done: () => void): void {
+    if (this.head.length < 4000) this.head = (this.head + chunk.toString()).slice(0, 4000);
+    this.text = (this.text + chunk.toString()).slice(-8000);
+    done();
+  }
+}
+
+/** One run of `variant` over `link` (`none`: loopback), its JSONL written under `dir`. */
+export async function measureDiloco(
+  dir: string,
+  shape: DilocoShape,
+  variant: Variant,
+  link: string,
+): Promise<Measured> {
+  const log = join(dir, `${variant.name}-${link}.jsonl`.replace(/[^A-Za-z0-9.-]/g, '_'));
+  const port = await freePort();
+  const outs = Array.from({ length: shape.ranks }, () => new Tail());
+  const args = [
+    ...['--n-layer', String(shape.layers), '--n-embd', String(shape.embd)],
+    ...['--block-size', String(shape.block), '--batch-size', String(shape.batch)],
+    ...['--steps', String(shape.steps), '--sample-length', '0'],
+    ...['--backend', 'cpu', '--transport', 'tcp', '--log-jsonl', log, ...variant.args],
+  ];
+  const results = await Promise.all(
+    outs.map((out, node) =>
+      launch({
+        nprocPerNode: 1,
+        nnodes: shape.ranks,
+        nodeRank: node,
+        masterPort: port,
+        token: 'diloco-bench',
+        script: CLI,
+        args,
+        ranksAs: 'threads',
+        execArgv: ['--conditions=@webshard/source'],
+        env: { WEBSHARD_LINK: link },
+        stdout: out,
+        stderr: out,
+        forwardSignals: false,
+      }),
+    ),
+  );
+  if (results.some((r) => r.exitCode !== 0)) {
+    throw new Error(`${variant.name} over ${link}:\n${outs.map((o) => o.text).join('\n---\n')}`);
+  }
+  const lines = (await readFile(log, 'utf8'))
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { tokensPerSecond: number; outerBytesSent?: number });
+  const tokensPerStep = shape.batch * shape.block;
+  const seconds = lines.reduce((s, l) => s + tokensPerStep / l.tokensPerSecond, 0);
+  const text = outs[0]!.text;
+  const parameters = Number(/model: gpt, (\d+) parameters/.exec(outs[0]!.head)?.[1] ?? Number.NaN);
+  const heldOutLoss = Number(/held-out loss ([\d.]+)/.exec(text)?.[1] ?? Number.NaN);
+  const tokens = shape.steps * tokensPerStep;
+  const sent = variant.args.includes('ddp')
+    ? shape.steps * ((2 * (shape.ranks - 1)) / shape.ranks) * 4 * parameters
+    : lines.reduce((s, l) => s + (l.outerBytesSent ?? 0), 0);
+  return {
+    tokensPerSecond: tokens / seconds,
+    bytesPerToken: sent / tokens,
+    heldOutLoss,
+    parameters,
+  };
+}
