@@ -15,11 +15,11 @@
  * tensor's largest. In `transformer.h.3.attn.c_proj.bias` element 81's raw gradient is 4.0e-5 at
  * step 1 (median 4.4e-3) and -5.4e-7 at step 2 (the smallest of 768): every run's distance there
  * is that element's (PyTorch f32 2.6e-4, its DDP 1.9e-4, ours 7.9e-5 in one process and 8.0e-5
- * under FSDP; the next element is within 1.7e-5 in all), so a ratio against one float32 run is one
+ * under FSDP; the next element is within 1.8e-5 in all), so a ratio against one float32 run is one
  * draw of one element's rounding. The clip's factor multiplies every update's mixture of steps,
- * so an error in the global norm moves every tensor by about as much: Debian's torch 1.13 sums a
- * float32 norm in float32 (2.7e-3 off over 38.6 M elements), which put every bias 4e-4 of its
- * update off until the script summed the norm in float64 for every torch (`clip_grad_norm` in
+ * so an error in the global norm moves every tensor by about as much: Debian's torch 1.13's float32
+ * norm is 2.7e-3 off over 38.6 M elements, which put every tensor at least 3.9e-4 of its update off
+ * until the script summed the norm in float64 for every torch (`clip_grad_norm` in
  * gpt2_precision.py). FSDP adds nothing measurable: its reduced gradients are one process's within
  * a rounding (`packages/fsdp/src/gpt2-width-precision.test.ts`) and its norms agree to 2e-8.
  * Any torch serves (`findTorchPeer`'s `reference` kind: PyPI's wheel in `.venv-torch`, or Debian's
