@@ -18,6 +18,7 @@ export {
   parseBlasInfo,
   probeTorch,
   runTorchScript,
+  SYSTEM_TORCH_PYTHON,
   TORCH_VENV_HINT,
   TORCH_VENV_PYTHON,
   type TorchBuild,

@@ -129,6 +129,24 @@ describe('findTorchPeer', () => {
     });
   });
 
+  it("takes Debian's system torch as a reference where the venv is not made, not for speed", () => {
+    const root = join(dir, 'repo');
+    expect(findTorchPeer(root, 'reference', {}, debian)).toEqual({
+      build: { python: debian, version: '1.13.0', blas: 'generic', oneDnn: true },
+      label: 'PyTorch 1.13.0 (reference BLAS, oneDNN)',
+    });
+    expect(findTorchPeer(root, 'speed', {}, debian)).toEqual({
+      skipped: `${root}/.venv-torch/bin/python not found: ${TORCH_VENV_HINT}`,
+    });
+    // An interpreter the variable names is the one used, even for a reference.
+    expect(findTorchPeer(root, 'reference', { WEBSHARD_TORCH_PYTHON: noTorch }, debian)).toEqual({
+      skipped: `${noTorch} has no usable torch (ModuleNotFoundError: No module named 'torch'): ${TORCH_VENV_HINT}`,
+    });
+    expect(findTorchPeer(root, 'reference', {}, noTorch)).toEqual({
+      skipped: `${root}/.venv-torch/bin/python not found: ${TORCH_VENV_HINT}`,
+    });
+  });
+
   it("looks in the repository's .venv-torch without the variable, and skips where it is not made", () => {
     const root = join(dir, 'repo');
     expect(findTorchPeer(root, 'speed', {})).toEqual({

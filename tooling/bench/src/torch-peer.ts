@@ -16,6 +16,10 @@ import { join } from 'node:path';
  * - a reference-BLAS build is refused as a speed peer (matmul, train steps), with a message naming
  *   the interpreter and how to make the environment. It still serves where BLAS does not enter:
  *   gloo's collectives (the same C++ in every build) and parity fixtures;
+ * - a float64 reference (`reference`: fixtures, the GPT-2 precision bench) takes any build, and
+ *   where neither the variable nor the venv is there, Debian's python3-torch through the system
+ *   interpreter (`/usr/bin/python3`, named, never a PATH lookup): float64 results do not depend on
+ *   the BLAS; a float32 row beside them does, and its label names the BLAS;
  * - no torch at all skips the rows with the reason: the benchmarks and the tests pass without it.
  */
 
@@ -43,9 +47,13 @@ export type TorchPeer = { build: TorchBuild; label: string } | { skipped: string
 
 /**
  * What the peer is for: `speed` rows (matmul, train steps) refuse a reference-BLAS build;
- * `collectives` (gloo) do not, since BLAS never runs there.
+ * `collectives` (gloo) do not, since BLAS never runs there; `reference` (fixtures, float64
+ * references) takes any build, Debian's system one too where no other is there.
  */
-export type TorchPeerUse = 'speed' | 'collectives';
+export type TorchPeerUse = 'speed' | 'collectives' | 'reference';
+
+/** Where Debian's python3-torch lives: the system interpreter, tried for `reference` only. */
+export const SYSTEM_TORCH_PYTHON = '/usr/bin/python3';
 
 /** The interpreter every PyTorch row runs: `WEBSHARD_TORCH_PYTHON`, else the repository's venv. */
 export function torchPython(repoRoot: string, env: NodeJS.ProcessEnv = process.env): string {
@@ -130,15 +138,23 @@ export function probeTorch(python: string, timeoutMs = 120_000): TorchBuild | { 
 
 /**
  * The PyTorch peer for `use`, or why the rows skip: the interpreter of `torchPython`, probed, and
- * for `speed` refused where its torch runs the reference BLAS ([Note: honest PyTorch peers]).
+ * for `speed` refused where its torch runs the reference BLAS; for `reference`, `systemPython`
+ * (Debian's python3-torch) where that interpreter has no torch and the variable names none
+ * ([Note: honest PyTorch peers]).
  */
 export function findTorchPeer(
   repoRoot: string,
   use: TorchPeerUse,
   env: NodeJS.ProcessEnv = process.env,
+  systemPython: string = SYSTEM_TORCH_PYTHON,
 ): TorchPeer {
   const python = torchPython(repoRoot, env);
-  const build = probeTorch(python);
+  let build = probeTorch(python);
+  const chosen = env.WEBSHARD_TORCH_PYTHON !== undefined && env.WEBSHARD_TORCH_PYTHON !== '';
+  if ('skipped' in build && use === 'reference' && !chosen) {
+    const system = probeTorch(systemPython);
+    if (!('skipped' in system)) build = system;
+  }
   if ('skipped' in build) return build;
   if (use === 'speed' && build.blas === 'generic') {
     return {
