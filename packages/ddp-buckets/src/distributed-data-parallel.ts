@@ -186,6 +186,15 @@ export class DistributedDataParallel<
     this.reducer = null;
   }
 
+  /**
+   * Why the group aborted when no op of this wrapper saw it fail (a peer lost between two steps,
+   * or while this rank computed): the transport's reason, as the rank that raised it wrote it.
+   */
+  private abortCause(): Error | undefined {
+    const reason = this.group.transport.abortReason;
+    return reason === null ? undefined : new Error(reason.message, { cause: reason });
+  }
+
   private fields(op: string) {
     return { op, rank: this.options?.group.rank ?? -1 };
   }
@@ -193,7 +202,7 @@ export class DistributedDataParallel<
   private assertUsable(op: string): void {
     if (this.group.state === 'aborted') {
       this.stateValue = 'failed';
-      throw new DdpGroupAbortedError(this.fields(op), this.failure ?? undefined);
+      throw new DdpGroupAbortedError(this.fields(op), this.failure ?? this.abortCause());
     }
     if (this.stateValue === 'failed') {
       throw new DdpStateError(

@@ -146,8 +146,10 @@ describe('shm failures', () => {
     expect(outcomes[0]!.status).toBe('rejected');
     const { error } = outcomes[0] as { error: { name: string; message: string } };
     expect(error.name).toBe('DdpGroupAbortedError');
+    // Rank 0 sees the loss in its all-reduce, or (a loaded machine) finds the group aborted when
+    // its backward begins: then the launcher's own words say which worker exited.
     expect(error.message).toMatch(
-      /^\[backward\] rank 0: the process group was aborted: \[allReduce\] rank 0 \(seq \d+\): rank 1's worker exited/,
+      /^\[backward\] rank 0: the process group was aborted: (\[allReduce\] rank 0 \(seq \d+\): )?rank 1's worker exited/,
     );
   });
 });
