@@ -167,6 +167,32 @@ describe('CpuBackend kernels', () => {
     }
   });
 
+  it('copyStrided swaps two axes over contiguous rows (a head transpose) in f32 and i32, at offsets', async () => {
+    const backend = createCpuBackend();
+    for (const [dtype, [a, b, c, d]] of [
+      ['f32', [2, 3, 4, 8]],
+      ['i32', [3, 2, 5, 4]],
+      ['f32', [1, 4, 3, 16]],
+    ] as const) {
+      const count = a * b * c * d;
+      const values = Array.from({ length: count + 3 }, (_, i) => i - 7);
+      const src = tensor(values, { backend, dtype, shape: [count + 3] }).kernel('t');
+      const dst = zeros([count + 2], { backend, dtype });
+      // The output [a, c, b, d] row-major, read from [a, b, c, d] row-major: axes 1 and 2 swapped.
+      backend.copyStrided(
+        { storage: src.storage, offset: 3, dtype, strides: [b * c * d, d, c * d, 1] },
+        { storage: dst.kernel('t').storage, offset: 2, dtype, strides: [c * b * d, b * d, d, 1] },
+        [a, c, b, d],
+      );
+      const expected = [0, 0];
+      for (let i = 0; i < a; i++)
+        for (let k = 0; k < c; k++)
+          for (let j = 0; j < b; j++)
+            for (let l = 0; l < d; l++) expected.push(values[3 + ((i * b + j) * c + k) * d + l]!);
+      expect([...(await dst.read())]).toEqual(expected);
+    }
+  });
+
   it('layerNormBackward matches finite differences in f64', async () => {
     const backend = createCpuBackend();
     const [rows, cols] = [2, 5];

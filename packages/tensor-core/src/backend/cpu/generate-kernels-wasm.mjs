@@ -161,8 +161,11 @@ ${['1.3981999507e-3', '8.3334519073e-3', '4.1665795894e-2', '1.6666665459e-1', '
 `;
 
 // erf: the rational approximation Eigen and XLA use for f32 (an odd degree-13 numerator over an
-// even degree-8 denominator on [-4, 4], abs error under 7e-8; +-1 past 4), evaluated in f64 so the
-// cancellation in GELU's 1 + erf(x) for negative x loses nothing to f32 rounding on top.
+// even degree-8 denominator on [-4, 4], abs error under 7e-8 in exact arithmetic; +-1 past 4),
+// evaluated in f32 lanes four at a time as they evaluate it. GELU's 1 + erf(x) cancels for
+// negative x, as PyTorch's f32 GELU does (it adds its f32 erf to 1 the same way): the absolute
+// error of GELU stays under 1.2e-6, at its largest near x = -5.6 where erf is about to round to
+// -1 (gelu-f32.test.ts holds it against f64 over every binade; [Note: the WASM SIMD kernels]).
 const ERF_P = [
   '-2.72614225801306e-10',
   '2.77068142495902e-08',
@@ -180,51 +183,92 @@ const ERF_Q = [
   '-1.42647390514189e-02',
 ];
 const splat = (c) => `(v128.const f32x4 ${c} ${c} ${c} ${c})`;
-const splat2 = (c) => `(v128.const f64x2 ${c} ${c})`;
 function horner(coefficients, x2) {
-  let expr = splat2(coefficients[0]);
-  for (const c of coefficients.slice(1))
-    expr = `(f64x2.add (f64x2.mul ${expr} ${x2}) ${splat2(c)})`;
+  let expr = splat(coefficients[0]);
+  for (const c of coefficients.slice(1)) expr = `(f32x4.add (f32x4.mul ${expr} ${x2}) ${splat(c)})`;
   return expr;
 }
-const erfF64x2 = `  (func $erf2 (param $x v128) (result v128)
+// NaN stays NaN (min and max propagate it, and |NaN| >= 4 is false); +-inf give +-1.
+const erfF32x4 = `  (func $erf4 (param $x v128) (result v128)
     (local $x2 v128) (local $big v128) (local $one v128)
-    (local.set $big (f64x2.ge (f64x2.abs (local.get $x)) ${splat2(4)}))
-    (local.set $one (v128.or ${splat2(1)} (v128.and (local.get $x) (v128.const i64x2 0x8000000000000000 0x8000000000000000))))
-    (local.set $x (f64x2.max (f64x2.min (local.get $x) ${splat2(4)}) ${splat2(-4)}))
-    (local.set $x2 (f64x2.mul (local.get $x) (local.get $x)))
+    (local.set $big (f32x4.ge (f32x4.abs (local.get $x)) ${splat(4)}))
+    (local.set $one (v128.or ${splat(1)} (v128.and (local.get $x) (v128.const i32x4 0x80000000 0x80000000 0x80000000 0x80000000))))
+    (local.set $x (f32x4.max (f32x4.min (local.get $x) ${splat(4)}) ${splat(-4)}))
+    (local.set $x2 (f32x4.mul (local.get $x) (local.get $x)))
     (v128.bitselect (local.get $one)
-      (f64x2.div (f64x2.mul (local.get $x) ${horner(ERF_P, '(local.get $x2)')}) ${horner(ERF_Q, '(local.get $x2)')})
+      (f32x4.div (f32x4.mul (local.get $x) ${horner(ERF_P, '(local.get $x2)')}) ${horner(ERF_Q, '(local.get $x2)')})
       (local.get $big)))
 `;
 
-// The f32 lanes 2 and 3 of a vector as f64x2, and two f64x2 rounded back into one f32x4.
-const HIGH = 'i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7';
-const high2 = (x) => `(f64x2.promote_low_f32x4 (${HIGH} ${x} ${x}))`;
-const low2 = (x) => `(f64x2.promote_low_f32x4 ${x})`;
-const join4 = (lo, hi) =>
-  `(i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (f32x4.demote_f64x2_zero ${lo}) (f32x4.demote_f64x2_zero ${hi}))`;
-
-// gelu(x) = x/2 (1 + erf(x / sqrt 2)) in f64; geluGrad(x, dy) = dy (Phi(x) + x phi(x)), Phi in f64
-// and x phi(x) by the f32 exp.
-const geluMap = `  (func $cdf2 (param $x v128) (result v128)
-    (f64x2.mul ${splat2(0.5)} (f64x2.add ${splat2(1)} (call $erf2 (f64x2.mul (local.get $x) ${splat2(Math.SQRT1_2)})))))
+// gelu(x) = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2; geluGrad(x, dy) = dy (Phi(x) + x phi(x)),
+// phi by the f32 exp: PyTorch's f32 formulas (GeluKernelImpl, GeluBackwardKernelImpl), in f32 lanes.
+// gelu(+inf) = +inf, gelu(-inf) = NaN (-inf times 0) and both gradients NaN, as PyTorch gives.
+const geluMap = `  (func $cdf4 (param $x v128) (result v128)
+    (f32x4.mul ${splat(0.5)} (f32x4.add ${splat(1)} (call $erf4 (f32x4.mul (local.get $x) ${splat(Math.SQRT1_2)})))))
   (func $gelu4 (param $x v128) (result v128)
-    (local $lo v128) (local $hi v128)
-    (local.set $lo ${low2('(local.get $x)')})
-    (local.set $hi ${high2('(local.get $x)')})
-    ${join4('(f64x2.mul (local.get $lo) (call $cdf2 (local.get $lo)))', '(f64x2.mul (local.get $hi) (call $cdf2 (local.get $hi)))')})
+    (f32x4.mul (local.get $x) (call $cdf4 (local.get $x))))
   (func $geluGrad4 (param $x v128) (param $dy v128) (result v128)
-    (local $pdf v128) (local $lo v128) (local $hi v128)
-    (local.set $pdf (f32x4.mul (f32x4.mul (local.get $x) ${splat(1 / Math.sqrt(2 * Math.PI))})
-      (call $exp4 (f32x4.mul (f32x4.mul (local.get $x) (local.get $x)) ${splat(-0.5)}))))
-    (local.set $lo ${low2('(local.get $x)')})
-    (local.set $hi ${high2('(local.get $x)')})
-    ${join4(
-      `(f64x2.mul ${low2('(local.get $dy)')} (f64x2.add (call $cdf2 (local.get $lo)) ${low2('(local.get $pdf)')}))`,
-      `(f64x2.mul ${high2('(local.get $dy)')} (f64x2.add (call $cdf2 (local.get $hi)) ${high2('(local.get $pdf)')}))`,
-    )})
+    (f32x4.mul (local.get $dy) (f32x4.add (call $cdf4 (local.get $x))
+      (f32x4.mul (f32x4.mul (local.get $x) ${splat(1 / Math.sqrt(2 * Math.PI))})
+        (call $exp4 (f32x4.mul (f32x4.mul (local.get $x) (local.get $x)) ${splat(-0.5)}))))))
 `;
+
+// ---- inlining the 4-lane helpers -------------------------------------------------------------
+// Node 20's V8 calls a WASM function for every four elements (it inlines WASM into WASM only from
+// V8 12 on, and behind a flag before), so the maps and the softmax take the helpers' bodies inline
+// at each call: every (call $helper args) becomes a block that sets the helper's parameters, as
+// fresh locals of the caller, and runs its body. The same instructions in the same order, so the
+// same bits; the call and its v128 arguments through the stack go away.
+function sexprEnd(text, start) {
+  let depth = 0;
+  for (let i = start; i < text.length; i++) {
+    if (text[i] === '(') depth++;
+    else if (text[i] === ')' && --depth === 0) return i + 1;
+  }
+  throw new Error(`unbalanced WAT at ${start}`);
+}
+function topLevel(text) {
+  const out = [];
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] !== '(') continue;
+    const end = sexprEnd(text, i);
+    out.push(text.slice(i, end));
+    i = end - 1;
+  }
+  return out;
+}
+function parseHelpers(wat) {
+  const helpers = new Map();
+  for (const match of wat.matchAll(/\(func \$(\w+)/g)) {
+    const func = wat.slice(match.index, sexprEnd(wat, match.index));
+    const parts = topLevel(func.slice(1, -1));
+    const names = (kind) =>
+      parts.filter((x) => x.startsWith(`(${kind} `)).map((x) => x.match(/\$(\w+)/)[1]);
+    const body = parts.filter((x) => !/^\((param|result|local) /.test(x));
+    helpers.set(match[1], { params: names('param'), locals: names('local'), body });
+  }
+  return helpers;
+}
+let inlined = 0;
+function inlineHelpers(func, helpers) {
+  const locals = [];
+  const call = new RegExp(`\\(call \\$(${[...helpers.keys()].join('|')}) `);
+  for (let m = func.match(call); m; m = func.match(call)) {
+    const end = sexprEnd(func, m.index);
+    const args = topLevel(func.slice(m.index + m[0].length, end - 1));
+    const helper = helpers.get(m[1]);
+    const prefix = `in${inlined++}_`;
+    const names = [...helper.params, ...helper.locals];
+    const rename = (text) =>
+      text.replace(new RegExp(`\\$(${names.join('|')})\\b`, 'g'), (_, n) => `$${prefix}${n}`);
+    for (const n of names) locals.push(`(local $${prefix}${n} v128)`);
+    const sets = helper.params.map((n, i) => `(local.set $${prefix}${n} ${args[i]})`);
+    const block = `(block (result v128) ${sets.join(' ')} ${helper.body.map(rename).join(' ')})`;
+    func = func.slice(0, m.index) + block + func.slice(end);
+  }
+  const firstLine = func.indexOf('\n');
+  return `${func.slice(0, firstLine + 1)}    ${locals.join(' ')}\n${func.slice(firstLine + 1)}`;
+}
 
 // Maps of one or two arrays by a 4-lane function; the tail goes through a zero-padded vector in
 // the scratch bytes at 0..31, so every element takes the same instructions.
@@ -248,6 +292,10 @@ function lanes(name, fn, arity) {
       (memory.copy ${at('o', get('i'))} ${i32(0)} (i32.shl (i32.sub (local.get $n) (local.get $i)) ${i32(2)})))))
 `;
 }
+
+// The f32 lanes 2 and 3 of a vector as f64x2 (softmax sums its exps in f64).
+const HIGH = 'i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7';
+const high2 = (x) => `(f64x2.promote_low_f32x4 (${HIGH} ${x} ${x}))`;
 
 // ---- softmax over rows ---------------------------------------------------------------------
 // Per row: the max (NaN wins, as Math.max; a row of -inf shifts by 0), exp(x - max) by exp4 (the
@@ -381,8 +429,10 @@ function moduleWat() {
     );
     for (const kind of ['vr', 'rv', 'vc', 'cv']) parts.push(rows(op, kind));
   }
-  parts.push(whereRows, expF32x4, erfF64x2, geluMap, lanes('gelu', 'gelu4', 1));
-  parts.push(lanes('gelu_grad', 'geluGrad4', 2), softmax, reduceSum);
+  const helpers = parseHelpers(expF32x4 + erfF32x4 + geluMap);
+  parts.push(whereRows, inlineHelpers(lanes('gelu', 'gelu4', 1), helpers));
+  parts.push(inlineHelpers(lanes('gelu_grad', 'geluGrad4', 2), helpers));
+  parts.push(inlineHelpers(softmax, helpers), reduceSum);
   parts.push(layerNorm, layerNormBackward, adam);
   return `;; GENERATED by generate-kernels-wasm.mjs: the CPU backend's f32 kernels other than matmul, f32x4 SIMD.
 ;; Every pointer is a byte offset into the memory; bytes 0..31 are scratch for tails.

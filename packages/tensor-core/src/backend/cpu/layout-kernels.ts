@@ -54,12 +54,47 @@ function copyStrided4(
   const [n0, n1, n2, n3] = [dim(0), dim(1), dim(2), dim(3)];
   const [s0, s1, s2, s3] = [ss(0), ss(1), ss(2), ss(3)];
   const [d0, d1, d2, d3] = [ds(0), ds(1), ds(2), ds(3)];
+  if (s3 === 1 && d3 === 1 && n3 % 4 === 0) {
+    copyRuns4(s, d, src.offset, dst.offset, [n0, n1, n2, n3], [s0, s1, s2], [d0, d1, d2]);
+    return;
+  }
   for (let i0 = 0; i0 < n0; i0++) {
     for (let i1 = 0; i1 < n1; i1++) {
       let si = src.offset + i0 * s0 + i1 * s1;
       let di = dst.offset + i0 * d0 + i1 * d1;
       for (let i2 = 0; i2 < n2; i2++, si += s2, di += d2) {
         for (let c = 0, a = si, b = di; c < n3; c++, a += s3, b += d3) d[b] = s[a]!;
+      }
+    }
+  }
+}
+
+/**
+ * copyStrided4 where the last axis is contiguous on both sides and a multiple of 4 long (the
+ * attention's head splits and merges, rows of 16 floats): four elements a step, the same
+ * element copies in the same order. The transpose op of the default GPT's heads ([16, 32, 4, 16],
+ * axes 1 and 2) measured 27 us against 47-74 with the loop above, alternating processes.
+ */
+function copyRuns4(
+  s: ArrayLike<number>,
+  d: { [index: number]: number },
+  srcOffset: number,
+  dstOffset: number,
+  [n0, n1, n2, n3]: readonly number[],
+  [s0, s1, s2]: readonly number[],
+  [d0, d1, d2]: readonly number[],
+): void {
+  for (let i0 = 0; i0 < n0!; i0++) {
+    for (let i1 = 0; i1 < n1!; i1++) {
+      let si = srcOffset + i0 * s0! + i1 * s1!;
+      let di = dstOffset + i0 * d0! + i1 * d1!;
+      for (let i2 = 0; i2 < n2!; i2++, si += s2!, di += d2!) {
+        for (let c = 0; c < n3!; c += 4) {
+          d[di + c] = s[si + c]!;
+          d[di + c + 1] = s[si + c + 1]!;
+          d[di + c + 2] = s[si + c + 2]!;
+          d[di + c + 3] = s[si + c + 3]!;
+        }
       }
     }
   }
