@@ -1,7 +1,27 @@
-import { CommWorker } from '../comm-worker/comm-worker.js';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+import { CommWorker, type CommWorkerModule } from '../comm-worker/comm-worker.js';
 import type { ProcessGroupOptions } from '../process-group.js';
 import { StoreServer } from '../rendezvous/store-server.js';
-import { tsxBootstrap } from './shm/shm-suite-run.js';
+
+const tsx = pathToFileURL(
+  createRequire(import.meta.url)
+    .resolve('tsx/esm/api')
+    .replace(/\.cjs$/, '.mjs'),
+).href;
+const main = pathToFileURL(
+  new URL('../comm-worker/comm-worker-main.ts', import.meta.url).pathname,
+).href;
+
+/**
+ * The communication worker's module from the TypeScript sources (tests, benchmarks): a bootstrap
+ * that registers tsx, then imports comm-worker-main.ts.
+ */
+export const COMM_WORKER_FROM_SOURCE: CommWorkerModule = {
+  file: `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(main)}); })`,
+  eval: true,
+  execArgv: ['--conditions=@webshard/source'],
+};
 
 /** `size` ranks in this thread, each with its communication worker over tcp (tests, benchmarks). */
 export interface CommWorkerWorld {
@@ -26,11 +46,7 @@ export async function createCommWorkerWorld(
         token,
         timeoutMs: 20_000,
         group,
-        worker: {
-          file: tsxBootstrap('../../comm-worker/comm-worker-main.ts'),
-          eval: true,
-          execArgv: ['--conditions=@webshard/source'],
-        },
+        worker: COMM_WORKER_FROM_SOURCE,
       }),
     ),
   );
