@@ -96,6 +96,7 @@ async function main(init: CommWorkerInit, port: NonNullable<typeof parentPort>):
     };
     const transport = await createNetworkTransport('tcp', joined, { host: '127.0.0.1' });
     group = ProcessGroup.fromTransport(transport, init.group);
+    transport.onAbort((reason) => post({ type: 'aborted', reason }));
   } catch (error) {
     post({ type: 'init-failed', error: postError(error) });
     port.close();

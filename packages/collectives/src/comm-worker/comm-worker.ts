@@ -128,7 +128,7 @@ export class CommWorker {
     worker.on('error', (error) => comm.lost(`the communication worker threw: ${error.message}`));
     worker.on('exit', (code) => {
       comm.onClosed();
-      if (comm.lifecycle !== 'closed') comm.lost(`the communication worker exited (${code})`);
+      if (comm.closing === null) comm.lost(`the communication worker exited (${code})`);
     });
     return comm;
   }
@@ -293,6 +293,11 @@ export class CommWorker {
   }
 
   private received(message: FromWorker): void {
+    if (message.type === 'aborted') {
+      this.abortReason ??= message.reason;
+      if (this.lifecycle === 'ready') this.lifecycle = 'aborted';
+      return;
+    }
     if (message.type === 'failed') {
       const pending = this.pending.get(message.id);
       if (pending === undefined) return;

@@ -33,8 +33,9 @@ import type { ProcessGroupOptions } from '../process-group.js';
  *    `-(id + 1)`.
  * 4. Abort and close. `abort` posts `abort`; the worker aborts its transport, which tells the
  *    peers as always. A transport abort from elsewhere reaches the rank through the failures of
- *    its pending ops (and `aborted`, which sets the rank's state). `close` posts `close`; the
- *    worker drains its group, closes it and the store, posts `closed` and exits.
+ *    its pending ops, and as an `aborted` message (with the reason), which sets the rank's
+ *    `state`. `close` posts `close`; the worker drains its group, closes it and the store, posts
+ *    `closed` and exits.
  *
  * How operands reach the worker. A typed array whose buffer is a `SharedArrayBuffer` (what
  * `CommWorker.allocate` hands out, or any shared view) is sent as its buffer, offset and length:
@@ -137,4 +138,5 @@ export type FromWorker =
   | { type: 'ready' }
   | { type: 'init-failed'; error: PostedError }
   | FailedMessage
+  | { type: 'aborted'; reason: AbortReason }
   | { type: 'closed' };
