@@ -61,6 +61,20 @@ describe('CommWorker: collectives over tcp on a worker thread', () => {
     });
   }, 30_000);
 
+  it('reduces bf16 in f32 as ProcessGroup does, and refuses tensors with an error naming the op', async () => {
+    const bits = await Promise.all(
+      world.ranks.map(async (comm) => {
+        // bf16 1.5 is 0x3fc0, 2.5 is 0x4020: their sum 4 is 0x4080.
+        const data = new Uint16Array(5).fill(comm.rank === 0 ? 0x3fc0 : 0x4020);
+        await comm.allReduce(data, { dtype: 'bf16' }).wait();
+        return data[4];
+      }),
+    );
+    expect(bits).toEqual([0x4080, 0x4080]);
+    const tensor = { notAnArray: true } as unknown as Float32Array;
+    expect(() => world.ranks[0]!.allReduce(tensor)).toThrow(/^\[allReduce\]/);
+  }, 30_000);
+
   it('finishes a 16 MiB all-reduce issued before a 2 s kernel that never yields, before the kernel ends', async () => {
     const count = 4 << 20;
     const buffers = world.ranks.map((comm) =>
@@ -74,6 +88,13 @@ describe('CommWorker: collectives over tcp on a worker thread', () => {
     ]);
     // The kernel: two seconds of this thread, no await, no yield.
     const kernelEnd = busyFor(2000);
+    // Before this thread yields: the worker wrote the sums into the shared buffers themselves (no
+    // copy), while the ordinary arrays wait for their one copy back, on this thread.
+    expect(buffers.map((b) => [b[0], b[count - 1]])).toEqual([
+      [3, 3],
+      [3, 3],
+    ]);
+    expect(plain.map((b) => b[0])).toEqual([1, 2]);
     await Promise.all(works.map((w) => w.wait()));
     for (const work of works) {
       const at = completedAt(work);
