@@ -58,7 +58,8 @@ const completions = new WeakMap<Work, () => number>();
 
 /**
  * When the worker saw `work` complete (or fail), on the clock of `sharedClock`; undefined while
- * it has not, or for a handle of another path.
+ * it has not, or for a handle of another path. Read it before `CONTROL_SLOTS` more ops are issued:
+ * the op's slot is reused then.
  */
 export function completedAt(work: Work): number | undefined {
   const at = completions.get(work)?.();
@@ -123,6 +124,14 @@ export class CommWorker {
       };
       worker.on('message', onMessage);
       worker.once('error', reject);
+      worker.once('exit', (code) =>
+        reject(
+          new ArgumentError(
+            'commWorker',
+            `the communication worker exited (${code}) before it joined`,
+          ),
+        ),
+      );
     });
     worker.on('message', (message: FromWorker) => comm.received(message));
     worker.on('error', (error) => comm.lost(`the communication worker threw: ${error.message}`));
