@@ -1,9 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CollectiveMismatchError, CollectiveTimeoutError, GroupAbortedError } from '../errors.js';
+import type { Worker } from 'node:worker_threads';
+import {
+  CollectiveMismatchError,
+  CollectiveTimeoutError,
+  GroupAbortedError,
+  PeerLostError,
+} from '../errors.js';
 import { createCommWorkerWorld, type CommWorkerWorld } from '../test-support/comm-worker-world.js';
 import { ProcessGroup } from '../process-group.js';
 import { createNetworkWorld } from '../test-support/network-world.js';
-import { completedAt } from './comm-worker.js';
+import { type CommWorker, completedAt } from './comm-worker.js';
 import { sharedClock } from './handshake.js';
 
 describe('CommWorker: collectives over tcp on a worker thread', () => {
@@ -180,6 +186,30 @@ describe('CommWorker: failures come back as the typed errors of ProcessGroup', (
       );
       const pending = one.barrier().wait();
       await expect(pending).rejects.toThrow(/^\[barrier\] rank 1/);
+    } finally {
+      await world.close();
+    }
+  }, 60_000);
+
+  it('a rank whose worker dies is named by the other rank (PeerLostError) long before the deadline, and its own ops fail', async () => {
+    const world = await createCommWorkerWorld(2, { timeoutMs: 20_000 });
+    try {
+      const [zero, one] = world.ranks as [CommWorker, CommWorker];
+      const data = zero.allocate('f32', 1 << 20) as Float32Array;
+      const pending = zero.allReduce(data).wait();
+      const mine = one.barrier().wait();
+      const started = performance.now();
+      // The worker's private thread, reached here on purpose: a crash of the worker is what is tested.
+      await (one as unknown as { worker: Worker }).worker.terminate();
+      const error = await pending.then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(PeerLostError);
+      expect((error as PeerLostError).peer).toBe(1);
+      expect(performance.now() - started).toBeLessThan(5000);
+      await expect(mine).rejects.toThrow(/communication worker exited/);
+      expect(one.state).toBe('aborted');
     } finally {
       await world.close();
     }

@@ -84,6 +84,7 @@ export class CommWorker {
   private abortReason: AbortReason | null = null;
   private closing: Promise<void> | null = null;
   private onClosed: () => void = () => {};
+  private exited = false;
 
   private constructor(
     private readonly worker: Worker,
@@ -136,6 +137,7 @@ export class CommWorker {
     worker.on('message', (message: FromWorker) => comm.received(message));
     worker.on('error', (error) => comm.lost(`the communication worker threw: ${error.message}`));
     worker.on('exit', (code) => {
+      comm.exited = true;
       comm.onClosed();
       if (comm.closing === null) comm.lost(`the communication worker exited (${code})`);
     });
@@ -245,11 +247,13 @@ export class CommWorker {
   /** Closes after the ops issued (the worker's group drains them first), closes the worker's group and transport, and ends the worker. */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      const closed = new Promise<void>((resolve) => {
-        this.onClosed = resolve;
-      });
-      this.post({ type: 'close' });
-      await closed;
+      if (!this.exited) {
+        const closed = new Promise<void>((resolve) => {
+          this.onClosed = resolve;
+        });
+        this.post({ type: 'close' });
+        await closed;
+      }
       this.lifecycle = 'closed';
     })();
     return this.closing;
