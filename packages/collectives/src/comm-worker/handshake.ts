@@ -43,6 +43,11 @@ import type { ProcessGroupOptions } from '../process-group.js';
  * a shared staging buffer at issue (inputs and in-out operands), and the result copied once back
  * when the op completes (outputs and in-out operands), on the rank's thread. Tensors are not taken
  * on this path yet.
+ *
+ * What a transport must implement to run here: nothing beyond the transport contract, as long as
+ * the worker can build it from what can be posted (the store's address, the token, options): the
+ * worker hosts the transport unchanged. `tcp` does; `ws` in Node would the same way; `shm` would
+ * need its world's SharedArrayBuffers posted and its arena shared by rank and worker.
  */
 
 /** Ops pending at most at once per rank on the worker path. */
