@@ -13,6 +13,7 @@ import { launchThreads } from '../src/transports/shm/launch-threads.js';
 import { browserRankRows } from './browser-ranks.js';
 import { type GlooResults, glooKey, glooPeer, runGloo } from './gloo.js';
 import { loopbackExchangeMs } from './loopback.js';
+import { overlapRows } from './overlap.js';
 import { type AbResult, runTwoLevel, runTwoLevelAb } from './two-level.js';
 import { webGpuOperandRows } from './webgpu-operands.js';
 import {
@@ -185,6 +186,11 @@ for (const world of worlds) {
   if (!('skipped' in glooTorch)) {
     console.log(`gloo, ${world} ranks...`);
     gloo = await runGloo(glooTorch, repoRoot, world, await freePort(), sizesMiB);
+  }
+  if (world === 2 && transports.includes('tcp') && sizesMiB.includes(16)) {
+    // Issue 48: a 16 MiB all-reduce issued before a kernel that never yields, on the rank's thread
+    // against the communication worker, interleaved in one pair of processes (overlap.ts).
+    rows.push(...(await overlapRows(16)));
   }
   if (world === 2 && transports.includes('tcp')) {
     // The floor under any 2-rank all-reduce over Node sockets on this machine (see loopback.ts).

@@ -1,0 +1,147 @@
+import type { AbortReason } from '../errors.js';
+import type { ReduceOp } from '../kernels/reduce.js';
+import type { CommDType } from '../operand.js';
+import type { ProcessGroupOptions } from '../process-group.js';
+
+/**
+ * [Note: the communication worker handshake]
+ * Which thread does what. The rank's thread issues: it checks nothing the worker's group does not
+ * check again, numbers the op, hands its operands over and returns a `Work`. The communication
+ * worker (one `worker_threads` Worker per rank, started by `CommWorker.start`) owns everything
+ * that moves: the rendezvous store client, the `tcp` transport and its sockets, and a real
+ * `ProcessGroup` on it, so the ring, the WASM/JS reductions, the fingerprints, the op stamps and
+ * the deadlines are the ones every other path runs, only on the worker's event loop. A rank's
+ * thread that runs a kernel that never yields no longer stalls its peers: the worker keeps
+ * reading, reducing and forwarding segments.
+ *
+ * The handshake, in order:
+ * 1. Start. The rank's thread allocates the control block (below) and starts the worker with
+ *    `CommWorkerInit` (the store's address, rank, size, token, the group's options and the block).
+ *    The worker joins the store, connects the transport and posts `ready` (or `init-failed` with
+ *    the error's name and message, and exits).
+ * 2. Issue. Each call posts one `OpMessage` at once, synchronously, in issue order
+ *    (`postMessage` keeps order), with the op's id; the worker runs them on its group in that
+ *    order, so the k-th calls of the ranks meet as they do on one thread. Before posting, the rank
+ *    writes 0 into the op's control word (`id % CONTROL_SLOTS`); at most `CONTROL_SLOTS` ops may be
+ *    pending.
+ * 3. Complete. The worker writes its clock (`performance.timeOrigin + performance.now()`, the
+ *    same clock on both threads) into the op's `completedAt` slot, then stores `id + 1` into the
+ *    control word and `Atomics.notify`s it. The rank's thread waits on the word with
+ *    `Atomics.waitAsync`, so its `Work` settles on the next turn of its event loop, without a
+ *    message. A failed op is posted instead (`FailedMessage`: the error's class, message, fields
+ *    and abort reason, rebuilt into the same typed error on the rank's side) and its word becomes
+ *    `-(id + 1)`.
+ * 4. Abort and close. `abort` posts `abort`; the worker aborts its transport, which tells the
+ *    peers as always. A transport abort from elsewhere reaches the rank through the failures of
+ *    its pending ops, and as an `aborted` message (with the reason), which sets the rank's
+ *    `state`. `close` posts `close`; the worker drains its group, closes it and the store, posts
+ *    `closed` and exits.
+ *
+ * How operands reach the worker. A typed array whose buffer is a `SharedArrayBuffer` (what
+ * `CommWorker.allocate` hands out, or any shared view) is sent as its buffer, offset and length:
+ * the worker runs the collective on the same memory, no copy. Any other array is copied once into
+ * a shared staging buffer at issue (inputs and in-out operands), and the result copied once back
+ * when the op completes (outputs and in-out operands), on the rank's thread. Tensors are not taken
+ * on this path yet.
+ *
+ * What a transport must implement to run here: nothing beyond the transport contract, as long as
+ * the worker can build it from what can be posted (the store's address, the token, options): the
+ * worker hosts the transport unchanged. `tcp` does; `ws` in Node would the same way; `shm` would
+ * need its world's SharedArrayBuffers posted and its arena shared by rank and worker.
+ */
+
+/** Ops pending at most at once per rank on the worker path. */
+export const CONTROL_SLOTS = 1024;
+
+/** Bytes of the control block: one Int32 word and one Float64 time per slot. */
+export const CONTROL_BYTES = CONTROL_SLOTS * 4 + CONTROL_SLOTS * 8;
+
+/** The control block's views: the completion words and the worker's completion times. */
+export interface ControlViews {
+  readonly words: Int32Array;
+  readonly completedAt: Float64Array;
+}
+
+/** Views on a control block made by `createControlBlock`. */
+export function controlViews(buffer: SharedArrayBuffer): ControlViews {
+  return {
+    words: new Int32Array(buffer, 0, CONTROL_SLOTS),
+    completedAt: new Float64Array(buffer, CONTROL_SLOTS * 4, CONTROL_SLOTS),
+  };
+}
+
+/** A fresh control block (every word 0). */
+export function createControlBlock(): SharedArrayBuffer {
+  return new SharedArrayBuffer(CONTROL_BYTES);
+}
+
+/** The clock both threads share: milliseconds since the epoch, sub-millisecond precise. */
+export function sharedClock(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+/** What the worker starts with (`workerData`). */
+export interface CommWorkerInit {
+  readonly storeUrl: string;
+  readonly rank: number;
+  readonly size: number;
+  readonly token: string;
+  readonly timeoutMs: number;
+  readonly group: ProcessGroupOptions;
+  readonly control: SharedArrayBuffer;
+}
+
+/** An operand as the worker sees it: a view on shared memory. */
+export interface SharedOperand {
+  readonly buffer: SharedArrayBuffer;
+  readonly byteOffset: number;
+  readonly length: number;
+  readonly dtype: CommDType;
+}
+
+/** One collective, posted by the rank's thread at the call. */
+export type OpMessage =
+  | { type: 'allReduce'; id: number; data: SharedOperand; op: ReduceOp; timeoutMs?: number }
+  | {
+      type: 'allGather';
+      id: number;
+      input: SharedOperand;
+      output: SharedOperand;
+      timeoutMs?: number;
+    }
+  | {
+      type: 'reduceScatter';
+      id: number;
+      input: SharedOperand;
+      output: SharedOperand;
+      op: ReduceOp;
+      timeoutMs?: number;
+    }
+  | { type: 'broadcast'; id: number; data: SharedOperand; root: number; timeoutMs?: number }
+  | { type: 'barrier'; id: number; timeoutMs?: number };
+
+/** Everything the rank's thread posts to its worker. */
+export type ToWorker = OpMessage | { type: 'abort'; message: string } | { type: 'close' };
+
+/** An error that crossed the thread boundary: enough to rebuild the typed error. */
+export interface PostedError {
+  readonly name: string;
+  readonly message: string;
+  readonly fields?: { op: string; rank: number; seq: number; peer?: number };
+  readonly reason?: AbortReason;
+}
+
+/** A failed op's report. */
+export interface FailedMessage {
+  readonly type: 'failed';
+  readonly id: number;
+  readonly error: PostedError;
+}
+
+/** Everything the worker posts to the rank's thread. */
+export type FromWorker =
+  | { type: 'ready' }
+  | { type: 'init-failed'; error: PostedError }
+  | FailedMessage
+  | { type: 'aborted'; reason: AbortReason }
+  | { type: 'closed' };
