@@ -108,7 +108,9 @@ export class TopkCodec {
 
   /**
    * Add `weight` x the chunk at `wordOffset` of `words` into `into` from `start` (positions past
-   * `into.length` are skipped): only the chunk's entries change.
+   * `into.length` are skipped): only the chunk's entries change. With `counts`, each entry with a
+   * value also adds 1 to its position there (how many contributions a position received; a chunk
+   * that sent nothing, both magnitudes 0, decodes to one zero entry at offset 0, not counted).
    */
   decodeChunk(
     words: Int32Array,
@@ -116,6 +118,7 @@ export class TopkCodec {
     into: Float32Array,
     start: number,
     weight: number,
+    counts?: Uint32Array,
   ): void {
     const floats = new Float32Array(words.buffer, words.byteOffset, words.length);
     const low = floats[wordOffset]!;
@@ -131,7 +134,10 @@ export class TopkCodec {
       const code = entry >>> this.indexBits;
       const value = (code & 2 ? -1 : 1) * (code & 1 ? high : low);
       const at = start + index;
-      if (at < into.length) into[at]! += weight * value;
+      if (at < into.length) {
+        into[at]! += weight * value;
+        if (counts !== undefined && value !== 0) counts[at]!++;
+      }
     }
   }
 
