@@ -13,7 +13,7 @@ import { encodeSparseWithFeedback, type TopkCodec } from './topk-codec.js';
  * Dividing by n shrank every entry that fewer than n ranks sent, though each sender's buffer had
  * already subtracted it whole: on the trainer's GPT (4 ranks, H = 50, 20 outer steps) the
  * held-out loss was 12.6 % above DDP's with the mean over n and is 2.2 % above with the mean over
- * senders (apps/trainer's README). A rank with nothing to send (an
+ * senders (default seed; apps/trainer's README has two more). A rank with nothing to send (an
  * elastic newcomer at `weight` 0, no residual) sends no entries and so drops out of every mean by
  * itself: the others keep `weight` 1 ([Note: DiLoCo in an elastic world]). Bytes a rank sends, for
  * S encoded bytes a rank (S = 0.0293 P at the defaults, P elements) and n ranks:
