@@ -51,7 +51,9 @@ export type InnerOptimizer = Pick<Optimizer<object, object>, 'step'>;
  * the global copy, the outer momentum and the step counts from a live member (`loadStateDict`,
  * after `create` with `broadcast: false`) and its parameters are the global copy: it has no
  * pseudo-gradient, so in a sync it runs with the others before it trained it gives `weight` 0 and
- * the others size / contributors, which leaves the average the contributors'. Each rank's
+ * the others size / contributors, which leaves the average the contributors' (with `topk` the
+ * others give 1: a position is averaged over the ranks that sent it, and the newcomer sends
+ * nothing, [Note: averaging sparse contributions]). Each rank's
  * compression residual is its own and stays with it; the shard residuals, tied to how the shards
  * split over the old group, are dropped at `regroup`.
  */
@@ -209,10 +211,10 @@ export class DiLoCo {
    * another point, on every rank at once): average global - local over the group, step the
    * global copy with the outer optimizer, and set the parameters to it. `weight` scales this
    * rank's pseudo-gradient in the average (default 1): a member with none (admitted since the last
-   * global copy) gives 0 and the others size / contributors, so that the average is the
-   * contributors' ([Note: DiLoCo in an elastic world]). A failure (a rank lost) changes nothing:
-   * the parameters, the global copy, the momentum and the compression's residuals stay as they
-   * were, and the wrapper is `failed` until `regroup` (then the sync may run again) or a load.
+   * global copy) gives 0 and the others size / contributors (with `topk`: 1), so that the average
+   * is the contributors' ([Note: DiLoCo in an elastic world]). A failure (a rank lost) changes
+   * nothing: the parameters, the global copy, the momentum and the compression's residuals stay as
+   * they were, and the wrapper is `failed` until `regroup` (then the sync may run again) or a load.
    */
   async outerSync(options: { weight?: number } = {}): Promise<OuterSyncStats> {
     this.assertIdle('outerSync');

@@ -114,50 +114,61 @@ describe('DiLoCo in an elastic world', () => {
     }
   });
 
-  it('a newcomer loads a member state bit for bit and, with weight 0, leaves the average the contributors', async () => {
-    const seed = newSeed('diloco elastic newcomer');
-    const pair = await world(2, seed, 'f32');
-    for (const [r, m] of pair.models.entries()) await train(m, seed + r);
-    await Promise.all(pair.dilocos.map((d) => d.outerSync()));
-    for (const [r, m] of pair.models.entries()) await train(m, seed + 20 + r);
-    // The reference: the pair syncs alone (a copy of each, so the same state syncs twice).
-    const copies = await world(2, seed, 'f32');
-    for (const [r, d] of pair.dilocos.entries()) {
-      copies.dilocos[r]!.loadStateDict(d.stateDict());
-      const params = await flat(pair.models[r]!);
-      let offset = 0;
-      for (const p of copies.models[r]!.parameters()) {
-        p.write(params.subarray(offset, offset + p.size));
-        offset += p.size;
+  // Dense codecs average over all n, so the contributors give n / contributors; topk averages each
+  // position over the ranks that sent it, and a newcomer sends nothing, so they give 1.
+  it.each([
+    ['f32', 3 / 2],
+    ['topk', 1],
+  ] as const)(
+    'a newcomer loads a member state bit for bit and, with weight 0, leaves the %s average the contributors',
+    async (compression, contributorWeight) => {
+      const seed = newSeed(`diloco elastic newcomer ${compression}`);
+      const pair = await world(2, seed, compression);
+      for (const [r, m] of pair.models.entries()) await train(m, seed + r);
+      await Promise.all(pair.dilocos.map((d) => d.outerSync()));
+      for (const [r, m] of pair.models.entries()) await train(m, seed + 20 + r);
+      // The reference: the pair syncs alone (a copy of each, so the same state syncs twice).
+      const copies = await world(2, seed, compression);
+      for (const [r, d] of pair.dilocos.entries()) {
+        copies.dilocos[r]!.loadStateDict(d.stateDict());
+        const params = await flat(pair.models[r]!);
+        let offset = 0;
+        for (const p of copies.models[r]!.parameters()) {
+          p.write(params.subarray(offset, offset + p.size));
+          offset += p.size;
+        }
       }
-    }
-    await Promise.all(copies.dilocos.map((d) => d.outerSync()));
-    // A newcomer (another init) joins before the pair syncs: it takes rank 0's state.
-    const three = createLocalGroups(3);
-    const newcomer = buildModel(seed + 999);
-    const joined = await DiLoCo.create(newcomer.parameters(), new AdamW(newcomer.parameters()), {
-      group: three[2]!,
-      innerSteps: 2,
-      broadcast: false,
-    });
-    const state = pair.dilocos[0]!.stateDict();
-    joined.loadStateDict({ ...state, residual: null, shardResidual: null });
-    expect(await flat(newcomer)).toEqual(state.global);
-    for (const [r, d] of pair.dilocos.entries()) d.regroup(three[r]!);
-    await Promise.all([
-      ...pair.dilocos.map((d) => d.outerSync({ weight: 3 / 2 })),
-      joined.outerSync({ weight: 0 }),
-    ]);
-    const want = copies.dilocos[0]!.globalParameters();
-    for (const got of [...pair.dilocos, joined].map((d) => d.globalParameters())) {
-      for (let i = 0; i < want.length; i++) expect(Math.abs(got[i]! - want[i]!)).toBeLessThan(1e-6);
-    }
-    // Every member of the three holds the same global copy, bit for bit.
-    expect(joined.globalParameters()).toEqual(pair.dilocos[0]!.globalParameters());
-    expect(await flat(newcomer)).toEqual(await flat(pair.models[1]!));
-    await expect(joined.outerSync({ weight: -1 })).rejects.toThrow(
-      'weight must be a finite number >= 0, got -1',
-    );
-    await closeWorld([...pair.groups, ...copies.groups, ...three]);
-  });
+      await Promise.all(copies.dilocos.map((d) => d.outerSync()));
+      // A newcomer (another init) joins before the pair syncs: it takes rank 0's state.
+      const three = createLocalGroups(3);
+      const newcomer = buildModel(seed + 999);
+      const joined = await DiLoCo.create(newcomer.parameters(), new AdamW(newcomer.parameters()), {
+        group: three[2]!,
+        innerSteps: 2,
+        compression,
+        blockSize: 8,
+        broadcast: false,
+      });
+      const state = pair.dilocos[0]!.stateDict();
+      joined.loadStateDict({ ...state, residual: null, shardResidual: null });
+      expect(await flat(newcomer)).toEqual(state.global);
+      for (const [r, d] of pair.dilocos.entries()) d.regroup(three[r]!);
+      await Promise.all([
+        ...pair.dilocos.map((d) => d.outerSync({ weight: contributorWeight })),
+        joined.outerSync({ weight: 0 }),
+      ]);
+      const want = copies.dilocos[0]!.globalParameters();
+      for (const got of [...pair.dilocos, joined].map((d) => d.globalParameters())) {
+        for (let i = 0; i < want.length; i++)
+          expect(Math.abs(got[i]! - want[i]!)).toBeLessThan(1e-6);
+      }
+      // Every member of the three holds the same global copy, bit for bit.
+      expect(joined.globalParameters()).toEqual(pair.dilocos[0]!.globalParameters());
+      expect(await flat(newcomer)).toEqual(await flat(pair.models[1]!));
+      await expect(joined.outerSync({ weight: -1 })).rejects.toThrow(
+        'weight must be a finite number >= 0, got -1',
+      );
+      await closeWorld([...pair.groups, ...copies.groups, ...three]);
+    },
+  );
 });

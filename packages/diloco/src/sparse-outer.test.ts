@@ -11,7 +11,7 @@ import { closeWorld, newSeed } from './test-support/worlds.js';
 // bits and bytes. The MLP has 49 parameters.
 
 describe('DiLoCo with topk and int4', () => {
-  it('each topk outer step follows a float64 reference: decayed feedback, top-k, 2 bits, mean, SGD at lr 1', async () => {
+  it('each topk outer step follows a float64 reference: decayed feedback, top-k, 2 bits, mean over senders, SGD at lr 1', async () => {
     const seed = newSeed('diloco topk reference');
     const size = 2;
     const groups = createLocalGroups(size);
@@ -37,6 +37,7 @@ describe('DiLoCo with topk and int4', () => {
     });
     const count = (await flat(models[0]!)).length;
     expect(count).toBe(49);
+    const senderCounts = new Set<number>();
     for (let outer = 0; outer < 3; outer++) {
       for (let inner = 0; inner < 2; inner++) {
         for (let r = 0; r < size; r++) await backwardOn(models[r]!, seed, r, outer * 2 + inner);
@@ -45,7 +46,9 @@ describe('DiLoCo with topk and int4', () => {
       // The reference starts from the wrappers' own state: the f32 global copy and buffers.
       const global = dilocos[0]!.globalParameters();
       const locals = await Promise.all(models.map(flat));
-      const mean = new Float64Array(count);
+      // Each position the mean over the ranks that sent it (SparseLoCo's code), not over all.
+      const sum = new Float64Array(count);
+      const senders = new Float64Array(count);
       const buffers = dilocos.map((d, r) => {
         const previous = d.stateDict().residual ?? new Float32Array(count);
         const e = new Float64Array(count);
@@ -55,11 +58,14 @@ describe('DiLoCo with topk and int4', () => {
         }
         const sent = referenceDecoded(e, 16, 4);
         for (let i = 0; i < count; i++) {
-          mean[i]! += sent[i]! / size;
+          sum[i]! += sent[i]!;
+          if (sent[i] !== 0) senders[i]!++;
           e[i]! -= sent[i]!;
         }
         return e;
       });
+      const mean = sum.map((x, i) => (senders[i] === 0 ? 0 : x / senders[i]!));
+      for (const c of senders) if (c > 0) senderCounts.add(c);
       const stats = await Promise.all(dilocos.map((d) => d.outerSync()));
       // 4 chunks of 3 words (4 entries of 4 + 2 bits: 24 bits, 1 word; 2 levels), to 1 other rank.
       expect(stats.map((s) => s.bytesSent)).toEqual([48, 48]);
@@ -78,6 +84,8 @@ describe('DiLoCo with topk and int4', () => {
       expect(dilocos[1]!.globalParameters()).toEqual(dilocos[0]!.globalParameters());
     }
     expect(dilocos[0]!.bytesSent).toBe(3 * 48);
+    // Positions both ranks sent and positions one rank sent: the two cases of the mean.
+    expect([...senderCounts].sort()).toEqual([1, 2]);
     await closeWorld(groups);
   });
 

@@ -93,6 +93,26 @@ describe('topk codec', () => {
     }
   });
 
+  it('decoding with counts adds 1 at each position an entry lands on, nowhere else', async () => {
+    const seed = newSeed('topk counts');
+    const count = 300;
+    const codec = new TopkCodec(64, 1 / 8);
+    const values = await randomValues(seed, count);
+    const words = encode(codec, values);
+    const out = new Float32Array(count);
+    const counts = new Uint32Array(count);
+    // Two contributions of the same words: each kept position is counted twice.
+    for (let twice = 0; twice < 2; twice++) {
+      for (let c = 0; c < codec.chunks(count); c++) {
+        codec.decodeChunk(words, c * codec.wordsPerChunk, out, c * codec.chunkSize, 1, counts);
+      }
+    }
+    const kept = referenceDecoded(values, 64, codec.k);
+    for (let i = 0; i < count; i++) expect(counts[i]).toBe(kept[i] === 0 ? 0 : 2);
+    // 5 chunks (the last of 44 values), 8 entries each.
+    expect(counts.reduce((s, c) => s + c, 0)).toBe(2 * 5 * codec.k);
+  });
+
   it('with decay 1, what was sent plus what is still owed is what was meant', async () => {
     const seed = newSeed('topk conservation');
     const count = 512;
