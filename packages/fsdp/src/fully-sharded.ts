@@ -1,12 +1,7 @@
-import {
-  isGradEnabled,
-  Module,
-  type RemovableHandle,
-  type RunningBackward,
-  type Tensor,
-} from '@webshard/tensor-core';
+import { isGradEnabled, Module, type Tensor } from '@webshard/tensor-core';
 import { markManagedParameter } from '@webshard/tensor-core/autograd';
 import { finitePositive, type FsdpOptions, type ResolvedOptions, resolveOptions } from './api.js';
+import { BackwardHooks } from './backward-hooks.js';
 import { castBuffers, castInputs, freeCasts } from './casts.js';
 import { FsdpStateError, FsdpWrapError } from './errors.js';
 import { extraRepr, moduleTree } from './repr.js';
@@ -85,10 +80,10 @@ export class FullyShardedDataParallel<
   private path: string | null = null;
   /** The tensors the unit took from the module at wrap time (before any replacement). */
   private readonly sources = new Set<Tensor>();
-  private readonly hookHandles: RemovableHandle[] = [];
-  private readonly hooked = new Set<FlatParameter>();
   /** The units whose parameters this one's module also uses ([Note: parameters shared across units]). */
   private readonly borrowed: BorrowedParams;
+  /** The pre-backward and post-accumulate hooks ([Note: FSDP and autograd], steps 2 and 3). */
+  private readonly backwardHooks: BackwardHooks;
 
   constructor(module: Module<Args, Out>, options: FsdpOptions) {
     super();
@@ -115,6 +110,7 @@ export class FullyShardedDataParallel<
     this.borrowed = built.borrowed;
     this.paramGroup = built.paramGroup;
     this.ssdShards = built.ssdShards;
+    this.backwardHooks = new BackwardHooks(this, this.borrowed, () => this.shared!);
     const flats = built.flats;
     for (const flat of flats) {
       for (const e of flat.entries) {
@@ -123,7 +119,7 @@ export class FullyShardedDataParallel<
           `is sharded by a FullyShardedDataParallel unit: build the optimizer over the unit's parameters() (its flat shards)`,
         );
       }
-      this.hookGrads(flat);
+      this.backwardHooks.hookGrads(flat);
     }
     // The wrapper is invisible in names: keep the tensors' names as registerModule found them.
     const named = [...module.namedParameters(), ...module.namedBuffers()].map(
@@ -224,7 +220,7 @@ export class FullyShardedDataParallel<
       shared.recordForward(this);
       for (const flat of this.paramGroup.flatParams) {
         flat.syncRequiresGrad();
-        this.hookGrads(flat);
+        this.backwardHooks.hookGrads(flat);
       }
       if (this.ssdShards !== null) await this.ssdShards.load();
       this.paramGroup.unshard();
@@ -243,7 +239,7 @@ export class FullyShardedDataParallel<
       output = (await this.module.call(...inputs)) as Awaited<Out>;
       const hooked = isGradEnabled()
         ? shared.hookOutputs(output, (call, nested, running) =>
-            this.preBackward(call, nested, running),
+            this.backwardHooks.preBackward(call, nested, running),
           )
         : 0;
       const keepFull =
@@ -363,18 +359,6 @@ export class FullyShardedDataParallel<
     }
   }
 
-  /**
-   * Hook the post-accumulate gradient of `flat`'s parameters, once, when it trains (a flat
-   * parameter frozen at wrap time is hooked at the first forward after it is unfrozen).
-   */
-  private hookGrads(flat: FlatParameter): void {
-    if (!flat.requiresGrad || this.hooked.has(flat)) return;
-    this.hooked.add(flat);
-    for (const e of flat.entries) {
-      this.hookHandles.push(e.param.registerPostAccumulateGradHook((p) => this.onGradReady(p)));
-    }
-  }
-
   /** The shared state, made by the root on its first forward. */
   private async lazyInit(): Promise<FsdpSharedState<FullyShardedDataParallel>> {
     if (this.shared !== null) return this.shared;
@@ -388,66 +372,6 @@ export class FullyShardedDataParallel<
     }
     await castBuffers(this.module, this.options);
     return shared;
-  }
-
-  /**
-   * An output gradient arrived. The first of a backward gathers, prefetches and attaches flat
-   * gradients; a later one (more outputs, more forwards, a checkpoint's recomputation) gathers again
-   * and attaches again in case the unit reduced in between ([Note: recomputation]). All are no-ops
-   * when nothing changed. A nested unit's output runs it once per forward call ([Note: outputs of
-   * nested units]).
-   */
-  private async preBackward(
-    call: object,
-    nested: boolean,
-    running: RunningBackward,
-  ): Promise<undefined> {
-    const shared = this.shared!;
-    if (!shared.runsPreBackward(call, nested)) return undefined;
-    if (!shared.finalCallbackQueued) {
-      shared.finalCallbackQueued = true;
-      running.queueCallback(() => shared.finalizeBackward());
-    }
-    const first = !shared.preBackwardRan.has(this);
-    this.assertState('pre-backward', first ? ['IDLE'] : RECOMPUTE_STATES);
-    shared.preBackwardRan.add(this);
-    if (this.trainingState === 'IDLE') this.trainingState = 'BACKWARD_PRE';
-    if (first) shared.recordBackward(this);
-    if (this.ssdShards !== null) await this.ssdShards.load();
-    this.paramGroup.unshard();
-    if (first) {
-      // The next unit whose backward has not run yet: one that already reduced would be gathered
-      // again for nothing and held to the end of backward.
-      const [next, following] = shared
-        .nextInBackward(this)
-        .filter((u) => !shared.preBackwardRan.has(u));
-      await shared.prefetch(
-        next ?? null,
-        this === shared.root,
-        this.options.limitAllGathers,
-        following ?? null,
-      );
-    }
-    await this.paramGroup.waitForUnshard();
-    if (this.ssdShards !== null) await this.ssdShards.release();
-    await this.borrowed.gather();
-    this.paramGroup.attachGrads();
-    return undefined;
-  }
-
-  /** A post-accumulate hook: a parameter's gradient is complete. */
-  private onGradReady(param: Tensor): void {
-    const flat = this.paramGroup.gradReady(param, 'post-backward', this.rank, this.trainingState);
-    if (flat === null) return;
-    this.trainingState = 'BACKWARD_POST';
-    if (!this.requireGradSync) {
-      // Inside noSync the gradient stays full and unreduced; the full parameters are freed as
-      // after forward (fairscale frees them when resharding after forward, and keeps the root's).
-      const keepsFull = this.isRoot && this.options.disableReshardOnRoot;
-      if (this.options.reshardAfterForward && !keepsFull) this.paramGroup.reshard([flat]);
-      return;
-    }
-    this.shared!.addReduction(this.paramGroup.reduceGrads(flat, this.shared!.bucketer));
   }
 }
 
