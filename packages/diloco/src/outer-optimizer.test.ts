@@ -99,13 +99,15 @@ describe('OuterOptimizer', () => {
 });
 
 // PyTorch's torch.optim.SGD as the peer, where a Python with torch is at hand
-// (WEBSHARD_TORCH_PYTHON, the repository's .venv-torch from `pnpm peers:torch`, or python3).
+// (WEBSHARD_TORCH_PYTHON, the repository's .venv-torch from `pnpm peers:torch`, python3, or Debian's
+// python3-torch at /usr/bin/python3: SGD's arithmetic does not depend on the BLAS).
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 function torchPython(): string | null {
   const candidates = [
     process.env.WEBSHARD_TORCH_PYTHON,
     join(root, '.venv-torch', 'bin', 'python'),
     'python3',
+    '/usr/bin/python3',
   ].filter((c): c is string => c !== undefined && c !== '' && (c === 'python3' || existsSync(c)));
   for (const python of candidates) {
     const probe = spawnSync(python, ['-c', 'import torch'], { encoding: 'utf8' });
