@@ -1,8 +1,9 @@
 import type { AdamHyper, BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '../backend.js';
 import { broadcastKind } from './broadcast-kind.js';
-import { outputValues, readValues, shapeCount } from './cpu-storage.js';
+import { outputValues, shapeCount } from './cpu-storage.js';
 import { kernelsWasmBase64 } from './kernels-wasm.generated.js';
 import type { WasmApi } from './matmul-wasm.js';
+import { type Exports, KEEP_BYTES, WasmMemory } from './wasm-memory.js';
 
 /**
  * [Note: the WASM SIMD kernels]
@@ -39,106 +40,29 @@ import type { WasmApi } from './matmul-wasm.js';
  *   is kept for reuse (scratch, so not in `memoryStats`).
  */
 
-const PAGE = 65536;
-/** Operands start here; bytes below are the kernels' scratch vectors. */
-const BASE = 64;
-const MAX_BYTES = 2 ** 31 - 2 ** 16;
-/**
- * [Note: the WASM kernels' memory]
- * A module's memory grows to the largest call's operands and cannot shrink. Kept, it made every
- * rank training GPT-2 (124M) hold the largest call's operands for good (the fused AdamW over the
- * token embedding: four arrays of 154 MB; a softmax over the logits: two of 206 MB) beside what
- * the allocator holds. So the elementwise calls (binary ops without broadcasting or with a
- * scalar, gelu and square, the fused Adam/AdamW) and the softmax (whole rows) run in pieces that
- * fit in `KEEP_BYTES` (64 MiB): every element or row is computed alone, so the bits are the same.
- * The others (broadcasting binary ops, where, sums along an axis, layer norm) take their operands
- * whole; once the memory is past `KEEP_BYTES`, the first call that fits in that runs on a fresh
- * instance, and the large memory is left to the garbage collector (V8
- * counts it as external memory and collects it as soon as allocation goes on). Consecutive large
- * calls still share one memory; the cost is growing a memory again, page by page, for the next
- * large call, whose copies touch those pages anyway.
- */
-const KEEP_BYTES = 64 * 2 ** 20;
-
 type Binary4 = 'add' | 'sub' | 'mul' | 'div';
-type Exports = Record<string, (...args: number[]) => void> & { memory: WebAssembly.Memory };
 
 const BINARY4 = new Set<BinaryOp>(['add', 'sub', 'mul', 'div']);
 
 /** The WASM SIMD f32 kernels over one module instance, whose memory only grows. */
 export class WasmKernels {
-  private view: Float32Array;
+  private readonly memory: WasmMemory;
 
   /**
    * `renew`: a fresh instance of the module, to let go of a memory grown past `keepBytes` (see
    * [Note: the WASM kernels' memory]); without it the memory is kept whatever its size.
    */
-  constructor(
-    private exports: Exports,
-    private readonly renew: (() => Exports) | null = null,
-    private readonly keepBytes = KEEP_BYTES,
-  ) {
-    this.view = new Float32Array(exports.memory.buffer);
+  constructor(exports: Exports, renew: (() => Exports) | null = null, keepBytes = KEEP_BYTES) {
+    this.memory = new WasmMemory(exports, renew, keepBytes);
+  }
+
+  private get exports(): Exports {
+    return this.memory.exports;
   }
 
   /** Bytes of the module's memory: the operands of the largest call so far. */
   get scratchBytes(): number {
-    return this.exports.memory.buffer.byteLength;
-  }
-
-  /** Room for `bytes` of operands; false past what the module can address. */
-  private reserve(bytes: number): boolean {
-    const need = BASE + bytes;
-    if (need > MAX_BYTES) return false;
-    if (this.renew !== null && need <= this.keepBytes && this.scratchBytes > this.keepBytes) {
-      // [Note: the WASM kernels' memory]
-      this.exports = this.renew();
-      this.view = new Float32Array(this.exports.memory.buffer);
-    }
-    const memory = this.exports.memory;
-    if (memory.buffer.byteLength < need) {
-      try {
-        memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
-      } catch {
-        return false; // the engine would not grow it: the TypeScript kernel runs
-      }
-      this.view = new Float32Array(memory.buffer);
-    }
-    return true;
-  }
-
-  /** Lays out arrays of `lengths` floats from BASE, 16-byte aligned; their byte addresses. */
-  private layout(lengths: number[]): number[] | null {
-    const at: number[] = [];
-    let next = BASE;
-    for (const length of lengths) {
-      at.push(next);
-      // One vector of padding past each array: f64x2 kernels may touch one element past the end.
-      next += Math.ceil(length / 4) * 16 + 16;
-    }
-    return this.reserve(next - BASE) ? at : null;
-  }
-
-  private put(t: KernelTensor, at: number): void {
-    this.view.set(readValues(t) as Float32Array, at / 4);
-  }
-
-  private take(out: KernelTensor, at: number, n: number, from = 0): void {
-    (readValues(out) as Float32Array).set(this.view.subarray(at / 4, at / 4 + n), from);
-  }
-
-  /** Elements [from, from + count) of `t` to `at`. */
-  private putRange(t: KernelTensor, at: number, from: number, count: number): void {
-    this.view.set((readValues(t) as Float32Array).subarray(from, from + count), at / 4);
-  }
-
-  /**
-   * Elements per piece of a call over `n` elements in `arrays` arrays of them, whole `unit`s (a
-   * row) at a time, so the operands fit in `keepBytes` ([Note: the WASM kernels' memory]).
-   */
-  private piece(n: number, arrays: number, unit = 1): number {
-    const fits = Math.floor((this.keepBytes - BASE - 32 * arrays) / (4 * arrays));
-    return n <= fits ? n : Math.max(unit, Math.floor(fits / unit) * unit);
+    return this.memory.scratchBytes;
   }
 
   /** out = a op b for the ops and broadcasts the module has; false (nothing written) otherwise. */
@@ -155,13 +79,13 @@ export class WasmKernels {
       if (typeof a === 'number' || typeof b === 'number') return false;
       if (broadcastKind(a.shape, out.shape)?.kind !== 'same') return false;
       if (broadcastKind(b.shape, out.shape)?.kind !== 'same') return false;
-      const at = this.layout([n, n, n]);
+      const at = this.memory.layout([n, n, n]);
       if (at === null) return false;
       const [pa, pb, po] = at as [number, number, number];
-      this.put(a, pa);
-      this.put(b, pb);
+      this.memory.put(a, pa);
+      this.memory.put(b, pb);
       this.exports.gelu_grad!(pa, pb, po, n);
-      this.take(out, po, n);
+      this.memory.take(out, po, n);
       return true;
     }
     if (!BINARY4.has(op)) return false;
@@ -170,18 +94,18 @@ export class WasmKernels {
       const tensor = typeof a === 'number' ? b : a;
       if (typeof tensor === 'number') return false;
       if (broadcastKind(tensor.shape, out.shape)?.kind !== 'same') return false;
-      const piece = this.piece(n, 2);
+      const piece = this.memory.piece(n, 2);
       for (let from = 0; from < n; from += piece) {
         const count = Math.min(piece, n - from);
-        const at = this.layout([count, count]);
+        const at = this.memory.layout([count, count]);
         if (at === null) return false;
         const [px, po] = at as [number, number];
-        this.putRange(tensor, px, from, count);
+        this.memory.putRange(tensor, px, from, count);
         const s = (typeof b === 'number' ? b : a) as number;
         const f32 = Math.fround(s) === s || Number.isNaN(s); // then f32 lanes: the same bits
         const kind = typeof b === 'number' ? (f32 ? 'vf' : 'vs') : f32 ? 'fv' : 'sv';
         this.exports[`${name}_${kind}`]!(px, s, po, count);
-        this.take(out, po, count, from);
+        this.memory.take(out, po, count, from);
       }
       return true;
     }
@@ -189,25 +113,25 @@ export class WasmKernels {
     const kb = broadcastKind(b.shape, out.shape);
     if (ka === null || kb === null) return false;
     if (ka.kind === 'same' && kb.kind === 'same') {
-      const piece = this.piece(n, 3);
+      const piece = this.memory.piece(n, 3);
       for (let from = 0; from < n; from += piece) {
         const count = Math.min(piece, n - from);
-        const at = this.layout([count, count, count]);
+        const at = this.memory.layout([count, count, count]);
         if (at === null) return false;
         const [pa, pb, po] = at as [number, number, number];
-        this.putRange(a, pa, from, count);
-        this.putRange(b, pb, from, count);
+        this.memory.putRange(a, pa, from, count);
+        this.memory.putRange(b, pb, from, count);
         this.exports[`${name}_vv`]!(pa, pb, po, count);
-        this.take(out, po, count, from);
+        this.memory.take(out, po, count, from);
       }
       return true;
     }
-    const at = this.layout([shapeCount(a.shape), shapeCount(b.shape), n]);
+    const at = this.memory.layout([shapeCount(a.shape), shapeCount(b.shape), n]);
     if (at === null) return false;
     const [pa, pb, po] = at as [number, number, number];
     if (ka.kind === 'same' && kb.kind === 'same') {
-      this.put(a, pa);
-      this.put(b, pb);
+      this.memory.put(a, pa);
+      this.memory.put(b, pb);
       this.exports[`${name}_vv`]!(pa, pb, po, n);
     } else if (ka.kind === 'same' || kb.kind === 'same') {
       const other = ka.kind === 'same' ? kb : ka;
@@ -220,13 +144,13 @@ export class WasmKernels {
             ? 'rv'
             : 'cv';
       const cols = other.kind === 'repeat' ? other.period : (other as { inner: number }).inner;
-      this.put(a, pa);
-      this.put(b, pb);
+      this.memory.put(a, pa);
+      this.memory.put(b, pb);
       this.exports[`${name}_${suffix}`]!(pa, pb, po, n / cols, cols);
     } else {
       return false;
     }
-    this.take(out, po, n);
+    this.memory.take(out, po, n);
     return true;
   }
 
@@ -235,7 +159,7 @@ export class WasmKernels {
     if (x.dtype !== 'f32' || out.dtype !== 'f32' || (op !== 'gelu' && op !== 'square'))
       return false;
     const n = shapeCount(out.shape);
-    const piece = n === 0 ? n : this.piece(n, 2);
+    const piece = n === 0 ? n : this.memory.piece(n, 2);
     if (piece < n) {
       for (let from = 0; from < n; from += piece) {
         const shape = [Math.min(piece, n - from)];
@@ -244,13 +168,13 @@ export class WasmKernels {
       }
       return true;
     }
-    const at = n === 0 ? null : this.layout([n, n]);
+    const at = n === 0 ? null : this.memory.layout([n, n]);
     if (at === null) return false;
     const [px, po] = at as [number, number];
-    this.put(x, px);
+    this.memory.put(x, px);
     if (op === 'gelu') this.exports.gelu!(px, po, n);
     else this.exports.mul_vv!(px, px, po, n);
-    this.take(out, po, n);
+    this.memory.take(out, po, n);
     return true;
   }
 
@@ -273,14 +197,14 @@ export class WasmKernels {
     if (kc === null || kc.kind === 'perRow') return false;
     const n = shapeCount(out.shape);
     const cols = kc.kind === 'same' ? n : kc.period;
-    const at = n === 0 ? null : this.layout([cols, n, n]);
+    const at = n === 0 ? null : this.memory.layout([cols, n, n]);
     if (at === null) return false;
     const [pc, px, po] = at as [number, number, number];
-    this.put(cond, pc);
-    this.put(tensor, px);
+    this.memory.put(cond, pc);
+    this.memory.put(tensor, px);
     const scalar = Math.fround((typeof a === 'number' ? a : b) as number);
     this.exports.where_rows!(pc, scalar, px, po, n / cols, cols, typeof a === 'number' ? 1 : 0);
-    this.take(out, po, n);
+    this.memory.take(out, po, n);
     return true;
   }
 
@@ -290,7 +214,7 @@ export class WasmKernels {
     const n = shapeCount(x.shape);
     const cols = x.shape[x.shape.length - 1]!;
     // Rows are independent: in pieces of whole rows when both arrays would pass what it keeps.
-    const piece = n === 0 ? n : this.piece(n, 2, cols);
+    const piece = n === 0 ? n : this.memory.piece(n, 2, cols);
     if (piece < n) {
       for (let from = 0; from < n; from += piece) {
         const shape = [Math.min(piece, n - from) / cols, cols];
@@ -299,12 +223,12 @@ export class WasmKernels {
       }
       return true;
     }
-    const at = n === 0 ? null : this.layout([n, n]);
+    const at = n === 0 ? null : this.memory.layout([n, n]);
     if (at === null) return false;
     const [px, po] = at as [number, number];
-    this.put(x, px);
+    this.memory.put(x, px);
     this.exports.softmax!(px, po, n / cols, cols);
-    this.take(out, po, n);
+    this.memory.take(out, po, n);
     return true;
   }
 
@@ -316,12 +240,12 @@ export class WasmKernels {
     const r = shape[axis]!;
     const inner = shapeCount(shape.slice(axis + 1));
     const n = outer * inner;
-    const at = n === 0 || r === 0 ? null : this.layout([outer * r * inner, n]);
+    const at = n === 0 || r === 0 ? null : this.memory.layout([outer * r * inner, n]);
     if (at === null) return false;
     const [px, po] = at as [number, number];
-    this.put(x, px);
+    this.memory.put(x, px);
     this.exports.sum_axis!(px, po, outer, r, inner, op === 'mean' ? 1 : 0);
-    this.take(out, po, n);
+    this.memory.take(out, po, n);
     return true;
   }
 
@@ -342,17 +266,17 @@ export class WasmKernels {
     const n = shapeCount(x.shape);
     if (cols === 0 || n === 0) return false;
     const rows = n / cols;
-    const at = this.layout([n, cols, cols, n, rows, rows]);
+    const at = this.memory.layout([n, cols, cols, n, rows, rows]);
     if (at === null) return false;
     const [px, pw, pb, po, pm, ps] = at as [number, number, number, number, number, number];
-    this.put(x, px);
-    if (weight) this.put(weight, pw);
-    if (bias) this.put(bias, pb);
+    this.memory.put(x, px);
+    if (weight) this.memory.put(weight, pw);
+    if (bias) this.memory.put(bias, pb);
     const flags = (weight ? 1 : 0) | (bias ? 2 : 0);
     this.exports.layer_norm!(px, pw, pb, po, pm, ps, rows, cols, eps, flags);
-    this.take(out, po, n);
-    this.take(mean, pm, rows);
-    this.take(rstd, ps, rows);
+    this.memory.take(out, po, n);
+    this.memory.take(mean, pm, rows);
+    this.memory.take(rstd, ps, rows);
     return true;
   }
 
@@ -374,7 +298,7 @@ export class WasmKernels {
     if (cols === 0 || n === 0) return false;
     const rows = n / cols;
     // dw and db are f64 arrays of cols + 1: twice the floats.
-    const at = this.layout([n, n, cols, rows, rows, n, 2 * cols + 2, 2 * cols + 2]);
+    const at = this.memory.layout([n, n, cols, rows, rows, n, 2 * cols + 2, 2 * cols + 2]);
     if (at === null) return false;
     const [pdy, px, pw, pm, ps, pdx, pdw, pdb] = at as number[] as [
       number,
@@ -386,11 +310,11 @@ export class WasmKernels {
       number,
       number,
     ];
-    this.put(dy, pdy);
-    this.put(x, px);
-    if (weight) this.put(weight, pw);
-    this.put(mean, pm);
-    this.put(rstd, ps);
+    this.memory.put(dy, pdy);
+    this.memory.put(x, px);
+    if (weight) this.memory.put(weight, pw);
+    this.memory.put(mean, pm);
+    this.memory.put(rstd, ps);
     this.exports.layer_norm_backward!(
       pdy,
       px,
@@ -404,7 +328,7 @@ export class WasmKernels {
       cols,
       weight ? 1 : 0,
     );
-    this.take(dx, pdx, n);
+    this.memory.take(dx, pdx, n);
     const buffer = this.exports.memory.buffer;
     // The f64 sums, rounded once on store as the TypeScript kernel stores them.
     if (dWeight) outputValues(dWeight).values.set(new Float64Array(buffer, pdw, cols));
@@ -424,7 +348,7 @@ export class WasmKernels {
     const n = shapeCount(param.shape);
     if (n === 0) return false;
     // Elementwise: in pieces when the four arrays would pass what the memory keeps.
-    const piece = this.piece(n, 4);
+    const piece = this.memory.piece(n, 4);
     if (piece < n) {
       for (let from = 0; from < n; from += piece) {
         const count = Math.min(piece, n - from);
@@ -437,13 +361,13 @@ export class WasmKernels {
       }
       return true;
     }
-    const at = this.layout([n, n, n, n]);
+    const at = this.memory.layout([n, n, n, n]);
     if (at === null) return false;
     const [pp, pg, pm, pv] = at as [number, number, number, number];
-    this.put(param, pp);
-    this.put(grad, pg);
-    this.put(expAvg, pm);
-    this.put(expAvgSq, pv);
+    this.memory.put(param, pp);
+    this.memory.put(grad, pg);
+    this.memory.put(expAvg, pm);
+    this.memory.put(expAvgSq, pv);
     const { lr, beta1, beta2, eps, weightDecay, step, decoupled, gradScale } = hyper;
     const mode = weightDecay === 0 ? 0 : decoupled ? 1 : 2;
     this.exports.adam!(
@@ -464,9 +388,9 @@ export class WasmKernels {
       Math.sqrt(1 - beta2 ** step),
       eps,
     );
-    this.take(param, pp, n);
-    this.take(expAvg, pm, n);
-    this.take(expAvgSq, pv, n);
+    this.memory.take(param, pp, n);
+    this.memory.take(expAvg, pm, n);
+    this.memory.take(expAvgSq, pv, n);
     return true;
   }
 }
