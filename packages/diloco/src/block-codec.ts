@@ -34,3 +34,13 @@ export interface BlockCodec {
     assign: boolean,
   ): void;
 }
+
+/** The largest magnitude of `values[start, end)` (0 when empty): a block's scale comes from it. */
+export function maxAbs(values: Float32Array, start: number, end: number): number {
+  let max = 0;
+  for (let i = start; i < end; i++) {
+    const a = Math.abs(values[i]!);
+    if (a > max) max = a;
+  }
+  return max;
+}

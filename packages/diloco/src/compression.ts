@@ -1,5 +1,5 @@
 import { bf16BitsToF32, f32ToBf16Bits } from '@webshard/tensor-core/backend';
-import type { BlockCodec, BlockCompression } from './block-codec.js';
+import { type BlockCodec, type BlockCompression, maxAbs } from './block-codec.js';
 import { Int4Codec } from './int4-codec.js';
 
 /**
@@ -33,11 +33,7 @@ class Int8Codec implements BlockCodec {
   encodeBlock(values: Float32Array, block: number, out: Int32Array, wordOffset: number): void {
     const start = block * this.blockSize;
     const end = Math.min(values.length, start + this.blockSize);
-    let max = 0;
-    for (let i = start; i < end; i++) {
-      const a = Math.abs(values[i]!);
-      if (a > max) max = a;
-    }
+    const max = maxAbs(values, start, end);
     const scale = Math.fround(max / 127);
     const floats = new Float32Array(out.buffer, out.byteOffset, out.length);
     floats[wordOffset] = scale;

@@ -1,4 +1,4 @@
-import type { BlockCodec } from './block-codec.js';
+import { type BlockCodec, maxAbs } from './block-codec.js';
 
 /**
  * `int4`: the int8 codec at 4 bits ([Note: block codecs]), for Streaming DiLoCo's 4-bit outer
@@ -18,11 +18,7 @@ export class Int4Codec implements BlockCodec {
   encodeBlock(values: Float32Array, block: number, out: Int32Array, wordOffset: number): void {
     const start = block * this.blockSize;
     const end = Math.min(values.length, start + this.blockSize);
-    let max = 0;
-    for (let i = start; i < end; i++) {
-      const a = Math.abs(values[i]!);
-      if (a > max) max = a;
-    }
+    const max = maxAbs(values, start, end);
     const scale = Math.fround(max / 7);
     new Float32Array(out.buffer, out.byteOffset, out.length)[wordOffset] = scale;
     const bytes = this.bytes(out, wordOffset);
