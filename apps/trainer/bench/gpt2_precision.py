@@ -54,12 +54,10 @@ def clip_grad_norm(params, max_norm):
     return total
 
 
-def train(model, steps, dtype):
-    """nanoGPT's AdamW (decay on 2-D weights only) and clip, as make_fixtures.train, but the clip's
-    norm summed in float64 (clip_grad_norm above)."""
-    model = model.to(dtype)
+def adamw(model):
+    """nanoGPT's AdamW: weight decay on the 2-D weights only."""
     params = dict(model.named_parameters())
-    optimizer = torch.optim.AdamW(
+    return torch.optim.AdamW(
         [
             {"params": [p for p in params.values() if p.dim() >= 2], "weight_decay": OPTIM["weight_decay"]},
             {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0},
@@ -68,6 +66,13 @@ def train(model, steps, dtype):
         betas=OPTIM["betas"],
         eps=OPTIM["eps"],
     )
+
+
+def train(model, steps, dtype):
+    """nanoGPT's AdamW (decay on 2-D weights only) and clip, as make_fixtures.train, but the clip's
+    norm summed in float64 (clip_grad_norm above)."""
+    model = model.to(dtype)
+    optimizer = adamw(model)
     losses, norms = [], []
     for x, y in steps:
         optimizer.zero_grad(set_to_none=True)
@@ -143,16 +148,7 @@ def gloo_rank(rank, folder, world):
     model = GPT(CONFIG)
     model.load_state_dict({k: v.to(torch.float32) for k, v in init.items()}, strict=True)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    params = dict(model.named_parameters())
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": [p for p in params.values() if p.dim() >= 2], "weight_decay": OPTIM["weight_decay"]},
-            {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0},
-        ],
-        lr=LR,
-        betas=OPTIM["betas"],
-        eps=OPTIM["eps"],
-    )
+    optimizer = adamw(model)
     per = BATCH // world
     for x, y in batches(read_tokens(folder)):
         optimizer.zero_grad(set_to_none=True)
