@@ -22,7 +22,12 @@ import {
  * strangers at once cost bounded memory while the group keeps working.
  */
 
-const DEADLINE_MS = 300;
+/**
+ * The ports' handshake deadline here. It binds the port's own clients too (startPort connects its
+ * two stores and ranks under it), so it stays far above how late a loaded 2-core machine delivers
+ * their hello: at 100 ms the store dropped its own rank 0 (1006) at load 20.
+ */
+const DEADLINE_MS = 1000;
 /** How late past the deadline a drop may come on a loaded CI machine (not a performance bound). */
 const SLACK_MS = 2500;
 const PRE_AUTH = { handshakeTimeoutMs: DEADLINE_MS, maxBytes: 8 << 10, maxPending: 32 };
@@ -86,8 +91,7 @@ describe.each<PortKind>(['store', 'tcp', 'ws', 'wss'])('strangers on the %s port
   });
 
   it('drops strangers sending random bytes (fuzzed, 16 at a time), and keeps serving', async () => {
-    const port = await startPort(kind, { ...PRE_AUTH, handshakeTimeoutMs: 100 });
-    opened.push(port);
+    const port = await start(kind);
     await fc.assert(
       fc.asyncProperty(
         fc.array(
@@ -102,7 +106,7 @@ describe.each<PortKind>(['store', 'tcp', 'ws', 'wss'])('strangers on the %s port
             stranger(port, chunks, { upgrade }),
           );
           for (const elapsed of await Promise.all(connections.map((c) => c.closed))) {
-            expect(elapsed).toBeLessThan(100 + SLACK_MS);
+            expect(elapsed).toBeLessThan(DEADLINE_MS + SLACK_MS);
           }
         },
       ),
