@@ -16,6 +16,13 @@ export interface DilocoStepResult {
   readonly innerStep: number;
   /** Whether this step ended with an outer sync (streamed: a fragment's outer step applied). */
   readonly synced: boolean;
+  /** Milliseconds from the issue of the sync that ended here to its average done (0: none). */
+  readonly syncMs: number;
+  /**
+   * Of those, the milliseconds this step waited for the network: all of them without an overlap,
+   * what the overlap did not hide with one ([Note: streamed fragments]).
+   */
+  readonly waitMs: number;
 }
 
 /** What an outer sync moved. */
@@ -111,7 +118,11 @@ export class DiLoCo {
           fragments: options.fragments,
           overlap: options.overlap,
           mixing: options.mixing,
-          outer: { lr: options.outerLr, momentum: options.outerMomentum, nesterov: options.nesterov },
+          outer: {
+            lr: options.outerLr,
+            momentum: options.outerMomentum,
+            nesterov: options.nesterov,
+          },
           codec,
         })
       : null;
@@ -244,18 +255,21 @@ export class DiLoCo {
       // A fragment lands and another is issued ([Note: streamed fragments]).
       this.current = 'syncing';
       try {
-        const { applied, bytesSent } = await this.streamed.afterInnerStep(this.innerSteps);
-        this.sent += bytesSent;
+        const landed = await this.streamed.afterInnerStep(this.innerSteps);
+        this.sent += landed.bytesSent;
         this.current = 'idle';
-        return { innerStep: this.innerSteps, synced: applied !== null };
+        const { syncMs, waitMs } = landed;
+        return { innerStep: this.innerSteps, synced: landed.applied !== null, syncMs, waitMs };
       } catch (error) {
         this.current = 'failed';
         throw error;
       }
     }
     const synced = this.innerSteps % this.options.innerSteps === 0;
+    const start = performance.now();
     if (synced) await this.outerSync();
-    return { innerStep: this.innerSteps, synced };
+    const ms = synced ? performance.now() - start : 0;
+    return { innerStep: this.innerSteps, synced, syncMs: ms, waitMs: ms };
   }
 
   /**

@@ -26,7 +26,13 @@ async function train(model: Model, seed: number, rank: number, step: number): Pr
   }
 }
 
-async function trainFlat(local: Float32Array | Float64Array, sizes: number[], seed: number, rank: number, step: number) {
+async function trainFlat(
+  local: Float32Array | Float64Array,
+  sizes: number[],
+  seed: number,
+  rank: number,
+  step: number,
+) {
   let offset = 0;
   for (const [i, size] of sizes.entries()) {
     const n = await noise(seed + i, rank, step, size);
@@ -69,16 +75,36 @@ async function world(size: number, seed: number, c: StreamCase) {
 
 describe('streamed fragments', () => {
   it('deals tensors in turn and syncs fragment p at s mod H = floor(p H / F)', () => {
-    expect(stridedFragments(7, 3)).toEqual([[0, 3, 6], [1, 4], [2, 5]]);
+    expect(stridedFragments(7, 3)).toEqual([
+      [0, 3, 6],
+      [1, 4],
+      [2, 5],
+    ]);
     const due = Array.from({ length: 24 }, (_, s) => fragmentDue(s + 1, 12, 3));
     // H = 12, F = 3: fragment 1 after step 4, fragment 2 after 8, fragment 0 after 12, again.
     const want = Array<number | null>(24).fill(null);
-    for (const [step, p] of [[4, 1], [8, 2], [12, 0], [16, 1], [20, 2], [24, 0]] as const) {
+    for (const [step, p] of [
+      [4, 1],
+      [8, 2],
+      [12, 0],
+      [16, 1],
+      [20, 2],
+      [24, 0],
+    ] as const) {
       want[step - 1] = p;
     }
     expect(due).toEqual(want);
     expect(Array.from({ length: 10 }, (_, s) => fragmentDue(s + 1, 5, 1))).toEqual([
-      null, null, null, null, 0, null, null, null, null, 0,
+      null,
+      null,
+      null,
+      null,
+      0,
+      null,
+      null,
+      null,
+      null,
+      0,
     ]);
   });
 
@@ -97,7 +123,10 @@ describe('streamed fragments', () => {
         { innerSteps: 4, fragments: 2, overlap: 2, mixing: 0.5, lr: 0.7, momentum: 0.9 },
         exactMean,
       );
-      expect(dilocos[0]!.fragments).toEqual([[0, 2], [1, 3]]);
+      expect(dilocos[0]!.fragments).toEqual([
+        [0, 2],
+        [1, 3],
+      ]);
       const inFlight: (number | null)[] = [];
       for (let step = 1; step <= 13; step++) {
         for (let r = 0; r < size; r++) {
@@ -114,7 +143,9 @@ describe('streamed fragments', () => {
           const got = await flat(models[r]!);
           const want = ref.locals[r]!;
           for (let i = 0; i < got.length; i++) {
-            expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(2e-5 * (1 + Math.abs(want[i]!)));
+            expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(
+              2e-5 * (1 + Math.abs(want[i]!)),
+            );
           }
         }
       }
@@ -137,7 +168,12 @@ describe('streamed fragments', () => {
     async (compression) => {
       const seed = newSeed(`streamed F=1 tau=0 ${compression}`);
       const plain = await world(3, seed, { compression, innerSteps: 3 });
-      const streamed = await world(3, seed, { compression, innerSteps: 3, fragments: 1, overlap: 0 });
+      const streamed = await world(3, seed, {
+        compression,
+        innerSteps: 3,
+        fragments: 1,
+        overlap: 0,
+      });
       for (let step = 1; step <= 10; step++) {
         for (const w of [plain, streamed]) {
           for (const [r, m] of w.models.entries()) await train(m, seed, r, step);
@@ -225,7 +261,7 @@ describe('streamed fragments', () => {
     await Promise.all(
       drift.dilocos.map(async (d, r) => {
         for (let step = 1; step <= steps; step++) {
-          const pause = r === 2 ? 15 : r === 1 ? ((seed + step) % 11) : 0;
+          const pause = r === 2 ? 15 : r === 1 ? (seed + step) % 11 : 0;
           if (pause > 0) await new Promise((wake) => setTimeout(wake, pause));
           await train(drift.models[r]!, seed, r, step);
           await d.afterInnerStep();
@@ -262,7 +298,9 @@ describe('streamed fragments', () => {
       '[DiLoCo] rank 0: overlap must be a whole number from 0 to innerSteps / fragments (4), so that one fragment is on the wire at a time, got 5',
     );
     await expect(make({ mixing: 1 })).rejects.toThrow(DilocoArgumentError);
-    await expect(make({ mixing: 1 })).rejects.toThrow('[DiLoCo] rank 0: mixing must be in [0, 1), got 1');
+    await expect(make({ mixing: 1 })).rejects.toThrow(
+      '[DiLoCo] rank 0: mixing must be in [0, 1), got 1',
+    );
     await closeWorld([group!]);
   });
 });

@@ -95,6 +95,9 @@ interface InFlight {
   readonly result: Promise<AverageStats>;
   /** The fragment's residual before the issue, restored if it is dropped. */
   readonly residualBefore: Float32Array | null;
+  /** `performance.now()` at the issue, and when this rank saw the average done (or -1). */
+  readonly issuedMs: number;
+  doneMs: number;
 }
 
 /** What one step of the schedule did. */
@@ -103,6 +106,20 @@ export interface StreamStepResult {
   readonly applied: number | null;
   /** Bytes sent by the syncs that completed. */
   readonly bytesSent: number;
+  /**
+   * Milliseconds from the issue of the fragment that landed to when this rank saw its average
+   * done (0 when none landed): the sync's wall time.
+   */
+  readonly syncMs: number;
+  /** Of those, the milliseconds landing waited for the average: the part the overlap did not hide. */
+  readonly waitMs: number;
+}
+
+/** What landing a fragment measured. */
+interface Landed {
+  readonly bytesSent: number;
+  readonly syncMs: number;
+  readonly waitMs: number;
 }
 
 const yieldTurn: () => Promise<void> =
@@ -168,22 +185,22 @@ export class StreamedFragments {
    */
   async afterInnerStep(step: number): Promise<StreamStepResult> {
     let applied: number | null = null;
-    let bytesSent = 0;
+    let landed: Landed = { bytesSent: 0, syncMs: 0, waitMs: 0 };
     const { innerSteps, fragments, overlap } = this.options;
     if (this.flight !== null && step >= this.flight.issuedAt + overlap) {
       applied = this.flight.fragment.index;
-      bytesSent += await this.land(this.options.mixing);
+      landed = await this.land(this.options.mixing);
     }
     const due = fragmentDue(step, innerSteps, fragments);
     if (due !== null) {
       await this.issue(this.list[due]!, step, 1);
       if (overlap === 0) {
         applied = due;
-        bytesSent += await this.land(this.options.mixing);
+        landed = await this.land(this.options.mixing);
       }
     }
     if (this.flight !== null) await yieldTurn();
-    return { applied, bytesSent };
+    return { applied, ...landed };
   }
 
   /**
@@ -193,10 +210,10 @@ export class StreamedFragments {
    */
   async syncAll(step: number, weight: number): Promise<number> {
     let bytesSent = 0;
-    if (this.flight !== null) bytesSent += await this.land(this.options.mixing);
+    if (this.flight !== null) bytesSent += (await this.land(this.options.mixing)).bytesSent;
     for (const fragment of this.list) {
       await this.issue(fragment, step, weight);
-      bytesSent += await this.land(0);
+      bytesSent += (await this.land(0)).bytesSent;
     }
     return bytesSent;
   }
@@ -265,21 +282,41 @@ export class StreamedFragments {
     const { global } = fragment;
     for (let i = 0; i < delta.length; i++) delta[i] = (global[i]! - delta[i]!) * weight;
     const residualBefore = fragment.averager.residuals().input;
+    const issuedMs = performance.now();
     const result = fragment.averager.average(delta);
+    const flight: InFlight = {
+      fragment,
+      issuedAt: step,
+      delta,
+      result,
+      residualBefore,
+      issuedMs,
+      doneMs: -1,
+    };
     // Awaited in `land`; a fragment dropped at `regroup` may still fail on its old group.
-    result.catch(() => {});
-    this.flight = { fragment, issuedAt: step, delta, result, residualBefore };
+    result.then(
+      () => {
+        flight.doneMs = performance.now();
+      },
+      () => {},
+    );
+    this.flight = flight;
   }
 
   /** Await the fragment in flight, step its global copy, merge it into the local parameters. */
-  private async land(mixing: number): Promise<number> {
-    const { fragment, delta, result } = this.flight!;
+  private async land(mixing: number): Promise<Landed> {
+    const flight = this.flight!;
+    const { fragment, delta, result } = flight;
+    const landing = performance.now();
+    const doneBefore = flight.doneMs >= 0;
     let stats: AverageStats;
     try {
       stats = await result;
     } finally {
       this.flight = null;
     }
+    const waitMs = doneBefore ? 0 : performance.now() - landing;
+    const syncMs = (doneBefore ? flight.doneMs : performance.now()) - flight.issuedMs;
     fragment.outer.apply(fragment.global, delta);
     if (mixing === 0) {
       writeFlat(this.params, fragment.global, fragment.tensors);
@@ -291,7 +328,7 @@ export class StreamedFragments {
       }
       writeFlat(this.params, local, fragment.tensors);
     }
-    return stats.bytesSent;
+    return { bytesSent: stats.bytesSent, syncMs, waitMs };
   }
 
   /** The fragment's part of a flat parameter-order vector, contiguous. */
