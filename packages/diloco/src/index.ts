@@ -24,8 +24,8 @@ export { DilocoArgumentError, DilocoError, DilocoStateError } from './errors.js'
 export type { OuterOptimizerOptions, OuterOptimizerState } from './outer-optimizer.js';
 export {
   DEFAULT_STREAM_MIXING,
+  dealFragments,
   fragmentDue,
-  stridedFragments,
 } from './streamed-fragments.js';
 export { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, OuterOptimizer } from './outer-optimizer.js';
 export {

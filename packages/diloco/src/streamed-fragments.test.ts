@@ -5,7 +5,7 @@ import { CompressedAverager } from './compressed-average.js';
 import type { OuterCompression } from './compression.js';
 import { DiLoCo } from './diloco.js';
 import { DilocoArgumentError } from './errors.js';
-import { fragmentDue, stridedFragments } from './streamed-fragments.js';
+import { dealFragments, fragmentDue } from './streamed-fragments.js';
 import { buildModel, flat, type Model } from './test-support/mlp-case.js';
 import { type Average, exactMean, StreamReference } from './test-support/stream-reference.js';
 import { closeWorld, newSeed, randomValues } from './test-support/worlds.js';
@@ -74,8 +74,14 @@ async function world(size: number, seed: number, c: StreamCase) {
 }
 
 describe('streamed fragments', () => {
-  it('deals tensors in turn and syncs fragment p at s mod H = floor(p H / F)', () => {
-    expect(stridedFragments(7, 3)).toEqual([
+  it('deals each tensor to the emptiest fragment and syncs fragment p at s mod H = floor(p H / F)', () => {
+    // A layer's tensors: two norms, a matrix and its bias, twice; the matrices land apart.
+    expect(dealFragments([64, 64, 4096, 64, 64, 64, 4096, 64], 3)).toEqual([
+      [0, 3, 5, 7],
+      [1, 4, 6],
+      [2],
+    ]);
+    expect(dealFragments([5, 5, 5, 5, 5, 5, 5], 3)).toEqual([
       [0, 3, 6],
       [1, 4],
       [2, 5],
@@ -123,10 +129,7 @@ describe('streamed fragments', () => {
         { innerSteps: 4, fragments: 2, overlap: 2, mixing: 0.5, lr: 0.7, momentum: 0.9 },
         exactMean,
       );
-      expect(dilocos[0]!.fragments).toEqual([
-        [0, 2],
-        [1, 3],
-      ]);
+      expect(dilocos[0]!.fragments).toEqual([[0], [1, 2, 3]]);
       const inFlight: (number | null)[] = [];
       for (let step = 1; step <= 13; step++) {
         for (let r = 0; r < size; r++) {

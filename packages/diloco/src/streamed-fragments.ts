@@ -12,11 +12,15 @@ export const DEFAULT_STREAM_MIXING = 0.5;
  * [Note: streamed fragments]
  * Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512), as `fragments`, `overlap` and
  * `mixing` of `DiLoCo`:
- * - Fragments: the parameter tensors are dealt out in turn, tensor i to fragment i mod F (the
- *   paper's strided pattern, at the granularity this package sees: tensors, not the model's
- *   layers). Strided rather than sequential because the paper found it a little better (each
- *   fragment spans the whole depth, so no part of the network is always the stalest), and because
- *   dealing tensors keeps the fragments' sizes close without a plan of the model's layers.
+ * - Fragments: the paper's strided pattern (fragment p holds layers p, p + F, p + 2F, ...) rather
+ *   than its sequential one (runs of consecutive layers), because the paper found strided a
+ *   little better: every fragment spans the whole depth, so no part of the network is always the
+ *   stalest. This package sees tensors, not layers, and a transformer layer's tensors differ in
+ *   size by 100x, so tensor i to fragment i mod F made fragments of 55, 4 and 45 % of the trainer's
+ *   GPT at F = 3 (a layer's big matrices fell on two fragments). So the tensors are dealt in
+ *   parameter order, each to the fragment that holds the fewest elements so far (ties: the lowest
+ *   index): still strided through the depth, with fragments within about a tensor of 1/F of the
+ *   model, which is what sets the peak bandwidth.
  * - Schedule: fragment p syncs after the inner steps s with s mod H = floor(p H / F) (s counted
  *   from 1): fragment 0 at H, 2H, ... as plain DiLoCo, fragment p p H / F steps later in each
  *   period. So at most one fragment starts at any step, and one sync's bytes are 1/F of the
@@ -35,6 +39,12 @@ export const DEFAULT_STREAM_MIXING = 0.5;
  *   turn (`setImmediate`), so every step lets the transport deliver what arrived and send the next
  *   hop; an average of k hops needs about k steps to finish unseen (the trainer README has the
  *   measurement on broadband-20).
+ * - The averages run on a group of their own (`newGroup` of every rank, made at `create` and at
+ *   each `regroup`): a group's calls complete in issue order, and a fragment's average is several
+ *   calls (int8's sends and receives, then its all-gather), issued as the previous ones finish, in
+ *   the background. On the caller's group they would interleave with the training loop's own
+ *   collectives in a different order on each rank (the trainer's loss mean met an int8 all-gather:
+ *   a `CollectiveMismatchError`); on their own tags they cannot.
  * - Each fragment has its own outer optimizer (momentum buffer) and its own averager, so error
  *   feedback (int8, int4, bf16 residuals; topk's decaying buffer) is per fragment: what a
  *   fragment's compression dropped goes out with that fragment's next sync.
@@ -47,10 +57,20 @@ export const DEFAULT_STREAM_MIXING = 0.5;
  *   group).
  */
 
-/** Tensor indices of each of `count` fragments: tensor i in fragment i mod count. */
-export function stridedFragments(tensorCount: number, count: number): number[][] {
+/**
+ * Tensor indices of each of `count` fragments, for tensors of `sizes` elements: each tensor in
+ * order to the fragment with the fewest elements so far, ties to the lowest ([Note: streamed
+ * fragments]).
+ */
+export function dealFragments(sizes: readonly number[], count: number): number[][] {
   const fragments = Array.from({ length: count }, () => [] as number[]);
-  for (let i = 0; i < tensorCount; i++) fragments[i % count]!.push(i);
+  const filled = new Array<number>(count).fill(0);
+  for (const [i, size] of sizes.entries()) {
+    let p = 0;
+    for (let q = 1; q < count; q++) if (filled[q]! < filled[p]!) p = q;
+    fragments[p]!.push(i);
+    filled[p]! += size;
+  }
   return fragments;
 }
 
@@ -59,6 +79,11 @@ export function fragmentDue(step: number, innerSteps: number, count: number): nu
   const phase = step % innerSteps;
   for (let p = 0; p < count; p++) if (Math.floor((p * innerSteps) / count) === phase) return p;
   return null;
+}
+
+/** Every rank of `group` as a group of its own (its collectives on separate tags). */
+function ownGroup(group: ProcessGroup): ProcessGroup {
+  return group.newGroup(Array.from({ length: group.size }, (_, r) => r))!;
 }
 
 /** How `StreamedFragments` runs. */
@@ -138,25 +163,29 @@ export class StreamedFragments {
   private readonly starts: number[];
   private flight: InFlight | null = null;
   private stepsBefore = 0;
+  /** The group the averages run on: every rank of the caller's, on tags of its own. */
+  private comm: ProcessGroup;
 
   constructor(
     private readonly params: readonly Tensor[],
     global: Float32Array,
     private options: StreamOptions,
   ) {
+    this.comm = ownGroup(options.group);
     this.starts = [];
     let offset = 0;
     for (const p of params) {
       this.starts.push(offset);
       offset += p.size;
     }
-    this.list = stridedFragments(params.length, options.fragments).map((tensors, index) => {
+    const sizes = params.map((p) => p.size);
+    this.list = dealFragments(sizes, options.fragments).map((tensors, index) => {
       const fragment: Fragment = {
         index,
         tensors,
         global: new Float32Array(tensors.reduce((sum, t) => sum + params[t]!.size, 0)),
         outer: new OuterOptimizer(options.outer, options.group.rank),
-        averager: new CompressedAverager(options.group, options.codec),
+        averager: new CompressedAverager(this.comm, options.codec),
       };
       return fragment;
     });
@@ -225,8 +254,9 @@ export class StreamedFragments {
   regroup(group: ProcessGroup): void {
     const dropped = this.flight;
     this.flight = null;
+    this.comm = ownGroup(group);
     for (const fragment of this.list) {
-      fragment.averager = fragment.averager.regroup(group);
+      fragment.averager = fragment.averager.regroup(this.comm);
       if (fragment === dropped?.fragment) {
         fragment.averager.loadResiduals({ input: dropped.residualBefore, shard: null });
       }

@@ -1,5 +1,6 @@
 // Streaming DiLoCo written out plainly for the tests ([Note: streamed fragments]): every rank's
-// flat parameters in one process, fragments dealt tensor i to i mod F, fragment p synced after the
+// flat parameters in one process, each tensor dealt to the fragment with the fewest elements so
+// far (ties: the lowest), fragment p synced after the
 // steps s with s mod H = floor(p H / F), landed tau steps later with the outer Nesterov step and
 // the mixing alpha x local + (1 - alpha) x global. In Float64Array with an exact mean (the
 // reference for f32), or in Float32Array with the same element-wise arithmetic as the package and
@@ -47,8 +48,10 @@ export class StreamReference {
   ) {
     this.elements = Array.from({ length: settings.fragments }, () => []);
     let offset = 0;
-    for (const [t, size] of tensorSizes.entries()) {
-      for (let k = 0; k < size; k++) this.elements[t % settings.fragments]!.push(offset + k);
+    for (const size of tensorSizes) {
+      const lengths = this.elements.map((e) => e.length);
+      const p = lengths.indexOf(Math.min(...lengths));
+      for (let k = 0; k < size; k++) this.elements[p]!.push(offset + k);
       offset += size;
     }
     this.global = this.elements.map((e) => {
