@@ -44,7 +44,8 @@ export interface DilocoOptions extends CodecOptions {
   /**
    * Streaming DiLoCo's alpha, in [0, 1): a landed fragment's local parameters become alpha x
    * local + (1 - alpha) x global. Default 0.5 with an overlap (the paper's), 0 without (DiLoCo's
-   * replacement).
+   * replacement) and with `topk` (its error feedback already carries the local work not sent:
+   * [Note: streamed fragments]).
    */
   mixing?: number;
 }
@@ -131,7 +132,7 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
       `overlap must be a whole number from 0 to innerSteps / fragments (${most}), so that one fragment is on the wire at a time, got ${overlap}`,
     );
   }
-  const mixing = options.mixing ?? (overlap > 0 ? DEFAULT_STREAM_MIXING : 0);
+  const mixing = options.mixing ?? (overlap > 0 && !topk ? DEFAULT_STREAM_MIXING : 0);
   if (!(Number.isFinite(mixing) && mixing >= 0 && mixing < 1)) {
     fail('mixing', `mixing must be in [0, 1), got ${mixing}`);
   }

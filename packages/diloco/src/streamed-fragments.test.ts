@@ -211,7 +211,8 @@ describe('streamed fragments', () => {
       const { groups, models, dilocos } = await world(size, seed, c);
       const sizes = models[0]!.parameters().map((p) => p.size);
       const start = await flat(models[0]!);
-      // The reference averages each fragment with an averager of its own per rank.
+      // The reference averages each fragment with an averager of its own per rank; the default
+      // mixing is the paper's 0.5, and 0 for topk (its error feedback keeps the local work).
       const refGroups: ProcessGroup[][] = [createLocalGroups(size), createLocalGroups(size)];
       const averagers = refGroups.map((gs) =>
         gs.map((g) => new CompressedAverager(g, codecOptions(compression))),
@@ -226,7 +227,7 @@ describe('streamed fragments', () => {
         (n) => new Float32Array(n),
         models.map(() => start.slice()),
         sizes,
-        { ...c, mixing: 0.5, lr: topk ? 1 : 0.7, momentum: topk ? 0 : 0.9 },
+        { ...c, mixing: topk ? 0 : 0.5, lr: topk ? 1 : 0.7, momentum: topk ? 0 : 0.9 },
         average,
       );
       for (let step = 1; step <= 12; step++) {

@@ -288,6 +288,18 @@ describe('parseOptions', () => {
     expect(
       parse(...diloco, '--outer-fragments', '4', '--outer-overlap', '1', '--outer-mixing', '0'),
     ).toMatchObject({ outerFragments: 4, outerOverlap: 1, outerMixing: 0 });
+    // topk: 0, its error feedback keeps what the local parameters did beyond the sync.
+    expect(
+      parse(
+        ...diloco,
+        '--outer-fragments',
+        '3',
+        '--outer-overlap',
+        '4',
+        '--outer-compression',
+        'topk',
+      ),
+    ).toMatchObject({ outerMixing: 0 });
     expect(parse(...diloco, '--outer-fragments', '2')).toMatchObject({
       outerOverlap: 0,
       outerMixing: 0,

@@ -243,11 +243,12 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     }),
     outerFragments: int('outer-fragments', 1),
     outerOverlap,
-    // Streaming DiLoCo's mixing: the paper's 0.5 with an overlap; 0 (DiLoCo's replacement) without.
+    // Streaming DiLoCo's mixing: the paper's 0.5 with an overlap; 0 (DiLoCo's replacement) without
+    // and with topk, whose error feedback keeps the local work ([Note: streamed fragments]).
     outerMixing: numberOption(
       'outer-mixing',
       v['outer-mixing'],
-      outerOverlap > 0 ? DEFAULT_STREAM_MIXING : 0,
+      outerOverlap > 0 && !topk ? DEFAULT_STREAM_MIXING : 0,
       { min: 0, max: 0.999999 },
     ),
     checkpointEvery: int('checkpoint-every', 0, 0),

@@ -91,7 +91,8 @@ Execution
   --outer-overlap <tau>        diloco: inner steps a fragment's sync runs behind before it
                                lands, at most --inner-steps / F (default 0: wait for it)
   --outer-mixing <alpha>       diloco: a landed fragment keeps alpha of its local parameters
-                               (default 0.5 with an overlap, the paper's; 0 without)
+                               (default 0.5 with an overlap, the paper's; 0 without, and
+                               with topk)
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
