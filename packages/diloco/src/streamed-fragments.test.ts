@@ -177,6 +177,8 @@ describe('streamed fragments', () => {
         fragments: 1,
         overlap: 0,
       });
+      // One fragment of every tensor: the streamed code path, not plain DiLoCo's.
+      expect(streamed.dilocos[0]!.fragments).toEqual([[0, 1, 2, 3]]);
       for (let step = 1; step <= 10; step++) {
         for (const w of [plain, streamed]) {
           for (const [r, m] of w.models.entries()) await train(m, seed, r, step);
