@@ -33,10 +33,37 @@ export interface Variant {
 /** What one run measured. */
 export interface Measured {
   tokensPerSecond: number;
+  /**
+   * Over the outer syncs before the last step (rank 0's): the ms from each sync's issue to its
+   * average done, summed, and the ms its steps waited for them. The last step's sync of every
+   * fragment blocks in any case and is left out.
+   */
+  syncMs: number;
+  waitMs: number;
   /** Bytes one rank sent per token the job trained. */
   bytesPerToken: number;
   heldOutLoss: number;
   parameters: number;
+}
+
+/**
+ * Streaming DiLoCo at H = `innerSteps` in `fragments` fragments with an overlap of `overlap` inner
+ * steps, with each of `compressions`: names `DiLoCo H=50 int8 stream F=5 tau=10`.
+ */
+export function streamVariants(
+  innerSteps: number,
+  fragments: number,
+  overlap: number,
+  compressions: readonly string[],
+): Variant[] {
+  return compressions.map((compression) => ({
+    name: `DiLoCo H=${innerSteps} ${compression} stream F=${fragments} tau=${overlap}`,
+    args: [
+      ...['--strategy', 'diloco', '--inner-steps', String(innerSteps)],
+      ...['--outer-compression', compression],
+      ...['--outer-fragments', String(fragments), '--outer-overlap', String(overlap)],
+    ],
+  }));
 }
 
 /** DDP, then DiLoCo at H = `innerSteps` with each of `compressions`. */
@@ -105,7 +132,17 @@ export async function measureDiloco(
   const lines = (await readFile(log, 'utf8'))
     .trim()
     .split('\n')
-    .map((l) => JSON.parse(l) as { tokensPerSecond: number; outerBytesSent?: number });
+    .map(
+      (l) =>
+        JSON.parse(l) as {
+          step: number;
+          tokensPerSecond: number;
+          outerBytesSent?: number;
+          outerSyncMs?: number;
+          outerWaitMs?: number;
+        },
+    );
+  const before = lines.filter((l) => l.step < shape.steps);
   const tokensPerStep = shape.batch * shape.block;
   const seconds = lines.reduce((s, l) => s + tokensPerStep / l.tokensPerSecond, 0);
   const text = outs[0]!.text;
@@ -117,6 +154,8 @@ export async function measureDiloco(
     : lines.reduce((s, l) => s + (l.outerBytesSent ?? 0), 0);
   return {
     tokensPerSecond: tokens / seconds,
+    syncMs: before.reduce((s, l) => s + (l.outerSyncMs ?? 0), 0),
+    waitMs: before.reduce((s, l) => s + (l.outerWaitMs ?? 0), 0),
     bytesPerToken: sent / tokens,
     heldOutLoss,
     parameters,

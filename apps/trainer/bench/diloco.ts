@@ -5,16 +5,27 @@
  * loopback. For `--strategy ddp` and `diloco --inner-steps 50` in f32, int8, int4 and topk, the
  * same steps, batches and seed: tokens/s over the whole run (the outer syncs included) against the
  * same strategy on loopback; bytes each rank sends per token the job trains against DDP's; the
- * held-out loss at the end against DDP's on loopback.
+ * held-out loss at the end against DDP's on loopback. Streaming DiLoCo (rows with `stream`:
+ * `--outer-fragments 5 --outer-overlap 10` at H = 50, int8 and topk) beside them, and for every
+ * DiLoCo row on a shaped link the share of its outer syncs' wall time the steps did not wait for
+ * (the syncs before the last step: the last syncs every fragment and blocks in any case).
  * Run: `pnpm --filter @webshard/trainer bench:diloco` (`-- --steps 100 --n-embd 128` to change the
- * run; `-- --quick` for 50 steps on broadband-20 only). `pnpm bench` runs the loopback bytes rows
+ * run, `-- --fragments 5 --overlap 10` for the streamed ones, `-- --variants stream` for DDP and
+ * the variants whose name holds `stream`, `-- --links none` for loopback alone; `-- --quick` for
+ * 50 steps on broadband-20 only). `pnpm bench` runs the loopback bytes rows
  * alone (bench/diloco-quick.ts).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
-import { type DilocoShape, dilocoVariants, type Measured, measureDiloco } from './diloco-runs.js';
+import {
+  type DilocoShape,
+  dilocoVariants,
+  type Measured,
+  measureDiloco,
+  streamVariants,
+} from './diloco-runs.js';
 
 const quick = process.argv.includes('--quick');
 
@@ -32,9 +43,21 @@ const SHAPE: DilocoShape = {
   embd: flag('n-embd', 64),
   layers: flag('n-layer', 2),
 };
-const VARIANTS = dilocoVariants(SHAPE.innerSteps, ['f32', 'int8', 'int4', 'topk']);
+const FRAGMENTS = flag('fragments', 5);
+const OVERLAP = flag('overlap', Math.floor(SHAPE.innerSteps / FRAGMENTS));
+const only = process.argv.indexOf('--variants');
+const VARIANTS = [
+  ...dilocoVariants(SHAPE.innerSteps, ['f32', 'int8', 'int4', 'topk']),
+  ...streamVariants(SHAPE.innerSteps, FRAGMENTS, OVERLAP, ['int8', 'topk']),
+].filter((v) => only < 0 || v.name === 'DDP' || v.name.includes(process.argv[only + 1]!));
 
-const links = quick ? ['none', 'broadband-20'] : ['none', 'broadband-100', 'broadband-20'];
+const linksAt = process.argv.indexOf('--links');
+const links =
+  linksAt >= 0
+    ? process.argv[linksAt + 1]!.split(',')
+    : quick
+      ? ['none', 'broadband-20']
+      : ['none', 'broadband-100', 'broadband-20'];
 const dir = await mkdtemp(join(tmpdir(), 'webshard-diloco-bench-'));
 const rows: BenchRow[] = [];
 const shape = `GPT ${SHAPE.layers}x${SHAPE.embd}, ${SHAPE.ranks} ranks, ${SHAPE.steps} steps of ${SHAPE.batch * SHAPE.block} tokens`;
@@ -45,7 +68,7 @@ try {
       const m = await measureDiloco(dir, SHAPE, variant, link);
       results.set(`${variant.name}|${link}`, m);
       console.log(
-        `${variant.name} over ${link}: ${m.tokensPerSecond.toFixed(0)} tokens/s, ${m.bytesPerToken.toFixed(3)} B/token, held-out loss ${m.heldOutLoss.toFixed(4)} (${m.parameters} parameters)`,
+        `${variant.name} over ${link}: ${m.tokensPerSecond.toFixed(0)} tokens/s, ${m.bytesPerToken.toFixed(3)} B/token, held-out loss ${m.heldOutLoss.toFixed(4)}, syncs ${m.syncMs.toFixed(0)} ms, waited ${m.waitMs.toFixed(0)} ms (${m.parameters} parameters)`,
       );
     }
   }
@@ -68,6 +91,15 @@ try {
         peer: `${variant.name} on loopback`,
         peerValue: Math.round(loopback.tokensPerSecond),
       });
+      if (variant.name !== 'DDP' && m.syncMs > 0) {
+        rows.push({
+          name: `diloco bench: ${variant.name}, ${shape}, ${link}, share of the outer syncs' wall time hidden`,
+          metric: 'hidden',
+          value: Math.round(100 * (1 - m.waitMs / m.syncMs)),
+          unit: '%',
+          better: 'higher',
+        });
+      }
     }
     rows.push({
       name: `diloco bench: ${variant.name}, ${shape}, bytes each rank sends per token`,

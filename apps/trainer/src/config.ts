@@ -68,6 +68,12 @@ export interface TrainConfig {
   outerCompression: OuterCompression;
   /** DiLoCo `topk`: the share of each chunk of 4096 values sent (default 1/64). */
   outerDensity: number;
+  /** Streaming DiLoCo: the parameter tensors in this many fragments, synced in turn (F; 1: all at once). */
+  outerFragments: number;
+  /** Streaming DiLoCo: inner steps a fragment's average overlaps before it lands (tau; default 0). */
+  outerOverlap: number;
+  /** Streaming DiLoCo: a landed fragment's local share alpha (default 0.5 with an overlap, else 0). */
+  outerMixing: number;
   /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
   checkpointEvery: number;
   checkpointDir: string | null;

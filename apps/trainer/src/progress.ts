@@ -34,6 +34,10 @@ export interface StepRecord {
   outerStep?: number;
   /** diloco: the bytes this rank sent in that sync. */
   outerBytesSent?: number;
+  /** diloco: ms from that sync's issue to its average done on this rank (streamed: the fragment's). */
+  outerSyncMs?: number;
+  /** diloco: of those, the ms this step waited for the network (the part not hidden by overlap). */
+  outerWaitMs?: number;
 }
 
 /** `rss 4.9 GiB` (`for 2 ranks` when they share the process), or nothing when not measured. */

@@ -3,6 +3,7 @@ import { type CodecOptions, resolveCodecOptions } from './codec-options.js';
 import type { OuterCompression } from './compression.js';
 import { DilocoArgumentError } from './errors.js';
 import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from './outer-optimizer.js';
+import { DEFAULT_STREAM_MIXING } from './streamed-fragments.js';
 
 /**
  * Options of `DiLoCo`; the defaults are the DiLoCo paper's (Douillard et al. 2023), and
@@ -28,6 +29,25 @@ export interface DilocoOptions extends CodecOptions {
    * member admitted with rank 0's state: [Note: DiLoCo in an elastic world]).
    */
   broadcast?: boolean;
+  /**
+   * Streaming DiLoCo's F: the parameter tensors dealt into this many fragments (tensor i in
+   * fragment i mod F), fragment p synced p H / F steps after fragment 0 in every period of H
+   * ([Note: streamed fragments]). Default 1; at most the number of tensors and H.
+   */
+  fragments?: number;
+  /**
+   * Streaming DiLoCo's tau: inner steps that run while a fragment's average is on the wire before
+   * it is applied. Default 0 (applied at once); at most floor(H / F), so one fragment is on the
+   * wire at a time.
+   */
+  overlap?: number;
+  /**
+   * Streaming DiLoCo's alpha, in [0, 1): a landed fragment's local parameters become alpha x
+   * local + (1 - alpha) x global. Default 0.5 with an overlap (the paper's), 0 without (DiLoCo's
+   * replacement) and with `topk` (its error feedback already carries the local work not sent:
+   * [Note: streamed fragments]).
+   */
+  mixing?: number;
 }
 
 /** The options with defaults filled in, checked. */
@@ -44,6 +64,11 @@ export interface ResolvedDilocoOptions {
   readonly errorDecay: number;
   readonly timeoutMs: number | undefined;
   readonly broadcast: boolean;
+  /** Whether the syncs stream over fragments (`fragments`, `overlap` or `mixing` given). */
+  readonly streamed: boolean;
+  readonly fragments: number;
+  readonly overlap: number;
+  readonly mixing: number;
 }
 
 const OP = 'DiLoCo';
@@ -92,6 +117,25 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
   if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs > 0)) {
     fail('timeoutMs', `timeoutMs must be a positive number of milliseconds, got ${timeoutMs}`);
   }
+  const fragments = options.fragments ?? 1;
+  if (!Number.isSafeInteger(fragments) || fragments < 1 || fragments > innerSteps) {
+    fail(
+      'fragments',
+      `fragments must be a whole number from 1 to innerSteps (${innerSteps}), got ${fragments}`,
+    );
+  }
+  const overlap = options.overlap ?? 0;
+  const most = Math.floor(innerSteps / fragments);
+  if (!Number.isSafeInteger(overlap) || overlap < 0 || overlap > most) {
+    fail(
+      'overlap',
+      `overlap must be a whole number from 0 to innerSteps / fragments (${most}), so that one fragment is on the wire at a time, got ${overlap}`,
+    );
+  }
+  const mixing = options.mixing ?? (overlap > 0 && !topk ? DEFAULT_STREAM_MIXING : 0);
+  if (!(Number.isFinite(mixing) && mixing >= 0 && mixing < 1)) {
+    fail('mixing', `mixing must be in [0, 1), got ${mixing}`);
+  }
   return {
     group,
     innerSteps,
@@ -101,5 +145,12 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
     ...codec,
     timeoutMs,
     broadcast: options.broadcast ?? true,
+    streamed:
+      options.fragments !== undefined ||
+      options.overlap !== undefined ||
+      options.mixing !== undefined,
+    fragments,
+    overlap,
+    mixing,
   };
 }

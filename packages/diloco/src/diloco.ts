@@ -3,7 +3,9 @@ import type { Optimizer, StepOptions, Tensor } from '@webshard/tensor-core';
 import { type DilocoOptions, type ResolvedDilocoOptions, resolveDilocoOptions } from './api.js';
 import { CompressedAverager } from './compressed-average.js';
 import { DilocoArgumentError, DilocoStateError } from './errors.js';
+import { readFlat, writeFlat } from './flat-params.js';
 import { OuterOptimizer } from './outer-optimizer.js';
+import { StreamedFragments } from './streamed-fragments.js';
 
 /** `idle` between steps, `syncing` during an outer sync, `failed` after a sync failed (final). */
 export type DilocoState = 'idle' | 'syncing' | 'failed';
@@ -12,13 +14,20 @@ export type DilocoState = 'idle' | 'syncing' | 'failed';
 export interface DilocoStepResult {
   /** Inner steps taken so far. */
   readonly innerStep: number;
-  /** Whether this step ended with an outer sync. */
+  /** Whether this step ended with an outer sync (streamed: a fragment's outer step applied). */
   readonly synced: boolean;
+  /** Milliseconds from the issue of the sync that ended here to its average done (0: none). */
+  readonly syncMs: number;
+  /**
+   * Of those, the milliseconds this step waited for the network: all of them without an overlap,
+   * what the overlap did not hide with one ([Note: streamed fragments]).
+   */
+  readonly waitMs: number;
 }
 
 /** What an outer sync moved. */
 export interface OuterSyncStats {
-  /** Outer steps taken so far (this one included). */
+  /** Outer steps taken so far (this one included; streamed: fragment syncs, `DiLoCo.outerStep`). */
   readonly outerStep: number;
   /** Bytes this rank sent for this sync ([Note: compressed averaging]). */
   readonly bytesSent: number;
@@ -75,6 +84,8 @@ export class DiLoCo {
   readonly outer: OuterOptimizer;
   private averager: CompressedAverager;
   private readonly global: Float32Array;
+  /** Streaming DiLoCo's fragments when `fragments`, `overlap` or `mixing` was given, else null. */
+  private readonly streamed: StreamedFragments | null;
   private innerSteps = 0;
   private current: DilocoState = 'idle';
   private sent = 0;
@@ -91,14 +102,30 @@ export class DiLoCo {
       { lr: options.outerLr, momentum: options.outerMomentum, nesterov: options.nesterov },
       options.group.rank,
     );
-    this.averager = new CompressedAverager(options.group, {
+    const codec = {
       compression: options.compression,
       blockSize: options.blockSize,
       ...(options.compression === 'topk' ? { density: options.density } : {}),
       errorFeedback: options.errorFeedback,
       errorDecay: options.errorDecay,
       timeoutMs: options.timeoutMs,
-    });
+    };
+    this.averager = new CompressedAverager(options.group, codec);
+    this.streamed = options.streamed
+      ? new StreamedFragments(params, global, {
+          group: options.group,
+          innerSteps: options.innerSteps,
+          fragments: options.fragments,
+          overlap: options.overlap,
+          mixing: options.mixing,
+          outer: {
+            lr: options.outerLr,
+            momentum: options.outerMomentum,
+            nesterov: options.nesterov,
+          },
+          codec,
+        })
+      : null;
   }
 
   /**
@@ -133,6 +160,13 @@ export class DiLoCo {
         );
       }
     }
+    if (resolved.fragments > list.length) {
+      throw new DilocoArgumentError(
+        { op: 'DiLoCo', rank },
+        'fragments',
+        `${resolved.fragments} fragments of ${list.length} parameter tensors: a fragment holds whole tensors`,
+      );
+    }
     const global = await readFlat(list);
     if (resolved.broadcast) {
       await resolved.group.broadcast(global, 0, { timeoutMs: resolved.timeoutMs }).wait();
@@ -160,6 +194,7 @@ export class DiLoCo {
   regroup(group: ProcessGroup): void {
     if (this.current === 'syncing') this.assertIdle('regroup');
     this.averager = this.averager.regroup(group);
+    this.streamed?.regroup(group);
     this.resolved = { ...this.resolved, group };
     this.current = 'idle';
   }
@@ -173,6 +208,21 @@ export class DiLoCo {
     return this.innerSteps;
   }
 
+  /** Outer steps taken (streamed: fragment syncs applied, each one fragment's outer step). */
+  get outerStep(): number {
+    return this.streamed?.outerSteps ?? this.outer.step;
+  }
+
+  /** Streamed: the fragment whose average is on the wire, or null ([Note: streamed fragments]). */
+  get fragmentInFlight(): number | null {
+    return this.streamed?.inFlight ?? null;
+  }
+
+  /** Streamed: the parameter indices of each fragment; null when the syncs are not streamed. */
+  get fragments(): readonly (readonly number[])[] | null {
+    return this.streamed?.fragments ?? null;
+  }
+
   /** Bytes this rank sent in all outer syncs so far. */
   get bytesSent(): number {
     return this.sent;
@@ -180,7 +230,7 @@ export class DiLoCo {
 
   /** The global parameters of the last sync (a copy). */
   globalParameters(): Float32Array {
-    return this.global.slice();
+    return this.streamed?.flatGlobal() ?? this.global.slice();
   }
 
   /**
@@ -201,9 +251,25 @@ export class DiLoCo {
   async afterInnerStep(): Promise<DilocoStepResult> {
     this.assertIdle('afterInnerStep');
     this.innerSteps++;
+    if (this.streamed !== null) {
+      // A fragment lands and another is issued ([Note: streamed fragments]).
+      this.current = 'syncing';
+      try {
+        const landed = await this.streamed.afterInnerStep(this.innerSteps);
+        this.sent += landed.bytesSent;
+        this.current = 'idle';
+        const { syncMs, waitMs } = landed;
+        return { innerStep: this.innerSteps, synced: landed.applied !== null, syncMs, waitMs };
+      } catch (error) {
+        this.current = 'failed';
+        throw error;
+      }
+    }
     const synced = this.innerSteps % this.options.innerSteps === 0;
+    const start = performance.now();
     if (synced) await this.outerSync();
-    return { innerStep: this.innerSteps, synced };
+    const ms = synced ? performance.now() - start : 0;
+    return { innerStep: this.innerSteps, synced, syncMs: ms, waitMs: ms };
   }
 
   /**
@@ -228,6 +294,13 @@ export class DiLoCo {
     }
     this.current = 'syncing';
     try {
+      if (this.streamed !== null) {
+        // Every fragment, the one in flight first: [Note: streamed fragments].
+        const bytesSent = await this.streamed.syncAll(this.innerSteps, weight);
+        this.sent += bytesSent;
+        this.current = 'idle';
+        return { outerStep: this.outerStep, bytesSent };
+      }
       const local = await readFlat(this.params);
       const delta = local;
       for (let i = 0; i < delta.length; i++) delta[i] = (this.global[i]! - local[i]!) * weight;
@@ -245,6 +318,17 @@ export class DiLoCo {
 
   /** The state to checkpoint (copies). */
   stateDict(): DilocoStateDict {
+    if (this.streamed !== null) {
+      // A fragment in flight is saved as if dropped ([Note: streamed fragments]).
+      return {
+        innerStep: this.innerSteps,
+        outerStep: this.streamed.outerSteps,
+        global: this.streamed.flatGlobal(),
+        momentumBuffer: this.streamed.flatMomentum(),
+        residual: this.streamed.flatResidual(),
+        shardResidual: null,
+      };
+    }
     const outer = this.outer.stateDict();
     const residuals = this.averager.residuals();
     return {
@@ -288,6 +372,11 @@ export class DiLoCo {
     this.outer.loadStateDict({ step: state.outerStep, momentumBuffer: state.momentumBuffer });
     this.averager.loadResiduals({ input: state.residual, shard: state.shardResidual });
     this.global.set(state.global);
+    this.streamed?.load(state.global, {
+      outerStep: state.outerStep,
+      momentum: state.momentumBuffer,
+      residual: state.residual,
+    });
     writeFlat(this.params, this.global);
     this.current = 'idle';
   }
@@ -302,25 +391,5 @@ export class DiLoCo {
           : 'an earlier outer sync failed: regroup() onto the members left, or resume from a checkpoint',
       );
     }
-  }
-}
-
-/** The parameters' values, flat, in order. */
-async function readFlat(params: readonly Tensor[]): Promise<Float32Array> {
-  const out = new Float32Array(params.reduce((sum, p) => sum + p.size, 0));
-  let offset = 0;
-  for (const p of params) {
-    out.set((await p.read()) as Float32Array, offset);
-    offset += p.size;
-  }
-  return out;
-}
-
-/** Set the parameters from `flat` (in order). */
-function writeFlat(params: readonly Tensor[], flat: Float32Array): void {
-  let offset = 0;
-  for (const p of params) {
-    p.write(flat.subarray(offset, offset + p.size));
-    offset += p.size;
   }
 }

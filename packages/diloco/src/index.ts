@@ -22,6 +22,11 @@ export { DiLoCo } from './diloco.js';
 export type { DilocoErrorFields } from './errors.js';
 export { DilocoArgumentError, DilocoError, DilocoStateError } from './errors.js';
 export type { OuterOptimizerOptions, OuterOptimizerState } from './outer-optimizer.js';
+export {
+  DEFAULT_STREAM_MIXING,
+  dealFragments,
+  fragmentDue,
+} from './streamed-fragments.js';
 export { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, OuterOptimizer } from './outer-optimizer.js';
 export {
   DEFAULT_TOPK_CHUNK,

@@ -276,6 +276,83 @@ describe('parseOptions', () => {
     for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
   });
 
+  it('takes the streamed-sync flags (Streaming DiLoCo: F, tau, alpha) and refuses what cannot stream, by name', () => {
+    const diloco = ['--strategy', 'diloco', '--world-size', '4', '--inner-steps', '12'];
+    expect(parse(...diloco)).toMatchObject({ outerFragments: 1, outerOverlap: 0, outerMixing: 0 });
+    // The paper's mixing 0.5 once a fragment overlaps inner steps.
+    expect(parse(...diloco, '--outer-fragments', '3', '--outer-overlap', '4')).toMatchObject({
+      outerFragments: 3,
+      outerOverlap: 4,
+      outerMixing: 0.5,
+    });
+    expect(
+      parse(...diloco, '--outer-fragments', '4', '--outer-overlap', '1', '--outer-mixing', '0'),
+    ).toMatchObject({ outerFragments: 4, outerOverlap: 1, outerMixing: 0 });
+    // topk: 0, its error feedback keeps what the local parameters did beyond the sync.
+    expect(
+      parse(
+        ...diloco,
+        '--outer-fragments',
+        '3',
+        '--outer-overlap',
+        '4',
+        '--outer-compression',
+        'topk',
+      ),
+    ).toMatchObject({ outerMixing: 0 });
+    expect(parse(...diloco, '--outer-fragments', '2')).toMatchObject({
+      outerOverlap: 0,
+      outerMixing: 0,
+    });
+    const cases: [string[], string, string][] = [
+      [
+        [...diloco, '--outer-fragments', '0'],
+        '--outer-fragments 0 is out of range [1, inf)',
+        '--outer-fragments',
+      ],
+      [
+        [...diloco, '--outer-fragments', '13'],
+        '--outer-fragments 13 is more than --inner-steps 12: each fragment syncs once every --inner-steps steps, at its own step',
+        '--outer-fragments',
+      ],
+      [
+        [...diloco, '--outer-fragments', '3', '--outer-overlap', '5'],
+        '--outer-overlap 5 is more than --inner-steps / --outer-fragments (4): one fragment is on the wire at a time',
+        '--outer-overlap',
+      ],
+      [
+        [...diloco, '--outer-overlap', '1.5'],
+        '--outer-overlap 1.5 is not an integer',
+        '--outer-overlap',
+      ],
+      [
+        [...diloco, '--outer-mixing', '1'],
+        '--outer-mixing 1 is out of range [0, 0.999999]',
+        '--outer-mixing',
+      ],
+      [
+        ['--strategy', 'ddp', '--world-size', '2', '--outer-fragments', '2'],
+        '--outer-fragments applies to --strategy diloco, not ddp',
+        '--outer-fragments',
+      ],
+      [
+        [
+          '--strategy',
+          'diloco',
+          '--inner-steps',
+          '12',
+          '--outer-fragments',
+          '2',
+          '--elastic',
+          'ws://127.0.0.1:1',
+        ],
+        '--outer-fragments and --outer-overlap are not available with --elastic yet: an elastic world syncs every fragment at once at its sync points',
+        '--outer-fragments',
+      ],
+    ];
+    for (const [argv, message, option] of cases) expectUsage(() => parse(...argv), message, option);
+  });
+
   it('takes --browser-ranks for ddp and fsdp over ws with a Node rank 0, and refuses the rest by name', () => {
     const tabs = ['--world-size', '3', '--transport', 'ws', '--batch-size', '12'];
     expect(parse('--strategy', 'fsdp', ...tabs, '--browser-ranks', '2')).toMatchObject({

@@ -2,7 +2,7 @@ import { ELASTIC_OPTIONS, elasticOptions } from './elastic-options.js';
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TOKENIZERS } from '../data/dataset.js';
-import { DEFAULT_TOPK_DENSITY, OUTER_COMPRESSIONS } from '@webshard/diloco';
+import { DEFAULT_STREAM_MIXING, DEFAULT_TOPK_DENSITY, OUTER_COMPRESSIONS } from '@webshard/diloco';
 import { checkBatchDivides, STRATEGIES, type TrainConfig, TRANSPORTS } from '../config.js';
 import { UsageError } from '../errors.js';
 import { parseSharding } from '../strategy/sharding.js';
@@ -29,6 +29,9 @@ const OPTIONS = {
   'outer-momentum': { type: 'string' },
   'outer-compression': { type: 'string' },
   'outer-density': { type: 'string' },
+  'outer-fragments': { type: 'string' },
+  'outer-overlap': { type: 'string' },
+  'outer-mixing': { type: 'string' },
   'checkpoint-every': { type: 'string' },
   'checkpoint-dir': { type: 'string' },
   resume: { type: 'string' },
@@ -158,6 +161,10 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
   );
   // SparseLoCo's outer step for topk: its decayed error feedback is the momentum (@webshard/diloco).
   const topk = outerCompression === 'topk';
+  const outerOverlap = numberOption('outer-overlap', v['outer-overlap'], 0, {
+    min: 0,
+    integer: true,
+  });
   const config: TrainConfig = {
     strategy,
     worldSize,
@@ -234,6 +241,16 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       minExclusive: true,
       max: 1,
     }),
+    outerFragments: int('outer-fragments', 1),
+    outerOverlap,
+    // Streaming DiLoCo's mixing: the paper's 0.5 with an overlap; 0 (DiLoCo's replacement) without
+    // and with topk, whose error feedback keeps the local work ([Note: streamed fragments]).
+    outerMixing: numberOption(
+      'outer-mixing',
+      v['outer-mixing'],
+      outerOverlap > 0 && !topk ? DEFAULT_STREAM_MIXING : 0,
+      { min: 0, max: 0.999999 },
+    ),
     checkpointEvery: int('checkpoint-every', 0, 0),
     checkpointDir: path('checkpoint-dir'),
     resume: path('resume'),
@@ -285,6 +302,9 @@ const DILOCO_FLAGS = [
   'outer-momentum',
   'outer-compression',
   'outer-density',
+  'outer-fragments',
+  'outer-overlap',
+  'outer-mixing',
 ] as const;
 
 /** Flags of one strategy given to another, and what no transport can do, refused by name. */
@@ -354,6 +374,26 @@ function checkDilocoFlags(config: TrainConfig): void {
     throw new UsageError(
       `--precision ${config.precision} is not available with --strategy diloco yet: it trains in fp32`,
       { option: '--precision' },
+    );
+  }
+  const most = Math.floor(config.innerSteps / config.outerFragments);
+  if (config.outerFragments > config.innerSteps) {
+    throw new UsageError(
+      `--outer-fragments ${config.outerFragments} is more than --inner-steps ${config.innerSteps}: each fragment syncs once every --inner-steps steps, at its own step`,
+      { option: '--outer-fragments' },
+    );
+  }
+  if (config.outerOverlap > most) {
+    throw new UsageError(
+      `--outer-overlap ${config.outerOverlap} is more than --inner-steps / --outer-fragments (${most}): one fragment is on the wire at a time`,
+      { option: '--outer-overlap' },
+    );
+  }
+  const streamed = config.outerFragments > 1 || config.outerOverlap > 0;
+  if ((config.elastic ?? null) !== null && streamed) {
+    throw new UsageError(
+      '--outer-fragments and --outer-overlap are not available with --elastic yet: an elastic world syncs every fragment at once at its sync points',
+      { option: config.outerFragments > 1 ? '--outer-fragments' : '--outer-overlap' },
     );
   }
   for (const [flag, given] of [

@@ -85,6 +85,14 @@ Execution
                                f32; int8 and int4 with a scale per 256 elements and error
                                feedback; topk: SparseLoCo's top-k of each 4096, 2-bit values)
   --outer-density <x>          diloco topk: share of each chunk sent, in (0, 1] (default 0.015625)
+  --outer-fragments <F>        diloco: Streaming DiLoCo, the parameter tensors dealt into F
+                               fragments (strided), one synced every --inner-steps / F steps
+                               (default 1: all at once)
+  --outer-overlap <tau>        diloco: inner steps a fragment's sync runs behind before it
+                               lands, at most --inner-steps / F (default 0: wait for it)
+  --outer-mixing <alpha>       diloco: a landed fragment keeps alpha of its local parameters
+                               (default 0.5 with an overlap, the paper's; 0 without, and
+                               with topk)
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)

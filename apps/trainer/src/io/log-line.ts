@@ -13,9 +13,11 @@ export function logLine(record: StepRecord): string {
     hostRanksPerProcess,
     outerStep,
     outerBytesSent,
+    outerSyncMs,
+    outerWaitMs,
     peakDeviceBytesPerRank,
     tokensPerSecondPerRank,
     peakHostBytesPerRank,
   } = record;
-  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent, peakDeviceBytesPerRank, tokensPerSecondPerRank, peakHostBytesPerRank })}\n`;
+  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent, outerSyncMs, outerWaitMs, peakDeviceBytesPerRank, tokensPerSecondPerRank, peakHostBytesPerRank })}\n`;
 }

@@ -95,12 +95,19 @@ export async function syncOuter(run: Run, hasDelta: boolean): Promise<OuterSyncR
   const share = await averageScalar(diloco.group, hasDelta ? 1 : 0);
   if (share === 0) return null;
   const before = diloco.bytesSent;
+  const start = performance.now();
   // A dense average is over every member, so a contributor gives 1 / share; topk averages each
   // position over the members that sent it, and a member without a delta sends nothing, so a
   // contributor gives 1 ([Note: averaging sparse contributions] in @webshard/diloco).
   const contributorWeight = diloco.options.compression === 'topk' ? 1 : 1 / share;
   await diloco.outerSync({ weight: hasDelta ? contributorWeight : 0 });
-  return { outerStep: diloco.outer.step, bytesSent: diloco.bytesSent - before };
+  const ms = performance.now() - start;
+  return {
+    outerStep: diloco.outerStep,
+    bytesSent: diloco.bytesSent - before,
+    syncMs: ms,
+    waitMs: ms,
+  };
 }
 
 /** FNV-1a over the global copy's bytes, as hex: the same on every member after a sync. */

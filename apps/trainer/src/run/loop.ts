@@ -157,7 +157,14 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
     lr,
     ms,
     tokensPerSecond: (tokensPerStep * 1000) / ms,
-    ...(outer === null ? {} : { outerStep: outer.outerStep, outerBytesSent: outer.bytesSent }),
+    ...(outer === null
+      ? {}
+      : {
+          outerStep: outer.outerStep,
+          outerBytesSent: outer.bytesSent,
+          outerSyncMs: Math.round(outer.syncMs * 10) / 10,
+          outerWaitMs: Math.round(outer.waitMs * 10) / 10,
+        }),
     peakDeviceBytes: backend.memoryStats().peakAllocated,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
     ...(group !== null && group.size > 1 && !solo

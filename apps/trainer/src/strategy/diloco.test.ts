@@ -111,6 +111,49 @@ describe('--strategy diloco', () => {
     expect(Math.abs(last - fixture.losses.at(-1)!) / fixture.losses.at(-1)!).toBeLessThan(0.05);
   });
 
+  it('on 2 ranks, H = 6, streamed in 3 fragments with an overlap of 2 (int8): a fragment lands every 2 steps, all after the last', async () => {
+    const { lines, result } = await run(
+      [
+        ...['--strategy', 'diloco', '--world-size', '2', '--transport', 'local'],
+        ...['--inner-steps', '6', '--outer-compression', 'int8'],
+        ...['--outer-fragments', '3', '--outer-overlap', '2'],
+      ],
+      'two-ranks-streamed',
+    );
+    const synced = lines.filter((l) => l.outerStep !== undefined);
+    // Fragment 1 issued after step 2 lands after 4, fragment 2 (from 4) after 6, fragment 0
+    // (from 6) after 8, ...; the last step lands fragment 0 (9), issues fragment 1, and its sync
+    // of every fragment lands that one (10) and syncs all 3 (13).
+    expect(synced.map((l) => [l.step, l.outerStep])).toEqual([
+      [4, 1],
+      [6, 2],
+      [8, 3],
+      [10, 4],
+      [12, 5],
+      [14, 6],
+      [16, 7],
+      [18, 8],
+      [20, 13],
+    ]);
+    // The loop's collectives run where fragment 0 lands (8, 14, 20), the wire free after it.
+    const gathered = result.summary!.records.filter((r) => r.peakDeviceBytesPerRank !== undefined);
+    expect(gathered.map((r) => r.step)).toEqual([8, 14, 20]);
+    // Each landing is one fragment's int8 average; the 3 of a period together are the whole
+    // model's, within the padding of each fragment's last block and shard (at most 2 blocks).
+    const parameters = Number(/model: gpt, (\d+) parameters/.exec(result.stdout)![1]);
+    const whole = 2 * Math.ceil(Math.ceil(parameters / 256) / 2) * 260;
+    for (const l of synced.slice(0, -1)) expect(l.outerBytesSent).toBeLessThan(whole);
+    const period = synced.slice(0, 3).reduce((sum, l) => sum + l.outerBytesSent!, 0);
+    expect(period).toBeGreaterThanOrEqual(whole - 2 * 260);
+    expect(period).toBeLessThanOrEqual(whole + 3 * 2 * 2 * 260);
+    console.log(
+      `streamed: fragment syncs ${synced.slice(0, 3).map((l) => l.outerBytesSent)}, whole ${whole}`,
+    );
+    const last = lines.at(-1)!.loss;
+    expect(last).toBeLessThan(lines[0]!.loss - 0.3);
+    console.log(`streamed: loss ${last} against PyTorch's ${fixture.losses.at(-1)}`);
+  });
+
   it('on 2 ranks, H = 6, topk: sends its chunks whole (120 bytes each) to the other rank at each sync', async () => {
     const { lines, result } = await run(
       [

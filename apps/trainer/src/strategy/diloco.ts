@@ -18,7 +18,12 @@ import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-mo
  * the mean over ranks at a sync; a signal stops the ranks at the next sync. Held-out evaluations
  * between syncs run on each rank's own parameters (rank 0's loss is printed); the saved model and
  * samples come after the final sync. Checkpoints and 16-bit precision are refused at the flags
- * (cli/options.ts).
+ * (cli/options.ts). With `--outer-fragments` or `--outer-overlap` the syncs stream ([Note:
+ * streamed fragments] in @webshard/diloco): a fragment lands every H / F steps, and the loop's
+ * collectives run only at the steps where fragment 0 lands (H + tau, 2H + tau, ...) and the last:
+ * a collective of the group waits behind the fragment on the wire, so at any other step they
+ * would bring back the wait the overlap hides. The last step lands the fragment in flight and
+ * syncs every fragment at once, so every rank saves the global parameters.
  */
 export function prepareDiloco(
   base: Omit<PreparedModel, 'step' | 'start' | 'afterStep'>,
@@ -28,7 +33,14 @@ export function prepareDiloco(
 ): PreparedModel {
   let diloco: DiLoCo | null = null;
   const elastic = (config.elastic ?? null) !== null;
-  const due = (step: number) => (step + 1) % config.innerSteps === 0 || step + 1 === config.steps;
+  const streamed = config.outerFragments > 1 || config.outerOverlap > 0;
+  const last = (step: number) => step + 1 === config.steps;
+  const due = (step: number) => (step + 1) % config.innerSteps === 0 || last(step);
+  // Streamed, the loop's collectives run where fragment 0 lands: the wire is free after it
+  // ([Note: the diloco strategy]).
+  const loud = (step: number) =>
+    last(step) ||
+    (step + 1 > config.outerOverlap && (step + 1 - config.outerOverlap) % config.innerSteps === 0);
   return {
     ...base,
     step: meanOverRanks === undefined || elastic ? {} : { meanOverRanks },
@@ -40,6 +52,13 @@ export function prepareDiloco(
         outerMomentum: config.outerMomentum,
         compression: config.outerCompression,
         ...(config.outerCompression === 'topk' ? { density: config.outerDensity } : {}),
+        ...(streamed
+          ? {
+              fragments: config.outerFragments,
+              overlap: config.outerOverlap,
+              mixing: config.outerMixing,
+            }
+          : {}),
         // An elastic member takes the world's state from rank 0 instead (run/elastic-outer.ts).
         broadcast: !elastic,
       });
@@ -60,7 +79,7 @@ export function prepareDiloco(
       : {}),
     // Only the steps that end with a sync communicate: [Note: the diloco strategy].
     // Under --elastic every step is quiet: the elastic loop runs the syncs and their collectives.
-    quietStep: (step: number) => elastic || !due(step),
+    quietStep: (step: number) => elastic || !(streamed ? loud(step) : due(step)),
     async afterStep(step: number): Promise<OuterSyncReport | null> {
       if (elastic) return null;
       if (diloco === null) {
@@ -71,11 +90,19 @@ export function prepareDiloco(
         );
       }
       const before = diloco.bytesSent;
-      const { synced } = await diloco.afterInnerStep();
-      // The last step ends with a sync of its own, so the saved model is the global one.
-      if (!synced && step + 1 === config.steps) await diloco.outerSync();
-      else if (!synced) return null;
-      return { outerStep: diloco.outer.step, bytesSent: diloco.bytesSent - before };
+      let { synced, syncMs, waitMs } = await diloco.afterInnerStep();
+      // The last step ends with a sync of every fragment, so the saved model is the global one
+      // (streamed, a fragment that landed with this step is not all of them).
+      if ((!synced || streamed) && last(step)) {
+        const start = performance.now();
+        await diloco.outerSync();
+        const ms = performance.now() - start;
+        synced = true;
+        syncMs += ms;
+        waitMs += ms;
+      }
+      if (!synced) return null;
+      return { outerStep: diloco.outerStep, bytesSent: diloco.bytesSent - before, syncMs, waitMs };
     },
   };
 }

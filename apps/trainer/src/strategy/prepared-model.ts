@@ -83,6 +83,10 @@ export interface OuterSyncReport {
   outerStep: number;
   /** Bytes this rank sent in the sync. */
   bytesSent: number;
+  /** ms from the sync's issue to its average done on this rank (0 where not measured). */
+  syncMs: number;
+  /** Of those, the ms the step waited for the network. */
+  waitMs: number;
 }
 
 /** Any optimizer the strategies checkpoint (AdamW in the trainer). */

@@ -1,0 +1,396 @@
+import type { ProcessGroup } from '@webshard/collectives';
+import type { Tensor } from '@webshard/tensor-core';
+import { type AverageStats, CompressedAverager } from './compressed-average.js';
+import type { CompressedAverageOptions } from './compressed-average.js';
+import { readFlat, writeFlat } from './flat-params.js';
+import { OuterOptimizer, type OuterOptimizerOptions } from './outer-optimizer.js';
+
+/** Streaming DiLoCo's mixing factor alpha with an overlap: half local, half global (the paper's). */
+export const DEFAULT_STREAM_MIXING = 0.5;
+
+/*
+ * [Note: streamed fragments]
+ * Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512), as `fragments`, `overlap` and
+ * `mixing` of `DiLoCo`:
+ * - Fragments: the paper's strided pattern (fragment p holds layers p, p + F, p + 2F, ...) rather
+ *   than its sequential one (runs of consecutive layers), because the paper found strided a
+ *   little better: every fragment spans the whole depth, so no part of the network is always the
+ *   stalest. This package sees tensors, not layers, and a transformer layer's tensors differ in
+ *   size by 100x, so tensor i to fragment i mod F made fragments of 55, 4 and 45 % of the trainer's
+ *   GPT at F = 3 (a layer's big matrices fell on two fragments). So the tensors are dealt in
+ *   parameter order, each to the fragment that holds the fewest elements so far (ties: the lowest
+ *   index): still strided through the depth, with fragments within about a tensor of 1/F of the
+ *   model, which is what sets the peak bandwidth.
+ * - Schedule: fragment p syncs after the inner steps s with s mod H = floor(p H / F) (s counted
+ *   from 1): fragment 0 at H, 2H, ... as plain DiLoCo, fragment p p H / F steps later in each
+ *   period. So at most one fragment starts at any step, and one sync's bytes are 1/F of the
+ *   model's (the paper's lower peak bandwidth).
+ * - Overlap tau: a fragment's pseudo-gradient global - local is taken and its average issued after
+ *   step s, and the next tau inner steps run while it is on the wire; after step s + tau the
+ *   average is awaited (usually long done), the fragment's outer optimizer steps its global copy,
+ *   and the local fragment becomes alpha x local + (1 - alpha) x global: the local parameters
+ *   went on training for tau steps the average does not hold, and alpha keeps part of that work
+ *   (the paper's merge; it found alpha = 0.5 best, our default with an overlap). With `topk` the
+ *   default is 0: SparseLoCo's error-feedback buffer already keeps, and sends later, every local
+ *   change a sync did not carry, so local parameters that also kept half of it counted it twice
+ *   (the trainer's GPT, 4 ranks, H = 50, F = 5, tau = 10, 1000 steps: held-out loss 27 % above
+ *   DDP's with 0.5, 5.3 % with 0). Without an
+ *   overlap there is no newer local work, and the default alpha 0 is DiLoCo's replacement: with
+ *   F = 1 and tau = 0 every bit is plain DiLoCo's (tested). tau is at most floor(H / F), so a
+ *   fragment lands before (or at the step where) the next starts: one fragment on the wire.
+ * - Progress: a rank's thread runs the kernels, and a collective moves only when the thread turns
+ *   the event loop. After each inner step with a fragment in flight, `afterInnerStep` yields one
+ *   turn (`setImmediate`), so every step lets the transport deliver what arrived and send the next
+ *   hop; an average of k hops needs about k steps to finish unseen (the trainer README has the
+ *   measurement on broadband-20).
+ * - The averages run on a group of their own (`newGroup` of every rank, made at `create` and at
+ *   each `regroup`): a group's calls complete in issue order, and a fragment's average is several
+ *   calls (int8's sends and receives, then its all-gather), issued as the previous ones finish, in
+ *   the background. On the caller's group they would interleave with the training loop's own
+ *   collectives in a different order on each rank (the trainer's loss mean met an int8 all-gather:
+ *   a `CollectiveMismatchError`); on their own tags they cannot.
+ * - Each fragment has its own outer optimizer (momentum buffer) and its own averager, so error
+ *   feedback (int8, int4, bf16 residuals; topk's decaying buffer) is per fragment: what a
+ *   fragment's compression dropped goes out with that fragment's next sync.
+ * - A fragment in flight when the group fails (a member lost): awaiting it throws, and nothing of
+ *   it is applied (its global copy, momentum and residuals stay). At `regroup` the fragment in
+ *   flight, settled or not, is dropped on every survivor without waiting for it: its residuals go
+ *   back to what they were before it was issued, and its local parameters keep what they trained,
+ *   so the dropped pseudo-gradient is part of the fragment's next one, sent in the new group at
+ *   its next turn (a regroup never applies a half-averaged fragment, and never waits on the old
+ *   group).
+ */
+
+/**
+ * Tensor indices of each of `count` fragments, for tensors of `sizes` elements: each tensor in
+ * order to the fragment with the fewest elements so far, ties to the lowest ([Note: streamed
+ * fragments]).
+ */
+export function dealFragments(sizes: readonly number[], count: number): number[][] {
+  const fragments = Array.from({ length: count }, () => [] as number[]);
+  const filled = new Array<number>(count).fill(0);
+  for (const [i, size] of sizes.entries()) {
+    let p = 0;
+    for (let q = 1; q < count; q++) if (filled[q]! < filled[p]!) p = q;
+    fragments[p]!.push(i);
+    filled[p]! += size;
+  }
+  return fragments;
+}
+
+/** The fragment whose sync starts after inner step `step` (from 1), or null ([Note: streamed fragments]). */
+export function fragmentDue(step: number, innerSteps: number, count: number): number | null {
+  const phase = step % innerSteps;
+  for (let p = 0; p < count; p++) if (Math.floor((p * innerSteps) / count) === phase) return p;
+  return null;
+}
+
+/** Every rank of `group` as a group of its own (its collectives on separate tags). */
+function ownGroup(group: ProcessGroup): ProcessGroup {
+  return group.newGroup(Array.from({ length: group.size }, (_, r) => r))!;
+}
+
+/** How `StreamedFragments` runs. */
+export interface StreamOptions {
+  readonly group: ProcessGroup;
+  /** H. */
+  readonly innerSteps: number;
+  /** F, in [1, number of tensors]. */
+  readonly fragments: number;
+  /** tau, in [0, floor(H / F)]. */
+  readonly overlap: number;
+  /** alpha, in [0, 1). */
+  readonly mixing: number;
+  readonly outer: OuterOptimizerOptions;
+  readonly codec: CompressedAverageOptions;
+}
+
+/** One fragment: its tensors, its global copy (contiguous), outer optimizer and averager. */
+interface Fragment {
+  readonly index: number;
+  readonly tensors: readonly number[];
+  readonly global: Float32Array;
+  readonly outer: OuterOptimizer;
+  averager: CompressedAverager;
+}
+
+/** The fragment on the wire. */
+interface InFlight {
+  readonly fragment: Fragment;
+  /** The inner step after which it was issued. */
+  readonly issuedAt: number;
+  /** The pseudo-gradient, averaged in place. */
+  readonly delta: Float32Array;
+  readonly result: Promise<AverageStats>;
+  /** The fragment's residual before the issue, restored if it is dropped. */
+  readonly residualBefore: Float32Array | null;
+  /** `performance.now()` at the issue, and when this rank saw the average done (or -1). */
+  readonly issuedMs: number;
+  doneMs: number;
+}
+
+/** What one step of the schedule did. */
+export interface StreamStepResult {
+  /** The fragment whose outer step was applied after this step, or null. */
+  readonly applied: number | null;
+  /** Bytes sent by the syncs that completed. */
+  readonly bytesSent: number;
+  /**
+   * Milliseconds from the issue of the fragment that landed to when this rank saw its average
+   * done (0 when none landed): the sync's wall time.
+   */
+  readonly syncMs: number;
+  /** Of those, the milliseconds landing waited for the average: the part the overlap did not hide. */
+  readonly waitMs: number;
+}
+
+/** What landing a fragment measured. */
+interface Landed {
+  readonly bytesSent: number;
+  readonly syncMs: number;
+  readonly waitMs: number;
+}
+
+const yieldTurn: () => Promise<void> =
+  typeof setImmediate === 'function'
+    ? () => new Promise((resolve) => setImmediate(resolve))
+    : () => new Promise((resolve) => setTimeout(resolve, 0));
+
+/**
+ * Streaming DiLoCo's outer syncs over fragments of the parameters ([Note: streamed fragments]).
+ * `DiLoCo` owns one when `fragments` or `overlap` is given; every method is called on every rank
+ * in the same order.
+ */
+export class StreamedFragments {
+  private readonly list: Fragment[];
+  /** Where each tensor starts in the flat parameter vector. */
+  private readonly starts: number[];
+  private flight: InFlight | null = null;
+  private stepsBefore = 0;
+  /** The group the averages run on: every rank of the caller's, on tags of its own. */
+  private comm: ProcessGroup;
+
+  constructor(
+    private readonly params: readonly Tensor[],
+    global: Float32Array,
+    private options: StreamOptions,
+  ) {
+    this.comm = ownGroup(options.group);
+    this.starts = [];
+    let offset = 0;
+    for (const p of params) {
+      this.starts.push(offset);
+      offset += p.size;
+    }
+    const sizes = params.map((p) => p.size);
+    this.list = dealFragments(sizes, options.fragments).map((tensors, index) => {
+      const fragment: Fragment = {
+        index,
+        tensors,
+        global: new Float32Array(tensors.reduce((sum, t) => sum + params[t]!.size, 0)),
+        outer: new OuterOptimizer(options.outer, options.group.rank),
+        averager: new CompressedAverager(this.comm, options.codec),
+      };
+      return fragment;
+    });
+    this.load(global);
+  }
+
+  /** The fragments' tensor indices. */
+  get fragments(): readonly (readonly number[])[] {
+    return this.list.map((f) => f.tensors);
+  }
+
+  /** The fragment on the wire, or null. */
+  get inFlight(): number | null {
+    return this.flight?.fragment.index ?? null;
+  }
+
+  /** Fragment syncs applied (each one fragment's outer step). */
+  get outerSteps(): number {
+    return this.list.reduce((sum, f) => sum + f.outer.step, this.stepsBefore);
+  }
+
+  /**
+   * After inner step `step` (from 1): apply the fragment issued `overlap` steps ago, issue the
+   * fragment due now (applied at once without an overlap), and with one left on the wire yield a
+   * turn of the event loop so its messages move.
+   */
+  async afterInnerStep(step: number): Promise<StreamStepResult> {
+    let applied: number | null = null;
+    let landed: Landed = { bytesSent: 0, syncMs: 0, waitMs: 0 };
+    const { innerSteps, fragments, overlap } = this.options;
+    if (this.flight !== null && step >= this.flight.issuedAt + overlap) {
+      applied = this.flight.fragment.index;
+      landed = await this.land(this.options.mixing);
+    }
+    const due = fragmentDue(step, innerSteps, fragments);
+    if (due !== null) {
+      await this.issue(this.list[due]!, step, 1);
+      if (overlap === 0) {
+        applied = due;
+        landed = await this.land(this.options.mixing);
+      }
+    }
+    if (this.flight !== null) await yieldTurn();
+    return { applied, ...landed };
+  }
+
+  /**
+   * Every fragment now, the one in flight landed first with the mixing and every other synced at
+   * once without it, so every rank ends with the global copy ([Note: streamed fragments]); the
+   * end of training and an elastic world's sync points. `weight` as `DiLoCo.outerSync`'s.
+   */
+  async syncAll(step: number, weight: number): Promise<number> {
+    let bytesSent = 0;
+    if (this.flight !== null) bytesSent += (await this.land(this.options.mixing)).bytesSent;
+    for (const fragment of this.list) {
+      await this.issue(fragment, step, weight);
+      bytesSent += (await this.land(0)).bytesSent;
+    }
+    return bytesSent;
+  }
+
+  /**
+   * Move to `group`: each fragment's averager regroups, and the fragment in flight is dropped
+   * without waiting for it, its residual as before its issue ([Note: streamed fragments]).
+   */
+  regroup(group: ProcessGroup): void {
+    const dropped = this.flight;
+    this.flight = null;
+    this.comm = ownGroup(group);
+    for (const fragment of this.list) {
+      fragment.averager = fragment.averager.regroup(this.comm);
+      if (fragment === dropped?.fragment) {
+        fragment.averager.loadResiduals({ input: dropped.residualBefore, shard: null });
+      }
+    }
+    this.options = { ...this.options, group };
+  }
+
+  /** The global copy, flat in parameter order. */
+  flatGlobal(): Float32Array {
+    return this.gather((f) => f.global);
+  }
+
+  /** The outer momentum buffers, flat (zeros for a fragment without one yet), or null if none. */
+  flatMomentum(): Float32Array | null {
+    if (this.list.every((f) => f.outer.stateDict().momentumBuffer === null)) return null;
+    return this.gather((f) => f.outer.stateDict().momentumBuffer);
+  }
+
+  /** The residuals of error feedback, flat; a fragment in flight's as before its issue. */
+  flatResidual(): Float32Array | null {
+    const residualOf = (f: Fragment) =>
+      f === this.flight?.fragment ? this.flight.residualBefore : f.averager.residuals().input;
+    if (this.list.every((f) => residualOf(f) === null)) return null;
+    return this.gather(residualOf);
+  }
+
+  /**
+   * Load a flat state (lengths checked by the caller); nothing may be in flight. Sets the
+   * fragments' global copies, momentum and residuals, not the parameters.
+   */
+  load(
+    global: Float32Array,
+    state?: { outerStep: number; momentum: Float32Array | null; residual: Float32Array | null },
+  ): void {
+    this.flight = null;
+    for (const fragment of this.list) {
+      fragment.global.set(this.pick(global, fragment));
+      if (state === undefined) continue;
+      fragment.outer.loadStateDict({
+        step: 0,
+        momentumBuffer: state.momentum === null ? null : this.pick(state.momentum, fragment),
+      });
+      fragment.averager.loadResiduals({
+        input: state.residual === null ? null : this.pick(state.residual, fragment),
+        shard: null,
+      });
+    }
+    if (state !== undefined) this.stepsBefore = state.outerStep;
+  }
+
+  private async issue(fragment: Fragment, step: number, weight: number): Promise<void> {
+    const delta = await readFlat(this.params, fragment.tensors);
+    const { global } = fragment;
+    for (let i = 0; i < delta.length; i++) delta[i] = (global[i]! - delta[i]!) * weight;
+    const residualBefore = fragment.averager.residuals().input;
+    const issuedMs = performance.now();
+    const result = fragment.averager.average(delta);
+    const flight: InFlight = {
+      fragment,
+      issuedAt: step,
+      delta,
+      result,
+      residualBefore,
+      issuedMs,
+      doneMs: -1,
+    };
+    // Awaited in `land`; a fragment dropped at `regroup` may still fail on its old group.
+    result.then(
+      () => {
+        flight.doneMs = performance.now();
+      },
+      () => {},
+    );
+    this.flight = flight;
+  }
+
+  /** Await the fragment in flight, step its global copy, merge it into the local parameters. */
+  private async land(mixing: number): Promise<Landed> {
+    const flight = this.flight!;
+    const { fragment, delta, result } = flight;
+    const landing = performance.now();
+    const doneBefore = flight.doneMs >= 0;
+    let stats: AverageStats;
+    try {
+      stats = await result;
+    } finally {
+      this.flight = null;
+    }
+    const waitMs = doneBefore ? 0 : performance.now() - landing;
+    const syncMs = (doneBefore ? flight.doneMs : performance.now()) - flight.issuedMs;
+    fragment.outer.apply(fragment.global, delta);
+    if (mixing === 0) {
+      writeFlat(this.params, fragment.global, fragment.tensors);
+    } else {
+      const local = await readFlat(this.params, fragment.tensors);
+      const { global } = fragment;
+      for (let i = 0; i < local.length; i++) {
+        local[i] = mixing * local[i]! + (1 - mixing) * global[i]!;
+      }
+      writeFlat(this.params, local, fragment.tensors);
+    }
+    return { bytesSent: stats.bytesSent, syncMs, waitMs };
+  }
+
+  /** The fragment's part of a flat parameter-order vector, contiguous. */
+  private pick(flat: Float32Array, fragment: Fragment): Float32Array {
+    const out = new Float32Array(fragment.global.length);
+    let offset = 0;
+    for (const t of fragment.tensors) {
+      const size = this.params[t]!.size;
+      out.set(flat.subarray(this.starts[t]!, this.starts[t]! + size), offset);
+      offset += size;
+    }
+    return out;
+  }
+
+  /** A flat parameter-order vector from each fragment's contiguous part (zeros for null). */
+  private gather(part: (fragment: Fragment) => Float32Array | null): Float32Array {
+    const total = this.params.reduce((sum, p) => sum + p.size, 0);
+    const flat = new Float32Array(total);
+    for (const fragment of this.list) {
+      const values = part(fragment);
+      if (values === null) continue;
+      let offset = 0;
+      for (const t of fragment.tensors) {
+        const size = this.params[t]!.size;
+        flat.set(values.subarray(offset, offset + size), this.starts[t]!);
+        offset += size;
+      }
+    }
+    return flat;
+  }
+}
