@@ -1,3 +1,4 @@
+import { ArgumentError } from '@webshard/tensor-core';
 import {
   createNetworkTransport,
   JoinedTransport,
@@ -7,7 +8,12 @@ import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
 import { shareProgress } from '../progress/progress.js';
 import { resolveRendezvousOptions } from '../rendezvous/env.js';
 import type { Rendezvous } from '../rendezvous/rendezvous.js';
-import { StoreClient, type WebSocketConstructor } from '../rendezvous/store-client.js';
+import {
+  defaultWebSocket,
+  StoreClient,
+  trustingWebSocket,
+  type WebSocketConstructor,
+} from '../rendezvous/store-client.js';
 import { CoordinatorLink } from './coordinator-link.js';
 import { ElasticError, ElasticWorldTooSmallError } from './errors.js';
 import type { CoordinatorMessage, EpochAnnouncement } from './protocol.js';
@@ -41,6 +47,12 @@ export interface JoinElasticOptions {
   host?: string;
   /** `ws` only: accept connections (default: true in Node, false in browsers). */
   listen?: boolean;
+  /**
+   * The world is served over TLS (`url` is `wss://`): trust `ca` (PEM; Node only, for a private
+   * CA) and, over `ws`, serve this member's listener as `wss://` with `cert` and `key` ([Note: an
+   * elastic world over TLS]). A member that listens on nothing needs neither.
+   */
+  tls?: { cert?: string | Uint8Array; key?: string | Uint8Array; ca?: string | Uint8Array };
   /** Overrides the WebSocket used for the coordinator and the stores. */
   WebSocket?: WebSocketConstructor;
 }
@@ -156,10 +168,26 @@ export class ElasticGroup {
   /** @internal Joins: waits to be admitted, then builds the epoch's group. */
   static async join(options: JoinElasticOptions): Promise<ElasticGroup> {
     const timeoutMs = options.timeoutMs ?? 300_000;
+    if (options.tls !== undefined && !options.url.startsWith('wss://')) {
+      throw new ArgumentError(
+        'join',
+        `tls is given but the coordinator's URL ${options.url} is not wss://: the join token would cross the network in the clear`,
+      );
+    }
+    if (options.tls !== undefined && (options.backend ?? (isNode() ? 'tcp' : 'ws')) === 'tcp') {
+      throw new ArgumentError(
+        'join',
+        "tls is given with backend 'tcp', which has no TLS (its data and join token would travel in the clear): use backend 'ws'",
+      );
+    }
+    const WebSocket =
+      options.tls?.ca === undefined
+        ? options.WebSocket
+        : trustingWebSocket(options.WebSocket ?? (await defaultWebSocket()), options.tls.ca);
     const link = await CoordinatorLink.open(
       options.url,
       Math.min(timeoutMs, options.coordinatorTimeoutMs ?? timeoutMs),
-      options.WebSocket,
+      WebSocket,
       options.coordinatorTimeoutMs,
     );
     const token = options.token ?? (isNode() ? (process.env.WEBSHARD_TOKEN ?? '') : '');
@@ -322,7 +350,10 @@ async function buildEpochGroup(
   const { rank, worldSize } = membership;
   const token = options.token ?? '';
   const rendezvousOptions = resolveRendezvousOptions(
-    { rank, worldSize, masterAddr: host, masterPort: Number(url.port), token, timeoutMs },
+    {
+      ...{ rank, worldSize, masterAddr: host, masterPort: Number(url.port), token, timeoutMs },
+      ...(options.tls !== undefined ? { tls: options.tls } : {}),
+    },
     {},
   );
   const store = await StoreClient.connect({
@@ -331,6 +362,7 @@ async function buildEpochGroup(
     rank,
     worldSize,
     timeoutMs,
+    ...(options.tls?.ca !== undefined ? { ca: options.tls.ca } : {}),
     ...(options.WebSocket !== undefined ? { WebSocket: options.WebSocket } : {}),
   });
   const joined: Rendezvous = { options: rendezvousOptions, store, close: () => store.close() };
