@@ -2,6 +2,7 @@ import { ElasticCoordinator } from '@webshard/collectives/node';
 import type { ElasticCoordinatorSettings, TrainConfig } from '../config.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
 import { type PageServer, servePage } from './browser-job.js';
+import { readTlsFiles, type TlsFiles } from './tls-files.js';
 
 /*
  * [Note: browser tabs in an elastic world]
@@ -23,15 +24,25 @@ function serveTabPage(
   config: TrainConfig,
   url: string,
   memberTimeoutSeconds: number,
+  tls: TlsFiles,
 ): Promise<PageServer> {
   const data = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
   const job = {
-    config: { ...config, data, elastic: url, elasticCoordinator: null, transport: 'ws' as const },
+    // A tab reads no files and cannot listen: it trusts its browser's store and dials out.
+    config: {
+      ...{ ...config, data, elastic: url, elasticCoordinator: null, transport: 'ws' as const },
+      ...{ tls: null, noListen: false },
+    },
     join: url,
     elastic: true,
     memberTimeoutSeconds,
   };
-  return servePage(job, data, { host: config.browserHost, port: config.browserPort });
+  const secure = tls.cert !== undefined && tls.key !== undefined;
+  return servePage(job, data, {
+    host: config.browserHost,
+    port: config.browserPort,
+    ...(secure ? { tls: { cert: tls.cert!, key: tls.key! } } : {}),
+  });
 }
 
 /**
@@ -49,6 +60,8 @@ export async function hostElasticCoordinator(
 ): Promise<void> {
   const waitMs = settings.waitSeconds * 1000;
   const token = process.env.WEBSHARD_TOKEN ?? '';
+  const tls = tabs?.tls ? await readTlsFiles(tabs.tls) : {};
+  const secure = tls.cert !== undefined && tls.key !== undefined;
   let told = 0;
   const toldWaiting = new Set<number>();
   const coordinator = await ElasticCoordinator.start({
@@ -62,6 +75,7 @@ export async function hostElasticCoordinator(
     memberTimeoutMs: settings.memberTimeoutSeconds * 1000,
     syncTimeoutMs: settings.syncTimeoutSeconds * 1000,
     ...(settings.statePath === null ? {} : { statePath: settings.statePath }),
+    ...(secure ? { tls: { cert: tls.cert!, key: tls.key! } } : {}),
     // Each change is printed as it is announced, before any member trains in it (the ticker below
     // would print it up to a tick later, after the members' first lines of the new epoch).
     onEpoch: () => tell(),
@@ -76,11 +90,12 @@ export async function hostElasticCoordinator(
   }
   const page =
     settings.page && tabs !== null
-      ? await serveTabPage(tabs, coordinator.url, settings.memberTimeoutSeconds)
+      ? await serveTabPage(tabs, coordinator.url, settings.memberTimeoutSeconds, tls)
       : null;
   if (page !== null) {
+    const at = host.includes(':') ? `[${host}]` : host;
     say(
-      `elastic: browser tabs join at http://${host}:${page.port}/#token=${token} (each tab a member, training with this command's flags)`,
+      `elastic: browser tabs join at ${secure ? 'https' : 'http'}://${at}:${page.port}/#token=${token} (each tab a member, training with this command's flags)`,
     );
   }
   function tell(): void {
