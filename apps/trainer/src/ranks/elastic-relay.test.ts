@@ -44,13 +44,19 @@ async function world(name: string, flags: string[][], env: Record<string, string
   for (const result of results.slice(0, 3)) expect([result!.code, result!.stderr]).toEqual([0, '']);
   expect(results[3]!.code).toBe(0);
   const records: Line[] = await lines(log);
-  expect(records.filter((line) => line.event === 'membership').map((l) => l.worldSize)).toEqual([3]);
+  expect(records.filter((line) => line.event === 'membership').map((l) => l.worldSize)).toEqual([
+    3,
+  ]);
   return records.filter((line) => line.event === undefined).map((line) => line.loss!);
 }
 
 it('diloco with 2 of 3 members listening on nothing over ws: they never listen, and the losses are those of the world where all listen', async () => {
   const guard = listenGuardEnv();
-  const relayed = await world('relayed', [[], ['--no-listen'], ['--no-listen']], [{}, guard, guard]);
+  const relayed = await world(
+    'relayed',
+    [[], ['--no-listen'], ['--no-listen']],
+    [{}, guard, guard],
+  );
   const direct = await world('direct', [[], [], []], [{}, {}, {}]);
   expect(relayed).toHaveLength(STEPS);
   expect(relayed.every(Number.isFinite)).toBe(true);
