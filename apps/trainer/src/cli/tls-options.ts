@@ -1,6 +1,41 @@
 import type { TlsPaths, TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 
+/*
+ * [Note: an elastic job over the internet]
+ * Two things stand between an elastic job on loopback and one whose members and tabs are spread
+ * over home lines: clear text and NATs.
+ *
+ * TLS. `--tls-cert FILE --tls-key FILE` on `--elastic-coordinator` serve the tab page over https,
+ * and the coordinator and every epoch's rendezvous store over wss ([Note: an elastic world over
+ * TLS] in collectives); the URL it prints is `wss://`, so the join token (in a member's first
+ * message, and in the page URL's fragment, which a browser never sends) crosses the network only
+ * inside TLS, and a tab off loopback is a secure context (WebGPU, `crypto.subtle`). A member joins
+ * `wss://` over ws only (tcp has no TLS and is refused), trusts `--tls-ca` (a private or
+ * self-signed certificate; else Node's CAs) and, since tabs from an https page may only dial
+ * `wss://`, serves its listener with its own `--tls-cert`/`--tls-key`, or listens on nothing.
+ * The files are read and checked before anything listens (../ranks/tls-files.ts).
+ *
+ * Members behind a NAT. `--no-listen` opens no listening socket: the member dials every member
+ * that listens, and its traffic with another that does not (a tab, or a second NATed member) goes
+ * through the lowest-ranked member that listens, which passes the frames on unchanged ([Note: ws
+ * connections] in collectives), so the numbers are those of a world where everyone listens, bit
+ * for bit. What it costs the relay, per op: every byte of every relayed pair's frames twice (in
+ * from the sender, out to the receiver) plus a 36-byte relay header per frame, and the sender one
+ * copy of each frame. Above 256 KiB an all-reduce of N bytes runs the ring, which sends
+ * 2(W-1)/W N bytes along each ring edge, so each relayed edge adds that much to the relay's
+ * download and its upload: at W = 3 with two NATed members next to each other, the relay's own
+ * 4/3 N each way doubles to 8/3 N. Smaller messages go by direct exchange, where every pair trades
+ * its data, so the relay forwards each NATed pair's whole exchange. A diloco int8 sync is N = a
+ * quarter of the f32 parameters (and a scale per 256), once per `--inner-steps`. Hivemind's
+ * `client_mode` peers solve the same problem another way: they own no part of the average, they
+ * send their whole tensor to the peers that aggregate and take the result back, so nobody forwards
+ * bytes but the aggregators reduce more. The relay here keeps every algorithm and its numbers as
+ * they are, at the cost of one member's bandwidth. The tcp transport has no relay (a member over
+ * tcp must listen); the same `relay`/`relayed` frames would carry over, since tcp shares the
+ * framed transport.
+ */
+
 /** The flags of an elastic world over the internet ([Note: an elastic job over the internet]). */
 export const TLS_OPTIONS = {
   'tls-cert': { type: 'string' },

@@ -15,8 +15,10 @@ import { readTlsFiles, type TlsFiles } from './tls-files.js';
  * others through a Node member's `ws` listener ([Note: ws connections] in collectives): the Node
  * members join with `--transport ws`, and a world of tabs alone cannot form. What a tab cannot do
  * (files, fsdp's checkpoints, 16-bit precision) is refused on the coordinator's command line
- * (cli/elastic-page-options.ts). The page is served over plain http: off loopback the tab is no
- * secure context (no WebGPU; give `--backend cpu`) and the token travels in cleartext.
+ * (cli/elastic-page-options.ts). Without TLS flags the page is served over plain http: off
+ * loopback the tab is no secure context (no WebGPU; give `--backend cpu`) and the token travels in
+ * cleartext; with `--tls-cert` and `--tls-key` it is https and every link wss ([Note: an elastic
+ * job over the internet] in ../cli/tls-options.ts).
  */
 
 /** The page tabs open, serving the coordinator's training flags as an elastic member's job. */
