@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 import { readTlsFiles } from '../ranks/tls-files.js';
+import { runMain } from '../test-support/cli.js';
 import { parseOptions } from './options.js';
 
 const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
@@ -134,5 +135,18 @@ describe('reading the TLS files', () => {
       '--tls-key',
     ]);
     expect((await refusal({ cert: null, key: null, ca: garbage }))[1]).toBe('--tls-ca');
+  });
+
+  it('the CLI: a coordinator given a missing certificate exits 2 before it listens, naming the file', async () => {
+    const missing = join(certificate.dir, 'missing.pem');
+    const run = await runMain(
+      ['--elastic-coordinator', '0', '--tls-cert', missing, '--tls-key', key],
+      certificate.dir,
+    );
+    expect(run.exitCode).toBe(2);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toContain(
+      `--tls-cert ${missing} cannot be read: ENOENT: no such file or directory, open '${missing}'`,
+    );
   });
 });
