@@ -1,4 +1,3 @@
-import { ArgumentError } from '@webshard/tensor-core';
 import {
   createNetworkTransport,
   JoinedTransport,
@@ -8,14 +7,10 @@ import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
 import { shareProgress } from '../progress/progress.js';
 import { resolveRendezvousOptions } from '../rendezvous/env.js';
 import type { Rendezvous } from '../rendezvous/rendezvous.js';
-import {
-  defaultWebSocket,
-  StoreClient,
-  trustingWebSocket,
-  type WebSocketConstructor,
-} from '../rendezvous/store-client.js';
+import { StoreClient, type WebSocketConstructor } from '../rendezvous/store-client.js';
 import { CoordinatorLink } from './coordinator-link.js';
 import { ElasticError, ElasticWorldTooSmallError } from './errors.js';
+import { checkJoinTls, isNode, type JoinTls, trustingCoordinator } from './join-tls.js';
 import type { CoordinatorMessage, EpochAnnouncement } from './protocol.js';
 
 /** Options of `joinElastic`. */
@@ -52,7 +47,7 @@ export interface JoinElasticOptions {
    * CA) and, over `ws`, serve this member's listener as `wss://` with `cert` and `key` ([Note: an
    * elastic world over TLS]). A member that listens on nothing needs neither.
    */
-  tls?: { cert?: string | Uint8Array; key?: string | Uint8Array; ca?: string | Uint8Array };
+  tls?: JoinTls;
   /** Overrides the WebSocket used for the coordinator and the stores. */
   WebSocket?: WebSocketConstructor;
 }
@@ -82,10 +77,6 @@ export interface MembershipChange extends Membership {
    * again as a newcomer, with a new id: its state is stale, take the world's.
    */
   readonly rejoined?: boolean;
-}
-
-function isNode(): boolean {
-  return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
 }
 
 function failureOf(message: CoordinatorMessage, op: string, member: number): ElasticError {
@@ -168,22 +159,8 @@ export class ElasticGroup {
   /** @internal Joins: waits to be admitted, then builds the epoch's group. */
   static async join(options: JoinElasticOptions): Promise<ElasticGroup> {
     const timeoutMs = options.timeoutMs ?? 300_000;
-    if (options.tls !== undefined && !options.url.startsWith('wss://')) {
-      throw new ArgumentError(
-        'join',
-        `tls is given but the coordinator's URL ${options.url} is not wss://: the join token would cross the network in the clear`,
-      );
-    }
-    if (options.tls !== undefined && (options.backend ?? (isNode() ? 'tcp' : 'ws')) === 'tcp') {
-      throw new ArgumentError(
-        'join',
-        "tls is given with backend 'tcp', which has no TLS (its data and join token would travel in the clear): use backend 'ws'",
-      );
-    }
-    const WebSocket =
-      options.tls?.ca === undefined
-        ? options.WebSocket
-        : trustingWebSocket(options.WebSocket ?? (await defaultWebSocket()), options.tls.ca);
+    checkJoinTls(options);
+    const WebSocket = await trustingCoordinator(options);
     const link = await CoordinatorLink.open(
       options.url,
       Math.min(timeoutMs, options.coordinatorTimeoutMs ?? timeoutMs),

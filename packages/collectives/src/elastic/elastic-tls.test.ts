@@ -120,6 +120,17 @@ describe('an elastic world over TLS', () => {
     );
   });
 
+  it('a member given tls that would listen without a certificate is refused at once', async () => {
+    await expect(
+      joinElastic({ url: 'wss://127.0.0.1:9', tls: { ca: certificate.cert }, backend: 'ws' }),
+    ).rejects.toThrow(
+      new ArgumentError(
+        'join',
+        'tls needs cert and key for this member to listen on wss:// (or listen: false, behind a NAT)',
+      ),
+    );
+  });
+
   it('a member that does not trust the certificate cannot join', async () => {
     coordinator = await startCoordinator();
     await expect(
