@@ -1,4 +1,5 @@
 import { request } from 'node:http';
+import { get as httpsGet } from 'node:https';
 import { ArgumentError } from '@webshard/tensor-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
@@ -91,11 +92,19 @@ describe('an elastic world over TLS', () => {
     }
   }, 60_000);
 
-  it('a plain http or ws client on the coordinator port gets nothing in the clear', async () => {
+  it('a plain http or ws client on the coordinator port gets nothing in the clear; https without an upgrade gets 426', async () => {
     coordinator = await startCoordinator();
     const port = coordinator.port;
     expect(await plainHttp(port)).toBe('error ECONNRESET');
     expect(await plainWs(`ws://127.0.0.1:${port}`)).toBe('error ECONNRESET');
+    // Over TLS, a page request that is no WebSocket upgrade gets 426 Upgrade Required.
+    const status = await new Promise<number | undefined>((resolve, reject) =>
+      httpsGet(`https://127.0.0.1:${port}/`, { ca: certificate.cert }, (response) => {
+        response.resume();
+        resolve(response.statusCode);
+      }).on('error', reject),
+    );
+    expect(status).toBe(426);
   });
 
   it('a member given tls refuses a ws:// coordinator URL, naming it', async () => {
