@@ -129,6 +129,21 @@ export interface TrainConfig {
    * (`--coordinator-timeout`, seconds; [Note: liveness in an elastic world] in collectives).
    */
   coordinatorTimeoutSeconds?: number;
+  /**
+   * `--tls-cert`, `--tls-key`, `--tls-ca` (PEM paths): the coordinator, its page and the stores
+   * serve `https`/`wss`; a member trusts `ca` and serves its listener over `wss` ([Note: an
+   * elastic job over the internet]). Null or absent: plain `http`/`ws`.
+   */
+  tls?: TlsPaths | null;
+  /** `--no-listen`: this member opens no listening socket; peers that cannot dial it relay. */
+  noListen?: boolean;
+}
+
+/** The PEM files of `--tls-cert`, `--tls-key` and `--tls-ca` (null: not given). */
+export interface TlsPaths {
+  cert: string | null;
+  key: string | null;
+  ca: string | null;
 }
 
 /** `--elastic-coordinator PORT` and its bounds ([Note: elastic training in the trainer]). */

@@ -29,6 +29,7 @@ export type {
   MembershipChange,
 } from './elastic/elastic-group.js';
 export { joinElastic } from './elastic/elastic-group.js';
+export type { JoinTls } from './elastic/join-tls.js';
 export { ElasticError, ElasticWorldTooSmallError } from './elastic/errors.js';
 export type { WorldBounds } from './elastic/membership.js';
 export type { EpochAnnouncement } from './elastic/protocol.js';

@@ -1,4 +1,5 @@
 import { ELASTIC_OPTIONS, elasticOptions } from './elastic-options.js';
+import { TLS_OPTIONS, tlsOptions } from './tls-options.js';
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TOKENIZERS } from '../data/dataset.js';
@@ -70,6 +71,7 @@ const OPTIONS = {
   'sample-length': { type: 'string' },
   help: { type: 'boolean' },
   ...ELASTIC_OPTIONS,
+  ...TLS_OPTIONS,
 } as const;
 
 /** A number option: finite, within [min, max], an integer when asked. */
@@ -267,6 +269,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     });
   }
   Object.assign(config, elasticOptions(v, config));
+  Object.assign(config, tlsOptions(values, config));
   checkStrategyFlags(config, values);
   checkBrowserRanks(config);
   if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {

@@ -65,6 +65,13 @@ Execution
                                leave (the others drop them at the next step) and join (ddp: they
                                receive rank 0's state; fsdp: every member restarts from the last
                                --checkpoint-dir checkpoint); the batch must divide by every world size
+  --tls-cert <file> --tls-key <file>  PEM: --elastic-coordinator serves its page over https and
+                               itself and its stores over wss (the URL it prints is wss://); an
+                               --elastic member serves its ws listener over wss (tabs dial it)
+  --tls-ca <file>              --elastic: trust this CA (a private or self-signed certificate)
+  --no-listen                  --elastic over ws: open no listening socket (behind a home NAT):
+                               this member dials the members that listen, and a member that listens
+                               relays its traffic with the others that do not
   --bucket-mb <x>              ddp: gradient bucket size; fsdp: reduce-scatter bucket (MiB)
   --ddp-allreduce <mode>       ddp: auto|overlap|delay, all-reduce during or after backward (auto: timed)
   --reshard-after-forward <true|false>  fsdp: free full parameters after forward (default true)

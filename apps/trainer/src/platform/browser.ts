@@ -53,6 +53,8 @@ export const openLog: typeof NodePlatform.openLog = noFilesAsync('--log-jsonl');
 export const uplotAssets: typeof NodePlatform.uplotAssets = noFilesAsync('--report');
 export const appendLog: typeof NodePlatform.appendLog = noFilesAsync('--log-jsonl');
 export const resolveResume: typeof NodePlatform.resolveResume = noFilesAsync('--resume');
+/** A tab trusts its browser's certificate store and listens on nothing: no TLS files. */
+export const readTlsFiles: typeof NodePlatform.readTlsFiles = noFilesAsync('--tls-cert');
 export const removePartialCheckpoints: typeof NodePlatform.removePartialCheckpoints =
   noFilesAsync('--checkpoint-dir');
 export const readRunState: typeof NodePlatform.readRunState = noFilesAsync('--resume');

@@ -33,6 +33,7 @@ export { writeFileAtomically } from '../io/atomic-write.js';
 export { readUplotAssets as uplotAssets } from '../report/uplot-assets.js';
 export { checkpointFault, faultPoint } from '../io/fault-points.js';
 export { appendLog, openLog } from '../io/resumable-log.js';
+export { readTlsFiles } from '../ranks/tls-files.js';
 export { join as joinPath };
 
 /** The host's free memory in bytes, for the estimate's check (models/memory-estimate.ts). */

@@ -2,6 +2,7 @@ import { ElasticCoordinator } from '@webshard/collectives/node';
 import type { ElasticCoordinatorSettings, TrainConfig } from '../config.js';
 import { DEFAULT_CORPUS_PATH } from '../corpus.js';
 import { type PageServer, servePage } from './browser-job.js';
+import { readTlsFiles, type TlsFiles } from './tls-files.js';
 
 /*
  * [Note: browser tabs in an elastic world]
@@ -14,8 +15,10 @@ import { type PageServer, servePage } from './browser-job.js';
  * others through a Node member's `ws` listener ([Note: ws connections] in collectives): the Node
  * members join with `--transport ws`, and a world of tabs alone cannot form. What a tab cannot do
  * (files, fsdp's checkpoints, 16-bit precision) is refused on the coordinator's command line
- * (cli/elastic-page-options.ts). The page is served over plain http: off loopback the tab is no
- * secure context (no WebGPU; give `--backend cpu`) and the token travels in cleartext.
+ * (cli/elastic-page-options.ts). Without TLS flags the page is served over plain http: off
+ * loopback the tab is no secure context (no WebGPU; give `--backend cpu`) and the token travels in
+ * cleartext; with `--tls-cert` and `--tls-key` it is https and every link wss ([Note: an elastic
+ * job over the internet] in ../cli/tls-options.ts).
  */
 
 /** The page tabs open, serving the coordinator's training flags as an elastic member's job. */
@@ -23,15 +26,25 @@ function serveTabPage(
   config: TrainConfig,
   url: string,
   memberTimeoutSeconds: number,
+  tls: TlsFiles,
 ): Promise<PageServer> {
   const data = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
   const job = {
-    config: { ...config, data, elastic: url, elasticCoordinator: null, transport: 'ws' as const },
+    // A tab reads no files and cannot listen: it trusts its browser's store and dials out.
+    config: {
+      ...{ ...config, data, elastic: url, elasticCoordinator: null, transport: 'ws' as const },
+      ...{ tls: null, noListen: false },
+    },
     join: url,
     elastic: true,
     memberTimeoutSeconds,
   };
-  return servePage(job, data, { host: config.browserHost, port: config.browserPort });
+  const secure = tls.cert !== undefined && tls.key !== undefined;
+  return servePage(job, data, {
+    host: config.browserHost,
+    port: config.browserPort,
+    ...(secure ? { tls: { cert: tls.cert!, key: tls.key! } } : {}),
+  });
 }
 
 /**
@@ -49,6 +62,8 @@ export async function hostElasticCoordinator(
 ): Promise<void> {
   const waitMs = settings.waitSeconds * 1000;
   const token = process.env.WEBSHARD_TOKEN ?? '';
+  const tls = tabs?.tls ? await readTlsFiles(tabs.tls) : {};
+  const secure = tls.cert !== undefined && tls.key !== undefined;
   let told = 0;
   const toldWaiting = new Set<number>();
   const coordinator = await ElasticCoordinator.start({
@@ -62,6 +77,7 @@ export async function hostElasticCoordinator(
     memberTimeoutMs: settings.memberTimeoutSeconds * 1000,
     syncTimeoutMs: settings.syncTimeoutSeconds * 1000,
     ...(settings.statePath === null ? {} : { statePath: settings.statePath }),
+    ...(secure ? { tls: { cert: tls.cert!, key: tls.key! } } : {}),
     // Each change is printed as it is announced, before any member trains in it (the ticker below
     // would print it up to a tick later, after the members' first lines of the new epoch).
     onEpoch: () => tell(),
@@ -76,11 +92,12 @@ export async function hostElasticCoordinator(
   }
   const page =
     settings.page && tabs !== null
-      ? await serveTabPage(tabs, coordinator.url, settings.memberTimeoutSeconds)
+      ? await serveTabPage(tabs, coordinator.url, settings.memberTimeoutSeconds, tls)
       : null;
   if (page !== null) {
+    const at = host.includes(':') ? `[${host}]` : host;
     say(
-      `elastic: browser tabs join at http://${host}:${page.port}/#token=${token} (each tab a member, training with this command's flags)`,
+      `elastic: browser tabs join at ${secure ? 'https' : 'http'}://${at}:${page.port}/#token=${token} (each tab a member, training with this command's flags)`,
     );
   }
   function tell(): void {

@@ -4,7 +4,14 @@ import {
   joinElastic,
   type MembershipChange,
 } from '@webshard/collectives';
-import { appendLog, faultPoint, openLog, removePartialCheckpoints, resolveResume } from '#platform';
+import {
+  appendLog,
+  faultPoint,
+  openLog,
+  readTlsFiles,
+  removePartialCheckpoints,
+  resolveResume,
+} from '#platform';
 import type { TrainConfig } from '../config.js';
 import { InterruptedError, UsageError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
@@ -139,8 +146,11 @@ export async function trainElastic(
   io: RunIO,
   member: ElasticMemberOptions = {},
 ): Promise<TrainSummary & { rank?: number }> {
+  const tls = config.tls ? await readTlsFiles(config.tls) : null;
   const elastic = await joinElastic({
     url: config.elastic!,
+    ...(tls === null ? {} : { tls }),
+    ...(config.noListen ? { listen: false } : {}),
     coordinatorTimeoutMs: (config.coordinatorTimeoutSeconds ?? 300) * 1000,
     backend: config.transport === 'ws' ? 'ws' : 'tcp',
     name: member.name ?? `pid ${typeof process === 'undefined' ? '?' : process.pid}`,

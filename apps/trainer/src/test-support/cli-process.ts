@@ -48,6 +48,15 @@ export function cli(args: readonly string[], env: Record<string, string> = {}): 
   return { child, stdout: () => stdout, done };
 }
 
+/**
+ * The environment of a CLI that must open no listening socket: ./listen-guard.mjs loaded into it
+ * and its child, so that any `listen` throws and is said on stderr.
+ */
+export function listenGuardEnv(): Record<string, string> {
+  const guard = join(import.meta.dirname, 'listen-guard.mjs');
+  return { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import ${guard}`.trim() };
+}
+
 /** SIGKILL to every started CLI still running (an `afterAll`). */
 export function killStarted(): void {
   for (const child of started) {
@@ -128,7 +137,7 @@ export async function startCoordinator(
   ]);
   const url = await until(
     'the coordinator',
-    () => /--elastic (ws:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+    () => /--elastic (wss?:\/\/\S+)/.exec(coordinator.stdout())?.[1],
   );
   return { coordinator, url };
 }

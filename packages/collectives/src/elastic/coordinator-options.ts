@@ -1,4 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
+import type { TlsOptions } from '../rendezvous/store-server.js';
 import { BEATS_PER_TIMEOUT, DEFAULT_MEMBER_TIMEOUT_MS } from './liveness.js';
 import { checkWorldBounds, type WorldBounds } from './membership.js';
 import type { EpochAnnouncement } from './protocol.js';
@@ -11,6 +12,12 @@ export interface ElasticCoordinatorOptions extends WorldBounds {
   host?: string;
   /** The join token every member must present; required off loopback. */
   token?: string;
+  /**
+   * Serve the coordinator and every epoch's store over `wss://` with this PEM certificate and key
+   * ([Note: an elastic world over TLS]): members then join at `wss://`, and the join token crosses
+   * the network only inside TLS.
+   */
+  tls?: TlsOptions;
   /**
    * Forming the first epoch: once `minWorldSize` members wait, how long to wait for more (up to
    * `maxWorldSize`, which forms it at once). Default 0.
@@ -48,9 +55,10 @@ export interface ElasticCoordinatorOptions extends WorldBounds {
 
 /** The options with every default filled in, and the port the server got. */
 export type ResolvedCoordinatorOptions = Required<
-  Omit<ElasticCoordinatorOptions, 'token' | 'statePath' | 'onEpoch'>
+  Omit<ElasticCoordinatorOptions, 'token' | 'statePath' | 'onEpoch' | 'tls'>
 > & {
   token: string;
+  tls: TlsOptions | null;
   statePath: string | null;
   onEpoch: ((change: EpochAnnouncement) => void) | null;
 };
@@ -90,6 +98,7 @@ export function resolveCoordinatorOptions(
     port,
     host: options.host ?? '127.0.0.1',
     token: options.token ?? '',
+    tls: options.tls ?? null,
     joinWindowMs: options.joinWindowMs ?? 0,
     syncTimeoutMs: options.syncTimeoutMs ?? 300_000,
     belowMinTimeoutMs: options.belowMinTimeoutMs ?? 60_000,

@@ -1,8 +1,9 @@
 import type { AddressInfo } from 'node:net';
-import { type WebSocket, WebSocketServer } from 'ws';
+import type { WebSocket, WebSocketServer } from 'ws';
 import { type CoordinatorState, loadCoordinatorState } from './coordinator-state-file.js';
 import { EpochFormer } from './epoch-former.js';
 import { wsUrl } from './epoch-stores.js';
+import { listenCoordinator, type SecureServer } from './coordinator-listen.js';
 import {
   checkCoordinatorOptions,
   type ElasticCoordinatorOptions,
@@ -12,11 +13,7 @@ import {
 import { acceptMember, refuseSocket, sendTo } from './coordinator-sockets.js';
 import { HeartbeatSweep } from './liveness.js';
 import { type Member, Roster } from './roster.js';
-import {
-  type CoordinatorMessage,
-  type EpochAnnouncement,
-  MAX_ELASTIC_MESSAGE_BYTES,
-} from './protocol.js';
+import type { CoordinatorMessage, EpochAnnouncement } from './protocol.js';
 
 /**
  * The elastic coordinator: tracks who is in the world, decides each epoch's membership at sync
@@ -54,6 +51,8 @@ export class ElasticCoordinator {
     /** The coordinator's URL, for members' `joinElastic({ url })`. */
     readonly url: string,
     restored: CoordinatorState | null,
+    /** The https server under `server` when it serves `wss://`, closed with it. */
+    private readonly secure: SecureServer | null = null,
   ) {
     this.epochs = new EpochFormer(this.roster, options, (member, message) =>
       this.send(member, message),
@@ -77,16 +76,7 @@ export class ElasticCoordinator {
   /** Starts listening; resolves once members can join at `url`. */
   static async start(options: ElasticCoordinatorOptions): Promise<ElasticCoordinator> {
     checkCoordinatorOptions(options);
-    const server = new WebSocketServer({
-      host: options.host ?? '127.0.0.1',
-      port: options.port ?? 0,
-      maxPayload: MAX_ELASTIC_MESSAGE_BYTES,
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once('listening', resolve);
-      server.once('error', reject);
-    });
-    server.on('error', () => {});
+    const { server, secure } = await listenCoordinator(options);
     const resolved = resolveCoordinatorOptions(options, (server.address() as AddressInfo).port);
     let restored: CoordinatorState | null = null;
     try {
@@ -94,9 +84,11 @@ export class ElasticCoordinator {
         resolved.statePath === null ? null : await loadCoordinatorState(resolved.statePath);
     } catch (error) {
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      await secure?.close();
       throw error;
     }
-    return new ElasticCoordinator(server, resolved, wsUrl(resolved.host, resolved.port), restored);
+    const url = wsUrl(resolved.host, resolved.port, secure !== null);
+    return new ElasticCoordinator(server, resolved, url, restored, secure);
   }
 
   /** The port the coordinator listens on. */
@@ -139,6 +131,7 @@ export class ElasticCoordinator {
     const epochsClosed = this.epochs.close();
     for (const member of this.roster.members.values()) member.socket?.terminate();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await this.secure?.close();
     await epochsClosed;
   }
 

@@ -10,6 +10,7 @@ import type { Rendezvous } from '../rendezvous/rendezvous.js';
 import { StoreClient, type WebSocketConstructor } from '../rendezvous/store-client.js';
 import { CoordinatorLink } from './coordinator-link.js';
 import { ElasticError, ElasticWorldTooSmallError } from './errors.js';
+import { checkJoinTls, isNode, type JoinTls, trustingCoordinator } from './join-tls.js';
 import type { CoordinatorMessage, EpochAnnouncement } from './protocol.js';
 
 /** Options of `joinElastic`. */
@@ -41,6 +42,12 @@ export interface JoinElasticOptions {
   host?: string;
   /** `ws` only: accept connections (default: true in Node, false in browsers). */
   listen?: boolean;
+  /**
+   * The world is served over TLS (`url` is `wss://`): trust `ca` (PEM; Node only, for a private
+   * CA) and, over `ws`, serve this member's listener as `wss://` with `cert` and `key` ([Note: an
+   * elastic world over TLS]). A member that listens on nothing needs neither.
+   */
+  tls?: JoinTls;
   /** Overrides the WebSocket used for the coordinator and the stores. */
   WebSocket?: WebSocketConstructor;
 }
@@ -70,10 +77,6 @@ export interface MembershipChange extends Membership {
    * again as a newcomer, with a new id: its state is stale, take the world's.
    */
   readonly rejoined?: boolean;
-}
-
-function isNode(): boolean {
-  return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
 }
 
 function failureOf(message: CoordinatorMessage, op: string, member: number): ElasticError {
@@ -156,10 +159,12 @@ export class ElasticGroup {
   /** @internal Joins: waits to be admitted, then builds the epoch's group. */
   static async join(options: JoinElasticOptions): Promise<ElasticGroup> {
     const timeoutMs = options.timeoutMs ?? 300_000;
+    checkJoinTls(options);
+    const WebSocket = await trustingCoordinator(options);
     const link = await CoordinatorLink.open(
       options.url,
       Math.min(timeoutMs, options.coordinatorTimeoutMs ?? timeoutMs),
-      options.WebSocket,
+      WebSocket,
       options.coordinatorTimeoutMs,
     );
     const token = options.token ?? (isNode() ? (process.env.WEBSHARD_TOKEN ?? '') : '');
@@ -322,7 +327,10 @@ async function buildEpochGroup(
   const { rank, worldSize } = membership;
   const token = options.token ?? '';
   const rendezvousOptions = resolveRendezvousOptions(
-    { rank, worldSize, masterAddr: host, masterPort: Number(url.port), token, timeoutMs },
+    {
+      ...{ rank, worldSize, masterAddr: host, masterPort: Number(url.port), token, timeoutMs },
+      ...(options.tls !== undefined ? { tls: options.tls } : {}),
+    },
     {},
   );
   const store = await StoreClient.connect({
@@ -331,6 +339,7 @@ async function buildEpochGroup(
     rank,
     worldSize,
     timeoutMs,
+    ...(options.tls?.ca !== undefined ? { ca: options.tls.ca } : {}),
     ...(options.WebSocket !== undefined ? { WebSocket: options.WebSocket } : {}),
   });
   const joined: Rendezvous = { options: rendezvousOptions, store, close: () => store.close() };

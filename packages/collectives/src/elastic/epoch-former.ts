@@ -41,7 +41,7 @@ export class EpochFormer {
       this.rejectDone = reject;
     });
     this.done.catch(() => {});
-    this.stores = new EpochStores(options.host, options.token);
+    this.stores = new EpochStores(options.host, options.token, options.tls);
     this.belowMin = new BelowMinimumWait(options.belowMinTimeoutMs);
     this.stateFile =
       options.statePath === null ? null : new CoordinatorStateFile(options.statePath);

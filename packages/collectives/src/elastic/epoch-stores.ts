@@ -1,8 +1,8 @@
-import { StoreServer } from '../rendezvous/store-server.js';
+import { StoreServer, type TlsOptions } from '../rendezvous/store-server.js';
 
-/** `ws://host:port`, with an IPv6 host in brackets. */
-export function wsUrl(host: string, port: number): string {
-  return `ws://${host.includes(':') ? `[${host}]` : host}:${port}`;
+/** `ws://host:port` (`wss://` when `secure`), with an IPv6 host in brackets. */
+export function wsUrl(host: string, port: number, secure = false): string {
+  return `${secure ? 'wss' : 'ws'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
 /**
@@ -18,11 +18,19 @@ export class EpochStores {
   constructor(
     private readonly host: string,
     private readonly token: string,
+    /** Serve every store over `wss://` with the coordinator's certificate. */
+    private readonly tls: TlsOptions | null = null,
   ) {}
 
   /** Opens the store of a new epoch of `worldSize` members; resolves with its URL. */
   async open(worldSize: number): Promise<string> {
-    const server = new StoreServer({ port: 0, host: this.host, token: this.token, worldSize });
+    const server = new StoreServer({
+      port: 0,
+      host: this.host,
+      token: this.token,
+      worldSize,
+      ...(this.tls === null ? {} : { tls: this.tls }),
+    });
     const port = await server.listen();
     if (this.closed) {
       await server.close();
@@ -30,7 +38,7 @@ export class EpochStores {
     }
     this.servers.push(server);
     while (this.servers.length > 2) void this.servers.shift()!.close();
-    return wsUrl(this.host, port);
+    return wsUrl(this.host, port, this.tls !== null);
   }
 
   /** Stops every store. */

@@ -3,6 +3,7 @@
 // See [Note: the node entry] in index.ts.
 export type { ElasticCoordinatorOptions } from '../elastic/coordinator.js';
 export { ElasticCoordinator } from '../elastic/coordinator.js';
+export type { TlsOptions } from '../rendezvous/store-server.js';
 export type {
   LaunchOptions,
   ShmRankOutcome,

@@ -35,6 +35,21 @@ export async function defaultWebSocket(): Promise<WebSocketConstructor> {
   return module.WebSocket as unknown as WebSocketConstructor;
 }
 
+/**
+ * `Ctor` trusting `ca` for `wss://` (Node's `ws` takes it as an option; a browser's native
+ * WebSocket uses its own trust store and ignores it).
+ */
+export function trustingWebSocket(
+  Ctor: WebSocketConstructor,
+  ca: string | Uint8Array,
+): WebSocketConstructor {
+  return class extends (Ctor as new (...args: unknown[]) => WebSocketLike) {
+    constructor(url: string, protocols?: string | string[], options?: Record<string, unknown>) {
+      super(url, protocols, { ...options, ca });
+    }
+  } as unknown as WebSocketConstructor;
+}
+
 /** Options to join the rendezvous store. */
 export interface StoreClientOptions {
   /** `ws://host:port` or `wss://host:port`. */

@@ -19,3 +19,5 @@ export {
 } from './suite.js';
 export type { SuiteTransport } from './transport-suite.js';
 export { runTransportSuite } from './transport-suite.js';
+export type { TestCertificate } from '../test-support/certificate.js';
+export { makeTestCertificate } from '../test-support/certificate.js';
