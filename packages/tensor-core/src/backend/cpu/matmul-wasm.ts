@@ -298,16 +298,36 @@ export class WasmMatmul {
     }
   }
 
-  /** One gemm of a call of `macs` multiply-adds in all (whether it splits: THREADED_MIN_MACS). */
-  private gemm(
-    ap: number,
-    bp: number,
-    c: number,
-    m: number,
-    k: number,
-    n: number,
-    macs: number,
+  /**
+   * For callers that lay out the module's memory themselves (matmul-strided.ts): grows it to at
+   * least `bytes` and returns it as floats from byte 0, or null past `maxScratchBytes`. Bytes
+   * below `matmulScratchBytes` are the kernel's edge tiles; the rest is the caller's until its
+   * next call.
+   */
+  reserve(bytes: number): Float32Array | null {
+    if (bytes > this.maxScratchBytes || bytes > MAX_BYTES) return null;
+    const memory = this.memory;
+    if (memory.buffer.byteLength < bytes) {
+      memory.grow(Math.ceil((bytes - memory.buffer.byteLength) / PAGE));
+    }
+    return new Float32Array(memory.buffer);
+  }
+
+  /** The module's `pack` (byte addresses, strides in elements): see [Note: the WASM SIMD matmul]. */
+  pack(
+    src: number,
+    dst: number,
+    outer: number,
+    inner: number,
+    width: number,
+    strideOuter: number,
+    strideInner: number,
   ): void {
+    this.exports.pack(src, dst, outer, inner, width, strideOuter, strideInner);
+  }
+
+  /** One gemm of a call of `macs` multiply-adds in all (whether it splits: THREADED_MIN_MACS). */
+  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number, macs: number): void {
     const { gemm } = this.exports;
     if (this.threads === null) gemm(ap, bp, c, m, k, n, 0);
     else this.threads.gemm(gemm, ap, bp, c, m, k, n, macs);

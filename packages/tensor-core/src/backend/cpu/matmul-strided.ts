@@ -1,0 +1,207 @@
+import { bytesPerElement } from '../../dtype.js';
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../../dtype-convert.js';
+import type { StridedOperand } from '../backend.js';
+import { type CpuStorage, rawViewAt } from './cpu-storage.js';
+import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
+import type { WasmMatmul } from './matmul-wasm.js';
+
+/**
+ * [Note: the CPU strided matmul]
+ * The CPU backend's `matmulStrided`. In f32 with the WASM matmul, each operand's span of storage
+ * (its lowest to its highest element) is copied into the module's memory once per call, and once
+ * for both when a and b share storage (attention's q and k, both views of one [B, T, 3C] tensor),
+ * and `pack` reads each batch element's matrix from there through its strides: the panels, the
+ * gemm and so every bit of C are those of `matmul` on contiguous copies of the operands
+ * ([Note: the WASM SIMD matmul]). A batch element whose operand sits where the previous one's
+ * did (a stride of 0) is not packed again. C comes back one batch element at a time, through
+ * out's strides, added to out when accumulating. Other dtypes, operands past the module's memory
+ * budget and negative strides take the TypeScript loop below, which sums in f64 in k order as the
+ * TypeScript `matmul` does.
+ */
+export function matmulStridedKernel(
+  a: StridedOperand,
+  b: StridedOperand,
+  out: StridedOperand,
+  batch: readonly number[],
+  m: number,
+  k: number,
+  n: number,
+  accumulate: boolean,
+  wasm: WasmMatmul | null,
+): void {
+  const count = batch.reduce((p, d) => p * d, 1);
+  if (count === 0 || m === 0 || n === 0) return;
+  const f32 = a.dtype === 'f32' && b.dtype === 'f32' && out.dtype === 'f32';
+  if (f32 && wasm !== null && k > 0 && runWasm(wasm, a, b, out, batch, m, k, n, accumulate)) return;
+  runTypeScript(a, b, out, batch, m, k, n, accumulate);
+}
+
+/** One past the highest element a view reaches from its offset (strides >= 0). */
+function extent(dims: readonly number[], strides: readonly number[]): number {
+  let e = 1;
+  for (let d = 0; d < dims.length; d++) e += (dims[d]! - 1) * strides[d]!;
+  return e;
+}
+
+/** Calls `visit(aOffset, bOffset, outOffset)` for every batch element, in row-major order. */
+function forEachBatch(
+  batch: readonly number[],
+  a: StridedOperand,
+  b: StridedOperand,
+  out: StridedOperand,
+  visit: (aAt: number, bAt: number, outAt: number) => void,
+): void {
+  const rank = batch.length;
+  const index = new Array<number>(rank).fill(0);
+  let aAt = a.offset;
+  let bAt = b.offset;
+  let outAt = out.offset;
+  for (;;) {
+    visit(aAt, bAt, outAt);
+    let d = rank - 1;
+    for (; d >= 0; d--) {
+      index[d]!++;
+      aAt += a.strides[d]!;
+      bAt += b.strides[d]!;
+      outAt += out.strides[d]!;
+      if (index[d]! < batch[d]!) break;
+      aAt -= index[d]! * a.strides[d]!;
+      bAt -= index[d]! * b.strides[d]!;
+      outAt -= index[d]! * out.strides[d]!;
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+const align16 = (bytes: number) => Math.ceil(bytes / 16) * 16;
+const roundUp = (x: number, to: number) => Math.ceil(x / to) * to;
+
+function runWasm(
+  wasm: WasmMatmul,
+  a: StridedOperand,
+  b: StridedOperand,
+  out: StridedOperand,
+  batch: readonly number[],
+  m: number,
+  k: number,
+  n: number,
+  accumulate: boolean,
+): boolean {
+  if ([a, b, out].some((t) => t.strides.some((s) => s < 0))) return false;
+  const r = batch.length;
+  const aLo = a.offset;
+  const aHi = aLo + extent([...batch, m, k], a.strides);
+  const bLo = b.offset;
+  const bHi = bLo + extent([...batch, k, n], b.strides);
+  const shared = a.storage === b.storage;
+  // Element e of a's storage is at float aRaw + e - aLo of the heap (b's likewise).
+  const lo = shared ? Math.min(aLo, bLo) : aLo;
+  const hi = shared ? Math.max(aHi, bHi) : aHi;
+  const aRaw = matmulScratchBytes / 4 - lo;
+  const bRawStart = align16(matmulScratchBytes + (hi - lo) * 4);
+  const bRaw = shared ? aRaw : bRawStart / 4 - bLo;
+  const aPack = shared ? bRawStart : align16(bRawStart + (bHi - bLo) * 4);
+  const bPack = aPack + roundUp(m, matmulTile.rows) * k * 4;
+  const c = bPack + roundUp(n, matmulTile.columns) * k * 4;
+  const heap = wasm.reserve(c + m * n * 4);
+  if (heap === null) return false;
+  const aValues = rawViewAt((a.storage as CpuStorage).buffer, 'f32', 0, hi) as Float32Array;
+  heap.set(aValues.subarray(lo, hi), aRaw + lo);
+  if (!shared) {
+    const bValues = rawViewAt((b.storage as CpuStorage).buffer, 'f32', 0, bHi) as Float32Array;
+    heap.set(bValues.subarray(bLo, bHi), bRaw + bLo);
+  }
+  const outBuffer = (out.storage as CpuStorage).buffer;
+  const o = rawViewAt(outBuffer, 'f32', 0, outBuffer.byteLength / 4) as Float32Array;
+  const [aRow, aCol] = [a.strides[r]!, a.strides[r + 1]!];
+  const [bRow, bCol] = [b.strides[r]!, b.strides[r + 1]!];
+  const [oRow, oCol] = [out.strides[r]!, out.strides[r + 1]!];
+  const macs = batch.reduce((p, d) => p * d, 1) * m * k * n;
+  const c0 = c / 4;
+  let packedA = -1;
+  let packedB = -1;
+  forEachBatch(batch, a, b, out, (aAt, bAt, outAt) => {
+    if (aAt !== packedA) wasm.pack((aRaw + aAt) * 4, aPack, m, k, matmulTile.rows, aRow, aCol);
+    if (bAt !== packedB) wasm.pack((bRaw + bAt) * 4, bPack, n, k, matmulTile.columns, bCol, bRow);
+    packedA = aAt;
+    packedB = bAt;
+    wasm.gemm(aPack, bPack, c, m, k, n, macs);
+    for (let i = 0; i < m; i++) {
+      const from = c0 + i * n;
+      let at = outAt + i * oRow;
+      if (accumulate) for (let j = 0; j < n; j++, at += oCol) o[at] = o[at]! + heap[from + j]!;
+      else for (let j = 0; j < n; j++, at += oCol) o[at] = heap[from + j]!;
+    }
+  });
+  return true;
+}
+
+type Decode = (bits: number) => number;
+
+/** Element reads and writes of any float dtype, computed in f32 (f64 for f64: [Note: CPU stores round once per dtype]). */
+function elements(t: StridedOperand): {
+  get: (i: number) => number;
+  set: (i: number, v: number) => void;
+  /** v rounded to the dtype's values, as a store and a load would. */
+  round: (v: number) => number;
+} {
+  const buffer = (t.storage as CpuStorage).buffer;
+  const raw = rawViewAt(buffer, t.dtype, 0, buffer.byteLength / bytesPerElement(t.dtype));
+  if (t.dtype === 'f16' || t.dtype === 'bf16') {
+    const decode: Decode = t.dtype === 'f16' ? f16BitsToF32 : bf16BitsToF32;
+    const encode = t.dtype === 'f16' ? f32ToF16Bits : f32ToBf16Bits;
+    return {
+      get: (i) => decode(raw[i]!),
+      set: (i, v) => {
+        raw[i] = encode(Math.fround(v));
+      },
+      round: (v) => decode(encode(Math.fround(v))),
+    };
+  }
+  const round = t.dtype === 'f64' ? (v: number) => v : Math.fround;
+  return {
+    get: (i) => raw[i]!,
+    set: (i, v) => {
+      raw[i] = round(v);
+    },
+    round,
+  };
+}
+
+function runTypeScript(
+  a: StridedOperand,
+  b: StridedOperand,
+  out: StridedOperand,
+  batch: readonly number[],
+  m: number,
+  k: number,
+  n: number,
+  accumulate: boolean,
+): void {
+  const r = batch.length;
+  const av = elements(a);
+  const bv = elements(b);
+  const ov = elements(out);
+  // The product rounds to out's dtype as `matmul` writes it; accumulating adds that to out.
+  const [aRow, aCol, bRow, bCol] = [
+    a.strides[r]!,
+    a.strides[r + 1]!,
+    b.strides[r]!,
+    b.strides[r + 1]!,
+  ];
+  const [oRow, oCol] = [out.strides[r]!, out.strides[r + 1]!];
+  forEachBatch(batch, a, b, out, (aAt, bAt, outAt) => {
+    for (let i = 0; i < m; i++) {
+      for (let j = 0; j < n; j++) {
+        let sum = 0;
+        for (let t = 0; t < k; t++) {
+          sum += av.get(aAt + i * aRow + t * aCol) * bv.get(bAt + t * bRow + j * bCol);
+        }
+        const at = outAt + i * oRow + j * oCol;
+        const product = ov.round(sum);
+        ov.set(at, accumulate ? ov.get(at) + product : product);
+      }
+    }
+  });
+}
