@@ -1,5 +1,5 @@
-import { type MatrixView, matmulViewsInto, transposeView } from '../ops/matrix-views.js';
-import { Tensor } from '../tensor.js';
+import { distinct, type MatrixView, matmulViewsInto, transposeView } from '../ops/matrix-views.js';
+import { shapeSize, Tensor } from '../tensor.js';
 import type { GradientDef } from './node.js';
 
 /**
@@ -21,15 +21,31 @@ export const matmulViewsGradient: GradientDef = {
     const needB = same ? needA : ctx.needsInputGrad[1] === true;
     const a = ctx.savedInput(0);
     const b: Tensor = same ? a : ctx.savedInput(1);
-    const zerosLike = (t: Tensor) => {
-      const z = Tensor.empty(t.backend, t.shape, t.dtype);
-      t.backend.fill(z.kernel('matmulViews backward'), 0);
-      return z;
+    // Where a window is every element of its input once, the product fills the gradient: no
+    // zeros, no accumulation. Else zeros, and products added (a repeated matrix sums its own).
+    const covers = (t: Tensor, view: MatrixView) =>
+      shapeSize(view.shape) === t.size && distinct(view);
+    const gradientFor = (t: Tensor, view: MatrixView): [Tensor, boolean] => {
+      const grad = Tensor.empty(t.backend, t.shape, t.dtype);
+      if (covers(t, view)) return [grad, false];
+      t.backend.fill(grad.kernel('matmulViews backward'), 0);
+      return [grad, true];
     };
-    const da = needA ? zerosLike(a) : null;
-    const db = same ? da : needB ? zerosLike(b) : null;
-    if (da !== null) matmulViewsInto(g!, outView, b, transposeView(bView), da, aView, true);
-    if (db !== null) matmulViewsInto(a, transposeView(aView), g!, outView, db, bView, true);
+    let da: Tensor | null = null;
+    let db: Tensor | null = null;
+    if (needA) {
+      const [grad, accumulate] = gradientFor(a, aView);
+      matmulViewsInto(g!, outView, b, transposeView(bView), grad, aView, accumulate);
+      da = grad;
+    }
+    if (needB && same) {
+      // Into a's gradient beside dA: added, in case the two windows share elements.
+      matmulViewsInto(a, transposeView(aView), g!, outView, da!, bView, true);
+    } else if (needB) {
+      const [grad, accumulate] = gradientFor(b, bView);
+      matmulViewsInto(a, transposeView(aView), g!, outView, grad, bView, accumulate);
+      db = grad;
+    }
     return same ? [da, null] : [da, db];
   },
 };

@@ -2,7 +2,7 @@ import { recordOp } from '../autograd/record.js';
 import { DTypeError, ShapeError } from '../errors.js';
 import { shapeSize, Tensor } from '../tensor.js';
 import { autocastOp } from './autocast-policy.js';
-import { type MatrixView, matmulViewsInto } from './matrix-views.js';
+import { distinct, type MatrixView, matmulViewsInto } from './matrix-views.js';
 import { backendOf, requireSameDType } from './validate.js';
 
 /**
@@ -47,20 +47,6 @@ function checkInside(op: string, t: Tensor, view: MatrixView, name: string): voi
       `${name} view (offset ${offset}, shape [${shape.join(', ')}], strides [${strides.join(', ')}]) reaches element ${last} of ${t.size}`,
     );
   }
-}
-
-/** Whether no two elements of a view coincide (dims sorted by stride each step past the last). */
-function distinct(view: MatrixView): boolean {
-  const dims = view.shape
-    .map((d, i) => [d, view.strides[i]!] as const)
-    .filter(([d]) => d > 1)
-    .sort((x, y) => x[1] - y[1]);
-  let reach = 1;
-  for (const [d, s] of dims) {
-    if (s < reach) return false;
-    reach = s * (d - 1) + reach;
-  }
-  return true;
 }
 
 /**

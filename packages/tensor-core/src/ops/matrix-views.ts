@@ -117,6 +117,20 @@ export function matmulViewsInto(
   }
 }
 
+/** Whether no two elements of a view coincide (dims sorted by stride each step past the last). */
+export function distinct(view: MatrixView): boolean {
+  const dims = view.shape
+    .map((d, i) => [d, view.strides[i]!] as const)
+    .filter(([d]) => d > 1)
+    .sort((x, y) => x[1] - y[1]);
+  let reach = 1;
+  for (const [d, s] of dims) {
+    if (s < reach) return false;
+    reach = s * (d - 1) + reach;
+  }
+  return true;
+}
+
 /** Calls `visit` with the offset of every batch element, row-major. */
 function forEachOffset(
   batch: readonly number[],

@@ -49,6 +49,31 @@ const CASES: Case[] = [
     accumulate: false,
   },
   {
+    // Heads 64 wide (qkv [2, 3, 3 x 128]): each operand is a third of its span, so only its rows
+    // of 128 come in ([Note: the CPU strided matmul]).
+    name: 'q k^T from one qkv, heads 64 wide, copied in by rows',
+    batch: [2, 2],
+    m: 3,
+    k: 64,
+    n: 3,
+    a: { size: 2 * 3 * 384, offset: 0, strides: [1152, 64, 384, 1] },
+    b: { shared: true, offset: 128, strides: [1152, 64, 1, 384] },
+    out: { size: 2 * 2 * 9, offset: 0, strides: [18, 9, 3, 1] },
+    accumulate: false,
+  },
+  {
+    // The gradient of k^T's window (column-major out: computed as its transpose), accumulated.
+    name: 'dk^T into a column-major window of qkv, heads 64 wide',
+    batch: [2, 2],
+    m: 64,
+    k: 3,
+    n: 3,
+    a: { size: 2 * 3 * 384, offset: 0, strides: [1152, 64, 1, 384] },
+    b: { size: 2 * 2 * 9, offset: 0, strides: [18, 9, 3, 1] },
+    out: { size: 2 * 3 * 384, offset: 128, strides: [1152, 64, 1, 384] },
+    accumulate: true,
+  },
+  {
     // Odd sizes past the 4x8 tile and the 256-deep k blocks, A transposed, no batch dims.
     name: 'odd sizes, A transposed, no batch',
     batch: [],

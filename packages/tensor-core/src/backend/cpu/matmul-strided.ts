@@ -31,6 +31,17 @@ export function matmulStridedKernel(
 ): void {
   const count = batch.reduce((p, d) => p * d, 1);
   if (count === 0 || m === 0 || n === 0) return;
+  const r = batch.length;
+  if (out.strides[r + 1]! > out.strides[r]!) {
+    // out is column-major (a gradient into k^T's window): compute out^T = b^T a^T instead, so C's
+    // rows land along out's contiguous axis. The same products summed in the same order.
+    const t = (v: StridedOperand): StridedOperand => ({
+      ...v,
+      strides: [...v.strides.slice(0, r), v.strides[r + 1]!, v.strides[r]!],
+    });
+    matmulStridedKernel(t(b), t(a), t(out), batch, n, k, m, accumulate, wasm);
+    return;
+  }
   const f32 = a.dtype === 'f32' && b.dtype === 'f32' && out.dtype === 'f32';
   if (f32 && wasm !== null && k > 0 && runWasm(wasm, a, b, out, batch, m, k, n, accumulate)) return;
   runTypeScript(a, b, out, batch, m, k, n, accumulate);
@@ -77,6 +88,65 @@ function forEachBatch(
 const align16 = (bytes: number) => Math.ceil(bytes / 16) * 16;
 const roundUp = (x: number, to: number) => Math.ceil(x / to) * to;
 
+/**
+ * Where an operand's elements go in the module's memory: its whole span (`floats` from its first
+ * element, strides kept), or only its elements when the span is mostly other data (a head of
+ * qkv is a third of its rows' span): contiguous runs as long as its densest dims allow, laid side
+ * by side, with strides to match.
+ */
+interface Staging {
+  floats: number;
+  strides: number[];
+  copy(heap: Float32Array, values: Float32Array, at: number): void;
+}
+
+function stage(offset: number, dims: readonly number[], strides: readonly number[]): Staging {
+  const span = extent(dims, strides);
+  const order = dims
+    .map((_, d) => d)
+    .filter((d) => dims[d]! > 1 && strides[d]! > 0)
+    .sort((x, y) => strides[x]! - strides[y]!);
+  let run = 1;
+  let dense = 0;
+  for (; dense < order.length && strides[order[dense]!] === run; dense++)
+    run *= dims[order[dense]!]!;
+  const outer = order.slice(dense);
+  const count = outer.reduce((p, d) => p * dims[d]!, 1);
+  if (run < 64 || run * count * 3 > span * 2) {
+    return {
+      floats: span,
+      strides: [...strides],
+      copy: (heap, values, at) => heap.set(values.subarray(offset, offset + span), at),
+    };
+  }
+  const staged = [...strides];
+  let next = run;
+  for (const d of outer) {
+    staged[d] = next;
+    next *= dims[d]!;
+  }
+  return {
+    floats: run * count,
+    strides: staged,
+    copy: (heap, values, at) => {
+      const index = new Array<number>(outer.length).fill(0);
+      let from = offset;
+      for (let to = at; ; to += run) {
+        heap.set(values.subarray(from, from + run), to);
+        let i = 0;
+        for (; i < outer.length; i++) {
+          const d = outer[i]!;
+          from += strides[d]!;
+          if (++index[i]! < dims[d]!) break;
+          from -= index[i]! * strides[d]!;
+          index[i] = 0;
+        }
+        if (i === outer.length) return;
+      }
+    },
+  };
+}
+
 function runWasm(
   wasm: WasmMatmul,
   a: StridedOperand,
@@ -90,43 +160,65 @@ function runWasm(
 ): boolean {
   if ([a, b, out].some((t) => t.strides.some((s) => s < 0))) return false;
   const r = batch.length;
-  const aLo = a.offset;
-  const aHi = aLo + extent([...batch, m, k], a.strides);
-  const bLo = b.offset;
-  const bHi = bLo + extent([...batch, k, n], b.strides);
-  const shared = a.storage === b.storage;
-  // Element e of a's storage is at float aRaw + e - aLo of the heap (b's likewise).
-  const lo = shared ? Math.min(aLo, bLo) : aLo;
-  const hi = shared ? Math.max(aHi, bHi) : aHi;
-  const aRaw = matmulScratchBytes / 4 - lo;
-  const bRawStart = align16(matmulScratchBytes + (hi - lo) * 4);
-  const bRaw = shared ? aRaw : bRawStart / 4 - bLo;
-  const aPack = shared ? bRawStart : align16(bRawStart + (bHi - bLo) * 4);
+  const aDims = [...batch, m, k];
+  const bDims = [...batch, k, n];
+  let aStage = stage(a.offset, aDims, a.strides);
+  let bStage = stage(b.offset, bDims, b.strides);
+  // Operands of one storage whose spans overlap come in as one span when that is no larger.
+  const aEnd = a.offset + extent(aDims, a.strides);
+  const bEnd = b.offset + extent(bDims, b.strides);
+  const lo = Math.min(a.offset, b.offset);
+  const hi = Math.max(aEnd, bEnd);
+  const union = a.storage === b.storage && hi - lo <= aStage.floats + bStage.floats;
+  const first = matmulScratchBytes / 4;
+  let aAt: number;
+  let bAt: number;
+  let rawEnd: number;
+  if (union) {
+    aStage = { floats: 0, strides: [...a.strides], copy: () => {} };
+    bStage = { floats: 0, strides: [...b.strides], copy: () => {} };
+    aAt = first + a.offset - lo;
+    bAt = first + b.offset - lo;
+    rawEnd = first + hi - lo;
+  } else {
+    aAt = first;
+    bAt = align16((first + aStage.floats) * 4) / 4;
+    rawEnd = bAt + bStage.floats;
+  }
+  const aPack = align16(rawEnd * 4);
   const bPack = aPack + roundUp(m, matmulTile.rows) * k * 4;
   const c = bPack + roundUp(n, matmulTile.columns) * k * 4;
   const heap = wasm.reserve(c + m * n * 4);
   if (heap === null) return false;
-  const aValues = rawViewAt((a.storage as CpuStorage).buffer, 'f32', 0, hi) as Float32Array;
-  heap.set(aValues.subarray(lo, hi), aRaw + lo);
-  if (!shared) {
-    const bValues = rawViewAt((b.storage as CpuStorage).buffer, 'f32', 0, bHi) as Float32Array;
-    heap.set(bValues.subarray(bLo, bHi), bRaw + bLo);
+  const storageValues = (t: StridedOperand) => {
+    const buffer = (t.storage as CpuStorage).buffer;
+    return rawViewAt(buffer, 'f32', 0, buffer.byteLength / 4) as Float32Array;
+  };
+  if (union) heap.set(storageValues(a).subarray(lo, hi), first);
+  else {
+    aStage.copy(heap, storageValues(a), aAt);
+    bStage.copy(heap, storageValues(b), bAt);
   }
-  const outBuffer = (out.storage as CpuStorage).buffer;
-  const o = rawViewAt(outBuffer, 'f32', 0, outBuffer.byteLength / 4) as Float32Array;
-  const [aRow, aCol] = [a.strides[r]!, a.strides[r + 1]!];
-  const [bRow, bCol] = [b.strides[r]!, b.strides[r + 1]!];
+  const o = storageValues(out);
+  const stagedA = { ...a, offset: aAt, strides: aStage.strides };
+  const stagedB = { ...b, offset: bAt, strides: bStage.strides };
+  const [aRow, aCol] = [stagedA.strides[r]!, stagedA.strides[r + 1]!];
+  const [bRow, bCol] = [stagedB.strides[r]!, stagedB.strides[r + 1]!];
   const [oRow, oCol] = [out.strides[r]!, out.strides[r + 1]!];
   const macs = batch.reduce((p, d) => p * d, 1) * m * k * n;
   const c0 = c / 4;
   let packedA = -1;
   let packedB = -1;
-  forEachBatch(batch, a, b, out, (aAt, bAt, outAt) => {
-    if (aAt !== packedA) wasm.pack((aRaw + aAt) * 4, aPack, m, k, matmulTile.rows, aRow, aCol);
-    if (bAt !== packedB) wasm.pack((bRaw + bAt) * 4, bPack, n, k, matmulTile.columns, bCol, bRow);
-    packedA = aAt;
-    packedB = bAt;
+  forEachBatch(batch, stagedA, stagedB, out, (aFrom, bFrom, outAt) => {
+    if (aFrom !== packedA) wasm.pack(aFrom * 4, aPack, m, k, matmulTile.rows, aRow, aCol);
+    if (bFrom !== packedB) wasm.pack(bFrom * 4, bPack, n, k, matmulTile.columns, bCol, bRow);
+    packedA = aFrom;
+    packedB = bFrom;
     wasm.gemm(aPack, bPack, c, m, k, n, macs);
+    if (!accumulate && oCol === 1 && oRow === n) {
+      o.set(heap.subarray(c0, c0 + m * n), outAt);
+      return;
+    }
     for (let i = 0; i < m; i++) {
       const from = c0 + i * n;
       let at = outAt + i * oRow;
