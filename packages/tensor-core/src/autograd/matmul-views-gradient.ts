@@ -22,14 +22,15 @@ export const matmulViewsGradient: GradientDef = {
     const a = ctx.savedInput(0);
     const b: Tensor = same ? a : ctx.savedInput(1);
     // Where a window is every element of its input once, the product fills the gradient: no
-    // zeros, no accumulation. Else zeros, and products added (a repeated matrix sums its own).
+    // zeros. Else zeros under it, and products added where the window repeats a matrix (which
+    // then sums its gradients).
     const covers = (t: Tensor, view: MatrixView) =>
       shapeSize(view.shape) === t.size && distinct(view);
     const gradientFor = (t: Tensor, view: MatrixView): [Tensor, boolean] => {
       const grad = Tensor.empty(t.backend, t.shape, t.dtype);
       if (covers(t, view)) return [grad, false];
       t.backend.fill(grad.kernel('matmulViews backward'), 0);
-      return [grad, true];
+      return [grad, !distinct(view)];
     };
     let da: Tensor | null = null;
     let db: Tensor | null = null;

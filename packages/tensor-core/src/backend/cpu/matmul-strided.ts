@@ -112,7 +112,7 @@ function stage(offset: number, dims: readonly number[], strides: readonly number
     run *= dims[order[dense]!]!;
   const outer = order.slice(dense);
   const count = outer.reduce((p, d) => p * dims[d]!, 1);
-  if (run < 64 || run * count * 3 > span * 2) {
+  if (run < 256 || run * count * 3 > span * 2) {
     return {
       floats: span,
       strides: [...strides],
@@ -219,14 +219,62 @@ function runWasm(
       o.set(heap.subarray(c0, c0 + m * n), outAt);
       return;
     }
-    for (let i = 0; i < m; i++) {
-      const from = c0 + i * n;
-      let at = outAt + i * oRow;
-      if (accumulate) for (let j = 0; j < n; j++, at += oCol) o[at] = o[at]! + heap[from + j]!;
-      else for (let j = 0; j < n; j++, at += oCol) o[at] = heap[from + j]!;
-    }
+    if (oCol === 1 && n % 4 === 0) copyRows4(heap, c0, o, outAt, m, n, oRow, accumulate);
+    else copyRows(heap, c0, o, outAt, m, n, oRow, oCol, accumulate);
   });
   return true;
+}
+
+/** C's m x n rows (row-major at `from`) into out's window at `at`: set, or added to. */
+function copyRows(
+  c: Float32Array,
+  from: number,
+  o: Float32Array,
+  at: number,
+  m: number,
+  n: number,
+  oRow: number,
+  oCol: number,
+  accumulate: boolean,
+): void {
+  for (let i = 0; i < m; i++) {
+    let src = from + i * n;
+    let dst = at + i * oRow;
+    if (accumulate) for (let j = 0; j < n; j++, src++, dst += oCol) o[dst] = o[dst]! + c[src]!;
+    else for (let j = 0; j < n; j++, src++, dst += oCol) o[dst] = c[src]!;
+  }
+}
+
+/** copyRows for contiguous rows of a multiple of 4 (attention's heads): four elements a step. */
+function copyRows4(
+  c: Float32Array,
+  from: number,
+  o: Float32Array,
+  at: number,
+  m: number,
+  n: number,
+  oRow: number,
+  accumulate: boolean,
+): void {
+  for (let i = 0; i < m; i++) {
+    const src = from + i * n;
+    const dst = at + i * oRow;
+    if (accumulate) {
+      for (let j = 0; j < n; j += 4) {
+        o[dst + j] = o[dst + j]! + c[src + j]!;
+        o[dst + j + 1] = o[dst + j + 1]! + c[src + j + 1]!;
+        o[dst + j + 2] = o[dst + j + 2]! + c[src + j + 2]!;
+        o[dst + j + 3] = o[dst + j + 3]! + c[src + j + 3]!;
+      }
+    } else {
+      for (let j = 0; j < n; j += 4) {
+        o[dst + j] = c[src + j]!;
+        o[dst + j + 1] = c[src + j + 1]!;
+        o[dst + j + 2] = c[src + j + 2]!;
+        o[dst + j + 3] = c[src + j + 3]!;
+      }
+    }
+  }
 }
 
 type Decode = (bits: number) => number;
