@@ -93,6 +93,16 @@ export function matmulViewsInto(
       backend.copyStrided(flat(product, outView.shape), operand(out, outView, op), outView.shape);
       return;
     }
+    if (distinct(outView)) {
+      // Every element once: the window out, the products added, the sums back, three kernels.
+      const current = temp([count, m, n]);
+      const sum = temp([count, m, n]);
+      const window = operand(out, outView, op);
+      backend.copyStrided(window, flat(current, outView.shape), outView.shape);
+      backend.binary('add', current.kernel(op), product.kernel(op), sum.kernel(op));
+      backend.copyStrided(flat(sum, outView.shape), window, outView.shape);
+      return;
+    }
     // One batch element at a time, so a window that repeats elements receives every product.
     const current = temp([1, m, n]);
     const sum = temp([1, m, n]);

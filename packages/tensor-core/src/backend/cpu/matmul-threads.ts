@@ -26,6 +26,12 @@ export type Gemm = (
  * element of C is computed by the same instructions in the same order whatever the thread count,
  * so results are identical bit for bit across thread counts (the tests check it).
  *
+ * Packing splits the same way (issue 49: with the panels packed on the calling thread alone, 2
+ * threads made n = 1024 only 1.54x one): a call's A and B panels are one list of chunks of whole
+ * panels, claimed from the same counter, each chunk a `pack` of its rows, which writes the bytes
+ * one `pack` of the whole operand writes there. The copies into the module's memory stay on the
+ * calling thread: the operands' ArrayBuffers are not shared with the workers.
+ *
  * The calling thread publishes a call in a small shared control block (operands' addresses, the
  * chunk size and the chunk counter), bumps a generation counter and wakes the workers with
  * `Atomics.notify`, claims and computes chunks until none is left, then waits with `Atomics.wait`

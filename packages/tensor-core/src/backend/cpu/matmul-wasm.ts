@@ -14,7 +14,8 @@ import { type Gemm, MatmulThreads, type PackJob } from './matmul-threads.js';
  *   loop reads both panels sequentially whatever the layout. Full panels are copied with SIMD:
  *   16-byte copies where a panel's lanes are contiguous (B as stored, A transposed), 4x4 transposes
  *   by shuffles where its k steps are (A as stored, B transposed); edges element by element (the
- *   WAT is matmul-pack-wat.mjs). A batch of 1 broadcasts: it is packed once.
+ *   WAT is matmul-pack-wat.mjs). A batch of 1 broadcasts: it is packed once. A call large enough
+ *   to split packs on every thread ([Note: matmul threads]).
  * - The register tile. `gemm` computes C in 4x8 tiles held in 8 f32x4 locals (V8 keeps them in xmm
  *   registers): per k step, two vector loads of B, four splat loads of A and 8 multiplies and adds.
  *   The k loop is not unrolled in the WAT: TurboFan schedules a trip's loads before its
