@@ -6,7 +6,7 @@ import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import type { Backend } from '../backend.js';
 import type { CpuBackend } from './cpu-backend.js';
-import { type MatmulThreads, THREADED_MIN_MACS } from './matmul-threads.js';
+import { type MatmulThreads, PACK_MIN_FLOATS, THREADED_MIN_MACS } from './matmul-threads.js';
 import { loadWasmMatmul, type MatmulExports } from './matmul-wasm.js';
 
 // Shapes past the threading threshold, with odd sizes on every axis (edge tiles, uneven splits),
@@ -143,6 +143,26 @@ describe('the WASM matmul on several threads', () => {
         expect(heap.slice(split / 4, split / 4 + size)).toEqual(one);
       }
       expect(pool.packedByWorkers).toBeGreaterThan(0);
+      // Under PACK_MIN_FLOATS (an attention product's 256 x 64 panels) this thread packs alone.
+      const before = pool.packedByWorkers;
+      const small = {
+        src: aRaw,
+        dst: split,
+        outer: 256,
+        inner: 64,
+        width: 4,
+        strideOuter: 64,
+        strideInner: 1,
+      };
+      expect(2 * 256 * 64).toBeLessThan(PACK_MIN_FLOATS);
+      for (let call = 0; call < 20; call++) {
+        pool.pack(
+          exports.pack,
+          [small, { ...small, dst: split + 256 * 64 * 4 }],
+          48 * 256 * 256 * 64,
+        );
+      }
+      expect(pool.packedByWorkers).toBe(before);
     } finally {
       matmul.dispose();
     }

@@ -106,6 +106,14 @@ const CHUNKS_PER_THREAD = 4;
  */
 export const THREADED_MIN_MACS = 2 ** 24;
 
+/**
+ * Packs of fewer floats (A's and B's together) than this stay on the calling thread: 2^18 (1 MiB),
+ * some 0.1-0.2 ms of packing, against a meeting of the threads that costs tens of microseconds on
+ * an idle machine and more where the workers wait to be scheduled. GPT-2's attention products
+ * (48 a call, 256 x 64 panels each) pack alone; n = 1024 and its linear layers split.
+ */
+export const PACK_MIN_FLOATS = 2 ** 18;
+
 // Runs in each worker, given the worker's data: waits for a generation, computes its rows,
 // counts. An expression (a function), which each platform's `spawnWorker` calls with the data.
 const WORKER_LOOP = `(function run({ module, memory, control, index, tileBytes }) {
@@ -318,7 +326,8 @@ export class MatmulThreads {
    */
   pack(pack: Pack, jobs: readonly PackJob[], macs: number): void {
     const rows = Math.max(...jobs.map((j) => j.outer));
-    const threads = this.threadsFor(rows, macs);
+    const floats = jobs.reduce((sum, j) => sum + j.outer * j.inner, 0);
+    const threads = floats < PACK_MIN_FLOATS ? 1 : this.threadsFor(rows, macs);
     if (threads === 1) {
       for (const j of jobs)
         pack(j.src, j.dst, j.outer, j.inner, j.width, j.strideOuter, j.strideInner);
