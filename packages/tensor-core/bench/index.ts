@@ -10,7 +10,9 @@
  *   is not a dependency of the repo), in a child process, skipped with a message otherwise; and
  *   PyTorch's (PyPI's CPU wheel, `bench/torch_matmul.py`, [Note: honest PyTorch peers]);
  * - the CPU backend's other WASM SIMD kernels at the train step's sizes against the TypeScript
- *   kernels and tfjs-backend-wasm (`bench/cpu-kernel-rows.ts`).
+ *   kernels and tfjs-backend-wasm (`bench/cpu-kernel-rows.ts`);
+ * - the attention's heads read through strides against split and merged by copies, forward and
+ *   backward (`bench/attention-heads.ts`).
  * `WEBSHARD_BENCH_CPU_ONLY=1` skips the WebGPU rows (a quicker run while working on the CPU backend).
  * Ours and the peer alternate call by call and each reports its median: the machine is shared.
  * Run: `pnpm --filter @webshard/tensor-core bench`.
@@ -32,6 +34,7 @@ import type { Backend, KernelTensor } from '../src/backend/backend.js';
 import { SWIFTSHADER_ICD_PATHS } from '../src/backend/webgpu/gpu-runtime.js';
 import { relaxedFmaSupport } from '../src/backend/cpu/fma-support.js';
 import { createCpuBackend } from '../src/runtime.js';
+import { attentionHeadRows } from './attention-heads.js';
 import { cpuKernelRows } from './cpu-kernel-rows.js';
 import { onnxruntimeMatmulMs } from './onnxruntime-peer.js';
 
@@ -326,6 +329,7 @@ else {
   }
 }
 rows.push(...(await cpuKernelRows(tf, tfjsWasmPeer)));
+rows.push(...(await attentionHeadRows()));
 cpu.dispose();
 oneThread.dispose();
 cpuFma?.dispose();

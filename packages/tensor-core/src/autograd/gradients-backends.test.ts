@@ -2,6 +2,8 @@ import { expect, it } from 'vitest';
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import * as ops from '../ops/index.js';
+import { matmulViews } from '../ops/matmul-views.js';
+import { transposeView } from '../ops/matrix-views.js';
 import { createCpuBackend } from '../runtime.js';
 import type { Tensor } from '../tensor.js';
 import { describeBackends } from '../testing/describe-backends.js';
@@ -66,6 +68,27 @@ const cases: Record<string, Case> = {
   matmul: {
     inputs: [{ shape: [2, 3, 4] }, { shape: [1, 2, 4] }],
     fn: ([a, b]) => ops.batchedMatmul(a!, b!, { transposeB: true }),
+  },
+  matmulViews: {
+    // Attention's shape: q k^T from one qkv [2, 3, 3 x 4] (2 heads of 2), then att v merged.
+    inputs: [{ shape: [2, 3, 12] }, { shape: [2, 2, 3, 3] }],
+    fn: ([qkv, att]) => {
+      const head = (part: number) => ({
+        offset: part * 4,
+        shape: [2, 2, 3, 2],
+        strides: [36, 2, 12, 1],
+      });
+      const scores = matmulViews(qkv!, head(0), qkv!, transposeView(head(1)), [2, 2, 3, 3], {
+        offset: 0,
+        strides: [18, 9, 3, 1],
+      });
+      const weights = ops.mul(scores, att!);
+      const attView = { offset: 0, shape: [2, 2, 3, 3], strides: [18, 9, 3, 1] };
+      return matmulViews(weights, attView, qkv!, head(2), [2, 3, 4], {
+        offset: 0,
+        strides: [12, 2, 4, 1],
+      });
+    },
   },
   embedding: {
     inputs: [{ shape: [4, 3] }],

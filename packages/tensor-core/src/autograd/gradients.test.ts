@@ -41,6 +41,7 @@ import {
   tensor,
   where,
 } from '../ops/index.js';
+import { matmulViews } from '../ops/matmul-views.js';
 import { createCpuBackend } from '../runtime.js';
 import type { Tensor } from '../tensor.js';
 import { gradcheck } from './gradcheck.js';
@@ -152,6 +153,34 @@ const cases: Record<string, () => Promise<void>> = {
       [input([3, 5], 51, -2, 2), input([5], 52, 0.5, 1.5), input([5], 53)],
     );
     await check((x) => layerNorm(x!, { eps: 1e-3 }), [input([2, 2, 4], 54, -2, 2)]);
+  },
+  matmulViews: async () => {
+    // Attention's heads: q and k^T windows of one qkv [B 2, T 3, 3C 6] (2 heads of 1), out [B, nh, T, T].
+    const head = (part: number) => ({
+      offset: part * 2,
+      shape: [2, 2, 3, 1],
+      strides: [18, 1, 6, 1],
+    });
+    const kT = { offset: 2, shape: [2, 2, 1, 3], strides: [18, 1, 1, 6] };
+    const contiguous = { offset: 0, strides: [18, 9, 3, 1] };
+    await check(
+      (x) => matmulViews(x!, head(0), x!, kT, [2, 2, 3, 3], contiguous),
+      [input([2, 3, 6], 63)],
+    );
+    // Two tensors: a's matrices transposed and its batch repeated (stride 0), out in a merged
+    // layout ([2, 3, 2 x 2] written as [2, 2, 3, 2]) with a pad column left zero.
+    await check(
+      (a, b) =>
+        matmulViews(
+          a!,
+          { offset: 1, shape: [2, 2, 3, 4], strides: [0, 0, 1, 3] },
+          b!,
+          { offset: 0, shape: [2, 2, 4, 2], strides: [16, 8, 2, 1] },
+          [2, 3, 5],
+          { offset: 0, strides: [15, 2, 5, 1] },
+        ),
+      [input([13], 64), input([2, 2, 4, 2], 65)],
+    );
   },
   matmul: async () => {
     await check((a, b) => batchedMatmul(a!, b!), [input([2, 3, 4], 55), input([2, 4, 2], 56)]);

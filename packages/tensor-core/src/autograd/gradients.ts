@@ -24,6 +24,7 @@ import {
   where,
 } from '../ops/index.js';
 import { shapeSize, Tensor } from '../tensor.js';
+import { matmulViewsGradient } from './matmul-views-gradient.js';
 import type { GradContext, GradientDef } from './node.js';
 
 /**
@@ -370,6 +371,7 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
       return [da && reduceTo(da, shapeOf(ctx, 0)), db && reduceTo(db, shapeOf(ctx, 1))];
     },
   },
+  matmulViews: matmulViewsGradient,
   embedding: {
     // dWeight = scatterAdd(dy rows, ids, V)
     saveInputs: [1],

@@ -235,6 +235,27 @@ export interface Backend {
     transposeA: boolean,
     transposeB: boolean,
   ): void;
+  /**
+   * Optional: a batched matmul over strided operands, for products of views that a contiguous
+   * operand would need a copy for (attention's heads: [Note: matmul over strided views] in
+   * ops/matmul-views.ts). For batch dims `batch` (possibly none), a is [...batch, m, k], b is
+   * [...batch, k, n] and out is [...batch, m, n], each element at `offset + sum(i_d * strides[d])`
+   * (strides >= 0, one per dim; a stride of 0 broadcasts). out = a b, or out += a b when
+   * `accumulate` (then out's view may repeat elements, which each receive every product meant for
+   * them, in batch order); without `accumulate` no two of out's elements coincide. a and b may
+   * share storage; out overlaps neither. Same dtype. Backends without it get the ops layer's
+   * fallback of `copyStrided` and `matmul`.
+   */
+  matmulStrided?(
+    a: StridedOperand,
+    b: StridedOperand,
+    out: StridedOperand,
+    batch: readonly number[],
+    m: number,
+    k: number,
+    n: number,
+    accumulate: boolean,
+  ): void;
   /** out[n, :] = table[indices[n], :]. table [V, D], indices i32 [N], out [N, D]. Out-of-range ids are an IndexError (deferred on WebGPU to the next read/sync). */
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void;
   /** out[indices[n], :] += src[n, :], deterministically. src [N, D], indices i32 [N], out [V, D]. */

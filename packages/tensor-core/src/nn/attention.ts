@@ -1,16 +1,9 @@
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import { ArgumentError, ShapeError } from '../errors.js';
-import {
-  maskedFill,
-  matmul,
-  mul,
-  reshape,
-  softmax,
-  split,
-  tensor,
-  transpose,
-} from '../ops/index.js';
+import { maskedFill, mul, softmax, tensor } from '../ops/index.js';
+import { matmulViews } from '../ops/matmul-views.js';
+import { type MatrixView, transposeView } from '../ops/matrix-views.js';
 import { keep } from '../scope.js';
 import type { Tensor } from '../tensor.js';
 import type { LayerOptions } from './init.js';
@@ -81,8 +74,6 @@ export class CausalSelfAttention extends Module<[Tensor], Tensor> {
         `expected input [B, T, ${this.nEmbd}]`,
       );
     }
-    const [b, t, c] = x.shape as [number, number, number];
-    const hs = c / this.nHead;
     const temps: Tensor[] = [];
     const track = <T extends Tensor>(v: T): T => {
       temps.push(v);
@@ -90,24 +81,56 @@ export class CausalSelfAttention extends Module<[Tensor], Tensor> {
     };
     try {
       const qkv = track(this.cAttn.call(x));
-      const heads = split(qkv, c, 2).map((part) => {
-        track(part);
-        const r = track(reshape(part, [b, t, this.nHead, hs]));
-        return track(transpose(r, 1, 2));
-      });
-      const [q, k, v] = heads as [Tensor, Tensor, Tensor];
-      const scores = track(matmul(q, k, { transposeB: true }));
-      const scaled = track(mul(scores, 1 / Math.sqrt(hs)));
-      const masked = track(maskedFill(scaled, this.causalMask(t, x.dtype, x.backend), -Infinity));
-      const att = track(softmax(masked, -1));
-      const dropped = track(this.attnDropout.call(att));
-      const y = track(matmul(dropped, v));
-      const merged = track(transpose(y, 1, 2));
-      const flat = track(reshape(merged, [b, t, c]));
+      const mask = this.causalMask(x.shape[1]!, x.dtype, x.backend);
+      const flat = track(attendHeads(qkv, this.nHead, mask, (att) => this.attnDropout.call(att)));
       const projected = track(this.cProj.call(flat));
       return this.residDropout.call(projected);
     } finally {
       for (const temp of temps) temp.free();
     }
+  }
+}
+
+/**
+ * Causal attention over the heads of `qkv` [B, T, 3C] (q, k and v side by side, nh heads each):
+ * softmax(q k^T / sqrt(hs)) with `mask`'s 1s at -inf, `dropout` on the weights, times v, merged
+ * to [B, T, C]. Heads are windows of qkv read through strides and y is written straight into
+ * [B, T, C]'s layout: no head is copied ([Note: matmul over strided views]).
+ */
+export function attendHeads(
+  qkv: Tensor,
+  nHead: number,
+  mask: Tensor,
+  dropout: (att: Tensor) => Tensor = (att) => att,
+): Tensor {
+  const [b, t, c3] = qkv.shape as [number, number, number];
+  const c = c3 / 3;
+  const hs = c / nHead;
+  const temps: Tensor[] = [];
+  const track = <T extends Tensor>(v: T): T => {
+    temps.push(v);
+    return v;
+  };
+  // Head h of q is qkv[:, :, h*hs : (h+1)*hs]; k's and v's start C and 2C in.
+  const head = (part: number): MatrixView => ({
+    offset: part * c,
+    shape: [b, nHead, t, hs],
+    strides: [t * c3, hs, c3, 1],
+  });
+  const square = { offset: 0, shape: [b, nHead, t, t], strides: [nHead * t * t, t * t, t, 1] };
+  try {
+    const scores = track(
+      matmulViews(qkv, head(0), qkv, transposeView(head(1)), square.shape, square),
+    );
+    const scaled = track(mul(scores, 1 / Math.sqrt(hs)));
+    const att = track(softmax(track(maskedFill(scaled, mask, -Infinity)), -1));
+    const dropped = dropout(att);
+    if (dropped !== att) track(dropped);
+    return matmulViews(dropped, square, qkv, head(2), [b, t, c], {
+      offset: 0,
+      strides: [t * c, hs, c, 1],
+    });
+  } finally {
+    for (const temp of temps) temp.free();
   }
 }

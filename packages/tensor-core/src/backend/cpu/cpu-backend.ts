@@ -35,6 +35,7 @@ import { crossEntropyBackwardWasm, crossEntropyWasm } from './cross-entropy-wasm
 import { loadWasmKernels, type WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { matmulKernel } from './matmul.js';
+import { matmulStridedKernel } from './matmul-strided.js';
 import { loadWasmMatmul, type WasmMatmul } from './matmul-wasm.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
 import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-kernels.js';
@@ -321,6 +322,20 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   ): void {
     this.assertLive('matmul');
     matmulKernel(a, b, out, transposeA, transposeB, this.wasmMatmul);
+  }
+
+  matmulStrided(
+    a: StridedOperand,
+    b: StridedOperand,
+    out: StridedOperand,
+    batch: readonly number[],
+    m: number,
+    k: number,
+    n: number,
+    accumulate: boolean,
+  ): void {
+    this.assertLive('matmulStrided');
+    matmulStridedKernel(a, b, out, batch, m, k, n, accumulate, this.wasmMatmul);
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {

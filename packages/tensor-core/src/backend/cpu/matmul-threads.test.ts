@@ -6,8 +6,8 @@ import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import type { Backend } from '../backend.js';
 import type { CpuBackend } from './cpu-backend.js';
-import { type MatmulThreads, THREADED_MIN_MACS } from './matmul-threads.js';
-import { loadWasmMatmul } from './matmul-wasm.js';
+import { type MatmulThreads, PACK_MIN_FLOATS, THREADED_MIN_MACS } from './matmul-threads.js';
+import { loadWasmMatmul, type MatmulExports } from './matmul-wasm.js';
 
 // Shapes past the threading threshold, with odd sizes on every axis (edge tiles, uneven splits),
 // both operands transposed or not, and batches with a broadcast operand.
@@ -98,6 +98,71 @@ describe('the WASM matmul on several threads', () => {
       expect(pool.threadsFor(256, 48 * 256 * 256 * 64)).toBe(2);
       // Never more threads than register tiles of rows.
       expect(pool.threadsFor(4, THREADED_MIN_MACS)).toBe(1);
+    } finally {
+      matmul.dispose();
+    }
+  });
+
+  // Packing was the calling thread's alone (issue 49: 2 threads at 1.54x one at n = 1024).
+  it('packs panels on the workers too, with the bits of one pack', async () => {
+    const matmul = loadWasmMatmul(undefined, { threads: 3, fma: 'off' })!;
+    try {
+      expect(await matmul.startThreads()).toBe(3);
+      const pool = (matmul as unknown as { threads: MatmulThreads }).threads;
+      const exports = (matmul as unknown as { exports: MatmulExports }).exports;
+      // A [301, 517] stored and a B [517, 263] transposed, into panels with edge panels.
+      const [m, k, n] = [301, 517, 263];
+      const heap = matmul.reserve(2048 + 4 * (m * k + n * k) + 4 * (304 * k + 264 * k) * 2)!;
+      const aRaw = 2048;
+      const bRaw = aRaw + m * k * 4;
+      heap.set(seededValues(m * k + n * k, 4902), aRaw / 4);
+      const panels = bRaw + n * k * 4;
+      const size = (304 + 264) * k;
+      const jobs = (at: number) => [
+        { src: aRaw, dst: at, outer: m, inner: k, width: 4, strideOuter: k, strideInner: 1 },
+        {
+          src: bRaw,
+          dst: at + 304 * k * 4,
+          outer: n,
+          inner: k,
+          width: 8,
+          strideOuter: k,
+          strideInner: 1,
+        },
+      ];
+      for (const j of jobs(panels)) {
+        exports.pack(j.src, j.dst, j.outer, j.inner, j.width, j.strideOuter, j.strideInner);
+      }
+      const one = heap.slice(panels / 4, panels / 4 + size);
+      // Until a worker has packed a chunk (the calling thread may claim them all while the
+      // system has not scheduled the workers yet), each time the same bits.
+      const split = panels + size * 4;
+      for (let call = 0; call < 1000 && pool.packedByWorkers === 0; call++) {
+        heap.fill(Number.NaN, split / 4, split / 4 + size);
+        pool.pack(exports.pack, jobs(split), THREADED_MIN_MACS);
+        expect(heap.slice(split / 4, split / 4 + size)).toEqual(one);
+      }
+      expect(pool.packedByWorkers).toBeGreaterThan(0);
+      // Under PACK_MIN_FLOATS (an attention product's 256 x 64 panels) this thread packs alone.
+      const before = pool.packedByWorkers;
+      const small = {
+        src: aRaw,
+        dst: split,
+        outer: 256,
+        inner: 64,
+        width: 4,
+        strideOuter: 64,
+        strideInner: 1,
+      };
+      expect(2 * 256 * 64).toBeLessThan(PACK_MIN_FLOATS);
+      for (let call = 0; call < 20; call++) {
+        pool.pack(
+          exports.pack,
+          [small, { ...small, dst: split + 256 * 64 * 4 }],
+          48 * 256 * 256 * 64,
+        );
+      }
+      expect(pool.packedByWorkers).toBe(before);
     } finally {
       matmul.dispose();
     }

@@ -26,6 +26,12 @@ export type Gemm = (
  * element of C is computed by the same instructions in the same order whatever the thread count,
  * so results are identical bit for bit across thread counts (the tests check it).
  *
+ * Packing splits the same way (issue 49: with the panels packed on the calling thread alone, 2
+ * threads made n = 1024 only 1.54x one): a call's A and B panels are one list of chunks of whole
+ * panels, claimed from the same counter, each chunk a `pack` of its rows, which writes the bytes
+ * one `pack` of the whole operand writes there. The copies into the module's memory stay on the
+ * calling thread: the operands' ArrayBuffers are not shared with the workers.
+ *
  * The calling thread publishes a call in a small shared control block (operands' addresses, the
  * chunk size and the chunk counter), bumps a generation counter and wakes the workers with
  * `Atomics.notify`, claims and computes chunks until none is left, then waits with `Atomics.wait`
@@ -55,10 +61,39 @@ const GENERATION = 0;
 const DONE = 1;
 const STOP = 2;
 const FAILED = 3;
-const ARGS = 4; // ap, bp, c, k, n, m, rows per chunk
-const NEXT = 11; // the next chunk to claim
-const ONLINE = 12; // workers in their loop
-const CONTROL_WORDS = 13;
+const KIND = 4; // GEMM or PACK: what the call's chunks are
+const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk; PACK: PACK_WORDS per job, 2 jobs
+const NEXT = 21; // the next chunk to claim
+const ONLINE = 22; // workers in their loop
+const PACKED = 23; // pack chunks the workers have done, ever
+const CONTROL_WORDS = 24;
+const GEMM = 0;
+const PACK = 1;
+/** A pack job's words: src, dst, outer, inner, width, strideOuter, strideInner, rows per chunk. */
+const PACK_WORDS = 8;
+
+/** One `pack` call ([Note: the WASM SIMD matmul]): byte addresses, strides in elements. */
+export interface PackJob {
+  src: number;
+  dst: number;
+  outer: number;
+  inner: number;
+  width: number;
+  strideOuter: number;
+  strideInner: number;
+}
+
+/** The module's `pack` export. */
+export type Pack = (
+  src: number,
+  dst: number,
+  outer: number,
+  inner: number,
+  width: number,
+  strideOuter: number,
+  strideInner: number,
+) => void;
+
 /** Rows per chunk at most (the gemm's row block), and chunks per thread at least. */
 const CHUNK_ROWS = 64;
 const CHUNKS_PER_THREAD = 4;
@@ -71,22 +106,34 @@ const CHUNKS_PER_THREAD = 4;
  */
 export const THREADED_MIN_MACS = 2 ** 24;
 
+/**
+ * Packs of fewer floats (A's and B's together) than this stay on the calling thread: 2^18 (1 MiB),
+ * some 0.1-0.2 ms of packing, against a meeting of the threads that costs tens of microseconds on
+ * an idle machine and more where the workers wait to be scheduled. GPT-2's attention products
+ * (48 a call, 256 x 64 panels each) pack alone; n = 1024 and its linear layers split.
+ */
+export const PACK_MIN_FLOATS = 2 ** 18;
+
 // Runs in each worker, given the worker's data: waits for a generation, computes its rows,
 // counts. An expression (a function), which each platform's `spawnWorker` calls with the data.
 const WORKER_LOOP = `(function run({ module, memory, control, index, tileBytes }) {
-  const { gemm } = new WebAssembly.Instance(module, { env: { memory } }).exports;
+  const { gemm, pack } = new WebAssembly.Instance(module, { env: { memory } }).exports;
   const ctl = new Int32Array(control);
+  const packChunks = ${packChunks.toString()};
   let seen = 0;
   Atomics.add(ctl, ${ONLINE}, 1);
   for (;;) {
     Atomics.wait(ctl, ${GENERATION}, seen);
     seen = Atomics.load(ctl, ${GENERATION});
     if (Atomics.load(ctl, ${STOP}) !== 0) break;
-    const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
-    const m = ctl[${ARGS + 5}], chunk = ctl[${ARGS + 6}];
     try {
-      for (let i = Atomics.add(ctl, ${NEXT}, 1) * chunk; i < m; i = Atomics.add(ctl, ${NEXT}, 1) * chunk)
-        gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, (index + 1) * tileBytes);
+      if (ctl[${KIND}] === ${PACK}) Atomics.add(ctl, ${PACKED}, packChunks(pack, ctl, ${ARGS}, ${NEXT}, ${PACK_WORDS}));
+      else {
+        const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
+        const m = ctl[${ARGS + 5}], chunk = ctl[${ARGS + 6}];
+        for (let i = Atomics.add(ctl, ${NEXT}, 1) * chunk; i < m; i = Atomics.add(ctl, ${NEXT}, 1) * chunk)
+          gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, (index + 1) * tileBytes);
+      }
     } catch {
       Atomics.store(ctl, ${FAILED}, 1);
     }
@@ -94,6 +141,43 @@ const WORKER_LOOP = `(function run({ module, memory, control, index, tileBytes }
     Atomics.notify(ctl, ${DONE});
   }
 })`;
+
+/**
+ * Claims and packs chunks of the pack jobs in the control block until none is left: job 0's
+ * chunks, then job 1's (`outer` 0 for none); returns how many it packed. A chunk is whole panels, so it writes the bytes one
+ * `pack` of the whole operand writes there. Runs on every thread (the workers get its source), so
+ * it uses nothing outside its arguments.
+ */
+function packChunks(
+  pack: Pack,
+  ctl: Int32Array,
+  args: number,
+  next: number,
+  words: number,
+): number {
+  // No inner functions: a bundler that keeps names would wrap them in a helper the worker lacks.
+  const first = Math.ceil(ctl[args + 2]! / ctl[args + 7]!);
+  const all = first + Math.ceil(ctl[args + words + 2]! / ctl[args + words + 7]!);
+  let done = 0;
+  for (let i = Atomics.add(ctl, next, 1); i < all; i = Atomics.add(ctl, next, 1)) {
+    const job = i < first ? args : args + words;
+    const rows = ctl[job + 7]!;
+    const start = (i < first ? i : i - first) * rows;
+    const [so, inner] = [ctl[job + 5]!, ctl[job + 3]!];
+    const outer = Math.min(rows, ctl[job + 2]! - start);
+    pack(
+      ctl[job]! + start * so * 4,
+      ctl[job + 1]! + start * inner * 4,
+      outer,
+      inner,
+      ctl[job + 4]!,
+      so,
+      ctl[job + 6]!,
+    );
+    done++;
+  }
+  return done;
+}
 
 /** Worker threads sharing one module instance's memory. */
 export class MatmulThreads {
@@ -222,14 +306,71 @@ export class MatmulThreads {
     const tiles = Math.ceil(m / this.rowMultiple / (threads * CHUNKS_PER_THREAD));
     const chunk =
       Math.max(1, Math.min(Math.floor(CHUNK_ROWS / this.rowMultiple), tiles)) * this.rowMultiple;
+    ctl[KIND] = GEMM;
     ctl.set([ap, bp, c, k, n, m, chunk], ARGS);
+    this.runChunks(() => {
+      for (
+        let i = Atomics.add(ctl, NEXT, 1) * chunk;
+        i < m;
+        i = Atomics.add(ctl, NEXT, 1) * chunk
+      ) {
+        gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, 0);
+      }
+    });
+  }
+
+  /**
+   * Packs one or two operands ([Note: matmul threads]: packing in parallel), split between this
+   * thread and the workers in chunks of whole panels, in a call of `macs` multiply-adds in all
+   * (below THREADED_MIN_MACS, or before the workers run, this thread packs alone).
+   */
+  pack(pack: Pack, jobs: readonly PackJob[], macs: number): void {
+    const rows = Math.max(...jobs.map((j) => j.outer));
+    const floats = jobs.reduce((sum, j) => sum + j.outer * j.inner, 0);
+    const threads = floats < PACK_MIN_FLOATS ? 1 : this.threadsFor(rows, macs);
+    if (threads === 1) {
+      for (const j of jobs)
+        pack(j.src, j.dst, j.outer, j.inner, j.width, j.strideOuter, j.strideInner);
+      return;
+    }
+    const ctl = this.control;
+    ctl[KIND] = PACK;
+    for (let i = 0; i < 2; i++) {
+      const j = jobs[i];
+      // Whole panels a chunk, about CHUNKS_PER_THREAD chunks a thread.
+      const panels =
+        j === undefined ? 1 : Math.ceil(j.outer / j.width / (threads * CHUNKS_PER_THREAD));
+      const words =
+        j === undefined
+          ? [0, 0, 0, 0, 1, 0, 0, 1]
+          : [
+              j.src,
+              j.dst,
+              j.outer,
+              j.inner,
+              j.width,
+              j.strideOuter,
+              j.strideInner,
+              panels * j.width,
+            ];
+      ctl.set(words, ARGS + i * PACK_WORDS);
+    }
+    this.runChunks(() => packChunks(pack, ctl, ARGS, NEXT, PACK_WORDS));
+  }
+
+  /** Pack chunks the workers have done since they started (the tests' check that they pack). */
+  get packedByWorkers(): number {
+    return Atomics.load(this.control, PACKED);
+  }
+
+  /** Publishes the call in the control block, wakes the workers, does chunks, waits for them. */
+  private runChunks(work: () => void): void {
+    const ctl = this.control;
     Atomics.store(ctl, NEXT, 0);
     Atomics.store(ctl, DONE, 0);
     Atomics.add(ctl, GENERATION, 1);
     Atomics.notify(ctl, GENERATION);
-    for (let i = Atomics.add(ctl, NEXT, 1) * chunk; i < m; i = Atomics.add(ctl, NEXT, 1) * chunk) {
-      gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, 0);
-    }
+    work();
     const workers = this.workers.length;
     for (let done = Atomics.load(ctl, DONE); done < workers; done = Atomics.load(ctl, DONE)) {
       if (this.canBlock) Atomics.wait(ctl, DONE, done);

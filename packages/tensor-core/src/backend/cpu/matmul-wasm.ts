@@ -1,6 +1,6 @@
 import { enableRelaxedSimd } from '#platform';
 import { matmulScratchBytes, matmulTile, matmulWasmBase64 } from './matmul-wasm.generated.js';
-import { type Gemm, MatmulThreads } from './matmul-threads.js';
+import { type Gemm, MatmulThreads, type PackJob } from './matmul-threads.js';
 
 /**
  * [Note: the WASM SIMD matmul]
@@ -14,7 +14,8 @@ import { type Gemm, MatmulThreads } from './matmul-threads.js';
  *   loop reads both panels sequentially whatever the layout. Full panels are copied with SIMD:
  *   16-byte copies where a panel's lanes are contiguous (B as stored, A transposed), 4x4 transposes
  *   by shuffles where its k steps are (A as stored, B transposed); edges element by element (the
- *   WAT is matmul-pack-wat.mjs). A batch of 1 broadcasts: it is packed once.
+ *   WAT is matmul-pack-wat.mjs). A batch of 1 broadcasts: it is packed once. A call large enough
+ *   to split packs on every thread ([Note: matmul threads]).
  * - The register tile. `gemm` computes C in 4x8 tiles held in 8 f32x4 locals (V8 keeps them in xmm
  *   registers): per k step, two vector loads of B, four splat loads of A and 8 multiplies and adds.
  *   The k loop is not unrolled in the WAT: TurboFan schedules a trip's loads before its
@@ -143,6 +144,18 @@ export function foldBatch(s: MatmulShape): MatmulShape {
   return { ...s, batch: 1, batchA: 1, m: s.batch * s.m };
 }
 
+function packJob(
+  src: number,
+  dst: number,
+  outer: number,
+  inner: number,
+  width: number,
+  strideOuter: number,
+  strideInner: number,
+): PackJob {
+  return { src, dst, outer, inner, width, strideOuter, strideInner };
+}
+
 /** The WASM SIMD f32 matmul over one module instance, whose memory only grows. */
 export class WasmMatmul {
   constructor(
@@ -216,11 +229,17 @@ export class WasmMatmul {
     // Element (i, t) of A and (t, j) of B, as (outer, inner) strides in elements.
     const [aOuter, aInner] = s.transposeA ? [1, m] : [k, 1];
     const [bOuter, bInner] = s.transposeB ? [k, 1] : [1, n];
-    const { pack } = this.exports;
+    const macs = batch * m * k * n;
     for (let p = 0; p < batch; p++) {
-      if (p === 0 || batchA !== 1) pack(aRaw + p * m * k * 4, aPack, m, k, MR, aOuter, aInner);
-      if (p === 0 || batchB !== 1) pack(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner);
-      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n, batch * m * k * n);
+      const jobs: PackJob[] = [];
+      if (p === 0 || batchA !== 1) {
+        jobs.push(packJob(aRaw + p * m * k * 4, aPack, m, k, MR, aOuter, aInner));
+      }
+      if (p === 0 || batchB !== 1) {
+        jobs.push(packJob(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner));
+      }
+      this.packAll(jobs, macs);
+      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n, macs);
     }
     out.set(new Float32Array(buffer, c, batch * m * n));
   }
@@ -261,7 +280,6 @@ export class WasmMatmul {
       memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
     }
     const heap = new Float32Array(memory.buffer);
-    const { pack } = this.exports;
     for (let p = 0; p < batch; p++) {
       const aBase = (batchA === 1 ? 0 : p) * m * k;
       const bBase = (batchB === 1 ? 0 : p) * k * n;
@@ -275,8 +293,20 @@ export class WasmMatmul {
             heap.set(b.subarray(from, from + nc), bRaw / 4 + t * nc);
           }
         }
-        if (transposeB) pack(bRaw, bPack, nc, k, NR, k, 1);
-        else pack(bRaw, bPack, nc, k, NR, 1, nc);
+        const macs = batch * m * k * n;
+        this.packAll(
+          [
+            packJob(
+              bRaw,
+              bPack,
+              nc,
+              k,
+              NR,
+              ...((transposeB ? [k, 1] : [1, nc]) as [number, number]),
+            ),
+          ],
+          macs,
+        );
         for (let i0 = 0; i0 < m; i0 += rows) {
           const mc = Math.min(rows, m - i0);
           if (!transposeA) heap.set(a.subarray(aBase + i0 * k, aBase + (i0 + mc) * k), aRaw / 4);
@@ -286,8 +316,19 @@ export class WasmMatmul {
               heap.set(a.subarray(from, from + mc), aRaw / 4 + t * mc);
             }
           }
-          if (transposeA) pack(aRaw, aPack, mc, k, MR, 1, mc);
-          else pack(aRaw, aPack, mc, k, MR, k, 1);
+          this.packAll(
+            [
+              packJob(
+                aRaw,
+                aPack,
+                mc,
+                k,
+                MR,
+                ...((transposeA ? [1, mc] : [k, 1]) as [number, number]),
+              ),
+            ],
+            macs,
+          );
           this.gemm(aPack, bPack, c, mc, k, nc, batch * m * k * n);
           for (let i = 0; i < mc; i++) {
             const row = c / 4 + i * nc;
@@ -298,16 +339,48 @@ export class WasmMatmul {
     }
   }
 
-  /** One gemm of a call of `macs` multiply-adds in all (whether it splits: THREADED_MIN_MACS). */
-  private gemm(
-    ap: number,
-    bp: number,
-    c: number,
-    m: number,
-    k: number,
-    n: number,
-    macs: number,
+  /**
+   * For callers that lay out the module's memory themselves (matmul-strided.ts): grows it to at
+   * least `bytes` and returns it as floats from byte 0, or null past `maxScratchBytes`. Bytes
+   * below `matmulScratchBytes` are the kernel's edge tiles; the rest is the caller's until its
+   * next call.
+   */
+  reserve(bytes: number): Float32Array | null {
+    if (bytes > this.maxScratchBytes || bytes > MAX_BYTES) return null;
+    const memory = this.memory;
+    if (memory.buffer.byteLength < bytes) {
+      memory.grow(Math.ceil((bytes - memory.buffer.byteLength) / PAGE));
+    }
+    return new Float32Array(memory.buffer);
+  }
+
+  /** The module's `pack` (byte addresses, strides in elements): see [Note: the WASM SIMD matmul]. */
+  pack(
+    src: number,
+    dst: number,
+    outer: number,
+    inner: number,
+    width: number,
+    strideOuter: number,
+    strideInner: number,
   ): void {
+    this.exports.pack(src, dst, outer, inner, width, strideOuter, strideInner);
+  }
+
+  /**
+   * Packs the jobs' operands, on the threads when the call (`macs` multiply-adds in all) splits:
+   * [Note: matmul threads]. The panels' bits do not depend on how they are split.
+   */
+  private packAll(jobs: readonly PackJob[], macs: number): void {
+    const { pack } = this.exports;
+    if (this.threads !== null) this.threads.pack(pack, jobs, macs);
+    else
+      for (const j of jobs)
+        pack(j.src, j.dst, j.outer, j.inner, j.width, j.strideOuter, j.strideInner);
+  }
+
+  /** One gemm of a call of `macs` multiply-adds in all (whether it splits: THREADED_MIN_MACS). */
+  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number, macs: number): void {
     const { gemm } = this.exports;
     if (this.threads === null) gemm(ap, bp, c, m, k, n, 0);
     else this.threads.gemm(gemm, ap, bp, c, m, k, n, macs);
