@@ -94,7 +94,13 @@ export class DiLoCo {
     this.averager = new CompressedAverager(options.group, {
       compression: options.compression,
       blockSize: options.blockSize,
-      ...(options.compression === 'topk' ? { density: options.density } : {}),
+      ...(options.compression === 'topk'
+        ? {
+            density: options.density,
+            levels: options.levels,
+            shapes: options.shapes ?? params.map((p) => p.shape),
+          }
+        : {}),
       errorFeedback: options.errorFeedback,
       errorDecay: options.errorDecay,
       timeoutMs: options.timeoutMs,

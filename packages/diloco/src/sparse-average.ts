@@ -41,26 +41,14 @@ export async function averageSparse(
   timeoutMs: number | undefined,
 ): Promise<number> {
   const n = group.size;
-  const chunks = codec.chunks(values.length);
-  const words = chunks * codec.wordsPerChunk;
+  const words = codec.words;
   const mine = new Int32Array(words);
   encodeSparseWithFeedback(codec, values, residual, decay, mine);
   const gathered = n === 1 ? mine : new Int32Array(words * n);
   if (n > 1) await group.allGather(mine, gathered, { timeoutMs }).wait();
   values.fill(0);
   const senders = n === 1 ? undefined : new Uint32Array(values.length);
-  for (let r = 0; r < n; r++) {
-    for (let c = 0; c < chunks; c++) {
-      codec.decodeChunk(
-        gathered,
-        r * words + c * codec.wordsPerChunk,
-        values,
-        c * codec.chunkSize,
-        1,
-        senders,
-      );
-    }
-  }
+  for (let r = 0; r < n; r++) codec.decode(gathered, r * words, values, 1, senders);
   if (senders !== undefined) {
     for (let i = 0; i < values.length; i++) if (senders[i]! > 1) values[i]! /= senders[i]!;
   }
