@@ -1,4 +1,4 @@
-import type { OuterCompression } from '@webshard/diloco';
+import type { OuterCompression, TopkLevels } from '@webshard/diloco';
 import type { TokenizerName } from './data/dataset.js';
 import { UsageError } from './errors.js';
 import type { Sharding } from './strategy/sharding.js';
@@ -68,6 +68,13 @@ export interface TrainConfig {
   outerCompression: OuterCompression;
   /** DiLoCo `topk`: the share of each chunk of 4096 values sent (default 1/64). */
   outerDensity: number;
+  /**
+   * DiLoCo: what the error-feedback buffer keeps of itself at each sync (e = decay x e + delta);
+   * null: the library's default (topk: SparseLoCo's 0.95; bf16, int8, int4: 1).
+   */
+  outerErrorDecay: number | null;
+  /** DiLoCo `topk`: 2-bit levels per tile (ours) or per tensor (SparseLoCo's 4 bins). */
+  outerLevels: TopkLevels;
   /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
   checkpointEvery: number;
   checkpointDir: string | null;

@@ -39,7 +39,10 @@ export function prepareDiloco(
         outerLr: config.outerLr,
         outerMomentum: config.outerMomentum,
         compression: config.outerCompression,
-        ...(config.outerCompression === 'topk' ? { density: config.outerDensity } : {}),
+        ...(config.outerCompression === 'topk'
+          ? { density: config.outerDensity, levels: config.outerLevels }
+          : {}),
+        ...(config.outerErrorDecay === null ? {} : { errorDecay: config.outerErrorDecay }),
         // An elastic member takes the world's state from rank 0 instead (run/elastic-outer.ts).
         broadcast: !elastic,
       });
