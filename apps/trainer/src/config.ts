@@ -66,11 +66,11 @@ export interface TrainConfig {
    * `topk`: SparseLoCo's sparse 2-bit values from a decaying error-feedback buffer).
    */
   outerCompression: OuterCompression;
-  /** DiLoCo `topk`: the share of each chunk of 4096 values sent (default 1/64). */
+  /** DiLoCo `topk`: the share of each tile of at most 64 x 64 sent (default 1/64). */
   outerDensity: number;
   /**
    * DiLoCo: what the error-feedback buffer keeps of itself at each sync (e = decay x e + delta);
-   * null: the library's default (topk: SparseLoCo's 0.95; bf16, int8, int4: 1).
+   * null: the library's default (topk: 0.8, measured; bf16, int8, int4: 1).
    */
   outerErrorDecay: number | null;
   /** DiLoCo `topk`: 2-bit levels per tile (ours) or per tensor (SparseLoCo's 4 bins). */
