@@ -1,4 +1,4 @@
-import type { OuterCompression } from '@webshard/diloco';
+import type { OuterCompression, TopkLevels } from '@webshard/diloco';
 import type { TokenizerName } from './data/dataset.js';
 import { UsageError } from './errors.js';
 import type { Sharding } from './strategy/sharding.js';
@@ -66,7 +66,7 @@ export interface TrainConfig {
    * `topk`: SparseLoCo's sparse 2-bit values from a decaying error-feedback buffer).
    */
   outerCompression: OuterCompression;
-  /** DiLoCo `topk`: the share of each chunk of 4096 values sent (default 1/64). */
+  /** DiLoCo `topk`: the share of each tile of at most 64 x 64 sent (default 1/64). */
   outerDensity: number;
   /** Streaming DiLoCo: the parameter tensors in this many fragments, synced in turn (F; 1: all at once). */
   outerFragments: number;
@@ -74,6 +74,13 @@ export interface TrainConfig {
   outerOverlap: number;
   /** Streaming DiLoCo: a landed fragment's local share alpha (default 0.5 with an overlap, else 0). */
   outerMixing: number;
+  /**
+   * DiLoCo: what the error-feedback buffer keeps of itself at each sync (e = decay x e + delta);
+   * null: the library's default (topk: 0.8, measured; bf16, int8, int4: 1).
+   */
+  outerErrorDecay: number | null;
+  /** DiLoCo `topk`: 2-bit levels per tile (ours) or per tensor (SparseLoCo's 4 bins). */
+  outerLevels: TopkLevels;
   /** Write a checkpoint every this many steps into `checkpointDir` (0: never). */
   checkpointEvery: number;
   checkpointDir: string | null;

@@ -2,6 +2,7 @@ import type { ProcessGroup } from '@webshard/collectives';
 import { type CodecOptions, resolveCodecOptions } from './codec-options.js';
 import type { OuterCompression } from './compression.js';
 import { DilocoArgumentError } from './errors.js';
+import type { TopkLevels } from './topk-layout.js';
 import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from './outer-optimizer.js';
 import { DEFAULT_STREAM_MIXING } from './streamed-fragments.js';
 
@@ -62,6 +63,8 @@ export interface ResolvedDilocoOptions {
   readonly density: number;
   readonly errorFeedback: boolean;
   readonly errorDecay: number;
+  readonly shapes: readonly (readonly number[])[] | null;
+  readonly levels: TopkLevels;
   readonly timeoutMs: number | undefined;
   readonly broadcast: boolean;
   /** Whether the syncs stream over fragments (`fragments`, `overlap` or `mixing` given). */

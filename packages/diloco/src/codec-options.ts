@@ -5,6 +5,7 @@ import {
   DEFAULT_TOPK_ERROR_DECAY,
   MAX_TOPK_CHUNK,
 } from './topk-codec.js';
+import { DEFAULT_TOPK_LEVELS, TOPK_LEVELS, type TopkLevels } from './topk-layout.js';
 
 /** How the outer average compresses, as `DiLoCo` and `CompressedAverager` take it. */
 export interface CodecOptions {
@@ -21,9 +22,18 @@ export interface CodecOptions {
   errorFeedback?: boolean;
   /**
    * What the error-feedback buffer keeps of itself at each sync, in [0, 1]: e = decay x e + delta.
-   * Default 0.95 for `topk` (SparseLoCo's), 1 for the others (plain error feedback).
+   * Default 0.8 for `topk` (measured: DEFAULT_TOPK_ERROR_DECAY), 1 for the others (plain error
+   * feedback).
    */
   errorDecay?: number;
+  /**
+   * `topk` only: the shapes of the tensors the flat vector holds, in order (their sizes summing to
+   * its length), so that each tensor is tiled on its own ([Note: top-k tiles]); `DiLoCo` passes
+   * its parameters' shapes. Default: none, runs of `blockSize` across the vector.
+   */
+  shapes?: readonly (readonly number[])[];
+  /** `topk` only: 2-bit levels per tile or per tensor ([Note: sparse outer gradients]). */
+  levels?: TopkLevels;
 }
 
 /** The codec options with their defaults, checked. */
@@ -34,6 +44,9 @@ export interface ResolvedCodecOptions {
   readonly density: number;
   readonly errorFeedback: boolean;
   readonly errorDecay: number;
+  /** `topk`'s tensor shapes, or null (runs across the vector). */
+  readonly shapes: readonly (readonly number[])[] | null;
+  readonly levels: TopkLevels;
 }
 
 /**
@@ -73,11 +86,31 @@ export function resolveCodecOptions(
   if (!(Number.isFinite(errorDecay) && errorDecay >= 0 && errorDecay <= 1)) {
     fail('errorDecay', `errorDecay must be in [0, 1], got ${errorDecay}`);
   }
+  if (options.shapes !== undefined && !topk) {
+    fail('shapes', `shapes apply to the topk compression, not ${compression}`);
+  }
+  const shapes = options.shapes ?? null;
+  if (shapes !== null) {
+    for (const [i, shape] of shapes.entries()) {
+      if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+        fail('shapes', `shape ${i} is not a list of whole numbers >= 0: ${JSON.stringify(shape)}`);
+      }
+    }
+  }
+  if (options.levels !== undefined && !topk) {
+    fail('levels', `levels apply to the topk compression, not ${compression}`);
+  }
+  const levels = options.levels ?? DEFAULT_TOPK_LEVELS;
+  if (!TOPK_LEVELS.includes(levels)) {
+    fail('levels', `levels must be one of ${TOPK_LEVELS.join(', ')}, got '${String(levels)}'`);
+  }
   return {
     compression,
     blockSize,
     density,
     errorFeedback: options.errorFeedback ?? true,
     errorDecay,
+    shapes,
+    levels,
   };
 }

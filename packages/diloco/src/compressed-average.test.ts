@@ -44,7 +44,7 @@ async function check(job: AverageJob, size: number, reports: readonly AverageRep
     // Each position the mean over the ranks that sent it, each decoded by the float64 reference.
     const sum = new Float64Array(COUNT);
     const senders = new Float64Array(COUNT);
-    const k = new TopkCodec(BLOCK, DENSITY).k;
+    const k = new TopkCodec(COUNT, null, BLOCK, DENSITY).segments[0]!.tiles[0]!.k;
     for (const input of inputs) {
       const decoded = referenceDecoded(input, BLOCK, k);
       for (let i = 0; i < COUNT; i++) {
@@ -202,7 +202,7 @@ describe('compressed averaging: errors and residuals', () => {
     }
     // The defaults for topk: SparseLoCo's chunk, density and decay.
     const topk = new CompressedAverager(group!, { compression: 'topk' });
-    expect([topk.blockSize, topk.density, topk.errorDecay]).toEqual([4096, 1 / 64, 0.95]);
+    expect([topk.blockSize, topk.density, topk.errorDecay]).toEqual([4096, 1 / 64, 0.8]);
     const int4 = new CompressedAverager(group!, { compression: 'int4' });
     expect([int4.blockSize, int4.errorDecay]).toEqual([256, 1]);
   });

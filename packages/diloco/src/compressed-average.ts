@@ -5,6 +5,7 @@ import { blockCodec, encodeWithFeedback, type OuterCompression } from './compres
 import { DilocoArgumentError, DilocoStateError } from './errors.js';
 import { averageSparse } from './sparse-average.js';
 import { TopkCodec } from './topk-codec.js';
+import type { TopkLevels } from './topk-layout.js';
 
 /**
  * Options of `CompressedAverager`: the codec's ([Note: error feedback], [Note: sparse outer
@@ -45,7 +46,10 @@ export class CompressedAverager {
   readonly errorFeedback: boolean;
   readonly errorDecay: number;
   private readonly codec: BlockCodec | null;
-  private readonly topk: TopkCodec | null;
+  readonly shapes: readonly (readonly number[])[] | null;
+  readonly levels: TopkLevels;
+  /** `topk`'s codec, made for the length of the first average. */
+  private topk: TopkCodec | null = null;
   private readonly timeoutMs: number | undefined;
   /** Per element of the input: what compression dropped in phase 1 (null for f32 or no feedback). */
   private residual: Float32Array | null = null;
@@ -68,7 +72,8 @@ export class CompressedAverager {
     this.errorDecay = codec.errorDecay;
     this.timeoutMs = options.timeoutMs;
     const { compression, blockSize } = codec;
-    this.topk = compression === 'topk' ? new TopkCodec(blockSize, codec.density) : null;
+    this.shapes = codec.shapes;
+    this.levels = codec.levels;
     this.codec =
       compression === 'f32' || compression === 'topk' ? null : blockCodec(compression, blockSize);
   }
@@ -86,7 +91,8 @@ export class CompressedAverager {
     const next = new CompressedAverager(group, {
       compression: this.compression,
       blockSize: this.blockSize,
-      ...(this.compression === 'topk' ? { density: this.density } : {}),
+      ...(this.compression === 'topk' ? { density: this.density, levels: this.levels } : {}),
+      ...(this.shapes === null ? {} : { shapes: this.shapes }),
       errorFeedback: this.errorFeedback,
       errorDecay: this.errorDecay,
       ...(this.timeoutMs === undefined ? {} : { timeoutMs: this.timeoutMs }),
@@ -124,6 +130,21 @@ export class CompressedAverager {
     }
   }
 
+  private topkCodec(count: number): TopkCodec {
+    const shapes = this.shapes;
+    if (shapes !== null) {
+      const total = shapes.reduce((sum, shape) => sum + shape.reduce((a, b) => a * b, 1), 0);
+      if (total !== count) {
+        throw new DilocoArgumentError(
+          { op: 'average', rank: this.group.rank },
+          'shapes',
+          `the shapes hold ${total} elements, the values ${count}`,
+        );
+      }
+    }
+    return new TopkCodec(count, shapes, this.blockSize, this.density, this.levels);
+  }
+
   private async averageOnce(values: Float32Array): Promise<AverageStats> {
     const { group } = this;
     const n = group.size;
@@ -135,7 +156,8 @@ export class CompressedAverager {
       );
     }
     this.count = values.length;
-    if (this.topk !== null) {
+    if (this.compression === 'topk') {
+      if (this.topk?.count !== values.length) this.topk = this.topkCodec(values.length);
       // Compressed at any group size: the decayed buffer is SparseLoCo's outer momentum.
       if (this.errorFeedback && this.residual === null) {
         this.residual = new Float32Array(values.length);

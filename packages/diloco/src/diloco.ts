@@ -105,7 +105,13 @@ export class DiLoCo {
     const codec = {
       compression: options.compression,
       blockSize: options.blockSize,
-      ...(options.compression === 'topk' ? { density: options.density } : {}),
+      ...(options.compression === 'topk'
+        ? {
+            density: options.density,
+            levels: options.levels,
+            shapes: options.shapes ?? params.map((p) => p.shape),
+          }
+        : {}),
       errorFeedback: options.errorFeedback,
       errorDecay: options.errorDecay,
       timeoutMs: options.timeoutMs,

@@ -36,3 +36,5 @@ export {
   MAX_TOPK_CHUNK,
   TopkCodec,
 } from './topk-codec.js';
+export type { TopkLevels, TopkSegment, TopkTile } from './topk-layout.js';
+export { DEFAULT_TOPK_LEVELS, TOPK_LEVELS } from './topk-layout.js';

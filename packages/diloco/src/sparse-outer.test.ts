@@ -4,90 +4,108 @@ import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
 import { DilocoArgumentError } from './errors.js';
 import { backwardOn, buildModel, flat } from './test-support/mlp-case.js';
-import { referenceDecoded } from './test-support/topk-reference.js';
+import {
+  referenceTensorLevels,
+  referenceTileLevels,
+  referenceTiles,
+} from './test-support/topk-reference.js';
 import { closeWorld, newSeed } from './test-support/worlds.js';
 
 // The outer step with the codecs beside int8: topk (SparseLoCo) against a float64 reference, int4's
 // bits and bytes. The MLP has 49 parameters.
 
 describe('DiLoCo with topk and int4', () => {
-  it('each topk outer step follows a float64 reference: decayed feedback, top-k, 2 bits, mean over senders, SGD at lr 1', async () => {
-    const seed = newSeed('diloco topk reference');
-    const size = 2;
-    const groups = createLocalGroups(size);
-    const models = groups.map((_, r) => buildModel(seed + r));
-    const dilocos = await Promise.all(
-      groups.map((group, r) =>
-        DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters(), { lr: 0.01 }), {
-          group,
-          innerSteps: 100,
-          compression: 'topk',
-          // 4 chunks of 16 (the last holds 1 parameter), 4 entries each.
-          blockSize: 16,
-          density: 0.25,
-        }),
-      ),
-    );
-    // SparseLoCo's outer step: plain SGD at lr 1, the decay 0.95 of the feedback as momentum.
-    expect(dilocos[0]!.options).toMatchObject({
-      outerLr: 1,
-      outerMomentum: 0,
-      nesterov: false,
-      errorDecay: 0.95,
-    });
-    const count = (await flat(models[0]!)).length;
-    expect(count).toBe(49);
-    const senderCounts = new Set<number>();
-    for (let outer = 0; outer < 3; outer++) {
-      for (let inner = 0; inner < 2; inner++) {
-        for (let r = 0; r < size; r++) await backwardOn(models[r]!, seed, r, outer * 2 + inner);
-        for (const d of dilocos) d.inner.step();
-      }
-      // The reference starts from the wrappers' own state: the f32 global copy and buffers.
-      const global = dilocos[0]!.globalParameters();
-      const locals = await Promise.all(models.map(flat));
-      // Each position the mean over the ranks that sent it (SparseLoCo's code), not over all.
-      const sum = new Float64Array(count);
-      const senders = new Float64Array(count);
-      const buffers = dilocos.map((d, r) => {
-        const previous = d.stateDict().residual ?? new Float32Array(count);
-        const e = new Float64Array(count);
-        for (let i = 0; i < count; i++) {
-          const delta = Math.fround(global[i]! - locals[r]![i]!);
-          e[i] = Math.fround(0.95 * previous[i]! + delta);
-        }
-        const sent = referenceDecoded(e, 16, 4);
-        for (let i = 0; i < count; i++) {
-          sum[i]! += sent[i]!;
-          if (sent[i] !== 0) senders[i]!++;
-          e[i]! -= sent[i]!;
-        }
-        return e;
+  for (const levels of ['tile', 'tensor'] as const) {
+    it(`each topk outer step follows a float64 reference: decayed feedback, top-k of each tile, 2 bits per ${levels}, mean over senders, SGD at lr 1`, async () => {
+      const seed = newSeed(`diloco topk reference ${levels}`);
+      const size = 2;
+      const groups = createLocalGroups(size);
+      const models = groups.map((_, r) => buildModel(seed + r));
+      const dilocos = await Promise.all(
+        groups.map((group, r) =>
+          DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters(), { lr: 0.01 }), {
+            group,
+            innerSteps: 100,
+            compression: 'topk',
+            // Tiles of at most 4 x 4, a quarter of each sent ([Note: top-k tiles]).
+            blockSize: 16,
+            density: 0.25,
+            levels,
+          }),
+        ),
+      );
+      // SparseLoCo's outer step: plain SGD at lr 1, the decayed feedback (0.8, measured) as momentum.
+      expect(dilocos[0]!.options).toMatchObject({
+        outerLr: 1,
+        outerMomentum: 0,
+        nesterov: false,
+        errorDecay: 0.8,
       });
-      const mean = sum.map((x, i) => (senders[i] === 0 ? 0 : x / senders[i]!));
-      for (const c of senders) if (c > 0) senderCounts.add(c);
-      const stats = await Promise.all(dilocos.map((d) => d.outerSync()));
-      // 4 chunks of 3 words (4 entries of 4 + 2 bits: 24 bits, 1 word; 2 levels), to 1 other rank.
-      expect(stats.map((s) => s.bytesSent)).toEqual([48, 48]);
-      for (const [r, model] of models.entries()) {
-        const got = await flat(model);
-        for (let i = 0; i < count; i++) {
-          const want = global[i]! - mean[i]!;
-          expect(Math.abs(got[i]! - want)).toBeLessThanOrEqual(1e-6 * (1 + Math.abs(want)));
+      const count = (await flat(models[0]!)).length;
+      expect(count).toBe(49);
+      const shapes = models[0]!.parameters().map((p) => p.shape);
+      expect(shapes).toEqual([[8, 4], [8], [1, 8], [1]]);
+      const tensors = referenceTiles(shapes, count, 4);
+      const reference = (e: Float64Array) =>
+        levels === 'tile'
+          ? referenceTileLevels(e, tensors.flat(), 0.25)
+          : referenceTensorLevels(e, tensors, 0.25);
+      // Per tile: 2 tiles of 4 x 4 (4 entries of 4 + 2 bits), 2 runs of 4 of the bias, 2 of 1 x 4
+      // of the second weight (1 entry of 2 + 2 bits) and the last bias (1 of 1 + 2): each 2 level
+      // words and its entries in 1 word, 7 x 3 words. Per tensor: 5 level words each, and 48, 8, 8
+      // and 3 bits of entries: 7 + 6 + 6 + 6 words. To the 1 other rank.
+      const bytes = levels === 'tile' ? 21 * 4 : 25 * 4;
+      const senderCounts = new Set<number>();
+      for (let outer = 0; outer < 3; outer++) {
+        for (let inner = 0; inner < 2; inner++) {
+          for (let r = 0; r < size; r++) await backwardOn(models[r]!, seed, r, outer * 2 + inner);
+          for (const d of dilocos) d.inner.step();
         }
-        const residual = dilocos[r]!.stateDict().residual!;
-        for (let i = 0; i < count; i++) {
-          expect(Math.abs(residual[i]! - buffers[r]![i]!)).toBeLessThanOrEqual(1e-6);
+        // The reference starts from the wrappers' own state: the f32 global copy and buffers.
+        const global = dilocos[0]!.globalParameters();
+        const locals = await Promise.all(models.map(flat));
+        // Each position the mean over the ranks that sent it (SparseLoCo's code), not over all.
+        const sum = new Float64Array(count);
+        const senders = new Float64Array(count);
+        const buffers = dilocos.map((d, r) => {
+          const previous = d.stateDict().residual ?? new Float32Array(count);
+          const e = new Float64Array(count);
+          for (let i = 0; i < count; i++) {
+            const delta = Math.fround(global[i]! - locals[r]![i]!);
+            e[i] = Math.fround(0.8 * previous[i]! + delta);
+          }
+          const sent = reference(e);
+          for (let i = 0; i < count; i++) {
+            sum[i]! += sent[i]!;
+            if (sent[i] !== 0) senders[i]!++;
+            e[i]! -= sent[i]!;
+          }
+          return e;
+        });
+        const mean = sum.map((x, i) => (senders[i] === 0 ? 0 : x / senders[i]!));
+        for (const c of senders) if (c > 0) senderCounts.add(c);
+        const stats = await Promise.all(dilocos.map((d) => d.outerSync()));
+        expect(stats.map((s) => s.bytesSent)).toEqual([bytes, bytes]);
+        for (const [r, model] of models.entries()) {
+          const got = await flat(model);
+          for (let i = 0; i < count; i++) {
+            const want = global[i]! - mean[i]!;
+            expect(Math.abs(got[i]! - want)).toBeLessThanOrEqual(1e-6 * (1 + Math.abs(want)));
+          }
+          const residual = dilocos[r]!.stateDict().residual!;
+          for (let i = 0; i < count; i++) {
+            expect(Math.abs(residual[i]! - buffers[r]![i]!)).toBeLessThanOrEqual(1e-6);
+          }
         }
+        // Every rank holds the same global bits.
+        expect(dilocos[1]!.globalParameters()).toEqual(dilocos[0]!.globalParameters());
       }
-      // Every rank holds the same global bits.
-      expect(dilocos[1]!.globalParameters()).toEqual(dilocos[0]!.globalParameters());
-    }
-    expect(dilocos[0]!.bytesSent).toBe(3 * 48);
-    // Positions both ranks sent and positions one rank sent: the two cases of the mean.
-    expect([...senderCounts].sort()).toEqual([1, 2]);
-    await closeWorld(groups);
-  });
+      expect(dilocos[0]!.bytesSent).toBe(3 * bytes);
+      // Positions both ranks sent and positions one rank sent: the two cases of the mean.
+      expect([...senderCounts].sort()).toEqual([1, 2]);
+      await closeWorld(groups);
+    });
+  }
 
   it('int4 syncs at world 3 leave every rank with the same bits and count their bytes', async () => {
     const seed = newSeed('diloco int4');
@@ -134,6 +152,18 @@ describe('DiLoCo with topk and int4', () => {
     );
     await expect(make({ compression: 'topk', errorDecay: 1.5 })).rejects.toThrow(
       '[DiLoCo] rank 0: errorDecay must be in [0, 1], got 1.5',
+    );
+    await expect(make({ compression: 'int8', levels: 'tensor' })).rejects.toThrow(
+      '[DiLoCo] rank 0: levels apply to the topk compression, not int8',
+    );
+    await expect(make({ compression: 'topk', levels: 'chunk' })).rejects.toThrow(
+      "[DiLoCo] rank 0: levels must be one of tile, tensor, got 'chunk'",
+    );
+    await expect(make({ compression: 'int8', shapes: [[49]] })).rejects.toThrow(
+      '[DiLoCo] rank 0: shapes apply to the topk compression, not int8',
+    );
+    await expect(make({ compression: 'topk', shapes: [[7, -1]] })).rejects.toThrow(
+      '[DiLoCo] rank 0: shape 0 is not a list of whole numbers >= 0: [7,-1]',
     );
     await expect(make({ compression: 'topk', blockSize: 131072 })).rejects.toMatchObject({
       option: 'blockSize',

@@ -216,8 +216,18 @@ describe('streamed fragments', () => {
       // The reference averages each fragment with an averager of its own per rank; the default
       // mixing is the paper's 0.5, and 0 for topk (its error feedback keeps the local work).
       const refGroups: ProcessGroup[][] = [createLocalGroups(size), createLocalGroups(size)];
-      const averagers = refGroups.map((gs) =>
-        gs.map((g) => new CompressedAverager(g, codecOptions(compression))),
+      // topk tiles each tensor of the fragment ([Note: top-k tiles]), as DiLoCo passes them.
+      const shapes = models[0]!.parameters().map((p) => p.shape);
+      const averagers = refGroups.map((gs, p) =>
+        gs.map(
+          (g) =>
+            new CompressedAverager(g, {
+              ...codecOptions(compression),
+              ...(compression === 'topk'
+                ? { shapes: dilocos[0]!.fragments[p]!.map((t) => shapes[t]!) }
+                : {}),
+            }),
+        ),
       );
       const average: Average = async (fragment, deltas) => {
         await Promise.all(

@@ -189,7 +189,13 @@ export class StreamedFragments {
         tensors,
         global: new Float32Array(tensors.reduce((sum, t) => sum + params[t]!.size, 0)),
         outer: new OuterOptimizer(options.outer, options.group.rank),
-        averager: new CompressedAverager(this.comm, options.codec),
+        // topk tiles each tensor of the fragment's own values ([Note: top-k tiles]).
+        averager: new CompressedAverager(
+          this.comm,
+          options.codec.shapes === undefined
+            ? options.codec
+            : { ...options.codec, shapes: tensors.map((t) => params[t]!.shape) },
+        ),
       };
       return fragment;
     });

@@ -184,7 +184,28 @@ describe('parseOptions', () => {
       outerLr: 1,
       outerMomentum: 0,
       outerDensity: 1 / 64,
+      outerErrorDecay: null,
+      outerLevels: 'tile',
     });
+    expect(
+      parse(
+        ...['--strategy', 'diloco', '--world-size', '2', '--outer-compression', 'topk'],
+        ...['--outer-levels', 'tensor'],
+      ),
+    ).toMatchObject({ outerLevels: 'tensor' });
+    // The error feedback's decay, for topk or any compression with feedback; null: the library's.
+    expect(
+      parse(
+        ...['--strategy', 'diloco', '--world-size', '2', '--outer-compression', 'topk'],
+        ...['--outer-error-decay', '0.9'],
+      ),
+    ).toMatchObject({ outerErrorDecay: 0.9 });
+    expect(
+      parse(
+        ...['--strategy', 'diloco', '--world-size', '2', '--outer-compression', 'int8'],
+        ...['--outer-error-decay', '1'],
+      ),
+    ).toMatchObject({ outerErrorDecay: 1 });
     expect(
       parse(
         ...['--strategy', 'diloco', '--world-size', '2', '--outer-compression', 'topk'],
@@ -210,6 +231,31 @@ describe('parseOptions', () => {
         [...diloco, '--outer-compression', 'fp8'],
         '--outer-compression fp8 is not one of f32, bf16, int8, int4, topk',
         '--outer-compression',
+      ],
+      [
+        [...diloco, '--outer-compression', 'topk', '--outer-error-decay', '1.5'],
+        '--outer-error-decay 1.5 is out of range [0, 1]',
+        '--outer-error-decay',
+      ],
+      [
+        [...diloco, '--outer-compression', 'topk', '--outer-levels', 'chunk'],
+        '--outer-levels chunk is not one of tile, tensor',
+        '--outer-levels',
+      ],
+      [
+        [...diloco, '--outer-compression', 'int8', '--outer-levels', 'tensor'],
+        '--outer-levels applies to --outer-compression topk, not int8',
+        '--outer-levels',
+      ],
+      [
+        [...diloco, '--outer-error-decay', '0.9'],
+        '--outer-error-decay applies to a compression with error feedback (bf16, int8, int4, topk), not f32',
+        '--outer-error-decay',
+      ],
+      [
+        ['--strategy', 'ddp', '--world-size', '2', '--outer-error-decay', '0.9'],
+        '--outer-error-decay applies to --strategy diloco, not ddp',
+        '--outer-error-decay',
       ],
       [
         [...diloco, '--outer-compression', 'topk', '--outer-density', '0'],

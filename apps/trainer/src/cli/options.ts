@@ -3,7 +3,13 @@ import { TLS_OPTIONS, tlsOptions } from './tls-options.js';
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TOKENIZERS } from '../data/dataset.js';
-import { DEFAULT_STREAM_MIXING, DEFAULT_TOPK_DENSITY, OUTER_COMPRESSIONS } from '@webshard/diloco';
+import {
+  DEFAULT_STREAM_MIXING,
+  DEFAULT_TOPK_DENSITY,
+  DEFAULT_TOPK_LEVELS,
+  OUTER_COMPRESSIONS,
+  TOPK_LEVELS,
+} from '@webshard/diloco';
 import { checkBatchDivides, STRATEGIES, type TrainConfig, TRANSPORTS } from '../config.js';
 import { UsageError } from '../errors.js';
 import { parseSharding } from '../strategy/sharding.js';
@@ -33,6 +39,8 @@ const OPTIONS = {
   'outer-fragments': { type: 'string' },
   'outer-overlap': { type: 'string' },
   'outer-mixing': { type: 'string' },
+  'outer-error-decay': { type: 'string' },
+  'outer-levels': { type: 'string' },
   'checkpoint-every': { type: 'string' },
   'checkpoint-dir': { type: 'string' },
   resume: { type: 'string' },
@@ -253,6 +261,11 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
       outerOverlap > 0 && !topk ? DEFAULT_STREAM_MIXING : 0,
       { min: 0, max: 0.999999 },
     ),
+    outerLevels: choice('outer-levels', v['outer-levels'], TOPK_LEVELS, DEFAULT_TOPK_LEVELS),
+    outerErrorDecay:
+      v['outer-error-decay'] === undefined
+        ? null
+        : numberOption('outer-error-decay', v['outer-error-decay'], 1, { min: 0, max: 1 }),
     checkpointEvery: int('checkpoint-every', 0, 0),
     checkpointDir: path('checkpoint-dir'),
     resume: path('resume'),
@@ -308,6 +321,8 @@ const DILOCO_FLAGS = [
   'outer-fragments',
   'outer-overlap',
   'outer-mixing',
+  'outer-error-decay',
+  'outer-levels',
 ] as const;
 
 /** Flags of one strategy given to another, and what no transport can do, refused by name. */
@@ -341,6 +356,18 @@ function checkStrategyFlags(
     throw new UsageError(
       `--outer-density applies to --outer-compression topk, not ${config.outerCompression}`,
       { option: '--outer-density' },
+    );
+  }
+  if (values['outer-levels'] !== undefined && config.outerCompression !== 'topk') {
+    throw new UsageError(
+      `--outer-levels applies to --outer-compression topk, not ${config.outerCompression}`,
+      { option: '--outer-levels' },
+    );
+  }
+  if (values['outer-error-decay'] !== undefined && config.outerCompression === 'f32') {
+    throw new UsageError(
+      '--outer-error-decay applies to a compression with error feedback (bf16, int8, int4, topk), not f32',
+      { option: '--outer-error-decay' },
     );
   }
   const oneRank = config.strategy === 'single' || config.strategy === 'offload';

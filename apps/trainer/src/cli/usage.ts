@@ -90,8 +90,13 @@ Execution
                                with topk 1, 0: SparseLoCo's, its error feedback is the momentum)
   --outer-compression <f32|bf16|int8|int4|topk>  diloco: how pseudo-gradients travel (default
                                f32; int8 and int4 with a scale per 256 elements and error
-                               feedback; topk: SparseLoCo's top-k of each 4096, 2-bit values)
-  --outer-density <x>          diloco topk: share of each chunk sent, in (0, 1] (default 0.015625)
+                               feedback; topk: SparseLoCo's top-k of each tensor's 64 x 64
+                               tiles, 2-bit values)
+  --outer-density <x>          diloco topk: share of each tile sent, in (0, 1] (default 0.015625)
+  --outer-levels <tile|tensor> diloco topk: 2-bit levels per tile (default) or per tensor
+                               (SparseLoCo's 4 bins over 6 standard deviations)
+  --outer-error-decay <x>      diloco: e = x e + delta for the error feedback, in [0, 1]
+                               (default: topk 0.8, measured; bf16, int8, int4 1)
   --outer-fragments <F>        diloco: Streaming DiLoCo, the parameter tensors dealt into F
                                fragments (strided), one synced every --inner-steps / F steps
                                (default 1: all at once)

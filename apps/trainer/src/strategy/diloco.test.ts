@@ -154,14 +154,12 @@ describe('--strategy diloco', () => {
     console.log(`streamed: loss ${last} against PyTorch's ${fixture.losses.at(-1)}`);
   });
 
-  it('on 2 ranks, H = 6, topk: sends its chunks whole (120 bytes each) to the other rank at each sync', async () => {
-    const { lines, result } = await run(
-      [
-        ...['--strategy', 'diloco', '--world-size', '2', '--transport', 'local'],
-        ...['--inner-steps', '6', '--outer-compression', 'topk'],
-      ],
-      'two-ranks-topk',
-    );
+  it('on 2 ranks, H = 6, topk: sends its tiles to the other rank at each sync, and --outer-error-decay reaches the codec', async () => {
+    const topk = [
+      ...['--strategy', 'diloco', '--world-size', '2', '--transport', 'local'],
+      ...['--inner-steps', '6', '--outer-compression', 'topk'],
+    ];
+    const { lines, save } = await run(topk, 'two-ranks-topk');
     const synced = lines.filter((l) => l.outerStep !== undefined);
     expect(synced.map((l) => [l.step, l.outerStep])).toEqual([
       [6, 1],
@@ -169,12 +167,27 @@ describe('--strategy diloco', () => {
       [18, 3],
       [20, 4],
     ]);
-    // 64 of every 4096 (12-bit indices and 2 bits: 28 words) and 2 magnitudes: 30 words a chunk,
-    // all-gathered: each rank sends its own to the one other rank.
-    const parameters = Number(/model: gpt, (\d+) parameters/.exec(result.stdout)![1]);
-    for (const l of synced) expect(l.outerBytesSent).toBe(Math.ceil(parameters / 4096) * 120);
+    // Each tensor in its own tiles of at most 64 x 64, 1/64 of each sent, 2 level words a tile
+    // ([Note: top-k tiles] in @webshard/diloco): wte [64, 32] one tile of 2048 (32 entries of
+    // 11 + 2 bits: 13 words, + 2); wpe [16, 32] one of 512 (8 of 9 + 2 bits: 3, + 2); a block's
+    // 32 x 96 and 32 x 128 matrices 2 tiles of 1536 (24 entries: 10 + 2 words) and 2048 (15
+    // words), 32 x 32 one of 1024 (16 of 12 bits: 6 + 2); its 1-D tensors runs of 48 or 64 or 32
+    // sending 1 entry (3 words a run): 3 + 3 + 24 + 6 + 8 + 3 + 6 + 30 + 6 + 30 + 3 = 122 words
+    // a block; ln_f 6. 15 + 5 + 2 x 122 + 6 = 270 words to the one other rank.
+    for (const l of synced) expect(l.outerBytesSent).toBe(270 * 4);
     // Sparse syncs move the global copy a little at a time (SparseLoCo runs thousands of them):
     // 4 syncs still leave the loss below where it began.
     expect(lines.at(-1)!.loss).toBeLessThan(lines[0]!.loss);
+    // Another decay of the error feedback: the same bytes, other weights after the second sync.
+    const decayed = await run([...topk, '--outer-error-decay', '0.5'], 'two-ranks-topk-decay');
+    expect(decayed.lines.map((l) => l.outerBytesSent)).toEqual(lines.map((l) => l.outerBytesSent));
+    expect(decayed.lines[6]!.loss).toBe(lines[6]!.loss);
+    expect(decayed.lines.at(-1)!.loss).not.toBe(lines.at(-1)!.loss);
+    const backend = createCpuBackend();
+    const a = (await loadSafetensors(save, { backend })).tensors;
+    const b = (await loadSafetensors(decayed.save, { backend })).tensors;
+    expect(await a['transformer.wte.weight']!.read()).not.toEqual(
+      await b['transformer.wte.weight']!.read(),
+    );
   });
 });

@@ -51,7 +51,10 @@ export function prepareDiloco(
         outerLr: config.outerLr,
         outerMomentum: config.outerMomentum,
         compression: config.outerCompression,
-        ...(config.outerCompression === 'topk' ? { density: config.outerDensity } : {}),
+        ...(config.outerCompression === 'topk'
+          ? { density: config.outerDensity, levels: config.outerLevels }
+          : {}),
+        ...(config.outerErrorDecay === null ? {} : { errorDecay: config.outerErrorDecay }),
         ...(streamed
           ? {
               fragments: config.outerFragments,

@@ -54,3 +54,109 @@ export function referenceDecoded(
   }
   return out;
 }
+
+/**
+ * The reference's tiles of `shapes` ([Note: top-k tiles]), as lists of flat positions, in-tile
+ * order: each tensor a matrix (rows: the product of the leading sides), cut by the largest divisor
+ * of each side at most `side`, tiles in row-major order; without shapes, runs of `side * side`
+ * across the whole `count`.
+ */
+export function referenceTiles(
+  shapes: readonly (readonly number[])[] | null,
+  count: number,
+  side: number,
+): number[][][] {
+  const divisor = (n: number) => {
+    let best = 1;
+    for (let d = 1; d <= Math.min(n, side); d++) if (n % d === 0) best = d;
+    return best;
+  };
+  if (shapes === null) {
+    const runs: number[][] = [];
+    for (let start = 0; start < count; start += side * side) {
+      const run: number[] = [];
+      for (let i = start; i < Math.min(count, start + side * side); i++) run.push(i);
+      runs.push(run);
+    }
+    return [runs];
+  }
+  const tensors: number[][][] = [];
+  let offset = 0;
+  for (const shape of shapes) {
+    const size = shape.reduce((a, b) => a * b, 1);
+    const cols = shape.at(-1) ?? 1;
+    const rows = size / cols;
+    const [h, w] = [divisor(rows), divisor(cols)];
+    const tiles: number[][] = [];
+    for (let ty = 0; ty < rows; ty += h) {
+      for (let tx = 0; tx < cols; tx += w) {
+        const tile: number[] = [];
+        for (let a = 0; a < h; a++)
+          for (let b = 0; b < w; b++) tile.push(offset + (ty + a) * cols + tx + b);
+        tiles.push(tile);
+      }
+    }
+    tensors.push(tiles);
+    offset += size;
+  }
+  return tensors;
+}
+
+/**
+ * The dense vector SparseLoCo's quantizer decodes `values` to, per tensor of `tensors` (tiles of
+ * flat positions): the top k = max(1, round(density x tile length)) of each tile (zeros included,
+ * ties to the lower position), then over the tensor's kept values the mean m, the unbiased
+ * standard deviation s, bins of width 6 s / 4 (1 if s is 0), bin = round((x - m) / width + 2)
+ * clamped to 0 .. 3, each decoded as f32(mean of its x - m) + f32(m), in f32.
+ */
+export function referenceTensorLevels(
+  values: ArrayLike<number>,
+  tensors: readonly (readonly (readonly number[])[])[],
+  density: number,
+): Float64Array {
+  const out = new Float64Array(values.length);
+  for (const tiles of tensors) {
+    const kept: number[] = [];
+    for (const tile of tiles) {
+      const k = Math.min(tile.length, Math.max(1, Math.round(density * tile.length)));
+      const order = tile.map((_, j) => j);
+      order.sort((a, b) => Math.abs(values[tile[b]!]!) - Math.abs(values[tile[a]!]!) || a - b);
+      for (const j of order.slice(0, k).sort((a, b) => a - b)) kept.push(tile[j]!);
+    }
+    const xs = kept.map((p) => values[p]!);
+    const m = xs.reduce((s, x) => s + x, 0) / xs.length;
+    const s =
+      xs.length <= 1 ? 0 : Math.sqrt(xs.reduce((t, x) => t + (x - m) ** 2, 0) / (xs.length - 1));
+    const width = s > 0 ? (6 * s) / 4 : 1;
+    const bin = (x: number) => Math.min(3, Math.max(0, Math.round((x - m) / width + 2)));
+    const sums = [0, 0, 0, 0];
+    const counts = [0, 0, 0, 0];
+    for (const x of xs) {
+      sums[bin(x)]! += x - m;
+      counts[bin(x)]!++;
+    }
+    const level = (b: number) => Math.fround(counts[b] === 0 ? 0 : sums[b]! / counts[b]!);
+    for (const [j, p] of kept.entries()) out[p] = Math.fround(level(bin(xs[j]!)) + Math.fround(m));
+  }
+  return out;
+}
+
+/**
+ * The dense vector per-tile levels decode `values` to, over `tiles` (lists of flat positions):
+ * `referenceTopk` of each tile's values as one chunk.
+ */
+export function referenceTileLevels(
+  values: ArrayLike<number>,
+  tiles: readonly (readonly number[])[],
+  density: number,
+  k?: number,
+): Float64Array {
+  const out = new Float64Array(values.length);
+  for (const tile of tiles) {
+    const chunk = tile.map((p) => values[p]!);
+    const kk = k ?? Math.min(tile.length, Math.max(1, Math.round(density * tile.length)));
+    const [coded] = referenceTopk(chunk, tile.length, kk);
+    for (const [j, i] of coded!.kept.entries()) out[tile[i]!] = coded!.decoded[j]!;
+  }
+  return out;
+}
