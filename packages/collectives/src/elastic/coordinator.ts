@@ -155,6 +155,7 @@ export class ElasticCoordinator {
         if (message.op === 'heartbeat') return;
         if (message.op === 'leave') {
           this.roster.members.delete(member.id);
+          this.tellDropped(member.id, `member ${member.id} left`, true);
           socket.close(1000, 'bye');
           this.epochs.advance();
           return;
@@ -166,6 +167,11 @@ export class ElasticCoordinator {
       closed: () => {
         if (member !== null && this.roster.members.get(member.id) === member) {
           this.roster.members.delete(member.id);
+          this.tellDropped(
+            member.id,
+            `member ${member.id}'s connection to the coordinator closed`,
+            true,
+          );
           this.epochs.advance();
         }
       },
@@ -230,20 +236,29 @@ export class ElasticCoordinator {
     this.roster.members.delete(member.id);
     if (member.socket !== null)
       refuseSocket(member.socket, `dropped from the world: ${reason}`, 'E_DROPPED');
-    const current = this.roster.current;
-    if (current?.members.includes(member.id)) {
-      const dropped: CoordinatorMessage = {
-        op: 'dropped',
-        epoch: current.epoch,
-        members: [member.id],
-        reason,
-      };
-      for (const id of current.members) {
-        const other = this.roster.members.get(id);
-        if (other !== undefined) this.send(other, dropped);
-      }
-    }
+    this.tellDropped(member.id, reason);
     this.epochs.advance();
+  }
+
+  /**
+   * Tells the other members of the current epoch that `id` is gone, so that they abort its group
+   * (dropped as frozen), or give up building it (`left`: a member gone before it opened its data
+   * links would otherwise hold the others in the epoch's rendezvous until its deadline).
+   */
+  private tellDropped(id: number, reason: string, left = false): void {
+    const current = this.roster.current;
+    if (!current?.members.includes(id)) return;
+    const dropped: CoordinatorMessage = {
+      op: 'dropped',
+      epoch: current.epoch,
+      members: [id],
+      reason,
+      ...(left ? { left } : {}),
+    };
+    for (const other of current.members) {
+      const member = this.roster.members.get(other);
+      if (member !== undefined) this.send(member, dropped);
+    }
   }
 
   /** Tells members waiting at a point another passed that nothing changed (`Roster.behind`). */

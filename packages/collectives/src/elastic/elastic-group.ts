@@ -135,6 +135,9 @@ export class ElasticGroup {
       members: this.membershipNow.members,
     };
     link.onDropped = (message) => {
+      // One that left or whose link closed is noticed by the group itself (what it sent first
+      // still arrives); one dropped as frozen would hold the group until its deadline.
+      if (message.left === true) return;
       if (message.epoch === this.membershipNow.epoch && this.current.state === 'ready') {
         this.current.abort(
           `[elastic] member(s) ${message.members.join(', ')} dropped: ${message.reason}`,
@@ -201,7 +204,7 @@ export class ElasticGroup {
     link.member = welcome.id;
     link.send({ op: 'sync', epoch: -1 });
     const first = await ElasticGroup.answer(link, 'join');
-    const { group, change } = await ElasticGroup.enter(link, options, first);
+    const { group, change } = await ElasticGroup.enter(link, options, first, 'join');
     return new ElasticGroup(link, options, group, change);
   }
 
@@ -216,11 +219,15 @@ export class ElasticGroup {
   /**
    * Builds the group of `announcement`'s epoch. When that fails (a member died between the
    * announcement and the connections), reports it at the epoch's sync point and tries the next.
+   * A failure no other epoch can mend, this member's own data listener not opening, leaves the
+   * world with an `ElasticError` (`E_LISTEN`) instead: retried, it would hold every member in
+   * rebuilds forever.
    */
   private static async enter(
     link: CoordinatorLink,
     options: JoinElasticOptions,
     announcement: EpochAnnouncement,
+    op: 'join' | 'sync',
   ): Promise<{ group: ProcessGroup; change: MembershipChange }> {
     const id = link.member!;
     for (;;) {
@@ -233,15 +240,42 @@ export class ElasticGroup {
         left: announcement.left,
         joined: announcement.joined,
       };
+      // A member of this epoch lost meanwhile (the coordinator says `dropped`) will never open its
+      // links: the build is given up and the epoch rebuilt; the abandoned build is closed if it
+      // ever finishes (the coordinator closes its store two epochs on).
+      const epoch = announcement.epoch;
+      const lost = new Promise<never>((_, reject) => {
+        link.onDropped = (message) => {
+          if (message.epoch === epoch)
+            reject(new Error(`member(s) ${message.members.join(', ')} dropped: ${message.reason}`));
+        };
+      });
+      lost.catch(() => {});
+      const build = buildEpochGroup(change, announcement.storeUrl, {
+        ...options,
+        group: { timeoutMs: 2 * link.memberTimeoutMs, ...options.group },
+      });
       try {
-        const group = await buildEpochGroup(change, announcement.storeUrl, {
-          ...options,
-          group: { timeoutMs: 2 * link.memberTimeoutMs, ...options.group },
-        });
+        const group = await Promise.race([build, lost]);
         return { group, change };
       } catch (error) {
+        build
+          .then(
+            (group) => group.close(),
+            () => {},
+          )
+          .catch(() => {});
         // The coordinator notices who is gone; a missing member fails everyone's connections.
         if (ElasticError.isInstance(error)) throw error;
+        const listen = listenFailure(error);
+        if (listen !== undefined) {
+          link.close();
+          throw new ElasticError(
+            op,
+            `this member cannot open its data listener (${listen.message}); pass a host it can bind (host, WEBSHARD_HOST_ADDR) or, over ws, listen: false`,
+            { member: id, code: 'E_LISTEN', cause: error },
+          );
+        }
         link.send({ op: 'sync', epoch: announcement.epoch, rebuild: true });
         announcement = await ElasticGroup.answer(link, 'sync');
       }
@@ -277,7 +311,12 @@ export class ElasticGroup {
     }
     if (!announcement.changed) return this.passed();
     await this.current.close().catch(() => {});
-    const { group, change } = await ElasticGroup.enter(this.link, this.options, announcement);
+    const { group, change } = await ElasticGroup.enter(
+      this.link,
+      this.options,
+      announcement,
+      'sync',
+    );
     this.current = group;
     this.membershipNow = change;
     this.watch();
@@ -313,6 +352,15 @@ export class ElasticGroup {
     this.link.close();
     await this.current.close().catch(() => {});
   }
+}
+
+/** The error of a listener that did not open (`syscall: 'listen'`), in `error` or its causes. */
+function listenFailure(error: unknown): Error | undefined {
+  for (let at = error, depth = 0; at instanceof Error && depth < 8; depth++) {
+    if ((at as { syscall?: unknown }).syscall === 'listen') return at;
+    at = at.cause;
+  }
+  return undefined;
 }
 
 /** Connects the epoch's store (as the rank the coordinator gave) and the data transport. */

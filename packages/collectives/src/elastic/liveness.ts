@@ -15,6 +15,12 @@
  * member that wakes after it was dropped reads `E_DROPPED` (or is refused on `resume`) and joins
  * again as a newcomer: it takes the world's state, never pushes its stale gradients.
  *
+ * A member that leaves or whose link closes is told to the others as well (`dropped` with
+ * `left`): a group already built ignores it (its links notice the loss themselves, after the bytes
+ * the member sent first), but a member still building the epoch's group gives the build up and
+ * asks for the next epoch; else a member gone before it opened its data links (its own listener
+ * failed: `E_LISTEN`, which that member does not retry) held the others in the epoch's rendezvous.
+ *
  * The members watch the coordinator the same way: no message for `memberTimeoutMs` (or a closed
  * connection) and a member reconnects with backoff, sending `resume` with its id and epoch, for up
  * to its `coordinatorTimeoutMs`, then fails with `E_COORDINATOR_LOST`. Meanwhile it trains on:

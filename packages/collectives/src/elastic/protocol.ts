@@ -62,6 +62,12 @@ export type CoordinatorMessage =
       /** Ids of the members dropped. */
       readonly members: readonly number[];
       readonly reason: string;
+      /**
+       * The members left or their connection closed (not dropped as frozen): a group already
+       * built notices by itself, with the bytes they sent delivered; only a build still waiting
+       * for them gives up.
+       */
+      readonly left?: boolean;
     }
   | EpochAnnouncement
   | {
@@ -178,7 +184,10 @@ export function parseCoordinatorMessage(text: string): CoordinatorMessage | unde
     case 'beat':
       return { op: 'beat' };
     case 'dropped':
-      return Number.isSafeInteger(r.epoch) && isIdList(r.members) && typeof r.reason === 'string'
+      return Number.isSafeInteger(r.epoch) &&
+        isIdList(r.members) &&
+        typeof r.reason === 'string' &&
+        (r.left === undefined || typeof r.left === 'boolean')
         ? (r as CoordinatorMessage)
         : undefined;
     case 'epoch':
