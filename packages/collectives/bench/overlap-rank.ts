@@ -3,14 +3,14 @@
 // awaited after it: on the rank's thread (`thread`), through the communication worker (`worker`),
 // and through it with a buffer on shared memory (`worker-shared`). Rank 0 prints the medians as
 // one JSON line.
-import { CommWorker } from '../src/comm-worker/comm-worker.js';
+import { WorkerGroup } from '../src/comm-worker/worker-group.js';
 import { createNetworkTransport } from '../src/connect-transport.js';
 import type { Work } from '../src/group/work.js';
 import { ProcessGroup } from '../src/process-group.js';
 import { StoreClient } from '../src/rendezvous/store-client.js';
 import { COMM_WORKER_FROM_SOURCE } from '../src/test-support/comm-worker-world.js';
 
-const [threadStore, workerStore, rankText, sizeText, mibText, itersText, repsText] =
+const [threadStore, workerPort, rankText, sizeText, mibText, itersText, repsText] =
   process.argv.slice(2) as [string, string, string, string, string, string, string];
 const rank = Number(rankText);
 const size = Number(sizeText);
@@ -75,12 +75,18 @@ function median(values: number[]): number {
 }
 
 const thread = await joinThread();
-const comm = await CommWorker.start({
-  storeUrl: workerStore,
-  rank,
-  size,
-  token,
-  timeoutMs: 120_000,
+const comm = await WorkerGroup.start({
+  connect: {
+    backend: 'tcp',
+    rank,
+    worldSize: size,
+    localRank: rank,
+    masterAddr: '127.0.0.1',
+    masterPort: Number(workerPort),
+    token,
+    timeoutMs: 120_000,
+  },
+  group: { timeoutMs: 120_000 },
   worker: COMM_WORKER_FROM_SOURCE,
 });
 const groups: Record<OverlapPath, [Ranked, Float32Array]> = {

@@ -7,6 +7,7 @@ import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchRow } from '@webshard/bench';
+import { freePort } from '../src/launcher/launcher.js';
 import { StoreServer } from '../src/rendezvous/store-server.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -34,10 +35,10 @@ async function runRanks(
   repetitions: number,
 ): Promise<OverlapResult> {
   const size = 2;
-  const servers = [0, 1].map(
-    () => new StoreServer({ port: 0, worldSize: size, token: 'overlap-bench' }),
-  );
-  const ports = await Promise.all(servers.map((server) => server.listen()));
+  // The rank's-thread world joins this store; the worker world's store is hosted by rank 0's
+  // worker, on a free port.
+  const server = new StoreServer({ port: 0, worldSize: size, token: 'overlap-bench' });
+  const ports = [await server.listen(), await freePort()];
   try {
     const ranks = Array.from({ length: size }, (_, rank) => {
       const child = spawn(
@@ -47,7 +48,8 @@ async function runRanks(
           '--import',
           'tsx',
           join(here, 'overlap-rank.ts'),
-          ...ports.map((port) => `ws://127.0.0.1:${port}`),
+          `ws://127.0.0.1:${ports[0]}`,
+          String(ports[1]),
           String(rank),
           String(size),
           String(sizeMiB),
@@ -70,7 +72,7 @@ async function runRanks(
     });
     return (await Promise.all(ranks))[0]!;
   } finally {
-    await Promise.all(servers.map((server) => server.close()));
+    await server.close();
   }
 }
 

@@ -9,10 +9,10 @@ import {
 import { createCommWorkerWorld, type CommWorkerWorld } from '../test-support/comm-worker-world.js';
 import { ProcessGroup } from '../process-group.js';
 import { createNetworkWorld } from '../test-support/network-world.js';
-import { type CommWorker, completedAt } from './comm-worker.js';
+import { completedAt, type WorkerGroup } from './worker-group.js';
 import { sharedClock } from './handshake.js';
 
-describe('CommWorker: collectives over tcp on a worker thread', () => {
+describe('WorkerGroup: collectives over tcp on a worker thread', () => {
   let world: CommWorkerWorld;
   beforeAll(async () => {
     world = await createCommWorkerWorld(2);
@@ -148,7 +148,7 @@ describe('the single-thread path, for comparison', () => {
   }, 60_000);
 });
 
-describe('CommWorker: failures come back as the typed errors of ProcessGroup', () => {
+describe('WorkerGroup: failures come back as the typed errors of ProcessGroup', () => {
   it('a call that differs (count) fails both ranks with CollectiveMismatchError, then the group refuses use', async () => {
     const world = await createCommWorkerWorld(2);
     try {
@@ -194,13 +194,13 @@ describe('CommWorker: failures come back as the typed errors of ProcessGroup', (
   it('a rank whose worker dies is named by the other rank (PeerLostError) long before the deadline, and its own ops fail', async () => {
     const world = await createCommWorkerWorld(2, { timeoutMs: 20_000 });
     try {
-      const [zero, one] = world.ranks as [CommWorker, CommWorker];
+      const [zero, one] = world.ranks as [WorkerGroup, WorkerGroup];
       const data = zero.allocate('f32', 1 << 20) as Float32Array;
       const pending = zero.allReduce(data).wait();
       const mine = one.barrier().wait();
       const started = performance.now();
       // The worker's private thread, reached here on purpose: a crash of the worker is what is tested.
-      await (one as unknown as { worker: Worker }).worker.terminate();
+      await (one.transport as unknown as { worker: Worker }).worker.terminate();
       const error = await pending.then(
         () => null,
         (e: unknown) => e,

@@ -1,4 +1,5 @@
 import type { AbortReason } from '../errors.js';
+import type { NetworkTransportOptions } from '../connect-transport.js';
 import type { ReduceOp } from '../kernels/reduce.js';
 import type { CommDType } from '../operand.js';
 import type { ProcessGroupOptions } from '../process-group.js';
@@ -80,13 +81,12 @@ export function sharedClock(): number {
   return performance.timeOrigin + performance.now();
 }
 
+/** How the worker joins: `connectNetworkTransport`'s options, less what cannot be posted. */
+export type WorkerConnectOptions = Omit<NetworkTransportOptions, 'WebSocket'>;
+
 /** What the worker starts with (`workerData`). */
 export interface CommWorkerInit {
-  readonly storeUrl: string;
-  readonly rank: number;
-  readonly size: number;
-  readonly token: string;
-  readonly timeoutMs: number;
+  readonly connect: WorkerConnectOptions;
   readonly group: ProcessGroupOptions;
   readonly control: SharedArrayBuffer;
 }
@@ -99,29 +99,36 @@ export interface SharedOperand {
   readonly dtype: CommDType;
 }
 
-/** One collective, posted by the rank's thread at the call. */
-export type OpMessage =
-  | { type: 'allReduce'; id: number; data: SharedOperand; op: ReduceOp; timeoutMs?: number }
-  | {
-      type: 'allGather';
-      id: number;
-      input: SharedOperand;
-      output: SharedOperand;
-      timeoutMs?: number;
-    }
-  | {
-      type: 'reduceScatter';
-      id: number;
-      input: SharedOperand;
-      output: SharedOperand;
-      op: ReduceOp;
-      timeoutMs?: number;
-    }
-  | { type: 'broadcast'; id: number; data: SharedOperand; root: number; timeoutMs?: number }
-  | { type: 'barrier'; id: number; timeoutMs?: number };
+/**
+ * One call, posted by the rank's thread at the call: `id` numbers the ops of the whole rank (the
+ * control slot), `group` the group it runs on (0 the world, then one number per `newGroup` call in
+ * call order, member or not, on both threads).
+ */
+export type OpMessage = { id: number; group: number; timeoutMs?: number } & (
+  | { type: 'allReduce'; data: SharedOperand; op: ReduceOp }
+  | { type: 'allGather'; input: SharedOperand; output: SharedOperand }
+  | { type: 'reduceScatter'; input: SharedOperand; output: SharedOperand; op: ReduceOp }
+  | { type: 'broadcast'; data: SharedOperand; root: number }
+  | { type: 'send' | 'recv'; data: SharedOperand; peer: number }
+  | { type: 'barrier' }
+);
+
+/** A `newGroup` call of group `parent`, which numbers the new group `id` on the worker too. */
+export interface NewGroupMessage {
+  readonly type: 'newGroup';
+  readonly parent: number;
+  readonly id: number;
+  readonly ranks: readonly number[];
+  readonly options: ProcessGroupOptions;
+}
 
 /** Everything the rank's thread posts to its worker. */
-export type ToWorker = OpMessage | { type: 'abort'; message: string } | { type: 'close' };
+export type ToWorker =
+  | OpMessage
+  | NewGroupMessage
+  | { type: 'closeGroup'; group: number }
+  | { type: 'abort'; reason: AbortReason }
+  | { type: 'close' };
 
 /** An error that crossed the thread boundary: enough to rebuild the typed error. */
 export interface PostedError {
@@ -140,8 +147,7 @@ export interface FailedMessage {
 
 /** Everything the worker posts to the rank's thread. */
 export type FromWorker =
-  | { type: 'ready' }
+  | { type: 'ready'; rank: number; size: number; kind: string }
   | { type: 'init-failed'; error: PostedError }
   | FailedMessage
-  | { type: 'aborted'; reason: AbortReason }
-  | { type: 'closed' };
+  | { type: 'aborted'; reason: AbortReason };

@@ -1,49 +1,35 @@
-import { ArgumentError, ShapeError } from '@webshard/tensor-core';
-import { type CollectiveData, type CommDType, describeOperand, type HostData } from '../operand.js';
-import { shardRange } from '../shard.js';
+import { ArgumentError, keep, Tensor } from '@webshard/tensor-core';
+import { directView, type HostData, type OperandInfo } from '../operand.js';
 import type { SharedOperand } from './handshake.js';
 
 /**
  * How a rank's operands reach its communication worker ([Note: the communication worker
  * handshake] in handshake.ts): a typed array on a `SharedArrayBuffer` is handed over as is (no
- * copy); any other array goes through a shared staging buffer, one copy in at issue and one copy
- * out at completion, on the rank's thread.
+ * copy); any other array, and a CPU tensor's storage, goes through a shared staging buffer, one
+ * copy in at issue and one copy out at completion, on the rank's thread. A tensor is pinned (a
+ * second handle on its storage) from the call until the op settles, as on every path ([Note:
+ * operands are held until the op settles] in group/op-queue.ts).
  */
 
-/** A checked host operand: a typed array and its dtype. */
-export interface HostArray {
-  readonly data: HostData;
-  readonly dtype: CommDType;
+/** An operand handed over: what the worker gets, and what to do once the op settled. */
+export interface StagedOperand {
+  readonly shared: SharedOperand;
+  /** Copies the result back (when written) and returns staging memory; once, after success. */
+  readonly finish: () => void;
+  /** Drops the pin and returns staging memory without copying; once, after failure. */
+  readonly release: () => void;
 }
 
-/** The checked typed array of an operand; tensors are refused on this path (not yet taken). */
-export function hostArray(op: string, data: CollectiveData, dtype?: 'f16' | 'bf16'): HostArray {
-  const info = describeOperand(op, data, dtype);
-  if (!ArrayBuffer.isView(info.data))
+/** The host elements of a checked operand: the array itself, or a CPU tensor's storage. */
+function hostElements(op: string, rank: number, info: OperandInfo): HostData {
+  if (!(info.data instanceof Tensor)) return info.data;
+  const view = directView(info.data, info.dtype);
+  if (view === null)
     throw new ArgumentError(
       op,
-      'the communication worker path takes typed arrays, not tensors, yet',
+      `rank ${rank}: the communication worker takes CPU tensors and typed arrays, not a tensor of the ${info.data.backend.kind} backend`,
     );
-  return { data: info.data as HostData, dtype: info.dtype };
-}
-
-/** Throws unless `shard` is rank `rank`'s shard of `full` over `size` ranks (`shardRange`). */
-export function checkShard(
-  op: string,
-  rank: number,
-  size: number,
-  shard: HostArray,
-  full: HostArray,
-  which: 'input' | 'output',
-): void {
-  const expected = shardRange(full.data.length, size, rank).count;
-  if (shard.dtype !== full.dtype || shard.data.length !== expected) {
-    throw new ShapeError(
-      op,
-      [[shard.data.length], [full.data.length]],
-      `rank ${rank}: expected ${which} of ${expected} ${full.dtype} elements (shard ${rank} of ${full.data.length} over ${size} ranks), got ${shard.data.length} ${shard.dtype}`,
-    );
-  }
+  return view;
 }
 
 /** Most staging buffers of one size kept for reuse. */
@@ -58,24 +44,37 @@ export class StagingPool {
 
   /**
    * The operand as the worker gets it: its own memory when shared, else a staging copy (filled
-   * now when `read`), with the function that copies the result back when `written` and returns
-   * the staging buffer; call it once the op completed.
+   * now when `read`), copied back by `finish` when `written`. Throws for a tensor that is not on
+   * the CPU backend, before anything is taken.
    */
-  share(host: HostArray, read: boolean, written: boolean): [SharedOperand, () => void] {
-    const { data, dtype } = host;
+  share(
+    op: string,
+    rank: number,
+    info: OperandInfo,
+    read: boolean,
+    written: boolean,
+  ): StagedOperand {
+    const data = hostElements(op, rank, info);
+    const pinned = info.data instanceof Tensor ? keep(info.data.detach()) : null;
+    const unpin = () => pinned?.free();
+    const { dtype } = info;
     if (data.buffer instanceof SharedArrayBuffer) {
       const { buffer, byteOffset, length } = data;
-      return [{ buffer, byteOffset, length, dtype }, () => {}];
+      return { shared: { buffer, byteOffset, length, dtype }, finish: unpin, release: unpin };
     }
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     const buffer = this.take(data.byteLength);
     const staged = new Uint8Array(buffer, 0, data.byteLength);
     if (read) staged.set(bytes);
-    const finish = () => {
-      if (written) bytes.set(staged);
+    const release = () => {
+      unpin();
       this.give(buffer);
     };
-    return [{ buffer, byteOffset: 0, length: data.length, dtype }, finish];
+    const finish = () => {
+      if (written) bytes.set(staged);
+      release();
+    };
+    return { shared: { buffer, byteOffset: 0, length: data.length, dtype }, finish, release };
   }
 
   private take(bytes: number): SharedArrayBuffer {

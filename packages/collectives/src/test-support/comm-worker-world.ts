@@ -1,8 +1,10 @@
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
-import { CommWorker, type CommWorkerModule } from '../comm-worker/comm-worker.js';
+import type { CommWorkerModule } from '../comm-worker/comm-worker.js';
+import { WorkerGroup } from '../comm-worker/worker-group.js';
+import type { NetworkBackend } from '../connect-transport.js';
+import { freePort } from '../launcher/launcher.js';
 import type { ProcessGroupOptions } from '../process-group.js';
-import { StoreServer } from '../rendezvous/store-server.js';
 
 const tsx = pathToFileURL(
   createRequire(import.meta.url)
@@ -23,28 +25,36 @@ export const COMM_WORKER_FROM_SOURCE: CommWorkerModule = {
   execArgv: ['--conditions=@webshard/source'],
 };
 
-/** `size` ranks in this thread, each with its communication worker over tcp (tests, benchmarks). */
+/** `size` ranks in this thread, each with its communication worker (tests, benchmarks). */
 export interface CommWorkerWorld {
-  readonly ranks: CommWorker[];
+  readonly ranks: WorkerGroup[];
   close(): Promise<void>;
 }
 
-/** Starts a store and `size` ranks whose communication runs on worker threads, from the sources. */
+/**
+ * Starts `size` ranks whose communication runs on worker threads, from the sources, over
+ * `backend`; rank 0's worker hosts the store.
+ */
 export async function createCommWorkerWorld(
   size: number,
   group: ProcessGroupOptions = {},
+  backend: NetworkBackend = 'tcp',
 ): Promise<CommWorkerWorld> {
   const token = 'comm-worker-token';
-  const server = new StoreServer({ port: 0, worldSize: size, token });
-  const port = await server.listen();
+  const masterPort = await freePort();
   const ranks = await Promise.all(
     Array.from({ length: size }, (_, rank) =>
-      CommWorker.start({
-        storeUrl: `ws://127.0.0.1:${port}`,
-        rank,
-        size,
-        token,
-        timeoutMs: 20_000,
+      WorkerGroup.start({
+        connect: {
+          backend,
+          rank,
+          worldSize: size,
+          localRank: rank,
+          masterAddr: '127.0.0.1',
+          masterPort,
+          token,
+          timeoutMs: 20_000,
+        },
         group,
         worker: COMM_WORKER_FROM_SOURCE,
       }),
@@ -54,7 +64,6 @@ export async function createCommWorkerWorld(
     ranks,
     async close() {
       await Promise.all(ranks.map((rank) => rank.close()));
-      await server.close();
     },
   };
 }
