@@ -57,11 +57,15 @@ export class CommWorker implements Transport {
   readonly rank: number;
   readonly size: number;
   readonly kind: string;
+  /** Marks a transport whose bytes move on another thread: `send` and `recv` refuse here. */
+  readonly movesBytesOnWorker = true;
   private readonly control: ControlViews;
   private readonly pending = new Map<number, Pending>();
   private readonly aborts = new AbortState();
   private nextId = 0;
   private groups = 1;
+  /** Settles once every op waiting for a device read has been posted; null when none waits. */
+  private gate: Promise<void> | null = null;
   private closing: Promise<void> | null = null;
   private onExit: () => void = () => {};
   private exited = false;
@@ -135,7 +139,7 @@ export class CommWorker implements Transport {
 
   /** Aborts here at once, and the worker's transport, which tells the peers. */
   abort(reason: AbortReason): void {
-    if (this.aborts.trigger(reason) && !this.exited) this.post({ type: 'abort', reason });
+    if (this.aborts.trigger(reason)) this.postNow({ type: 'abort', reason });
   }
 
   send(): Promise<void> {
@@ -158,9 +162,12 @@ export class CommWorker implements Transport {
 
   /**
    * Numbers an op, posts it now (step 2 of the handshake) and settles it from its control word
-   * (step 3). `build` makes the message for the op's id.
+   * (step 3). `build` makes the message for the op's id. With `ready` (a device tensor's read),
+   * the op is posted once it settles, and every op issued after it after that: the worker gets
+   * the ops in issue order. A `ready` that fails fails the op and aborts the group, as a failed
+   * read in an op does on the rank's thread (the other ranks would wait for this op).
    */
-  issue(op: string, build: (id: number) => OpMessage): IssuedOp {
+  issue(op: string, build: (id: number) => OpMessage, ready: Promise<void> | null): IssuedOp {
     if (this.pending.size >= CONTROL_SLOTS)
       throw new ArgumentError(op, `rank ${this.rank}: more than ${CONTROL_SLOTS} ops pending`);
     const id = this.nextId++;
@@ -172,7 +179,7 @@ export class CommWorker implements Transport {
     const promise = new Promise<void>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
     });
-    this.post(message);
+    this.postInOrder(op, id, message, ready);
     const waited = waitAsync(words, slot, 0);
     const settle = () => {
       if (Atomics.load(words, slot) !== id + 1) return;
@@ -186,9 +193,47 @@ export class CommWorker implements Transport {
     return { promise, completedAt: () => completedAt[slot]! };
   }
 
-  /** Posts a message that needs no answer (`newGroup`, `closeGroup`). */
+  /** Posts a message that needs no answer (`newGroup`, `closeGroup`), after the ops before it. */
   post(message: ToWorker): void {
+    if (this.gate !== null) {
+      this.gate = this.gate.then(() => this.postNow(message));
+      return;
+    }
+    this.postNow(message);
+  }
+
+  private postNow(message: ToWorker): void {
     if (!this.exited) this.worker.postMessage(message);
+  }
+
+  /** Posts op `id` now, or after `ready` and the ops still waiting before it. */
+  private postInOrder(
+    op: string,
+    id: number,
+    message: ToWorker,
+    ready: Promise<void> | null,
+  ): void {
+    if (ready === null && this.gate === null) {
+      this.postNow(message);
+      return;
+    }
+    const gate = (this.gate ?? Promise.resolve())
+      .then(() => ready)
+      .then(
+        () => this.postNow(message),
+        (error: unknown) => {
+          const why = `${op} #${id} could not read its operand on rank ${this.rank}: ${error instanceof Error ? error.message : String(error)}`;
+          const reason: AbortReason = { kind: 'error', origin: this.rank, op, message: why };
+          this.abort(reason);
+          const pending = this.pending.get(id);
+          this.pending.delete(id);
+          pending?.reject(new GroupAbortedError({ op, rank: this.rank, seq: id }, why, { reason }));
+        },
+      );
+    this.gate = gate;
+    void gate.then(() => {
+      if (this.gate === gate) this.gate = null;
+    });
   }
 
   /**

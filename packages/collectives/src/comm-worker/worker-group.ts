@@ -230,7 +230,7 @@ export class WorkerGroup extends ProcessGroup {
     const fields: CollectiveErrorFields = { op, rank: this.rank, seq };
     const staged: StagedOperand[] = [];
     const stage: Stage = (info, read, written) => {
-      const operand = this.handover.share(op, this.rank, info, read, written);
+      const operand = this.handover.share(op, info, read, written);
       staged.push(operand);
       return operand.shared;
     };
@@ -247,7 +247,9 @@ export class WorkerGroup extends ProcessGroup {
       for (const operand of staged) operand.release();
       promise = Promise.reject(this.refusal(fields));
     } else {
-      const issued = this.comm.issue(op, message);
+      const reads = staged.flatMap((operand) => (operand.ready === null ? [] : [operand.ready]));
+      const ready = reads.length === 0 ? null : Promise.all(reads).then(() => {});
+      const issued = this.comm.issue(op, message, ready);
       completed = issued.completedAt;
       promise = issued.promise.then(
         () => {
