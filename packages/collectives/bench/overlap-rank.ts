@@ -8,7 +8,6 @@ import { createNetworkTransport } from '../src/connect-transport.js';
 import type { Work } from '../src/group/work.js';
 import { ProcessGroup } from '../src/process-group.js';
 import { StoreClient } from '../src/rendezvous/store-client.js';
-import { COMM_WORKER_FROM_SOURCE } from '../src/test-support/comm-worker-world.js';
 
 const [threadStore, workerPort, rankText, sizeText, mibText, itersText, repsText] =
   process.argv.slice(2) as [string, string, string, string, string, string, string];
@@ -87,7 +86,6 @@ const comm = await WorkerGroup.start({
     timeoutMs: 120_000,
   },
   group: { timeoutMs: 120_000 },
-  worker: COMM_WORKER_FROM_SOURCE,
 });
 const groups: Record<OverlapPath, [Ranked, Float32Array]> = {
   thread: [thread, new Float32Array(count).fill(1)],

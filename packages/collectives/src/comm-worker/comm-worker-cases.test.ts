@@ -23,9 +23,8 @@ import type { WorkerGroup } from './worker-group.js';
 // The collective cases of the transport suite (src/suites/suite-cases.ts: every op, dtype and
 // reduce op at sizes 0, 1, primes, sizes the world size does not divide, sizes that take the
 // ring), checked against the same references, over the communication worker, with ordinary
-// arrays (one staging copy each way) and with shared ones (in place). The suite's group features
-// (tensors, send/recv, sub-groups) and its failure scenarios need a ProcessGroup: the worker
-// path does not give one yet.
+// arrays (one staging copy each way) and with the group's `allocate`d shared ones (in place, the
+// path the suite itself does not take). The whole suite runs in worker-suite.test.ts.
 
 /** `data` on shared memory when `shared`, as `WorkerGroup.allocate` hands it out. */
 function place(comm: WorkerGroup, dtype: CommDType, data: HostData, shared: boolean): HostData {

@@ -9,7 +9,8 @@ import {
 import { createCommWorkerWorld, type CommWorkerWorld } from '../test-support/comm-worker-world.js';
 import { ProcessGroup } from '../process-group.js';
 import { createNetworkWorld } from '../test-support/network-world.js';
-import { completedAt, type WorkerGroup } from './worker-group.js';
+import { WorkerGroup } from './worker-group.js';
+
 import { sharedClock } from './handshake.js';
 
 describe('WorkerGroup: collectives over tcp on a worker thread', () => {
@@ -103,7 +104,7 @@ describe('WorkerGroup: collectives over tcp on a worker thread', () => {
     expect(plain.map((b) => b[0])).toEqual([1, 2]);
     await Promise.all(works.map((w) => w.wait()));
     for (const work of works) {
-      const at = completedAt(work);
+      const at = WorkerGroup.completedAt(work);
       expect(at).toBeDefined();
       expect(at!).toBeGreaterThan(issuedAt);
       expect(at!).toBeLessThan(kernelEnd);

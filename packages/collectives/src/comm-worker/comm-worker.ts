@@ -1,5 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { type AbortReason, GroupAbortedError } from '../errors.js';
 import type { ProcessGroupOptions } from '../process-group.js';
 import { AbortState, type Transport } from '../transport-contract.js';
@@ -16,13 +16,7 @@ import {
   type WorkerConnectOptions,
 } from './handshake.js';
 import { rebuildError } from './posted-error.js';
-
-/** How to start the worker's module (tests start the TypeScript source through tsx). */
-export interface CommWorkerModule {
-  readonly file: string | URL;
-  readonly eval?: boolean;
-  readonly execArgv?: string[];
-}
+import type { CommWorkerModule } from './start-worker.js';
 
 /** Options of `CommWorker.start`. */
 export interface CommWorkerOptions {
@@ -30,7 +24,7 @@ export interface CommWorkerOptions {
   connect: WorkerConnectOptions;
   /** Options of the worker's world group. */
   group?: ProcessGroupOptions;
-  /** The worker's module; default comm-worker-main.js beside this file (the built package). */
+  /** The worker's module; default `defaultWorkerModule()` (start-worker.ts). */
   worker?: CommWorkerModule;
 }
 
@@ -89,12 +83,8 @@ export class CommWorker implements Transport {
       group: { ...(timeoutMs === undefined ? {} : { timeoutMs }), ...options.group },
       control: createControlBlock(),
     };
-    const module = options.worker ?? { file: new URL('./comm-worker-main.js', import.meta.url) };
-    const worker = new Worker(module.file, {
-      eval: module.eval ?? false,
-      execArgv: module.execArgv ?? [],
-      workerData: { commWorker: init },
-    });
+    const { startWorker } = await import('./start-worker.js');
+    const worker = startWorker(init, options.worker);
     const ready = await new Promise<{ rank: number; size: number; kind: string }>(
       (resolve, reject) => {
         const onMessage = (message: FromWorker) => {

@@ -21,16 +21,6 @@ import { type StagedOperand, StagingPool } from './worker-operands.js';
 /** Completion times taken on the worker, per handle ([Note: the communication worker handshake]). */
 const completions = new WeakMap<Work, () => number>();
 
-/**
- * When the worker saw `work` complete (or fail), on the clock of `sharedClock`; undefined while
- * it has not, or for a handle of another path. Read it before 1024 more ops are issued on the
- * rank: the op's control slot is reused then.
- */
-export function completedAt(work: Work): number | undefined {
-  const at = completions.get(work)?.();
-  return at === undefined || at === 0 ? undefined : at;
-}
-
 /** Hands one operand over: read at issue (`read`), copied back at completion (`written`). */
 type Stage = (info: OperandInfo, read: boolean, written: boolean) => SharedOperand;
 
@@ -71,6 +61,17 @@ export class WorkerGroup extends ProcessGroup {
     super(comm, ranks, path, options);
     this.comm = comm;
     this.handover = staging;
+  }
+
+  /**
+   * When the worker saw `work` (a handle of a `WorkerGroup`) complete or fail, in milliseconds
+   * since the epoch (`performance.timeOrigin + performance.now()`, one clock for both threads);
+   * undefined while it has not, or for a handle of another group. Read it before 1024 more ops
+   * are issued on the rank (the op's control slot is reused then).
+   */
+  static completedAt(work: Work): number | undefined {
+    const at = completions.get(work)?.();
+    return at === undefined || at === 0 ? undefined : at;
   }
 
   /** Starts the rank's communication worker, which joins the others, and returns the world group. */

@@ -1,29 +1,16 @@
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
-import type { CommWorkerModule } from '../comm-worker/comm-worker.js';
-import { WorkerGroup } from '../comm-worker/worker-group.js';
+import type { WorkerGroup } from '../comm-worker/worker-group.js';
+import { initProcessGroup } from '../init-process-group.js';
 import type { NetworkBackend } from '../connect-transport.js';
 import { freePort } from '../launcher/launcher.js';
 import type { ProcessGroupOptions } from '../process-group.js';
-
-const tsx = pathToFileURL(
-  createRequire(import.meta.url)
-    .resolve('tsx/esm/api')
-    .replace(/\.cjs$/, '.mjs'),
-).href;
-const main = pathToFileURL(
-  new URL('../comm-worker/comm-worker-main.ts', import.meta.url).pathname,
-).href;
-
-/**
- * The communication worker's module from the TypeScript sources (tests, benchmarks): a bootstrap
- * that registers tsx, then imports comm-worker-main.ts.
- */
-export const COMM_WORKER_FROM_SOURCE: CommWorkerModule = {
-  file: `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(main)}); })`,
-  eval: true,
-  execArgv: ['--conditions=@webshard/source'],
-};
+import {
+  killsARank,
+  type RankReport,
+  runSuiteJob,
+  SUITE_GROUP_OPTIONS,
+  type SuiteJob,
+} from '../suites/suite.js';
+import { runJobInChildren } from './network-world.js';
 
 /** `size` ranks in this thread, each with its communication worker (tests, benchmarks). */
 export interface CommWorkerWorld {
@@ -32,8 +19,8 @@ export interface CommWorkerWorld {
 }
 
 /**
- * Starts `size` ranks whose communication runs on worker threads, from the sources, over
- * `backend`; rank 0's worker hosts the store.
+ * Starts `size` ranks whose communication runs on worker threads (`initProcessGroup` with
+ * `progress: 'worker'`), over `backend`; rank 0's worker hosts the store.
  */
 export async function createCommWorkerWorld(
   size: number,
@@ -43,9 +30,11 @@ export async function createCommWorkerWorld(
   const token = 'comm-worker-token';
   const masterPort = await freePort();
   const ranks = await Promise.all(
-    Array.from({ length: size }, (_, rank) =>
-      WorkerGroup.start({
-        connect: {
+    Array.from(
+      { length: size },
+      (_, rank) =>
+        initProcessGroup({
+          progress: 'worker',
           backend,
           rank,
           worldSize: size,
@@ -54,10 +43,8 @@ export async function createCommWorkerWorld(
           masterPort,
           token,
           timeoutMs: 20_000,
-        },
-        group,
-        worker: COMM_WORKER_FROM_SOURCE,
-      }),
+          group,
+        }) as Promise<WorkerGroup>,
     ),
   );
   return {
@@ -66,4 +53,30 @@ export async function createCommWorkerWorld(
       await Promise.all(ranks.map((rank) => rank.close()));
     },
   };
+}
+
+/**
+ * Runs a suite job on `size` ranks over `backend` with their communication on workers: in this
+ * process, or as child processes for the scenarios that kill a rank.
+ */
+export async function runWorkerSuiteJob(
+  backend: NetworkBackend,
+  size: number,
+  job: SuiteJob,
+): Promise<(RankReport | null)[]> {
+  if (killsARank(job)) return runJobInChildren(backend, size, job, false, 'stay', 'worker');
+  const world = await createCommWorkerWorld(size, SUITE_GROUP_OPTIONS, backend);
+  try {
+    return await Promise.all(
+      world.ranks.map((group) =>
+        runSuiteJob(group, job, {
+          die: () => {
+            throw new Error('in-process ranks cannot die; run the kill scenario in children');
+          },
+        }),
+      ),
+    );
+  } finally {
+    await world.close();
+  }
 }
