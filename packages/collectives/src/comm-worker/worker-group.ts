@@ -81,6 +81,7 @@ export class WorkerGroup extends ProcessGroup {
     return new WorkerGroup(comm, ranks, '', options.group ?? {}, new StagingPool());
   }
 
+  /** As `ProcessGroup.newGroup`; the worker makes the same sub-group (a `WorkerGroup` here). */
   override newGroup(
     ranks: readonly number[],
     options: ProcessGroupOptions = {},
@@ -118,8 +119,10 @@ export class WorkerGroup extends ProcessGroup {
     return true;
   }
 
+  /** Nothing to release: `allocate`'s memory is garbage-collected. */
   override free(_buffer: Float32Array | Int32Array | Uint16Array): void {}
 
+  /** As `ProcessGroup.allReduce`, run by the worker. */
   override allReduce(data: CollectiveData, options: ReduceOptions = {}): Work {
     const info = describeOperand('allReduce', data, options.dtype);
     const op: ReduceOp = options.op ?? 'sum';
@@ -130,6 +133,7 @@ export class WorkerGroup extends ProcessGroup {
     });
   }
 
+  /** As `ProcessGroup.allGather`, run by the worker. */
   override allGather(input: CollectiveData, output: CollectiveData, options: OpOptions = {}): Work {
     const source = describeOperand('allGather', input, options.dtype);
     const target = describeOperand('allGather', output, options.dtype);
@@ -146,6 +150,7 @@ export class WorkerGroup extends ProcessGroup {
     });
   }
 
+  /** As `ProcessGroup.reduceScatter`, run by the worker. */
   override reduceScatter(
     input: CollectiveData,
     output: CollectiveData,
@@ -169,6 +174,7 @@ export class WorkerGroup extends ProcessGroup {
     });
   }
 
+  /** As `ProcessGroup.broadcast`, run by the worker. */
   override broadcast(data: CollectiveData, root: number, options: OpOptions = {}): Work {
     const info = describeOperand('broadcast', data, options.dtype);
     checkPeer('broadcast', this.rank, this.size, root, true);
@@ -178,6 +184,7 @@ export class WorkerGroup extends ProcessGroup {
     });
   }
 
+  /** As `ProcessGroup.barrier`, run by the worker. */
   override barrier(options: OpOptions = {}): Work {
     return this.issue('barrier', this.seq++, () => (id) => ({
       type: 'barrier',
@@ -185,10 +192,12 @@ export class WorkerGroup extends ProcessGroup {
     }));
   }
 
+  /** As `ProcessGroup.send`, run by the worker. */
   override send(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
     return this.peerOp('send', data, peer, options);
   }
 
+  /** As `ProcessGroup.recv`, run by the worker. */
   override recv(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
     return this.peerOp('recv', data, peer, options);
   }
