@@ -158,8 +158,7 @@ export class CommWorker implements Transport {
    * read in an op does on the rank's thread (the other ranks would wait for this op).
    */
   issue(op: string, build: (id: number) => OpMessage, ready: Promise<void> | null): IssuedOp {
-    if (this.pending.size >= CONTROL_SLOTS)
-      throw new ArgumentError(op, `rank ${this.rank}: more than ${CONTROL_SLOTS} ops pending`);
+    this.checkCapacity(op);
     const id = this.nextId++;
     const slot = id % CONTROL_SLOTS;
     const { words, completedAt } = this.control;
@@ -181,6 +180,12 @@ export class CommWorker implements Transport {
     if (waited.async) void waited.value.then(settle);
     else settle();
     return { promise, completedAt: () => completedAt[slot]! };
+  }
+
+  /** Throws unless one more op may be pending (`CONTROL_SLOTS` at most). */
+  checkCapacity(op: string): void {
+    if (this.pending.size >= CONTROL_SLOTS)
+      throw new ArgumentError(op, `rank ${this.rank}: more than ${CONTROL_SLOTS} ops pending`);
   }
 
   /** Posts a message that needs no answer (`newGroup`, `closeGroup`), after the ops before it. */

@@ -127,10 +127,14 @@ export class WorkerGroup extends ProcessGroup {
     const info = describeOperand('allReduce', data, options.dtype);
     const op: ReduceOp = options.op ?? 'sum';
     checkReduceOp('allReduce', op, info.dtype);
-    return this.issue('allReduce', this.seq++, (stage) => {
-      const shared = stage(info, true, true);
-      return (id) => ({ type: 'allReduce', ...this.head(id, options), data: shared, op });
-    });
+    return this.issue(
+      'allReduce',
+      () => this.seq++,
+      (stage) => {
+        const shared = stage(info, true, true);
+        return (id) => ({ type: 'allReduce', ...this.head(id, options), data: shared, op });
+      },
+    );
   }
 
   /** As `ProcessGroup.allGather`, run by the worker. */
@@ -138,16 +142,20 @@ export class WorkerGroup extends ProcessGroup {
     const source = describeOperand('allGather', input, options.dtype);
     const target = describeOperand('allGather', output, options.dtype);
     checkShard('allGather', this.rank, this.size, source, target, 'input');
-    return this.issue('allGather', this.seq++, (stage) => {
-      const inShared = stage(source, true, false);
-      const outShared = stage(target, false, true);
-      return (id) => ({
-        type: 'allGather',
-        ...this.head(id, options),
-        input: inShared,
-        output: outShared,
-      });
-    });
+    return this.issue(
+      'allGather',
+      () => this.seq++,
+      (stage) => {
+        const inShared = stage(source, true, false);
+        const outShared = stage(target, false, true);
+        return (id) => ({
+          type: 'allGather',
+          ...this.head(id, options),
+          input: inShared,
+          output: outShared,
+        });
+      },
+    );
   }
 
   /** As `ProcessGroup.reduceScatter`, run by the worker. */
@@ -161,35 +169,47 @@ export class WorkerGroup extends ProcessGroup {
     checkShard('reduceScatter', this.rank, this.size, target, source, 'output');
     const op: ReduceOp = options.op ?? 'sum';
     checkReduceOp('reduceScatter', op, source.dtype);
-    return this.issue('reduceScatter', this.seq++, (stage) => {
-      const inShared = stage(source, true, false);
-      const outShared = stage(target, false, true);
-      return (id) => ({
-        type: 'reduceScatter',
-        ...this.head(id, options),
-        input: inShared,
-        output: outShared,
-        op,
-      });
-    });
+    return this.issue(
+      'reduceScatter',
+      () => this.seq++,
+      (stage) => {
+        const inShared = stage(source, true, false);
+        const outShared = stage(target, false, true);
+        return (id) => ({
+          type: 'reduceScatter',
+          ...this.head(id, options),
+          input: inShared,
+          output: outShared,
+          op,
+        });
+      },
+    );
   }
 
   /** As `ProcessGroup.broadcast`, run by the worker. */
   override broadcast(data: CollectiveData, root: number, options: OpOptions = {}): Work {
     const info = describeOperand('broadcast', data, options.dtype);
     checkPeer('broadcast', this.rank, this.size, root, true);
-    return this.issue('broadcast', this.seq++, (stage) => {
-      const shared = stage(info, true, true);
-      return (id) => ({ type: 'broadcast', ...this.head(id, options), data: shared, root });
-    });
+    return this.issue(
+      'broadcast',
+      () => this.seq++,
+      (stage) => {
+        const shared = stage(info, true, true);
+        return (id) => ({ type: 'broadcast', ...this.head(id, options), data: shared, root });
+      },
+    );
   }
 
   /** As `ProcessGroup.barrier`, run by the worker. */
   override barrier(options: OpOptions = {}): Work {
-    return this.issue('barrier', this.seq++, () => (id) => ({
-      type: 'barrier',
-      ...this.head(id, options),
-    }));
+    return this.issue(
+      'barrier',
+      () => this.seq++,
+      () => (id) => ({
+        type: 'barrier',
+        ...this.head(id, options),
+      }),
+    );
   }
 
   /** As `ProcessGroup.send`, run by the worker. */
@@ -219,9 +239,12 @@ export class WorkerGroup extends ProcessGroup {
     const info = describeOperand(op, data, options.dtype);
     checkPeer(op, this.rank, this.size, peer, false);
     const counters = this.p2pSeq[op];
-    const seq = counters.get(peer) ?? 0;
-    counters.set(peer, seq + 1);
-    return this.issue(op, seq, (stage) => {
+    const next = () => {
+      const seq = counters.get(peer) ?? 0;
+      counters.set(peer, seq + 1);
+      return seq;
+    };
+    return this.issue(op, next, (stage) => {
       const shared = stage(info, op === 'send', op === 'recv');
       return (id) => ({ type: op, ...this.head(id, options), data: shared, peer });
     });
@@ -236,7 +259,9 @@ export class WorkerGroup extends ProcessGroup {
    * Hands the op to the worker now, or fails its handle with the error the ordinary group gives
    * a call on a closed or aborted group (the base's `assertUsable`).
    */
-  private issue(op: string, seq: number, build: Build): Work {
+  private issue(op: string, nextSeq: () => number, build: Build): Work {
+    this.comm.checkCapacity(op);
+    const seq = nextSeq();
     const fields: CollectiveErrorFields = { op, rank: this.rank, seq };
     const staged: StagedOperand[] = [];
     const stage: Stage = (info, read, written) => {

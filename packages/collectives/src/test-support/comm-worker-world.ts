@@ -26,6 +26,7 @@ export async function createCommWorkerWorld(
   size: number,
   group: ProcessGroupOptions = {},
   backend: NetworkBackend = 'tcp',
+  transport: { maxUnexpectedBytes?: number } = {},
 ): Promise<CommWorkerWorld> {
   const token = 'comm-worker-token';
   const masterPort = await freePort();
