@@ -9,8 +9,9 @@ import type { Work } from '../src/group/work.js';
 import { ProcessGroup } from '../src/process-group.js';
 import { StoreClient } from '../src/rendezvous/store-client.js';
 
-const [threadStore, workerPort, rankText, sizeText, mibText, itersText, repsText] =
-  process.argv.slice(2) as [string, string, string, string, string, string, string];
+const [threadStore, workerPort, rankText, sizeText, mibText, itersText, repsText, backendText] =
+  process.argv.slice(2) as [string, string, string, string, string, string, string, string?];
+const backend = backendText === 'ws' ? 'ws' : 'tcp';
 const rank = Number(rankText);
 const size = Number(sizeText);
 const count = (Number(mibText) << 20) / 4;
@@ -18,7 +19,7 @@ const kernelIterations = Number(itersText);
 const repetitions = Number(repsText);
 const token = 'overlap-bench';
 
-/** The paths compared, each its own world of 2 ranks over tcp; the same processes run them all. */
+/** The paths compared, each its own world of 2 ranks over tcp (or ws); the same processes run them all. */
 const OVERLAP_PATHS = ['thread', 'worker', 'worker-shared'] as const;
 type OverlapPath = (typeof OVERLAP_PATHS)[number];
 
@@ -46,7 +47,7 @@ async function joinThread(): Promise<Ranked> {
     timeoutMs: 60_000,
   };
   const transport = await createNetworkTransport(
-    'tcp',
+    backend,
     { store, options, close: () => store.close() },
     { host: '127.0.0.1' },
   );
@@ -76,7 +77,7 @@ function median(values: number[]): number {
 const thread = await joinThread();
 const comm = await WorkerGroup.start({
   connect: {
-    backend: 'tcp',
+    backend,
     rank,
     worldSize: size,
     localRank: rank,

@@ -44,11 +44,6 @@ async function startWorkerGroup(
   backend: NetworkBackend | undefined,
   group: ProcessGroupOptions | undefined,
 ): Promise<ProcessGroup> {
-  if (!isNode())
-    throw new ArgumentError(
-      'initProcessGroup',
-      "progress 'worker' needs Node's worker_threads; in a browser, run the rank in a Web Worker",
-    );
   const { WebSocket, ...connect } = transportOptions;
   if (WebSocket !== undefined)
     throw new ArgumentError(

@@ -1,4 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
+import { loadWorkerStarter } from '#platform';
 import type { Worker } from 'node:worker_threads';
 import { type AbortReason, GroupAbortedError } from '../errors.js';
 import type { ProcessGroupOptions } from '../process-group.js';
@@ -83,7 +84,7 @@ export class CommWorker implements Transport {
       group: { ...(timeoutMs === undefined ? {} : { timeoutMs }), ...options.group },
       control: createControlBlock(),
     };
-    const { startWorker } = await import('./start-worker.js');
+    const startWorker = await loadWorkerStarter();
     const worker = startWorker(init, options.worker);
     const ready = await new Promise<{ rank: number; size: number; kind: string }>(
       (resolve, reject) => {

@@ -5,8 +5,8 @@ import type { CommWorkerInit } from './handshake.js';
 
 /**
  * Starting a communication worker: the only module of the worker path that needs Node's
- * `worker_threads` (loaded with `import()`, so the main entry stays loadable in browsers,
- * [Note: the node entry]). Which module the worker runs: `comm-worker-main.js` beside this code
+ * `worker_threads` (loaded through `#platform`'s `loadWorkerStarter`, so the main entry stays
+ * loadable and bundlable for browsers, [Note: the collectives platform module]). Which module the worker runs: `comm-worker-main.js` beside this code
  * in the built package (tsup's `comm-worker-main` entry, in `dist/` with the chunks), or, when this
  * code runs from the TypeScript sources (tests, `pnpm bench`, the `@webshard/source` condition),
  * `comm-worker-main.ts` through tsx.
