@@ -45,6 +45,7 @@ export async function createCommWorkerWorld(
           token,
           timeoutMs: 20_000,
           group,
+          ...transport,
         }) as Promise<WorkerGroup>,
     ),
   );
