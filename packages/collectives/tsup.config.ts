@@ -5,6 +5,8 @@ export default defineConfig({
   ...definePackageConfig({
     entry: {
       'cli/webshard-run': 'src/cli/webshard-run.ts',
+      // The communication worker's module, started from beside the chunks (comm-worker/start-worker.ts).
+      'comm-worker-main': 'src/comm-worker/comm-worker-main.ts',
       node: 'src/entries/node.ts',
       'platform/browser': 'src/platform/browser.ts',
       'platform/node': 'src/platform/node.ts',

@@ -3,15 +3,15 @@
 // awaited after it: on the rank's thread (`thread`), through the communication worker (`worker`),
 // and through it with a buffer on shared memory (`worker-shared`). Rank 0 prints the medians as
 // one JSON line.
-import { CommWorker } from '../src/comm-worker/comm-worker.js';
+import { WorkerGroup } from '../src/comm-worker/worker-group.js';
 import { createNetworkTransport } from '../src/connect-transport.js';
 import type { Work } from '../src/group/work.js';
 import { ProcessGroup } from '../src/process-group.js';
 import { StoreClient } from '../src/rendezvous/store-client.js';
-import { COMM_WORKER_FROM_SOURCE } from '../src/test-support/comm-worker-world.js';
 
-const [threadStore, workerStore, rankText, sizeText, mibText, itersText, repsText] =
-  process.argv.slice(2) as [string, string, string, string, string, string, string];
+const [threadStore, workerPort, rankText, sizeText, mibText, itersText, repsText, backendText] =
+  process.argv.slice(2) as [string, string, string, string, string, string, string, string?];
+const backend = backendText === 'ws' ? 'ws' : 'tcp';
 const rank = Number(rankText);
 const size = Number(sizeText);
 const count = (Number(mibText) << 20) / 4;
@@ -19,7 +19,7 @@ const kernelIterations = Number(itersText);
 const repetitions = Number(repsText);
 const token = 'overlap-bench';
 
-/** The paths compared, each its own world of 2 ranks over tcp; the same processes run them all. */
+/** The paths compared, each its own world of 2 ranks over tcp (or ws); the same processes run them all. */
 const OVERLAP_PATHS = ['thread', 'worker', 'worker-shared'] as const;
 type OverlapPath = (typeof OVERLAP_PATHS)[number];
 
@@ -47,7 +47,7 @@ async function joinThread(): Promise<Ranked> {
     timeoutMs: 60_000,
   };
   const transport = await createNetworkTransport(
-    'tcp',
+    backend,
     { store, options, close: () => store.close() },
     { host: '127.0.0.1' },
   );
@@ -75,13 +75,18 @@ function median(values: number[]): number {
 }
 
 const thread = await joinThread();
-const comm = await CommWorker.start({
-  storeUrl: workerStore,
-  rank,
-  size,
-  token,
-  timeoutMs: 120_000,
-  worker: COMM_WORKER_FROM_SOURCE,
+const comm = await WorkerGroup.start({
+  connect: {
+    backend,
+    rank,
+    worldSize: size,
+    localRank: rank,
+    masterAddr: '127.0.0.1',
+    masterPort: Number(workerPort),
+    token,
+    timeoutMs: 120_000,
+  },
+  group: { timeoutMs: 120_000 },
 });
 const groups: Record<OverlapPath, [Ranked, Float32Array]> = {
   thread: [thread, new Float32Array(count).fill(1)],

@@ -1,12 +1,14 @@
-// Overlap of communication with a kernel that never yields (issue 48): a 2-rank tcp all-reduce
-// issued before the kernel and awaited after it, on the rank's thread against the communication
-// worker, in one run, with the load beside them. `tsx bench/overlap.ts [MiB] [kernel iterations]`
-// alone; index.ts adds its rows to `pnpm bench` where tcp runs on 2 ranks.
+// Overlap of communication with a kernel that never yields (issue 48): a 2-rank tcp (or ws)
+// all-reduce issued before the kernel and awaited after it, on the rank's thread against the
+// communication worker, in one run, with the load beside them. Alone: `tsx bench/overlap.ts [MiB]
+// [kernel iterations] [repetitions] [tcp|ws]`; index.ts adds its tcp rows to `pnpm bench` where
+// tcp runs on 2 ranks.
 import { spawn } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchRow } from '@webshard/bench';
+import { freePort } from '../src/launcher/launcher.js';
 import { StoreServer } from '../src/rendezvous/store-server.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -32,12 +34,13 @@ async function runRanks(
   sizeMiB: number,
   iterations: number,
   repetitions: number,
+  backend: 'tcp' | 'ws',
 ): Promise<OverlapResult> {
   const size = 2;
-  const servers = [0, 1].map(
-    () => new StoreServer({ port: 0, worldSize: size, token: 'overlap-bench' }),
-  );
-  const ports = await Promise.all(servers.map((server) => server.listen()));
+  // The rank's-thread world joins this store; the worker world's store is hosted by rank 0's
+  // worker, on a free port.
+  const server = new StoreServer({ port: 0, worldSize: size, token: 'overlap-bench' });
+  const ports = [await server.listen(), await freePort()];
   try {
     const ranks = Array.from({ length: size }, (_, rank) => {
       const child = spawn(
@@ -47,12 +50,14 @@ async function runRanks(
           '--import',
           'tsx',
           join(here, 'overlap-rank.ts'),
-          ...ports.map((port) => `ws://127.0.0.1:${port}`),
+          `ws://127.0.0.1:${ports[0]}`,
+          String(ports[1]),
           String(rank),
           String(size),
           String(sizeMiB),
           String(iterations),
           String(repetitions),
+          backend,
         ],
         { stdio: ['ignore', 'pipe', 'pipe'] },
       );
@@ -70,7 +75,7 @@ async function runRanks(
     });
     return (await Promise.all(ranks))[0]!;
   } finally {
-    await Promise.all(servers.map((server) => server.close()));
+    await server.close();
   }
 }
 
@@ -82,8 +87,9 @@ export async function overlapRows(
   sizeMiB = 16,
   iterations = 20_000_000,
   repetitions = 7,
+  backend: 'tcp' | 'ws' = 'tcp',
 ): Promise<BenchRow[]> {
-  const name = `allReduce 2 ranks ${sizeMiB} MiB over tcp`;
+  const name = `allReduce 2 ranks ${sizeMiB} MiB over ${backend}`;
   const ms = (value: number) => +value.toFixed(1);
   const rows: BenchRow[] = [
     {
@@ -95,7 +101,7 @@ export async function overlapRows(
     },
   ];
   console.log('overlap: thread and worker paths, interleaved...');
-  const r = await runRanks(sizeMiB, iterations, repetitions);
+  const r = await runRanks(sizeMiB, iterations, repetitions, backend);
   rows.push({
     name: 'overlap: kernel alone (fixed work, never yields)',
     metric: 'time',
@@ -137,7 +143,7 @@ export async function overlapRows(
     const label = n >= 1 << 20 ? `${n >> 20} MiB` : `${n >> 10} KiB`;
     for (const path of PATHS) {
       rows.push({
-        name: `allReduce 2 ranks ${label} over tcp alone, ${LABEL[path]}`,
+        name: `allReduce 2 ranks ${label} over ${backend} alone, ${LABEL[path]}`,
         metric: 'time',
         value: +byPath[path].toFixed(3),
         unit: 'ms',
@@ -156,8 +162,9 @@ export async function overlapRows(
 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
   const { formatTable } = await import('@webshard/bench');
-  const [mib, iterations, repetitions] = process.argv.slice(2).map(Number);
+  const [mib, iterations, repetitions] = process.argv.slice(2, 5).map(Number);
+  const backend = process.argv[5] === 'ws' ? 'ws' : 'tcp';
   console.log(
-    formatTable(await overlapRows(mib || 16, iterations || 20_000_000, repetitions || 7)),
+    formatTable(await overlapRows(mib || 16, iterations || 20_000_000, repetitions || 7, backend)),
   );
 }

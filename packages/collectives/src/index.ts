@@ -14,7 +14,7 @@
  *
  * [Note: the collectives surface]
  * The root holds what a training script uses: `initProcessGroup` and its options, `ProcessGroup`
- * and `Work`, `createLocalGroups` for one-process worlds, `shardRange`, `averageScalar` and
+ * (and `WorkerGroup`, what `progress: 'worker'` gives) and `Work`, `createLocalGroups` for one-process worlds, `shardRange`, `averageScalar` and
  * `gatherScalar` for numbers on the host, the reduce ops and the
  * error classes. The layer below the group (the `Transport` contract and its implementations,
  * the rendezvous store client, the functions that build a transport from rendezvous options) is
@@ -57,10 +57,11 @@ export { connectBrowserRank, formatJoinUrl, parseJoinUrl } from './browser-rank.
 export type { PreAuthLimits } from './pre-auth-limits.js';
 export type { GroupState, OpOptions, ProcessGroupOptions, ReduceOptions } from './process-group.js';
 export { ProcessGroup } from './process-group.js';
+export { WorkerGroup } from './comm-worker/worker-group.js';
 export type { RendezvousOptions } from './rendezvous/env.js';
 export type { StoreLimits } from './rendezvous/store-limits.js';
 export { RendezvousError } from './rendezvous/errors.js';
-export type { InitProcessGroupOptions } from './init-process-group.js';
+export type { InitProcessGroupOptions, ProgressMode } from './init-process-group.js';
 export { initProcessGroup } from './init-process-group.js';
 export type { WebSocketConstructor } from './rendezvous/store-client.js';
 export { averageScalar, gatherScalar } from './scalar.js';

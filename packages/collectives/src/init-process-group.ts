@@ -1,3 +1,4 @@
+import { ArgumentError } from '@webshard/tensor-core';
 import { ProcessGroup, type ProcessGroupOptions } from './process-group.js';
 import { joinThreadRank, threadRankData } from './transports/shm/thread-rank.js';
 import { joinThreadNode } from './two-level/join-node.js';
@@ -20,11 +21,48 @@ export interface InitProcessGroupOptions extends Omit<NetworkTransportOptions, '
    * (`latency=1ms,bandwidth=10gbit,loss=0.0001`), else none. Every rank must give the same.
    */
   link?: LinkSettings | string;
+  /**
+   * Where this rank's communication makes progress. `'thread'` (default): on the rank's own
+   * thread, while it awaits; a collective issued before a kernel that never yields moves only
+   * after the kernel. `'worker'`: on a communication worker (a `worker_threads` Worker beside the
+   * rank, Node only, `tcp` or `ws`) that hosts the transport, moves the bytes and reduces while
+   * the rank's thread computes ([Note: the communication worker handshake] in
+   * comm-worker/handshake.ts); the group returned is a `WorkerGroup`, whose calls, handles and
+   * errors are those of every `ProcessGroup`. Costs a hand-off per op (measured in the package
+   * README): worth it when the rank computes while its ops are in flight. Ranks may differ in it.
+   * Not for ranks that `webshard-run` started as threads (shm) yet: an `ArgumentError` there.
+   */
+  progress?: ProgressMode;
+}
+
+/** Where a rank's communication makes progress: see `InitProcessGroupOptions.progress`. */
+export type ProgressMode = 'thread' | 'worker';
+
+/** A rank whose communication runs on its worker (loaded on demand: it needs Node). */
+async function startWorkerGroup(
+  transportOptions: Omit<NetworkTransportOptions, 'backend'>,
+  backend: NetworkBackend | undefined,
+  group: ProcessGroupOptions | undefined,
+): Promise<ProcessGroup> {
+  const { WebSocket, ...connect } = transportOptions;
+  if (WebSocket !== undefined)
+    throw new ArgumentError(
+      'initProcessGroup',
+      "progress 'worker': a WebSocket constructor cannot be handed to the worker",
+    );
+  const { WorkerGroup } = await import('./comm-worker/worker-group.js');
+  return WorkerGroup.start({
+    connect: { ...connect, backend: backend ?? 'tcp' },
+    ...(group === undefined ? {} : { group }),
+  });
+}
+
+function isNode(): boolean {
+  return typeof process !== 'undefined' && typeof process.versions?.node === 'string';
 }
 
 function defaultBackend(): NetworkBackend {
-  const isNode = typeof process !== 'undefined' && typeof process.versions?.node === 'string';
-  return isNode ? 'tcp' : 'ws';
+  return isNode() ? 'tcp' : 'ws';
 }
 
 /**
@@ -45,12 +83,23 @@ function defaultBackend(): NetworkBackend {
 export async function initProcessGroup(
   options: InitProcessGroupOptions = {},
 ): Promise<ProcessGroup> {
-  const { group, backend, link: _link, ...transportOptions } = options;
+  const { group, backend, link: _link, progress, ...transportOptions } = options;
+  if (progress !== undefined && progress !== 'thread' && progress !== 'worker')
+    throw new ArgumentError(
+      'initProcessGroup',
+      `progress must be 'thread' or 'worker', got ${JSON.stringify(progress)}`,
+    );
   const thread = await threadRankData();
+  if (thread !== null && progress === 'worker')
+    throw new ArgumentError(
+      'initProcessGroup',
+      "progress 'worker' runs tcp and ws ranks; this rank is a thread of webshard-run's shm world",
+    );
   // A node of several: its shm world joins the others' over the network ([Note: two-level
   // collectives] in two-level/two-level-transport.ts).
   if (thread?.node !== undefined) return joinThreadNode(thread, options);
   if (thread !== null) return joinThreadRank(thread, options, group);
+  if (progress === 'worker') return startWorkerGroup(transportOptions, backend, group);
   const transport = await connectNetworkTransport({
     ...transportOptions,
     backend: backend ?? defaultBackend(),

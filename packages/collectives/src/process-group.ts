@@ -1,4 +1,4 @@
-import { ArgumentError, DTypeError, ShapeError } from '@webshard/tensor-core';
+import { ArgumentError } from '@webshard/tensor-core';
 import { type CollectiveErrorFields, errorFromAbortReason, GroupAbortedError } from './errors.js';
 import { checkReduceOp, type ReduceOp } from './kernels/reduce.js';
 import {
@@ -7,15 +7,14 @@ import {
   type CommDType,
   describeOperand,
   hostOperand,
-  type OperandInfo,
 } from './operand.js';
 import { FingerprintExchange, REDUCE_NAMES } from './group/fingerprint.js';
 import { OpQueue } from './group/op-queue.js';
 import { OperandStaging, type StagingStats } from './operand-staging.js';
 import type { CollectivePlan } from './group/collective-plan.js';
+import { checkGroupRanks, checkPeer, checkShard } from './group/operand-checks.js';
 import { choosePlan } from './group/plan.js';
 import type { Work } from './group/work.js';
-import { shardRange } from './shard.js';
 import type { Transport } from './transport-contract.js';
 
 /** Settings of a process group; sub-groups inherit them. */
@@ -110,7 +109,8 @@ export class ProcessGroup {
     return new ProcessGroup(transport, ranks, '', options);
   }
 
-  private constructor(
+  /** Groups are built by `fromTransport` and `newGroup` (and by subclasses: `WorkerGroup`). */
+  protected constructor(
     transport: Transport,
     ranks: readonly number[],
     path: string,
@@ -179,24 +179,19 @@ export class ProcessGroup {
    * the new group, the other ranks `null`. Groups run independently, each with its own order.
    */
   newGroup(ranks: readonly number[], options: ProcessGroupOptions = {}): ProcessGroup | null {
-    for (let i = 0; i < ranks.length; i++) {
-      const r = ranks[i]!;
-      if (!Number.isInteger(r) || r < 0 || r >= this.size || (i > 0 && r <= ranks[i - 1]!)) {
-        throw new ArgumentError(
-          'newGroup',
-          `ranks must be ascending distinct ranks of a group of ${this.size}, got [${ranks.join(', ')}]`,
-        );
-      }
-    }
-    if (ranks.length === 0) throw new ArgumentError('newGroup', 'a group needs at least one rank');
+    checkGroupRanks(ranks, this.size);
     const path = `${this.path}/${this.children++}`;
     if (!ranks.includes(this.rank)) return null;
-    return new ProcessGroup(
-      this.transport,
+    return this.subgroup(
       ranks.map((r) => this.ranks[r]!),
       path,
       { ...this.options, ...options },
     );
+  }
+
+  /** Builds a member's sub-group of `newGroup` (global ranks, path, merged options). */
+  protected subgroup(ranks: number[], path: string, options: ProcessGroupOptions): ProcessGroup {
+    return new ProcessGroup(this.transport, ranks, path, options);
   }
 
   /**
@@ -262,7 +257,7 @@ export class ProcessGroup {
   allGather(input: CollectiveData, output: CollectiveData, options: OpOptions = {}): Work {
     const inDescribed = describeOperand('allGather', input, options.dtype);
     const outDescribed = describeOperand('allGather', output, options.dtype);
-    this.checkShard('allGather', inDescribed, outDescribed, 'input');
+    checkShard('allGather', this.rank, this.size, inDescribed, outDescribed, 'input');
     const inInfo = this.queue.pin(inDescribed);
     const outInfo = this.queue.pin(outDescribed);
     return this.queue.enqueue(
@@ -286,7 +281,7 @@ export class ProcessGroup {
   reduceScatter(input: CollectiveData, output: CollectiveData, options: ReduceOptions = {}): Work {
     const inDescribed = describeOperand('reduceScatter', input, options.dtype);
     const outDescribed = describeOperand('reduceScatter', output, options.dtype);
-    this.checkShard('reduceScatter', outDescribed, inDescribed, 'output');
+    checkShard('reduceScatter', this.rank, this.size, outDescribed, inDescribed, 'output');
     const op = options.op ?? 'sum';
     checkReduceOp('reduceScatter', op, inDescribed.dtype);
     const inInfo = this.queue.pin(inDescribed);
@@ -307,7 +302,7 @@ export class ProcessGroup {
   /** Copy `data` of rank `root` into `data` on every rank. Any dtype, bit for bit. */
   broadcast(data: CollectiveData, root: number, options: OpOptions = {}): Work {
     const described = describeOperand('broadcast', data, options.dtype);
-    this.checkPeer('broadcast', root, true);
+    checkPeer('broadcast', this.rank, this.size, root, true);
     const info = this.queue.pin(described);
     return this.queue.enqueue(
       { op: 'broadcast', dtype: info.dtype, count: info.count, extra: root },
@@ -334,7 +329,7 @@ export class ProcessGroup {
    */
   send(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
     const described = describeOperand('send', data, options.dtype);
-    this.checkPeer('send', peer, false);
+    checkPeer('send', this.rank, this.size, peer, false);
     const info = this.queue.pin(described);
     return this.queue.enqueuePeer('send', peer, info, options.timeoutMs, async (ctx) => {
       const operand = await hostOperand('send', info, false, this.staging);
@@ -345,7 +340,7 @@ export class ProcessGroup {
   /** Receive into `data` what group rank `peer` sends with `send`. */
   recv(data: CollectiveData, peer: number, options: OpOptions = {}): Work {
     const described = describeOperand('recv', data, options.dtype);
-    this.checkPeer('recv', peer, false);
+    checkPeer('recv', this.rank, this.size, peer, false);
     const info = this.queue.pin(described);
     return this.queue.enqueuePeer('recv', peer, info, options.timeoutMs, async (ctx) => {
       const operand = await hostOperand('recv', info, true, this.staging);
@@ -380,40 +375,8 @@ export class ProcessGroup {
     if (this.path === '') await this.transport.close();
   }
 
-  private checkShard(
-    op: string,
-    shard: OperandInfo,
-    full: OperandInfo,
-    which: 'input' | 'output',
-  ): void {
-    if (shard.dtype !== full.dtype) {
-      throw new DTypeError(op, [shard.dtype, full.dtype], 'input and output dtypes differ');
-    }
-    const expected = shardRange(full.count, this.size, this.rank).count;
-    if (shard.count !== expected) {
-      throw new ShapeError(
-        op,
-        [[shard.count], [full.count]],
-        `rank ${this.rank}: expected ${which} of ${expected} elements (shard ${this.rank} of ${full.count} over ${this.size} ranks), got ${shard.count}`,
-      );
-    }
-  }
-
-  private checkPeer(op: string, peer: number, selfAllowed: boolean): void {
-    if (
-      !Number.isInteger(peer) ||
-      peer < 0 ||
-      peer >= this.size ||
-      (!selfAllowed && peer === this.rank)
-    ) {
-      throw new ArgumentError(
-        op,
-        `rank ${this.rank}: ${peer} is not a ${selfAllowed ? '' : 'peer '}rank of a group of ${this.size}`,
-      );
-    }
-  }
-
-  private assertUsable(fields: CollectiveErrorFields): void {
+  /** Throws the error a call gets when the group can no longer run it (closed or aborted). */
+  protected assertUsable(fields: CollectiveErrorFields): void {
     if (this.lifecycle === 'closed') {
       throw new GroupAbortedError(fields, 'the group is closed');
     }

@@ -18,24 +18,23 @@ import {
 } from '../suites/suite-reference.js';
 import { SUITE_GROUP_OPTIONS } from '../suites/suite.js';
 import { createCommWorkerWorld } from '../test-support/comm-worker-world.js';
-import type { CommWorker } from './comm-worker.js';
+import type { WorkerGroup } from './worker-group.js';
 
 // The collective cases of the transport suite (src/suites/suite-cases.ts: every op, dtype and
 // reduce op at sizes 0, 1, primes, sizes the world size does not divide, sizes that take the
 // ring), checked against the same references, over the communication worker, with ordinary
-// arrays (one staging copy each way) and with shared ones (in place). The suite's group features
-// (tensors, send/recv, sub-groups) and its failure scenarios need a ProcessGroup: the worker
-// path does not give one yet.
+// arrays (one staging copy each way) and with the group's `allocate`d shared ones (in place, the
+// path the suite itself does not take). The whole suite runs in worker-suite.test.ts.
 
-/** `data` on shared memory when `shared`, as `CommWorker.allocate` hands it out. */
-function place(comm: CommWorker, dtype: CommDType, data: HostData, shared: boolean): HostData {
+/** `data` on shared memory when `shared`, as `WorkerGroup.allocate` hands it out. */
+function place(comm: WorkerGroup, dtype: CommDType, data: HostData, shared: boolean): HostData {
   if (!shared) return data;
   const copy = comm.allocate(dtype, data.length);
   copy.set(data);
   return copy;
 }
 
-async function runCases(comm: CommWorker, seed: number, shared: boolean): Promise<string[]> {
+async function runCases(comm: WorkerGroup, seed: number, shared: boolean): Promise<string[]> {
   const { rank, size } = comm;
   const failures: string[] = [];
   const digests: string[] = [];

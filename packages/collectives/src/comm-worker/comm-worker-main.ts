@@ -1,9 +1,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
-import { createNetworkTransport } from '../connect-transport.js';
+import { connectNetworkTransport } from '../connect-transport.js';
 import type { HostData } from '../operand.js';
 import { ProcessGroup } from '../process-group.js';
-import type { Rendezvous } from '../rendezvous/rendezvous.js';
-import { StoreClient } from '../rendezvous/store-client.js';
 import {
   type CommWorkerInit,
   CONTROL_SLOTS,
@@ -18,9 +16,10 @@ import { postError } from './posted-error.js';
 
 /**
  * The communication worker's body ([Note: the communication worker handshake] in handshake.ts):
- * joins the store, connects the `tcp` transport, runs a `ProcessGroup` on it and runs the ops the
- * rank's thread posts, in the order they come, signalling each completion through the control
- * block. Started by `CommWorker.start`; runs when imported as a worker's module.
+ * joins the rendezvous and connects the `tcp` or `ws` transport (`connectNetworkTransport`: rank
+ * 0's worker hosts the store), runs the world `ProcessGroup` on it (and the sub-groups the rank's
+ * `newGroup` calls make) and runs the ops the rank's thread posts, in the order they come,
+ * signalling each completion through the control block. Started by `CommWorker.start`; runs when imported as a worker's module.
  */
 
 /** A typed-array view on an operand's shared memory. */
@@ -63,6 +62,14 @@ function issue(group: ProcessGroup, message: OpMessage): Promise<void> {
       return group
         .broadcast(viewOf(message.data), message.root, { ...deadline, ...halfOf(message.data) })
         .wait();
+    case 'send':
+      return group
+        .send(viewOf(message.data), message.peer, { ...deadline, ...halfOf(message.data) })
+        .wait();
+    case 'recv':
+      return group
+        .recv(viewOf(message.data), message.peer, { ...deadline, ...halfOf(message.data) })
+        .wait();
     case 'barrier':
       return group.barrier(deadline).wait();
   }
@@ -71,58 +78,42 @@ function issue(group: ProcessGroup, message: OpMessage): Promise<void> {
 async function main(init: CommWorkerInit, port: NonNullable<typeof parentPort>): Promise<void> {
   const post = (message: FromWorker) => port.postMessage(message);
   const { words, completedAt } = controlViews(init.control);
-  let group: ProcessGroup;
-  let store: StoreClient;
+  let world: ProcessGroup;
   try {
-    store = await StoreClient.connect({
-      url: init.storeUrl,
-      rank: init.rank,
-      worldSize: init.size,
-      token: init.token,
-      timeoutMs: init.timeoutMs,
-    });
-    const joined: Rendezvous = {
-      store,
-      options: {
-        rank: init.rank,
-        worldSize: init.size,
-        masterAddr: '127.0.0.1',
-        masterPort: 0,
-        localRank: init.rank,
-        token: init.token,
-        timeoutMs: init.timeoutMs,
-      },
-      close: () => store.close(),
-    };
-    const transport = await createNetworkTransport('tcp', joined, { host: '127.0.0.1' });
-    group = ProcessGroup.fromTransport(transport, init.group);
+    const transport = await connectNetworkTransport(init.connect);
+    world = ProcessGroup.fromTransport(transport, init.group);
     transport.onAbort((reason) => post({ type: 'aborted', reason }));
   } catch (error) {
     post({ type: 'init-failed', error: postError(error) });
     port.close();
     return;
   }
+  // The world is 0; each `newGroup` call adds its number, null on a rank outside the new group.
+  const groups = new Map<number, ProcessGroup | null>([[0, world]]);
   port.on('message', (message: ToWorker) => {
     if (message.type === 'abort') {
-      group.abort(message.message);
+      world.transport.abort(message.reason);
+      return;
+    }
+    if (message.type === 'newGroup') {
+      groups.set(message.id, groups.get(message.parent)!.newGroup(message.ranks, message.options));
+      return;
+    }
+    if (message.type === 'closeGroup') {
+      void groups.get(message.group)?.close();
       return;
     }
     if (message.type === 'close') {
-      void group
+      void world
         .close()
         .catch(() => {})
-        .then(() => store.close())
-        .catch(() => {})
-        .then(() => {
-          post({ type: 'closed' });
-          port.close();
-        });
+        .then(() => port.close());
       return;
     }
     const slot = message.id % CONTROL_SLOTS;
     let running: Promise<void>;
     try {
-      running = issue(group, message);
+      running = issue(groups.get(message.group)!, message);
     } catch (error) {
       running = Promise.reject(error);
     }
@@ -140,7 +131,8 @@ async function main(init: CommWorkerInit, port: NonNullable<typeof parentPort>):
       },
     );
   });
-  post({ type: 'ready' });
+  const { rank, size, kind } = world.transport;
+  post({ type: 'ready', rank, size, kind });
 }
 
 if (parentPort !== null && (workerData as { commWorker?: CommWorkerInit })?.commWorker) {

@@ -9,10 +9,11 @@ import {
 import { createCommWorkerWorld, type CommWorkerWorld } from '../test-support/comm-worker-world.js';
 import { ProcessGroup } from '../process-group.js';
 import { createNetworkWorld } from '../test-support/network-world.js';
-import { type CommWorker, completedAt } from './comm-worker.js';
+import { WorkerGroup } from './worker-group.js';
+
 import { sharedClock } from './handshake.js';
 
-describe('CommWorker: collectives over tcp on a worker thread', () => {
+describe('WorkerGroup: collectives over tcp on a worker thread', () => {
   let world: CommWorkerWorld;
   beforeAll(async () => {
     world = await createCommWorkerWorld(2);
@@ -67,7 +68,7 @@ describe('CommWorker: collectives over tcp on a worker thread', () => {
     });
   }, 30_000);
 
-  it('reduces bf16 in f32 as ProcessGroup does, and refuses tensors with an error naming the op', async () => {
+  it('reduces bf16 in f32 as ProcessGroup does, and refuses what is not an operand with its error', async () => {
     const bits = await Promise.all(
       world.ranks.map(async (comm) => {
         // bf16 1.5 is 0x3fc0, 2.5 is 0x4020: their sum 4 is 0x4080.
@@ -77,8 +78,10 @@ describe('CommWorker: collectives over tcp on a worker thread', () => {
       }),
     );
     expect(bits).toEqual([0x4080, 0x4080]);
-    const tensor = { notAnArray: true } as unknown as Float32Array;
-    expect(() => world.ranks[0]!.allReduce(tensor)).toThrow(/^\[allReduce\]/);
+    const notAnOperand = { notAnArray: true } as unknown as Float32Array;
+    expect(() => world.ranks[0]!.allReduce(notAnOperand)).toThrow(
+      '[allReduce] expected a Tensor, Float32Array, Int32Array or Uint16Array',
+    );
   }, 30_000);
 
   it('finishes a 16 MiB all-reduce issued before a 2 s kernel that never yields, before the kernel ends', async () => {
@@ -103,7 +106,7 @@ describe('CommWorker: collectives over tcp on a worker thread', () => {
     expect(plain.map((b) => b[0])).toEqual([1, 2]);
     await Promise.all(works.map((w) => w.wait()));
     for (const work of works) {
-      const at = completedAt(work);
+      const at = WorkerGroup.completedAt(work);
       expect(at).toBeDefined();
       expect(at!).toBeGreaterThan(issuedAt);
       expect(at!).toBeLessThan(kernelEnd);
@@ -148,7 +151,7 @@ describe('the single-thread path, for comparison', () => {
   }, 60_000);
 });
 
-describe('CommWorker: failures come back as the typed errors of ProcessGroup', () => {
+describe('WorkerGroup: failures come back as the typed errors of ProcessGroup', () => {
   it('a call that differs (count) fails both ranks with CollectiveMismatchError, then the group refuses use', async () => {
     const world = await createCommWorkerWorld(2);
     try {
@@ -194,13 +197,13 @@ describe('CommWorker: failures come back as the typed errors of ProcessGroup', (
   it('a rank whose worker dies is named by the other rank (PeerLostError) long before the deadline, and its own ops fail', async () => {
     const world = await createCommWorkerWorld(2, { timeoutMs: 20_000 });
     try {
-      const [zero, one] = world.ranks as [CommWorker, CommWorker];
+      const [zero, one] = world.ranks as [WorkerGroup, WorkerGroup];
       const data = zero.allocate('f32', 1 << 20) as Float32Array;
       const pending = zero.allReduce(data).wait();
       const mine = one.barrier().wait();
       const started = performance.now();
       // The worker's private thread, reached here on purpose: a crash of the worker is what is tested.
-      await (one as unknown as { worker: Worker }).worker.terminate();
+      await (one.transport as unknown as { worker: Worker }).worker.terminate();
       const error = await pending.then(
         () => null,
         (e: unknown) => e,

@@ -1,29 +1,34 @@
 import type { AbortReason } from '../errors.js';
+import type { NetworkTransportOptions } from '../connect-transport.js';
 import type { ReduceOp } from '../kernels/reduce.js';
 import type { CommDType } from '../operand.js';
 import type { ProcessGroupOptions } from '../process-group.js';
 
 /**
  * [Note: the communication worker handshake]
- * Which thread does what. The rank's thread issues: it checks nothing the worker's group does not
- * check again, numbers the op, hands its operands over and returns a `Work`. The communication
- * worker (one `worker_threads` Worker per rank, started by `CommWorker.start`) owns everything
- * that moves: the rendezvous store client, the `tcp` transport and its sockets, and a real
- * `ProcessGroup` on it, so the ring, the WASM/JS reductions, the fingerprints, the op stamps and
- * the deadlines are the ones every other path runs, only on the worker's event loop. A rank's
- * thread that runs a kernel that never yields no longer stalls its peers: the worker keeps
- * reading, reducing and forwarding segments.
+ * Which thread does what. The rank's thread issues: its `WorkerGroup` checks the call as every
+ * group does, numbers it, hands its operands over and returns a `Work`. The communication worker
+ * (one `worker_threads` Worker per rank, started by `CommWorker.start` when `initProcessGroup`
+ * gets `progress: 'worker'`) owns everything that moves: the rendezvous (rank 0's worker hosts
+ * the store), the `tcp` or `ws` transport and its sockets, and real `ProcessGroup`s on it (the
+ * world, and one per `newGroup` call), so the ring, the WASM/JS reductions, the fingerprints, the
+ * op stamps and the deadlines are the ones every other path runs, only on the worker's event
+ * loop. A rank's thread that runs a kernel that never yields no longer stalls its peers: the
+ * worker keeps reading, reducing and forwarding segments.
  *
  * The handshake, in order:
  * 1. Start. The rank's thread allocates the control block (below) and starts the worker with
- *    `CommWorkerInit` (the store's address, rank, size, token, the group's options and the block).
- *    The worker joins the store, connects the transport and posts `ready` (or `init-failed` with
- *    the error's name and message, and exits).
+ *    `CommWorkerInit` (the rendezvous options, the world group's options and the block). The
+ *    worker joins with `connectNetworkTransport` and posts `ready` with its rank, size and
+ *    transport kind (or `init-failed` with the error's name and message, and exits).
  * 2. Issue. Each call posts one `OpMessage` at once, synchronously, in issue order
- *    (`postMessage` keeps order), with the op's id; the worker runs them on its group in that
- *    order, so the k-th calls of the ranks meet as they do on one thread. Before posting, the rank
- *    writes 0 into the op's control word (`id % CONTROL_SLOTS`); at most `CONTROL_SLOTS` ops may be
- *    pending.
+ *    (`postMessage` keeps order), with the op's id (per rank) and its group's number; the worker
+ *    runs them on that group in that order, so the k-th calls of the ranks meet as they do on one
+ *    thread. `newGroup` posts `NewGroupMessage` on every rank, member or not, so the worker's
+ *    groups get the paths (and tags) the rank's have. Before posting, the rank writes 0 into the
+ *    op's control word (`id % CONTROL_SLOTS`); at most `CONTROL_SLOTS` ops may be pending. An op
+ *    with a device tensor waits for the tensor's read, and every op after it waits behind it
+ *    (order first).
  * 3. Complete. The worker writes its clock (`performance.timeOrigin + performance.now()`, the
  *    same clock on both threads) into the op's `completedAt` slot, then stores `id + 1` into the
  *    control word and `Atomics.notify`s it. The rank's thread waits on the word with
@@ -31,23 +36,26 @@ import type { ProcessGroupOptions } from '../process-group.js';
  *    message. A failed op is posted instead (`FailedMessage`: the error's class, message, fields
  *    and abort reason, rebuilt into the same typed error on the rank's side) and its word becomes
  *    `-(id + 1)`.
- * 4. Abort and close. `abort` posts `abort`; the worker aborts its transport, which tells the
- *    peers as always. A transport abort from elsewhere reaches the rank through the failures of
- *    its pending ops, and as an `aborted` message (with the reason), which sets the rank's
- *    `state`. `close` posts `close`; the worker drains its group, closes it and the store, posts
- *    `closed` and exits.
+ * 4. Abort and close. The rank's `CommWorker` stands for the worker's transport on the rank's
+ *    thread: `abort` sets its abort state at once and posts `abort` with the reason, and the
+ *    worker aborts its transport, which tells the peers as always. A transport abort from
+ *    elsewhere reaches the rank as an `aborted` message (and through the failures of its pending
+ *    ops), which sets that state, so the group's `state` and the errors of later calls are the
+ *    ordinary group's. Closing a sub-group posts `closeGroup` after its ops; closing the world
+ *    posts `close`: the worker drains and closes its world group (and the transport, and the
+ *    store), and exits.
  *
  * How operands reach the worker. A typed array whose buffer is a `SharedArrayBuffer` (what
- * `CommWorker.allocate` hands out, or any shared view) is sent as its buffer, offset and length:
- * the worker runs the collective on the same memory, no copy. Any other array is copied once into
- * a shared staging buffer at issue (inputs and in-out operands), and the result copied once back
- * when the op completes (outputs and in-out operands), on the rank's thread. Tensors are not taken
- * on this path yet.
+ * `WorkerGroup.allocate` hands out, or any shared view) is sent as its buffer, offset and length:
+ * the worker runs the collective on the same memory, no copy. Any other array, and a CPU tensor's
+ * storage, is copied once into a shared staging buffer at issue (inputs and in-out operands), and
+ * the result copied once back when the op completes (outputs and in-out operands), on the rank's
+ * thread; a device tensor is read and written back through an ordinary array around that.
  *
  * What a transport must implement to run here: nothing beyond the transport contract, as long as
- * the worker can build it from what can be posted (the store's address, the token, options): the
- * worker hosts the transport unchanged. `tcp` does; `ws` in Node would the same way; `shm` would
- * need its world's SharedArrayBuffers posted and its arena shared by rank and worker.
+ * the worker can build it from what can be posted (rendezvous options, no functions):
+ * `connectNetworkTransport` builds `tcp` and `ws` unchanged. `shm` would need its world's
+ * SharedArrayBuffers posted and its arena shared by rank and worker (not built).
  */
 
 /** Ops pending at most at once per rank on the worker path. */
@@ -80,13 +88,12 @@ export function sharedClock(): number {
   return performance.timeOrigin + performance.now();
 }
 
+/** How the worker joins: `connectNetworkTransport`'s options, less what cannot be posted. */
+export type WorkerConnectOptions = Omit<NetworkTransportOptions, 'WebSocket'>;
+
 /** What the worker starts with (`workerData`). */
 export interface CommWorkerInit {
-  readonly storeUrl: string;
-  readonly rank: number;
-  readonly size: number;
-  readonly token: string;
-  readonly timeoutMs: number;
+  readonly connect: WorkerConnectOptions;
   readonly group: ProcessGroupOptions;
   readonly control: SharedArrayBuffer;
 }
@@ -99,29 +106,36 @@ export interface SharedOperand {
   readonly dtype: CommDType;
 }
 
-/** One collective, posted by the rank's thread at the call. */
-export type OpMessage =
-  | { type: 'allReduce'; id: number; data: SharedOperand; op: ReduceOp; timeoutMs?: number }
-  | {
-      type: 'allGather';
-      id: number;
-      input: SharedOperand;
-      output: SharedOperand;
-      timeoutMs?: number;
-    }
-  | {
-      type: 'reduceScatter';
-      id: number;
-      input: SharedOperand;
-      output: SharedOperand;
-      op: ReduceOp;
-      timeoutMs?: number;
-    }
-  | { type: 'broadcast'; id: number; data: SharedOperand; root: number; timeoutMs?: number }
-  | { type: 'barrier'; id: number; timeoutMs?: number };
+/**
+ * One call, posted by the rank's thread at the call: `id` numbers the ops of the whole rank (the
+ * control slot), `group` the group it runs on (0 the world, then one number per `newGroup` call in
+ * call order, member or not, on both threads).
+ */
+export type OpMessage = { id: number; group: number; timeoutMs?: number } & (
+  | { type: 'allReduce'; data: SharedOperand; op: ReduceOp }
+  | { type: 'allGather'; input: SharedOperand; output: SharedOperand }
+  | { type: 'reduceScatter'; input: SharedOperand; output: SharedOperand; op: ReduceOp }
+  | { type: 'broadcast'; data: SharedOperand; root: number }
+  | { type: 'send' | 'recv'; data: SharedOperand; peer: number }
+  | { type: 'barrier' }
+);
+
+/** A `newGroup` call of group `parent`, which numbers the new group `id` on the worker too. */
+export interface NewGroupMessage {
+  readonly type: 'newGroup';
+  readonly parent: number;
+  readonly id: number;
+  readonly ranks: readonly number[];
+  readonly options: ProcessGroupOptions;
+}
 
 /** Everything the rank's thread posts to its worker. */
-export type ToWorker = OpMessage | { type: 'abort'; message: string } | { type: 'close' };
+export type ToWorker =
+  | OpMessage
+  | NewGroupMessage
+  | { type: 'closeGroup'; group: number }
+  | { type: 'abort'; reason: AbortReason }
+  | { type: 'close' };
 
 /** An error that crossed the thread boundary: enough to rebuild the typed error. */
 export interface PostedError {
@@ -140,8 +154,7 @@ export interface FailedMessage {
 
 /** Everything the worker posts to the rank's thread. */
 export type FromWorker =
-  | { type: 'ready' }
+  | { type: 'ready'; rank: number; size: number; kind: string }
   | { type: 'init-failed'; error: PostedError }
   | FailedMessage
-  | { type: 'aborted'; reason: AbortReason }
-  | { type: 'closed' };
+  | { type: 'aborted'; reason: AbortReason };

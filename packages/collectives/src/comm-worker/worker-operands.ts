@@ -1,49 +1,28 @@
-import { ArgumentError, ShapeError } from '@webshard/tensor-core';
-import { type CollectiveData, type CommDType, describeOperand, type HostData } from '../operand.js';
-import { shardRange } from '../shard.js';
+import { keep, Tensor } from '@webshard/tensor-core';
+import { hostArrayFor } from '@webshard/tensor-core/backend';
+import { directView, type HostData, type OperandInfo } from '../operand.js';
 import type { SharedOperand } from './handshake.js';
 
 /**
  * How a rank's operands reach its communication worker ([Note: the communication worker
  * handshake] in handshake.ts): a typed array on a `SharedArrayBuffer` is handed over as is (no
- * copy); any other array goes through a shared staging buffer, one copy in at issue and one copy
- * out at completion, on the rank's thread.
+ * copy); any other array, and a CPU tensor's storage, goes through a shared staging buffer, one
+ * copy in at issue and one copy out at completion, on the rank's thread. A device tensor is read
+ * first (asynchronously: the op, and the ops issued after it, are posted once the read is done,
+ * so the worker still gets them in issue order) and written back at completion. A tensor is pinned (a
+ * second handle on its storage) from the call until the op settles, as on every path ([Note:
+ * operands are held until the op settles] in group/op-queue.ts).
  */
 
-/** A checked host operand: a typed array and its dtype. */
-export interface HostArray {
-  readonly data: HostData;
-  readonly dtype: CommDType;
-}
-
-/** The checked typed array of an operand; tensors are refused on this path (not yet taken). */
-export function hostArray(op: string, data: CollectiveData, dtype?: 'f16' | 'bf16'): HostArray {
-  const info = describeOperand(op, data, dtype);
-  if (!ArrayBuffer.isView(info.data))
-    throw new ArgumentError(
-      op,
-      'the communication worker path takes typed arrays, not tensors, yet',
-    );
-  return { data: info.data as HostData, dtype: info.dtype };
-}
-
-/** Throws unless `shard` is rank `rank`'s shard of `full` over `size` ranks (`shardRange`). */
-export function checkShard(
-  op: string,
-  rank: number,
-  size: number,
-  shard: HostArray,
-  full: HostArray,
-  which: 'input' | 'output',
-): void {
-  const expected = shardRange(full.data.length, size, rank).count;
-  if (shard.dtype !== full.dtype || shard.data.length !== expected) {
-    throw new ShapeError(
-      op,
-      [[shard.data.length], [full.data.length]],
-      `rank ${rank}: expected ${which} of ${expected} ${full.dtype} elements (shard ${rank} of ${full.data.length} over ${size} ranks), got ${shard.data.length} ${shard.dtype}`,
-    );
-  }
+/** An operand handed over: what the worker gets, and what to do once the op settled. */
+export interface StagedOperand {
+  readonly shared: SharedOperand;
+  /** Settles once `shared` holds the operand (a device tensor's read); null when it does now. */
+  readonly ready: Promise<void> | null;
+  /** Copies the result back (when written) and returns staging memory; once, after success. */
+  readonly finish: () => void;
+  /** Drops the pin and returns staging memory without copying; once, after failure. */
+  readonly release: () => void;
 }
 
 /** Most staging buffers of one size kept for reuse. */
@@ -58,24 +37,51 @@ export class StagingPool {
 
   /**
    * The operand as the worker gets it: its own memory when shared, else a staging copy (filled
-   * now when `read`), with the function that copies the result back when `written` and returns
-   * the staging buffer; call it once the op completed.
+   * when `read`), copied back by `finish` when `written`.
    */
-  share(host: HostArray, read: boolean, written: boolean): [SharedOperand, () => void] {
-    const { data, dtype } = host;
-    if (data.buffer instanceof SharedArrayBuffer) {
-      const { buffer, byteOffset, length } = data;
-      return [{ buffer, byteOffset, length, dtype }, () => {}];
+  share(op: string, info: OperandInfo, read: boolean, written: boolean): StagedOperand {
+    const { data, dtype, count } = info;
+    const tensor = data instanceof Tensor ? keep(data.detach()) : null;
+    const unpin = () => tensor?.free();
+    const host = tensor === null ? (data as HostData) : directView(tensor, dtype);
+    if (host !== null && host.buffer instanceof SharedArrayBuffer) {
+      const { buffer, byteOffset, length } = host;
+      const shared = { buffer, byteOffset, length, dtype };
+      return { shared, ready: null, finish: unpin, release: unpin };
     }
-    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    const buffer = this.take(data.byteLength);
-    const staged = new Uint8Array(buffer, 0, data.byteLength);
-    if (read) staged.set(bytes);
-    const finish = () => {
-      if (written) bytes.set(staged);
+    const bytes = count * (dtype === 'f32' || dtype === 'i32' ? 4 : 2);
+    const buffer = this.take(bytes);
+    const staged = new Uint8Array(buffer, 0, bytes);
+    const release = () => {
+      unpin();
       this.give(buffer);
     };
-    return [{ buffer, byteOffset: 0, length: data.length, dtype }, finish];
+    const shared = { buffer, byteOffset: 0, length: count, dtype };
+    if (host !== null) {
+      const own = new Uint8Array(host.buffer, host.byteOffset, host.byteLength);
+      if (read) staged.set(own);
+      const finish = () => {
+        if (written) own.set(staged);
+        release();
+      };
+      return { shared, ready: null, finish, release };
+    }
+    // A device tensor: read into an ordinary array (and written back from one: a backend's write
+    // may not take shared memory, see `hostOperand`), one more copy each way.
+    const device = tensor!;
+    const ordinary = hostArrayFor(dtype, count) as HostData;
+    const own = new Uint8Array(ordinary.buffer, ordinary.byteOffset, ordinary.byteLength);
+    const ready = read
+      ? device.backend.read(device.kernel(op), ordinary).then(() => staged.set(own))
+      : null;
+    const finish = () => {
+      if (written) {
+        own.set(staged);
+        device.backend.write(device.kernel(op), ordinary);
+      }
+      release();
+    };
+    return { shared, ready, finish, release };
   }
 
   private take(bytes: number): SharedArrayBuffer {

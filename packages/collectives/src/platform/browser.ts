@@ -46,3 +46,11 @@ export const loadNodeChannels: typeof NodePlatform.loadNodeChannels = async () =
 
 /** A page is never a thread rank of webshard-run: no worker_threads, no rank data. */
 export const loadWorkerThreads: typeof NodePlatform.loadWorkerThreads = async () => null;
+
+/** Throws: a page's rank has no `worker_threads` (a tab's communication worker is not built). */
+export const loadWorkerStarter: typeof NodePlatform.loadWorkerStarter = async () => {
+  throw new NodeRequiredError(
+    'initProcessGroup',
+    "progress 'worker' starts a worker_threads Worker, which a page does not have: leave progress at 'thread' in a page",
+  );
+};

@@ -1,7 +1,7 @@
 /**
  * [Note: the collectives platform module]
  * What only Node can do here (read TLS files, host the rendezvous store, listen for `ws` peers,
- * dial raw `tcp`) is loaded through the private import `#platform`, the way tensor-core loads
+ * dial raw `tcp`, start a communication worker) is loaded through the private import `#platform`, the way tensor-core loads
  * node:fs and Dawn ([Note: the platform module] there). package.json's `imports` maps it to this
  * file in Node, tests and typecheck, and under the `browser` condition to ./browser.ts, whose
  * loaders throw `NodeRequiredError` naming what to do instead. Each loader imports its module on
@@ -45,4 +45,11 @@ export async function loadNodeChannels(): Promise<
 /** `node:worker_threads`, to learn whether this thread is a rank webshard-run started. */
 export async function loadWorkerThreads(): Promise<typeof import('node:worker_threads') | null> {
   return import('node:worker_threads');
+}
+
+/** Starts a rank's communication worker ([Note: the communication worker handshake]). */
+export async function loadWorkerStarter(): Promise<
+  typeof import('../comm-worker/start-worker.js').startWorker
+> {
+  return (await import('../comm-worker/start-worker.js')).startWorker;
 }

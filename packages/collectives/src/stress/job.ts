@@ -1,3 +1,4 @@
+import type { ProgressMode } from '../init-process-group.js';
 import type { ProgramOptions } from './program.js';
 import type { RankOptions } from './run-rank.js';
 
@@ -16,6 +17,8 @@ export interface StressJob {
   readonly slotBytes: number;
   /** tcp and ws: every rank in this thread over real sockets, instead of a process each. */
   readonly inProcess: boolean;
+  /** tcp and ws: each rank's communication on its own thread or on a worker. */
+  readonly progress: ProgressMode;
 }
 
 /** The line prefix of a rank's report on stdout. */

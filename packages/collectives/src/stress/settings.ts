@@ -1,4 +1,5 @@
 import { ArgumentError } from '@webshard/tensor-core';
+import type { ProgressMode } from '../init-process-group.js';
 import { STRESS_TRANSPORTS, type StressJob, type StressTransport } from './job.js';
 
 /** What a stress run was asked for (the command line, or the CI test). */
@@ -21,6 +22,8 @@ export interface StressSettings {
   readonly ci: boolean;
   /** tcp and ws ranks in this process rather than a process each (the default with `--ci`). */
   readonly inProcess: boolean;
+  /** tcp and ws: where each rank's communication runs (`initProcessGroup`'s `progress`). */
+  readonly progress: ProgressMode;
 }
 
 const SIZE = /^(\d+(?:\.\d+)?)\s*(b|kib|k|mib|m|gib|g)?$/i;
@@ -61,6 +64,7 @@ export function parseStressArgs(argv: readonly string[], env = process.env): Str
     'max-sleep-ms',
     'in-flight',
     'minutes',
+    'progress',
   ];
   for (const name of values.keys()) {
     if (!known.includes(name)) throw new ArgumentError('stress', `unknown option --${name}`);
@@ -84,6 +88,9 @@ export function parseStressArgs(argv: readonly string[], env = process.env): Str
       throw new ArgumentError('stress', `unknown transport ${t} (${STRESS_TRANSPORTS.join(', ')})`);
     }
   }
+  const progress = values.get('progress') ?? 'thread';
+  if (progress !== 'thread' && progress !== 'worker')
+    throw new ArgumentError('stress', `--progress is thread or worker, not ${progress}`);
   const inFlight = number('in-flight', 4);
   if (inFlight < 1 || inFlight > 4) throw new ArgumentError('stress', '--in-flight is 1 to 4');
   return {
@@ -98,6 +105,7 @@ export function parseStressArgs(argv: readonly string[], env = process.env): Str
     minutes: number('minutes', 0),
     ci,
     inProcess: flags.has('in-process') || (ci && !flags.has('processes')),
+    progress,
   };
 }
 
@@ -115,6 +123,7 @@ export function replayCommand(settings: StressSettings, transport: string, seed:
   if (settings.bigRegistered) args.push('--big-registered');
   if (settings.inProcess !== defaults.inProcess)
     args.push(settings.inProcess ? '--in-process' : '--processes');
+  if (settings.progress !== 'thread') args.push(`--progress ${settings.progress}`);
   return `pnpm --filter @webshard/collectives stress ${args.join(' ')}`;
 }
 
@@ -127,6 +136,9 @@ export function stressJob(
   const worldSize = settings.world > 0 ? settings.world : 4;
   if (worldSize < 2 || worldSize > 8 || (transport === 'two-level' && worldSize % 2 !== 0)) {
     throw new ArgumentError('stress', `--world ${worldSize}: 2 to 8 ranks (two-level: even)`);
+  }
+  if (settings.progress === 'worker' && transport !== 'tcp' && transport !== 'ws') {
+    throw new ArgumentError('stress', `--progress worker runs tcp and ws ranks, not ${transport}`);
   }
   const sharing = transport === 'two-level' ? worldSize / 2 : worldSize;
   const big = settings.bigRegistered && (transport === 'shm' || transport === 'two-level');
@@ -150,5 +162,6 @@ export function stressJob(
     },
     slotBytes: settings.ci ? 4096 : 1 << 20,
     inProcess: settings.inProcess,
+    progress: settings.progress,
   };
 }

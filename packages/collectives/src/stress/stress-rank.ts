@@ -11,6 +11,7 @@ const group = await initProcessGroup({
   backend: job.transport === 'ws' ? 'ws' : 'tcp',
   group: { timeoutMs: job.rank.timeoutMs },
   timeoutMs: 60_000,
+  ...(job.progress === 'worker' ? { progress: 'worker' as const } : {}),
 });
 const program = generateProgram(job.seed, group.size, job.program);
 const report = await runStressRank(group, program, job.rank);

@@ -19,6 +19,12 @@ describe('stress, a new seed', () => {
       expect(result.ok, result.lines.join('\n')).toBe(true);
     }, 120_000);
   }
+  it('tcp, each rank on its communication worker', async () => {
+    const onWorkers = parseStressArgs(['--ci', '--seed', String(seed), '--progress', 'worker']);
+    const result = await runSeed(onWorkers, 'tcp', seed);
+    console.log(result.lines.join('\n'));
+    expect(result.ok, result.lines.join('\n')).toBe(true);
+  }, 120_000);
 });
 
 describe('stress, the regression seeds', () => {

@@ -2,6 +2,8 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { freePort, launch } from '../launcher/launcher.js';
 import { ProcessGroup } from '../process-group.js';
+import type { NetworkBackend } from '../connect-transport.js';
+import { createCommWorkerWorld } from '../test-support/comm-worker-world.js';
 import { createNetworkWorld } from '../test-support/network-world.js';
 import { createLocalGroups } from '../transports/local/local-transport.js';
 import { JOB_VARIABLE, REPORT_MARK, type StressJob } from './job.js';
@@ -49,21 +51,31 @@ export async function runStressWorld(job: StressJob): Promise<WorldOutcome> {
     (job.inProcess && job.transport !== 'shm' && job.transport !== 'two-level');
   if (inThread) {
     const options = { timeoutMs: job.rank.timeoutMs };
-    const network =
-      job.transport === 'tcp' || job.transport === 'ws'
-        ? await createNetworkWorld(job.transport, job.worldSize, 'stress', {
+    const networked = job.transport === 'tcp' || job.transport === 'ws';
+    const onWorkers =
+      networked && job.progress === 'worker'
+        ? await createCommWorkerWorld(job.worldSize, options, job.transport as NetworkBackend, {
             maxUnexpectedBytes: UNEXPECTED_BYTES,
           })
         : null;
-    const groups =
-      network === null
-        ? createLocalGroups(job.worldSize, options)
-        : network.transports.map((t) => ProcessGroup.fromTransport(t, options));
+    const network =
+      networked && onWorkers === null
+        ? await createNetworkWorld(job.transport as NetworkBackend, job.worldSize, 'stress', {
+            maxUnexpectedBytes: UNEXPECTED_BYTES,
+          })
+        : null;
+    const groups: ProcessGroup[] =
+      onWorkers !== null
+        ? onWorkers.ranks
+        : network === null
+          ? createLocalGroups(job.worldSize, options)
+          : network.transports.map((t) => ProcessGroup.fromTransport(t, options));
     const program = generateProgram(job.seed, job.worldSize, job.program);
     const rank = { ...job.rank, pauseScale: 1 / job.worldSize };
     const reports = await Promise.all(groups.map((g) => runStressRank(g, program, rank)));
     await Promise.allSettled(groups.map((g) => g.close()));
     await network?.close().catch(() => {});
+    await onWorkers?.close().catch(() => {});
     return { reports, output: '', wallMs: performance.now() - started };
   }
   const out = new Collect();

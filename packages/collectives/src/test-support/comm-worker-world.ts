@@ -1,60 +1,84 @@
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
-import { CommWorker, type CommWorkerModule } from '../comm-worker/comm-worker.js';
+import type { WorkerGroup } from '../comm-worker/worker-group.js';
+import { initProcessGroup } from '../init-process-group.js';
+import type { NetworkBackend } from '../connect-transport.js';
+import { freePort } from '../launcher/launcher.js';
 import type { ProcessGroupOptions } from '../process-group.js';
-import { StoreServer } from '../rendezvous/store-server.js';
+import {
+  killsARank,
+  type RankReport,
+  runSuiteJob,
+  SUITE_GROUP_OPTIONS,
+  type SuiteJob,
+} from '../suites/suite.js';
+import { runJobInChildren } from './network-world.js';
 
-const tsx = pathToFileURL(
-  createRequire(import.meta.url)
-    .resolve('tsx/esm/api')
-    .replace(/\.cjs$/, '.mjs'),
-).href;
-const main = pathToFileURL(
-  new URL('../comm-worker/comm-worker-main.ts', import.meta.url).pathname,
-).href;
-
-/**
- * The communication worker's module from the TypeScript sources (tests, benchmarks): a bootstrap
- * that registers tsx, then imports comm-worker-main.ts.
- */
-export const COMM_WORKER_FROM_SOURCE: CommWorkerModule = {
-  file: `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(main)}); })`,
-  eval: true,
-  execArgv: ['--conditions=@webshard/source'],
-};
-
-/** `size` ranks in this thread, each with its communication worker over tcp (tests, benchmarks). */
+/** `size` ranks in this thread, each with its communication worker (tests, benchmarks). */
 export interface CommWorkerWorld {
-  readonly ranks: CommWorker[];
+  readonly ranks: WorkerGroup[];
   close(): Promise<void>;
 }
 
-/** Starts a store and `size` ranks whose communication runs on worker threads, from the sources. */
+/**
+ * Starts `size` ranks whose communication runs on worker threads (`initProcessGroup` with
+ * `progress: 'worker'`), over `backend`; rank 0's worker hosts the store.
+ */
 export async function createCommWorkerWorld(
   size: number,
   group: ProcessGroupOptions = {},
+  backend: NetworkBackend = 'tcp',
+  transport: { maxUnexpectedBytes?: number } = {},
 ): Promise<CommWorkerWorld> {
   const token = 'comm-worker-token';
-  const server = new StoreServer({ port: 0, worldSize: size, token });
-  const port = await server.listen();
+  const masterPort = await freePort();
   const ranks = await Promise.all(
-    Array.from({ length: size }, (_, rank) =>
-      CommWorker.start({
-        storeUrl: `ws://127.0.0.1:${port}`,
-        rank,
-        size,
-        token,
-        timeoutMs: 20_000,
-        group,
-        worker: COMM_WORKER_FROM_SOURCE,
-      }),
+    Array.from(
+      { length: size },
+      (_, rank) =>
+        initProcessGroup({
+          progress: 'worker',
+          backend,
+          rank,
+          worldSize: size,
+          localRank: rank,
+          masterAddr: '127.0.0.1',
+          masterPort,
+          token,
+          timeoutMs: 20_000,
+          group,
+          ...transport,
+        }) as Promise<WorkerGroup>,
     ),
   );
   return {
     ranks,
     async close() {
       await Promise.all(ranks.map((rank) => rank.close()));
-      await server.close();
     },
   };
+}
+
+/**
+ * Runs a suite job on `size` ranks over `backend` with their communication on workers: in this
+ * process, or as child processes for the scenarios that kill a rank.
+ */
+export async function runWorkerSuiteJob(
+  backend: NetworkBackend,
+  size: number,
+  job: SuiteJob,
+): Promise<(RankReport | null)[]> {
+  if (killsARank(job)) return runJobInChildren(backend, size, job, false, 'stay', 'worker');
+  const world = await createCommWorkerWorld(size, SUITE_GROUP_OPTIONS, backend);
+  try {
+    return await Promise.all(
+      world.ranks.map((group) =>
+        runSuiteJob(group, job, {
+          die: () => {
+            throw new Error('in-process ranks cannot die; run the kill scenario in children');
+          },
+        }),
+      ),
+    );
+  } finally {
+    await world.close();
+  }
 }

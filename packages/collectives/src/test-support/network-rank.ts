@@ -3,19 +3,26 @@
 // closes once its stdin closes.
 import { ProcessGroup } from '../process-group.js';
 import { connectNetworkTransport, type NetworkBackend } from '../connect-transport.js';
+import { initProcessGroup, type ProgressMode } from '../init-process-group.js';
 import { runSuiteJob, SUITE_GROUP_OPTIONS, type SuiteJob } from '../suites/suite.js';
 
-const [backend, jobText, shape, survivors] = process.argv.slice(2) as [
+const [backend, jobText, shape, survivors, progress] = process.argv.slice(2) as [
   NetworkBackend,
   string,
   string,
   'stay' | 'leave' | undefined,
+  ProgressMode | undefined,
 ];
 const job = JSON.parse(jobText) as SuiteJob;
 // 'relayed': only rank 0 accepts connections, the others pair up through it (as browsers do).
 const listen = shape === 'relayed' ? process.env.RANK === '0' : undefined;
-const transport = await connectNetworkTransport({ backend, timeoutMs: 20_000, listen });
-const group = ProcessGroup.fromTransport(transport, SUITE_GROUP_OPTIONS);
+const group =
+  progress === 'worker'
+    ? await initProcessGroup({ backend, timeoutMs: 20_000, progress, group: SUITE_GROUP_OPTIONS })
+    : ProcessGroup.fromTransport(
+        await connectNetworkTransport({ backend, timeoutMs: 20_000, listen }),
+        SUITE_GROUP_OPTIONS,
+      );
 const report = await runSuiteJob(group, job, { die: () => process.kill(process.pid, 'SIGKILL') });
 process.stdout.write(`@@report ${JSON.stringify(report)}\n`);
 // Stay connected until the parent closes stdin (every rank has reported): a survivor that closed
@@ -26,5 +33,5 @@ if (survivors !== 'leave') {
   await new Promise((resolve) => process.stdin.once('close', resolve));
 }
 await group.close();
-await transport.close();
+await group.transport.close();
 process.exit(0);

@@ -14,6 +14,7 @@ import {
   type SuiteJob,
 } from '../suites/suite.js';
 import type { Transport } from '../transport-contract.js';
+import type { ProgressMode } from '../init-process-group.js';
 
 /** `size` ranks of a network transport in this process, over real sockets (tests, benchmarks). */
 export interface NetworkWorld {
@@ -133,7 +134,8 @@ const REPORT_MARK = '@@report ';
  * A rank that reported stays connected until every rank has reported or died (then its stdin is
  * closed): a survivor that left at once could otherwise be reported gone by a slower survivor in
  * place of the rank that died. With `survivors: 'leave'`, each rank closes and exits as soon as it
- * has reported, as a real job's ranks do: the test of blaming the right rank even then.
+ * has reported, as a real job's ranks do: the test of blaming the right rank even then. With
+ * `progress: 'worker'`, each rank's communication runs on its worker (`initProcessGroup`).
  */
 export async function runJobInChildren(
   backend: NetworkBackend,
@@ -141,6 +143,7 @@ export async function runJobInChildren(
   job: SuiteJob,
   relayed = false,
   survivors: 'stay' | 'leave' = 'stay',
+  progress: ProgressMode = 'thread',
 ): Promise<(RankReport | null)[]> {
   const port = await freePort();
   const script = join(here, 'network-rank.ts');
@@ -161,6 +164,7 @@ export async function runJobInChildren(
         JSON.stringify(job),
         relayed ? 'relayed' : 'mesh',
         survivors,
+        progress,
       ],
       {
         stdio: ['pipe', 'pipe', 'pipe'],
