@@ -6,7 +6,11 @@ import {
   GroupAbortedError,
   PeerLostError,
 } from '../errors.js';
-import { createCommWorkerWorld, type CommWorkerWorld } from '../test-support/comm-worker-world.js';
+import {
+  busyFor,
+  createCommWorkerWorld,
+  type CommWorkerWorld,
+} from '../test-support/comm-worker-world.js';
 import { ProcessGroup } from '../process-group.js';
 import { createNetworkWorld } from '../test-support/network-world.js';
 import { WorkerGroup } from './worker-group.js';
@@ -230,12 +234,3 @@ describe('WorkerGroup: failures come back as the typed errors of ProcessGroup', 
     }
   }, 60_000);
 });
-
-/** Spins this thread for `ms` milliseconds; returns when it stopped, on the shared clock. */
-function busyFor(ms: number): number {
-  const end = performance.now() + ms;
-  let x = 0;
-  while (performance.now() < end) x += Math.sqrt(x + 1);
-  if (x < 0) throw new Error('unreachable');
-  return performance.timeOrigin + performance.now();
-}

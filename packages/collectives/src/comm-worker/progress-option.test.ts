@@ -3,17 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { initProcessGroup } from '../init-process-group.js';
 import { freePort } from '../launcher/launcher.js';
 import { ProcessGroup } from '../process-group.js';
-import { createCommWorkerWorld } from '../test-support/comm-worker-world.js';
+import { busyFor, createCommWorkerWorld } from '../test-support/comm-worker-world.js';
 import { WorkerGroup } from './worker-group.js';
-
-/** Spins this thread for `ms` milliseconds; returns when it stopped, on the workers' clock. */
-function busyFor(ms: number): number {
-  const end = performance.now() + ms;
-  let x = 0;
-  while (performance.now() < end) x += Math.sqrt(x + 1);
-  if (x < 0) throw new Error('unreachable');
-  return performance.timeOrigin + performance.now();
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

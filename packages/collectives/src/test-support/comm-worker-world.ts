@@ -82,3 +82,15 @@ export async function runWorkerSuiteJob(
     await world.close();
   }
 }
+
+/**
+ * The kernel of the overlap tests: spins this thread for `ms` milliseconds, no await, no yield;
+ * returns when it stopped, on the clock the workers' completion times use.
+ */
+export function busyFor(ms: number): number {
+  const end = performance.now() + ms;
+  let x = 0;
+  while (performance.now() < end) x += Math.sqrt(x + 1);
+  if (x < 0) throw new Error('unreachable');
+  return performance.timeOrigin + performance.now();
+}
