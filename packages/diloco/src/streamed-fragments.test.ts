@@ -224,7 +224,7 @@ describe('streamed fragments', () => {
             new CompressedAverager(g, {
               ...codecOptions(compression),
               ...(compression === 'topk'
-                ? { shapes: dilocos[0]!.fragments[p]!.map((t) => shapes[t]!) }
+                ? { shapes: dilocos[0]!.fragments![p]!.map((t) => shapes[t]!) }
                 : {}),
             }),
         ),
