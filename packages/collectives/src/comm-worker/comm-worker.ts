@@ -1,12 +1,13 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { loadWorkerStarter } from '#platform';
-import type { Worker } from 'node:worker_threads';
 import { type AbortReason, GroupAbortedError } from '../errors.js';
 import type { ProcessGroupOptions } from '../process-group.js';
 import { AbortState, type Transport } from '../transport-contract.js';
 import { waitAsync } from '../transports/shm/shm-wait.js';
 import {
   type CommWorkerInit,
+  type CommWorkerModule,
+  type CommWorkerThread,
   CONTROL_SLOTS,
   type ControlViews,
   controlViews,
@@ -17,7 +18,6 @@ import {
   type WorkerConnectOptions,
 } from './handshake.js';
 import { rebuildError } from './posted-error.js';
-import type { CommWorkerModule } from './start-worker.js';
 
 /** Options of `CommWorker.start`. */
 export interface CommWorkerOptions {
@@ -66,7 +66,7 @@ export class CommWorker implements Transport {
   private exited = false;
 
   private constructor(
-    private readonly worker: Worker,
+    private readonly worker: CommWorkerThread,
     init: CommWorkerInit,
     ready: { rank: number; size: number; kind: string },
   ) {

@@ -91,6 +91,29 @@ export function sharedClock(): number {
 /** How the worker joins: `connectNetworkTransport`'s options, less what cannot be posted. */
 export type WorkerConnectOptions = Omit<NetworkTransportOptions, 'WebSocket'>;
 
+/** How to start the worker's module (start-worker.ts's `defaultWorkerModule` gives the default). */
+export interface CommWorkerModule {
+  readonly file: string | URL;
+  readonly eval?: boolean;
+  readonly execArgv?: string[];
+}
+
+/**
+ * The worker thread as the rank's side uses it: Node's `Worker`, declared without Node's types so
+ * that the main entry's declarations stay those of a browser-safe package.
+ */
+export interface CommWorkerThread {
+  postMessage(message: ToWorker): void;
+  on(event: 'message', listener: (message: FromWorker) => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  on(event: 'exit', listener: (code: number) => void): unknown;
+  once(event: 'message', listener: (message: FromWorker) => void): unknown;
+  once(event: 'error', listener: (error: Error) => void): unknown;
+  once(event: 'exit', listener: (code: number) => void): unknown;
+  off(event: 'message', listener: (message: FromWorker) => void): unknown;
+  terminate(): Promise<number>;
+}
+
 /** What the worker starts with (`workerData`). */
 export interface CommWorkerInit {
   readonly connect: WorkerConnectOptions;

@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { CommWorkerInit } from './handshake.js';
+import type { CommWorkerInit, CommWorkerModule, CommWorkerThread } from './handshake.js';
 
 /**
  * Starting a communication worker: the only module of the worker path that needs Node's
@@ -11,13 +11,6 @@ import type { CommWorkerInit } from './handshake.js';
  * code runs from the TypeScript sources (tests, `pnpm bench`, the `@webshard/source` condition),
  * `comm-worker-main.ts` through tsx.
  */
-
-/** How to start the worker's module. */
-export interface CommWorkerModule {
-  readonly file: string | URL;
-  readonly eval?: boolean;
-  readonly execArgv?: string[];
-}
 
 /** This module's URL: `import.meta.url`, or `__filename` in the CommonJS build. */
 function here(): string {
@@ -43,7 +36,7 @@ export function defaultWorkerModule(): CommWorkerModule {
 }
 
 /** Starts the worker of `module` (default: `defaultWorkerModule()`) with `init`. */
-export function startWorker(init: CommWorkerInit, module?: CommWorkerModule): Worker {
+export function startWorker(init: CommWorkerInit, module?: CommWorkerModule): CommWorkerThread {
   const { file, eval: isEval, execArgv } = module ?? defaultWorkerModule();
   return new Worker(file, {
     eval: isEval ?? false,

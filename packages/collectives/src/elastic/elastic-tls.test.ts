@@ -99,7 +99,7 @@ describe('an elastic world over TLS', () => {
     expect(await plainWs(`ws://127.0.0.1:${port}`)).toBe('error ECONNRESET');
     // Over TLS, a page request that is no WebSocket upgrade gets 426 Upgrade Required.
     const status = await new Promise<number | undefined>((resolve, reject) =>
-      httpsGet(`https://127.0.0.1:${port}/`, { ca: certificate.cert }, (response) => {
+      httpsGet(`https://127.0.0.1:${port}/`, { ca: Buffer.from(certificate.cert) }, (response) => {
         response.resume();
         resolve(response.statusCode);
       }).on('error', reject),

@@ -3,12 +3,16 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-/** A throwaway self-signed certificate for 127.0.0.1, made by openssl for a test. */
+/**
+ * A throwaway self-signed certificate for 127.0.0.1, made by openssl for a test. `cert` and `key`
+ * are the PEM files' bytes (Buffers in Node, declared as Uint8Array so that the testing entry's
+ * declarations need no Node types).
+ */
 export interface TestCertificate {
   /** The folder holding `cert.pem` and `key.pem`. */
   readonly dir: string;
-  readonly cert: Buffer;
-  readonly key: Buffer;
+  readonly cert: Uint8Array;
+  readonly key: Uint8Array;
   /** Deletes the folder. */
   remove(): void;
 }

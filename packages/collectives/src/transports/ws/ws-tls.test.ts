@@ -25,8 +25,8 @@ let tls: { cert: Buffer; key: Buffer; ca: Buffer };
 beforeAll(() => {
   certificate = makeTestCertificate();
   dir = certificate.dir;
-  cert = certificate.cert;
-  key = certificate.key;
+  cert = Buffer.from(certificate.cert);
+  key = Buffer.from(certificate.key);
   tls = { cert, key, ca: cert };
 });
 afterAll(() => certificate?.remove());
