@@ -36,7 +36,8 @@ import { loadWasmKernels, type WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { matmulKernel } from './matmul.js';
 import { matmulStridedKernel } from './matmul-strided.js';
-import { loadWasmMatmul, type WasmMatmul } from './matmul-wasm.js';
+import type { WasmMatmul } from './matmul-wasm.js';
+import { loadWasmMatmul } from './matmul-wasm-load.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
 import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-kernels.js';
 

@@ -1,5 +1,5 @@
 import { enableRelaxedSimd } from '#platform';
-import type { WasmApi } from './matmul-wasm.js';
+import type { WasmApi } from './matmul-wasm-load.js';
 
 /**
  * [Note: relaxed FMA, chosen once per job]

@@ -6,7 +6,7 @@ import { expectClose, toleranceFor } from '../../testing/tolerance.js';
 import type { Backend, BinaryOp, KernelTensor } from '../backend.js';
 import { broadcastKind } from './broadcast-kind.js';
 import { loadWasmKernels } from './kernels-wasm.js';
-import type { WasmApi } from './matmul-wasm.js';
+import type { WasmApi } from './matmul-wasm-load.js';
 
 // Every WASM kernel against its TypeScript reference (`kernels: 'typescript'`) on random shapes
 // with odd sizes, the operands at a nonzero offset into their storage (views of a larger buffer).

@@ -2,7 +2,7 @@ import type { AdamHyper, BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '..
 import { broadcastKind } from './broadcast-kind.js';
 import { outputValues, shapeCount } from './cpu-storage.js';
 import { kernelsWasmBase64 } from './kernels-wasm.generated.js';
-import type { WasmApi } from './matmul-wasm.js';
+import type { WasmApi } from './matmul-wasm-load.js';
 import { type Exports, KEEP_BYTES, WasmMemory } from './wasm-memory.js';
 
 /**

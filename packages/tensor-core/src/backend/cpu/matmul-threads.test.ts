@@ -7,7 +7,8 @@ import { seededValues } from '../../testing/reference.js';
 import type { Backend } from '../backend.js';
 import type { CpuBackend } from './cpu-backend.js';
 import { type MatmulThreads, PACK_MIN_FLOATS, THREADED_MIN_MACS } from './matmul-threads.js';
-import { loadWasmMatmul, type MatmulExports } from './matmul-wasm.js';
+import type { MatmulExports } from './matmul-wasm.js';
+import { loadWasmMatmul } from './matmul-wasm-load.js';
 
 // Shapes past the threading threshold, with odd sizes on every axis (edge tiles, uneven splits),
 // both operands transposed or not, and batches with a broadcast operand.

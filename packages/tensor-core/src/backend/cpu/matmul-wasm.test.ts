@@ -3,7 +3,8 @@ import { ArgumentError } from '../../errors.js';
 import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import type { Backend, KernelTensor } from '../backend.js';
-import { foldBatch, loadWasmMatmul, type WasmApi } from './matmul-wasm.js';
+import { foldBatch } from './matmul-wasm.js';
+import { loadWasmMatmul, type WasmApi } from './matmul-wasm-load.js';
 import { MATMUL_DEFAULTS } from './matmul-wat.mjs';
 import { matmulScratchBytes } from './matmul-wasm.generated.js';
 
