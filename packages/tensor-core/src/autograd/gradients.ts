@@ -23,6 +23,7 @@ import {
   sum,
   where,
 } from '../ops/index.js';
+import { contiguousStrides } from '../ops/validate.js';
 import { shapeSize, Tensor } from '../tensor.js';
 import { matmulViewsGradient } from './matmul-views-gradient.js';
 import type { GradContext, GradientDef } from './node.js';
@@ -151,16 +152,6 @@ function zerosOf(like: Tensor, shape: readonly number[], dtype: DType = like.dty
   const t = Tensor.empty(like.backend, shape, dtype);
   like.backend.fill(t.kernel('backward'), 0);
   return t;
-}
-
-function contiguousStrides(shape: readonly number[]): number[] {
-  const strides = new Array<number>(shape.length);
-  let stride = 1;
-  for (let i = shape.length - 1; i >= 0; i--) {
-    strides[i] = stride;
-    stride *= shape[i]!;
-  }
-  return strides;
 }
 
 /** The gradient of every differentiable primitive, by its name in `recordOp`. */
