@@ -47,6 +47,8 @@ function plainGet(port: number): Promise<string> {
   });
 }
 
+// Skipped, with a printed message, only where no Chromium is installed; CI sets
+// WEBSHARD_REQUIRE_BROWSER=1, which makes a missing Chromium fail instead of skip.
 describe.skipIf(skipWithoutChromium('elastic-tls.test.ts'))('an elastic job over TLS', () => {
   let browser: Browser;
   let certificate: TestCertificate;
