@@ -2,7 +2,8 @@
 // on 2 ranks over shm and tcp, with buckets overlapped with backward and with `delayAllreduce`,
 // against the same per-rank step with no communication at all (one process, no wrapper), and the
 // share of communication hidden behind backward = (T_delay - T_overlap) / (T_delay - T_nocomm).
-// `pnpm bench` (`--transports shm` for one transport).
+// `pnpm bench` (`--transports shm` for one transport; `tcp-worker` is tcp with each rank's
+// communication on its worker, `initProcessGroup({ progress: 'worker' })`).
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -21,7 +22,7 @@ function option(name: string, fallback: string): string[] {
   return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
 }
 
-const transports = option('transports', 'shm,tcp');
+const transports = option('transports', 'shm,tcp,tcp-worker');
 const base: Omit<StepPlan, 'mode'> = {
   layers: Number(option('layers', '8')[0]),
   width: Number(option('width', '512')[0]),
@@ -43,7 +44,7 @@ async function shm(plan: StepPlan): Promise<StepResult> {
   );
 }
 
-async function tcp(plan: StepPlan): Promise<StepResult> {
+async function tcp(plan: StepPlan, progress: 'thread' | 'worker' = 'thread'): Promise<StepResult> {
   const port = await freePortForBench();
   const results = await Promise.all(
     [0, 1].map(
@@ -57,6 +58,7 @@ async function tcp(plan: StepPlan): Promise<StepResult> {
               'tsx',
               join(here, 'net-rank.ts'),
               JSON.stringify(plan),
+              progress,
             ],
             {
               stdio: ['ignore', 'pipe', 'inherit'],
@@ -109,11 +111,16 @@ rows.push({
   unit: 'ms',
 });
 for (const transport of transports) {
-  const run = transport === 'shm' ? shm : tcp;
+  const run =
+    transport === 'shm'
+      ? shm
+      : transport === 'tcp-worker'
+        ? (plan: StepPlan) => tcp(plan, 'worker')
+        : (plan: StepPlan) => tcp(plan);
   const delay = await run({ ...base, mode: 'delay' });
   const overlap = await run({ ...base, mode: 'overlap' });
   const auto = await run({ ...base, mode: 'auto' });
-  const label = `${name}, 2 ranks ${transport}`;
+  const label = `${name}, 2 ranks ${transport === 'tcp-worker' ? "tcp (progress: 'worker')" : transport}`;
   // Both ranks compute at once without sending anything: what sharing 2 cores costs by itself.
   const contended = await run({ ...base, mode: 'nocomm' });
   rows.push({

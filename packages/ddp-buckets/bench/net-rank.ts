@@ -3,7 +3,9 @@
 import { initProcessGroup } from '@webshard/collectives';
 import { benchStep, type StepPlan } from './step.js';
 
-const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 120_000 });
+// argv[3]: where communication progresses ('thread', the default, or 'worker').
+const progress = process.argv[3] === 'worker' ? 'worker' : 'thread';
+const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 120_000, progress });
 const result = await benchStep(group, JSON.parse(process.argv[2]!) as StepPlan);
 process.stdout.write(`@@result ${JSON.stringify(result)}\n`);
 await group.close();
