@@ -67,7 +67,7 @@ const progress = process.argv[2] === 'worker' ? 'worker' : 'thread';
 const busyMs = Number(process.argv[3] ?? '1200');
 const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 30_000, progress });
 const backend = createCpuBackend();
-const width = 256;
+const width = 512;
 const generator = new RandomGenerator(7);
 const slow = new SlowBackward();
 const model = new Sequential(
