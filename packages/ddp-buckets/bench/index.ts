@@ -2,15 +2,17 @@
 // on 2 ranks over shm and tcp, with buckets overlapped with backward and with `delayAllreduce`,
 // against the same per-rank step with no communication at all (one process, no wrapper), and the
 // share of communication hidden behind backward = (T_delay - T_overlap) / (T_delay - T_nocomm).
-// `pnpm bench` (`--transports shm` for one transport).
+// `pnpm bench` (`--transports shm` for one transport; `tcp-worker` is tcp with each rank's
+// communication on its worker, `initProcessGroup({ progress: 'worker' })`).
 import { spawn } from 'node:child_process';
+import { loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { launchThreads } from '@webshard/collectives/node';
 import { freePortForBench } from './port.js';
-import { benchStep, type StepPlan, type StepResult } from './step.js';
+import { runPlan, type StepPlan, type StepResult } from './step.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -21,7 +23,7 @@ function option(name: string, fallback: string): string[] {
   return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
 }
 
-const transports = option('transports', 'shm,tcp');
+const transports = option('transports', 'shm,tcp,tcp-worker');
 const base: Omit<StepPlan, 'mode'> = {
   layers: Number(option('layers', '8')[0]),
   width: Number(option('width', '512')[0]),
@@ -30,10 +32,10 @@ const base: Omit<StepPlan, 'mode'> = {
   iterations: Number(option('iterations', '9')[0]),
 };
 
-async function shm(plan: StepPlan): Promise<StepResult> {
+async function shm(plan: StepPlan): Promise<StepResult[]> {
   const worker = pathToFileURL(join(here, 'shm-rank.ts')).href;
   const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
-  const outcomes = await launchThreads<StepPlan, StepResult>(2, bootstrap, plan, {
+  const outcomes = await launchThreads<StepPlan, StepResult[]>(2, bootstrap, plan, {
     eval: true,
     execArgv: ['--conditions=@webshard/source'],
     group: { timeoutMs: 120_000 },
@@ -43,12 +45,15 @@ async function shm(plan: StepPlan): Promise<StepResult> {
   );
 }
 
-async function tcp(plan: StepPlan): Promise<StepResult> {
+async function tcp(
+  plan: StepPlan,
+  progress: 'thread' | 'worker' = 'thread',
+): Promise<StepResult[]> {
   const port = await freePortForBench();
   const results = await Promise.all(
     [0, 1].map(
       (rank) =>
-        new Promise<StepResult>((resolve, reject) => {
+        new Promise<StepResult[]>((resolve, reject) => {
           const child = spawn(
             process.execPath,
             [
@@ -57,6 +62,7 @@ async function tcp(plan: StepPlan): Promise<StepResult> {
               'tsx',
               join(here, 'net-rank.ts'),
               JSON.stringify(plan),
+              progress,
             ],
             {
               stdio: ['ignore', 'pipe', 'inherit'],
@@ -90,9 +96,13 @@ async function tcp(plan: StepPlan): Promise<StepResult> {
   return slowest(results);
 }
 
-function slowest(results: StepResult[]): StepResult {
-  const worst = results.reduce((a, b) => (b.ms > a.ms ? b : a));
-  return { ...worst, waitMs: Math.max(...results.map((r) => r.waitMs)) };
+/** Per result, the slowest rank's (its step, and the longest wait). */
+function slowest(ranks: StepResult[][]): StepResult[] {
+  return ranks[0]!.map((_, i) => {
+    const results = ranks.map((r) => r[i]!);
+    const worst = results.reduce((a, b) => (b.ms > a.ms ? b : a));
+    return { ...worst, waitMs: Math.max(...results.map((r) => r.waitMs)) };
+  });
 }
 
 function failed(detail: string): never {
@@ -101,7 +111,7 @@ function failed(detail: string): never {
 
 const rows: BenchRow[] = [];
 const name = `MLP ${base.layers}x${base.width}, ${base.rows} rows/rank`;
-const nocomm = await benchStep(null, { ...base, mode: 'nocomm' });
+const [nocomm] = (await runPlan(null, { ...base, mode: 'nocomm' })) as [StepResult];
 rows.push({
   name: `${name}, 1 rank, no communication`,
   metric: 'step time',
@@ -109,13 +119,21 @@ rows.push({
   unit: 'ms',
 });
 for (const transport of transports) {
-  const run = transport === 'shm' ? shm : tcp;
-  const delay = await run({ ...base, mode: 'delay' });
-  const overlap = await run({ ...base, mode: 'overlap' });
-  const auto = await run({ ...base, mode: 'auto' });
-  const label = `${name}, 2 ranks ${transport}`;
+  const run =
+    transport === 'shm'
+      ? shm
+      : transport === 'tcp-worker'
+        ? (plan: StepPlan) => tcp(plan, 'worker')
+        : (plan: StepPlan) => tcp(plan);
+  // The three modes interleaved step by step on one group ([Note: the ddp bench's paired steps]).
+  const [delay, overlap, auto] = (await run({ ...base, mode: 'paired' })) as [
+    StepResult,
+    StepResult,
+    StepResult,
+  ];
+  const label = `${name}, 2 ranks ${transport === 'tcp-worker' ? "tcp (progress: 'worker')" : transport}`;
   // Both ranks compute at once without sending anything: what sharing 2 cores costs by itself.
-  const contended = await run({ ...base, mode: 'nocomm' });
+  const [contended] = (await run({ ...base, mode: 'nocomm' })) as [StepResult];
   rows.push({
     name: `${label}, no communication (ranks share the cores)`,
     metric: 'step time',
@@ -129,6 +147,9 @@ for (const transport of transports) {
     unit: 'ms',
   });
   rows.push({ name: `${label}, delayAllreduce`, metric: 'step time', value: delay.ms, unit: 'ms' });
+  console.log(
+    `${label}: delay ${delay.ms.toFixed(0)} ms, overlap ${overlap.ms.toFixed(0)} ms, auto ${auto.ms.toFixed(0)} ms (chose ${auto.chosen}); load average ${loadavg()[0]!.toFixed(1)}`,
+  );
   rows.push({
     name: `${label}, overlapped (${overlap.buckets} buckets)`,
     metric: 'step time',

@@ -1,5 +1,5 @@
 // One rank of the shm benchmark, as a worker thread started by launchThreads.
 import { runShmWorker } from '@webshard/collectives/node';
-import { benchStep, type StepPlan } from './step.js';
+import { runPlan, type StepPlan } from './step.js';
 
-void runShmWorker((group, plan: StepPlan) => benchStep(group, plan));
+void runShmWorker((group, plan: StepPlan) => runPlan(group, plan));

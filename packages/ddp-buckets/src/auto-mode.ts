@@ -3,13 +3,19 @@ import type { ProcessGroup } from '@webshard/collectives';
 /** When the gradient all-reduce runs: overlapped with backward, or all at its end. */
 export type AllreduceMode = 'overlap' | 'delay';
 
-/** What `delayAllreduce: 'auto'` measured: each mode's best synchronized step, slowest rank's. */
+/**
+ * What `delayAllreduce: 'auto'` measured, each step the slowest rank's: each mode's best step, and
+ * the median over the trial's pairs of adjacent steps of overlap's step over delay's, which
+ * decides ([Note: choosing overlap by measurement]).
+ */
 export interface AutoTimings {
   /** Milliseconds from forward to the end of the reduction, all-reduce at the end of backward. */
   delayMs: number;
   /** The same with each bucket's all-reduce overlapped with backward. */
   overlapMs: number;
-  /** Timed steps of each mode (the fastest of them counts). */
+  /** Median over the pairs of overlap's step / delay's step: overlap runs when it is at most 1. */
+  overlapToDelay: number;
+  /** Timed steps of each mode (one pair each). */
   trials: number;
 }
 
@@ -24,8 +30,13 @@ export interface AutoTimings {
  * gradient order, one untimed overlapped step (its buckets' first use: fresh buffers, first
  * sends), then `TRIALS` synchronized steps of each mode, alternating so that a burst of load on a
  * shared machine does not land on one mode only, each timed from `forward` to the end of the
- * reduction. It keeps each mode's fastest, takes the slowest rank's (an all-reduce of max, so every rank decides the same
- * mode and issues the same collectives), and from then on runs the faster one, overlap on a tie.
+ * reduction. Each step counts as the slowest rank's (an all-reduce of max over the timings, so
+ * every rank decides the same mode and issues the same collectives). The i-th delayed and the i-th
+ * overlapped step ran next to each other: the decision is the median over these pairs of
+ * overlap's step over delay's, overlap when it is at most 1. Not each mode's fastest step: on a
+ * machine shared with other work, one quiet moment that fell on one mode's step made that mode
+ * win by its minimum whatever the other steps said (the constructed case in auto-mode.test.ts);
+ * adjacent steps see about the same load, and the median needs most pairs to agree.
  * Both modes sum the same gradients over the same ranks; at two ranks the bits are the same, at
  * more the ring's chunks can differ and the sums with them in the last bits. Steps under `noSync`
  * are not timed, and a plan rebuilt before the choice restarts the trial.
@@ -70,10 +81,25 @@ export class AutoModeTrial {
 
   /** Agree with every rank of `group` (a collective) and choose; returns the mode. */
   async decide(group: ProcessGroup): Promise<AllreduceMode> {
-    const times = Float32Array.of(Math.min(...this.delay), Math.min(...this.overlap));
+    const n = AutoModeTrial.TRIALS;
+    const times = Float32Array.from([...this.delay.slice(0, n), ...this.overlap.slice(0, n)]);
     await group.allReduce(times, { op: 'max' }).wait();
-    this.measured = { delayMs: times[0]!, overlapMs: times[1]!, trials: AutoModeTrial.TRIALS };
-    this.decidedMode = times[1]! <= times[0]! ? 'overlap' : 'delay';
+    const delay = Array.from(times.subarray(0, n));
+    const overlap = Array.from(times.subarray(n));
+    const overlapToDelay = median(overlap.map((o, i) => o / delay[i]!));
+    this.measured = {
+      delayMs: Math.min(...delay),
+      overlapMs: Math.min(...overlap),
+      overlapToDelay,
+      trials: n,
+    };
+    this.decidedMode = overlapToDelay <= 1 ? 'overlap' : 'delay';
     return this.decidedMode;
   }
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }

@@ -1,11 +1,15 @@
 // The FSDP benchmark: a nanoGPT-shaped model (one unit per block) trained over shm at 1, 2 and 4
 // ranks: step time, tokens/s and peak memory per rank, and the share of all-gather time that
 // prefetching hides. `pnpm bench` (or `tsx --conditions=@webshard/source bench/index.ts --worlds 2`).
+// `--transports shm,tcp,tcp-worker`: also over tcp between processes, with each rank's
+// communication on its thread (`tcp`) or on its worker (`tcp-worker`, `progress: 'worker'`).
+// `--no-ssd` and `--no-webgpu` leave the ssdOffload and WebGPU rows out.
 import { loadavg } from 'node:os';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import type { GptConfig } from '../src/test-support/gpt.js';
 import { runShmStep } from './shm-launch.js';
-import type { StepResult } from './shm-step.js';
+import { runTcpStep } from './tcp-launch.js';
+import type { StepJob, StepResult } from './step-job.js';
 import { type SsdCost, SSD_MODES, ssdCost, ssdRows } from './ssd-offload.js';
 import { webgpuCopies } from './webgpu-copies.js';
 
@@ -18,6 +22,8 @@ function option(name: string, fallback: string): string[] {
 const worlds = option('worlds', '1,2,4')
   .filter((w) => w !== '')
   .map(Number);
+type Transport = 'shm' | 'tcp' | 'tcp-worker';
+const transports = option('transports', 'shm') as Transport[];
 /**
  * [Note: the fsdp bench at GPT-2 size]
  * `--gpt2`: GPT-2 small instead of the 4x96 GPT (12 layers, 768 wide, nanoGPT's vocabulary of
@@ -35,12 +41,18 @@ const ROWS = Number(option('rows', '4')[0]);
 const MODEL = GPT2 ? 'GPT-2 124M' : 'GPT 4x96';
 
 async function measure(
+  transport: Transport,
   world: number,
   limitAllGathers: number,
   strategy: 'fsdp' | 'ddp' = 'fsdp',
   registered = true,
 ): Promise<StepResult> {
-  return runShmStep(world, {
+  const run =
+    transport === 'shm'
+      ? runShmStep
+      : (n: number, job: StepJob) =>
+          runTcpStep(n, job, transport === 'tcp-worker' ? 'worker' : 'thread');
+  return run(world, {
     config: CONFIG,
     rows: ROWS,
     limitAllGathers,
@@ -53,12 +65,18 @@ async function measure(
 
 const rows: BenchRow[] = [];
 const tokens = (world: number) => world * ROWS * CONFIG.blockSize;
-for (const world of worlds) {
-  const on = await measure(world, 1);
-  const off = await measure(world, 0);
-  const ddp = await measure(world, 0, 'ddp');
-  const ordinary = world > 1 && !GPT2 ? await measure(world, 1, 'fsdp', false) : null;
-  const name = `${MODEL}${GPT2 ? `, ${ROWS} sequences a rank` : ''}, ${world} rank${world > 1 ? 's' : ''} over shm`;
+const over = { shm: 'shm', tcp: 'tcp', 'tcp-worker': "tcp (progress: 'worker')" } as const;
+for (const [world, transport] of worlds.flatMap((w) =>
+  (w === 1 ? ['shm' as const] : transports).map((t) => [w, t] as const),
+)) {
+  const on = await measure(transport, world, 1);
+  const off = await measure(transport, world, 0);
+  const ddp = await measure(transport, world, 0, 'ddp');
+  const ordinary =
+    world > 1 && !GPT2 && transport === 'shm'
+      ? await measure(transport, world, 1, 'fsdp', false)
+      : null;
+  const name = `${MODEL}${GPT2 ? `, ${ROWS} sequences a rank` : ''}, ${world} rank${world > 1 ? 's' : ''} over ${over[transport]}`;
   console.log(
     `${name}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms; gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)}); load average ${loadavg()[0]!.toFixed(1)}`,
   );
@@ -144,7 +162,7 @@ for (const world of worlds) {
     });
   }
 }
-if (!GPT2) {
+if (!GPT2 && !process.argv.includes('--no-ssd')) {
   const costs: [string, SsdCost][] = [];
   for (const [label, mode] of SSD_MODES) costs.push([label, await ssdCost(CONFIG, ROWS, 5, mode)]);
   rows.push(...ssdRows(costs));

@@ -3,7 +3,7 @@
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { launchThreads } from '@webshard/collectives/node';
-import type { StepJob, StepResult } from './shm-step.js';
+import type { StepJob, StepResult } from './step-job.js';
 
 const tsx = pathToFileURL(
   createRequire(import.meta.url)
@@ -20,10 +20,16 @@ export async function runShmStep(world: number, job: StepJob): Promise<StepResul
     execArgv: ['--conditions=@webshard/source'],
     group: { timeoutMs: 120_000 },
   });
-  const results = outcomes.map((o) => {
-    if (o.status !== 'fulfilled') throw new Error(`rank ${o.rank} failed: ${JSON.stringify(o)}`);
-    return o.value;
-  });
+  return slowestRank(
+    outcomes.map((o) => {
+      if (o.status !== 'fulfilled') throw new Error(`rank ${o.rank} failed: ${JSON.stringify(o)}`);
+      return o.value;
+    }),
+  );
+}
+
+/** Each number the slowest (largest) rank's. */
+export function slowestRank(results: StepResult[]): StepResult {
   const most = (key: keyof StepResult) => Math.max(...results.map((r) => r[key]));
   return {
     stepMs: most('stepMs'),

@@ -3,7 +3,7 @@
 // falls on every variant alike; per variant the median over rounds of rank 0's median step, the
 // bytes a step reads and writes, the peaks; the load average before and after. Prints a markdown
 // table for packages/fsdp/README.md. Ranks are 2 in this thread over `local` (bench/ssd-offload.ts),
-// or with `--shm` 2 worker threads over `shm` (bench/shm-step.ts: one rank a thread, the slowest
+// or with `--shm` 2 worker threads over `shm` (bench/shm-step.ts running bench/step-job.ts: one rank a thread, the slowest
 // rank's step between barriers), where one rank's file I/O does not hold the other's thread.
 import { loadavg } from 'node:os';
 import { mkdtemp, rm } from 'node:fs/promises';

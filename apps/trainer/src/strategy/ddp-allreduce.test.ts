@@ -4,7 +4,7 @@ import { runMain, TINY } from '../test-support/cli.js';
 const STEPS = TINY.map((flag, i) => (TINY[i - 1] === '--steps' ? '10' : flag));
 const DDP = [...STEPS, '--strategy', 'ddp', '--world-size', '2', '--transport', 'local'];
 const NEWS =
-  /^ddp: all-reduce (at the end of backward|overlapped with backward) from here on: [\d.]+ ms overlapped against [\d.]+ ms delayed \(forward to reduced, slowest rank, best of 3\)$/;
+  /^ddp: all-reduce (at the end of backward|overlapped with backward) from here on: [\d.]+ ms overlapped against [\d.]+ ms delayed \(forward to reduced, slowest rank, best of 3\); overlapped \/ delayed, median of 3 adjacent pairs: [\d.]+$/;
 
 describe('--ddp-allreduce', () => {
   it('auto (the default) times both modes and says once which it keeps; a fixed mode says nothing', async () => {

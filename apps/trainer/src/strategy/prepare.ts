@@ -225,8 +225,8 @@ function ddpModeNews(ddp: DistributedDataParallel): () => string | null {
     const timings = ddp.autoTimings;
     if (told || timings === null) return null;
     told = true;
-    const { delayMs, overlapMs } = timings;
-    const times = `${overlapMs.toFixed(1)} ms overlapped against ${delayMs.toFixed(1)} ms delayed (forward to reduced, slowest rank, best of ${timings.trials})`;
+    const { delayMs, overlapMs, overlapToDelay } = timings;
+    const times = `${overlapMs.toFixed(1)} ms overlapped against ${delayMs.toFixed(1)} ms delayed (forward to reduced, slowest rank, best of ${timings.trials}); overlapped / delayed, median of ${timings.trials} adjacent pairs: ${overlapToDelay.toFixed(2)}`;
     return ddp.allreduceMode === 'delay'
       ? `ddp: all-reduce at the end of backward from here on: ${times}`
       : `ddp: all-reduce overlapped with backward from here on: ${times}`;

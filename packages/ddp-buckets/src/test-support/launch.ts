@@ -54,6 +54,21 @@ export function runProcesses(
   reports: ((ParityReport & { transport: string }) | null)[];
   output: string;
 }> {
+  return runRankScript<ParityReport & { transport: string }>(size, 'net-rank.ts', [
+    backend,
+    JSON.stringify(job),
+  ]);
+}
+
+/**
+ * Runs the rank script `file` (beside this one) with `args` on `size` processes through
+ * webshard-run; each rank's report is the JSON after `REPORT ` on one line of its output.
+ */
+export function runRankScript<Report>(
+  size: number,
+  file: string,
+  args: string[],
+): Promise<{ exitCode: number | null; reports: (Report | null)[]; output: string }> {
   return new Promise((resolve) => {
     const child = spawn(
       process.execPath,
@@ -65,9 +80,8 @@ export function runProcesses(
         // would not be used): these tests are about tcp and ws between processes.
         '--ranks-as',
         'processes',
-        join(here, 'net-rank.ts'),
-        backend,
-        JSON.stringify(job),
+        join(here, file),
+        ...args,
       ],
       {
         env: { ...process.env, NODE_OPTIONS: '--conditions=@webshard/source' },
@@ -82,14 +96,10 @@ export function runProcesses(
       output += chunk.toString();
     });
     child.on('exit', (exitCode) => {
-      const reports: ((ParityReport & { transport: string }) | null)[] = Array.from(
-        { length: size },
-        () => null,
-      );
+      const reports: (Report | null)[] = Array.from({ length: size }, () => null);
       for (const line of output.split('\n')) {
         const match = /^\[rank (\d+)\] REPORT (.*)$/.exec(line);
-        if (match)
-          reports[Number(match[1])] = JSON.parse(match[2]!) as ParityReport & { transport: string };
+        if (match) reports[Number(match[1])] = JSON.parse(match[2]!) as Report;
       }
       resolve({ exitCode, reports, output });
     });

@@ -16,6 +16,7 @@ import {
   tensor,
   transpose,
 } from '@webshard/tensor-core';
+import type { AutoTimings } from '../auto-mode.js';
 import type { DistributedDataParallelOptions } from '../api.js';
 import { DistributedDataParallel } from '../distributed-data-parallel.js';
 
@@ -50,7 +51,7 @@ export interface ParityReport {
   /** `allreduceMode` after each step. */
   modes: string[];
   /** What `delayAllreduce: 'auto'` measured (null without it, or before it chose). */
-  autoTimings: { delayMs: number; overlapMs: number; trials: number } | null;
+  autoTimings: AutoTimings | null;
 }
 
 const IN = 6;
