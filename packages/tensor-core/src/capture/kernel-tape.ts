@@ -1,4 +1,5 @@
 import type { Backend, RawStorage } from '../backend/backend.js';
+import { sizeClass } from '../memory/caching-allocator.js';
 import type { HostStepRecorder } from './host-step.js';
 
 /** The backend methods a tape records: every kernel of the contract, and host-to-device writes. */
@@ -51,7 +52,7 @@ function snapshot(arg: unknown): unknown {
  * Records one step's kernel calls on a backend and plans its memory: see [Note: the captured
  * step] in captured-step.ts. `install` shadows the backend's methods on the instance (its class is
  * untouched); `uninstall` removes the shadows. While installed, storage the step allocates comes
- * from storage it released earlier in the step (same size) or from the backend, and none of it
+ * from storage it released earlier in the step (same size class) or from the backend, and none of it
  * goes back to the backend: the tape owns it until `releasePlan`.
  */
 export class KernelTape implements HostStepRecorder {
@@ -100,7 +101,9 @@ export class KernelTape implements HostStepRecorder {
     }
     const allocate = target.allocate!;
     own('allocate', (byteSize: unknown) => {
-      const reused = this.free.get(byteSize as number)?.pop();
+      // Blocks carry their allocator's size class, so a request looks up its class: the plan
+      // reuses memory as the caching allocator's pool would in the eager step.
+      const reused = this.free.get(sizeClass(byteSize as number))?.pop();
       if (reused !== undefined) return reused;
       const storage = allocate.call(this.backend, byteSize) as RawStorage;
       this.owned.add(storage);
