@@ -4,6 +4,7 @@ import {
   backward,
   CapturedStep,
   clipGradNorm,
+  Dropout,
   GELU,
   GPT,
   Linear,
@@ -63,7 +64,8 @@ async function train(
   const step = captured ? new CapturedStep(fn) : undefined;
   const losses: number[] = [];
   for (let i = 0; i < steps; i++) {
-    for (const group of setup.optimizer.paramGroups as unknown as { lr: number }[]) group.lr = 1e-2 / (i + 1);
+    for (const group of setup.optimizer.paramGroups as unknown as { lr: number }[])
+      group.lr = 1e-2 / (i + 1);
     const inputs = batch(i);
     const outputs = step ? await step.run(inputs) : await fn(inputs);
     losses.push(await outputs[0]!.item());
@@ -191,5 +193,49 @@ describe('CapturedStep (a step recorded once and replayed)', () => {
     await step.run(mlpBatch(() => 6)(0));
     expect(step.status).toBe('refused');
     expect(step.refusal).toContain('outlive');
+  });
+
+  it('leaves nothing behind when the step fails while it records, and records at the next run', async () => {
+    const setup = mlpSetup();
+    const inner = stepOf(setup, []);
+    let fail = false;
+    const step = new CapturedStep(async (inputs) => {
+      if (fail) throw new Error('the batch was bad');
+      return inner(inputs);
+    });
+    const batch = mlpBatch(() => 6);
+    const [warmupLoss] = await step.run(batch(0));
+    // The next run frees the warm-up's loss (the outputs live until the next run), nothing else.
+    const lossBytes = warmupLoss!.kernel('test').storage.byteSize;
+    const next = batch(1);
+    const before = backend.memoryStats().allocated;
+    fail = true;
+    await expect(step.run(next)).rejects.toThrow('the batch was bad');
+    expect(backend.memoryStats().allocated).toBe(before - lossBytes);
+    fail = false;
+    await step.run(next);
+    await step.run(batch(2));
+    expect(step.status).toBe('captured');
+    expect(step.stats).toMatchObject({ eagerRuns: 1, captures: 1, replays: 1 });
+  });
+
+  it('refuses a step that draws random numbers (dropout), whose replay would repeat them', async () => {
+    const generator = new RandomGenerator(3);
+    const model = new Sequential(
+      new Linear(8, 16, { backend, generator }),
+      new Dropout(0.5, { generator }),
+      new Linear(16, 4, { backend, generator }),
+    );
+    const params = model.parameters();
+    const setup: Setup = {
+      params,
+      optimizer: new SGD(params, { lr: 1e-2 }) as unknown as Optimizer<object, object>,
+      loss: ([x, y]) => mseLoss(model.call(x!), y!),
+      clip: Number.POSITIVE_INFINITY,
+    };
+    const step = new CapturedStep(stepOf(setup, []));
+    for (let i = 0; i < 3; i++) await step.run(mlpBatch(() => 6)(i));
+    expect(step.status).toBe('refused');
+    expect(step.refusal).toContain('random');
   });
 });

@@ -30,7 +30,9 @@ import { KernelTape } from './kernel-tape.js';
  * captured ones run eagerly (the capture is kept for when they match again).
  *
  * The returned tensors belong to the captured step: read them before the next `run`, never free
- * them (a replay writes into them again).
+ * them (a replay writes into them again). Parameters, gradients kept between steps and optimizer
+ * state must keep their storage while the step is used: loading a state dict into new tensors,
+ * `setData`, or moving the model to another backend needs a new `CapturedStep`.
  */
 export type CapturedStepStatus = 'warming-up' | 'captured' | 'refused' | 'disposed';
 
@@ -145,6 +147,12 @@ export class CapturedStep {
     let outputs: readonly Tensor[];
     try {
       outputs = await this.fn(this.statics);
+    } catch (error) {
+      // A step that failed while recording leaves no plan: the next run captures again.
+      tape.releasePlan();
+      for (const s of this.statics) s.free();
+      this.statics = [];
+      throw error;
     } finally {
       setHostStepRecorder(null);
       tape.uninstall();
