@@ -238,4 +238,23 @@ describe('CapturedStep (a step recorded once and replayed)', () => {
     expect(step.status).toBe('refused');
     expect(step.refusal).toContain('random');
   });
+
+  it("refuses a capture while another call chain uses the backend, with each step's bits", async () => {
+    const batch = mlpBatch(() => 6);
+    const eager = await Promise.all([
+      train(mlpSetup(), batch, 4, false),
+      train(mlpSetup(), batch, 4, false),
+    ]);
+    // Two models stepped concurrently in one thread, as thread ranks are: each one's capture sees
+    // the other's kernels, which its replay would not redo.
+    const [a, b] = await Promise.all([
+      train(mlpSetup(), batch, 4, true),
+      train(mlpSetup(), batch, 4, true),
+    ]);
+    expect(a!.losses).toEqual(eager[0]!.losses);
+    expect(b!.losses).toEqual(eager[1]!.losses);
+    expect(a!.params).toEqual(eager[0]!.params);
+    expect(b!.params).toEqual(eager[1]!.params);
+    expect([a!.step!.refusal, b!.step!.refusal].join()).toContain('another call chain');
+  });
 });

@@ -2,7 +2,7 @@ import type { Backend, RawStorage } from '../backend/backend.js';
 import { ArgumentError } from '../errors.js';
 import { keep } from '../scope.js';
 import { Tensor } from '../tensor.js';
-import { setHostStepRecorder } from './host-step.js';
+import { isCapturing, recordWith } from './host-step.js';
 import { KernelTape } from './kernel-tape.js';
 
 /**
@@ -30,7 +30,10 @@ import { KernelTape } from './kernel-tape.js';
  * captured ones run eagerly (the capture is kept for when they match again).
  *
  * The returned tensors belong to the captured step: read them before the next `run`, never free
- * them (a replay writes into them again). Parameters, gradients kept between steps and optimizer
+ * them (a replay writes into them again). The recording belongs to the call chain that runs the
+ * step ([Note: async context]): another chain's use of the backend meanwhile (a second rank in the
+ * thread) refuses the capture, since the replay would not know that work; and one capture runs at a
+ * time in a thread (a step that would capture meanwhile runs eagerly and captures later). Parameters, gradients kept between steps and optimizer
  * state must keep their storage while the step is used: loading a state dict into new tensors,
  * `setData`, or moving the model to another backend needs a new `CapturedStep`.
  */
@@ -103,8 +106,12 @@ export class CapturedStep {
       this.stats.replays++;
       return this.outputs;
     }
-    if (this.state === 'warming-up' && this.warmupLeft === 0) return this.capture(inputs);
-    if (this.state === 'warming-up') this.warmupLeft--;
+    // One recording at a time in a thread ([Note: host steps in a captured step] keeps the recorder
+    // in a global): a step that would capture while another records runs eagerly and tries later.
+    if (this.state === 'warming-up' && this.warmupLeft === 0 && !isCapturing()) {
+      return this.capture(inputs);
+    }
+    if (this.state === 'warming-up' && this.warmupLeft > 0) this.warmupLeft--;
     const outputs = await this.fn(inputs);
     for (const t of outputs) keep(t);
     this.eagerOutputs = outputs;
@@ -143,10 +150,9 @@ export class CapturedStep {
     });
     const tape = new KernelTape(backend as Backend);
     tape.install();
-    setHostStepRecorder(tape);
     let outputs: readonly Tensor[];
     try {
-      outputs = await this.fn(this.statics);
+      outputs = await recordWith(tape, async () => this.fn(this.statics));
     } catch (error) {
       // A step that failed while recording leaves no plan: the next run captures again.
       tape.releasePlan();
@@ -154,7 +160,6 @@ export class CapturedStep {
       this.statics = [];
       throw error;
     } finally {
-      setHostStepRecorder(null);
       tape.uninstall();
     }
     for (const t of outputs) keep(t);

@@ -1,3 +1,5 @@
+import { ContextSlot } from '../async-context.js';
+
 /**
  * [Note: host steps in a captured step]
  * A captured step ([Note: the captured step] in captured-step.ts) replays kernel calls with the
@@ -16,22 +18,36 @@ export interface HostStepRecorder {
   hostStep<T>(fn: () => T): T;
 }
 
-let active: HostStepRecorder | null = null;
+/** The recorder of the call chain that records a step ([Note: async context]); null elsewhere. */
+const recorder = new ContextSlot<HostStepRecorder | null>(null);
+/** Recordings in progress in this thread, whatever their chain. */
+let recording = 0;
 
-/** Set by `CapturedStep` while it captures; null otherwise. */
-export function setHostStepRecorder(recorder: HostStepRecorder | null): void {
-  active = recorder;
+/** Run `fn` (the step being recorded) with `active` as its chain's recorder. */
+export async function recordWith<T>(active: HostStepRecorder, fn: () => Promise<T>): Promise<T> {
+  recording++;
+  try {
+    return await recorder.run(active, fn);
+  } finally {
+    recording--;
+  }
 }
 
-/** True while a `CapturedStep` records. */
+/** The recorder of the current call chain, if it is recording a step. */
+export function currentRecorder(): HostStepRecorder | null {
+  return recorder.get();
+}
+
+/** True while a `CapturedStep` records, in any call chain of this thread. */
 export function isCapturing(): boolean {
-  return active !== null;
+  return recording > 0;
 }
 
 /**
- * Run `fn` now, and again at this point of every replay of the step being captured, if one is
- * ([Note: host steps in a captured step]). Returns what `fn` returns.
+ * Run `fn` now, and again at this point of every replay of the step being captured, if this call
+ * chain is capturing one ([Note: host steps in a captured step]). Returns what `fn` returns.
  */
 export function hostStep<T>(fn: () => T): T {
+  const active = recorder.get();
   return active === null ? fn() : active.hostStep(fn);
 }

@@ -1,6 +1,6 @@
 import type { Backend, RawStorage } from '../backend/backend.js';
 import { sizeClass } from '../memory/caching-allocator.js';
-import type { HostStepRecorder } from './host-step.js';
+import { currentRecorder, type HostStepRecorder } from './host-step.js';
 
 /** The backend methods a tape records: every kernel of the contract, and host-to-device writes. */
 const KERNELS = [
@@ -79,6 +79,7 @@ export class KernelTape implements HostStepRecorder {
       const original = target[name];
       if (typeof original !== 'function') continue;
       own(name, (...args: unknown[]) => {
+        if (this.foreign()) return original.apply(this.backend, args);
         if (this.depth > 0 || this.suspended > 0) return original.apply(this.backend, args);
         // A write's `done` belongs to the caller's one write: a replay writes its own copy.
         const kept = name === 'write' ? args.slice(0, 2) : args;
@@ -94,13 +95,14 @@ export class KernelTape implements HostStepRecorder {
     for (const [name, reason] of Object.entries(REFUSED)) {
       const original = target[name]!;
       own(name, (...args: unknown[]) => {
-        if (this.depth === 0 && this.suspended === 0)
+        if (!this.foreign() && this.depth === 0 && this.suspended === 0)
           this.refuse(`the step calls ${name}: ${reason}`);
         return original.apply(this.backend, args);
       });
     }
     const allocate = target.allocate!;
     own('allocate', (byteSize: unknown) => {
+      if (this.foreign()) return allocate.call(this.backend, byteSize);
       // Blocks carry their allocator's size class, so a request looks up its class: the plan
       // reuses memory as the caching allocator's pool would in the eager step.
       const reused = this.free.get(sizeClass(byteSize as number))?.pop();
@@ -112,6 +114,10 @@ export class KernelTape implements HostStepRecorder {
     const release = target.release!;
     own('release', (storage: unknown) => {
       const raw = storage as RawStorage;
+      if (this.foreign() && !this.owned.has(raw)) {
+        release.call(this.backend, raw);
+        return;
+      }
       if (!this.owned.has(raw)) {
         this.refuse('the step frees a tensor made before it (a replay would write freed memory)');
         release.call(this.backend, raw);
@@ -127,6 +133,16 @@ export class KernelTape implements HostStepRecorder {
     const target = this.backend as unknown as Record<string, Method>;
     for (const name of this.originals.keys()) delete target[name];
     this.originals.clear();
+  }
+
+  /**
+   * True when another call chain than the recording one uses the backend: its work is not the
+   * step's, so the capture is refused (a replay would not redo it), and it runs as it would.
+   */
+  private foreign(): boolean {
+    if (currentRecorder() === this) return false;
+    this.refuse('another call chain used the backend while the step recorded');
+    return true;
   }
 
   refuse(reason: string): void {
