@@ -53,7 +53,13 @@ export function capturedTrainStep(
   return {
     captured,
     async step(inputs) {
-      await captured.run(inputs);
+      try {
+        await captured.run(inputs);
+      } catch (error) {
+        // As `accumulatedStep`: a step that failed part way (a refused loss) leaves no gradient.
+        optimizer.zeroGrad();
+        throw error;
+      }
       return { loss: lossValue, gradNorm };
     },
     dispose: () => captured.dispose(),

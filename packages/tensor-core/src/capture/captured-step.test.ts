@@ -9,6 +9,7 @@ import {
   GPT,
   Linear,
   mseLoss,
+  noGrad,
   type Module,
   type Optimizer,
   RandomGenerator,
@@ -200,7 +201,11 @@ describe('CapturedStep (a step recorded once and replayed)', () => {
     const inner = stepOf(setup, []);
     let fail = false;
     const step = new CapturedStep(async (inputs) => {
-      if (fail) throw new Error('the batch was bad');
+      if (fail) {
+        // Fail after the step allocated and freed some memory (the plan has free blocks).
+        noGrad(() => tidy(() => setup.loss(inputs))).free();
+        throw new Error('the batch was bad');
+      }
       return inner(inputs);
     });
     const batch = mlpBatch(() => 6);

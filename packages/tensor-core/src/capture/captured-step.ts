@@ -155,6 +155,7 @@ export class CapturedStep {
       outputs = await recordWith(tape, async () => this.fn(this.statics));
     } catch (error) {
       // A step that failed while recording leaves no plan: the next run captures again.
+      tape.uninstall();
       tape.releasePlan();
       for (const s of this.statics) s.free();
       this.statics = [];

@@ -192,8 +192,9 @@ export class KernelTape implements HostStepRecorder {
 
   /** Give the storage the step released back to the backend (the plan is done with). */
   releasePlan(): void {
-    for (const list of this.free.values()) for (const s of list) this.backend.release(s);
+    const free = [...this.free.values()].flat();
     this.free.clear();
     this.owned.clear();
+    for (const s of free) this.backend.release(s);
   }
 }
