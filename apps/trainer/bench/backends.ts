@@ -31,8 +31,10 @@ import {
   GPT,
   RandomGenerator,
   relaxedFmaSupport,
+  type Tensor,
   tensor,
 } from '@webshard/tensor-core';
+import { capturedTrainStep } from '../src/captured-train-step.js';
 import { loadCorpus } from '../src/corpus.js';
 import { BatchSampler } from '../src/data/batches.js';
 import { CharTokenizer } from '../src/data/char-tokenizer.js';
@@ -44,34 +46,44 @@ import { profileSize, runStepProfile } from './step-profile.js';
 
 const BATCH = 16;
 
-async function stepMs(backend: Backend, text: string): Promise<number> {
+/**
+ * The median step of the default GPT on `backend`: the eager `trainStep`, or with `captured` the
+ * same step recorded once and replayed (`capturedTrainStep`; same bits, [Note: the captured step]
+ * in tensor-core).
+ */
+async function stepMs(backend: Backend, text: string, captured = false): Promise<number> {
   const tokenizer = CharTokenizer.fromText(text);
   const config = { ...DEFAULT_MODEL, vocabSize: tokenizer.vocabSize };
   const model = new GPT(config, { backend, generator: new RandomGenerator(1) });
   const params = model.parameters();
   const optimizer = new AdamW(decayGroups(model, 0.1), { lr: 3e-3, betas: [0.9, 0.95] });
   const sampler = new BatchSampler(tokenizer.encode(text), BATCH, config.blockSize, 1);
-  return timeMedian(
-    async () => {
-      const batch = sampler.next();
-      const shape = [BATCH, config.blockSize];
-      const inputs = tensor(batch.inputs, { backend, dtype: 'i32', shape });
-      const targets = tensor(batch.targets, { backend, dtype: 'i32', shape });
-      await trainStep(
-        params,
-        optimizer,
-        () => {
-          const out = model.call(inputs, targets);
-          out.logits.free();
-          return out.loss!;
-        },
-        { clip: 1 },
-      );
-      inputs.free();
-      targets.free();
-    },
-    { warmup: 3, iterations: 15, maxMs: 30_000 },
-  );
+  const computeLoss = ([inputs, targets]: readonly Tensor[]) => {
+    const out = model.call(inputs!, targets!);
+    out.logits.free();
+    return out.loss!;
+  };
+  const replayed = captured ? capturedTrainStep(params, optimizer, computeLoss, { clip: 1 }) : null;
+  try {
+    return await timeMedian(
+      async () => {
+        const batch = sampler.next();
+        const shape = [BATCH, config.blockSize];
+        const inputs = tensor(batch.inputs, { backend, dtype: 'i32', shape });
+        const targets = tensor(batch.targets, { backend, dtype: 'i32', shape });
+        if (replayed) await replayed.step([inputs, targets]);
+        else await trainStep(params, optimizer, () => computeLoss([inputs, targets]), { clip: 1 });
+        inputs.free();
+        targets.free();
+      },
+      { warmup: 3, iterations: 15, maxMs: 30_000 },
+    );
+  } finally {
+    if (replayed && replayed.captured.status !== 'captured') {
+      console.log(`the captured step ran eagerly: ${replayed.captured.refusal}`);
+    }
+    replayed?.dispose();
+  }
 }
 
 const threads = availableParallelism();
@@ -118,19 +130,22 @@ const cpuBackend = await createBackend({
 const gpuBackend = await createBackend({ kind: 'webgpu' });
 const peer = findPeer();
 const cpuRuns: number[] = [];
+const capturedRuns: number[] = [];
 const gpuRuns: number[] = [];
 const torchRuns = new Map<number, number[]>(torchThreads.map((n) => [n, []]));
 for (let round = 0; round < 2; round++) {
   cpuRuns.push(await stepMs(cpuBackend, text));
+  capturedRuns.push(await stepMs(cpuBackend, text, true));
   gpuRuns.push(await stepMs(gpuBackend, text));
   for (const n of torchThreads)
     if (peer) torchRuns.get(n)!.push(torchStepMs(peer.build, vocabSize, n));
 }
 const cpu = Math.min(...cpuRuns);
+const captured = Math.min(...capturedRuns);
 const gpu = Math.min(...gpuRuns);
 const list = (runs: number[]) => runs.map((ms) => ms.toFixed(1)).join(', ');
 console.log(
-  `cpu backend step ${list(cpuRuns)} ms; webgpu (${gpuBackend.description}) ${list(gpuRuns)} ms; load average ${loadavg()[0]!.toFixed(1)}`,
+  `cpu backend step ${list(cpuRuns)} ms, captured ${list(capturedRuns)} ms; webgpu (${gpuBackend.description}) ${list(gpuRuns)} ms; load average ${loadavg()[0]!.toFixed(1)}`,
 );
 let torch: { label: string; ms: number } | null = null;
 if (peer) {
@@ -142,6 +157,14 @@ if (peer) {
 }
 const tokens = BATCH * DEFAULT_MODEL.blockSize;
 const rows: BenchRow[] = [
+  {
+    name: 'train step, default GPT',
+    metric: 'captured cpu step throughput',
+    value: (tokens * 1000) / captured,
+    unit: 'tokens/s',
+    peer: 'cpu backend',
+    peerValue: (tokens * 1000) / cpu,
+  },
   {
     name: 'train step, default GPT',
     metric: 'webgpu step',
@@ -162,6 +185,7 @@ const rows: BenchRow[] = [
 if (torch) {
   for (const [name, ms] of [
     ['cpu backend', cpu],
+    ['cpu backend captured', captured],
     ['webgpu', gpu],
   ] as const) {
     rows.push({

@@ -120,6 +120,11 @@ export interface TrainConfig {
    * the job fuses it, `'off'` never ([Note: relaxed FMA, chosen once per job]).
    */
   matmulFma: 'auto' | 'off';
+  /**
+   * Record the step once and replay it (`--capture-step`; tensor-core's [Note: the captured step]):
+   * one process, one micro-batch, fp32, on the CPU backend; the same bits as the eager step.
+   */
+  captureStep?: boolean;
   maxSeconds: number;
   logJsonl: string | null;
   save: string | null;

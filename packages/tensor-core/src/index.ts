@@ -26,6 +26,13 @@ export { autocast, clearAutocastCache, isAutocastEnabled } from './amp/autocast.
 export type { AutocastOptions } from './amp/autocast.js';
 export { MixedPrecision } from './amp/mixed-precision.js';
 export type { MixedPrecisionOptions } from './amp/mixed-precision.js';
+export { CapturedStep } from './capture/captured-step.js';
+export type {
+  CapturedStepOptions,
+  CapturedStepStats,
+  CapturedStepStatus,
+} from './capture/captured-step.js';
+export { hostStep, isCapturing } from './capture/host-step.js';
 export { checkpoint } from './autograd/checkpoint.js';
 export type { CheckpointOptions } from './autograd/checkpoint.js';
 export { backward } from './autograd/engine.js';

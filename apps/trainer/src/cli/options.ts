@@ -31,6 +31,7 @@ const OPTIONS = {
   'num-slices': { type: 'string' },
   'num-microbatches': { type: 'string' },
   'checkpoint-activation': { type: 'boolean' },
+  'capture-step': { type: 'boolean' },
   'inner-steps': { type: 'string' },
   'outer-lr': { type: 'string' },
   'outer-momentum': { type: 'string' },
@@ -235,6 +236,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     numSlices: int('num-slices', 3),
     numMicrobatches: int('num-microbatches', 1),
     checkpointActivation: values['checkpoint-activation'] === true,
+    captureStep: values['capture-step'] === true,
     innerSteps: int('inner-steps', 50),
     outerLr: numberOption('outer-lr', v['outer-lr'], topk ? 1 : 0.7, {
       min: 0,
@@ -385,6 +387,22 @@ function checkStrategyFlags(
     throw new UsageError(`--transport applies to --strategy ddp or fsdp, not ${config.strategy}`, {
       option: '--transport',
     });
+  }
+  if (config.captureStep === true) {
+    const why =
+      config.strategy !== 'single'
+        ? `--strategy ${config.strategy}`
+        : config.gradAccum !== 1
+          ? `--grad-accum ${config.gradAccum}`
+          : config.precision !== 'fp32'
+            ? `--precision ${config.precision}`
+            : null;
+    if (why !== null) {
+      throw new UsageError(
+        `--capture-step applies to --strategy single with one micro-batch in fp32, not ${why}`,
+        { option: '--capture-step' },
+      );
+    }
   }
   if (config.strategy === 'offload' && config.precision !== 'fp32') {
     throw new UsageError(

@@ -15,7 +15,8 @@ import { hostMemoryFields } from '../host-memory.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
 import type { EvalPoint } from '../report/html-report.js';
-import { accumulatedStep } from '../train-step.js';
+import { accumulatedStep, type MixedStepResult } from '../train-step.js';
+import { capturedLoopStep } from './captured-loop-step.js';
 import { heldOutLoss, shortSample } from './held-out.js';
 import { microBatchLosses } from './micro-batches.js';
 import { learningRate } from './schedule.js';
@@ -119,6 +120,24 @@ export async function runLoop(run: Run): Promise<LoopResult> {
   return { records, evals, started, interrupted };
 }
 
+/** The step as the strategy runs it, eagerly: its micro-batches, clip, update. */
+async function eagerStep(run: Run, step: number): Promise<MixedStepResult> {
+  const { config, group, prepared, optimizer } = run;
+  const microLosses = microBatchLosses(run.model, prepared, config, run.data, step, group);
+  // A quiet step runs no collective of the loop's own: the loss is this rank's, the records its own.
+  const quiet = prepared.quietStep?.(step) ?? false;
+  const { meanOverRanks, ...stepOptions } = prepared.step;
+  return accumulatedStep(prepared.params, optimizer, microLosses, {
+    clip: config.gradClip === 0 ? Number.POSITIVE_INFINITY : config.gradClip,
+    ...stepOptions,
+    ...(quiet || meanOverRanks === undefined ? {} : { meanOverRanks }),
+    ...(prepared.mixed === undefined ? {} : { mixed: prepared.mixed }),
+    check: (loss) => {
+      if (!Number.isFinite(loss)) throw new NonFiniteLossError(step + 1, loss);
+    },
+  });
+}
+
 /** One optimizer step (index `step`, from 0) and its record: loss, norm, time, peak memory. */
 export async function oneStep(run: Run, step: number): Promise<StepRecord> {
   const { config, group, prepared, optimizer, backend } = run;
@@ -128,21 +147,10 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
       : config.lr;
   for (const paramGroup of optimizer.paramGroups) paramGroup.lr = lr;
   const start = performance.now();
-  const microLosses = microBatchLosses(run.model, prepared, config, run.data, step, group);
-  // A quiet step runs no collective of the loop's own: the loss is this rank's, the records its own.
-  const quiet = prepared.quietStep?.(step) ?? false;
-  const { meanOverRanks, ...stepOptions } = prepared.step;
-  const result = await accumulatedStep(prepared.params, optimizer, microLosses, {
-    clip: config.gradClip === 0 ? Number.POSITIVE_INFINITY : config.gradClip,
-    ...stepOptions,
-    ...(quiet || meanOverRanks === undefined ? {} : { meanOverRanks }),
-    ...(prepared.mixed === undefined ? {} : { mixed: prepared.mixed }),
-    check: (loss) => {
-      if (!Number.isFinite(loss)) throw new NonFiniteLossError(step + 1, loss);
-    },
-  });
+  const result = (await capturedLoopStep(run, step)) ?? (await eagerStep(run, step));
   // The strategy's part after the optimizer step (diloco's outer sync), inside the step's time.
   const outer = (await prepared.afterStep?.(step)) ?? null;
+  const quiet = prepared.quietStep?.(step) ?? false;
   // Under --elastic no collective of the loop's own follows the update: a member lost there would
   // fail a step whose parameters had moved, and the step, run again, would move them twice. The
   // per-rank fields are left out ([Note: elastic training in the trainer]).

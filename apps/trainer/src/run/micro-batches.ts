@@ -45,3 +45,27 @@ export function microBatchLosses(
     return (await prepared.forward(x, y)).loss!;
   });
 }
+
+/**
+ * The batch of a one-process step with one micro-batch as tensors ([inputs, targets]), for a
+ * captured step (run/captured-loop-step.ts): the tensors `microBatchLosses` makes for that step.
+ */
+export function stepInputs(
+  model: GPT | MLP,
+  config: TrainConfig,
+  data: Dataset | null,
+  step: number,
+): Tensor[] {
+  if (model instanceof GPT) {
+    const [batch] = rankMicroBatches(data!.train, {
+      step,
+      batchSize: config.batchSize,
+      blockSize: config.blockSize,
+      rank: 0,
+      worldSize: 1,
+      microBatches: 1,
+    });
+    return tokenTensors(batch!, model);
+  }
+  return regressionTensors(model, config.seed, step * config.batchSize, config.batchSize);
+}

@@ -1,4 +1,4 @@
-import type { AdamHyper, SgdHyper } from '../backend/backend.js';
+import type { AdamHyper, Backend, KernelTensor, SgdHyper } from '../backend/backend.js';
 import { ArgumentError, ShapeError } from '../errors.js';
 import { Tensor } from '../tensor.js';
 import { backendOf, requireDType, requireFloat } from './validate.js';
@@ -43,29 +43,40 @@ export function adamStep(
     throw new ArgumentError('adamStep', `step ${hyper.step} must be an integer >= 1`);
   }
   if (param.size === 0) return;
-  applyAdam('adamStep', param, grad, expAvg, expAvgSq, hyper);
+  applyAdam(adamOperands('adamStep', param, grad, { expAvg, expAvgSq }), hyper);
 }
 
 /**
  * The one way to the backend's fused Adam kernel, for `adamStep` and the `Adam`/`AdamW`
- * optimizers: the caller has checked the operands, and names itself as `op` in a freed-tensor
- * error. The update rule itself is the backend's (one kernel per backend).
+ * optimizers: the caller has checked the operands, and `adamOperands` names it as `op` in a
+ * freed-tensor error. The update rule itself is the backend's (one kernel per backend).
  */
-export function applyAdam(
+export function applyAdam(operands: AdamOperands, hyper: AdamHyper): void {
+  operands.backend.adam(operands.param, operands.grad, operands.expAvg, operands.expAvgSq, hyper);
+}
+
+/** The kernel operands of one Adam update, taken once so a host step can reuse them. */
+export interface AdamOperands {
+  readonly backend: Backend;
+  readonly param: KernelTensor;
+  readonly grad: KernelTensor;
+  readonly expAvg: KernelTensor;
+  readonly expAvgSq: KernelTensor;
+}
+
+export function adamOperands(
   op: string,
   param: Tensor,
   grad: Tensor,
-  expAvg: Tensor,
-  expAvgSq: Tensor,
-  hyper: AdamHyper,
-): void {
-  param.backend.adam(
-    param.kernel(op),
-    grad.kernel(op),
-    expAvg.kernel(op),
-    expAvgSq.kernel(op),
-    hyper,
-  );
+  state: { expAvg: Tensor; expAvgSq: Tensor },
+): AdamOperands {
+  return {
+    backend: param.backend,
+    param: param.kernel(op),
+    grad: grad.kernel(op),
+    expAvg: state.expAvg.kernel(op),
+    expAvgSq: state.expAvgSq.kernel(op),
+  };
 }
 
 /**
@@ -92,7 +103,7 @@ export function sgdStep(
 }
 
 /**
- * The one way to the backend's fused SGD kernel, for `sgdStep` and the `SGD` optimizer: the
+ * The way to the backend's fused SGD kernel for `sgdStep` (the `SGD` optimizer calls it in a host step): the
  * caller has checked the operands (`applyAdam` says more).
  */
 export function applySgd(

@@ -1,5 +1,6 @@
 import { ArgumentError, DTypeError } from '../errors.js';
-import { applyAdam } from '../ops/optim.js';
+import { hostStep } from '../capture/host-step.js';
+import { adamOperands, applyAdam } from '../ops/optim.js';
 import type { Tensor } from '../tensor.js';
 import {
   numberFrom,
@@ -80,16 +81,23 @@ export class Adam extends Optimizer<AdamHyperparameters, AdamState> {
         state = { step: 0, expAvg: zerosState(p), expAvgSq: zerosState(p) };
         this.state.set(p, state);
       }
-      state.step++;
-      applyAdam(this.opName, p, grad, state.expAvg, state.expAvgSq, {
-        lr: group.lr,
-        beta1: group.betas[0],
-        beta2: group.betas[1],
-        eps: group.eps,
-        weightDecay: group.weightDecay,
-        step: state.step,
-        decoupled: this.variant.decoupled,
-        gradScale,
+      // A host step: a replay of a captured step counts the step and reads the learning rate
+      // anew ([Note: host steps in a captured step]), on the operands as they are now.
+      const st = state;
+      const operands = adamOperands(this.opName, p, grad, st);
+      const decoupled = this.variant.decoupled;
+      hostStep(() => {
+        st.step++;
+        applyAdam(operands, {
+          lr: group.lr,
+          beta1: group.betas[0],
+          beta2: group.betas[1],
+          eps: group.eps,
+          weightDecay: group.weightDecay,
+          step: st.step,
+          decoupled,
+          gradScale,
+        });
       });
     });
   }

@@ -1,6 +1,7 @@
 import type { KernelTensor } from '../backend/backend.js';
 import { ArgumentError, BackendError } from '../errors.js';
 import { Tensor } from '../tensor.js';
+import { hostStep } from '../capture/host-step.js';
 
 /** Options of `clipGradNorm`. */
 export interface ClipGradNormOptions {
@@ -14,6 +15,11 @@ export interface ClipGradNormOptions {
   reduceNorm?: (localPartial: number) => Promise<number>;
   /** Throw if the total norm is NaN or infinite instead of scaling by it. Default false. */
   errorIfNonfinite?: boolean;
+  /**
+   * Called with the total norm each time the clip runs, each replay of a captured step included
+   * (whose caller gets no return value from it: [Note: host steps in a captured step]).
+   */
+  onTotal?: (total: number) => void;
 }
 
 /**
@@ -21,7 +27,18 @@ export interface ClipGradNormOptions {
  * for p = Infinity. One read back to the host.
  */
 export async function partialNorm(tensors: readonly Tensor[], normType: number): Promise<number> {
-  if (tensors.length === 0) return 0;
+  const total = partialNormTensor(tensors, normType);
+  if (total === null) return 0;
+  try {
+    return await total.item();
+  } finally {
+    total.free();
+  }
+}
+
+/** `partialNorm` left on the device: a 0-d tensor the caller frees; null for no tensors. */
+function partialNormTensor(tensors: readonly Tensor[], normType: number): Tensor | null {
+  if (tensors.length === 0) return null;
   const backend = tensors[0]!.backend;
   const dtype = tensors.some((t) => t.dtype === 'f64') ? 'f64' : 'f32';
   const partials = Tensor.empty(backend, [tensors.length], dtype);
@@ -62,14 +79,13 @@ export async function partialNorm(tensors: readonly Tensor[], normType: number):
       while (temps.length > 1) temps.pop()!.free();
     });
     const total = Tensor.empty(backend, [], dtype);
-    temps.push(total);
     backend.reduce(
       normType === Number.POSITIVE_INFINITY ? 'max' : 'sum',
       partials.kernel('clipGradNorm'),
       0,
       total.kernel('clipGradNorm'),
     );
-    return await total.item();
+    return total;
   } finally {
     for (const t of temps) t.free();
   }
@@ -98,24 +114,37 @@ export async function clipGradNorm(
   if (!(maxNorm >= 0)) throw new ArgumentError('clipGradNorm', `maxNorm ${maxNorm} is invalid`);
   const grads: Tensor[] = [];
   for (const p of params) if (p.grad !== null) grads.push(p.grad);
-  let partial = await partialNorm(grads, normType);
-  if (options.reduceNorm) partial = await options.reduceNorm(partial);
-  const inf = normType === Number.POSITIVE_INFINITY;
-  const total = inf ? partial : partial ** (1 / normType);
-  if (options.errorIfNonfinite && !Number.isFinite(total)) {
-    throw new ArgumentError(
-      'clipGradNorm',
-      `the total norm of order ${normType} is ${total}: gradients are not finite`,
-    );
+  const partialTensor = partialNormTensor(grads, normType);
+  // What follows decides on the host from the norm read back: a host step, so a captured step's
+  // replay reads and decides again ([Note: host steps in a captured step]). It reaches the norm and
+  // the gradients through their operands, as the replay's gradients are no tensors of their own.
+  const norm = partialTensor?.kernel('clipGradNorm') ?? null;
+  const operands = grads.map((g) => ({ backend: g.backend, grad: g.kernel('clipGradNorm') }));
+  try {
+    return await hostStep(async () => {
+      let partial = norm === null ? 0 : (await partialTensor!.backend.read(norm))[0]!;
+      if (options.reduceNorm) partial = await options.reduceNorm(partial);
+      const inf = normType === Number.POSITIVE_INFINITY;
+      const total = inf ? partial : partial ** (1 / normType);
+      if (options.errorIfNonfinite && !Number.isFinite(total)) {
+        throw new ArgumentError(
+          'clipGradNorm',
+          `the total norm of order ${normType} is ${total}: gradients are not finite`,
+        );
+      }
+      const coef = Math.fround(maxNorm / (Math.fround(total) + 1e-6));
+      if (!(coef >= 1)) {
+        for (const { backend, grad } of operands) {
+          const scaled = Tensor.empty(backend, grad.shape, grad.dtype);
+          backend.binary('mul', grad, coef, scaled.kernel('clipGradNorm'));
+          backend.copy(scaled.kernel('clipGradNorm'), grad);
+          scaled.free();
+        }
+      }
+      options.onTotal?.(total);
+      return total;
+    });
+  } finally {
+    partialTensor?.free();
   }
-  const coef = Math.fround(maxNorm / (Math.fround(total) + 1e-6));
-  if (!(coef >= 1)) {
-    for (const g of grads) {
-      const scaled = Tensor.empty(g.backend, g.shape, g.dtype);
-      g.backend.binary('mul', g.kernel('clipGradNorm'), coef, scaled.kernel('clipGradNorm'));
-      g.backend.copy(scaled.kernel('clipGradNorm'), g.kernel('clipGradNorm'));
-      scaled.free();
-    }
-  }
-  return total;
 }

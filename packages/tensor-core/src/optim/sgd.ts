@@ -1,5 +1,5 @@
 import { ArgumentError, DTypeError } from '../errors.js';
-import { applySgd } from '../ops/optim.js';
+import { hostStep } from '../capture/host-step.js';
 import { Tensor } from '../tensor.js';
 import {
   Optimizer,
@@ -83,14 +83,24 @@ export class SGD extends Optimizer<SgdHyperparameters, SgdState> {
         firstStep = true;
       }
       const buffer = group.momentum !== 0 ? state.momentumBuffer! : null;
-      applySgd('SGD', p, grad, buffer, {
-        lr: group.lr,
-        momentum: group.momentum,
-        dampening: group.dampening,
-        weightDecay: group.weightDecay,
-        nesterov: group.nesterov,
-        firstStep,
-        gradScale,
+      // A host step: a replay of a captured step reads the learning rate anew, and is never a
+      // first step ([Note: host steps in a captured step]).
+      const backend = p.backend;
+      const param = p.kernel('SGD');
+      const gradient = grad.kernel('SGD');
+      const momentum = buffer?.kernel('SGD') ?? null;
+      let first = firstStep;
+      hostStep(() => {
+        backend.sgd(param, gradient, momentum, {
+          lr: group.lr,
+          momentum: group.momentum,
+          dampening: group.dampening,
+          weightDecay: group.weightDecay,
+          nesterov: group.nesterov,
+          firstStep: first,
+          gradScale,
+        });
+        first = false;
       });
     });
   }
