@@ -34,6 +34,8 @@ const SHAPE: DilocoShape = {
 
 /** The quick case's rows, named `diloco quick: DiLoCo H=50 <compression>[ stream ...], ...`. */
 export async function dilocoQuickRows(): Promise<BenchRow[]> {
+  // `WEBSHARD_BENCH_DILOCO=stream`: the streamed rows only (and plain int8 on broadband-20).
+  const streamOnly = process.env.WEBSHARD_BENCH_DILOCO === 'stream';
   const dir = await mkdtemp(join(tmpdir(), 'webshard-diloco-quick-'));
   const shape = `GPT ${SHAPE.layers}x${SHAPE.embd}, ${SHAPE.ranks} ranks, ${SHAPE.steps} steps`;
   const rows: BenchRow[] = [];
@@ -45,7 +47,8 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
     let ddp: Measured | null = null;
     const plain = dilocoVariants(SHAPE.innerSteps, ['int8', 'int4', 'topk']);
     const streamed = streamVariants(SHAPE.innerSteps, 5, 10, ['int8', 'topk']);
-    for (const variant of [...plain, ...streamed]) {
+    const onLoopback = streamOnly ? [] : [...plain, ...streamed];
+    for (const variant of onLoopback) {
       const m = await measureDiloco(dir, SHAPE, variant, 'none');
       say(variant.name, 'loopback', m);
       if (ddp === null) {
@@ -72,37 +75,54 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
         },
       );
     }
-    // broadband-20 against loopback, each streamed variant's runs back to back; plain int8 for
-    // the share hidden without streaming.
+    // Each streamed variant over loopback, broadband-20 and broadband-100, back to back; plain
+    // int8 for the share hidden without streaming, and int8 streamed with its communication on
+    // the ranks' threads for what the worker brings.
     const plainInt8 = plain.find((v) => v.name.endsWith('int8'))!;
     const plainShaped = await measureDiloco(dir, SHAPE, plainInt8, 'broadband-20');
     say(plainInt8.name, 'broadband-20', plainShaped);
     const plainHidden = Math.round(100 * (1 - plainShaped.waitMs / plainShaped.syncMs));
+    const hidden = (m: Measured) => Math.round(100 * (1 - m.waitMs / m.syncMs));
+    let int8Shaped: Measured | null = null;
     for (const variant of streamed) {
       const loopback = await measureDiloco(dir, SHAPE, variant, 'none');
       say(variant.name, 'loopback (again)', loopback);
-      const shaped = await measureDiloco(dir, SHAPE, variant, 'broadband-20');
-      say(variant.name, 'broadband-20', shaped);
-      rows.push(
-        {
-          name: `diloco quick: ${variant.name}, ${shape}, broadband-20`,
-          metric: 'tokens/s',
-          value: Math.round(shaped.tokensPerSecond),
-          unit: 'tokens/s',
-          peer: `${variant.name} on loopback`,
-          peerValue: Math.round(loopback.tokensPerSecond),
-        },
-        {
-          name: `diloco quick: ${variant.name}, ${shape}, broadband-20, share of the outer syncs' wall time hidden`,
-          metric: 'hidden',
-          value: Math.round(100 * (1 - shaped.waitMs / shaped.syncMs)),
-          unit: '%',
-          better: 'higher',
-          peer: `${plainInt8.name} (not streamed) on broadband-20`,
-          peerValue: plainHidden,
-        },
-      );
+      for (const link of ['broadband-20', 'broadband-100']) {
+        const shaped = await measureDiloco(dir, SHAPE, variant, link);
+        say(variant.name, link, shaped);
+        if (link === 'broadband-20' && variant === streamed[0]) int8Shaped = shaped;
+        rows.push(
+          {
+            name: `diloco quick: ${variant.name}, ${shape}, ${link}`,
+            metric: 'tokens/s',
+            value: Math.round(shaped.tokensPerSecond),
+            unit: 'tokens/s',
+            peer: `${variant.name} on loopback`,
+            peerValue: Math.round(loopback.tokensPerSecond),
+          },
+          {
+            name: `diloco quick: ${variant.name}, ${shape}, ${link}, share of the outer syncs' wall time hidden`,
+            metric: 'hidden',
+            value: hidden(shaped),
+            unit: '%',
+            better: 'higher',
+            peer: `${plainInt8.name} (not streamed) on broadband-20`,
+            peerValue: plainHidden,
+          },
+        );
+      }
     }
+    const [onThread] = streamVariants(SHAPE.innerSteps, 5, 10, ['int8'], 'thread');
+    const threadShaped = await measureDiloco(dir, SHAPE, onThread!, 'broadband-20');
+    say(onThread!.name, 'broadband-20', threadShaped);
+    rows.push({
+      name: `diloco quick: ${onThread!.name}, ${shape}, broadband-20`,
+      metric: 'tokens/s',
+      value: Math.round(threadShaped.tokensPerSecond),
+      unit: 'tokens/s',
+      peer: `${streamed[0]!.name} (on the communication worker) on broadband-20`,
+      peerValue: Math.round(int8Shaped!.tokensPerSecond),
+    });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
