@@ -3,12 +3,16 @@
  * steps, DDP against DiLoCo H = 50 in int8, int4 and topk over loopback (bench/diloco-runs.ts):
  * the bytes each rank sends per token (the codecs' encoded words as sent) against DDP's ring
  * volume, and the held-out loss at the end against DDP's. Then Streaming DiLoCo (rows with
- * `stream`: 5 fragments, an overlap of 10 steps) in int8 and topk over loopback and broadband-20,
- * alternated: tokens/s on broadband-20 against loopback, and the share of the outer syncs' wall
- * time the steps did not wait for, against plain DiLoCo int8 on broadband-20. The goals of issue
- * 46: topk at least 3000x fewer bytes than DDP, int8 at least 100x; on broadband-20 at least
- * 0.95x loopback's tokens/s streamed with topk, 0.9x with int8. `bench:diloco` has the longer
- * runs and broadband-100 (bench/diloco.ts).
+ * `stream`: 5 fragments, an overlap of 10 steps; one process a rank over tcp, its communication
+ * and the link shaper on a worker) in int8 and topk over loopback, broadband-20, broadband-100
+ * and loopback again: tokens/s on each link against the mean of the two loopback runs, and the
+ * share of the outer syncs' wall time the steps did not wait for, against plain DiLoCo int8 on
+ * broadband-20; and int8 streamed with `--comm-progress thread` on broadband-20 against the
+ * worker's run just before it (tokens/s and the syncs' wall time). The goals of issue 46: topk
+ * at least 3000x fewer bytes than DDP, int8 at least 100x; on broadband-20 at least 0.95x
+ * loopback's tokens/s streamed with topk, 0.9x with int8; 0.98x on broadband-100.
+ * `WEBSHARD_BENCH_DILOCO=stream` runs the streamed part only; `bench:diloco` has the longer runs
+ * (bench/diloco.ts).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
