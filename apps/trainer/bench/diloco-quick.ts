@@ -3,12 +3,16 @@
  * steps, DDP against DiLoCo H = 50 in int8, int4 and topk over loopback (bench/diloco-runs.ts):
  * the bytes each rank sends per token (the codecs' encoded words as sent) against DDP's ring
  * volume, and the held-out loss at the end against DDP's. Then Streaming DiLoCo (rows with
- * `stream`: 5 fragments, an overlap of 10 steps) in int8 and topk over loopback and broadband-20,
- * alternated: tokens/s on broadband-20 against loopback, and the share of the outer syncs' wall
- * time the steps did not wait for, against plain DiLoCo int8 on broadband-20. The goals of issue
- * 46: topk at least 3000x fewer bytes than DDP, int8 at least 100x; on broadband-20 at least
- * 0.95x loopback's tokens/s streamed with topk, 0.9x with int8. `bench:diloco` has the longer
- * runs and broadband-100 (bench/diloco.ts).
+ * `stream`: 5 fragments, an overlap of 10 steps; one process a rank over tcp, its communication
+ * and the link shaper on a worker) in int8 and topk over loopback, broadband-20, broadband-100
+ * and loopback again: tokens/s on each link against the mean of the two loopback runs, and the
+ * share of the outer syncs' wall time the steps did not wait for, against plain DiLoCo int8 on
+ * broadband-20; and int8 streamed with `--comm-progress thread` on broadband-20 against the
+ * worker's run just before it (tokens/s and the syncs' wall time). The goals of issue 46: topk
+ * at least 3000x fewer bytes than DDP, int8 at least 100x; on broadband-20 at least 0.95x
+ * loopback's tokens/s streamed with topk, 0.9x with int8; 0.98x on broadband-100.
+ * `WEBSHARD_BENCH_DILOCO=stream` runs the streamed part only; `bench:diloco` has the longer runs
+ * (bench/diloco.ts).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -34,6 +38,8 @@ const SHAPE: DilocoShape = {
 
 /** The quick case's rows, named `diloco quick: DiLoCo H=50 <compression>[ stream ...], ...`. */
 export async function dilocoQuickRows(): Promise<BenchRow[]> {
+  // `WEBSHARD_BENCH_DILOCO=stream`: the streamed rows only (and plain int8 on broadband-20).
+  const streamOnly = process.env.WEBSHARD_BENCH_DILOCO === 'stream';
   const dir = await mkdtemp(join(tmpdir(), 'webshard-diloco-quick-'));
   const shape = `GPT ${SHAPE.layers}x${SHAPE.embd}, ${SHAPE.ranks} ranks, ${SHAPE.steps} steps`;
   const rows: BenchRow[] = [];
@@ -45,7 +51,8 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
     let ddp: Measured | null = null;
     const plain = dilocoVariants(SHAPE.innerSteps, ['int8', 'int4', 'topk']);
     const streamed = streamVariants(SHAPE.innerSteps, 5, 10, ['int8', 'topk']);
-    for (const variant of [...plain, ...streamed]) {
+    const onLoopback = streamOnly ? [] : [...plain, ...streamed];
+    for (const variant of onLoopback) {
       const m = await measureDiloco(dir, SHAPE, variant, 'none');
       say(variant.name, 'loopback', m);
       if (ddp === null) {
@@ -72,36 +79,71 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
         },
       );
     }
-    // broadband-20 against loopback, each streamed variant's runs back to back; plain int8 for
-    // the share hidden without streaming.
+    // Each streamed variant over loopback, broadband-20 and broadband-100, back to back, and over
+    // loopback again (the peer is the mean of the two: on a shared machine the load drifts);
+    // plain int8 for the share hidden without streaming, and int8 streamed with its communication
+    // on the ranks' threads, right after the worker's run, for what the worker brings.
     const plainInt8 = plain.find((v) => v.name.endsWith('int8'))!;
     const plainShaped = await measureDiloco(dir, SHAPE, plainInt8, 'broadband-20');
     say(plainInt8.name, 'broadband-20', plainShaped);
-    const plainHidden = Math.round(100 * (1 - plainShaped.waitMs / plainShaped.syncMs));
+    const hidden = (m: Measured) => Math.round(100 * (1 - m.waitMs / m.syncMs));
+    const [onThread] = streamVariants(SHAPE.innerSteps, 5, 10, ['int8'], 'thread');
     for (const variant of streamed) {
-      const loopback = await measureDiloco(dir, SHAPE, variant, 'none');
-      say(variant.name, 'loopback (again)', loopback);
-      const shaped = await measureDiloco(dir, SHAPE, variant, 'broadband-20');
-      say(variant.name, 'broadband-20', shaped);
-      rows.push(
-        {
-          name: `diloco quick: ${variant.name}, ${shape}, broadband-20`,
-          metric: 'tokens/s',
-          value: Math.round(shaped.tokensPerSecond),
-          unit: 'tokens/s',
-          peer: `${variant.name} on loopback`,
-          peerValue: Math.round(loopback.tokensPerSecond),
-        },
-        {
-          name: `diloco quick: ${variant.name}, ${shape}, broadband-20, share of the outer syncs' wall time hidden`,
-          metric: 'hidden',
-          value: Math.round(100 * (1 - shaped.waitMs / shaped.syncMs)),
-          unit: '%',
-          better: 'higher',
-          peer: `${plainInt8.name} (not streamed) on broadband-20`,
-          peerValue: plainHidden,
-        },
-      );
+      const before = await measureDiloco(dir, SHAPE, variant, 'none');
+      say(variant.name, 'loopback (before)', before);
+      const shaped = new Map<string, Measured>();
+      for (const link of ['broadband-20', 'broadband-100']) {
+        const m = await measureDiloco(dir, SHAPE, variant, link);
+        say(variant.name, link, m);
+        shaped.set(link, m);
+        if (link === 'broadband-20' && variant === streamed[0]) {
+          const thread = await measureDiloco(dir, SHAPE, onThread!, link);
+          say(onThread!.name, link, thread);
+          rows.push({
+            name: `diloco quick: ${onThread!.name}, ${shape}, ${link}`,
+            metric: 'tokens/s',
+            value: Math.round(thread.tokensPerSecond),
+            unit: 'tokens/s',
+            peer: `${variant.name} (on the communication worker) on ${link}`,
+            peerValue: Math.round(m.tokensPerSecond),
+          });
+          // The wall time of the syncs (issue to average done, summed): what the worker saves
+          // whatever the load, since on the rank's thread each hop waits for a step to end.
+          rows.push({
+            name: `diloco quick: ${onThread!.name}, ${shape}, ${link}, outer syncs' wall time`,
+            metric: 'sync time',
+            value: Math.round(thread.syncMs),
+            unit: 'ms',
+            better: 'lower',
+            peer: `${variant.name} (on the communication worker) on ${link}`,
+            peerValue: Math.round(m.syncMs),
+          });
+        }
+      }
+      const after = await measureDiloco(dir, SHAPE, variant, 'none');
+      say(variant.name, 'loopback (after)', after);
+      const loopback = (before.tokensPerSecond + after.tokensPerSecond) / 2;
+      for (const [link, m] of shaped) {
+        rows.push(
+          {
+            name: `diloco quick: ${variant.name}, ${shape}, ${link}`,
+            metric: 'tokens/s',
+            value: Math.round(m.tokensPerSecond),
+            unit: 'tokens/s',
+            peer: `${variant.name} on loopback (mean of the runs before and after)`,
+            peerValue: Math.round(loopback),
+          },
+          {
+            name: `diloco quick: ${variant.name}, ${shape}, ${link}, share of the outer syncs' wall time hidden`,
+            metric: 'hidden',
+            value: hidden(m),
+            unit: '%',
+            better: 'higher',
+            peer: `${plainInt8.name} (not streamed) on broadband-20`,
+            peerValue: hidden(plainShaped),
+          },
+        );
+      }
     }
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -1,6 +1,8 @@
 /**
  * One run of the trainer on 4 one-rank nodes (4 launchers on this machine, `webshard-run --nnodes
- * 4`), every link between them shaped by `WEBSHARD_LINK` or left as loopback, for `bench:diloco`
+ * 4`; each rank a thread of its launcher, or for the streamed variants a process over tcp with its
+ * communication on a worker), every link between them shaped by `WEBSHARD_LINK` (where the bytes
+ * move) or left as loopback, for `bench:diloco`
  * and the quick DiLoCo rows of `pnpm bench`. DDP's bytes are the ring all-reduce's volume of its
  * gradients, 2 (n - 1) / n x 4 bytes a parameter a step (nominal); DiLoCo's are what its syncs
  * report (the JSONL's `outerBytesSent`, rank 0's: each codec's encoded words as sent, [Note:
@@ -28,6 +30,12 @@ export interface DilocoShape {
 export interface Variant {
   readonly name: string;
   readonly args: readonly string[];
+  /**
+   * How each node's rank runs: a thread of its launcher (default; the link shaped between the
+   * nodes on the rank's thread), or a process of its own over tcp, whose communication runs on a
+   * worker (`--comm-progress worker`, the link shaped there) or on its thread.
+   */
+  readonly ranksAs?: 'threads' | 'processes';
 }
 
 /** What one run measured. */
@@ -48,21 +56,26 @@ export interface Measured {
 
 /**
  * Streaming DiLoCo at H = `innerSteps` in `fragments` fragments with an overlap of `overlap` inner
- * steps, with each of `compressions`: names `DiLoCo H=50 int8 stream F=5 tau=10`.
+ * steps, with each of `compressions`, one process a rank over tcp with its communication on a
+ * worker (the trainer's default for a streamed run): names `DiLoCo H=50 int8 stream F=5 tau=10`;
+ * with `progress` `thread`, on the rank's thread: names end with `, thread progress`.
  */
 export function streamVariants(
   innerSteps: number,
   fragments: number,
   overlap: number,
   compressions: readonly string[],
+  progress: 'worker' | 'thread' = 'worker',
 ): Variant[] {
   return compressions.map((compression) => ({
-    name: `DiLoCo H=${innerSteps} ${compression} stream F=${fragments} tau=${overlap}`,
+    name: `DiLoCo H=${innerSteps} ${compression} stream F=${fragments} tau=${overlap}${progress === 'thread' ? ', thread progress' : ''}`,
     args: [
       ...['--strategy', 'diloco', '--inner-steps', String(innerSteps)],
       ...['--outer-compression', compression],
       ...['--outer-fragments', String(fragments), '--outer-overlap', String(overlap)],
+      ...['--comm-progress', progress],
     ],
+    ranksAs: 'processes',
   }));
 }
 
@@ -117,9 +130,16 @@ export async function measureDiloco(
         token: 'diloco-bench',
         script: CLI,
         args,
-        ranksAs: 'threads',
-        execArgv: ['--conditions=@webshard/source'],
-        env: { WEBSHARD_LINK: link },
+        ...(variant.ranksAs === 'processes'
+          ? {
+              ranksAs: 'processes' as const,
+              env: { WEBSHARD_LINK: link, NODE_OPTIONS: '--conditions=@webshard/source' },
+            }
+          : {
+              ranksAs: 'threads' as const,
+              execArgv: ['--conditions=@webshard/source'],
+              env: { WEBSHARD_LINK: link },
+            }),
         stdout: out,
         stderr: out,
         forwardSignals: false,

@@ -20,6 +20,9 @@ export type TransportName = (typeof TRANSPORTS)[number];
  * Everything one run needs, as plain values (nanoGPT's configuration style). Paths are absolute,
  * resolved against the directory the user ran the command in. `null` means "not given".
  */
+/** Where a rank's communication progresses: see `TrainConfig.commProgress`. */
+export type CommProgress = 'thread' | 'worker';
+
 export interface TrainConfig {
   strategy: Strategy;
   /** Ranks that share the batch. */
@@ -74,6 +77,12 @@ export interface TrainConfig {
   outerOverlap: number;
   /** Streaming DiLoCo: a landed fragment's local share alpha (default 0.5 with an overlap, else 0). */
   outerMixing: number;
+  /**
+   * Where a process rank's communication progresses (`--comm-progress`): on its own thread, or on
+   * a communication worker ([Note: where a rank's communication progresses] in
+   * cli/progress-options.ts). Absent: `defaultCommProgress` at join.
+   */
+  commProgress?: CommProgress;
   /**
    * DiLoCo: what the error-feedback buffer keeps of itself at each sync (e = decay x e + delta);
    * null: the library's default (topk: 0.8, measured; bf16, int8, int4: 1).

@@ -8,6 +8,7 @@ import type { Transport } from './transport-contract.js';
 import type { RendezvousOptions } from './rendezvous/env.js';
 import { type Rendezvous, rendezvous } from './rendezvous/rendezvous.js';
 import type { WebSocketConstructor } from './rendezvous/store-client.js';
+import { agreedLink, type LinkSettings, shapeLink } from './two-level/link-shaper.js';
 
 /** Which network transport to run over the rendezvous. */
 export type NetworkBackend = 'tcp' | 'ws';
@@ -32,6 +33,13 @@ export interface NetworkTransportOptions extends Partial<RendezvousOptions> {
   listen?: boolean;
   /** Overrides the WebSocket used for the rendezvous (browsers: the native one by default). */
   WebSocket?: WebSocketConstructor;
+  /**
+   * A simulated link between every pair of ranks ([Note: the link shaper] in
+   * two-level/link-shaper.ts): a preset's name (`broadband-20`), `WEBSHARD_LINK`-style settings or
+   * `LinkSettings`; `none` or empty: none. Given, every rank must give the same (checked through
+   * the store against rank 0's); absent, no shaping (`initProcessGroup` passes `WEBSHARD_LINK`).
+   */
+  link?: LinkSettings | string;
 }
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
@@ -116,17 +124,26 @@ export async function createNetworkTransport(
 export async function connectNetworkTransport(
   options: NetworkTransportOptions,
 ): Promise<Transport> {
-  const { backend, host, maxMessageBytes, maxUnexpectedBytes, listen, ...rest } = options;
+  const { backend, host, maxMessageBytes, maxUnexpectedBytes, listen, link, ...rest } = options;
   checkTls(backend, rest.tls);
   const joined = await rendezvous(rest);
   let transport: Transport;
   try {
+    const { store, options: agreed } = joined;
+    const settings =
+      link === undefined ? null : await agreedLink(store, agreed.rank, link, agreed.timeoutMs);
     transport = await createNetworkTransport(backend, joined, {
       host,
       maxMessageBytes,
       maxUnexpectedBytes,
       listen,
     });
+    // Shaped where the bytes move: on the communication worker when the group runs there.
+    if (settings !== null) {
+      const shaped = shapeLink(transport, settings);
+      shareProgress(shaped, transport);
+      transport = shaped;
+    }
   } catch (error) {
     await joined.close();
     throw error;

@@ -16,9 +16,12 @@ export interface InitProcessGroupOptions extends Omit<NetworkTransportOptions, '
   /** Settings of the world group (deadlines, segment sizes). */
   group?: ProcessGroupOptions;
   /**
-   * A thread rank of a job of several nodes only: a simulated link between the nodes (latency,
-   * bandwidth, loss; [Note: the link shaper] in two-level/link-shaper.ts). Default `WEBSHARD_LINK`
-   * (`latency=1ms,bandwidth=10gbit,loss=0.0001`), else none. Every rank must give the same.
+   * A simulated link (latency, bandwidth, loss; [Note: the link shaper] in
+   * two-level/link-shaper.ts): between the nodes for a thread rank of a job of several nodes,
+   * between every pair of ranks for a `tcp` or `ws` rank (shaped on the communication worker with
+   * `progress: 'worker'`, where the bytes move). Not for a thread rank of one node. Default
+   * `WEBSHARD_LINK` (`latency=1ms,bandwidth=10gbit,loss=0.0001`, or a preset such as
+   * `broadband-20`), else none. Every rank must give the same.
    */
   link?: LinkSettings | string;
   /**
@@ -83,7 +86,10 @@ function defaultBackend(): NetworkBackend {
 export async function initProcessGroup(
   options: InitProcessGroupOptions = {},
 ): Promise<ProcessGroup> {
-  const { group, backend, link: _link, progress, ...transportOptions } = options;
+  const { group, backend, link, progress, ...rest } = options;
+  const linkGiven =
+    link ?? (isNode() && process.env.WEBSHARD_LINK ? process.env.WEBSHARD_LINK : undefined);
+  const transportOptions = { ...rest, ...(linkGiven === undefined ? {} : { link: linkGiven }) };
   if (progress !== undefined && progress !== 'thread' && progress !== 'worker')
     throw new ArgumentError(
       'initProcessGroup',

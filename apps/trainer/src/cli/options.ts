@@ -1,4 +1,5 @@
 import { ELASTIC_OPTIONS, elasticOptions } from './elastic-options.js';
+import { PROGRESS_OPTIONS, progressOptions } from './progress-options.js';
 import { TLS_OPTIONS, tlsOptions } from './tls-options.js';
 import { isAbsolute, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -81,6 +82,7 @@ const OPTIONS = {
   help: { type: 'boolean' },
   ...ELASTIC_OPTIONS,
   ...TLS_OPTIONS,
+  ...PROGRESS_OPTIONS,
 } as const;
 
 /** A number option: finite, within [min, max], an integer when asked. */
@@ -285,6 +287,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
   }
   Object.assign(config, elasticOptions(v, config));
   Object.assign(config, tlsOptions(values, config));
+  Object.assign(config, progressOptions(values, config));
   checkStrategyFlags(config, values);
   checkBrowserRanks(config);
   if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {

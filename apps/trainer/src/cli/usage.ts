@@ -107,6 +107,9 @@ Execution
   --outer-mixing <alpha>       diloco: a landed fragment keeps alpha of its local parameters
                                (default 0.5 with an overlap, the paper's; 0 without, and
                                with topk)
+  --comm-progress <thread|worker>  tcp/ws process ranks: run the transport (and WEBSHARD_LINK's
+                               shaper) on a worker thread, so syncs move while kernels run
+                               (default worker for streamed diloco, else thread)
   --precision <fp32|fp16|bf16> compute precision (16 bits keep f32 masters; default fp32)
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)

@@ -10,6 +10,7 @@ import { WebshardError } from '@webshard/tensor-core';
 import { checkBatchDivides, type TrainConfig } from '../config.js';
 import { InterruptedError, UsageError } from '../errors.js';
 import { checkFiles } from '../io/check-files.js';
+import { defaultCommProgress } from '../cli/progress-options.js';
 import { chooseBackendKind } from '../backend-choice.js';
 import { agreeOnJobBackend, type DecideBackend, decideJobBackend } from './job-backend.js';
 import { BROWSER_JOIN_MS, type NodeRanksPlan, runWithBrowserRanks } from './browser-ranks.js';
@@ -99,8 +100,17 @@ async function joinAsRank(
   };
   checkBatchDivides(rankConfig);
   const transport = config.transport as 'tcp' | 'ws';
+  // A thread of webshard-run's node has no worker path: the default falls back to `thread`.
+  if (config.commProgress === 'worker' && !isMainThread) {
+    throw new UsageError(
+      "--comm-progress worker: this rank is a thread of webshard-run's node, whose shm world has no communication worker (run webshard-run with --ranks-as processes)",
+      { option: '--comm-progress' },
+    );
+  }
+  const progress = isMainThread ? (config.commProgress ?? defaultCommProgress(config)) : 'thread';
   const group = await initProcessGroup({
     backend: transport,
+    progress,
     timeoutMs: config.browserRanks > 0 ? BROWSER_JOIN_MS : GROUP_TIMEOUT_MS,
     ...(config.browserRanks > 0 ? { worldSize, group: { timeoutMs: GROUP_TIMEOUT_MS } } : {}),
   }).catch((error: unknown) => {

@@ -114,8 +114,12 @@ export async function setUpRun(
   say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
   if (group !== null) {
     // The transport the group really runs on (`shm+tcp` for a thread rank of a job of several
-    // nodes, `shm` for one of one node), not the `--transport` flag's.
-    say(`strategy: ${config.strategy} on ${group.size} rank(s) over ${group.transport.kind}`);
+    // nodes, `shm` for one of one node), not the `--transport` flag's, and whether it runs on a
+    // communication worker ([Note: where a rank's communication progresses]).
+    const onWorker = 'movesBytesOnWorker' in group.transport ? ' (communication on a worker)' : '';
+    say(
+      `strategy: ${config.strategy} on ${group.size} rank(s) over ${group.transport.kind}${onWorker}`,
+    );
   }
 
   // The strategy's model, and AdamW on what it steps (f32: masters in 16 bits, shards in fsdp).

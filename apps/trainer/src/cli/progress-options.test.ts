@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import type { TrainConfig } from '../config.js';
+import { UsageError } from '../errors.js';
+import { parseOptions } from './options.js';
+import { defaultCommProgress } from './progress-options.js';
+
+const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
+const STREAMED = ['--strategy', 'diloco', '--inner-steps', '10', '--outer-fragments', '2'];
+
+function usageOf(fn: () => unknown): [string, string | undefined] {
+  try {
+    fn();
+  } catch (error) {
+    expect(UsageError.isInstance(error)).toBe(true);
+    return [(error as UsageError).message, (error as UsageError).option];
+  }
+  throw new Error('no UsageError');
+}
+
+describe('--comm-progress', () => {
+  it('is kept as given over tcp and ws, and absent when not given', () => {
+    const ddp = ['--strategy', 'ddp'];
+    expect(parse(...ddp, '--transport', 'tcp', '--comm-progress', 'worker').commProgress).toBe(
+      'worker',
+    );
+    expect(parse(...ddp, '--transport', 'ws', '--comm-progress', 'thread').commProgress).toBe(
+      'thread',
+    );
+    expect(parse(...ddp, '--transport', 'tcp').commProgress).toBeUndefined();
+  });
+
+  it('refuses a mode it does not know, and worker where the ranks have no network transport', () => {
+    expect(
+      usageOf(() => parse('--strategy', 'ddp', '--transport', 'tcp', '--comm-progress', 'thread2')),
+    ).toEqual(['--comm-progress must be thread or worker, got thread2', '--comm-progress']);
+    for (const transport of ['shm', 'local']) {
+      expect(
+        usageOf(() =>
+          parse('--strategy', 'ddp', '--transport', transport, '--comm-progress', 'worker'),
+        )[0],
+      ).toContain(`--transport ${transport} has none`);
+    }
+  });
+
+  it('defaults to worker for a streamed diloco run, thread for the rest', () => {
+    expect(defaultCommProgress(parse('--transport', 'tcp', ...STREAMED))).toBe('worker');
+    expect(
+      defaultCommProgress(
+        parse('--transport', 'tcp', ...['--strategy', 'diloco', '--outer-overlap', '0']),
+      ),
+    ).toBe('thread');
+    expect(defaultCommProgress(parse('--transport', 'tcp', '--strategy', 'ddp'))).toBe('thread');
+    // Tabs train ddp or fsdp only (refused at the flags for diloco): their config, as built.
+    const withTabs = { ...parse('--transport', 'ws', ...STREAMED), browserRanks: 1 };
+    expect(defaultCommProgress(withTabs)).toBe('thread');
+  });
+});
