@@ -39,6 +39,7 @@ export type { StateEntries, StateValue } from './elastic/state-transfer.js';
 export { broadcastState } from './elastic/state-transfer.js';
 export type {
   SliceReceiveOptions,
+  SliceSendOptions,
   SliceTransferOptions,
 } from './elastic/sliced-transfer.js';
 export {

@@ -90,6 +90,7 @@ describe('a newcomer catching up while the members train on', () => {
       expect(progress.length).toBeGreaterThan(0);
       release();
       catchUp.finish(decodeJoinState(await receiving));
+      expect(catchUp.syncs).toBe(3);
       await Promise.all(sending);
       expect(syncedWhenDownloaded).toBe(3);
       const want = members[0]!.stateDict();

@@ -22,15 +22,19 @@ export class JoinCatchUp {
 
   constructor(private readonly diloco: DiLoCo) {}
 
-  /** Outer syncs taken part in (weight 0) and kept so far. */
+  private taken = 0;
+
+  /** Outer syncs taken part in (weight 0) while the state downloaded (replayed once it is in). */
   get syncs(): number {
-    return this.missed.length;
+    return this.taken;
   }
 
   /** One outer sync with the others while the state downloads: weight 0, the average kept. */
-  outerSync(): Promise<OuterSyncStats> {
+  async outerSync(): Promise<OuterSyncStats> {
     this.assertOpen('outerSync');
-    return this.diloco.outerSync({ weight: 0, missed: this.missed });
+    const stats = await this.diloco.outerSync({ weight: 0, missed: this.missed });
+    this.taken += 1;
+    return stats;
   }
 
   /**

@@ -47,6 +47,15 @@ export interface SliceTransferOptions {
   readonly timeoutMs?: number;
 }
 
+/** A sender's options: also how fast its uplink may carry the slice. */
+export interface SliceSendOptions extends SliceTransferOptions {
+  /**
+   * Bytes a second this sender issues at most (default: no limit): a chunk is sent only once the
+   * bytes before it had their time, so a member's uplink keeps room for its own outer syncs.
+   */
+  readonly bytesPerSecond?: number;
+}
+
 /** A receiver's options: also who to tell of the progress. */
 export interface SliceReceiveOptions extends SliceTransferOptions {
   /** Called after every chunk with the bytes received and the total. */
@@ -158,9 +167,15 @@ function readWords(
 export async function sendStateSlices(
   group: ProcessGroup,
   entries: StateEntries,
-  options: SliceTransferOptions,
+  options: SliceSendOptions,
 ): Promise<void> {
   const chunkWords = check(group, options, 'sendStateSlices');
+  const rate = options.bytesPerSecond ?? Number.POSITIVE_INFINITY;
+  if (!(rate > 0)) {
+    throw new ArgumentError('sendStateSlices', `bytesPerSecond must be above 0, got ${rate}`);
+  }
+  const started = performance.now();
+  let issued = 0;
   const index = options.senders.indexOf(group.rank);
   if (index < 0) throw new ArgumentError('sendStateSlices', `rank ${group.rank} is no sender`);
   const manifest = [...entries].map(([name, value]) => ({
@@ -183,6 +198,9 @@ export async function sendStateSlices(
     for (const [from, to] of chunksOf(start, end, chunkWords)) {
       const chunk = new Int32Array(to - from);
       readWords(entries, laid, from, to, chunk);
+      issued += chunk.byteLength;
+      const due = started + (issued / rate) * 1000 - performance.now();
+      if (due > 0) await new Promise((resolve) => setTimeout(resolve, due));
       works.push(group.send(chunk, receiver, op));
     }
   }
