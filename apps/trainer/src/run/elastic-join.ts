@@ -38,8 +38,15 @@ import type { Run } from './set-up.js';
 /** The join's momentum format ([Note: a compressed join]). */
 export const JOIN_FORMAT: JoinStateOptions = { momentum: 'int8' };
 
-/** The bytes of one point-to-point op of a slice: progress moves about 10 times a second at 20 Mbit/s. */
-const JOIN_CHUNK_BYTES = 256 * 1024;
+/**
+ * The bytes of one point-to-point op of a slice: 256 KiB (progress moves about 10 times a second
+ * at 20 Mbit/s), or less for a small model so that its progress moves too (about 64 chunks, at
+ * least 4 KiB). Every rank computes it from the parameter count, so senders and receivers agree.
+ */
+function chunkBytes(parameters: number): number {
+  const even = Math.ceil((parameters * 5) / 64 / 4) * 4;
+  return Math.min(256 * 1024, Math.max(4096, even));
+}
 
 /** How far a newcomer's download is: what the join page shows. */
 export interface JoinProgress {
@@ -123,11 +130,12 @@ export async function shareOuterStateInSlices(
   const transfer = group.newGroup(Array.from({ length: group.size }, (_, r) => r))!;
   const receivers = [...flags.keys()].filter((r) => flags[r] === 1);
   const senders = [...flags.keys()].filter((r) => flags[r] === 0);
-  const slices = { senders, receivers, chunkBytes: JOIN_CHUNK_BYTES };
   if (receivers.length === 0) return { ...shared, download: null, fresh: false };
   // Nobody trained yet (the job's first epoch): everyone takes rank 0's state at once instead.
   if (senders.length === 0) return { ...shared, download: null, fresh: true };
   const diloco = dilocoOf(run);
+  const parameters = run.prepared.params.reduce((sum, param) => sum + param.size, 0);
+  const slices = { senders, receivers, chunkBytes: chunkBytes(parameters) };
   if (!needsState) {
     diloco.roundMomentum((momentum) => roundJoinMomentum(momentum, JOIN_FORMAT));
     const snapshot = encodeJoinState(diloco.stateDict(), JOIN_FORMAT);
