@@ -85,6 +85,20 @@ describe.skipIf(skipWithoutChromium('join.test.ts'))('the playground in join mod
     // Its own plotted losses are the job's (ddp prints the mean over ranks on every rank).
     expect(state.losses).toEqual(expected);
     expect(state.link!.dataBytes).toBe(23247);
+    // Not an elastic diloco world: no download; its share, what it gave and its memory.
+    expect(state.download).toBeNull();
+    expect(state.share).toBe(0.5);
+    const { batchSize, blockSize } = state.job!.config;
+    expect(state.contribution).toEqual({ steps: 4, tokens: 4 * (batchSize / 2) * blockSize });
+    expect(state.memory!.peakDeviceBytes).toBeGreaterThan(0);
+    expect(await page.textContent('#join-download')).toMatch(/^none: /);
+    expect(await page.textContent('#join-share')).toBe(
+      `1/2 of each step's ${batchSize} windows of ${blockSize} tokens`,
+    );
+    expect(await page.textContent('#join-contribution')).toMatch(
+      /^4 steps, [\d,]+ tokens trained$/,
+    );
+    expect(await page.textContent('#join-memory')).toMatch(/^peak [\d.]+ [KMG]?i?B of tensors/);
     expect(await page.textContent('#join-rank')).toBe('rank 1 of 2');
     expect(await page.textContent('#join-work')).toContain(
       'data parallel: a whole copy of the model, trained on its 4 of each step',
