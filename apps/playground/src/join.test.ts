@@ -85,6 +85,20 @@ describe.skipIf(skipWithoutChromium('join.test.ts'))('the playground in join mod
     // Its own plotted losses are the job's (ddp prints the mean over ranks on every rank).
     expect(state.losses).toEqual(expected);
     expect(state.link!.dataBytes).toBe(23247);
+    // Not an elastic diloco world: no download; its share, what it gave and its memory.
+    expect(state.download).toBeNull();
+    expect(state.share).toBe(0.5);
+    const { batchSize, blockSize } = state.job!.config;
+    expect(state.contribution).toEqual({ steps: 4, tokens: 4 * (batchSize / 2) * blockSize });
+    expect(state.memory!.peakDeviceBytes).toBeGreaterThan(0);
+    expect(await page.textContent('#join-download')).toMatch(/^none: /);
+    expect(await page.textContent('#join-share')).toBe(
+      `1/2 of each step's ${batchSize} windows of ${blockSize} tokens`,
+    );
+    expect(await page.textContent('#join-contribution')).toMatch(
+      /^4 steps, [\d,]+ tokens trained$/,
+    );
+    expect(await page.textContent('#join-memory')).toMatch(/^peak [\d.]+ [KMG]?i?B of tensors/);
     expect(await page.textContent('#join-rank')).toBe('rank 1 of 2');
     expect(await page.textContent('#join-work')).toContain(
       'data parallel: a whole copy of the model, trained on its 4 of each step',
@@ -100,6 +114,77 @@ describe.skipIf(skipWithoutChromium('join.test.ts'))('the playground in join mod
     expect(errors).toEqual([]);
     await page.close();
   }, 240_000);
+
+  it("an elastic diloco world's newcomer: the page shows the model's download move, then what the tab gives", async () => {
+    // [Note: what a volunteer's tab shows]: two Node members send the state at 8000 bytes a second each.
+    const before = process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS;
+    process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS = '8000';
+    const WORLD = [
+      ...['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'],
+      ...['--strategy', 'diloco', '--inner-steps', '4', '--outer-compression', 'int8'],
+      ...['--batch-size', '12', '--steps', '240', '--backend', 'cpu', '--sample-length', '0'],
+    ];
+    let coordinatorOut = '';
+    const quiet = { stderr: () => {}, isTTY: false, cwd: process.cwd() };
+    const coordinator = main(
+      [
+        ...['--elastic-coordinator', '0', '--browser-port', '0', '--min-world-size', '2'],
+        ...['--max-world-size', '3', '--elastic-wait-seconds', '2', ...WORLD],
+      ],
+      { ...quiet, stdout: (text: string) => (coordinatorOut += text) },
+    );
+    const found = async (pattern: RegExp) => {
+      for (let i = 0; i < 1200; i++) {
+        const match = pattern.exec(coordinatorOut);
+        if (match !== null) return match[1]!;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error(`not printed: ${pattern}`);
+    };
+    const url = await found(/members join with --elastic (ws:\/\/\S+)/);
+    const address = await found(/browser tabs join at (http:\/\/\S+)/);
+    let stepsDone = 0;
+    const members = [0, 1].map(() =>
+      main([...WORLD, '--transport', 'ws', '--elastic', url], {
+        ...quiet,
+        stdout: (text: string) => {
+          stepsDone += (text.match(/^step /gm) ?? []).length;
+        },
+      }),
+    );
+    await found(/(epoch 0), 2 member/);
+    const page = await browser.newPage();
+    await page.goto(address);
+    const seen: number[] = [];
+    let state = await joinState(page);
+    for (let i = 0; i < 1800 && state.download?.done !== true; i++) {
+      const received = state.download?.receivedBytes;
+      if (received !== undefined && received !== seen.at(-1)) seen.push(received);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      state = await joinState(page);
+    }
+    expect(state.download!.done).toBe(true);
+    expect(state.download!.senders).toBe(2);
+    const total = state.download!.totalBytes;
+    expect(state.download!.receivedBytes).toBe(total);
+    expect(seen.filter((bytes) => bytes > 0 && bytes < total).length).toBeGreaterThanOrEqual(3);
+    expect(await page.textContent('#join-download')).toMatch(
+      /^the model is in: .* from 2 member\(s\) in [\d.]+ s$/,
+    );
+    const results = await Promise.all([...members, coordinator]);
+    for (const result of results) expect(result.exitCode).toBe(0);
+    expect(stepsDone).toBeGreaterThan(0);
+    await page.waitForFunction(
+      () => (window as unknown as { webshardJoin: JoinState }).webshardJoin.status.state === 'done',
+    );
+    state = await joinState(page);
+    expect(state.share).toBe(1 / 3);
+    expect(state.contribution.steps).toBeGreaterThan(0);
+    expect(state.memory!.peakDeviceBytes).toBeGreaterThan(0);
+    if (before === undefined) delete process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS;
+    else process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS = before;
+    await page.close();
+  }, 400_000);
 
   it('leave: the tab stops, and the job fails naming its rank, as the page said it would', async () => {
     const job = startJob([...FLAGS, '--steps', '1000']);

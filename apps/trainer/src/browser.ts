@@ -12,6 +12,7 @@ export { evaluate, tokenTensors } from './evaluate.js';
 export type { EvalForward } from './evaluate.js';
 export { GPT, type GPTConfig, type GPTOutput } from '@webshard/tensor-core';
 export { runBrowserRank } from './ranks/browser-rank.js';
+export type { JoinProgress } from './run/elastic-join.js';
 export type {
   BrowserJob,
   BrowserRankHooks,

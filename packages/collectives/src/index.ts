@@ -37,6 +37,16 @@ export type { ElasticShare } from './elastic/partition.js';
 export { elasticShare } from './elastic/partition.js';
 export type { StateEntries, StateValue } from './elastic/state-transfer.js';
 export { broadcastState } from './elastic/state-transfer.js';
+export type {
+  SliceReceiveOptions,
+  SliceSendOptions,
+  SliceTransferOptions,
+} from './elastic/sliced-transfer.js';
+export {
+  receiveStateSlices,
+  sendStateSlices,
+  StateTransferError,
+} from './elastic/sliced-transfer.js';
 export type { AbortReason, CollectiveErrorFields, Fingerprint } from './errors.js';
 export {
   CollectiveError,

@@ -2,6 +2,7 @@ import type { ProcessGroup } from '@webshard/collectives';
 import type { Optimizer, StepOptions, Tensor } from '@webshard/tensor-core';
 import { type DilocoOptions, type ResolvedDilocoOptions, resolveDilocoOptions } from './api.js';
 import { CompressedAverager } from './compressed-average.js';
+import { checkCreate } from './create-checks.js';
 import { DilocoArgumentError, DilocoStateError } from './errors.js';
 import { readFlat, writeFlat } from './flat-params.js';
 import { OuterOptimizer } from './outer-optimizer.js';
@@ -146,33 +147,7 @@ export class DiLoCo {
   ): Promise<DiLoCo> {
     const resolved = resolveDilocoOptions(options);
     const list = [...params];
-    const rank = resolved.group.rank;
-    if (list.length === 0) {
-      throw new DilocoArgumentError({ op: 'DiLoCo', rank }, 'params', 'got no parameters');
-    }
-    if (typeof inner?.step !== 'function') {
-      throw new DilocoArgumentError(
-        { op: 'DiLoCo', rank },
-        'inner',
-        'the inner optimizer has no step()',
-      );
-    }
-    for (const [i, p] of list.entries()) {
-      if (p.dtype !== 'f32') {
-        throw new DilocoArgumentError(
-          { op: 'DiLoCo', rank },
-          'params',
-          `parameter ${i} (${p.name ?? 'unnamed'}) is ${p.dtype}: DiLoCo keeps f32 parameters (an f32 master under mixed precision)`,
-        );
-      }
-    }
-    if (resolved.fragments > list.length) {
-      throw new DilocoArgumentError(
-        { op: 'DiLoCo', rank },
-        'fragments',
-        `${resolved.fragments} fragments of ${list.length} parameter tensors: a fragment holds whole tensors`,
-      );
-    }
+    checkCreate(list, inner, resolved);
     const global = await readFlat(list);
     if (resolved.broadcast) {
       await resolved.group.broadcast(global, 0, { timeoutMs: resolved.timeoutMs }).wait();
@@ -287,8 +262,12 @@ export class DiLoCo {
    * is the contributors' ([Note: DiLoCo in an elastic world]). A failure (a rank lost) changes
    * nothing: the parameters, the global copy, the momentum and the compression's residuals stay as
    * they were, and the wrapper is `failed` until `regroup` (then the sync may run again) or a load.
+   * `missed`: a newcomer still downloading its state (weight 0) keeps the average there instead of
+   * applying it ([Note: catching up a join]).
    */
-  async outerSync(options: { weight?: number } = {}): Promise<OuterSyncStats> {
+  async outerSync(
+    options: { weight?: number; missed?: Float32Array[] } = {},
+  ): Promise<OuterSyncStats> {
     this.assertIdle('outerSync');
     const weight = options.weight ?? 1;
     if (!Number.isFinite(weight) || weight < 0) {
@@ -298,6 +277,7 @@ export class DiLoCo {
         `weight must be a finite number >= 0, got ${weight}`,
       );
     }
+    if (this.streamed !== null && options.missed !== undefined) this.refuseStreamed('outerSync');
     this.current = 'syncing';
     try {
       if (this.streamed !== null) {
@@ -311,8 +291,9 @@ export class DiLoCo {
       const delta = local;
       for (let i = 0; i < delta.length; i++) delta[i] = (this.global[i]! - local[i]!) * weight;
       const { bytesSent } = await this.averager.average(delta);
-      this.outer.apply(this.global, delta);
-      writeFlat(this.params, this.global);
+      // A newcomer still downloading keeps the average to replay it: [Note: catching up a join].
+      if (options.missed !== undefined) options.missed.push(delta);
+      else this.applyAverage(delta);
       this.sent += bytesSent;
       this.current = 'idle';
       return { outerStep: this.outer.step, bytesSent };
@@ -320,6 +301,33 @@ export class DiLoCo {
       this.current = 'failed';
       throw error;
     }
+  }
+
+  /**
+   * One outer step with an average an `outerSync({ missed })` kept: the global copy and the
+   * parameters move as they would have in that sync ([Note: catching up a join]).
+   */
+  applyAverage(averaged: Float32Array): void {
+    if (this.streamed !== null) this.refuseStreamed('applyAverage');
+    this.outer.apply(this.global, averaged);
+    writeFlat(this.params, this.global);
+  }
+
+  /** Rounds the outer momentum in place with `round` ([Note: a compressed join]). */
+  roundMomentum(round: (momentum: Float32Array) => void): void {
+    if (this.streamed !== null) this.refuseStreamed('roundMomentum');
+    const state = this.outer.stateDict();
+    if (state.momentumBuffer === null) return;
+    round(state.momentumBuffer);
+    this.outer.loadStateDict(state);
+  }
+
+  private refuseStreamed(op: string): never {
+    throw new DilocoStateError(
+      { op, rank: this.group.rank },
+      this.current,
+      'not with streamed syncs',
+    );
   }
 
   /** The state to checkpoint (copies). */

@@ -21,6 +21,14 @@ export type {
 export { DiLoCo } from './diloco.js';
 export type { DilocoErrorFields } from './errors.js';
 export { DilocoArgumentError, DilocoError, DilocoStateError } from './errors.js';
+export { JoinCatchUp } from './join-catch-up.js';
+export type { JoinEntries, JoinMomentum, JoinStateOptions } from './join-state.js';
+export {
+  decodeJoinState,
+  encodeJoinState,
+  joinStateBytes,
+  roundJoinMomentum,
+} from './join-state.js';
 export type { OuterOptimizerOptions, OuterOptimizerState } from './outer-optimizer.js';
 export {
   DEFAULT_STREAM_MIXING,

@@ -1,4 +1,4 @@
-import type { BrowserJob, LinkMeasure, RankStatus } from '@webshard/trainer/browser';
+import type { BrowserJob, JoinProgress, LinkMeasure, RankStatus } from '@webshard/trainer/browser';
 
 /** What the page posts to its join worker: where the job is, and the token of its link. */
 export interface JoinRequest {
@@ -11,4 +11,13 @@ export type FromJoinWorker =
   | { type: 'status'; status: RankStatus }
   | { type: 'job'; job: BrowserJob; link: LinkMeasure }
   | { type: 'line'; line: string }
-  | { type: 'step'; step: number; loss: number; ms: number; tokensPerSecond: number };
+  | { type: 'download'; progress: JoinProgress }
+  | {
+      type: 'step';
+      step: number;
+      loss: number;
+      ms: number;
+      tokensPerSecond: number;
+      peakDeviceBytes: number;
+      peakHostBytes: number | null;
+    };

@@ -1,12 +1,20 @@
 import {
   asleepNote,
   type BrowserJob,
+  type JoinProgress,
   type LinkMeasure,
   type RankStatus,
   rejoinedNote,
 } from '@webshard/trainer/browser';
 import { byId, formatBytes, formatCount } from '../ui/format.js';
 import { LiveChart } from '../ui/live-chart.js';
+import {
+  type Contribution,
+  describeContribution,
+  describeDownload,
+  describeMemory,
+  type TabMemory,
+} from './join-progress.js';
 import type { FromJoinWorker, JoinRequest } from './join-protocol.js';
 
 const MARKUP = `
@@ -17,6 +25,10 @@ const MARKUP = `
     <dt>this tab</dt><dd id="join-rank">-</dd>
     <dt>it computes</dt><dd id="join-work">-</dd>
     <dt>its link</dt><dd id="join-link">-</dd>
+    <dt>the model</dt><dd id="join-download">-</dd>
+    <dt>its share</dt><dd id="join-share">-</dd>
+    <dt>it gave</dt><dd id="join-contribution">nothing yet</dd>
+    <dt>its memory</dt><dd id="join-memory">-</dd>
     <dt>if it leaves</dt><dd id="join-leave-effect">-</dd>
   </dl>
   <p><button id="leave">leave the job</button></p>
@@ -31,6 +43,12 @@ export interface JoinState {
   job: BrowserJob | null;
   link: LinkMeasure | null;
   losses: number[];
+  /** An elastic diloco world's newcomer: its download of the state (null: none). */
+  download: JoinProgress | null;
+  /** The share of each step's batch this tab trains on, as a fraction (null: not training). */
+  share: number | null;
+  contribution: Contribution;
+  memory: TabMemory | null;
 }
 
 /**
@@ -51,7 +69,16 @@ export interface JoinState {
  */
 export function mountJoinView(root: HTMLElement, token: string): JoinState {
   root.innerHTML = MARKUP;
-  const state: JoinState = { status: { state: 'joining' }, job: null, link: null, losses: [] };
+  const state: JoinState = {
+    status: { state: 'joining' },
+    job: null,
+    link: null,
+    losses: [],
+    download: null,
+    share: null,
+    contribution: { steps: 0, tokens: 0 },
+    memory: null,
+  };
   const globals = window as { webshardRank?: RankStatus };
   const chart = new LiveChart(byId('chart-loss'), {
     title: "this rank's loss",
@@ -79,6 +106,9 @@ export function mountJoinView(root: HTMLElement, token: string): JoinState {
   };
 
   const describeJob = (job: BrowserJob, where: { rank: number; worldSize: number }) => {
+    state.share = 1 / where.worldSize;
+    byId('join-share').textContent =
+      `1/${where.worldSize} of each step's ${job.config.batchSize} windows of ${job.config.blockSize} tokens`;
     byId('join-work').textContent = describeWork(job, where.rank, where.worldSize);
     byId('join-leave-effect').textContent = leaveEffect(job, where.rank);
   };
@@ -90,7 +120,17 @@ export function mountJoinView(root: HTMLElement, token: string): JoinState {
       state.job = message.job;
       state.link = message.link;
       byId('join-link').textContent = describeLink(message.link);
+      if (state.download === null) {
+        const elasticDiloco =
+          message.job.elastic === true && message.job.config.strategy === 'diloco';
+        byId('join-download').textContent = elasticDiloco
+          ? 'the model comes from the members once this tab is admitted'
+          : describeDownload(null);
+      }
       if (rank !== null) describeJob(message.job, rank);
+    } else if (message.type === 'download') {
+      state.download = message.progress;
+      byId('join-download').textContent = describeDownload(message.progress);
     } else if (message.type === 'line') {
       log.textContent = `${log.textContent ?? ''}${message.line}\n`
         .split('\n')
@@ -98,6 +138,16 @@ export function mountJoinView(root: HTMLElement, token: string): JoinState {
         .join('\n');
     } else {
       state.losses.push(message.loss);
+      const c = state.job?.config;
+      state.contribution.steps += 1;
+      if (c !== undefined)
+        state.contribution.tokens += c.batchSize * c.blockSize * (state.share ?? 1);
+      state.memory = {
+        peakDeviceBytes: message.peakDeviceBytes,
+        peakHostBytes: message.peakHostBytes,
+      };
+      byId('join-contribution').textContent = describeContribution(state.contribution);
+      byId('join-memory').textContent = describeMemory(state.memory);
       chart.add(0, message.step, message.loss);
       byId('join-status').textContent =
         `training: step ${message.step}, loss ${message.loss.toFixed(4)}, ${formatCount(Math.round(message.tokensPerSecond))} tokens/s`;

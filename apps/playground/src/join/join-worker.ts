@@ -18,6 +18,9 @@ self.onmessage = (event: MessageEvent<JoinRequest>) => {
         loss: record.loss,
         ms: record.ms,
         tokensPerSecond: record.tokensPerSecond,
+        peakDeviceBytes: record.peakDeviceBytes,
+        peakHostBytes: record.peakHostBytes ?? null,
       }),
+    join: (progress) => post({ type: 'download', progress }),
   });
 };

@@ -38,3 +38,16 @@ export function faultPointsPassed(): number {
 
 /** Every stage of every checkpoint file's write as a fault point. */
 export const checkpointFault: FaultHook = (_file, stage) => faultPoint(stage);
+
+/**
+ * How a member sends a newcomer's slice in the tests of [Note: a diloco join that does not stop
+ * the world], which must see the members train on while a download lasts several syncs: at most
+ * `WEBSHARD_TRAINER_JOIN_UPLOAD_BPS` bytes a second (a slow home uplink; unset: no limit), and only
+ * after `WEBSHARD_TRAINER_JOIN_HOLD_SYNCS` more outer syncs of its own (a held sender; default 0).
+ */
+export function joinUploadLimit(): { bytesPerSecond?: number; holdSyncs: number } {
+  // Read at each join, so that a test in this process can set them.
+  const joinUpload = Number(process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS ?? 0);
+  const joinHold = Number(process.env.WEBSHARD_TRAINER_JOIN_HOLD_SYNCS ?? 0);
+  return { ...(joinUpload > 0 ? { bytesPerSecond: joinUpload } : {}), holdSyncs: joinHold };
+}

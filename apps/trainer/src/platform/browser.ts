@@ -68,6 +68,7 @@ export const finishCheckpoint: typeof NodePlatform.finishCheckpoint =
 export const stepDirName: typeof NodePlatform.stepDirName = noFiles('--checkpoint-every');
 export const faultPoint: typeof NodePlatform.faultPoint = () => {};
 export const checkpointFault: typeof NodePlatform.checkpointFault = () => {};
+export const joinUploadLimit: typeof NodePlatform.joinUploadLimit = () => ({ holdSyncs: 0 });
 export const saveFullCheckpoint: typeof NodePlatform.saveFullCheckpoint =
   noFilesAsync('--checkpoint-every');
 export const loadFullOptimizer: typeof NodePlatform.loadFullOptimizer = noFilesAsync('--resume');

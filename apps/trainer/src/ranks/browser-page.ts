@@ -2,9 +2,11 @@
 // when the playground (apps/playground, whose join mode shows more) is not built. Bundled for the
 // browser (ranks/page-bundle.ts) and served by the Node process that started the run
 // (ranks/browser-job.ts); it runs the same rank loop as a Node rank, train.ts.
+import type { JoinProgress } from '../run/elastic-join.js';
 import { type RankStatus, runBrowserRank } from './browser-rank.js';
 import { asleepNote, rejoinedNote } from './tab-asleep.js';
 
+export type { JoinProgress } from '../run/elastic-join.js';
 export type { BrowserJob, RankStatus } from './browser-rank.js';
 
 /** The page's text for a status. */
@@ -24,7 +26,11 @@ function describe(status: RankStatus): string {
   }
 }
 
-const globals = globalThis as { webshardRank?: RankStatus; document?: Document };
+const globals = globalThis as {
+  webshardRank?: RankStatus;
+  webshardDownload?: JoinProgress;
+  document?: Document;
+};
 if (globals.document !== undefined) {
   const token = new URLSearchParams(location.hash.slice(1)).get('token') ?? '';
   void runBrowserRank(location.origin, token, {
@@ -39,5 +45,13 @@ if (globals.document !== undefined) {
       }
     },
     say: (line) => console.log(line),
+    // A diloco newcomer's download of the world's state, for the tests (`window.webshardDownload`).
+    join: (progress) => {
+      globals.webshardDownload = progress;
+      const line = document.getElementById('status');
+      if (line !== null && !progress.done) {
+        line.textContent = `downloading the model: ${progress.receivedBytes} of ${progress.totalBytes} bytes in ${progress.seconds.toFixed(1)} s from ${progress.senders} member(s)`;
+      }
+    },
   });
 }

@@ -8,6 +8,7 @@ import { datasetFromBytes } from '../data/dataset.js';
 import { Gpt2Tokenizer } from '../data/gpt2-tokenizer.js';
 import type { StepRecord } from '../progress.js';
 import type { RunIO } from '../run/run-io.js';
+import type { JoinProgress } from '../run/elastic-join.js';
 import { trainElastic } from '../run/elastic-run.js';
 import { train } from '../train.js';
 
@@ -60,6 +61,11 @@ export interface BrowserRankHooks {
   job?(job: BrowserJob, link: LinkMeasure): void;
   /** Each step this rank took, with its own loss and time. */
   step?(record: StepRecord): void;
+  /**
+   * An elastic diloco world's newcomer: its download of the world's state, after every chunk and
+   * once done ([Note: a diloco join that does not stop the world]).
+   */
+  join?(progress: JoinProgress): void;
 }
 
 /** The tab's link to the Node process that serves the job, as the page measured it. */
@@ -146,6 +152,7 @@ async function runElasticMember(
   const summary = await trainElastic({ ...job.config, elastic: job.join, transport: 'ws' }, io, {
     token,
     name: 'browser tab',
+    ...(hooks.join === undefined ? {} : { joinProgress: hooks.join }),
     admitted: (rank, worldSize) => hooks.report({ state: 'training', rank, worldSize }),
     changed: (change) => {
       if (change.rejoined === true) rejoined += 1;

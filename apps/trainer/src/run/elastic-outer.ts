@@ -4,7 +4,7 @@ import {
   type ElasticGroup,
   type StateValue,
 } from '@webshard/collectives';
-import type { DiLoCo } from '@webshard/diloco';
+import type { DiLoCo, JoinCatchUp } from '@webshard/diloco';
 import type { OuterSyncReport } from '../strategy/prepared-model.js';
 import { addOptimizerEntries, applyOptimizer } from './elastic-state.js';
 import type { Run } from './set-up.js';
@@ -18,10 +18,13 @@ import type { Run } from './set-up.js';
  * and left out of this sync instead of holding everyone, and newcomers are admitted. After a
  * change the members regroup DiLoCo onto the new world, then run the outer sync over it; a member
  * lost in the outer sync changes nothing ([Note: DiLoCo in an elastic world] in @webshard/diloco),
- * so the point starts again, with the world that is left. A newcomer takes from rank 0 the step,
- * the global copy (its parameters), the outer momentum, the step counts and AdamW's state
- * (`shareOuterState`), and whether the world is at an outer sync point (`pending`, always so after
- * a change): then it runs that sync with the others, with no pseudo-gradient of its own. A member
+ * so the point starts again, with the world that is left. A newcomer takes the step and whether
+ * the world is at an outer sync point (`pending`, always so after a change) from rank 0, and the
+ * world's state in slices from the members while they train on ([Note: a diloco join that does
+ * not stop the world] in ./elastic-join.ts; with streamed syncs, and in a job's first epoch, it
+ * takes rank 0's whole state at once instead: the global copy, the outer momentum, the step counts
+ * and AdamW's state, `shareOuterState`); it runs that sync with the others, with no pseudo-gradient
+ * of its own. A member
  * that was dropped (frozen, or late) and admitted again is a newcomer too: its pseudo-gradient is
  * stale and never reaches the world. Each sync weighs a member with one (`hasDelta`: it trained
  * since the last global copy) by size / contributors and one without by 0 (`syncOuter`, an average
@@ -90,10 +93,19 @@ export async function shareOuterState(
  * One outer sync over the current group, weighted ([Note: diloco members that come and go]):
  * null when no member has a pseudo-gradient (nothing to average).
  */
-export async function syncOuter(run: Run, hasDelta: boolean): Promise<OuterSyncReport | null> {
+export async function syncOuter(
+  run: Run,
+  hasDelta: boolean,
+  catchUp?: JoinCatchUp,
+): Promise<OuterSyncReport | null> {
   const diloco = dilocoOf(run);
   const share = await averageScalar(diloco.group, hasDelta ? 1 : 0);
   if (share === 0) return null;
+  if (catchUp !== undefined) {
+    // Still downloading: weight 0, the average kept ([Note: a diloco join that does not stop the world]).
+    await catchUp.outerSync();
+    return null;
+  }
   const before = diloco.bytesSent;
   const start = performance.now();
   // A dense average is over every member, so a contributor gives 1 / share; topk averages each

@@ -19,6 +19,12 @@ import { createProgress, type StepRecord } from '../progress.js';
 import { checkSameBackend } from '../ranks/job-backend.js';
 import { agreeOnFma } from '../ranks/job-fma.js';
 import { prepareModel } from '../strategy/prepare.js';
+import {
+  finishDownload,
+  type JoinDownload,
+  type JoinProgress,
+  shareOuterStateInSlices,
+} from './elastic-join.js';
 import { globalDigest, shareOuterState, syncOuter } from './elastic-outer.js';
 import { shareRunState } from './elastic-state.js';
 import { finishRun } from './finish.js';
@@ -135,6 +141,12 @@ export interface ElasticMemberOptions {
    * was dropped and admitted again as a newcomer: [Note: liveness in an elastic world]).
    */
   changed?: (change: MembershipChange) => void;
+  /**
+   * diloco: called while this member downloads the world's state after it was admitted, after
+   * every chunk and once more when it holds the state ([Note: a diloco join that does not stop
+   * the world]).
+   */
+  joinProgress?: (progress: JoinProgress) => void;
 }
 
 /**
@@ -189,11 +201,53 @@ export async function trainElastic(
       member.changed?.(change);
     };
     const outer = run.prepared.outer !== undefined;
+    // diloco, not streamed: a newcomer downloads the state in slices while the others train on.
+    const sliced = outer && run.prepared.outer!.diloco?.options.streamed === false;
+    let download: JoinDownload | null = null;
+    // Uploads of slices a test holds for some outer syncs (`WEBSHARD_TRAINER_JOIN_HOLD_SYNCS`).
+    let held: { holdSyncs: number; start: () => void }[] = [];
+    const releaseUploads = () => {
+      for (const upload of held) if (--upload.holdSyncs === 0) upload.start();
+      held = held.filter((upload) => upload.holdSyncs > 0);
+    };
+    const progressOf = (p: JoinProgress) => member.joinProgress?.(p);
+    /** After a change: rank 0's step and pending, the state in slices or, in a fresh world, whole. */
+    const shareOuter = async (at: number, pending: boolean, newcomer: boolean) => {
+      if (!sliced) return shareOuterState(run, elastic, at, pending, newcomer);
+      const needs = newcomer || download !== null;
+      const shared = await shareOuterStateInSlices(run, elastic, at, pending, needs, progressOf);
+      download = shared.download;
+      if (shared.upload?.holdSyncs === 0) shared.upload.start();
+      else if (shared.upload !== undefined) held.push({ ...shared.upload });
+      if (shared.fresh) return shareOuterState(run, elastic, at, pending, true);
+      return shared;
+    };
+    /** A download whose slices are all in: load, replay, say so. Between syncs only. */
+    const landDownload = () => {
+      if (download === null || !finishDownload(download)) return;
+      const { receivedBytes, senders, started, catchUp } = download;
+      const seconds = (performance.now() - started) / 1000;
+      io.stdout(
+        `elastic: state received, ${receivedBytes} bytes from ${senders} member(s) in ${seconds.toFixed(1)} s, ${catchUp.syncs} outer sync(s) caught up, at step ${step}\n`,
+      );
+      member.joinProgress?.({
+        receivedBytes,
+        totalBytes: download.totalBytes,
+        seconds,
+        senders,
+        done: true,
+      });
+      download = null;
+      digest();
+    };
     // diloco: whether this member trained since the last global copy ([Note: diloco members that
     // come and go] in ./elastic-outer.ts).
     let hasDelta = false;
+    // A member still downloading holds no global copy yet: it prints one once it lands.
     const digest = () => {
-      if (outer) io.stdout(`elastic: global digest ${globalDigest(run)} at step ${step}\n`);
+      if (outer && download === null) {
+        io.stdout(`elastic: global digest ${globalDigest(run)} at step ${step}\n`);
+      }
     };
     /**
      * After a change: the strategy moved to the new world and the state shared. A member lost in
@@ -239,12 +293,15 @@ export async function trainElastic(
             run.prepared.outer!.adopt(previous);
             // A member dropped and admitted again takes the world's state; its delta is stale.
             if (now.rejoined === true) hasDelta = false;
-            ({ step } = await shareOuterState(run, elastic, step, true, now.rejoined === true));
+            ({ step } = await shareOuter(step, true, now.rejoined === true));
           });
         }
         try {
-          await syncOuter(run, hasDelta);
+          landDownload();
+          await syncOuter(run, hasDelta, download?.catchUp);
           hasDelta = false;
+          landDownload();
+          releaseUploads();
           return;
         } catch (error) {
           if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
@@ -256,7 +313,7 @@ export async function trainElastic(
     if (sharded) step = run.firstStep;
     else if (!outer) step = await shareRunState(run, elastic, 0);
     else {
-      const shared = await shareOuterState(run, elastic, 0, false, true);
+      const shared = await shareOuter(0, false, true);
       step = shared.step;
       await announce(elastic.membership, step);
       digest();
@@ -266,16 +323,20 @@ export async function trainElastic(
     if (!outer) await announce(elastic.membership, step);
     while (step < config.steps) {
       let record: StepRecord | null = null;
-      try {
-        record = await oneStep(run, step);
-        const every = config.checkpointEvery;
-        if (sharded && every > 0 && record.step % every === 0) {
-          await saveCheckpoint(run, record.step, records.concat(record), []);
+      // diloco: a member still downloading the state trains nothing; the world's steps go on.
+      const training = download === null;
+      if (training) {
+        try {
+          record = await oneStep(run, step);
+          const every = config.checkpointEvery;
+          if (sharded && every > 0 && record.step % every === 0) {
+            await saveCheckpoint(run, record.step, records.concat(record), []);
+          }
+        } catch (error) {
+          // A member died under this step: it runs again once the world is rebuilt.
+          if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
         }
-      } catch (error) {
-        // A member died under this step: it runs again once the world is rebuilt.
-        if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
-      }
+      } else step += 1;
       if (record !== null) {
         step += 1;
         records.push(record);
@@ -296,7 +357,7 @@ export async function trainElastic(
         });
       }
       if (outer) {
-        hasDelta = true;
+        if (training) hasDelta = true;
         // Members meet only at outer syncs: between them there is no sync point.
         if (run.prepared.outer!.due(step - 1)) await outerSyncPoint(false);
         continue;
@@ -315,6 +376,8 @@ export async function trainElastic(
       }
     }
     progress.done();
+    // diloco: the global copy every member ends with (a newcomer's included), for the tests.
+    digest();
     await log?.close();
     if (records.length === 0) {
       // Admitted at the job's last sync point: the state is the final one, nothing is left to train.
