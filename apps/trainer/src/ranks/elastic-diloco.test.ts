@@ -111,13 +111,18 @@ it.each(['tcp', 'ws'])(
     const reference = await lines(join(out, `plain-${transport}.jsonl`));
     // Each step's loss is one member's own batch between syncs: a mean over the last 16 steps.
     const mean = (xs: typeof steps) => xs.slice(-16).reduce((sum, l) => sum + l.loss!, 0) / 16;
-    const gap = Math.abs(mean(steps) - mean(reference)) / mean(reference);
+    const change = (mean(steps) - mean(reference)) / mean(reference);
     console.log(
-      `elastic diloco 3 -> 2 -> 3 over ${transport}: mean loss of the last 16 steps ${mean(steps).toFixed(4)} against ${mean(reference).toFixed(4)} uninterrupted (${(100 * gap).toFixed(2)} %)`,
+      `elastic diloco 3 -> 2 -> 3 over ${transport}: mean loss of the last 16 steps ${mean(steps).toFixed(4)} against ${mean(reference).toFixed(4)} uninterrupted (${(100 * change).toFixed(2)} %)`,
     );
-    // Issue 34's bound: how many steps the world of 2 takes (fewer tokens a step) depends on when
-    // the freeze lands; the last 16 steps' mean measured 0.15-1.48 % off in 12 runs (6 tcp, 6 ws).
-    expect(gap).toBeLessThan(0.03);
+    // Issue 34's bound: a member lost and a newcomer admitted cost at most 3 % of the loss. How
+    // many steps the world of 2 takes (fewer tokens a step) depends on when the freeze lands; since
+    // the newcomer downloads while the others train and starts a fresh AdamW ([Note: a compressed
+    // join]), the run ends below the uninterrupted one: -1.98, -2.33, -3.21 % over tcp and -1.50 %
+    // over ws in 4 runs (before that join, 0.15-1.48 % either way in 12). So the cost is bounded at
+    // 3 % and the run's distance either way at 5 %: a run that went elsewhere still fails.
+    expect(change).toBeLessThan(0.03);
+    expect(Math.abs(change)).toBeLessThan(0.05);
   },
   120_000,
 );
