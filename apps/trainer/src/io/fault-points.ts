@@ -13,20 +13,22 @@ import type { FaultHook } from '@webshard/fsdp/checkpoint';
 const killAt = Number(process.env.WEBSHARD_TRAINER_KILL_AT ?? 0);
 let passed = 0;
 
-const slowMs = Number(process.env.WEBSHARD_TRAINER_SLOW_MS ?? 0);
-const slowSteps = Number(process.env.WEBSHARD_TRAINER_SLOW_STEPS ?? Number.POSITIVE_INFINITY);
 let slowed = 0;
 
 /**
  * Count one fault point (`label` for a debugger), and die here if it is the chosen one. At the end
  * of a step, `WEBSHARD_TRAINER_SLOW_MS=t` also blocks the thread for t ms, as a slow laptop's
  * synchronous compute does (the elastic liveness tests: a slow member is not a frozen one), for
- * the first `WEBSHARD_TRAINER_SLOW_STEPS` steps (default all).
+ * the first `WEBSHARD_TRAINER_SLOW_STEPS` steps (default all). Both are read at every step, so
+ * that a test running the CLI in its own process can set them for one case.
  */
 export function faultPoint(label: string): void {
   passed += 1;
   if (killAt > 0 && passed === killAt) process.kill(process.pid, 'SIGKILL');
-  if (slowMs > 0 && label === 'step' && slowed++ < slowSteps) {
+  if (label !== 'step') return;
+  const slowMs = Number(process.env.WEBSHARD_TRAINER_SLOW_MS ?? 0);
+  const slowSteps = Number(process.env.WEBSHARD_TRAINER_SLOW_STEPS ?? Number.POSITIVE_INFINITY);
+  if (slowMs > 0 && slowed++ < slowSteps) {
     Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, slowMs);
   }
 }
