@@ -22,6 +22,7 @@ export { DiLoCo } from './diloco.js';
 export type { DilocoErrorFields } from './errors.js';
 export { DilocoArgumentError, DilocoError, DilocoStateError } from './errors.js';
 export { JoinCatchUp } from './join-catch-up.js';
+export { packJoinEntries, unpackJoinEntries } from './join-pack.js';
 export type { JoinEntries, JoinMomentum, JoinStateOptions } from './join-state.js';
 export {
   decodeJoinState,

@@ -1,6 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { joinStateBytes } from '@webshard/diloco';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
   cli,
@@ -81,7 +82,11 @@ it('a newcomer downloads in slices from 2 members while they run 2 outer syncs, 
   // and the inner steps between while the newcomer had no state; it took part in both.
   expect(caughtUp).toBeGreaterThanOrEqual(2);
   expect(at! - admitted).toBeGreaterThanOrEqual(4);
+  // Packed losslessly ([Note: a join in planes]): fewer bytes than the join's arrays hold.
+  const said = [...first, joiner].map((m) => m.stdout()).join('');
+  const parameters = Number(/model: gpt, (\d+) parameters/.exec(said)![1]);
   expect(bytes).toBeGreaterThan(0);
+  expect(bytes).toBeLessThan(joinStateBytes(parameters));
   // Its global copy when it landed was the world's, and so is everyone's at the end.
   const atLanding = digestAt(joiner, at!);
   expect(atLanding).toMatch(/^[0-9a-f]{8}$/);

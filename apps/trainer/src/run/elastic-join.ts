@@ -11,7 +11,9 @@ import {
   encodeJoinState,
   JoinCatchUp,
   type JoinStateOptions,
+  packJoinEntries,
   roundJoinMomentum,
+  unpackJoinEntries,
 } from '@webshard/diloco';
 import { joinUploadLimit } from '#platform';
 import type { Run } from './set-up.js';
@@ -24,7 +26,7 @@ import type { Run } from './set-up.js';
  * (a few bytes), every rank says whether it needs the state (an all-gather of one flag), and when
  * some do, every member that holds it rounds its outer momentum to the join's format and takes a
  * snapshot ([Note: a compressed join] in @webshard/diloco: the global copy exact, the momentum
- * int8, no AdamW), then sends its slice of it to each newcomer on a group of its own ([Note: a state
+ * int8, no AdamW; packed losslessly, [Note: a join in planes]), then sends its slice of it to each newcomer on a group of its own ([Note: a state
  * in slices from several members] in @webshard/collectives) in the background and trains on. A
  * newcomer takes part in every outer sync while it downloads, with weight 0, keeping the averages
  * (`JoinCatchUp`, [Note: catching up a join]); at the first sync point after its download is in it
@@ -138,7 +140,8 @@ export async function shareOuterStateInSlices(
   const slices = { senders, receivers, chunkBytes: chunkBytes(parameters) };
   if (!needsState) {
     diloco.roundMomentum((momentum) => roundJoinMomentum(momentum, JOIN_FORMAT));
-    const snapshot = encodeJoinState(diloco.stateDict(), JOIN_FORMAT);
+    // Packed losslessly ([Note: a join in planes]): 0.86 of the bytes at GPT-2 124M.
+    const snapshot = packJoinEntries(encodeJoinState(diloco.stateDict(), JOIN_FORMAT));
     // In the background: the member trains on; a change aborts it with the epoch's group.
     const { holdSyncs, ...limit } = joinUploadLimit();
     const upload = () => {
@@ -188,7 +191,7 @@ export async function shareOuterStateInSlices(
  */
 export function finishDownload(download: JoinDownload): boolean {
   if (download.entries === undefined) return false;
-  download.catchUp.finish(decodeJoinState(download.entries));
+  download.catchUp.finish(decodeJoinState(unpackJoinEntries(download.entries)));
   download.entries = undefined;
   return true;
 }
