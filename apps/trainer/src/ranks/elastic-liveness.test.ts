@@ -216,7 +216,12 @@ it('the coordinator SIGKILLed and started again on its port: the members train t
   expect(again.stdout()).toMatch(/elastic: epoch 0 \[0, 1, 2\] taken back from .*world\.json/);
   expect(again.stdout()).toMatch(/every member left; the job is over/);
   const read = await lines(log);
-  expect(changes(read).map((line) => line.worldSize)).toEqual([3]);
+  // Should the world have changed after all: what changed, and what the coordinators said.
+  const said = [first, again].map((c) => c.stdout()).join('---\n');
+  expect(
+    changes(read).map((line) => line.worldSize),
+    `${JSON.stringify(changes(read))}\n${said}`,
+  ).toEqual([3]);
   expect(steps(read).map((line) => line.step)).toEqual(
     Array.from({ length: STEPS }, (_, i) => i + 1),
   );
