@@ -1,6 +1,11 @@
 import { ArgumentError } from '@webshard/tensor-core';
 import { ProcessGroup, type ProcessGroupOptions } from './process-group.js';
-import { joinThreadRank, threadRankData } from './transports/shm/thread-rank.js';
+import {
+  checkThreadRankJoin,
+  joinThreadRank,
+  type ThreadRank,
+  threadRankData,
+} from './transports/shm/thread-rank.js';
 import { joinThreadNode } from './two-level/join-node.js';
 import type { LinkSettings } from './two-level/link-shaper.js';
 import {
@@ -28,12 +33,12 @@ export interface InitProcessGroupOptions extends Omit<NetworkTransportOptions, '
    * Where this rank's communication makes progress. `'thread'` (default): on the rank's own
    * thread, while it awaits; a collective issued before a kernel that never yields moves only
    * after the kernel. `'worker'`: on a communication worker (a `worker_threads` Worker beside the
-   * rank, Node only, `tcp` or `ws`) that hosts the transport, moves the bytes and reduces while
+   * rank, Node only, `tcp` or `ws`, or the `shm` world of a thread rank of one node) that hosts the transport, moves the bytes and reduces while
    * the rank's thread computes ([Note: the communication worker handshake] in
    * comm-worker/handshake.ts); the group returned is a `WorkerGroup`, whose calls, handles and
    * errors are those of every `ProcessGroup`. Costs a hand-off per op (measured in the package
    * README): worth it when the rank computes while its ops are in flight. Ranks may differ in it.
-   * Not for ranks that `webshard-run` started as threads (shm) yet: an `ArgumentError` there.
+   * Not for a thread rank of a job of several nodes (two-level) yet: an `ArgumentError` there.
    */
   progress?: ProgressMode;
 }
@@ -58,6 +63,27 @@ async function startWorkerGroup(
     connect: { ...connect, backend: backend ?? 'tcp' },
     ...(group === undefined ? {} : { group }),
   });
+}
+
+/**
+ * A thread rank of one node whose communication runs on its worker: the worker attaches the
+ * rank's end of the node's rings ([Note: the communication worker handshake]); the launcher hears
+ * `joined` once it has, and `closed` once it closed them ([Note: ranks as threads]).
+ */
+async function startThreadWorkerGroup(
+  thread: ThreadRank,
+  expected: { rank?: number; worldSize?: number; backend?: string },
+  group: ProcessGroupOptions | undefined,
+): Promise<ProcessGroup> {
+  checkThreadRankJoin(thread, expected);
+  const { WorkerGroup } = await import('./comm-worker/worker-group.js');
+  const world = await WorkerGroup.start({
+    shm: { handle: thread.handle, rank: thread.rank },
+    onClosed: () => thread.tell('closed'),
+    ...(group === undefined ? {} : { group }),
+  });
+  thread.tell('joined');
+  return world;
 }
 
 function isNode(): boolean {
@@ -96,14 +122,16 @@ export async function initProcessGroup(
       `progress must be 'thread' or 'worker', got ${JSON.stringify(progress)}`,
     );
   const thread = await threadRankData();
-  if (thread !== null && progress === 'worker')
+  if (thread?.node !== undefined && progress === 'worker')
     throw new ArgumentError(
       'initProcessGroup',
-      "progress 'worker' runs tcp and ws ranks; this rank is a thread of webshard-run's shm world",
+      "progress 'worker' runs tcp, ws and shm ranks; this rank is a thread of a node of a job of several (two-level), which progresses on its thread",
     );
   // A node of several: its shm world joins the others' over the network ([Note: two-level
   // collectives] in two-level/two-level-transport.ts).
   if (thread?.node !== undefined) return joinThreadNode(thread, options);
+  if (thread !== null && progress === 'worker')
+    return startThreadWorkerGroup(thread, options, group);
   if (thread !== null) return joinThreadRank(thread, options, group);
   if (progress === 'worker') return startWorkerGroup(transportOptions, backend, group);
   const transport = await connectNetworkTransport({

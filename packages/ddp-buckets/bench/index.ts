@@ -2,15 +2,17 @@
 // on 2 ranks over shm and tcp, with buckets overlapped with backward and with `delayAllreduce`,
 // against the same per-rank step with no communication at all (one process, no wrapper), and the
 // share of communication hidden behind backward = (T_delay - T_overlap) / (T_delay - T_nocomm).
-// `pnpm bench` (`--transports shm` for one transport; `tcp-worker` is tcp with each rank's
-// communication on its worker, `initProcessGroup({ progress: 'worker' })`).
+// `pnpm bench` (`--transports shm` for one transport; `tcp-worker` and `shm-worker` are tcp and
+// shm with each rank's communication on its worker, `initProcessGroup({ progress: 'worker' })`:
+// shm's ranks then are webshard-run's thread ranks, `launch({ ranksAs: 'threads' })`).
 import { spawn } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
-import { launchThreads } from '@webshard/collectives/node';
+import { PassThrough } from 'node:stream';
+import { launch, launchThreads } from '@webshard/collectives/node';
 import { freePortForBench } from './port.js';
 import { runPlan, type StepPlan, type StepResult } from './step.js';
 
@@ -23,7 +25,7 @@ function option(name: string, fallback: string): string[] {
   return (index >= 0 ? (process.argv[index + 1] ?? fallback) : fallback).split(',');
 }
 
-const transports = option('transports', 'shm,tcp,tcp-worker');
+const transports = option('transports', 'shm,shm-worker,tcp,tcp-worker');
 const base: Omit<StepPlan, 'mode'> = {
   layers: Number(option('layers', '8')[0]),
   width: Number(option('width', '512')[0]),
@@ -43,6 +45,29 @@ async function shm(plan: StepPlan): Promise<StepResult[]> {
   return slowest(
     outcomes.map((o) => (o.status === 'fulfilled' ? o.value : failed(JSON.stringify(o)))),
   );
+}
+
+/** shm with each rank's rings on its communication worker: webshard-run's thread ranks. */
+async function shmWorker(plan: StepPlan): Promise<StepResult[]> {
+  let text = '';
+  const out = new PassThrough();
+  out.on('data', (chunk: Buffer) => {
+    text += chunk.toString();
+  });
+  const result = await launch({
+    nprocPerNode: 2,
+    ranksAs: 'threads',
+    script: join(here, 'net-rank.ts'),
+    args: [JSON.stringify(plan), 'worker'],
+    stdout: out,
+    stderr: new PassThrough(),
+    forwardSignals: false,
+    execArgv: ['--conditions=@webshard/source'],
+  });
+  const tag = '@@result ';
+  const lines = text.split('\n').filter((line) => line.includes(tag));
+  if (result.exitCode !== 0 || lines.length !== 2) failed(`shm-worker ${JSON.stringify(result)}`);
+  return slowest(lines.map((line) => JSON.parse(line.slice(line.indexOf(tag) + tag.length))));
 }
 
 async function tcp(
@@ -122,16 +147,18 @@ for (const transport of transports) {
   const run =
     transport === 'shm'
       ? shm
-      : transport === 'tcp-worker'
-        ? (plan: StepPlan) => tcp(plan, 'worker')
-        : (plan: StepPlan) => tcp(plan);
+      : transport === 'shm-worker'
+        ? shmWorker
+        : transport === 'tcp-worker'
+          ? (plan: StepPlan) => tcp(plan, 'worker')
+          : (plan: StepPlan) => tcp(plan);
   // The three modes interleaved step by step on one group ([Note: the ddp bench's paired steps]).
   const [delay, overlap, auto] = (await run({ ...base, mode: 'paired' })) as [
     StepResult,
     StepResult,
     StepResult,
   ];
-  const label = `${name}, 2 ranks ${transport === 'tcp-worker' ? "tcp (progress: 'worker')" : transport}`;
+  const label = `${name}, 2 ranks ${transport.endsWith('-worker') ? `${transport.slice(0, -7)} (progress: 'worker')` : transport}`;
   // Both ranks compute at once without sending anything: what sharing 2 cores costs by itself.
   const [contended] = (await run({ ...base, mode: 'nocomm' })) as [StepResult];
   rows.push({

@@ -2,6 +2,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { connectNetworkTransport } from '../connect-transport.js';
 import type { HostData } from '../operand.js';
 import { ProcessGroup } from '../process-group.js';
+import { shmTransport } from '../transports/shm/join-shm.js';
 import {
   type CommWorkerInit,
   CONTROL_SLOTS,
@@ -17,7 +18,7 @@ import { postError } from './posted-error.js';
 /**
  * The communication worker's body ([Note: the communication worker handshake] in handshake.ts):
  * joins the rendezvous and connects the `tcp` or `ws` transport (`connectNetworkTransport`: rank
- * 0's worker hosts the store), runs the world `ProcessGroup` on it (and the sub-groups the rank's
+ * 0's worker hosts the store), or attaches the rank's end of a shared-memory world's rings, runs the world `ProcessGroup` on it (and the sub-groups the rank's
  * `newGroup` calls make) and runs the ops the rank's thread posts, in the order they come,
  * signalling each completion through the control block. Started by `CommWorker.start`; runs when imported as a worker's module.
  */
@@ -80,7 +81,10 @@ async function main(init: CommWorkerInit, port: NonNullable<typeof parentPort>):
   const { words, completedAt } = controlViews(init.control);
   let world: ProcessGroup;
   try {
-    const transport = await connectNetworkTransport(init.connect);
+    const transport =
+      init.shm !== undefined
+        ? shmTransport(init.shm.handle, init.shm.rank)
+        : await connectNetworkTransport(init.connect!);
     world = ProcessGroup.fromTransport(transport, init.group);
     transport.onAbort((reason) => post({ type: 'aborted', reason }));
   } catch (error) {

@@ -16,13 +16,18 @@ import {
   type OpMessage,
   type ToWorker,
   type WorkerConnectOptions,
+  type WorkerShmJoin,
 } from './handshake.js';
 import { rebuildError } from './posted-error.js';
 
 /** Options of `CommWorker.start`. */
 export interface CommWorkerOptions {
   /** How the worker joins: `connectNetworkTransport`'s options (rank 0's worker hosts the store). */
-  connect: WorkerConnectOptions;
+  connect?: WorkerConnectOptions;
+  /** Or: the shared-memory world it attaches this rank's rings of (exactly one of the two). */
+  shm?: WorkerShmJoin;
+  /** Called once the worker closed the transport and exited (`close`). */
+  onClosed?: () => void;
   /** Options of the worker's world group. */
   group?: ProcessGroupOptions;
   /** The worker's module; default `defaultWorkerModule()` (start-worker.ts). */
@@ -69,6 +74,7 @@ export class CommWorker implements Transport {
     private readonly worker: CommWorkerThread,
     init: CommWorkerInit,
     ready: { rank: number; size: number; kind: string },
+    private readonly onClosed: (() => void) | undefined,
   ) {
     this.rank = ready.rank;
     this.size = ready.size;
@@ -78,9 +84,13 @@ export class CommWorker implements Transport {
 
   /** Starts the worker and waits until it has joined the other ranks. */
   static async start(options: CommWorkerOptions): Promise<CommWorker> {
-    const timeoutMs = options.connect.timeoutMs;
+    if ((options.connect === undefined) === (options.shm === undefined)) {
+      throw new ArgumentError('commWorker', 'give the worker connect or shm, one of the two');
+    }
+    const timeoutMs = options.connect?.timeoutMs;
     const init: CommWorkerInit = {
-      connect: options.connect,
+      ...(options.connect === undefined ? {} : { connect: options.connect }),
+      ...(options.shm === undefined ? {} : { shm: options.shm }),
       group: { ...(timeoutMs === undefined ? {} : { timeoutMs }), ...options.group },
       control: createControlBlock(),
     };
@@ -109,7 +119,7 @@ export class CommWorker implements Transport {
         );
       },
     );
-    const comm = new CommWorker(worker, init, ready);
+    const comm = new CommWorker(worker, init, ready, options.onClosed);
     worker.on('message', (message: FromWorker) => comm.received(message));
     worker.on('error', (error) => comm.lost(`the communication worker threw: ${error.message}`));
     worker.on('exit', (code) => {
@@ -244,6 +254,7 @@ export class CommWorker implements Transport {
       });
       this.post({ type: 'close' });
       await exited;
+      this.onClosed?.();
     })();
     return this.closing;
   }

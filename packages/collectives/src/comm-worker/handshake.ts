@@ -3,6 +3,7 @@ import type { NetworkTransportOptions } from '../connect-transport.js';
 import type { ReduceOp } from '../kernels/reduce.js';
 import type { CommDType } from '../operand.js';
 import type { ProcessGroupOptions } from '../process-group.js';
+import type { ShmHandle } from '../transports/shm/shm-layout.js';
 
 /**
  * [Note: the communication worker handshake]
@@ -53,9 +54,14 @@ import type { ProcessGroupOptions } from '../process-group.js';
  * thread; a device tensor is read and written back through an ordinary array around that.
  *
  * What a transport must implement to run here: nothing beyond the transport contract, as long as
- * the worker can build it from what can be posted (rendezvous options, no functions):
- * `connectNetworkTransport` builds `tcp` and `ws` unchanged. `shm` would need its world's
- * SharedArrayBuffers posted and its arena shared by rank and worker (not built).
+ * the worker can build it from what can be posted (rendezvous options, shared buffers, no
+ * functions): `connectNetworkTransport` builds `tcp` and `ws` unchanged, and `shm` is the world's
+ * handle (its SharedArrayBuffers) posted to the worker, which attaches the rank's end of the rings
+ * (`shmTransport`) as the rank's thread would: a thread rank of `webshard-run` with `progress:
+ * 'worker'` hands its rings to its worker, and tells the launcher it joined once the worker has
+ * and that it closed once the worker closed them ([Note: ranks as threads]). The world's arena
+ * (fingerprints, the shared-memory plans) is the worker's then: the rank's thread never touches
+ * the rings. A thread rank of a job of several nodes (two-level) stays on its thread.
  */
 
 /** Ops pending at most at once per rank on the worker path. */
@@ -114,9 +120,19 @@ export interface CommWorkerThread {
   terminate(): Promise<number>;
 }
 
-/** What the worker starts with (`workerData`). */
+/** How a worker joins a shared-memory world: the world's handle and this rank's place in it. */
+export interface WorkerShmJoin {
+  readonly handle: ShmHandle;
+  readonly rank: number;
+}
+
+/**
+ * What the worker starts with (`workerData`): how it joins, either a network transport's
+ * rendezvous (`connect`) or a shared-memory world (`shm`), and the world group's options.
+ */
 export interface CommWorkerInit {
-  readonly connect: WorkerConnectOptions;
+  readonly connect?: WorkerConnectOptions;
+  readonly shm?: WorkerShmJoin;
   readonly group: ProcessGroupOptions;
   readonly control: SharedArrayBuffer;
 }

@@ -14,11 +14,22 @@ export function joinShm(
   rank: number,
   options: ProcessGroupOptions = {},
 ): ProcessGroup {
-  const transport = new ShmTransport(handle, rank);
+  return ProcessGroup.fromTransport(shmTransport(handle, rank), options);
+}
+
+/**
+ * `transport` (rank `rank`'s end of `handle`'s rings, a `ShmTransport` unless given) with the
+ * world's progress board attached where it has one (what `webshard-run` reads to blame a stall).
+ */
+export function shmTransport(
+  handle: ShmHandle,
+  rank: number,
+  transport: ShmTransport = new ShmTransport(handle, rank),
+): ShmTransport {
   if (handle.progress !== undefined) {
     const report = () => progressReportOf(transport);
     const board = new SharedProgressBoard(handle.progress, rank, handle.size, report);
     attachProgressBoard(transport, board);
   }
-  return ProcessGroup.fromTransport(transport, options);
+  return transport;
 }

@@ -96,15 +96,15 @@ export interface ThreadRank extends ThreadRankData {
 export const BACKEND_NOT_USED = 'WEBSHARD_BACKEND_NOT_USED';
 
 /**
- * Joins the shm world of a thread rank. `expected` holds what the caller asked for (`rank`,
- * `worldSize`): a value that differs from the launcher's is an `ArgumentError`, since the world
- * cannot honour it; a `backend` is warned about (see [Note: ranks as threads]).
+ * Checks a thread rank's join before it happens: `expected` holds what the caller asked for
+ * (`rank`, `worldSize`): a value that differs from the launcher's is an `ArgumentError`, since the
+ * world cannot honour it, as is a second join of the thread; a `backend` is warned about (see
+ * [Note: ranks as threads]).
  */
-export function joinThreadRank(
+export function checkThreadRankJoin(
   data: ThreadRank,
   expected: { rank?: number; worldSize?: number; backend?: string },
-  options: ProcessGroupOptions = {},
-): ProcessGroup {
+): void {
   const given = (name: string, value: number | undefined, actual: number) => {
     if (value !== undefined && value !== actual) {
       throw new ArgumentError(
@@ -128,6 +128,15 @@ export function joinThreadRank(
       { type: 'WebshardWarning', code: BACKEND_NOT_USED },
     );
   }
+}
+
+/** Joins the shm world of a thread rank on its own thread (`checkThreadRankJoin` first). */
+export function joinThreadRank(
+  data: ThreadRank,
+  expected: { rank?: number; worldSize?: number; backend?: string },
+  options: ProcessGroupOptions = {},
+): ProcessGroup {
+  checkThreadRankJoin(data, expected);
   const group = ProcessGroup.fromTransport(
     new ThreadRankTransport(data.handle, data.rank, data.tell),
     options,
