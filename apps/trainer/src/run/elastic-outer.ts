@@ -30,7 +30,8 @@ import type { Run } from './set-up.js';
  * since the last global copy) by size / contributors and one without by 0 (`syncOuter`, an average
  * of the flags first), so the average is the contributors'. Survivors keep their own AdamW state,
  * as DiLoCo's workers do. Every member prints a digest of the global copy after a change, so a
- * test sees that a newcomer holds the world's bits.
+ * test sees that a newcomer holds the world's bits. Streamed syncs meet where a fragment is
+ * issued instead: [Note: streamed syncs in an elastic world] in ./elastic-stream.ts.
  */
 
 const encoder = new TextEncoder();
@@ -75,16 +76,25 @@ export async function shareOuterState(
     innerStep: number;
     outerStep: number;
   };
-  if (newcomer && !lead) {
-    dilocoOf(run).loadStateDict({
-      innerStep: meta.innerStep,
+  const diloco = dilocoOf(run);
+  // Streamed, every member takes rank 0's global copy, a survivor keeping its own parameters
+  // ([Note: streamed syncs in an elastic world] in ./elastic-stream.ts).
+  const streamed = diloco.options.streamed;
+  if ((newcomer && !lead) || streamed) {
+    const keep = newcomer ? null : await Promise.all(run.prepared.params.map((p) => p.read()));
+    diloco.loadStateDict({
+      // Streamed, the count is the world's step, so the fragment schedule is the same everywhere.
+      innerStep: streamed ? meta.step - (meta.pending ? 1 : 0) : meta.innerStep,
       outerStep: meta.outerStep,
       global: received.get('outer.global') as Float32Array,
       momentumBuffer: (received.get('outer.momentum') as Float32Array | undefined) ?? null,
-      residual: null,
+      residual: newcomer ? null : diloco.stateDict().residual,
       shardResidual: null,
     });
-    await applyOptimizer(run, received);
+    for (const [i, values] of keep?.entries() ?? []) {
+      run.prepared.params[i]!.write(values as Float32Array);
+    }
+    if (newcomer && !lead) await applyOptimizer(run, received);
   }
   return { step: meta.step, pending: meta.pending };
 }
