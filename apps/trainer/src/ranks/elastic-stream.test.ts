@@ -23,7 +23,10 @@ import {
 // --member-timeout 3), nothing of it is applied, they meet at step 8 and go on as 2. Then a
 // newcomer (a new process, or the frozen member woken) is admitted at a later sync point. All end
 // with the same global copy, bit for bit, and a loss near an uninterrupted run's.
-const STEPS = 40;
+// The last step is one past a fragment's issue (at 40): a member whose count of inner steps
+// differed from the world's would issue one fragment more or fewer than the others before the
+// last sync.
+const STEPS = 41;
 const MODEL = ['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'];
 const STREAM = ['--inner-steps', '8', '--outer-fragments', '2', '--outer-overlap', '2'];
 const run = (compression: string) => [
