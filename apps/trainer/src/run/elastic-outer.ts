@@ -46,7 +46,8 @@ function dilocoOf(run: Run): DiLoCo {
 /**
  * Every member calls it after a change (and a newcomer once admitted): rank 0 sends the step,
  * whether the world is at an outer sync point (`pending`), DiLoCo's global state and its AdamW; a
- * `newcomer` loads them, the others keep their own. Returns rank 0's step and `pending`.
+ * `newcomer` loads them (streamed, every member takes the global copy), the others keep their
+ * own. Returns rank 0's step, `pending` and the bytes received.
  */
 export async function shareOuterState(
   run: Run,
@@ -54,7 +55,7 @@ export async function shareOuterState(
   step: number,
   pending: boolean,
   newcomer: boolean,
-): Promise<{ step: number; pending: boolean }> {
+): Promise<{ step: number; pending: boolean; bytes: number }> {
   const lead = elastic.group.rank === 0;
   let entries: Map<string, StateValue> | undefined;
   if (lead) {
@@ -96,7 +97,9 @@ export async function shareOuterState(
     }
     if (newcomer && !lead) await applyOptimizer(run, received);
   }
-  return { step: meta.step, pending: meta.pending };
+  let bytes = 0;
+  for (const value of received.values()) bytes += value.byteLength;
+  return { step: meta.step, pending: meta.pending, bytes };
 }
 
 /**

@@ -132,7 +132,17 @@ export async function trainElastic(
     const progressOf = (p: JoinProgress) => member.joinProgress?.(p);
     /** After a change: rank 0's step and pending, the state in slices or, in a fresh world, whole. */
     const shareOuter = async (at: number, pending: boolean, newcomer: boolean) => {
-      if (!sliced) return shareOuterState(run, elastic, at, pending, newcomer);
+      if (!sliced) {
+        const started = performance.now();
+        const shared = await shareOuterState(run, elastic, at, pending, newcomer);
+        // Streamed, a newcomer takes the state whole: a tab's page shows it held.
+        if (newcomer) {
+          const { bytes } = shared;
+          const seconds = (performance.now() - started) / 1000;
+          progressOf({ receivedBytes: bytes, totalBytes: bytes, seconds, senders: 1, done: true });
+        }
+        return shared;
+      }
       const needs = newcomer || download !== null;
       const shared = await shareOuterStateInSlices(run, elastic, at, pending, needs, progressOf);
       download = shared.download;
