@@ -31,8 +31,10 @@ import type { Run } from './set-up.js';
  * a newcomer (a new process, or a member dropped and admitted again, whose pseudo-gradient is
  * stale) takes them with its parameters set to the global copy and rank 0's AdamW, the whole
  * model at once as torchft's healing replica does (the sliced download of [Note: a diloco join
- * that does not stop the world] needs the replay of missed syncs, which a fragment's mixing does
- * not allow); every survivor takes them too but keeps its own parameters, residuals and AdamW.
+ * that does not stop the world] replays the syncs a newcomer missed while it downloads, with
+ * `outerSync({ missed })` and `applyAverage`, which DiLoCo refuses for streamed syncs: a
+ * fragment's landing mixes local parameters the newcomer does not have yet); every survivor
+ * takes them too but keeps its own parameters, residuals and AdamW.
  * That is the commit torchft's `should_commit` makes: a survivor whose landing succeeded and one
  * whose landing failed may hold different global copies; after it every member holds rank 0's bit
  * for bit (the digest every member prints after a change). The inner-step count is the world's
@@ -41,6 +43,13 @@ import type { Run } from './set-up.js';
  * 1) and one that did not (the newcomer) by 0, as `syncOuter`: the average is the contributors',
  * as torchft divides by its participants, not its healing replicas. The last step syncs every
  * fragment at once (`syncOuter`), so every member ends with the same global copy.
+ *
+ * Where this differs from torchft: a landing that failed applies nothing, as there, but torchft
+ * (`should_commit` said no) leaves that fragment's parameters set back to its global copy,
+ * losing the steps since; here a survivor keeps its local parameters, so the lost fragment's
+ * pseudo-gradient goes out with that fragment's next turn ([Note: streamed fragments]). And the
+ * meeting is a wait at the coordinator, where torchft's quorum runs beside the steps: members
+ * whose steps take the same time lose little there (one round trip every H / F steps).
  */
 
 function dilocoOf(run: Run): DiLoCo {
