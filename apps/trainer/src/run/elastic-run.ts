@@ -121,7 +121,7 @@ export async function trainElastic(
     // diloco, not streamed: a newcomer downloads the state in slices while the others train on.
     const sliced = outer && run.prepared.outer!.diloco?.options.streamed === false;
     // Streamed: fragment work every step ([Note: streamed syncs in an elastic world]).
-    const streamed = outer && !sliced;
+    const streamed = outer && run.prepared.outer!.diloco?.options.streamed === true;
     let download: JoinDownload | null = null;
     // Uploads of slices a test holds for some outer syncs (`WEBSHARD_TRAINER_JOIN_HOLD_SYNCS`).
     let held: { holdSyncs: number; start: () => void }[] = [];

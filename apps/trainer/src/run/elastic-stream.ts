@@ -72,7 +72,8 @@ export async function streamBetween(run: Run, elastic: ElasticGroup): Promise<nu
     return null;
   } catch (error) {
     if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
-    return inFlight ?? -1;
+    // Between meetings only a landing communicates: a fragment was in flight.
+    return inFlight;
   }
 }
 
