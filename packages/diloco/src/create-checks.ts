@@ -39,3 +39,16 @@ export function checkCreate(
     );
   }
 }
+
+/** A sync's `weight` (default 1): a finite number >= 0, refused for `op` otherwise. */
+export function checkWeight(op: string, rank: number, given: number | undefined): number {
+  const weight = given ?? 1;
+  if (!Number.isFinite(weight) || weight < 0) {
+    throw new DilocoArgumentError(
+      { op, rank },
+      'weight',
+      `weight must be a finite number >= 0, got ${weight}`,
+    );
+  }
+  return weight;
+}

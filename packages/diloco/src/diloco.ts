@@ -2,8 +2,8 @@ import type { ProcessGroup } from '@webshard/collectives';
 import type { Optimizer, StepOptions, Tensor } from '@webshard/tensor-core';
 import { type DilocoOptions, type ResolvedDilocoOptions, resolveDilocoOptions } from './api.js';
 import { CompressedAverager } from './compressed-average.js';
-import { checkCreate } from './create-checks.js';
-import { DilocoArgumentError, DilocoStateError } from './errors.js';
+import { checkCreate, checkWeight } from './create-checks.js';
+import { DilocoStateError } from './errors.js';
 import { readFlat, writeFlat } from './flat-params.js';
 import { OuterOptimizer } from './outer-optimizer.js';
 import { StreamedFragments } from './streamed-fragments.js';
@@ -227,16 +227,19 @@ export class DiLoCo {
   /**
    * Count an inner step the caller took itself (a training loop that steps the optimizer through a
    * loss scaler or a clip), then, every `innerSteps` steps, await the outer sync: `step()` without
-   * the optimizer's `step`.
+   * the optimizer's `step`. `weight` scales this rank's pseudo-gradient in a sync issued now, as
+   * `outerSync`'s (streamed: the fragment issued after this step; an elastic world's first issue
+   * after a newcomer joined, [Note: DiLoCo in an elastic world]).
    */
-  async afterInnerStep(): Promise<DilocoStepResult> {
+  async afterInnerStep(options: { weight?: number } = {}): Promise<DilocoStepResult> {
     this.assertIdle('afterInnerStep');
+    const weight = checkWeight('afterInnerStep', this.group.rank, options.weight);
     this.innerSteps++;
     if (this.streamed !== null) {
       // A fragment lands and another is issued ([Note: streamed fragments]).
       this.current = 'syncing';
       try {
-        const landed = await this.streamed.afterInnerStep(this.innerSteps);
+        const landed = await this.streamed.afterInnerStep(this.innerSteps, weight);
         this.sent += landed.bytesSent;
         this.current = 'idle';
         const { syncMs, waitMs } = landed;
@@ -248,7 +251,7 @@ export class DiLoCo {
     }
     const synced = this.innerSteps % this.options.innerSteps === 0;
     const start = performance.now();
-    if (synced) await this.outerSync();
+    if (synced) await this.outerSync({ weight });
     const ms = synced ? performance.now() - start : 0;
     return { innerStep: this.innerSteps, synced, syncMs: ms, waitMs: ms };
   }
@@ -269,14 +272,7 @@ export class DiLoCo {
     options: { weight?: number; missed?: Float32Array[] } = {},
   ): Promise<OuterSyncStats> {
     this.assertIdle('outerSync');
-    const weight = options.weight ?? 1;
-    if (!Number.isFinite(weight) || weight < 0) {
-      throw new DilocoArgumentError(
-        { op: 'outerSync', rank: this.group.rank },
-        'weight',
-        `weight must be a finite number >= 0, got ${weight}`,
-      );
-    }
+    const weight = checkWeight('outerSync', this.group.rank, options.weight);
     if (this.streamed !== null && options.missed !== undefined) this.refuseStreamed('outerSync');
     this.current = 'syncing';
     try {

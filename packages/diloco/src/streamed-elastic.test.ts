@@ -143,4 +143,49 @@ describe('streamed fragments in an elastic world', () => {
     for (const g of three) g.abort('rank 2 is gone');
     await closeWorld([...three, ...two, ...fresh.groups]);
   });
+
+  it("a newcomer weighs 0 in the fragment issued after its join (afterInnerStep weight): the average is the contributors'", async () => {
+    const seed = newSeed('streamed elastic weight');
+    const options = { innerSteps: 4, fragments: 2, overlap: 0, compression: 'f32' } as const;
+    const make = async (groups: ProcessGroup[]) => {
+      const models = groups.map(() => buildModel(seed));
+      const dilocos = await Promise.all(
+        groups.map((group, r) =>
+          DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
+            group,
+            ...options,
+          }),
+        ),
+      );
+      return { models, dilocos };
+    };
+    // Rank 2 of 3 has no pseudo-gradient (it holds the global copy, as a newcomer does); ranks 0
+    // and 1 train as the 2 ranks of a world without it. Fragment 1 is issued after step 2.
+    const three = createLocalGroups(3);
+    const two = createLocalGroups(2);
+    const withNewcomer = await make(three);
+    const plain = await make(two);
+    const contributors = 3 / 2;
+    for (let step = 1; step <= 2; step++) {
+      for (const world of [withNewcomer, plain]) {
+        for (const r of [0, 1]) await train(world.models[r]!, seed, r, step);
+      }
+      const weights = step === 2 ? [contributors, contributors, 0] : [1, 1, 1];
+      await Promise.all(
+        withNewcomer.dilocos.map((d, r) => d.afterInnerStep({ weight: weights[r]! })),
+      );
+      await Promise.all(plain.dilocos.map((d) => d.afterInnerStep()));
+    }
+    const expected = plain.dilocos[0]!.globalParameters();
+    // Fragment 1 was applied: its outer step moved the global copy from the start.
+    expect(withNewcomer.dilocos[0]!.outerStep).toBe(1);
+    for (const d of withNewcomer.dilocos) {
+      const global = d.globalParameters();
+      for (let i = 0; i < expected.length; i++) expect(global[i]).toBeCloseTo(expected[i]!, 6);
+    }
+    await expect(withNewcomer.dilocos[0]!.afterInnerStep({ weight: -1 })).rejects.toThrow(
+      'weight must be a finite number >= 0, got -1',
+    );
+    await closeWorld([...three, ...two]);
+  });
 });

@@ -219,10 +219,10 @@ export class StreamedFragments {
 
   /**
    * After inner step `step` (from 1): apply the fragment issued `overlap` steps ago, issue the
-   * fragment due now (applied at once without an overlap), and with one left on the wire yield a
-   * turn of the event loop so its messages move.
+   * fragment due now (applied at once without an overlap; this rank's pseudo-gradient times
+   * `weight`), and with one left on the wire yield a turn of the event loop so its messages move.
    */
-  async afterInnerStep(step: number): Promise<StreamStepResult> {
+  async afterInnerStep(step: number, weight = 1): Promise<StreamStepResult> {
     let applied: number | null = null;
     let landed: Landed = { bytesSent: 0, syncMs: 0, waitMs: 0 };
     const { innerSteps, fragments, overlap } = this.options;
@@ -232,7 +232,7 @@ export class StreamedFragments {
     }
     const due = fragmentDue(step, innerSteps, fragments);
     if (due !== null) {
-      await this.issue(this.list[due]!, step, 1);
+      await this.issue(this.list[due]!, step, weight);
       if (overlap === 0) {
         applied = due;
         landed = await this.land(this.options.mixing);

@@ -440,13 +440,6 @@ function checkDilocoFlags(config: TrainConfig): void {
       { option: '--outer-overlap' },
     );
   }
-  const streamed = config.outerFragments > 1 || config.outerOverlap > 0;
-  if ((config.elastic ?? null) !== null && streamed) {
-    throw new UsageError(
-      '--outer-fragments and --outer-overlap are not available with --elastic yet: an elastic world syncs every fragment at once at its sync points',
-      { option: config.outerFragments > 1 ? '--outer-fragments' : '--outer-overlap' },
-    );
-  }
   for (const [flag, given] of [
     ['--checkpoint-every', config.checkpointEvery > 0],
     ['--resume', config.resume !== null],

@@ -42,6 +42,16 @@ describe('--comm-progress', () => {
     }
   });
 
+  it('refuses worker with --elastic, whose group is built anew at each change on the thread', () => {
+    const elastic = ['--transport', 'tcp', '--elastic', 'ws://127.0.0.1:1', ...STREAMED];
+    expect(usageOf(() => parse(...elastic, '--comm-progress', 'worker'))).toEqual([
+      "--comm-progress worker is not available with --elastic: an elastic world builds its group anew at each change, on the rank's thread",
+      '--comm-progress',
+    ]);
+    expect(parse(...elastic, '--comm-progress', 'thread').commProgress).toBe('thread');
+    expect(defaultCommProgress(parse(...elastic))).toBe('thread');
+  });
+
   it('defaults to worker for a streamed diloco run, thread for the rest', () => {
     expect(defaultCommProgress(parse('--transport', 'tcp', ...STREAMED))).toBe('worker');
     expect(

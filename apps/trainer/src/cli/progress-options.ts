@@ -45,6 +45,12 @@ export function progressOptions(
       { option: '--comm-progress' },
     );
   }
+  if (given === 'worker' && (config.elastic ?? null) !== null) {
+    throw new UsageError(
+      "--comm-progress worker is not available with --elastic: an elastic world builds its group anew at each change, on the rank's thread",
+      { option: '--comm-progress' },
+    );
+  }
   return { commProgress: given as CommProgress };
 }
 

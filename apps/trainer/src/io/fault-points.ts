@@ -8,9 +8,14 @@ import type { FaultHook } from '@webshard/fsdp/checkpoint';
  * `FaultHook`), the renames of a step folder and of `latest`, cleanup, and the end of every
  * training step. `WEBSHARD_TRAINER_KILL_AT=k` makes the k-th point this process passes kill it (no
  * handler runs, as with a power cut); unset, a point only counts, so a test can learn how many
- * points a run has (`faultPointsPassed`) and draw among them.
+ * points a run has (`faultPointsPassed`) and draw among them. `WEBSHARD_TRAINER_STOP_AT=k` freezes
+ * it there instead (SIGSTOP to itself, a closed lid: the elastic tests wake it with SIGCONT). An
+ * elastic streamed diloco member also passes a point where a fragment is issued, after the world
+ * met and before its own issue (`fragment`): lost there, it leaves the others' fragment in flight
+ * without its part.
  */
 const killAt = Number(process.env.WEBSHARD_TRAINER_KILL_AT ?? 0);
+const stopAt = Number(process.env.WEBSHARD_TRAINER_STOP_AT ?? 0);
 let passed = 0;
 
 let slowed = 0;
@@ -25,6 +30,7 @@ let slowed = 0;
 export function faultPoint(label: string): void {
   passed += 1;
   if (killAt > 0 && passed === killAt) process.kill(process.pid, 'SIGKILL');
+  if (stopAt > 0 && passed === stopAt) process.kill(process.pid, 'SIGSTOP');
   if (label !== 'step') return;
   const slowMs = Number(process.env.WEBSHARD_TRAINER_SLOW_MS ?? 0);
   const slowSteps = Number(process.env.WEBSHARD_TRAINER_SLOW_STEPS ?? Number.POSITIVE_INFINITY);

@@ -23,7 +23,7 @@ import type { RankStatus } from './browser-page.js';
 // diloco (H = 4, int8: members meet at outer syncs) near those of an uninterrupted run.
 // diloco runs longer: the members train on while a tab downloads the world's state ([Note: a
 // diloco join that does not stop the world]), so 60 steps could end before a tab closes.
-const STEPS: Record<string, number> = { ddp: 60, diloco: 240 };
+const STEPS: Record<string, number> = { ddp: 60, diloco: 240, 'diloco streamed': 240 };
 const MODEL = ['--n-layer', '1', '--n-embd', '32', '--n-head', '2', '--block-size', '16'];
 const BASE = [
   ...MODEL,
@@ -33,6 +33,12 @@ const BASE = [
 const STRATEGY: Record<string, string[]> = {
   ddp: ['--strategy', 'ddp'],
   diloco: ['--strategy', 'diloco', '--inner-steps', '4', '--outer-compression', 'int8'],
+  // [Note: streamed syncs in an elastic world]: members meet where a fragment is issued (every 4
+  // steps), a tab takes the state whole; int4, the compression the other elastic tests leave out.
+  'diloco streamed': [
+    ...['--strategy', 'diloco', '--inner-steps', '8', '--outer-fragments', '2'],
+    ...['--outer-overlap', '2', '--outer-compression', 'int4'],
+  ],
 };
 
 function statusOf(page: Page): Promise<RankStatus | undefined> {
@@ -72,7 +78,7 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
       await rm(out, { recursive: true, force: true });
     });
 
-    it.each(['ddp', 'diloco'])(
+    it.each(['ddp', 'diloco', 'diloco streamed'])(
       '%s: 2 Node members and a tab, the tab closed, another opened, 3 -> 2 -> 3, exit 0, the losses of an uninterrupted run',
       async (strategy) => {
         const steps = STEPS[strategy]!;
@@ -86,7 +92,7 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
           'the tab page',
           () => /browser tabs join at (http:\/\/\S+)/.exec(coordinator.stdout())?.[1],
         );
-        const log = join(out, `tabs-${strategy}.jsonl`);
+        const log = join(out, `tabs-${strategy.replace(' ', '-')}.jsonl`);
         const follow = followLog(log);
         const changes = () => follow.latest().filter((line) => line.event === 'membership');
         /** A step recorded after the `n`-th membership line: that world has trained. */
@@ -109,7 +115,7 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
         signalAll(nodes, 'SIGCONT');
         await until('a step with the tab', () => steppedAfter(2), 60_000);
         expect(await statusOf(first)).toMatchObject({ state: 'training', worldSize: 3 });
-        if (strategy === 'diloco') {
+        if (strategy !== 'ddp') {
           // The tab trains once it holds the state: it closes after that.
           for (let i = 0; i < 600 && !(await downloaded(first)); i++) {
             await new Promise((resolve) => setTimeout(resolve, 100));
@@ -157,10 +163,10 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
         );
         const tabLosses = (status as { losses: number[] }).losses;
         expect(tabLosses.length).toBeGreaterThan(0);
-        if (strategy === 'diloco') {
+        if (strategy !== 'ddp') {
           // Each member's loss is its own between syncs: the last 16 steps' mean against 3 members
           // never interrupted ([Note: diloco members that come and go]).
-          const plainLog = join(out, 'plain-diloco.jsonl');
+          const plainLog = join(out, `plain-${strategy.replace(' ', '-')}.jsonl`);
           const plain = cli([
             ...RUN,
             '--world-size',
@@ -175,7 +181,7 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
           const gap =
             Math.abs(mean(stepLines) - mean(await lines(plainLog))) / mean(await lines(plainLog));
           console.log(
-            `elastic tabs diloco 3 -> 2 -> 3: last 16 steps' mean loss ${(100 * gap).toFixed(2)} % from an uninterrupted run`,
+            `elastic tabs ${strategy} 3 -> 2 -> 3: last 16 steps' mean loss ${(100 * gap).toFixed(2)} % from an uninterrupted run`,
           );
           expect(gap).toBeLessThan(0.05);
           return;

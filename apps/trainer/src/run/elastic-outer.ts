@@ -30,7 +30,8 @@ import type { Run } from './set-up.js';
  * since the last global copy) by size / contributors and one without by 0 (`syncOuter`, an average
  * of the flags first), so the average is the contributors'. Survivors keep their own AdamW state,
  * as DiLoCo's workers do. Every member prints a digest of the global copy after a change, so a
- * test sees that a newcomer holds the world's bits.
+ * test sees that a newcomer holds the world's bits. Streamed syncs meet where a fragment is
+ * issued instead: [Note: streamed syncs in an elastic world] in ./elastic-stream.ts.
  */
 
 const encoder = new TextEncoder();
@@ -45,7 +46,8 @@ function dilocoOf(run: Run): DiLoCo {
 /**
  * Every member calls it after a change (and a newcomer once admitted): rank 0 sends the step,
  * whether the world is at an outer sync point (`pending`), DiLoCo's global state and its AdamW; a
- * `newcomer` loads them, the others keep their own. Returns rank 0's step and `pending`.
+ * `newcomer` loads them (streamed, every member takes the global copy), the others keep their
+ * own. Returns rank 0's step, `pending` and the bytes received.
  */
 export async function shareOuterState(
   run: Run,
@@ -53,7 +55,7 @@ export async function shareOuterState(
   step: number,
   pending: boolean,
   newcomer: boolean,
-): Promise<{ step: number; pending: boolean }> {
+): Promise<{ step: number; pending: boolean; bytes: number }> {
   const lead = elastic.group.rank === 0;
   let entries: Map<string, StateValue> | undefined;
   if (lead) {
@@ -75,18 +77,29 @@ export async function shareOuterState(
     innerStep: number;
     outerStep: number;
   };
-  if (newcomer && !lead) {
-    dilocoOf(run).loadStateDict({
-      innerStep: meta.innerStep,
+  const diloco = dilocoOf(run);
+  // Streamed, every member takes rank 0's global copy, a survivor keeping its own parameters
+  // ([Note: streamed syncs in an elastic world] in ./elastic-stream.ts).
+  const streamed = diloco.options.streamed;
+  if ((newcomer && !lead) || streamed) {
+    const keep = newcomer ? null : await Promise.all(run.prepared.params.map((p) => p.read()));
+    diloco.loadStateDict({
+      // Streamed, the count is the world's step, so the fragment schedule is the same everywhere.
+      innerStep: streamed ? meta.step - (meta.pending ? 1 : 0) : meta.innerStep,
       outerStep: meta.outerStep,
       global: received.get('outer.global') as Float32Array,
       momentumBuffer: (received.get('outer.momentum') as Float32Array | undefined) ?? null,
-      residual: null,
+      residual: newcomer ? null : diloco.stateDict().residual,
       shardResidual: null,
     });
-    await applyOptimizer(run, received);
+    for (const [i, values] of keep?.entries() ?? []) {
+      run.prepared.params[i]!.write(values as Float32Array);
+    }
+    if (newcomer && !lead) await applyOptimizer(run, received);
   }
-  return { step: meta.step, pending: meta.pending };
+  let bytes = 0;
+  for (const value of received.values()) bytes += value.byteLength;
+  return { step: meta.step, pending: meta.pending, bytes };
 }
 
 /**

@@ -1,24 +1,10 @@
-import {
-  CollectiveError,
-  type ElasticGroup,
-  joinElastic,
-  type MembershipChange,
-} from '@webshard/collectives';
-import {
-  appendLog,
-  faultPoint,
-  openLog,
-  readTlsFiles,
-  removePartialCheckpoints,
-  resolveResume,
-} from '#platform';
+import { CollectiveError, joinElastic, type MembershipChange } from '@webshard/collectives';
+import { appendLog, faultPoint, openLog, readTlsFiles } from '#platform';
 import type { TrainConfig } from '../config.js';
-import { InterruptedError, UsageError } from '../errors.js';
+import { InterruptedError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
-import { checkSameBackend } from '../ranks/job-backend.js';
-import { agreeOnFma } from '../ranks/job-fma.js';
-import { prepareModel } from '../strategy/prepare.js';
+import { checkBatch, enterEpoch, restartSharded } from './elastic-epoch.js';
 import {
   finishDownload,
   type JoinDownload,
@@ -27,10 +13,11 @@ import {
 } from './elastic-join.js';
 import { globalDigest, shareOuterState, syncOuter } from './elastic-outer.js';
 import { shareRunState } from './elastic-state.js';
+import { streamBetween, streamPoint } from './elastic-stream.js';
 import { finishRun } from './finish.js';
 import { oneStep, saveCheckpoint } from './loop.js';
 import type { RunIO, TrainSummary } from './run-io.js';
-import { type Run, setUpRun } from './set-up.js';
+import { setUpRun } from './set-up.js';
 
 /*
  * [Note: elastic training in the trainer]
@@ -53,79 +40,9 @@ import { type Run, setUpRun } from './set-up.js';
  * done).
  */
 
-/** The world's size checked against the batch: every member must take whole micro-batches. */
-function checkBatch(config: TrainConfig, worldSize: number): void {
-  if (config.batchSize % (worldSize * config.gradAccum) !== 0) {
-    throw new UsageError(
-      `--elastic: --batch-size ${config.batchSize} does not divide over the world's ${worldSize} members x --grad-accum ${config.gradAccum}: choose a batch size that every world size from --min-world-size to --max-world-size divides`,
-      { option: '--batch-size' },
-    );
-  }
-}
-
 function membershipLine(change: MembershipChange, step: number): string {
   const { epoch, worldSize, members, left, joined } = change;
   return `${JSON.stringify({ event: 'membership', step, epoch, worldSize, members, left, joined })}\n`;
-}
-
-/** The group of the new epoch under the strategy: DDP rebuilt, the lead and its printing moved. */
-async function enterEpoch(run: Run, config: TrainConfig, elastic: ElasticGroup): Promise<void> {
-  const { group, membership } = elastic;
-  checkBatch(config, membership.worldSize);
-  run.prepared.release?.();
-  // A newcomer's set-up asks every rank about the matmul's fused multiply-add (a collective): the
-  // others answer in the same order. Their backends exist already and keep their kernel; the
-  // parameters stay the same everywhere (one averaged gradient, rank 0's state after a change).
-  const fma = await agreeOnFma(config, group);
-  if (fma.matmulFma !== run.config.matmulFma) {
-    run.say(
-      `elastic: matmul FMA ${fma.matmulFma} for the newcomers, ${run.config.matmulFma} on the members before`,
-    );
-  }
-  run.config = { ...config, worldSize: membership.worldSize, matmulFma: run.config.matmulFma };
-  run.group = group;
-  run.lead = group.rank === 0;
-  run.say = (line) => {
-    if (group.rank === 0) run.io.stdout(`${line}\n`);
-  };
-  if (group.size > 1) await checkSameBackend(group, run.backend);
-  run.prepared = prepareModel(run.model, run.config, group, run.backend);
-}
-
-/** The newest complete checkpoint in `--checkpoint-dir`, or null before the first. */
-async function latestCheckpoint(config: TrainConfig): Promise<string | null> {
-  if (config.checkpointDir === null) return null;
-  return resolveResume(config.checkpointDir).catch(() => null);
-}
-
-/**
- * FSDP's state is sharded: a member that leaves takes its shards with it. So every epoch of a
- * sharded run starts over from the last sharded checkpoint (which loads at any world size), or
- * from the seeded initialization before the first: the model, FSDP and AdamW built anew for the
- * new world ([Note: elastic training in the trainer]).
- */
-async function restartSharded(
-  config: TrainConfig,
-  io: RunIO,
-  elastic: ElasticGroup,
-  before: Run | null,
-): Promise<Run> {
-  checkBatch(config, elastic.membership.worldSize);
-  if (before !== null) {
-    if (before.modelBackend !== before.backend) before.modelBackend.dispose();
-    before.backend.dispose();
-  }
-  if (config.checkpointDir !== null) {
-    // What the world before left half-written goes first, before any rank begins a checkpoint.
-    if (elastic.group.rank === 0) await removePartialCheckpoints(config.checkpointDir);
-    await elastic.group.barrier().wait();
-  }
-  const resume = await latestCheckpoint(config);
-  return setUpRun(
-    { ...config, worldSize: elastic.membership.worldSize, resume },
-    io,
-    elastic.group,
-  );
 }
 
 /** How this member joins: what a tab passes (`runBrowserRank`); a Node member's come from its env. */
@@ -203,6 +120,8 @@ export async function trainElastic(
     const outer = run.prepared.outer !== undefined;
     // diloco, not streamed: a newcomer downloads the state in slices while the others train on.
     const sliced = outer && run.prepared.outer!.diloco?.options.streamed === false;
+    // Streamed: fragment work every step ([Note: streamed syncs in an elastic world]).
+    const streamed = outer && run.prepared.outer!.diloco?.options.streamed === true;
     let download: JoinDownload | null = null;
     // Uploads of slices a test holds for some outer syncs (`WEBSHARD_TRAINER_JOIN_HOLD_SYNCS`).
     let held: { holdSyncs: number; start: () => void }[] = [];
@@ -213,7 +132,17 @@ export async function trainElastic(
     const progressOf = (p: JoinProgress) => member.joinProgress?.(p);
     /** After a change: rank 0's step and pending, the state in slices or, in a fresh world, whole. */
     const shareOuter = async (at: number, pending: boolean, newcomer: boolean) => {
-      if (!sliced) return shareOuterState(run, elastic, at, pending, newcomer);
+      if (!sliced) {
+        const started = performance.now();
+        const shared = await shareOuterState(run, elastic, at, pending, newcomer);
+        // Streamed, a newcomer takes the state whole: a tab's page shows it held.
+        if (newcomer) {
+          const { bytes } = shared;
+          const seconds = (performance.now() - started) / 1000;
+          progressOf({ receivedBytes: bytes, totalBytes: bytes, seconds, senders: 1, done: true });
+        }
+        return shared;
+      }
       const needs = newcomer || download !== null;
       const shared = await shareOuterStateInSlices(run, elastic, at, pending, needs, progressOf);
       download = shared.download;
@@ -282,11 +211,14 @@ export async function trainElastic(
      * sync with the others (its weight 0) without meeting the coordinator again.
      */
     const outerSyncPoint = async (joined: boolean) => {
-      let failed = false;
+      // Streamed: a fragment lost in flight since the last point rebuilds the world here.
+      let failed = streamed && run.prepared.outer!.diloco!.state === 'failed';
+      let changed = joined;
       for (;;) {
         const change = joined ? null : await elastic.sync({ failed });
         joined = false;
         if (change !== null) {
+          changed = true;
           await regroup(change, async (now) => {
             const previous = run.prepared.outer!.diloco!;
             await enterEpoch(run, config, elastic);
@@ -298,6 +230,11 @@ export async function trainElastic(
         }
         try {
           landDownload();
+          if (streamed && step < config.steps) {
+            faultPoint('fragment');
+            await streamPoint(run, changed, hasDelta);
+            return;
+          }
           await syncOuter(run, hasDelta, download?.catchUp);
           hasDelta = false;
           landDownload();
@@ -360,6 +297,14 @@ export async function trainElastic(
         if (training) hasDelta = true;
         // Members meet only at outer syncs: between them there is no sync point.
         if (run.prepared.outer!.due(step - 1)) await outerSyncPoint(false);
+        else if (streamed) {
+          const lost = await streamBetween(run, elastic);
+          if (lost !== null) {
+            io.stdout(
+              `elastic: fragment ${lost} lost in flight at step ${step}: nothing of it applied, the world regroups at its next sync point\n`,
+            );
+          }
+        }
         continue;
       }
       const change = await elastic.sync({ failed: record === null });

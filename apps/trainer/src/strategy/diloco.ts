@@ -1,5 +1,5 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import { DiLoCo, DilocoStateError } from '@webshard/diloco';
+import { DiLoCo, DilocoStateError, fragmentDue } from '@webshard/diloco';
 import type { TrainConfig } from '../config.js';
 import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-model.js';
 
@@ -23,7 +23,9 @@ import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-mo
  * collectives run only at the steps where fragment 0 lands (H + tau, 2H + tau, ...) and the last:
  * a collective of the group waits behind the fragment on the wire, so at any other step they
  * would bring back the wait the overlap hides. The last step lands the fragment in flight and
- * syncs every fragment at once, so every rank saves the global parameters.
+ * syncs every fragment at once, so every rank saves the global parameters. Streamed under
+ * `--elastic`, the elastic loop runs each step's fragment work and the members meet where a
+ * fragment is issued ([Note: streamed syncs in an elastic world] in run/elastic-stream.ts).
  */
 export function prepareDiloco(
   base: Omit<PreparedModel, 'step' | 'start' | 'afterStep'>,
@@ -36,6 +38,10 @@ export function prepareDiloco(
   const streamed = config.outerFragments > 1 || config.outerOverlap > 0;
   const last = (step: number) => step + 1 === config.steps;
   const due = (step: number) => (step + 1) % config.innerSteps === 0 || last(step);
+  // Streamed under --elastic, the members meet where a fragment is issued, and after the last step
+  // ([Note: streamed syncs in an elastic world] in run/elastic-stream.ts).
+  const issued = (step: number) =>
+    fragmentDue(step + 1, config.innerSteps, config.outerFragments) !== null || last(step);
   // Streamed, the loop's collectives run where fragment 0 lands: the wire is free after it
   // ([Note: the diloco strategy]).
   const loud = (step: number) =>
@@ -72,7 +78,7 @@ export function prepareDiloco(
             get diloco() {
               return diloco;
             },
-            due,
+            due: streamed ? issued : due,
             adopt(previous: DiLoCo) {
               previous.regroup(group);
               diloco = previous;

@@ -1,0 +1,86 @@
+import type { ElasticGroup } from '@webshard/collectives';
+import { removePartialCheckpoints, resolveResume } from '#platform';
+import type { TrainConfig } from '../config.js';
+import { UsageError } from '../errors.js';
+import { checkSameBackend } from '../ranks/job-backend.js';
+import { agreeOnFma } from '../ranks/job-fma.js';
+import { prepareModel } from '../strategy/prepare.js';
+import type { RunIO } from './run-io.js';
+import { type Run, setUpRun } from './set-up.js';
+
+// The strategy moved onto a new epoch's world ([Note: elastic training in the trainer] in
+// ./elastic-run.ts): DDP and DiLoCo rebuilt over the new group, FSDP restarted from its checkpoint.
+
+/** The world's size checked against the batch: every member must take whole micro-batches. */
+export function checkBatch(config: TrainConfig, worldSize: number): void {
+  if (config.batchSize % (worldSize * config.gradAccum) !== 0) {
+    throw new UsageError(
+      `--elastic: --batch-size ${config.batchSize} does not divide over the world's ${worldSize} members x --grad-accum ${config.gradAccum}: choose a batch size that every world size from --min-world-size to --max-world-size divides`,
+      { option: '--batch-size' },
+    );
+  }
+}
+
+/** The group of the new epoch under the strategy: DDP rebuilt, the lead and its printing moved. */
+export async function enterEpoch(
+  run: Run,
+  config: TrainConfig,
+  elastic: ElasticGroup,
+): Promise<void> {
+  const { group, membership } = elastic;
+  checkBatch(config, membership.worldSize);
+  run.prepared.release?.();
+  // A newcomer's set-up asks every rank about the matmul's fused multiply-add (a collective): the
+  // others answer in the same order. Their backends exist already and keep their kernel; the
+  // parameters stay the same everywhere (one averaged gradient, rank 0's state after a change).
+  const fma = await agreeOnFma(config, group);
+  if (fma.matmulFma !== run.config.matmulFma) {
+    run.say(
+      `elastic: matmul FMA ${fma.matmulFma} for the newcomers, ${run.config.matmulFma} on the members before`,
+    );
+  }
+  run.config = { ...config, worldSize: membership.worldSize, matmulFma: run.config.matmulFma };
+  run.group = group;
+  run.lead = group.rank === 0;
+  run.say = (line) => {
+    if (group.rank === 0) run.io.stdout(`${line}\n`);
+  };
+  if (group.size > 1) await checkSameBackend(group, run.backend);
+  run.prepared = prepareModel(run.model, run.config, group, run.backend);
+}
+
+/** The newest complete checkpoint in `--checkpoint-dir`, or null before the first. */
+async function latestCheckpoint(config: TrainConfig): Promise<string | null> {
+  if (config.checkpointDir === null) return null;
+  return resolveResume(config.checkpointDir).catch(() => null);
+}
+
+/**
+ * FSDP's state is sharded: a member that leaves takes its shards with it. So every epoch of a
+ * sharded run starts over from the last sharded checkpoint (which loads at any world size), or
+ * from the seeded initialization before the first: the model, FSDP and AdamW built anew for the
+ * new world ([Note: elastic training in the trainer]).
+ */
+export async function restartSharded(
+  config: TrainConfig,
+  io: RunIO,
+  elastic: ElasticGroup,
+  before: Run | null,
+): Promise<Run> {
+  checkBatch(config, elastic.membership.worldSize);
+  if (before !== null) {
+    if (before.modelBackend !== before.backend) before.modelBackend.dispose();
+    before.backend.dispose();
+  }
+  if (config.checkpointDir !== null) {
+    // What the world before left half-written goes first, before any rank begins a checkpoint.
+    if (elastic.group.rank === 0) await removePartialCheckpoints(config.checkpointDir);
+    await elastic.group.barrier().wait();
+  }
+  const resume = await latestCheckpoint(config);
+  return setUpRun(
+    { ...config, worldSize: elastic.membership.worldSize, resume },
+    io,
+    elastic.group,
+  );
+}
