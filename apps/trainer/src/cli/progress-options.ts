@@ -15,9 +15,10 @@ import { UsageError } from '../errors.js';
  * (`--outer-fragments` or `--outer-overlap`) of process ranks (`--transport tcp` or `ws`), where
  * the trainer README measures it, and `thread` everywhere else: a hand-off costs each op some
  * tens of microseconds, which only pays when the rank computes while its ops are in flight.
- * Ranks that are threads (`--transport shm`, or webshard-run's default threads on a node) have no
- * worker path: `worker` is refused there (a thread of webshard-run: at join, use `--ranks-as
- * processes`).
+ * Ranks that are threads (`--transport shm`, or webshard-run's default threads on one node) hand
+ * their end of the shm rings to the worker instead (`launchThreads({ progress })`, collectives'
+ * shm worker path); `--transport local` (every rank on one thread) has none, so `worker` is
+ * refused there, as for a thread rank of a job of several nodes (at join).
  */
 
 /** The flag of [Note: where a rank's communication progresses]. */
@@ -39,9 +40,9 @@ export function progressOptions(
       option: '--comm-progress',
     });
   }
-  if (given === 'worker' && config.transport !== 'tcp' && config.transport !== 'ws') {
+  if (given === 'worker' && config.transport === 'local') {
     throw new UsageError(
-      `--comm-progress worker runs the tcp or ws transport of process ranks on a worker thread; --transport ${config.transport} has none`,
+      `--comm-progress worker runs each rank's tcp, ws or shm transport on a worker thread; --transport ${config.transport} has none`,
       { option: '--comm-progress' },
     );
   }

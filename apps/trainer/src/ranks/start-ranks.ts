@@ -100,14 +100,9 @@ async function joinAsRank(
   };
   checkBatchDivides(rankConfig);
   const transport = config.transport as 'tcp' | 'ws';
-  // A thread of webshard-run's node has no worker path: the default falls back to `thread`.
-  if (config.commProgress === 'worker' && !isMainThread) {
-    throw new UsageError(
-      "--comm-progress worker: this rank is a thread of webshard-run's node, whose shm world has no communication worker (run webshard-run with --ranks-as processes)",
-      { option: '--comm-progress' },
-    );
-  }
-  const progress = isMainThread ? (config.commProgress ?? defaultCommProgress(config)) : 'thread';
+  // A thread of webshard-run's node runs shm on its worker too (one node; several: refused by
+  // initProcessGroup, a usage error below).
+  const progress = config.commProgress ?? defaultCommProgress(config);
   const group = await initProcessGroup({
     backend: transport,
     progress,
@@ -232,6 +227,7 @@ async function runThreads(config: TrainConfig, io: RankIO): Promise<RanksOutcome
         eval: worker.isSource,
         execArgv: worker.isSource ? ['--conditions=@webshard/source'] : [],
         group: { timeoutMs: GROUP_TIMEOUT_MS },
+        progress: config.commProgress ?? defaultCommProgress(config),
       },
     );
     await Promise.race([end, new Promise((resolve) => setTimeout(resolve, 1000))]);

@@ -1,3 +1,6 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runMain, TINY } from '../test-support/cli.js';
 
@@ -32,4 +35,30 @@ describe('--ddp-allreduce', () => {
     expect(bad.exitCode).toBe(2);
     expect(bad.stderr).toContain('--ddp-allreduce');
   });
+
+  it('over shm with --comm-progress worker: each thread rank hands its rings to its worker, and the losses are those of the thread path', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'webshard-shm-worker-'));
+    try {
+      const shm = DDP.map((flag, i) => (DDP[i - 1] === '--transport' ? 'shm' : flag));
+      const run = async (progress: string) => {
+        const log = join(dir, `${progress}.jsonl`);
+        const args = [...shm, '--ddp-allreduce', 'overlap', '--comm-progress', progress];
+        const outcome = await runMain([...args, '--log-jsonl', log], '/');
+        expect(outcome.exitCode, outcome.stderr).toBe(0);
+        const lines = (await readFile(log, 'utf8')).trim().split('\n');
+        return { stdout: outcome.stdout, losses: lines.map((l) => JSON.parse(l).loss as number) };
+      };
+      const onThread = await run('thread');
+      expect(onThread.stdout).toContain('strategy: ddp on 2 rank(s) over shm\n');
+      const onWorker = await run('worker');
+      expect(onWorker.stdout).toContain(
+        'strategy: ddp on 2 rank(s) over shm (communication on a worker)',
+      );
+      // Where the bytes move does not change what they are.
+      expect(onWorker.losses).toHaveLength(10);
+      expect(onWorker.losses).toEqual(onThread.losses);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });

@@ -5,6 +5,8 @@ import { describe, expect, it } from 'vitest';
 import { launch } from '../launcher/launcher.js';
 import { ProcessGroup } from '../process-group.js';
 import { busyFor } from '../test-support/comm-worker-world.js';
+import { runInThreads } from '../test-support/shm/shm-suite-run.js';
+import type { WorkerProgressReport } from '../test-support/shm/worker-progress-rank.js';
 import { createShmHandle } from '../transports/shm/shm-layout.js';
 import { WorkerGroup } from './worker-group.js';
 
@@ -77,5 +79,18 @@ describe('shm with its progress on the communication worker', () => {
           `[rank ${r}] rank ${r} of 2 over shm (WorkerGroup): sum 3 3, done inside the kernel true`,
       ),
     );
+  }, 60_000);
+
+  it("launchThreads({ progress: 'worker' }): each thread rank's group is a WorkerGroup whose op completes inside a held kernel; without it, after", async () => {
+    const run = (progress: 'thread' | 'worker') =>
+      runInThreads<null, WorkerProgressReport>(2, 'worker-progress-rank.ts', null, {
+        progress,
+        group: { timeoutMs: 20_000 },
+      });
+    const expected = (worker: boolean) =>
+      [0, 1].map(() => ({ kind: 'shm', worker, sum: 3, insideKernel: worker }));
+    expect(await run('worker')).toEqual(expected(true));
+    // On the rank's thread the op waits for the kernel: the worker's timestamp is not there.
+    expect(await run('thread')).toEqual(expected(false));
   }, 60_000);
 });

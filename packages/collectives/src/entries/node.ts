@@ -9,7 +9,8 @@ export type {
   ShmRankOutcome,
   ShmWorkerData,
 } from '../transports/shm/launch-threads.js';
-export { launchThreads, runShmWorker } from '../transports/shm/launch-threads.js';
+export { runShmWorker } from '../comm-worker/shm-rank-worker.js';
+export { launchThreads } from '../transports/shm/launch-threads.js';
 export type {
   LaunchOptions as ProcessLaunchOptions,
   LaunchResult,

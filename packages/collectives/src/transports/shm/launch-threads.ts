@@ -11,6 +11,11 @@ export interface ShmWorkerData<T = unknown> {
   readonly rank: number;
   readonly data: T;
   readonly options: ProcessGroupOptions;
+  /**
+   * Where the rank's communication progresses (`LaunchOptions.progress`): absent or `'thread'`,
+   * on the rank's thread; `'worker'`, on its communication worker.
+   */
+  readonly progress?: 'thread' | 'worker';
 }
 
 /** How one rank's worker ended. */
@@ -37,6 +42,14 @@ export interface LaunchOptions {
   execArgv?: string[];
   /** Run `workerFile` as code (`eval: true`), e.g. a bootstrap that registers a TypeScript loader. */
   eval?: boolean;
+  /**
+   * Where each rank's communication progresses: `'thread'` (default), on the rank's thread;
+   * `'worker'`, on a communication worker beside it that attaches the rank's end of the rings and
+   * moves and reduces while the rank computes ([Note: the communication worker handshake]): the
+   * rank's group is then a `WorkerGroup`. `'worker'` needs the `runShmWorker` of
+   * `@webshard/collectives/node` in `workerFile`.
+   */
+  progress?: 'thread' | 'worker';
 }
 
 type WorkerMessage<R> =
@@ -66,7 +79,13 @@ export async function launchThreads<T, R>(
     { length: size },
     (_, rank) =>
       new Promise<ShmRankOutcome<R>>((resolve) => {
-        const init: ShmWorkerData<T> = { handle, rank, data, options: options.group ?? {} };
+        const init: ShmWorkerData<T> = {
+          handle,
+          rank,
+          data,
+          options: options.group ?? {},
+          ...(options.progress === undefined ? {} : { progress: options.progress }),
+        };
         const worker = new Worker(workerFile, {
           workerData: init,
           eval: options.eval ?? false,
@@ -118,6 +137,17 @@ export async function launchThreads<T, R>(
   return Promise.all(outcomes);
 }
 
+/** The rank joins on its own thread; a launch with `progress: 'worker'` needs the node entry's. */
+function joinOnThread(init: ShmWorkerData): ProcessGroup {
+  if (init.progress === 'worker') {
+    throw new ArgumentError(
+      'runShmWorker',
+      "launchThreads({ progress: 'worker' }): the rank's worker file must run the runShmWorker of @webshard/collectives/node",
+    );
+  }
+  return joinShm(init.handle, init.rank, init.options);
+}
+
 function errorRecord(
   name: string,
   message: string,
@@ -129,10 +159,13 @@ function errorRecord(
 /**
  * The body of a worker started by `launchThreads`: joins the world, runs `main(group, data)`,
  * posts its result to the parent and closes the group. An exception is posted as a failure (the
- * parent aborts the other ranks).
+ * parent aborts the other ranks). `join` makes the rank's group from what the launcher gave
+ * (default: `joinShm` on this thread; the node entry's `runShmWorker` passes one that also starts
+ * a communication worker for `progress: 'worker'`).
  */
 export async function runShmWorker<T, R>(
   main: (group: ProcessGroup, data: T) => Promise<R>,
+  join: (init: ShmWorkerData<T>) => ProcessGroup | Promise<ProcessGroup> = joinOnThread,
 ): Promise<void> {
   const init = workerData as ShmWorkerData<T>;
   if (parentPort === null || init === null || typeof init !== 'object') {
@@ -140,7 +173,7 @@ export async function runShmWorker<T, R>(
   }
   let group: ProcessGroup | null = null;
   try {
-    group = joinShm(init.handle, init.rank, init.options);
+    group = await join(init);
     const value = await main(group, init.data);
     parentPort.postMessage({ type: 'result', value });
   } catch (error) {

@@ -1,0 +1,30 @@
+// A rank started by launchThreads, through the node entry's runShmWorker: with the launch's
+// `progress: 'worker'` its group is a WorkerGroup on the rank's communication worker. An
+// all-reduce issued before a 1.5 s kernel that never yields: when did it complete, by the worker.
+import { runShmWorker } from '../../comm-worker/shm-rank-worker.js';
+import { WorkerGroup } from '../../comm-worker/worker-group.js';
+import { busyFor } from '../comm-worker-world.js';
+
+export interface WorkerProgressReport {
+  readonly kind: string;
+  readonly worker: boolean;
+  readonly sum: number;
+  readonly insideKernel: boolean;
+}
+
+void runShmWorker<null, WorkerProgressReport>(async (group) => {
+  const count = 1 << 20;
+  await group.allReduce(new Float32Array(count)).wait();
+  const data = new Float32Array(count).fill(group.rank + 1);
+  const issuedAt = performance.timeOrigin + performance.now();
+  const work = group.allReduce(data);
+  const kernelEnd = busyFor(1500);
+  await work.wait();
+  const at = WorkerGroup.completedAt(work) ?? 0;
+  return {
+    kind: group.transport.kind,
+    worker: group instanceof WorkerGroup,
+    sum: data[count - 1]!,
+    insideKernel: at > issuedAt && at < kernelEnd,
+  };
+});
