@@ -1,8 +1,9 @@
 // The FSDP benchmark: a nanoGPT-shaped model (one unit per block) trained over shm at 1, 2 and 4
 // ranks: step time, tokens/s and peak memory per rank, and the share of all-gather time that
 // prefetching hides. `pnpm bench` (or `tsx --conditions=@webshard/source bench/index.ts --worlds 2`).
-// `--transports shm,tcp,tcp-worker`: also over tcp between processes, with each rank's
-// communication on its thread (`tcp`) or on its worker (`tcp-worker`, `progress: 'worker'`).
+// `--transports shm,shm-worker,tcp,tcp-worker`: shm with each rank's rings on its communication
+// worker (`shm-worker`), and over tcp between processes, with each rank's communication on its
+// thread (`tcp`) or on its worker (`tcp-worker`, `progress: 'worker'`).
 // `--no-ssd` and `--no-webgpu` leave the ssdOffload and WebGPU rows out.
 import { loadavg } from 'node:os';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
@@ -22,7 +23,7 @@ function option(name: string, fallback: string): string[] {
 const worlds = option('worlds', '1,2,4')
   .filter((w) => w !== '')
   .map(Number);
-type Transport = 'shm' | 'tcp' | 'tcp-worker';
+type Transport = 'shm' | 'shm-worker' | 'tcp' | 'tcp-worker';
 const transports = option('transports', 'shm') as Transport[];
 /**
  * [Note: the fsdp bench at GPT-2 size]
@@ -48,8 +49,9 @@ async function measure(
   registered = true,
 ): Promise<StepResult> {
   const run =
-    transport === 'shm'
-      ? runShmStep
+    transport === 'shm' || transport === 'shm-worker'
+      ? (n: number, job: StepJob) =>
+          runShmStep(n, job, transport === 'shm-worker' ? 'worker' : 'thread')
       : (n: number, job: StepJob) =>
           runTcpStep(n, job, transport === 'tcp-worker' ? 'worker' : 'thread');
   return run(world, {
@@ -65,7 +67,12 @@ async function measure(
 
 const rows: BenchRow[] = [];
 const tokens = (world: number) => world * ROWS * CONFIG.blockSize;
-const over = { shm: 'shm', tcp: 'tcp', 'tcp-worker': "tcp (progress: 'worker')" } as const;
+const over = {
+  shm: 'shm',
+  'shm-worker': "shm (progress: 'worker')",
+  tcp: 'tcp',
+  'tcp-worker': "tcp (progress: 'worker')",
+} as const;
 for (const [world, transport] of worlds.flatMap((w) =>
   (w === 1 ? ['shm' as const] : transports).map((t) => [w, t] as const),
 )) {

@@ -13,12 +13,20 @@ const tsx = pathToFileURL(
 const worker = pathToFileURL(new URL('./shm-step.ts', import.meta.url).pathname).href;
 const bootstrap = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(worker)}); })`;
 
-/** Run `job` on `world` ranks as threads over shm; each number the slowest (largest) rank's. */
-export async function runShmStep(world: number, job: StepJob): Promise<StepResult> {
+/**
+ * Run `job` on `world` ranks as threads over shm, their communication on their threads or on
+ * their workers (`progress`); each number the slowest (largest) rank's.
+ */
+export async function runShmStep(
+  world: number,
+  job: StepJob,
+  progress: 'thread' | 'worker' = 'thread',
+): Promise<StepResult> {
   const outcomes = await launchThreads<StepJob, StepResult>(world, bootstrap, job, {
     eval: true,
     execArgv: ['--conditions=@webshard/source'],
     group: { timeoutMs: 120_000 },
+    progress,
   });
   return slowestRank(
     outcomes.map((o) => {
