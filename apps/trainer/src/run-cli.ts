@@ -76,7 +76,12 @@ export async function main(argv: readonly string[], io: CliIO): Promise<CliOutco
     }
     if (config.elastic) {
       const { trainElastic } = await import('./run/elastic-run.js');
-      return { exitCode: 0, summary: await trainElastic(config, runIO) };
+      // A member shapes its links as WEBSHARD_LINK says ([Note: the link shaper] in collectives).
+      const link = process.env.WEBSHARD_LINK || undefined;
+      return {
+        exitCode: 0,
+        summary: await trainElastic(config, runIO, link === undefined ? {} : { link }),
+      };
     }
     if (config.strategy === 'single' || config.strategy === 'offload') {
       return { exitCode: 0, summary: await train(config, runIO) };

@@ -27,6 +27,8 @@ export interface BrowserJob {
    * long is dropped ([Note: liveness in an elastic world] in collectives).
    */
   memberTimeoutSeconds?: number;
+  /** `elastic` only: the simulated link between members (the coordinator's `WEBSHARD_LINK`). */
+  link?: string;
 }
 
 /**
@@ -152,6 +154,7 @@ async function runElasticMember(
   const summary = await trainElastic({ ...job.config, elastic: job.join, transport: 'ws' }, io, {
     token,
     name: 'browser tab',
+    ...(job.link === undefined ? {} : { link: job.link }),
     ...(hooks.join === undefined ? {} : { joinProgress: hooks.join }),
     admitted: (rank, worldSize) => hooks.report({ state: 'training', rank, worldSize }),
     changed: (change) => {

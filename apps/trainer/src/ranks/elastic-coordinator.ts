@@ -38,6 +38,8 @@ function serveTabPage(
     join: url,
     elastic: true,
     memberTimeoutSeconds,
+    // The tab shapes its links as the Node members do: [Note: the link shaper] in collectives.
+    ...(process.env.WEBSHARD_LINK ? { link: process.env.WEBSHARD_LINK } : {}),
   };
   const secure = tls.cert !== undefined && tls.key !== undefined;
   return servePage(job, data, {

@@ -64,6 +64,12 @@ export interface ElasticMemberOptions {
    * the world]).
    */
   joinProgress?: (progress: JoinProgress) => void;
+  /**
+   * The simulated link between the members (`WEBSHARD_LINK`'s settings or a preset's name, [Note:
+   * the link shaper] in collectives); every member gives the same. A Node member takes
+   * `WEBSHARD_LINK`, a tab its job's (the coordinator's `WEBSHARD_LINK`). Default: none.
+   */
+  link?: string;
 }
 
 /**
@@ -84,6 +90,7 @@ export async function trainElastic(
     backend: config.transport === 'ws' ? 'ws' : 'tcp',
     name: member.name ?? `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
     ...(member.token === undefined ? {} : { token: member.token }),
+    ...(member.link === undefined ? {} : { link: member.link }),
   });
   member.admitted?.(elastic.membership.rank, elastic.membership.worldSize);
   try {

@@ -1,3 +1,4 @@
+import { ArgumentError } from '@webshard/tensor-core';
 import {
   createNetworkTransport,
   JoinedTransport,
@@ -7,6 +8,7 @@ import { ProcessGroup, type ProcessGroupOptions } from '../process-group.js';
 import { shareProgress } from '../progress/progress.js';
 import { resolveRendezvousOptions } from '../rendezvous/env.js';
 import type { Rendezvous } from '../rendezvous/rendezvous.js';
+import { agreedLink, type LinkSettings, shapeLink } from '../two-level/link-shaper.js';
 import { StoreClient, type WebSocketConstructor } from '../rendezvous/store-client.js';
 import { CoordinatorLink } from './coordinator-link.js';
 import { ElasticError, ElasticWorldTooSmallError } from './errors.js';
@@ -50,6 +52,14 @@ export interface JoinElasticOptions {
   tls?: JoinTls;
   /** Overrides the WebSocket used for the coordinator and the stores. */
   WebSocket?: WebSocketConstructor;
+  /**
+   * A simulated link between every pair of members, as `initProcessGroup`'s ([Note: the link
+   * shaper]): a preset's name (`broadband-20`), `WEBSHARD_LINK`-style settings or `LinkSettings`;
+   * `none`: none. Every member of an epoch must give the same (checked against rank 0's through
+   * the epoch's store). Default: none, and `WEBSHARD_LINK` is not read (a tab has no environment:
+   * a job hands its members the link).
+   */
+  link?: LinkSettings | string;
 }
 
 /** Where a member stands in the current epoch. */
@@ -219,9 +229,9 @@ export class ElasticGroup {
   /**
    * Builds the group of `announcement`'s epoch. When that fails (a member died between the
    * announcement and the connections), reports it at the epoch's sync point and tries the next.
-   * A failure no other epoch can mend, this member's own data listener not opening, leaves the
-   * world with an `ElasticError` (`E_LISTEN`) instead: retried, it would hold every member in
-   * rebuilds forever.
+   * A failure no other epoch can mend, this member's own data listener not opening or its link
+   * unlike rank 0's, leaves the world with an `ElasticError` (`E_LISTEN`, `E_LINK`) instead:
+   * retried, it would hold every member in rebuilds forever.
    */
   private static async enter(
     link: CoordinatorLink,
@@ -275,6 +285,11 @@ export class ElasticGroup {
             `this member cannot open its data listener (${listen.message}); pass a host it can bind (host, WEBSHARD_HOST_ADDR) or, over ws, listen: false`,
             { member: id, code: 'E_LISTEN', cause: error },
           );
+        }
+        if (ArgumentError.isInstance(error)) {
+          // A link unlike rank 0's ([Note: the link shaper]): no other epoch mends it either.
+          link.close();
+          throw new ElasticError(op, error.message, { member: id, code: 'E_LINK', cause: error });
         }
         link.send({ op: 'sync', epoch: announcement.epoch, rebuild: true });
         announcement = await ElasticGroup.answer(link, 'sync');
@@ -400,6 +415,21 @@ async function buildEpochGroup(
   } catch (error) {
     await store.close();
     throw error;
+  }
+  if (options.link !== undefined) {
+    // Shaped where the bytes move, as connectNetworkTransport does.
+    try {
+      const settings = await agreedLink(store, rank, options.link, timeoutMs);
+      if (settings !== null) {
+        const shaped = shapeLink(transport, settings);
+        shareProgress(shaped, transport);
+        transport = shaped;
+      }
+    } catch (error) {
+      await transport.close();
+      await store.close();
+      throw error;
+    }
   }
   const wrapper = new JoinedTransport(transport, joined);
   shareProgress(wrapper, transport);
