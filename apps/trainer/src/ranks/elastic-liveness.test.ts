@@ -232,7 +232,9 @@ it('the coordinator SIGKILLed and started again on its port: the members train t
     (line, i) => Math.abs(line.loss! - reference[i]!.loss!) / reference[i]!.loss!,
   );
   expect(Math.max(...gaps)).toBeLessThan(5e-3);
-}, 120_000);
+  // 22 s alone on a quiet machine (the whole file: 116 s); in a fresh-clone CI run at load 7 it
+  // ran past 120 s once, whether slow or stuck was not seen. The bound is for a hang, not a speed.
+}, 300_000);
 
 it('the coordinator gone for good: every member exits 1 in one line within --coordinator-timeout', async () => {
   const { coordinator, url } = await startCoordinator(2, 2, 30, TIMEOUT);
