@@ -1,8 +1,8 @@
-import type { WorkerGroup } from '../comm-worker/worker-group.js';
+import { WorkerGroup } from '../comm-worker/worker-group.js';
 import { initProcessGroup } from '../init-process-group.js';
 import type { NetworkBackend } from '../connect-transport.js';
 import { freePort } from '../launcher/launcher.js';
-import type { ProcessGroupOptions } from '../process-group.js';
+import type { ProcessGroup, ProcessGroupOptions } from '../process-group.js';
 import {
   killsARank,
   type RankReport,
@@ -93,4 +93,23 @@ export function busyFor(ms: number): number {
   while (performance.now() < end) x += Math.sqrt(x + 1);
   if (x < 0) throw new Error('unreachable');
   return performance.timeOrigin + performance.now();
+}
+
+/**
+ * One rank's part of the overlap check: after a warm-up all-reduce, an all-reduce of 1 Mi values
+ * (each `rank + 1`) issued before a 1.5 s `busyFor` kernel; its first and last values, and whether
+ * the worker saw it complete inside the kernel (false on a group that is not a `WorkerGroup`).
+ */
+export async function allReduceDuringKernel(
+  group: ProcessGroup,
+): Promise<{ first: number; last: number; insideKernel: boolean }> {
+  const count = 1 << 20;
+  await group.allReduce(new Float32Array(count)).wait();
+  const data = new Float32Array(count).fill(group.rank + 1);
+  const issuedAt = performance.timeOrigin + performance.now();
+  const work = group.allReduce(data);
+  const kernelEnd = busyFor(1500);
+  await work.wait();
+  const at = WorkerGroup.completedAt(work) ?? 0;
+  return { first: data[0]!, last: data[count - 1]!, insideKernel: at > issuedAt && at < kernelEnd };
 }

@@ -3,7 +3,7 @@
 // all-reduce issued before a 1.5 s kernel that never yields: when did it complete, by the worker.
 import { runShmWorker } from '../../comm-worker/shm-rank-worker.js';
 import { WorkerGroup } from '../../comm-worker/worker-group.js';
-import { busyFor } from '../comm-worker-world.js';
+import { allReduceDuringKernel } from '../comm-worker-world.js';
 
 export interface WorkerProgressReport {
   readonly kind: string;
@@ -13,18 +13,11 @@ export interface WorkerProgressReport {
 }
 
 void runShmWorker<null, WorkerProgressReport>(async (group) => {
-  const count = 1 << 20;
-  await group.allReduce(new Float32Array(count)).wait();
-  const data = new Float32Array(count).fill(group.rank + 1);
-  const issuedAt = performance.timeOrigin + performance.now();
-  const work = group.allReduce(data);
-  const kernelEnd = busyFor(1500);
-  await work.wait();
-  const at = WorkerGroup.completedAt(work) ?? 0;
+  const { last, insideKernel } = await allReduceDuringKernel(group);
   return {
     kind: group.transport.kind,
     worker: group instanceof WorkerGroup,
-    sum: data[count - 1]!,
-    insideKernel: at > issuedAt && at < kernelEnd,
+    sum: last,
+    insideKernel,
   };
 });
