@@ -19,7 +19,9 @@ describe('initProcessGroup({ link }) on tcp ranks', () => {
           worldSize: 2,
           masterAddr: '127.0.0.1',
           masterPort: port,
-          timeoutMs: 5_000,
+          // Long enough for a cold start on a loaded machine: in a fresh-clone CI at load 7 rank 1
+          // did not reach rank 0's store within 5 s. Rank 0 waits this long for rank 1 to connect.
+          timeoutMs: 15_000,
         }),
       );
       const [zero, one] = (await Promise.allSettled(joins)) as [
@@ -32,7 +34,7 @@ describe('initProcessGroup({ link }) on tcp ranks', () => {
       );
       // Rank 0 waited for a peer that will not come: its own join fails on the deadline.
       if (zero.status === 'fulfilled') await zero.value.close();
-    }, 30_000);
+    }, 60_000);
 
     it(`progress ${progress}: ranks that agree on the link join and all-reduce through the shaper`, async () => {
       const port = await freePort();
