@@ -1,5 +1,10 @@
 import { ArgumentError } from '@webshard/tensor-core';
-import { type CollectiveErrorFields, errorFromAbortReason, GroupAbortedError } from './errors.js';
+import {
+  type AbortReason,
+  type CollectiveErrorFields,
+  errorFromAbortReason,
+  GroupAbortedError,
+} from './errors.js';
 import { checkReduceOp, type ReduceOp } from './kernels/reduce.js';
 import {
   bytesOf,
@@ -170,6 +175,15 @@ export class ProcessGroup {
     if (this.lifecycle === 'ready' && this.transport.abortReason !== null)
       this.lifecycle = 'aborted';
     return this.lifecycle;
+  }
+
+  /**
+   * Why the group was aborted and by which rank (`origin`, a rank of the transport); null while it
+   * runs. A launcher that sees several ranks fail reads it to tell the failure that aborted the
+   * world from the failures the abort caused.
+   */
+  get abortReason(): AbortReason | null {
+    return this.transport.abortReason;
   }
 
   /**

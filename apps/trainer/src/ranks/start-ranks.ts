@@ -129,29 +129,36 @@ async function joinAsRank(
   }
 }
 
-/** Every rank in this thread; the first rank to fail aborts the others' groups. */
+/**
+ * Every rank in this thread; the first rank to fail aborts the world. The failure reported is the
+ * cause, not a consequence: a rank that fails after another rank aborted the world (rank 0 aborts
+ * before it removes a failed checkpoint's folder, so a rank still writing there fails on a missing
+ * file) yields to the rank that aborted it.
+ */
 async function runLocal(config: TrainConfig, io: RankIO): Promise<RanksOutcome> {
   const groups = createLocalGroups(config.worldSize, { timeoutMs: GROUP_TIMEOUT_MS });
-  let first: { rank: number; error: unknown } | null = null;
+  const failures: { rank: number; error: unknown; consequence: boolean }[] = [];
   const silent = { ...io, stdout: () => {} };
   const runs = groups.map(async (group: ProcessGroup) => {
     try {
       return await train(config, group.rank === 0 ? io : silent, group);
     } catch (error) {
-      if (first === null) {
-        first = { rank: group.rank, error };
-        for (const other of groups) {
-          if (other !== group)
-            other.abort(`rank ${group.rank} failed: ${(error as Error).message}`);
-        }
-      }
+      const reason = group.abortReason;
+      failures.push({
+        rank: group.rank,
+        error,
+        consequence: reason !== null && reason.origin !== group.rank,
+      });
+      // One transport is shared by the ranks: aborting it once aborts every group.
+      if (reason === null) group.abort(`rank ${group.rank} failed: ${(error as Error).message}`);
       return null;
     }
   });
   const summaries = await Promise.all(runs);
   await Promise.all(groups.map((g) => g.close()));
-  if (first !== null) {
-    const { rank, error } = first as { rank: number; error: unknown };
+  const cause = failures.find((f) => !f.consequence) ?? failures[0];
+  if (cause !== undefined) {
+    const { rank, error } = cause;
     return { ok: false, exitCode: UsageError.isInstance(error) ? 2 : 1, error, rank };
   }
   return { ok: true, summary: summaries[0]! };

@@ -210,8 +210,14 @@ export async function saveCheckpoint(
   } catch (error) {
     // No `.step-N.partial` outlives a failed checkpoint, and `latest` still names the previous
     // one ([Note: a checkpoint directory belongs to a run]): rank 0, which made the folder,
-    // removes it.
-    if (run.lead) await abandonCheckpoint(root, step);
+    // removes it. It aborts the world first, so that a rank still writing there, which fails on
+    // the missing folder, fails as a consequence of rank 0's error, which is the one reported.
+    if (run.lead) {
+      if (run.group !== null && run.group.size > 1 && run.group.state === 'ready') {
+        run.group.abort(`rank 0 could not save step ${step}: ${(error as Error).message}`);
+      }
+      await abandonCheckpoint(root, step);
+    }
     throw error;
   }
 }

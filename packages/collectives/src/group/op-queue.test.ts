@@ -73,8 +73,11 @@ describe('OpQueue after an abort', () => {
     // Rank 0 never makes the call: rank 1's op waits for it when rank 0 aborts.
     const started = performance.now();
     const pending = groups[1]!.allReduce(new Float32Array(8)).wait();
+    expect(groups[1]!.abortReason).toBeNull();
     setTimeout(() => zero!.abort(rankZeroGivesUp), 20);
     await expect(pending).rejects.toBeInstanceOf(GroupAbortedError);
+    // Every rank reads who aborted the world (a launcher tells the cause from its consequences).
+    expect(groups.map((g) => g.abortReason)).toEqual([rankZeroGivesUp, rankZeroGivesUp]);
     await expect(pending).rejects.toThrow(
       '[allReduce] rank 1 (seq 0): group aborted: rank 0 failed: out of data (reported by rank 0)',
     );
