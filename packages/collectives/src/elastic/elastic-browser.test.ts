@@ -35,9 +35,9 @@ const localGradient = new Function(`return ${STEP_SOURCE}`)() as (
 const PAGE = `<!doctype html><title>elastic</title><script type="module">
 import * as collectives from '/collectives.js';
 const gradient = ${STEP_SOURCE};
-window.member = async (url) => {
+window.member = async (url, link) => {
   try {
-    const elastic = await collectives.joinElastic({ url, backend: 'ws', connectTimeoutMs: 10000 });
+    const elastic = await collectives.joinElastic({ url, backend: 'ws', connectTimeoutMs: 10000, link });
     const id = elastic.membership.id;
     const params = new Float32Array(${SIZE}).fill(id + 1);
     const step = new Int32Array(1);
@@ -100,6 +100,22 @@ describe.skipIf(skipWithoutChromium('elastic-browser.test.ts'))(
       await coordinator?.close();
     });
 
+    /** A tab running `window.member(url, link)`. */
+    const openTab = async (url: string, link?: string) => {
+      const page = await opened!.browser.newPage();
+      await page.goto(opened!.page.url());
+      await page.waitForFunction(() => (window as { ready?: boolean }).ready === true);
+      const result = page.evaluate(
+        ([u, l]) =>
+          (window as unknown as { member(u: string, l?: string): Promise<TabResult> }).member(u, l),
+        [url, link] as const,
+      );
+      return {
+        page,
+        result: result.catch((error: Error) => ({ error: error.message }) as TabResult),
+      };
+    };
+
     it('a tab closed, another opened: 3 -> 2 -> 3, the newcomer gets the state bit for bit', async () => {
       coordinator = await ElasticCoordinator.start({
         minWorldSize: 2,
@@ -107,19 +123,7 @@ describe.skipIf(skipWithoutChromium('elastic-browser.test.ts'))(
         joinWindowMs: 20_000,
       });
       const url = coordinator.url;
-      const tab = async () => {
-        const page = await opened!.browser.newPage();
-        await page.goto(opened!.page.url());
-        await page.waitForFunction(() => (window as { ready?: boolean }).ready === true);
-        const result = page.evaluate(
-          (u) => (window as unknown as { member(u: string): Promise<TabResult> }).member(u),
-          url,
-        );
-        return {
-          page,
-          result: result.catch((error: Error) => ({ error: error.message }) as TabResult),
-        };
-      };
+      const tab = () => openTab(url);
       // This process joins first: it is rank 0 throughout and paces the steps.
       const node = await Promise.all([
         joinElastic({ url, backend: 'ws', connectTimeoutMs: 10_000 }),
@@ -182,6 +186,46 @@ describe.skipIf(skipWithoutChromium('elastic-browser.test.ts'))(
       expect(bits(c!.admitted).equals(bits(atAdmission))).toBe(true);
       for (const result of [a!, c!]) expect(bits(result.params).equals(bits(params))).toBe(true);
       expect(coordinator.history.map((h) => h.members.length)).toEqual([3, 2, 3]);
+    }, 90_000);
+
+    it('a tab and a Node member over a shaped link: every step takes the latency, the two end alike', async () => {
+      // The link shaper in a tab ([Note: the link shaper]): its last stretch before a message is
+      // due polls the event loop, which a browser does without `setImmediate`.
+      const shaped = await ElasticCoordinator.start({ minWorldSize: 2, maxWorldSize: 2 });
+      const link = 'latency=15ms,bandwidth=100mbit';
+      try {
+        const [elastic, tabA] = await Promise.all([
+          joinElastic({ url: shaped.url, backend: 'ws', connectTimeoutMs: 10_000, link }),
+          openTab(shaped.url, link),
+        ]);
+        const params = new Float32Array(SIZE).fill(1);
+        const step = new Int32Array(1);
+        const state = new Map<string, StateValue>([
+          ['params', params],
+          ['step', step],
+        ]);
+        await broadcastState(elastic.group, state);
+        const started = performance.now();
+        while (step[0]! < STEPS) {
+          const { rank, worldSize } = elastic.membership;
+          const share = elasticShare(BATCH, worldSize, rank);
+          const grad = localGradient(params, step[0]!, share.start, share.count);
+          await elastic.group.allReduce(grad, { timeoutMs: 20_000 }).wait();
+          for (let j = 0; j < SIZE; j++) params[j]! -= (0.5 * grad[j]!) / BATCH;
+          step[0]! += 1;
+          expect(await elastic.sync({ failed: false })).toBeNull();
+        }
+        // An all-reduce of 2 ranks is at least one message each way: 15 ms a step at least.
+        expect(performance.now() - started).toBeGreaterThan(STEPS * 15);
+        await elastic.close();
+        const a = await tabA.result;
+        expect(a.error).toBeUndefined();
+        const bits = (values: ArrayLike<number>) => Buffer.from(new Float32Array(values).buffer);
+        expect(bits(a.params).equals(bits(params))).toBe(true);
+        await tabA.page.close();
+      } finally {
+        await shaped.close();
+      }
     }, 90_000);
   },
 );

@@ -27,9 +27,26 @@ function now(): number {
 }
 
 /**
+ * The next turn of the event loop: `setImmediate` in Node; in a browser, which has none, a
+ * `MessageChannel` message (a zero-delay timer is clamped to 4 ms once nested).
+ */
+const nextTurn: (run: () => void) => void =
+  typeof globalThis.setImmediate === 'function'
+    ? (run) => globalThis.setImmediate(run)
+    : (() => {
+        const channel = new MessageChannel();
+        const queued: (() => void)[] = [];
+        channel.port1.onmessage = () => queued.shift()?.();
+        return (run: () => void) => {
+          queued.push(run);
+          channel.port2.postMessage(null);
+        };
+      })();
+
+/**
  * Wakes waiters at their due times (`now()` clock) with one timer for all of them: a timeout for
  * waits over 2 ms, then turns of the event loop for the last stretch (Node's timers are 1 ms
- * coarse), so many receives in flight cost one poll, not one each.
+ * coarse), so many receives in flight cost one poll, not one each. In Node and in a tab alike.
  */
 class DueQueue {
   private readonly waiters: { at: number; wake: () => void }[] = [];
@@ -67,7 +84,7 @@ class DueQueue {
       this.timer = { handle: setTimeout(this.tick, left - 1), at: at - 1 };
     } else {
       this.polling = true;
-      setImmediate(this.tick);
+      nextTurn(this.tick);
     }
   }
 }
