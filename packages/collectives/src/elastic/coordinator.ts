@@ -76,17 +76,14 @@ export class ElasticCoordinator {
   /** Starts listening; resolves once members can join at `url`. */
   static async start(options: ElasticCoordinatorOptions): Promise<ElasticCoordinator> {
     checkCoordinatorOptions(options);
+    // The state first: between listening and the constructor, which serves connections, nothing
+    // may wait. A member that reconnected in such a gap (a coordinator restarted, its state file
+    // loading) had its socket opened and never served: it was dropped at the member timeout and
+    // came back as a newcomer, one change more than the restart.
+    const restored =
+      options.statePath === undefined ? null : await loadCoordinatorState(options.statePath);
     const { server, secure } = await listenCoordinator(options);
     const resolved = resolveCoordinatorOptions(options, (server.address() as AddressInfo).port);
-    let restored: CoordinatorState | null = null;
-    try {
-      restored =
-        resolved.statePath === null ? null : await loadCoordinatorState(resolved.statePath);
-    } catch (error) {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-      await secure?.close();
-      throw error;
-    }
     const url = wsUrl(resolved.host, resolved.port, secure !== null);
     return new ElasticCoordinator(server, resolved, url, restored, secure);
   }
