@@ -152,4 +152,17 @@ it('diloco with topk under --elastic over tcp: 2 members train and sync sparse p
   const steps = records.filter((line) => line.event === undefined);
   expect(steps.map((line) => line.step)).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
   for (const line of steps) expect(Number.isFinite(line.loss)).toBe(true);
+  // A sync step's line holds its sync, as without --elastic: topk's bytes are fixed by the size.
+  const synced = steps.filter((line) => line.outerBytesSent !== undefined);
+  expect(synced.map((line) => line.step)).toEqual([4, 8, 12]);
+  expect(new Set(synced.map((line) => line.outerBytesSent)).size).toBe(1);
+  // The same bytes as a run without --elastic (run's last 6: the transport, elastic and log).
+  const plainLog = join(out, 'diloco-topk-plain.jsonl');
+  const reference = cli([
+    ...run.slice(0, -6),
+    ...['--world-size', '2', '--transport', 'local', '--log-jsonl', plainLog],
+  ]);
+  expect((await reference.done).code).toBe(0);
+  const referenceSynced = (await lines(plainLog)).filter((l) => l.outerBytesSent !== undefined);
+  expect(synced.map((l) => l.outerBytesSent)).toEqual(referenceSynced.map((l) => l.outerBytesSent));
 }, 120_000);

@@ -5,6 +5,7 @@ import {
   type StateValue,
 } from '@webshard/collectives';
 import type { DiLoCo, JoinCatchUp } from '@webshard/diloco';
+import type { StepRecord } from '../progress.js';
 import type { OuterSyncReport } from '../strategy/prepared-model.js';
 import { addOptimizerEntries, applyOptimizer } from './elastic-state.js';
 import type { Run } from './set-up.js';
@@ -132,6 +133,33 @@ export async function syncOuter(
     bytesSent: diloco.bytesSent - before,
     syncMs: ms,
     waitMs: ms,
+  };
+}
+
+/**
+ * A member's step `record` as its log line has it: the time from `started` (the step's outer sync
+ * point, or its streamed fragment's) in the step's time and tokens a second, and the sync's
+ * fields when it ran one, as a step of a run without `--elastic` has them (the sync inside its
+ * `afterStep`).
+ */
+export function withOuterSync(
+  record: StepRecord,
+  report: OuterSyncReport | null,
+  started: number,
+): StepRecord {
+  const ms = record.ms + (performance.now() - started);
+  return {
+    ...record,
+    ms,
+    tokensPerSecond: (record.tokensPerSecond * record.ms) / ms,
+    ...(report === null
+      ? {}
+      : {
+          outerStep: report.outerStep,
+          outerBytesSent: report.bytesSent,
+          outerSyncMs: Math.round(report.syncMs * 10) / 10,
+          outerWaitMs: Math.round(report.waitMs * 10) / 10,
+        }),
   };
 }
 

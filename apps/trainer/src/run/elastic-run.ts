@@ -4,6 +4,7 @@ import type { TrainConfig } from '../config.js';
 import { InterruptedError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
+import type { OuterSyncReport } from '../strategy/prepared-model.js';
 import { checkBatch, enterEpoch, restartSharded } from './elastic-epoch.js';
 import {
   finishDownload,
@@ -11,7 +12,7 @@ import {
   type JoinProgress,
   shareOuterStateInSlices,
 } from './elastic-join.js';
-import { globalDigest, shareOuterState, syncOuter } from './elastic-outer.js';
+import { globalDigest, shareOuterState, syncOuter, withOuterSync } from './elastic-outer.js';
 import { shareRunState } from './elastic-state.js';
 import { streamBetween, streamPoint } from './elastic-stream.js';
 import { finishRun } from './finish.js';
@@ -103,6 +104,15 @@ export async function trainElastic(
     const started = performance.now();
     const progress = createProgress((text) => run.lead && io.stdout(text), false);
     let log = run.lead && config.logJsonl !== null ? await openLog(config.logJsonl) : null;
+    // The last step in the log: a diloco step's line waits for its outer sync, where this member
+    // may have become rank 0 and logged it already (without the sync's fields) with the steps the
+    // rank 0 before it did not log.
+    let logged = 0;
+    const logStep = async (record: StepRecord) => {
+      if (log === null || record.step <= logged) return;
+      await log.write(logLine(record));
+      logged = record.step;
+    };
     const announce = async (change: MembershipChange, step: number) => {
       if (!run.lead && log !== null) {
         // Rank 0 no more (dropped, and back as a newcomer): the new rank 0 writes the log.
@@ -117,9 +127,8 @@ export async function trainElastic(
         // steps this member took that the one before did not log.
         const appended = await appendLog(config.logJsonl);
         log = appended;
-        for (const record of records) {
-          if (record.step > appended.lastStep) await log.write(logLine(record));
-        }
+        logged = appended.lastStep;
+        for (const record of records) await logStep(record);
       }
       await log?.write(membershipLine(change, step));
       member.changed?.(change);
@@ -215,9 +224,10 @@ export async function trainElastic(
      * `--sync-timeout` is left out of this sync (it joins again as a newcomer, its pseudo-gradient
      * stale); then the outer sync runs over the world that met, again in the next world if a
      * member is lost in it. `joined`: a newcomer just admitted at this point, which runs the outer
-     * sync with the others (its weight 0) without meeting the coordinator again.
+     * sync with the others (its weight 0) without meeting the coordinator again. Gives what the
+     * sync reported (null: streamed, or nothing averaged), for the step's log line.
      */
-    const outerSyncPoint = async (joined: boolean) => {
+    const outerSyncPoint = async (joined: boolean): Promise<OuterSyncReport | null> => {
       // Streamed: a fragment lost in flight since the last point rebuilds the world here.
       let failed = streamed && run.prepared.outer!.diloco!.state === 'failed';
       let changed = joined;
@@ -240,13 +250,13 @@ export async function trainElastic(
           if (streamed && step < config.steps) {
             faultPoint('fragment');
             await streamPoint(run, changed, hasDelta);
-            return;
+            return null;
           }
-          await syncOuter(run, hasDelta, download?.catchUp);
+          const report = await syncOuter(run, hasDelta, download?.catchUp);
           hasDelta = false;
           landDownload();
           releaseUploads();
-          return;
+          return report;
         } catch (error) {
           if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
           failed = true;
@@ -286,7 +296,12 @@ export async function trainElastic(
         records.push(record);
         progress.step(record, (performance.now() - started) / 1000);
         io.onStep?.(record);
-        await log?.write(logLine(record));
+        // diloco: the line waits for the step's outer sync, if it has one (below).
+        if (!outer) {
+          // A sharded world restarted from its checkpoint runs steps again: each run is logged.
+          await log?.write(logLine(record));
+          logged = record.step;
+        }
         faultPoint('step');
       }
       const signal = io.stop?.signal ?? null;
@@ -302,8 +317,11 @@ export async function trainElastic(
       }
       if (outer) {
         if (training) hasDelta = true;
-        // Members meet only at outer syncs: between them there is no sync point.
-        if (run.prepared.outer!.due(step - 1)) await outerSyncPoint(false);
+        // Members meet only at outer syncs: between them there is no sync point. A step's line
+        // holds its sync (its bytes, its time in the step's), as without --elastic.
+        let report: OuterSyncReport | null = null;
+        const syncStarted = performance.now();
+        if (run.prepared.outer!.due(step - 1)) report = await outerSyncPoint(false);
         else if (streamed) {
           const lost = await streamBetween(run, elastic);
           if (lost !== null) {
@@ -312,6 +330,7 @@ export async function trainElastic(
             );
           }
         }
+        if (record !== null) await logStep(withOuterSync(record, report, syncStarted));
         continue;
       }
       const change = await elastic.sync({ failed: record === null });

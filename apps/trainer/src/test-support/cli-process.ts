@@ -92,6 +92,8 @@ export interface Line {
   worldSize?: number;
   left?: number[];
   joined?: number[];
+  /** diloco: the bytes a step's outer sync sent, on the steps that ran one. */
+  outerBytesSent?: number;
 }
 
 /** The JSONL log at `path` ([] before it exists). */
