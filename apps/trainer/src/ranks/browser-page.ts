@@ -2,6 +2,7 @@
 // when the playground (apps/playground, whose join mode shows more) is not built. Bundled for the
 // browser (ranks/page-bundle.ts) and served by the Node process that started the run
 // (ranks/browser-job.ts); it runs the same rank loop as a Node rank, train.ts.
+import type { StepRecord } from '../progress.js';
 import type { JoinProgress } from '../run/elastic-join.js';
 import { type RankStatus, runBrowserRank } from './browser-rank.js';
 import { asleepNote, rejoinedNote } from './tab-asleep.js';
@@ -29,6 +30,7 @@ function describe(status: RankStatus): string {
 const globals = globalThis as {
   webshardRank?: RankStatus;
   webshardDownload?: JoinProgress;
+  webshardSteps?: StepRecord[];
   document?: Document;
 };
 if (globals.document !== undefined) {
@@ -45,6 +47,11 @@ if (globals.document !== undefined) {
       }
     },
     say: (line) => console.log(line),
+    // This tab's own steps (its loss, time and memory), for the tests and bench:volunteers.
+    step: (record) => {
+      globals.webshardSteps ??= [];
+      globals.webshardSteps.push(record);
+    },
     // A diloco newcomer's download of the world's state, for the tests (`window.webshardDownload`).
     join: (progress) => {
       globals.webshardDownload = progress;

@@ -1,0 +1,291 @@
+/**
+ * One elastic DiLoCo world of bench:volunteers: a coordinator that serves the tab page, 2 Node
+ * members and a headless Chromium tab, every link shaped by `WEBSHARD_LINK` (the members read it,
+ * the tab takes the coordinator's from its job); once the world has trained `swapAt` steps a new
+ * tab opens and joins (the compressed join: it downloads while the others train), and once it
+ * trains the first tab closes.
+ * What it measured comes from the lead's JSONL, the members' output and the tabs' pages.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import type { StepRecord } from '../src/progress.js';
+import type { RankStatus } from '../src/ranks/browser-rank.js';
+import type { JoinProgress } from '../src/run/elastic-join.js';
+import { cli, type Started, until } from '../src/test-support/cli-process.js';
+
+/** The job every run of the bench trains (the DDP reference too). */
+export interface VolunteerShape {
+  /** `GPT-2 124M` or the tiny shape's name: the rows' prefix. */
+  readonly label: string;
+  readonly layers: number;
+  readonly heads: number;
+  readonly embd: number;
+  readonly block: number;
+  /** The global batch (sequences a step, split over the members). */
+  readonly batch: number;
+  readonly steps: number;
+  readonly innerSteps: number;
+  /** The lead's step after which the first tab closes and a second one opens. */
+  readonly swapAt: number;
+  /** `gpt2` (GPT-2's BPE, 50257 tokens) or `char` (the tiny run: a tab's step on GPT-2's
+   * vocabulary alone is seconds on a loaded 2-core machine). */
+  readonly tokenizer: 'gpt2' | 'char';
+}
+
+/** The trainer's flags for `shape` on `corpus` (its tokenizer, the CPU backend). */
+export function shapeArgs(shape: VolunteerShape, corpus: string): string[] {
+  return [
+    ...['--n-layer', String(shape.layers), '--n-head', String(shape.heads)],
+    ...['--n-embd', String(shape.embd), '--block-size', String(shape.block)],
+    ...['--batch-size', String(shape.batch), '--steps', String(shape.steps)],
+    ...['--tokenizer', shape.tokenizer, '--data', corpus, '--backend', 'cpu'],
+    ...['--sample-length', '0', '--seed', '7'],
+  ];
+}
+
+/** What one world measured. */
+export interface WorldMeasure {
+  /** The job's tokens a second over the lead's steps (the syncs included). */
+  jobTokensPerSecond: number;
+  /** The lead's own: its share of each step's batch over its step times. */
+  leadTokensPerSecond: number;
+  /** The second tab's own, over the steps it took after its download landed. */
+  tabTokensPerSecond: number;
+  /** Seconds from the second tab's page opening to its holding the world's state. */
+  admitSeconds: number;
+  /** Of those, the download's own seconds and bytes (from its page). */
+  downloadSeconds: number;
+  downloadBytes: number;
+  /** Bytes the lead sent in its outer syncs per token the job trained. */
+  bytesPerToken: number;
+  /** The held-out loss at the end (the lead's line), and the tokens trained. */
+  heldOutLoss: number;
+  tokens: number;
+  parameters: number;
+  /** The largest peak resident memory of a Chromium renderer (a tab), bytes; null off Linux. */
+  tabPeakBytes: number | null;
+}
+
+interface LogLine {
+  event?: string;
+  step: number;
+  ms?: number;
+  worldSize?: number;
+  outerBytesSent?: number;
+}
+
+async function logLines(path: string): Promise<LogLine[]> {
+  const text = await readFile(path, 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as LogLine);
+}
+
+async function pageValue<T>(page: Page, name: string): Promise<T | undefined> {
+  return page.evaluate((key) => (window as unknown as Record<string, unknown>)[key], name) as T;
+}
+
+/** Polls `probe` every 200 ms until it gives a value, or throws naming `what` after `ms`. */
+async function poll<T>(what: string, probe: () => Promise<T | null>, ms: number): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value !== null) return value;
+    if (Date.now() > deadline) throw new Error(`bench:volunteers: timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/** Whether `pid` descends from this process (Linux `/proc`). */
+async function ourDescendant(pid: string): Promise<boolean> {
+  let at = pid;
+  for (let hops = 0; hops < 16 && at !== '0' && at !== '1'; hops++) {
+    if (at === String(process.pid)) return true;
+    const status = await readFile(`/proc/${at}/status`, 'utf8').catch(() => '');
+    at = /PPid:\s+(\d+)/.exec(status)?.[1] ?? '0';
+  }
+  return false;
+}
+
+/** The highest VmHWM of this process's Chromium renderers (Linux `/proc`), or null. */
+async function rendererPeakBytes(): Promise<number | null> {
+  if (process.platform !== 'linux') return null;
+  const { readdir } = await import('node:fs/promises');
+  let peak: number | null = null;
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (!cmdline.includes('--type=renderer') || !(await ourDescendant(pid))) continue;
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    const kb = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN);
+    if (Number.isFinite(kb)) peak = Math.max(peak ?? 0, kb * 1024);
+  }
+  return peak;
+}
+
+/**
+ * Runs the world over `link` (`none`: loopback) and measures it. `timeoutMs` bounds each wait.
+ * The tabs' renderer peak is read once the second tab holds the state and at the end.
+ */
+export async function runVolunteerWorld(
+  browser: Browser,
+  dir: string,
+  shape: VolunteerShape,
+  corpus: string,
+  link: string,
+  timeoutMs: number,
+): Promise<WorldMeasure> {
+  const env = { WEBSHARD_LINK: link };
+  const run = [...shapeArgs(shape, corpus), '--strategy', 'diloco'];
+  run.push('--inner-steps', String(shape.innerSteps), '--outer-compression', 'int8');
+  const log = join(dir, `volunteers-${link}.jsonl`);
+  const started: Started[] = [];
+  const tabLines: string[] = [];
+  let pageOfSecond: Page | null = null;
+  let pageOfFirst: Page | null = null;
+  const t0 = performance.now();
+  const say = (what: string) =>
+    console.log(`[${link}] ${((performance.now() - t0) / 1000).toFixed(1)} s: ${what}`);
+  const contexts: Awaited<ReturnType<Browser['newContext']>>[] = [];
+  try {
+    const coordinator = cli(
+      [
+        ...['--elastic-coordinator', '0', '--min-world-size', '2', '--max-world-size', '4'],
+        ...['--elastic-wait-seconds', '15', '--browser-port', '0', ...run],
+      ],
+      env,
+    );
+    const url = await until(
+      'the coordinator',
+      () => /--elastic (wss?:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+    );
+    started.push(coordinator);
+    const address = await until(
+      'the tab page',
+      () => /browser tabs join at (http:\/\/\S+)/.exec(coordinator.stdout())?.[1],
+    );
+    const nodes = [0, 1].map(() =>
+      cli([...run, '--transport', 'ws', '--elastic', url, '--log-jsonl', log], env),
+    );
+    started.push(...nodes);
+    // The Node members start the world; the first tab joins it as a newcomer.
+    await poll(
+      'the first step',
+      async () => ((await logLines(log)).some((l) => l.step >= 1) ? true : null),
+      timeoutMs,
+    );
+    const first = await browser.newContext();
+    contexts.push(first);
+    const firstPage = await first.newPage();
+    pageOfFirst = firstPage;
+    await firstPage.goto(address);
+    say('the first tab opened');
+    // The first tab trains until the lead has taken `swapAt` steps; then a second tab joins.
+    await poll(
+      `step ${shape.swapAt}`,
+      async () => ((await logLines(log)).some((l) => l.step >= shape.swapAt) ? true : null),
+      timeoutMs,
+    );
+    const second = await browser.newContext();
+    contexts.push(second);
+    const page = await second.newPage();
+    page.on('console', (message) => tabLines.push(message.text()));
+    page.on('pageerror', (error) => tabLines.push(`page error: ${error.message}`));
+    pageOfSecond = page;
+    const opened = performance.now();
+    let reported = false;
+    await page.goto(address);
+    // It holds the world's state once it trains: a member still downloading trains nothing.
+    const firstStep = await poll(
+      "the second tab's first step",
+      async () => {
+        const now = await pageValue<JoinProgress>(page, 'webshardDownload');
+        if (now !== undefined && !reported) {
+          reported = true;
+          say('the second tab downloads');
+        }
+        const status = await pageValue<RankStatus>(page, 'webshardRank');
+        if (status?.state === 'failed') throw new Error(`the tab failed: ${status.error.message}`);
+        const steps = (await pageValue<StepRecord[]>(page, 'webshardSteps'))?.length ?? 0;
+        return steps > 0 ? steps : null;
+      },
+      timeoutMs,
+    );
+    const download = (await pageValue<JoinProgress>(page, 'webshardDownload')) ?? null;
+    const admitSeconds = (performance.now() - opened) / 1000;
+    // The first tab closes once the second trains: the world goes on with the Node members and it.
+    await first.close();
+    say('the first tab closed');
+    say(
+      download === null
+        ? 'the second tab trains: it took the state whole (no sliced download)'
+        : `the second tab trains: ${download.totalBytes} bytes in ${download.seconds.toFixed(1)} s`,
+    );
+    const landedAt = firstStep;
+    let tabPeakBytes = await rendererPeakBytes();
+    const ends = await Promise.all(started.map((s) => s.done));
+    for (const [i, end] of ends.entries()) {
+      if (end.code !== 0) throw new Error(`process ${i} ended with ${end.code}: ${end.stderr}`);
+    }
+    const status = await poll(
+      'the second tab done',
+      async () => {
+        const s = await pageValue<RankStatus>(page, 'webshardRank');
+        return s?.state === 'done' || s?.state === 'failed' ? s : null;
+      },
+      timeoutMs,
+    );
+    if (status.state !== 'done') throw new Error(`the second tab ended ${status.state}`);
+    const peak = await rendererPeakBytes();
+    if (peak !== null) tabPeakBytes = Math.max(tabPeakBytes ?? 0, peak);
+    const tabSteps = ((await pageValue<StepRecord[]>(page, 'webshardSteps')) ?? []).slice(landedAt);
+    const lines = await logLines(log);
+    const steps = lines.filter((l) => l.event === undefined && l.ms !== undefined);
+    let worldSize = 2;
+    let leadTokens = 0;
+    let leadMs = 0;
+    const tokensPerStep = shape.batch * shape.block;
+    for (const line of lines) {
+      if (line.event === 'membership') worldSize = line.worldSize ?? worldSize;
+      else if (line.ms !== undefined) {
+        leadTokens += tokensPerStep / worldSize;
+        leadMs += line.ms;
+      }
+    }
+    const ms = steps.reduce((sum, l) => sum + l.ms!, 0);
+    const tokens = steps.length * tokensPerStep;
+    const tabMs = tabSteps.reduce((sum, r) => sum + r.ms, 0);
+    const out = nodes.map((n) => n.stdout()).join('\n');
+    return {
+      jobTokensPerSecond: (tokens * 1000) / ms,
+      leadTokensPerSecond: (leadTokens * 1000) / leadMs,
+      // Its share: the batch over the 3 members it trained with once the first tab was gone.
+      tabTokensPerSecond: ((tabSteps.length * tokensPerStep) / 3 / tabMs) * 1000,
+      admitSeconds,
+      downloadSeconds: download?.seconds ?? Number.NaN,
+      downloadBytes: download?.totalBytes ?? 0,
+      bytesPerToken: steps.reduce((sum, l) => sum + (l.outerBytesSent ?? 0), 0) / tokens,
+      heldOutLoss: Number(/held-out loss ([\d.]+)/.exec(out)?.[1] ?? Number.NaN),
+      tokens,
+      parameters: Number(/model: gpt, (\d+) parameters/.exec(out)?.[1] ?? Number.NaN),
+      tabPeakBytes,
+    };
+  } catch (error) {
+    // What the processes said, to see why.
+    const said = started.map((s, i) => `--- process ${i} ---\n${s.stdout().slice(-3000)}`);
+    const status = await pageOfSecond
+      ?.evaluate(() => JSON.stringify((window as { webshardRank?: unknown }).webshardRank))
+      .catch((e: Error) => e.message);
+    said.push(`--- the second tab (${status}) ---\n${tabLines.slice(-40).join('\n')}`);
+    const firstStatus = await pageOfFirst
+      ?.evaluate(() => JSON.stringify((window as { webshardRank?: unknown }).webshardRank))
+      .catch((e: Error) => e.message);
+    said.push(`--- the first tab (${firstStatus}) ---`);
+    throw new Error(`${(error as Error).message}\n${said.join('\n')}`, { cause: error });
+  } finally {
+    for (const context of contexts) await context.close().catch(() => {});
+    for (const s of started) if (s.child.exitCode === null) s.child.kill('SIGKILL');
+  }
+}
