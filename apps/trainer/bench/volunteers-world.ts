@@ -137,7 +137,9 @@ export async function runVolunteerWorld(
   link: string,
   timeoutMs: number,
 ): Promise<WorldMeasure> {
-  const env = { WEBSHARD_LINK: link };
+  const env: Record<string, string> = { WEBSHARD_LINK: link };
+  const limit = process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS;
+  if (limit !== undefined) env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS = limit;
   const run = [...shapeArgs(shape, corpus), '--strategy', 'diloco'];
   run.push('--inner-steps', String(shape.innerSteps), '--outer-compression', 'int8');
   const log = join(dir, `volunteers-${link}.jsonl`);
