@@ -137,7 +137,8 @@ export async function runVolunteerWorld(
   link: string,
   timeoutMs: number,
 ): Promise<WorldMeasure> {
-  const env: Record<string, string> = { WEBSHARD_LINK: link };
+  // The trainer's own tab page (the playground's, when built, is a bundle of its own build).
+  const env: Record<string, string> = { WEBSHARD_LINK: link, WEBSHARD_PLAYGROUND_DIR: 'off' };
   const limit = process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS;
   if (limit !== undefined) env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS = limit;
   const run = [...shapeArgs(shape, corpus), '--strategy', 'diloco'];
