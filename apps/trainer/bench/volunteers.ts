@@ -15,11 +15,12 @@
  * (default `broadband-20,none`), `_DDP=0` leaves the reference out, `_OUT=<file>` writes the rows
  * there instead of bench-results/.
  *
- * Status (2026-11-25): it does not finish yet. At tiny size a tab admitted into a world of the 2
- * Node members fails at its first collective of the epoch (over broadband-20: `[allGather] rank 2
- * (seq 0): received rank 0's allGather fingerprint seq 0 (8 bytes) where ... (24 bytes) was
- * expected`) or waits for good (no link), where ranks/elastic-tab-join.test.ts (the same join,
- * char tokenizer, default data, an upload limit) passes; the cause is not found. No rows yet.
+ * Status (2026-11-25): it does not finish yet. At tiny size, on the trainer's own page, the tabs
+ * admitted into the world of the 2 Node members time out in their first collectives of the epoch
+ * over broadband-20 (`[broadcast] ... timed out after 120000 ms waiting for ranks 0, 1`), where
+ * ranks/elastic-tab-join.test.ts (the same join, no link) passes; the cause is not found. No rows
+ * yet. (An allGather fingerprint mismatch seen before was the playground's older bundle served
+ * instead of the trainer's page: hence WEBSHARD_PLAYGROUND_DIR=off.)
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
