@@ -70,7 +70,8 @@ export interface WorldMeasure {
 interface LogLine {
   event?: string;
   step: number;
-  ms?: number;
+  /** The whole batch's tokens over the step's wall time (the JSONL has no ms: see below). */
+  tokensPerSecond?: number;
   worldSize?: number;
   outerBytesSent?: number;
 }
@@ -245,25 +246,26 @@ export async function runVolunteerWorld(
     if (peak !== null) tabPeakBytes = Math.max(tabPeakBytes ?? 0, peak);
     const tabSteps = ((await pageValue<StepRecord[]>(page, 'webshardSteps')) ?? []).slice(landedAt);
     const lines = await logLines(log);
-    const steps = lines.filter((l) => l.event === undefined && l.ms !== undefined);
+    const steps = lines.filter((l) => l.event === undefined && l.tokensPerSecond !== undefined);
+    if (steps.length === 0) {
+      throw new Error(`no step in ${log}: ${JSON.stringify(lines.slice(0, 3))} (${lines.length} lines)`);
+    }
+    const tokensPerStep = shape.batch * shape.block;
+    // A step's wall time from its line: the batch's tokens over its tokens a second.
+    const stepMs = (l: LogLine) => (1000 * tokensPerStep) / l.tokensPerSecond!;
     let worldSize = 2;
     let leadTokens = 0;
-    let leadMs = 0;
-    const tokensPerStep = shape.batch * shape.block;
     for (const line of lines) {
       if (line.event === 'membership') worldSize = line.worldSize ?? worldSize;
-      else if (line.ms !== undefined) {
-        leadTokens += tokensPerStep / worldSize;
-        leadMs += line.ms;
-      }
+      else if (line.tokensPerSecond !== undefined) leadTokens += tokensPerStep / worldSize;
     }
-    const ms = steps.reduce((sum, l) => sum + l.ms!, 0);
+    const ms = steps.reduce((sum, l) => sum + stepMs(l), 0);
     const tokens = steps.length * tokensPerStep;
     const tabMs = tabSteps.reduce((sum, r) => sum + r.ms, 0);
     const out = nodes.map((n) => n.stdout()).join('\n');
     return {
       jobTokensPerSecond: (tokens * 1000) / ms,
-      leadTokensPerSecond: (leadTokens * 1000) / leadMs,
+      leadTokensPerSecond: (leadTokens * 1000) / ms,
       // Its share: the batch over the 3 members it trained with once the first tab was gone.
       tabTokensPerSecond: ((tabSteps.length * tokensPerStep) / 3 / tabMs) * 1000,
       admitSeconds,

@@ -15,12 +15,11 @@
  * (default `broadband-20,none`), `_DDP=0` leaves the reference out, `_OUT=<file>` writes the rows
  * there instead of bench-results/.
  *
- * Status (2026-11-25): it does not finish yet. At tiny size, on the trainer's own page, the tabs
- * admitted into the world of the 2 Node members time out in their first collectives of the epoch
- * over broadband-20 (`[broadcast] ... timed out after 120000 ms waiting for ranks 0, 1`), where
- * ranks/elastic-tab-join.test.ts (the same join, no link) passes; the cause is not found. No rows
- * yet. (An allGather fingerprint mismatch seen before was the playground's older bundle served
- * instead of the trainer's page: hence WEBSHARD_PLAYGROUND_DIR=off.)
+ * Status (2026-11-26): the tiny world finishes (ranks/volunteers-bench.test.ts runs it in CI over
+ * broadband-20). Its tabs had timed out in their first collectives over a shaped link: the link
+ * shaper polled with `setImmediate`, which a tab lacks (fixed in @webshard/collectives). GPT-2
+ * 124M has not run here yet: a tab's global copy and outer momentum in OPFS hit the headless
+ * browser's quota, and in memory the page crashed (issue 47's notes).
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';

@@ -1,0 +1,67 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { BenchRow } from '@webshard/bench';
+import { skipWithoutChromium } from '@webshard/test-config/browser-page';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+/**
+ * `bench:volunteers` at CI size (`WEBSHARD_VOLUNTEERS_MODEL=tiny`, bench/volunteers.ts): 2 Node
+ * members and a headless Chromium tab in an elastic DiLoCo world over broadband-20, a new tab
+ * admitted mid-run while the first one closes. The script must finish and write its rows with
+ * every number measured: the tab trained, the newcomer was admitted over the shaped link, the
+ * syncs sent bytes, the loss fell.
+ */
+const SCRIPT = join(import.meta.dirname, '..', '..', 'bench', 'volunteers.ts');
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'webshard-volunteers-test-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe.skipIf(skipWithoutChromium('volunteers-bench.test.ts'))('bench:volunteers', () => {
+  it('tiny, over broadband-20: finishes and writes every row with a measured value', async () => {
+    const out = join(dir, 'rows.json');
+    const child = spawn(
+      process.execPath,
+      ['--conditions=@webshard/source', '--import', 'tsx', SCRIPT],
+      {
+        env: {
+          ...process.env,
+          WEBSHARD_VOLUNTEERS_MODEL: 'tiny',
+          WEBSHARD_VOLUNTEERS_LINKS: 'broadband-20',
+          WEBSHARD_VOLUNTEERS_DDP: '0',
+          WEBSHARD_VOLUNTEERS_OUT: out,
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let said = '';
+    child.stdout.on('data', (chunk: Buffer) => (said = (said + chunk.toString()).slice(-20_000)));
+    child.stderr.on('data', (chunk: Buffer) => (said = (said + chunk.toString()).slice(-20_000)));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(code, said).toBe(0);
+    const rows = JSON.parse(await readFile(out, 'utf8')) as BenchRow[];
+    const value = (suffix: string) => {
+      const row = rows.find((r) => r.name.endsWith(suffix));
+      expect(row, `a row ending "${suffix}" in ${rows.map((r) => r.name).join('; ')}`).toBeDefined();
+      return row!.value as number;
+    };
+    for (const who of ['job', 'node (lead)', 'tab']) {
+      expect(value(`broadband-20: ${who}`)).toBeGreaterThan(0);
+    }
+    const admit = rows.find((r) => r.metric === 'admit')!;
+    expect(admit.value).toBeGreaterThan(0);
+    expect(admit.value).toBeLessThan(120);
+    expect(value('bytes the lead sends per token')).toBeGreaterThan(0);
+    // The tiny GPT's first steps are at 4.5 on the corpus's characters; its 120 steps end at
+    // 3.8-4.1 (the tokens the world trains depend on when the newcomer lands: a member still
+    // downloading trains nothing of its share).
+    const loss = rows.find((r) => r.metric === 'loss')!;
+    expect(loss.value).toBeLessThan(4.3);
+    expect(value('tab peak memory (renderer VmHWM, 16256 parameters)')).toBeGreaterThan(0);
+  }, 600_000);
+});
