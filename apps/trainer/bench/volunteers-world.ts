@@ -248,7 +248,9 @@ export async function runVolunteerWorld(
     const lines = await logLines(log);
     const steps = lines.filter((l) => l.event === undefined && l.tokensPerSecond !== undefined);
     if (steps.length === 0) {
-      throw new Error(`no step in ${log}: ${JSON.stringify(lines.slice(0, 3))} (${lines.length} lines)`);
+      throw new Error(
+        `no step in ${log}: ${JSON.stringify(lines.slice(0, 3))} (${lines.length} lines)`,
+      );
     }
     const tokensPerStep = shape.batch * shape.block;
     // A step's wall time from its line: the batch's tokens over its tokens a second.

@@ -47,7 +47,10 @@ describe.skipIf(skipWithoutChromium('volunteers-bench.test.ts'))('bench:voluntee
     const rows = JSON.parse(await readFile(out, 'utf8')) as BenchRow[];
     const value = (suffix: string) => {
       const row = rows.find((r) => r.name.endsWith(suffix));
-      expect(row, `a row ending "${suffix}" in ${rows.map((r) => r.name).join('; ')}`).toBeDefined();
+      expect(
+        row,
+        `a row ending "${suffix}" in ${rows.map((r) => r.name).join('; ')}`,
+      ).toBeDefined();
       return row!.value as number;
     };
     for (const who of ['job', 'node (lead)', 'tab']) {
