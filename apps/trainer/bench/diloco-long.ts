@@ -8,7 +8,7 @@
  * loss of each run against DDP's and writes `trainer-diloco-long` bench rows.
  * Run: `pnpm --filter @webshard/trainer bench:diloco-long` (`-- --steps 200 --inner-steps 10` for a
  * shorter one, `-- --variants int8,topk` for some of the DiLoCo runs (DDP always runs), `-- --seed
- * 7`, `-- --jobs 1`). About 25 minutes a run on one core of the 2-core machine this was written on.
+ * 7`, `-- --jobs 1`). About 30 minutes of one core a run on the 2-core machine this was written on.
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
