@@ -4,7 +4,7 @@ import { bundleForBrowser } from '@webshard/test-config/browser-bundle';
 import { openPage, skipWithoutChromium } from '@webshard/test-config/browser-page';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ElasticCoordinator } from './coordinator.js';
-import { joinElastic } from './elastic-group.js';
+import { type ElasticGroup, joinElastic } from './elastic-group.js';
 import { elasticShare } from './partition.js';
 import { broadcastState, type StateValue } from './state-transfer.js';
 
@@ -80,6 +80,37 @@ interface TabResult {
   error?: string;
 }
 
+/**
+ * This process as a member: the toy state (from rank 0), and one step of it: a failed step is
+ * reported at the sync point, and after a change the state goes out again. The change, or null.
+ */
+async function nodeMember(elastic: ElasticGroup, timeoutMs?: number) {
+  const params = new Float32Array(SIZE).fill(1);
+  const step = new Int32Array(1);
+  const state = new Map<string, StateValue>([
+    ['params', params],
+    ['step', step],
+  ]);
+  await broadcastState(elastic.group, state);
+  const oneStep = async () => {
+    const { rank, worldSize } = elastic.membership;
+    const share = elasticShare(BATCH, worldSize, rank);
+    let failed = false;
+    try {
+      const grad = localGradient(params, step[0]!, share.start, share.count);
+      await elastic.group.allReduce(grad, timeoutMs === undefined ? {} : { timeoutMs }).wait();
+      for (let j = 0; j < SIZE; j++) params[j]! -= (0.5 * grad[j]!) / BATCH;
+      step[0]! += 1;
+    } catch {
+      failed = true;
+    }
+    const change = await elastic.sync({ failed });
+    if (change !== null) await broadcastState(elastic.group, state);
+    return change;
+  };
+  return { params, step, oneStep };
+}
+
 describe.skipIf(skipWithoutChromium('elastic-browser.test.ts'))(
   'an elastic world with tabs',
   () => {
@@ -132,29 +163,7 @@ describe.skipIf(skipWithoutChromium('elastic-browser.test.ts'))(
       ]);
       const [elastic, tabA, tabB] = node;
       expect(elastic.membership).toMatchObject({ id: 0, rank: 0, worldSize: 3, epoch: 0 });
-      const params = new Float32Array(SIZE).fill(1);
-      const step = new Int32Array(1);
-      const state = new Map<string, StateValue>([
-        ['params', params],
-        ['step', step],
-      ]);
-      await broadcastState(elastic.group, state);
-      const oneStep = async () => {
-        const { rank, worldSize } = elastic.membership;
-        const share = elasticShare(BATCH, worldSize, rank);
-        let failed = false;
-        try {
-          const grad = localGradient(params, step[0]!, share.start, share.count);
-          await elastic.group.allReduce(grad).wait();
-          for (let j = 0; j < SIZE; j++) params[j]! -= (0.5 * grad[j]!) / BATCH;
-          step[0]! += 1;
-        } catch {
-          failed = true;
-        }
-        const change = await elastic.sync({ failed });
-        if (change !== null) await broadcastState(elastic.group, state);
-        return change;
-      };
+      const { params, step, oneStep } = await nodeMember(elastic);
       for (let i = 0; i < 3; i++) expect(await oneStep()).toBeNull();
 
       // Tab B closes while the others wait in step 4 for this member: the step fails, 2 go on.
@@ -198,23 +207,9 @@ describe.skipIf(skipWithoutChromium('elastic-browser.test.ts'))(
           joinElastic({ url: shaped.url, backend: 'ws', connectTimeoutMs: 10_000, link }),
           openTab(shaped.url, link),
         ]);
-        const params = new Float32Array(SIZE).fill(1);
-        const step = new Int32Array(1);
-        const state = new Map<string, StateValue>([
-          ['params', params],
-          ['step', step],
-        ]);
-        await broadcastState(elastic.group, state);
+        const { params, step, oneStep } = await nodeMember(elastic, 20_000);
         const started = performance.now();
-        while (step[0]! < STEPS) {
-          const { rank, worldSize } = elastic.membership;
-          const share = elasticShare(BATCH, worldSize, rank);
-          const grad = localGradient(params, step[0]!, share.start, share.count);
-          await elastic.group.allReduce(grad, { timeoutMs: 20_000 }).wait();
-          for (let j = 0; j < SIZE; j++) params[j]! -= (0.5 * grad[j]!) / BATCH;
-          step[0]! += 1;
-          expect(await elastic.sync({ failed: false })).toBeNull();
-        }
+        while (step[0]! < STEPS) expect(await oneStep()).toBeNull();
         // An all-reduce of 2 ranks is at least one message each way: 15 ms a step at least.
         expect(performance.now() - started).toBeGreaterThan(STEPS * 15);
         await elastic.close();
