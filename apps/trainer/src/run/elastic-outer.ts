@@ -6,7 +6,7 @@ import {
 } from '@webshard/collectives';
 import type { DiLoCo, JoinCatchUp } from '@webshard/diloco';
 import type { StepRecord } from '../progress.js';
-import type { OuterSyncReport } from '../strategy/prepared-model.js';
+import { type OuterSyncReport, outerSyncFields } from '../strategy/prepared-model.js';
 import { addOptimizerEntries, applyOptimizer } from './elastic-state.js';
 import type { Run } from './set-up.js';
 
@@ -152,14 +152,7 @@ export function withOuterSync(
     ...record,
     ms,
     tokensPerSecond: (record.tokensPerSecond * record.ms) / ms,
-    ...(report === null
-      ? {}
-      : {
-          outerStep: report.outerStep,
-          outerBytesSent: report.bytesSent,
-          outerSyncMs: Math.round(report.syncMs * 10) / 10,
-          outerWaitMs: Math.round(report.waitMs * 10) / 10,
-        }),
+    ...(report === null ? {} : outerSyncFields(report)),
   };
 }
 

@@ -14,6 +14,7 @@ import { agreedStop, type StopSignal } from '../interrupt.js';
 import { hostMemoryFields } from '../host-memory.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
+import { outerSyncFields } from '../strategy/prepared-model.js';
 import type { EvalPoint } from '../report/html-report.js';
 import { accumulatedStep, type MixedStepResult } from '../train-step.js';
 import { capturedLoopStep } from './captured-loop-step.js';
@@ -165,14 +166,7 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
     lr,
     ms,
     tokensPerSecond: (tokensPerStep * 1000) / ms,
-    ...(outer === null
-      ? {}
-      : {
-          outerStep: outer.outerStep,
-          outerBytesSent: outer.bytesSent,
-          outerSyncMs: Math.round(outer.syncMs * 10) / 10,
-          outerWaitMs: Math.round(outer.waitMs * 10) / 10,
-        }),
+    ...(outer === null ? {} : outerSyncFields(outer)),
     peakDeviceBytes: backend.memoryStats().peakAllocated,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
     ...(group !== null && group.size > 1 && !solo

@@ -89,5 +89,15 @@ export interface OuterSyncReport {
   waitMs: number;
 }
 
+/** A sync's fields on its step's record (and JSONL line), the ms to a tenth. */
+export function outerSyncFields(report: OuterSyncReport) {
+  return {
+    outerStep: report.outerStep,
+    outerBytesSent: report.bytesSent,
+    outerSyncMs: Math.round(report.syncMs * 10) / 10,
+    outerWaitMs: Math.round(report.waitMs * 10) / 10,
+  };
+}
+
 /** Any optimizer the strategies checkpoint (AdamW in the trainer). */
 export type AnyOptimizer = Optimizer<object, object>;
