@@ -63,17 +63,15 @@ function train(run: Run): Promise<Result> {
     ['--conditions=@webshard/source', '--import', 'tsx', CLI, ...COMMON, ...run.args],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
-  let text = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    text = (text + chunk.toString()).slice(-20_000);
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    text = (text + chunk.toString()).slice(-20_000);
-  });
+  // The head (the parameter count) and the last 20 000 characters (the held-out loss, errors).
   let head = '';
-  child.stdout.on('data', (chunk: Buffer) => {
+  let text = '';
+  const keep = (chunk: Buffer) => {
     if (head.length < 4000) head += chunk.toString();
-  });
+    text = (text + chunk.toString()).slice(-20_000);
+  };
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
   return new Promise((resolve, reject) => {
     child.on('close', (code) => {
       const loss = Number(/held-out loss ([\d.]+)/.exec(text)?.[1] ?? Number.NaN);

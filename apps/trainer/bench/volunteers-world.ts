@@ -12,7 +12,7 @@ import type { Browser, Page } from 'playwright-core';
 import type { StepRecord } from '../src/progress.js';
 import type { RankStatus } from '../src/ranks/browser-rank.js';
 import type { JoinProgress } from '../src/run/elastic-join.js';
-import { cli, type Started, until } from '../src/test-support/cli-process.js';
+import { cli, type Line, lines, type Started, until } from '../src/test-support/cli-process.js';
 
 /** The job every run of the bench trains (the DDP reference too). */
 export interface VolunteerShape {
@@ -67,36 +67,8 @@ export interface WorldMeasure {
   tabPeakBytes: number | null;
 }
 
-interface LogLine {
-  event?: string;
-  step: number;
-  /** The whole batch's tokens over the step's wall time (the JSONL has no ms: see below). */
-  tokensPerSecond?: number;
-  worldSize?: number;
-  outerBytesSent?: number;
-}
-
-async function logLines(path: string): Promise<LogLine[]> {
-  const text = await readFile(path, 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as LogLine);
-}
-
 async function pageValue<T>(page: Page, name: string): Promise<T | undefined> {
   return page.evaluate((key) => (window as unknown as Record<string, unknown>)[key], name) as T;
-}
-
-/** Polls `probe` every 200 ms until it gives a value, or throws naming `what` after `ms`. */
-async function poll<T>(what: string, probe: () => Promise<T | null>, ms: number): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value !== null) return value;
-    if (Date.now() > deadline) throw new Error(`bench:volunteers: timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
 }
 
 /** Whether `pid` descends from this process (Linux `/proc`). */
@@ -175,9 +147,9 @@ export async function runVolunteerWorld(
     );
     started.push(...nodes);
     // The Node members start the world; the first tab joins it as a newcomer.
-    await poll(
+    await until(
       'the first step',
-      async () => ((await logLines(log)).some((l) => l.step >= 1) ? true : null),
+      async () => ((await lines(log)).some((l) => l.step >= 1) ? true : null),
       timeoutMs,
     );
     const first = await browser.newContext();
@@ -187,9 +159,9 @@ export async function runVolunteerWorld(
     await firstPage.goto(address);
     say('the first tab opened');
     // The first tab trains until the lead has taken `swapAt` steps; then a second tab joins.
-    await poll(
+    await until(
       `step ${shape.swapAt}`,
-      async () => ((await logLines(log)).some((l) => l.step >= shape.swapAt) ? true : null),
+      async () => ((await lines(log)).some((l) => l.step >= shape.swapAt) ? true : null),
       timeoutMs,
     );
     const second = await browser.newContext();
@@ -202,7 +174,7 @@ export async function runVolunteerWorld(
     let reported = false;
     await page.goto(address);
     // It holds the world's state once it trains: a member still downloading trains nothing.
-    const firstStep = await poll(
+    const firstStep = await until(
       "the second tab's first step",
       async () => {
         const now = await pageValue<JoinProgress>(page, 'webshardDownload');
@@ -233,7 +205,7 @@ export async function runVolunteerWorld(
     for (const [i, end] of ends.entries()) {
       if (end.code !== 0) throw new Error(`process ${i} ended with ${end.code}: ${end.stderr}`);
     }
-    const status = await poll(
+    const status = await until(
       'the second tab done',
       async () => {
         const s = await pageValue<RankStatus>(page, 'webshardRank');
@@ -245,19 +217,19 @@ export async function runVolunteerWorld(
     const peak = await rendererPeakBytes();
     if (peak !== null) tabPeakBytes = Math.max(tabPeakBytes ?? 0, peak);
     const tabSteps = ((await pageValue<StepRecord[]>(page, 'webshardSteps')) ?? []).slice(landedAt);
-    const lines = await logLines(log);
-    const steps = lines.filter((l) => l.event === undefined && l.tokensPerSecond !== undefined);
+    const logged = await lines(log);
+    const steps = logged.filter((l) => l.event === undefined && l.tokensPerSecond !== undefined);
     if (steps.length === 0) {
       throw new Error(
-        `no step in ${log}: ${JSON.stringify(lines.slice(0, 3))} (${lines.length} lines)`,
+        `no step in ${log}: ${JSON.stringify(logged.slice(0, 3))} (${logged.length} lines)`,
       );
     }
     const tokensPerStep = shape.batch * shape.block;
     // A step's wall time from its line: the batch's tokens over its tokens a second.
-    const stepMs = (l: LogLine) => (1000 * tokensPerStep) / l.tokensPerSecond!;
+    const stepMs = (l: Line) => (1000 * tokensPerStep) / l.tokensPerSecond!;
     let worldSize = 2;
     let leadTokens = 0;
-    for (const line of lines) {
+    for (const line of logged) {
       if (line.event === 'membership') worldSize = line.worldSize ?? worldSize;
       else if (line.tokensPerSecond !== undefined) leadTokens += tokensPerStep / worldSize;
     }

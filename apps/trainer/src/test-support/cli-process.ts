@@ -72,12 +72,12 @@ export function signalAll(members: readonly Started[], signal: NodeJS.Signals): 
 /** Polls `probe` every 50 ms until it gives a value; throws after `timeoutMs`. */
 export async function until<T>(
   what: string,
-  probe: () => T | undefined | null,
+  probe: () => T | undefined | null | Promise<T | undefined | null>,
   timeoutMs = 40_000,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const value = probe();
+    const value = await probe();
     if (value !== undefined && value !== null) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -94,6 +94,8 @@ export interface Line {
   joined?: number[];
   /** diloco: the bytes a step's outer sync sent, on the steps that ran one. */
   outerBytesSent?: number;
+  /** A step's: the whole batch's tokens over its wall time (the line has no ms). */
+  tokensPerSecond?: number;
 }
 
 /** The JSONL log at `path` ([] before it exists). */
