@@ -1,6 +1,7 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import { type CodecOptions, resolveCodecOptions } from './codec-options.js';
 import type { OuterCompression } from './compression.js';
+import type { OuterStateStore } from './outer-state-store.js';
 import { DilocoArgumentError } from './errors.js';
 import type { TopkLevels } from './topk-layout.js';
 import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from './outer-optimizer.js';
@@ -30,6 +31,12 @@ export interface DilocoOptions extends CodecOptions {
    * member admitted with rank 0's state: [Note: DiLoCo in an elastic world]).
    */
   broadcast?: boolean;
+  /**
+   * Keep the global copy and the outer momentum in this store between syncs instead of in memory
+   * (a browser tab's origin private file system): the same bits, 8 bytes a parameter less held
+   * ([Note: the outer state in a store]). Not with streamed syncs. Default: in memory.
+   */
+  outerState?: OuterStateStore;
   /**
    * Streaming DiLoCo's F: the parameter tensors dealt into this many fragments (tensor i in
    * fragment i mod F), fragment p synced p H / F steps after fragment 0 in every period of H
@@ -67,6 +74,8 @@ export interface ResolvedDilocoOptions {
   readonly levels: TopkLevels;
   readonly timeoutMs: number | undefined;
   readonly broadcast: boolean;
+  /** The store of the global copy and momentum, or null (in memory). */
+  readonly outerState: OuterStateStore | null;
   /** Whether the syncs stream over fragments (`fragments`, `overlap` or `mixing` given). */
   readonly streamed: boolean;
   readonly fragments: number;
@@ -139,6 +148,16 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
   if (!(Number.isFinite(mixing) && mixing >= 0 && mixing < 1)) {
     fail('mixing', `mixing must be in [0, 1), got ${mixing}`);
   }
+  const streamed =
+    options.fragments !== undefined ||
+    options.overlap !== undefined ||
+    options.mixing !== undefined;
+  if (streamed && options.outerState !== undefined) {
+    fail(
+      'outerState',
+      'a store of the outer state is not for streamed syncs (fragments, overlap, mixing)',
+    );
+  }
   return {
     group,
     innerSteps,
@@ -148,10 +167,8 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
     ...codec,
     timeoutMs,
     broadcast: options.broadcast ?? true,
-    streamed:
-      options.fragments !== undefined ||
-      options.overlap !== undefined ||
-      options.mixing !== undefined,
+    outerState: options.outerState ?? null,
+    streamed,
     fragments,
     overlap,
     mixing,

@@ -1,55 +1,20 @@
 import type { ProcessGroup } from '@webshard/collectives';
-import type { Optimizer, StepOptions, Tensor } from '@webshard/tensor-core';
+import type { StepOptions, Tensor } from '@webshard/tensor-core';
 import { type DilocoOptions, type ResolvedDilocoOptions, resolveDilocoOptions } from './api.js';
 import { CompressedAverager } from './compressed-average.js';
 import { checkCreate, checkWeight } from './create-checks.js';
 import { DilocoStateError } from './errors.js';
 import { readFlat, writeFlat } from './flat-params.js';
 import { OuterOptimizer } from './outer-optimizer.js';
+import { StoredOuterState } from './stored-outer-state.js';
+import type {
+  DilocoState,
+  DilocoStateDict,
+  DilocoStepResult,
+  InnerOptimizer,
+  OuterSyncStats,
+} from './diloco-types.js';
 import { StreamedFragments } from './streamed-fragments.js';
-
-/** `idle` between steps, `syncing` during an outer sync, `failed` after a sync failed (final). */
-export type DilocoState = 'idle' | 'syncing' | 'failed';
-
-/** What one `step()` did. */
-export interface DilocoStepResult {
-  /** Inner steps taken so far. */
-  readonly innerStep: number;
-  /** Whether this step ended with an outer sync (streamed: a fragment's outer step applied). */
-  readonly synced: boolean;
-  /** Milliseconds from the issue of the sync that ended here to its average done (0: none). */
-  readonly syncMs: number;
-  /**
-   * Of those, the milliseconds this step waited for the network: all of them without an overlap,
-   * what the overlap did not hide with one ([Note: streamed fragments]).
-   */
-  readonly waitMs: number;
-}
-
-/** What an outer sync moved. */
-export interface OuterSyncStats {
-  /** Outer steps taken so far (this one included; streamed: fragment syncs, `DiLoCo.outerStep`). */
-  readonly outerStep: number;
-  /** Bytes this rank sent for this sync ([Note: compressed averaging]). */
-  readonly bytesSent: number;
-}
-
-/**
- * DiLoCo's state, for checkpoints: the same on every rank except the residuals (each rank's own).
- * The inner optimizer's state is saved with the inner optimizer's `stateDict`, as without DiLoCo.
- */
-export interface DilocoStateDict {
-  readonly innerStep: number;
-  readonly outerStep: number;
-  /** The global parameters of the last sync, flat, in parameter order. */
-  readonly global: Float32Array;
-  readonly momentumBuffer: Float32Array | null;
-  readonly residual: Float32Array | null;
-  readonly shardResidual: Float32Array | null;
-}
-
-/** The inner optimizer as DiLoCo uses it: tensor-core's AdamW, SGD, or anything with `step`. */
-export type InnerOptimizer = Pick<Optimizer<object, object>, 'step'>;
 
 /*
  * [Note: DiLoCo in an elastic world]
@@ -87,6 +52,8 @@ export class DiLoCo {
   private readonly global: Float32Array;
   /** Streaming DiLoCo's fragments when `fragments`, `overlap` or `mixing` was given, else null. */
   private readonly streamed: StreamedFragments | null;
+  /** The global copy and momentum in `outerState`'s store, else null ([Note: the outer state in a store]). */
+  private stored: StoredOuterState | null = null;
   private innerSteps = 0;
   private current: DilocoState = 'idle';
   private sent = 0;
@@ -153,7 +120,16 @@ export class DiLoCo {
       await resolved.group.broadcast(global, 0, { timeoutMs: resolved.timeoutMs }).wait();
       writeFlat(list, global);
     }
-    return new DiLoCo(list, inner, resolved, global);
+    if (resolved.outerState === null) return new DiLoCo(list, inner, resolved, global);
+    // Nothing of the global copy stays in memory: [Note: the outer state in a store].
+    const diloco = new DiLoCo(list, inner, resolved, new Float32Array(0));
+    diloco.stored = await StoredOuterState.create(resolved.outerState, list, diloco.outer, global);
+    return diloco;
+  }
+
+  /** Where the global copy and the outer momentum live, in words: `memory` or the store's. */
+  get outerStateWhere(): string {
+    return this.stored?.where ?? 'memory';
   }
 
   /** The options, checked, with their defaults; `group` is the current one (`regroup`). */
@@ -209,8 +185,18 @@ export class DiLoCo {
     return this.sent;
   }
 
-  /** The global parameters of the last sync (a copy). */
+  /**
+   * The global parameters of the last sync, chunk by chunk (views to read, not to keep): from a
+   * store a chunk at a time, so a digest of them holds no whole copy.
+   */
+  async *globalChunks(): AsyncGenerator<Float32Array> {
+    if (this.stored !== null) yield* this.stored.chunks('global');
+    else yield this.streamed?.flatGlobal() ?? this.global;
+  }
+
+  /** The global parameters of the last sync (a copy); with a store, `readStateDict` instead. */
   globalParameters(): Float32Array {
+    if (this.stored !== null) this.refuseStored('globalParameters');
     return this.streamed?.flatGlobal() ?? this.global.slice();
   }
 
@@ -283,13 +269,16 @@ export class DiLoCo {
         this.current = 'idle';
         return { outerStep: this.outerStep, bytesSent };
       }
-      const local = await readFlat(this.params);
-      const delta = local;
-      for (let i = 0; i < delta.length; i++) delta[i] = (this.global[i]! - local[i]!) * weight;
+      let delta: Float32Array;
+      if (this.stored !== null) delta = await this.stored.pseudoGradient(weight);
+      else {
+        delta = await readFlat(this.params);
+        for (let i = 0; i < delta.length; i++) delta[i] = (this.global[i]! - delta[i]!) * weight;
+      }
       const { bytesSent } = await this.averager.average(delta);
       // A newcomer still downloading keeps the average to replay it: [Note: catching up a join].
       if (options.missed !== undefined) options.missed.push(delta);
-      else this.applyAverage(delta);
+      else await this.applyAverage(delta);
       this.sent += bytesSent;
       this.current = 'idle';
       return { outerStep: this.outer.step, bytesSent };
@@ -301,21 +290,30 @@ export class DiLoCo {
 
   /**
    * One outer step with an average an `outerSync({ missed })` kept: the global copy and the
-   * parameters move as they would have in that sync ([Note: catching up a join]).
+   * parameters move as they would have in that sync ([Note: catching up a join]). In memory it
+   * is applied when this returns; with a store, when the promise resolves.
    */
-  applyAverage(averaged: Float32Array): void {
+  applyAverage(averaged: Float32Array): Promise<void> {
     if (this.streamed !== null) this.refuseStreamed('applyAverage');
+    if (this.stored !== null) return this.stored.apply(averaged);
     this.outer.apply(this.global, averaged);
     writeFlat(this.params, this.global);
+    return Promise.resolve();
   }
 
-  /** Rounds the outer momentum in place with `round` ([Note: a compressed join]). */
-  roundMomentum(round: (momentum: Float32Array) => void): void {
+  /**
+   * Rounds the outer momentum in place with `round` ([Note: a compressed join]); in memory it is
+   * done when this returns, with a store when the promise resolves.
+   */
+  roundMomentum(round: (momentum: Float32Array) => void): Promise<void> {
     if (this.streamed !== null) this.refuseStreamed('roundMomentum');
+    if (this.stored !== null) return this.stored.roundMomentum(round);
     const state = this.outer.stateDict();
-    if (state.momentumBuffer === null) return;
-    round(state.momentumBuffer);
-    this.outer.loadStateDict(state);
+    if (state.momentumBuffer !== null) {
+      round(state.momentumBuffer);
+      this.outer.loadStateDict(state);
+    }
+    return Promise.resolve();
   }
 
   private refuseStreamed(op: string): never {
@@ -326,8 +324,32 @@ export class DiLoCo {
     );
   }
 
-  /** The state to checkpoint (copies). */
+  private refuseStored(op: string): never {
+    throw new DilocoStateError(
+      { op, rank: this.group.rank },
+      this.current,
+      `the global copy is in a store (${this.outerStateWhere}): await readStateDict() instead`,
+    );
+  }
+
+  /** `stateDict`, read from the store when there is one ([Note: the outer state in a store]). */
+  async readStateDict(): Promise<DilocoStateDict> {
+    if (this.stored === null) return this.stateDict();
+    const { global, momentumBuffer } = await this.stored.read();
+    const residuals = this.averager.residuals();
+    return {
+      innerStep: this.innerSteps,
+      outerStep: this.outer.step,
+      global,
+      momentumBuffer,
+      residual: residuals.input,
+      shardResidual: residuals.shard,
+    };
+  }
+
+  /** The state to checkpoint (copies); with a store, `readStateDict` instead. */
   stateDict(): DilocoStateDict {
+    if (this.stored !== null) this.refuseStored('stateDict');
     if (this.streamed !== null) {
       // A fragment in flight is saved as if dropped ([Note: streamed fragments]).
       return {
@@ -354,10 +376,11 @@ export class DiLoCo {
   /**
    * Load a state from `stateDict` (of a run with the same parameters), checked before anything
    * changes; sets the parameters to its global copy. Call it with the inner optimizer's own load.
+   * In memory it is loaded when this returns; with a store, when the promise resolves.
    */
-  loadStateDict(state: DilocoStateDict): void {
+  loadStateDict(state: DilocoStateDict): Promise<void> {
     if (this.current === 'syncing') this.assertIdle('loadStateDict');
-    const n = this.global.length;
+    const n = this.params.reduce((sum, p) => sum + p.size, 0);
     const bad = (what: string, length: number | undefined) =>
       new DilocoStateError(
         { op: 'loadStateDict', rank: this.group.rank },
@@ -381,6 +404,11 @@ export class DiLoCo {
     this.innerSteps = state.innerStep;
     this.outer.loadStateDict({ step: state.outerStep, momentumBuffer: state.momentumBuffer });
     this.averager.loadResiduals({ input: state.residual, shard: state.shardResidual });
+    if (this.stored !== null) {
+      this.current = 'idle';
+      writeFlat(this.params, state.global);
+      return this.stored.load(state.global, state.momentumBuffer);
+    }
     this.global.set(state.global);
     this.streamed?.load(state.global, {
       outerStep: state.outerStep,
@@ -389,6 +417,7 @@ export class DiLoCo {
     });
     writeFlat(this.params, this.global);
     this.current = 'idle';
+    return Promise.resolve();
   }
 
   private assertIdle(op: string): void {

@@ -17,7 +17,7 @@ export type {
   DilocoStepResult,
   InnerOptimizer,
   OuterSyncStats,
-} from './diloco.js';
+} from './diloco-types.js';
 export { DiLoCo } from './diloco.js';
 export type { DilocoErrorFields } from './errors.js';
 export { DilocoArgumentError, DilocoError, DilocoStateError } from './errors.js';
@@ -31,6 +31,9 @@ export {
   roundJoinMomentum,
 } from './join-state.js';
 export type { OuterOptimizerOptions, OuterOptimizerState } from './outer-optimizer.js';
+export type { OuterStateName, OuterStateStore, OuterStateWriter } from './outer-state-store.js';
+export { MemoryOuterStateStore } from './outer-state-store.js';
+export { STORE_CHUNK } from './stored-outer-state.js';
 export {
   DEFAULT_STREAM_MIXING,
   dealFragments,

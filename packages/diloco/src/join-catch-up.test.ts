@@ -89,7 +89,7 @@ describe('a newcomer catching up while the members train on', () => {
       expect(catchUp.syncs).toBe(3);
       expect(progress.length).toBeGreaterThan(0);
       release();
-      catchUp.finish(decodeJoinState(await receiving));
+      await catchUp.finish(decodeJoinState(await receiving));
       expect(catchUp.syncs).toBe(3);
       await Promise.all(sending);
       expect(syncedWhenDownloaded).toBe(3);

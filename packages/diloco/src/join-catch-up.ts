@@ -1,4 +1,5 @@
-import type { DiLoCo, DilocoStateDict, OuterSyncStats } from './diloco.js';
+import type { DiLoCo } from './diloco.js';
+import type { DilocoStateDict, OuterSyncStats } from './diloco-types.js';
 import { DilocoStateError } from './errors.js';
 
 /*
@@ -42,12 +43,12 @@ export class JoinCatchUp {
    * order: the global copy, momentum and outer step count are then the world's, the inner step
    * count as if every missed sync ended `innerSteps` inner steps. Call once.
    */
-  finish(state: DilocoStateDict): void {
+  async finish(state: DilocoStateDict): Promise<void> {
     this.assertOpen('finish');
     this.done = true;
     const innerStep = state.innerStep + this.missed.length * this.diloco.options.innerSteps;
-    this.diloco.loadStateDict({ ...state, innerStep });
-    for (const averaged of this.missed.splice(0)) this.diloco.applyAverage(averaged);
+    await this.diloco.loadStateDict({ ...state, innerStep });
+    for (const averaged of this.missed.splice(0)) await this.diloco.applyAverage(averaged);
   }
 
   private assertOpen(op: string): void {

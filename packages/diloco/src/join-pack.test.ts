@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { decodeBytes, encodeBytes } from './byte-huffman.js';
-import type { DilocoStateDict } from './diloco.js';
+import type { DilocoStateDict } from './diloco-types.js';
 import { DilocoArgumentError } from './errors.js';
 import { packJoinEntries, unpackJoinEntries } from './join-pack.js';
 import { decodeJoinState, encodeJoinState, type JoinEntries } from './join-state.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { DilocoStateDict } from './diloco.js';
+import type { DilocoStateDict } from './diloco-types.js';
 import {
   decodeJoinState,
   encodeJoinState,

@@ -1,6 +1,6 @@
 import type { BlockCompression } from './block-codec.js';
 import { blockCodec, DEFAULT_BLOCK_SIZE } from './compression.js';
-import type { DilocoStateDict } from './diloco.js';
+import type { DilocoStateDict } from './diloco-types.js';
 import { DilocoArgumentError } from './errors.js';
 
 /** How a join sends the outer momentum: exact (`f32`) or through a block codec. */

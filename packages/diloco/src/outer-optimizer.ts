@@ -61,17 +61,39 @@ export class OuterOptimizer {
 
   /** `params -= lr x direction(grad)`, in place; `grad` is the averaged pseudo-gradient. */
   apply(params: Float32Array, grad: Float32Array): void {
+    this.buffer = this.applySlice(params, grad, this.buffer);
+    this.steps++;
+  }
+
+  /**
+   * The outer step's arithmetic on one slice, with that slice's momentum `buffer` held by the
+   * caller (null before the first step with momentum): returns the slice's new buffer (null
+   * without momentum). Counts no step (`countStep`). Element by element the same operations as
+   * `apply`, so a step taken slice by slice gives the same bits ([Note: the outer state in a
+   * store]).
+   */
+  applySlice(
+    params: Float32Array,
+    grad: Float32Array,
+    buffer: Float32Array | null,
+  ): Float32Array | null {
     const { lr, momentum } = this;
     if (momentum === 0) {
       for (let i = 0; i < params.length; i++) params[i]! -= lr * grad[i]!;
-    } else if (this.buffer === null) {
-      this.buffer = grad.slice();
-      this.update(params, grad, this.buffer);
-    } else {
-      const b = this.buffer;
-      for (let i = 0; i < b.length; i++) b[i] = momentum * b[i]! + grad[i]!;
-      this.update(params, grad, b);
+      return null;
     }
+    if (buffer === null) {
+      const b = grad.slice();
+      this.update(params, grad, b);
+      return b;
+    }
+    for (let i = 0; i < buffer.length; i++) buffer[i] = momentum * buffer[i]! + grad[i]!;
+    this.update(params, grad, buffer);
+    return buffer;
+  }
+
+  /** One outer step taken slice by slice (`applySlice`) is over. */
+  countStep(): void {
     this.steps++;
   }
 

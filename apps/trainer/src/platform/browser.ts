@@ -2,6 +2,7 @@
 // throws `NodeRequiredError`. See [Note: the trainer's platform module] in ./node.ts.
 import { NodeRequiredError } from '@webshard/tensor-core';
 import type * as NodePlatform from './node.js';
+import { opfsOuterStateStore } from './opfs-outer-state.js';
 
 const noFiles = (what: string) => () => {
   throw new NodeRequiredError(
@@ -11,6 +12,11 @@ const noFiles = (what: string) => () => {
 };
 const noFilesAsync = (what: string) => async () => noFiles(what)();
 
+/**
+ * A tab keeps DiLoCo's global copy and outer momentum in its origin private file system, not in
+ * its memory ([Note: the outer state in a store] in @webshard/diloco).
+ */
+export const outerStateStore: typeof NodePlatform.outerStateStore = opfsOuterStateStore;
 /** Nothing to check in a tab: the Node process that served the page checked the run's files. */
 export const checkFiles: typeof NodePlatform.checkFiles = async () => {};
 /** Unknown in a page (a tab's memory is the browser's): the estimate checks the device limit only. */

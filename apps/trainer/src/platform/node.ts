@@ -10,6 +10,7 @@
  * on every rank are refused before a run with browser ranks starts (cli/browser-rank-options.ts).
  */
 import { freemem } from 'node:os';
+import type { OuterStateStore } from '@webshard/diloco';
 import { join } from 'node:path';
 
 export { loadShardedCheckpoint, saveShardedCheckpoint } from '@webshard/fsdp/checkpoint';
@@ -35,6 +36,15 @@ export { checkpointFault, faultPoint, joinUploadLimit } from '../io/fault-points
 export { appendLog, openLog } from '../io/resumable-log.js';
 export { readTlsFiles } from '../ranks/tls-files.js';
 export { join as joinPath };
+
+/**
+ * Where a Node member keeps DiLoCo's global copy and outer momentum: in memory (null), as it
+ * always has; a tab's store is the origin private file system ([Note: the outer state in a store]
+ * in @webshard/diloco).
+ */
+export async function outerStateStore(): Promise<OuterStateStore | null> {
+  return null;
+}
 
 /** The host's free memory in bytes, for the estimate's check (models/memory-estimate.ts). */
 export function freeHostMemory(): number {

@@ -139,9 +139,9 @@ export async function shareOuterStateInSlices(
   const parameters = run.prepared.params.reduce((sum, param) => sum + param.size, 0);
   const slices = { senders, receivers, chunkBytes: chunkBytes(parameters) };
   if (!needsState) {
-    diloco.roundMomentum((momentum) => roundJoinMomentum(momentum, JOIN_FORMAT));
+    await diloco.roundMomentum((momentum) => roundJoinMomentum(momentum, JOIN_FORMAT));
     // Packed losslessly ([Note: a join in planes]): 0.86 of the bytes at GPT-2 124M.
-    const snapshot = packJoinEntries(encodeJoinState(diloco.stateDict(), JOIN_FORMAT));
+    const snapshot = packJoinEntries(encodeJoinState(await diloco.readStateDict(), JOIN_FORMAT));
     // In the background: the member trains on; a change aborts it with the epoch's group.
     const { holdSyncs, ...limit } = joinUploadLimit();
     const upload = () => {
@@ -189,9 +189,10 @@ export async function shareOuterStateInSlices(
  * At a sync point after the outer sync: when `download`'s slices are all in, loads the snapshot and
  * replays the syncs it missed. Returns true when the member now holds the world's state.
  */
-export function finishDownload(download: JoinDownload): boolean {
-  if (download.entries === undefined) return false;
-  download.catchUp.finish(decodeJoinState(unpackJoinEntries(download.entries)));
+export async function finishDownload(download: JoinDownload): Promise<boolean> {
+  const entries = download.entries;
+  if (entries === undefined) return false;
   download.entries = undefined;
+  await download.catchUp.finish(decodeJoinState(unpackJoinEntries(entries)));
   return true;
 }

@@ -48,7 +48,7 @@ describe('shareOuterState in a streamed world', () => {
     // count of inner steps lags (fragment work skipped after a failed landing), its parameters
     // trained on.
     const state = survivor!.diloco.stateDict();
-    survivor!.diloco.loadStateDict({
+    await survivor!.diloco.loadStateDict({
       ...state,
       innerStep: 5,
       global: state.global.map((v, i) => v + 0.01 * ((i % 7) - 3)),
@@ -57,7 +57,7 @@ describe('shareOuterState in a streamed world', () => {
       p.write(((await p.read()) as Float32Array).map((v, i) => v - 0.02 * ((i % 5) - 2)));
     }
     const trained = await read(survivor!.params);
-    expect(globalDigest(survivor!.run)).not.toBe(globalDigest(lead!.run));
+    expect(await globalDigest(survivor!.run)).not.toBe(await globalDigest(lead!.run));
     const shared = await Promise.all(
       [lead!, survivor!].map((m, r) =>
         shareOuterState(m.run, { group: groups[r]! } as ElasticGroup, 8, true, false),
@@ -67,7 +67,7 @@ describe('shareOuterState in a streamed world', () => {
       [8, true],
       [8, true],
     ]);
-    expect(globalDigest(survivor!.run)).toBe(globalDigest(lead!.run));
+    expect(await globalDigest(survivor!.run)).toBe(await globalDigest(lead!.run));
     // At the meeting after step 8 the next fragment work counts step 8 on both: one schedule.
     expect([lead!.diloco.innerStep, survivor!.diloco.innerStep]).toEqual([7, 7]);
     expect(await read(survivor!.params)).toEqual(trained);

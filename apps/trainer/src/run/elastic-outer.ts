@@ -60,7 +60,7 @@ export async function shareOuterState(
   const lead = elastic.group.rank === 0;
   let entries: Map<string, StateValue> | undefined;
   if (lead) {
-    const state = dilocoOf(run).stateDict();
+    const state = await dilocoOf(run).readStateDict();
     const meta = { step, pending, innerStep: state.innerStep, outerStep: state.outerStep };
     entries = new Map<string, StateValue>([
       ['outer.meta', encoder.encode(JSON.stringify(meta))],
@@ -84,7 +84,7 @@ export async function shareOuterState(
   const streamed = diloco.options.streamed;
   if ((newcomer && !lead) || streamed) {
     const keep = newcomer ? null : await Promise.all(run.prepared.params.map((p) => p.read()));
-    diloco.loadStateDict({
+    await diloco.loadStateDict({
       // Streamed, the count is the world's step, so the fragment schedule is the same everywhere.
       innerStep: streamed ? meta.step - (meta.pending ? 1 : 0) : meta.innerStep,
       outerStep: meta.outerStep,
@@ -157,9 +157,11 @@ export function withOuterSync(
 }
 
 /** FNV-1a over the global copy's bytes, as hex: the same on every member after a sync. */
-export function globalDigest(run: Run): string {
-  const bytes = new Uint8Array(dilocoOf(run).globalParameters().buffer);
+export async function globalDigest(run: Run): Promise<string> {
   let hash = 0x811c9dc5;
-  for (const byte of bytes) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0;
+  for await (const chunk of dilocoOf(run).globalChunks()) {
+    const bytes = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    for (const byte of bytes) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0;
+  }
   return hash.toString(16).padStart(8, '0');
 }

@@ -168,8 +168,8 @@ export async function trainElastic(
       return shared;
     };
     /** A download whose slices are all in: load, replay, say so. Between syncs only. */
-    const landDownload = () => {
-      if (download === null || !finishDownload(download)) return;
+    const landDownload = async () => {
+      if (download === null || !(await finishDownload(download))) return;
       const { receivedBytes, senders, started, catchUp } = download;
       const seconds = (performance.now() - started) / 1000;
       io.stdout(
@@ -183,15 +183,15 @@ export async function trainElastic(
         done: true,
       });
       download = null;
-      digest();
+      await digest();
     };
     // diloco: whether this member trained since the last global copy ([Note: diloco members that
     // come and go] in ./elastic-outer.ts).
     let hasDelta = false;
     // A member still downloading holds no global copy yet: it prints one once it lands.
-    const digest = () => {
+    const digest = async () => {
       if (outer && download === null) {
-        io.stdout(`elastic: global digest ${globalDigest(run)} at step ${step}\n`);
+        io.stdout(`elastic: global digest ${await globalDigest(run)} at step ${step}\n`);
       }
     };
     /**
@@ -217,7 +217,7 @@ export async function trainElastic(
         change = next;
       }
       await announce(elastic.membership, step);
-      digest();
+      await digest();
     };
     /**
      * diloco: an outer sync point. The coordinator's sync point comes first, so a member later than
@@ -246,7 +246,7 @@ export async function trainElastic(
           });
         }
         try {
-          landDownload();
+          await landDownload();
           if (streamed && step < config.steps) {
             faultPoint('fragment');
             await streamPoint(run, changed, hasDelta);
@@ -254,7 +254,7 @@ export async function trainElastic(
           }
           const report = await syncOuter(run, hasDelta, download?.catchUp);
           hasDelta = false;
-          landDownload();
+          await landDownload();
           releaseUploads();
           return report;
         } catch (error) {
@@ -270,7 +270,7 @@ export async function trainElastic(
       const shared = await shareOuter(0, false, true);
       step = shared.step;
       await announce(elastic.membership, step);
-      digest();
+      await digest();
       // Admitted at an outer sync point: it runs that sync with the others, with no delta.
       if (shared.pending) await outerSyncPoint(true);
     }
@@ -348,7 +348,7 @@ export async function trainElastic(
     }
     progress.done();
     // diloco: the global copy every member ends with (a newcomer's included), for the tests.
-    digest();
+    await digest();
     await log?.close();
     if (records.length === 0) {
       // Admitted at the job's last sync point: the state is the final one, nothing is left to train.

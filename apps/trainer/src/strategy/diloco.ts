@@ -1,5 +1,6 @@
 import type { ProcessGroup } from '@webshard/collectives';
 import { DiLoCo, DilocoStateError, fragmentDue } from '@webshard/diloco';
+import { outerStateStore } from '#platform';
 import type { TrainConfig } from '../config.js';
 import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-model.js';
 
@@ -51,7 +52,11 @@ export function prepareDiloco(
     ...base,
     step: meanOverRanks === undefined || elastic ? {} : { meanOverRanks },
     async start(optimizer: AnyOptimizer) {
+      // A tab keeps the global copy and momentum out of its memory ([Note: the outer state in a
+      // store] in @webshard/diloco); a Node member holds them (null).
+      const store = streamed ? null : await outerStateStore();
       diloco = await DiLoCo.create(base.params, optimizer, {
+        ...(store === null ? {} : { outerState: store }),
         group,
         innerSteps: config.innerSteps,
         outerLr: config.outerLr,
