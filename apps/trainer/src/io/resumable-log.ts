@@ -1,4 +1,4 @@
-import { mkdir, open, readFile, writeFile } from 'node:fs/promises';
+import { type FileHandle, mkdir, open, readFile, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { StepRecord } from '../progress.js';
 import { writeFileAtomically } from './atomic-write.js';
@@ -12,13 +12,51 @@ export interface RunLog {
   readonly kept: number;
   readonly dropped: number;
   readonly restored: number;
+  /**
+   * Fenced ([Note: one writer of an elastic log]): true once this writer found lines it did not
+   * write, after which it writes nothing more.
+   */
+  readonly superseded: boolean;
+}
+
+/**
+ * [Note: one writer of an elastic log]
+ * An elastic job's log is written by its rank 0, and rank 0 changes: a rank 0 frozen (a closed
+ * laptop) is dropped by the others, whose new rank 0 goes on with the file (`appendLog`); woken,
+ * the old one still believes it leads until its next sync point, and appended the lines of the
+ * steps it took meanwhile after the new one's (steps 4-7 after 9: elastic-stream.test.ts's frozen
+ * member, when it was rank 0). So the writer of an elastic log is fenced: it knows the file's
+ * size after its own last line, and before each line it checks the size; grown, another rank 0
+ * writes the log now, and this one stops (`superseded`). The check and the append are two calls,
+ * so a writer woken in the instant between another's check and write could still add one line;
+ * every line lands whole either way (the file is opened to append).
+ */
+async function writer(file: FileHandle, fenced: boolean) {
+  let size = fenced ? (await file.stat()).size : 0;
+  let superseded = false;
+  return {
+    get superseded() {
+      return superseded;
+    },
+    async write(line: string) {
+      if (superseded) return;
+      if (fenced && (await file.stat()).size !== size) {
+        superseded = true;
+        return;
+      }
+      const { bytesWritten } = await file.write(line);
+      size += bytesWritten;
+    },
+    close: () => file.close(),
+  };
 }
 
 /**
  * The `--log-jsonl` file opened to append (an elastic job's new rank 0 goes on with it), and the
  * last step its lines record (0 for none): the member that left may have logged fewer steps than
  * the new rank 0 took since (diloco's members step alone between syncs), and the caller writes
- * the missing ones. A last line cut short by the one who left is ended first.
+ * the missing ones. A last line cut short by the one who left is ended first. Fenced: [Note: one
+ * writer of an elastic log].
  */
 export async function appendLog(path: string): Promise<RunLog & { lastStep: number }> {
   await mkdir(dirname(path), { recursive: true });
@@ -34,16 +72,8 @@ export async function appendLog(path: string): Promise<RunLog & { lastStep: numb
   }
   const file = await open(path, 'a');
   if (text !== '' && !text.endsWith('\n')) await file.write('\n');
-  return {
-    lastStep,
-    async write(line) {
-      await file.write(line);
-    },
-    close: () => file.close(),
-    kept: 0,
-    dropped: 0,
-    restored: 0,
-  };
+  const fenced = await writer(file, true);
+  return Object.assign(fenced, { lastStep, kept: 0, dropped: 0, restored: 0 });
 }
 
 /**
@@ -61,6 +91,7 @@ export async function openLog(
   path: string,
   resumedStep: number | null = null,
   history: readonly StepRecord[] = [],
+  options: { fenced?: boolean } = {},
 ): Promise<RunLog> {
   await mkdir(dirname(path), { recursive: true });
   let kept = 0;
@@ -93,13 +124,5 @@ export async function openLog(
   // same file (an elastic rank 0 that was dropped but does not know it yet, beside the new one).
   if (resumedStep === null) await writeFile(path, '');
   const file = await open(path, 'a');
-  return {
-    async write(line) {
-      await file.write(line);
-    },
-    close: () => file.close(),
-    kept,
-    dropped,
-    restored,
-  };
+  return Object.assign(await writer(file, options.fenced ?? false), { kept, dropped, restored });
 }
