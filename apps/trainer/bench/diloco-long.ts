@@ -8,7 +8,7 @@
  * loss of each run against DDP's and writes `trainer-diloco-long` bench rows.
  * Run: `pnpm --filter @webshard/trainer bench:diloco-long` (`-- --steps 200 --inner-steps 10` for a
  * shorter one, `-- --variants int8,topk` for some of the DiLoCo runs (DDP always runs), `-- --seed
- * 7`, `-- --jobs 1`). About 30 minutes of one core a run on the 2-core machine this was written on.
+ * 7`, `-- --jobs 1`, `-- --outer-lr 1 --outer-momentum 0` for every DiLoCo run's outer optimizer). About 30 minutes of one core a run on the 2-core machine this was written on.
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
@@ -26,6 +26,13 @@ const innerSteps = Number(flag('inner-steps', '50'));
 const seed = flag('seed', '1337');
 const jobs = Number(flag('jobs', '2'));
 const compressions = flag('variants', 'f32,int8,int4,topk').split(',');
+// The outer optimizer for every DiLoCo run, where given (each compression's default otherwise).
+const OUTER = [
+  ...(process.argv.includes('--outer-lr') ? ['--outer-lr', flag('outer-lr', '')] : []),
+  ...(process.argv.includes('--outer-momentum')
+    ? ['--outer-momentum', flag('outer-momentum', '')]
+    : []),
+];
 const MODEL = [
   ...['--n-layer', flag('n-layer', '6'), '--n-head', flag('n-head', '6')],
   ...['--n-embd', flag('n-embd', '384'), '--block-size', flag('block-size', '32')],
@@ -41,11 +48,17 @@ interface Run {
   name: string;
   args: string[];
 }
+// `--ddp-loss X` takes DDP's loss from an earlier run of the same shape and seed instead of
+// training it again (DDP's bits depend only on those).
+const knownDdpLoss = process.argv.includes('--ddp-loss') ? Number(flag('ddp-loss', '')) : undefined;
 const runs: Run[] = [
-  { name: 'DDP', args: ['--strategy', 'ddp'] },
+  ...(knownDdpLoss === undefined ? [{ name: 'DDP', args: ['--strategy', 'ddp'] }] : []),
   ...compressions.map((c) => ({
-    name: `DiLoCo H=${innerSteps}, ${c}`,
-    args: ['--strategy', 'diloco', '--inner-steps', String(innerSteps), '--outer-compression', c],
+    name: `DiLoCo H=${innerSteps}, ${c}${OUTER.length > 0 ? ` (${OUTER.join(' ')})` : ''}`,
+    args: [
+      ...['--strategy', 'diloco', '--inner-steps', String(innerSteps), '--outer-compression', c],
+      ...OUTER,
+    ],
   })),
 ];
 
@@ -86,6 +99,8 @@ function train(run: Run): Promise<Result> {
 }
 
 const results = new Map<string, Result>();
+if (knownDdpLoss !== undefined)
+  results.set('DDP', { loss: knownDdpLoss, parameters: 0, seconds: 0 });
 const queue = [...runs];
 await Promise.all(
   Array.from({ length: jobs }, async () => {
@@ -103,7 +118,7 @@ const ddp = results.get('DDP')!;
 const shape = `GPT ${MODEL.filter((_, i) => i % 2 === 1).join('/')} (layers/heads/width/block/batch), 4 ranks, ${steps} steps, seed ${seed}`;
 const rows: BenchRow[] = [];
 console.log(`\n| run | held-out loss | against DDP |\n| --- | --- | --- |`);
-for (const run of runs) {
+for (const run of [{ name: 'DDP', args: [] }, ...runs.filter((r) => r.name !== 'DDP')]) {
   const { loss } = results.get(run.name)!;
   const against = run.name === 'DDP' ? '' : `${(100 * (loss / ddp.loss - 1)).toFixed(1)} %`;
   console.log(`| ${run.name} | ${loss.toFixed(4)} | ${against} |`);
