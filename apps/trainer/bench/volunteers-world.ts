@@ -8,7 +8,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Browser, Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import type { StepRecord } from '../src/progress.js';
 import type { RankStatus } from '../src/ranks/browser-rank.js';
 import type { JoinProgress } from '../src/run/elastic-join.js';
@@ -99,11 +99,12 @@ async function rendererPeakBytes(): Promise<number | null> {
 }
 
 /**
- * Runs the world over `link` (`none`: loopback) and measures it. `timeoutMs` bounds each wait.
+ * Runs the world over `link` (`none`: loopback) and measures it, each tab in a context of
+ * `openContext`'s (a browser of its own, as each volunteer has). `timeoutMs` bounds each wait.
  * The tabs' renderer peak is read once the second tab holds the state and at the end.
  */
 export async function runVolunteerWorld(
-  browser: Browser,
+  openContext: () => Promise<BrowserContext>,
   dir: string,
   shape: VolunteerShape,
   corpus: string,
@@ -124,7 +125,7 @@ export async function runVolunteerWorld(
   const t0 = performance.now();
   const say = (what: string) =>
     console.log(`[${link}] ${((performance.now() - t0) / 1000).toFixed(1)} s: ${what}`);
-  const contexts: Awaited<ReturnType<Browser['newContext']>>[] = [];
+  const contexts: BrowserContext[] = [];
   try {
     const coordinator = cli(
       [
@@ -152,7 +153,7 @@ export async function runVolunteerWorld(
       async () => ((await lines(log)).some((l) => l.step >= 1) ? true : null),
       timeoutMs,
     );
-    const first = await browser.newContext();
+    const first = await openContext();
     contexts.push(first);
     const firstPage = await first.newPage();
     pageOfFirst = firstPage;
@@ -164,7 +165,7 @@ export async function runVolunteerWorld(
       async () => ((await lines(log)).some((l) => l.step >= shape.swapAt) ? true : null),
       timeoutMs,
     );
-    const second = await browser.newContext();
+    const second = await openContext();
     contexts.push(second);
     const page = await second.newPage();
     page.on('console', (message) => tabLines.push(message.text()));

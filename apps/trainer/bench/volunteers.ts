@@ -55,7 +55,15 @@ const timeoutMs = tiny ? 300_000 : 1_800_000;
 const dir = await mkdtemp(join(tmpdir(), 'webshard-volunteers-'));
 const rows: BenchRow[] = [];
 const { chromium } = await import('playwright-core');
-const browser = await chromium.launch({ executablePath: findChromium()!, args: ['--no-sandbox'] });
+// Each tab a browser with a profile on disk, as a volunteer's is: a context without one
+// (incognito) keeps the origin private file system in memory and refuses writes past about
+// 1.4 GB, less than a GPT-2 tab's global copy and momentum with the copy a write makes.
+let profiles = 0;
+const openContext = () =>
+  chromium.launchPersistentContext(join(dir, `profile-${profiles++}`), {
+    executablePath: findChromium()!,
+    args: ['--no-sandbox'],
+  });
 try {
   const corpus = join(dir, 'corpus.txt');
   const corpusBytes = await writeRepositoryCorpus(corpus, tiny ? 64 * 1024 : 6 * 1024 * 1024);
@@ -63,7 +71,7 @@ try {
   const p = `${SHAPE.label} diloco, H=${SHAPE.innerSteps} int8, 2 Node members + a tab`;
   const worlds = new Map<string, Awaited<ReturnType<typeof runVolunteerWorld>>>();
   for (const link of LINKS) {
-    const m = await runVolunteerWorld(browser, dir, SHAPE, corpus, link, timeoutMs);
+    const m = await runVolunteerWorld(openContext, dir, SHAPE, corpus, link, timeoutMs);
     worlds.set(link, m);
     console.log(`${link}: ${JSON.stringify(m)}`);
   }
@@ -163,7 +171,6 @@ try {
     });
   }
 } finally {
-  await browser.close();
   await rm(dir, { recursive: true, force: true });
 }
 const out = env('OUT');
