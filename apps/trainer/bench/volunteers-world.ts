@@ -31,6 +31,13 @@ export interface VolunteerShape {
   /** `gpt2` (GPT-2's BPE, 50257 tokens) or `char` (the tiny run: a tab's step on GPT-2's
    * vocabulary alone is seconds on a loaded 2-core machine). */
   readonly tokenizer: 'gpt2' | 'char';
+  /**
+   * The coordinator's `--member-timeout` in seconds: longer than a tab's longest stretch without
+   * yielding (a GPT-2 tab's step and sync hold its one thread, heartbeats included, 20-30 s each
+   * on the loaded 2-core machine; bench/tab-memory.ts's tab lost its world once at the default 60,
+   * after a first step of 26 s, and not in the run after).
+   */
+  readonly memberTimeoutSeconds: number;
 }
 
 /** The trainer's flags for `shape` on `corpus` (its tokenizer, the CPU backend). */
@@ -131,6 +138,7 @@ export async function runVolunteerWorld(
       [
         ...['--elastic-coordinator', '0', '--min-world-size', '2', '--max-world-size', '4'],
         ...['--elastic-wait-seconds', '15', '--browser-port', '0', ...run],
+        ...['--member-timeout', String(shape.memberTimeoutSeconds)],
       ],
       env,
     );

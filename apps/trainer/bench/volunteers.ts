@@ -48,6 +48,7 @@ const SHAPE: VolunteerShape = {
   innerSteps: num('INNER_STEPS', tiny ? 4 : 4),
   swapAt: num('SWAP_AT', tiny ? 12 : 4),
   tokenizer: tiny ? 'char' : 'gpt2',
+  memberTimeoutSeconds: tiny ? 60 : 300,
 };
 const LINKS = (env('LINKS') ?? 'broadband-20,none').split(',');
 const timeoutMs = tiny ? 300_000 : 1_800_000;
