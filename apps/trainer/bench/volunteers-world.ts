@@ -12,7 +12,13 @@ import type { BrowserContext, Page } from 'playwright-core';
 import type { StepRecord } from '../src/progress.js';
 import type { RankStatus } from '../src/ranks/browser-rank.js';
 import type { JoinProgress } from '../src/run/elastic-join.js';
-import { cli, type Line, lines, type Started, until } from '../src/test-support/cli-process.js';
+import {
+  cli,
+  type Line,
+  lines,
+  type Started,
+  until as waitUntil,
+} from '../src/test-support/cli-process.js';
 
 /** The job every run of the bench trains (the DDP reference too). */
 export interface VolunteerShape {
@@ -38,6 +44,14 @@ export interface VolunteerShape {
    * after a first step of 26 s, and not in the run after).
    */
   readonly memberTimeoutSeconds: number;
+  /** The coordinator's `--max-world-size`: `batch` must divide over every size from 2 to it. */
+  readonly maxWorldSize: number;
+  /**
+   * `overlap`: the second tab opens at `swapAt` and the first closes once the second trains (4
+   * members a while); `close-first`: the first closes at `swapAt`, then the second opens (3 at
+   * most, so a batch of 6 divides over the world at every size).
+   */
+  readonly swap: 'overlap' | 'close-first';
 }
 
 /** The trainer's flags for `shape` on `corpus` (its tokenizer, the CPU backend). */
@@ -133,15 +147,38 @@ export async function runVolunteerWorld(
   const say = (what: string) =>
     console.log(`[${link}] ${((performance.now() - t0) / 1000).toFixed(1)} s: ${what}`);
   const contexts: BrowserContext[] = [];
+  // A process that fails (a refused flag, a crash) fails the run at the next wait, instead of the
+  // wait running to its timeout.
+  let failed: string | null = null;
+  const watchExits = (s: Started) =>
+    void s.done.then((end) => {
+      if (end.code !== 0)
+        failed ??= `${s.child.spawnargs.slice(-6).join(' ')}: exit ${end.code}: ${end.stderr.slice(-2000)}`;
+    });
+  const until = <T>(
+    what: string,
+    probe: () => T | undefined | null | Promise<T | undefined | null>,
+    ms?: number,
+  ) =>
+    waitUntil(
+      what,
+      async () => {
+        if (failed !== null) throw new Error(`while waiting for ${what}, ${failed}`);
+        return probe();
+      },
+      ms,
+    );
   try {
     const coordinator = cli(
       [
-        ...['--elastic-coordinator', '0', '--min-world-size', '2', '--max-world-size', '4'],
+        ...['--elastic-coordinator', '0', '--min-world-size', '2'],
+        ...['--max-world-size', String(shape.maxWorldSize)],
         ...['--elastic-wait-seconds', '15', '--browser-port', '0', ...run],
         ...['--member-timeout', String(shape.memberTimeoutSeconds)],
       ],
       env,
     );
+    watchExits(coordinator);
     const url = await until(
       'the coordinator',
       () => /--elastic (wss?:\/\/\S+)/.exec(coordinator.stdout())?.[1],
@@ -155,6 +192,7 @@ export async function runVolunteerWorld(
       cli([...run, '--transport', 'ws', '--elastic', url, '--log-jsonl', log], env),
     );
     started.push(...nodes);
+    for (const node of nodes) watchExits(node);
     // The Node members start the world; the first tab joins it as a newcomer.
     await until(
       'the first step',
@@ -167,12 +205,17 @@ export async function runVolunteerWorld(
     pageOfFirst = firstPage;
     await firstPage.goto(address);
     say('the first tab opened');
-    // The first tab trains until the lead has taken `swapAt` steps; then a second tab joins.
+    // The first tab trains until the lead has taken `swapAt` steps; then a second tab joins
+    // (`close-first`: after the first closed).
     await until(
       `step ${shape.swapAt}`,
       async () => ((await lines(log)).some((l) => l.step >= shape.swapAt) ? true : null),
       timeoutMs,
     );
+    if (shape.swap === 'close-first') {
+      await first.close();
+      say('the first tab closed');
+    }
     const second = await openContext();
     contexts.push(second);
     const page = await second.newPage();
@@ -200,9 +243,12 @@ export async function runVolunteerWorld(
     );
     const download = (await pageValue<JoinProgress>(page, 'webshardDownload')) ?? null;
     const admitSeconds = (performance.now() - opened) / 1000;
-    // The first tab closes once the second trains: the world goes on with the Node members and it.
-    await first.close();
-    say('the first tab closed');
+    // `overlap`: the first tab closes once the second trains; the world goes on with the Node
+    // members and it.
+    if (shape.swap === 'overlap') {
+      await first.close();
+      say('the first tab closed');
+    }
     say(
       download === null
         ? 'the second tab trains: it took the state whole (no sliced download)'

@@ -43,12 +43,17 @@ const SHAPE: VolunteerShape = {
   heads: tiny ? 2 : 12,
   embd: tiny ? 32 : 768,
   block: tiny ? 16 : 256,
-  batch: tiny ? 12 : 3,
-  steps: num('STEPS', tiny ? 120 : 16),
+  // A batch that divides over every world size the run passes through (2 to maxWorldSize).
+  batch: tiny ? 12 : 6,
+  steps: num('STEPS', tiny ? 120 : 12),
   innerSteps: num('INNER_STEPS', tiny ? 4 : 4),
   swapAt: num('SWAP_AT', tiny ? 12 : 4),
   tokenizer: tiny ? 'char' : 'gpt2',
   memberTimeoutSeconds: tiny ? 60 : 300,
+  // GPT-2: at most 3 members, so 6 sequences of 256 tokens a step (12 would be 4 a member, a
+  // tab's step of a minute or more here).
+  maxWorldSize: tiny ? 4 : 3,
+  swap: tiny ? 'overlap' : 'close-first',
 };
 const LINKS = (env('LINKS') ?? 'broadband-20,none').split(',');
 const timeoutMs = tiny ? 300_000 : 1_800_000;
