@@ -103,7 +103,10 @@ export async function trainElastic(
     const records: StepRecord[] = [];
     const started = performance.now();
     const progress = createProgress((text) => run.lead && io.stdout(text), false);
-    let log = run.lead && config.logJsonl !== null ? await openLog(config.logJsonl, null, [], { fenced: true }) : null;
+    let log =
+      run.lead && config.logJsonl !== null
+        ? await openLog(config.logJsonl, null, [], { fenced: true })
+        : null;
     // The last step in the log: a diloco step's line waits for its outer sync, where this member
     // may have become rank 0 and logged it already (without the sync's fields) with the steps the
     // rank 0 before it did not log.
