@@ -75,9 +75,38 @@ export async function directAllGather(
 }
 
 /**
+ * Broadcasts of more bytes than this ask before they send ([Note: a broadcast asks before it
+ * sends]): 16 MiB, some 6 s at 20 Mbit/s and 10 ms on loopback, against the one round trip the
+ * asking adds.
+ */
+export const CLEAR_TO_SEND_BYTES = 16 << 20;
+
+/**
+ * [Note: a broadcast asks before it sends]
+ * A broadcast's sender does not wait for anything of its receivers, so a receiver that is late to
+ * the call (a rank still building its model, a tab still loading) receives the whole buffer as
+ * messages no receive has claimed; past the transport's budget for those ([Note: the
+ * unexpected-message budget], 256 MiB a peer) that aborts the group. It did at GPT-2 size: DiLoCo's
+ * first broadcast of the global copy, 495 MB from rank 0 to a rank 1 that was later to the call,
+ * over ws. So above `CLEAR_TO_SEND_BYTES` each receiver posts its receives first and then sends
+ * its sender one byte, and the sender sends nothing to it before that byte is in: what a late
+ * receiver holds unclaimed is that byte, and the cost is one latency between ranks that arrive
+ * together. MPI's rendezvous protocol for large messages does the same in the transport.
+ */
+async function cleared(comm: Comm, from: number, large: boolean): Promise<void> {
+  if (large) await comm.recv(from, new Uint8Array(1));
+}
+
+/** Tells `to` that this rank's receives are posted (a large broadcast only). */
+function clear(comm: Comm, to: number, large: boolean): Promise<void> {
+  return large ? comm.send(to, new Uint8Array(1)) : Promise.resolve();
+}
+
+/**
  * Broadcast from `root`. Small buffers (or two ranks) go from the root to each rank directly;
  * large ones down a pipelined chain root -> root+1 -> ..., each segment forwarded on arrival, so
- * the time is about one buffer's transfer plus (size - 2) segments.
+ * the time is about one buffer's transfer plus (size - 2) segments. Above `CLEAR_TO_SEND_BYTES`
+ * nothing is sent to a rank before it asked ([Note: a broadcast asks before it sends]).
  */
 export async function broadcastBytes(
   comm: Comm,
@@ -88,10 +117,17 @@ export async function broadcastBytes(
 ): Promise<void> {
   const { rank, size } = comm;
   if (size === 1 || buffer.byteLength === 0) return;
+  const large = buffer.byteLength > CLEAR_TO_SEND_BYTES;
   if (direct || size === 2) {
-    if (rank !== root) return comm.recv(root, buffer);
+    if (rank !== root) {
+      const arrival = comm.recv(root, buffer);
+      await Promise.all([arrival, clear(comm, root, large)]);
+      return;
+    }
     const sends: Promise<void>[] = [];
-    for (let peer = 0; peer < size; peer++) if (peer !== root) sends.push(comm.send(peer, buffer));
+    for (let peer = 0; peer < size; peer++) {
+      if (peer !== root) sends.push(cleared(comm, peer, large).then(() => comm.send(peer, buffer)));
+    }
     await Promise.all(sends);
     return;
   }
@@ -101,12 +137,17 @@ export async function broadcastBytes(
   const pieces = segments(0, buffer.byteLength, segmentBytes);
   const view = (piece: [number, number]) => buffer.subarray(piece[0], piece[0] + piece[1]);
   const sends: Promise<void>[] = [];
+  // The next rank's receives are posted once its byte is in (the last rank sends nothing on).
+  const nextReady = position < size - 1 ? cleared(comm, next, large) : Promise.resolve();
   if (position === 0) {
+    await nextReady;
     for (const piece of pieces) sends.push(comm.send(next, view(piece)));
   } else {
     const arrivals = pieces.map((piece) => comm.recv(previous, view(piece)));
+    sends.push(clear(comm, previous, large));
     for (let i = 0; i < pieces.length; i++) {
       await arrivals[i];
+      if (i === 0) await nextReady;
       if (position < size - 1) sends.push(comm.send(next, view(pieces[i]!)));
     }
   }
