@@ -15,11 +15,9 @@
  * (default `broadband-20,none`), `_DDP=0` leaves the reference out, `_OUT=<file>` writes the rows
  * there instead of bench-results/.
  *
- * Status (2026-11-26): the tiny world finishes (ranks/volunteers-bench.test.ts runs it in CI over
- * broadband-20). Its tabs had timed out in their first collectives over a shaped link: the link
- * shaper polled with `setImmediate`, which a tab lacks (fixed in @webshard/collectives). GPT-2
- * 124M has not run here yet: a tab's global copy and outer momentum in OPFS hit the headless
- * browser's quota, and in memory the page crashed (issue 47's notes).
+ * Status (2026-11-26): the tiny world runs in CI over broadband-20. GPT-2 124M ran once over
+ * broadband-20 (25 minutes; its numbers and limits are in the trainer README), each tab a browser
+ * with a profile on disk (incognito OPFS refuses writes past 1.41 GB).
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
