@@ -5,23 +5,13 @@
  * resident memory (VmHWM) of its renderer once it is done. Run:
  * `pnpm --filter @webshard/trainer exec tsx --conditions=@webshard/source bench/tab-memory.ts`.
  */
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findChromium } from '@webshard/test-config/browser-page';
 import { cli, until } from '../src/test-support/cli-process.js';
 import { writeRepositoryCorpus } from './volunteers-corpus.js';
-
-/** Whether `pid` descends from this process (this script's Chromium, not another's). */
-async function ours(pid: string): Promise<boolean> {
-  let at = pid;
-  for (let hops = 0; hops < 16 && at !== '0' && at !== '1'; hops++) {
-    if (at === String(process.pid)) return true;
-    const status = await readFile(`/proc/${at}/status`, 'utf8').catch(() => '');
-    at = /PPid:\s+(\d+)/.exec(status)?.[1] ?? '0';
-  }
-  return false;
-}
+import { rendererPeakBytes } from './volunteers-world.js';
 
 const dir = await mkdtemp(join(tmpdir(), 'webshard-tab-memory-'));
 const corpus = join(dir, 'corpus.txt');
@@ -64,14 +54,7 @@ try {
     const status = await page.evaluate(
       () => (window as { webshardRank?: { state: string } }).webshardRank,
     );
-    for (const pid of await readdir('/proc')) {
-      if (!/^\d+$/.test(pid)) continue;
-      const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-      if (!cmdline.includes('--type=renderer')) continue;
-      const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
-      if (!(await ours(pid))) continue;
-      peak = Math.max(peak, Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024);
-    }
+    peak = Math.max(peak, (await rendererPeakBytes()) ?? 0);
     if (status?.state === 'done' || status?.state === 'failed') {
       console.log(JSON.stringify(status).slice(0, 300));
       if (status.state === 'failed') {

@@ -104,7 +104,7 @@ async function ourDescendant(pid: string): Promise<boolean> {
 }
 
 /** The highest VmHWM of this process's Chromium renderers (Linux `/proc`), or null. */
-async function rendererPeakBytes(): Promise<number | null> {
+export async function rendererPeakBytes(): Promise<number | null> {
   if (process.platform !== 'linux') return null;
   const { readdir } = await import('node:fs/promises');
   let peak: number | null = null;

@@ -1,18 +1,12 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { findChromium, skipWithoutChromium } from '@webshard/test-config/browser-page';
-import type { Browser, Page } from 'playwright-core';
+import { skipWithoutChromium } from '@webshard/test-config/browser-page';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JoinProgress } from '../run/elastic-join.js';
-import {
-  cli,
-  followLog,
-  killStarted,
-  signalAll,
-  startCoordinator,
-  until,
-} from '../test-support/cli-process.js';
+import { cli, followLog, signalAll, startCoordinator, until } from '../test-support/cli-process.js';
+import { useTrainerPageBrowser } from '../test-support/trainer-page-browser.js';
 import type { RankStatus } from './browser-page.js';
 
 // [Note: a diloco join that does not stop the world] seen from a tab, in headless Chromium: 2 Node
@@ -50,23 +44,15 @@ function statusOf(page: Page): Promise<RankStatus | undefined> {
 describe.skipIf(skipWithoutChromium('elastic-tab-join.test.ts'))(
   "a tab's download of the world's state",
   () => {
-    let browser: Browser;
+    // The trainer's own tab page (the playground's join mode has its own tests).
+    const browser = useTrainerPageBrowser();
     let out: string;
-    const pageDir = process.env.WEBSHARD_PLAYGROUND_DIR;
 
     beforeAll(async () => {
-      // The trainer's own tab page (the playground's join mode has its own tests).
-      process.env.WEBSHARD_PLAYGROUND_DIR = 'off';
       out = await mkdtemp(join(tmpdir(), 'webshard-elastic-tab-join-'));
-      const { chromium } = await import('playwright-core');
-      browser = await chromium.launch({ executablePath: findChromium()!, args: ['--no-sandbox'] });
-    }, 60_000);
+    });
 
     afterAll(async () => {
-      if (pageDir === undefined) delete process.env.WEBSHARD_PLAYGROUND_DIR;
-      else process.env.WEBSHARD_PLAYGROUND_DIR = pageDir;
-      killStarted();
-      await browser?.close();
       await rm(out, { recursive: true, force: true });
     });
 
@@ -88,7 +74,7 @@ describe.skipIf(skipWithoutChromium('elastic-tab-join.test.ts'))(
         120_000,
       );
       signalAll(nodes, 'SIGSTOP');
-      const page = await browser.newPage();
+      const page = await browser().newPage();
       await page.goto(address);
       await until('the tab waiting', () =>
         /member 2 waits/.test(coordinator.stdout()) ? 1 : null,

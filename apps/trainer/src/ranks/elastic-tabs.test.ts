@@ -1,19 +1,19 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { findChromium, skipWithoutChromium } from '@webshard/test-config/browser-page';
-import type { Browser, Page } from 'playwright-core';
+import { skipWithoutChromium } from '@webshard/test-config/browser-page';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   cli,
   followLog,
-  killStarted,
   lines,
   type Line,
   signalAll,
   startCoordinator,
   until,
 } from '../test-support/cli-process.js';
+import { useTrainerPageBrowser } from '../test-support/trainer-page-browser.js';
 import type { RankStatus } from './browser-page.js';
 
 // [Note: browser tabs in an elastic world], end to end in headless Chromium: a coordinator that
@@ -57,24 +57,15 @@ function downloaded(page: Page): Promise<boolean> {
 describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
   'browser tabs in an elastic world',
   () => {
-    let browser: Browser;
+    // The trainer's own tab page, which says when a diloco tab holds the state.
+    const browser = useTrainerPageBrowser();
     let out: string;
 
-    const pageDir = process.env.WEBSHARD_PLAYGROUND_DIR;
-
     beforeAll(async () => {
-      // The trainer's own tab page, which says when a diloco tab holds the state.
-      process.env.WEBSHARD_PLAYGROUND_DIR = 'off';
       out = await mkdtemp(join(tmpdir(), 'webshard-elastic-tabs-'));
-      const { chromium } = await import('playwright-core');
-      browser = await chromium.launch({ executablePath: findChromium()!, args: ['--no-sandbox'] });
-    }, 60_000);
+    });
 
     afterAll(async () => {
-      if (pageDir === undefined) delete process.env.WEBSHARD_PLAYGROUND_DIR;
-      else process.env.WEBSHARD_PLAYGROUND_DIR = pageDir;
-      killStarted();
-      await browser?.close();
       await rm(out, { recursive: true, force: true });
     });
 
@@ -107,7 +98,7 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
         await until('a step of the 2 Node members', () => steppedAfter(1), 60_000);
         // Frozen while a tab opens (however fast they step), so it waits at the coordinator first.
         signalAll(nodes, 'SIGSTOP');
-        const first = await browser.newPage();
+        const first = await browser().newPage();
         await first.goto(page);
         await until('the tab waiting', () =>
           /member 2 waits/.test(coordinator.stdout()) ? 1 : null,
@@ -128,7 +119,7 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
         signalAll(nodes, 'SIGCONT');
         await until('a step of the 2 left', () => steppedAfter(3), 60_000);
         signalAll(nodes, 'SIGSTOP');
-        const second = await browser.newPage();
+        const second = await browser().newPage();
         await second.goto(page);
         await until('the second tab waiting', () =>
           /member 3 waits/.test(coordinator.stdout()) ? 1 : null,

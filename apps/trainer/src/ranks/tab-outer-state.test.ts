@@ -1,7 +1,8 @@
-import { findChromium, skipWithoutChromium } from '@webshard/test-config/browser-page';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cli, killStarted, startCoordinator, until } from '../test-support/cli-process.js';
+import { skipWithoutChromium } from '@webshard/test-config/browser-page';
+import type { Page } from 'playwright-core';
+import { describe, expect, it } from 'vitest';
+import { cli, startCoordinator, until } from '../test-support/cli-process.js';
+import { useTrainerPageBrowser } from '../test-support/trainer-page-browser.js';
 import type { RankStatus } from './browser-page.js';
 
 // [Note: the outer state in a store] in a tab, in headless Chromium: a tab and a Node member of
@@ -42,24 +43,12 @@ function statusOf(page: Page): Promise<RankStatus | undefined> {
   return page.evaluate(() => (window as { webshardRank?: RankStatus }).webshardRank);
 }
 
+// Skipped, with the reason printed, only where no Chromium is installed (skipWithoutChromium):
+// the tab is the thing under test. CI installs Debian's chromium, so it runs there.
 describe.skipIf(skipWithoutChromium('tab-outer-state.test.ts'))(
   "a tab's diloco state in its origin private file system",
   () => {
-    let browser: Browser;
-    const pageDir = process.env.WEBSHARD_PLAYGROUND_DIR;
-
-    beforeAll(async () => {
-      process.env.WEBSHARD_PLAYGROUND_DIR = 'off';
-      const { chromium } = await import('playwright-core');
-      browser = await chromium.launch({ executablePath: findChromium()!, args: ['--no-sandbox'] });
-    }, 60_000);
-
-    afterAll(async () => {
-      if (pageDir === undefined) delete process.env.WEBSHARD_PLAYGROUND_DIR;
-      else process.env.WEBSHARD_PLAYGROUND_DIR = pageDir;
-      killStarted();
-      await browser?.close();
-    });
+    const browser = useTrainerPageBrowser();
 
     it('the tab holds its global copy and momentum in 2 files of 4 bytes a parameter, the global bit for bit the Node member`s', async () => {
       const { coordinator, url } = await startCoordinator(2, 2, 5, ['--browser-port', '0', ...RUN]);
@@ -68,7 +57,7 @@ describe.skipIf(skipWithoutChromium('tab-outer-state.test.ts'))(
         () => /browser tabs join at (http:\/\/\S+)/.exec(coordinator.stdout())?.[1],
       );
       const node = cli([...RUN, '--transport', 'ws', '--elastic', url]);
-      const page = await browser.newPage();
+      const page = await browser().newPage();
       await page.goto(address);
       const [member, ended] = await Promise.all([node.done, coordinator.done]);
       expect([member!.code, member!.stderr]).toEqual([0, '']);
