@@ -1,4 +1,29 @@
 import { loadThreads, type NodeThreads, type ThreadWorker } from '#platform';
+import { BackendError } from '../../errors.js';
+import {
+  ARGS,
+  CONTROL_WORDS,
+  DONE,
+  describeCall,
+  FAILED,
+  GEMM,
+  GENERATION,
+  KIND,
+  NEXT,
+  ONLINE,
+  PACK,
+  PACK_WORDS,
+  PACKED,
+  type Pack,
+  packChunks,
+  REPORT_LENGTH,
+  REPORT_UNITS,
+  readReport,
+  STOP,
+  WORKER_LOOP,
+} from './matmul-worker.js';
+
+export type { Pack } from './matmul-worker.js';
 
 /** The module's `gemm` export: C (at `c`) from the packed panels of A and B, rows by tile. */
 export type Gemm = (
@@ -37,7 +62,9 @@ export type Gemm = (
  * `Atomics.notify`, claims and computes chunks until none is left, then waits with `Atomics.wait`
  * until every worker has counted itself done (a page's main thread may not block, so there it
  * spins on the count, for at most the chunks in flight); the kernel API stays synchronous. Each
- * thread has its own edge tile in the scratch bytes.
+ * thread has its own edge tile in the scratch bytes. A worker whose chunk throws writes what it
+ * threw into a shared report block; the calling thread throws it, naming the worker and the call
+ * (`matmul-worker.ts` holds the worker's loop and the control block's layout).
  *
  * Workers start at the first call large enough to use them (or `startMatmulThreads()`), and each
  * counts itself in the control block when it enters its loop; a call splits only once all have
@@ -57,21 +84,6 @@ export type Gemm = (
  */
 
 /** Control block words. */
-const GENERATION = 0;
-const DONE = 1;
-const STOP = 2;
-const FAILED = 3;
-const KIND = 4; // GEMM or PACK: what the call's chunks are
-const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk; PACK: PACK_WORDS per job, 2 jobs
-const NEXT = 21; // the next chunk to claim
-const ONLINE = 22; // workers in their loop
-const PACKED = 23; // pack chunks the workers have done, ever
-const CONTROL_WORDS = 24;
-const GEMM = 0;
-const PACK = 1;
-/** A pack job's words: src, dst, outer, inner, width, strideOuter, strideInner, rows per chunk. */
-const PACK_WORDS = 8;
-
 /** One `pack` call ([Note: the WASM SIMD matmul]): byte addresses, strides in elements. */
 export interface PackJob {
   src: number;
@@ -82,17 +94,6 @@ export interface PackJob {
   strideOuter: number;
   strideInner: number;
 }
-
-/** The module's `pack` export. */
-export type Pack = (
-  src: number,
-  dst: number,
-  outer: number,
-  inner: number,
-  width: number,
-  strideOuter: number,
-  strideInner: number,
-) => void;
 
 /** Rows per chunk at most (the gemm's row block), and chunks per thread at least. */
 const CHUNK_ROWS = 64;
@@ -114,74 +115,11 @@ export const THREADED_MIN_MACS = 2 ** 24;
  */
 export const PACK_MIN_FLOATS = 2 ** 18;
 
-// Runs in each worker, given the worker's data: waits for a generation, computes its rows,
-// counts. An expression (a function), which each platform's `spawnWorker` calls with the data.
-const WORKER_LOOP = `(function run({ module, memory, control, index, tileBytes }) {
-  const { gemm, pack } = new WebAssembly.Instance(module, { env: { memory } }).exports;
-  const ctl = new Int32Array(control);
-  const packChunks = ${packChunks.toString()};
-  let seen = 0;
-  Atomics.add(ctl, ${ONLINE}, 1);
-  for (;;) {
-    Atomics.wait(ctl, ${GENERATION}, seen);
-    seen = Atomics.load(ctl, ${GENERATION});
-    if (Atomics.load(ctl, ${STOP}) !== 0) break;
-    try {
-      if (ctl[${KIND}] === ${PACK}) Atomics.add(ctl, ${PACKED}, packChunks(pack, ctl, ${ARGS}, ${NEXT}, ${PACK_WORDS}));
-      else {
-        const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
-        const m = ctl[${ARGS + 5}], chunk = ctl[${ARGS + 6}];
-        for (let i = Atomics.add(ctl, ${NEXT}, 1) * chunk; i < m; i = Atomics.add(ctl, ${NEXT}, 1) * chunk)
-          gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, (index + 1) * tileBytes);
-      }
-    } catch {
-      Atomics.store(ctl, ${FAILED}, 1);
-    }
-    Atomics.add(ctl, ${DONE}, 1);
-    Atomics.notify(ctl, ${DONE});
-  }
-})`;
-
-/**
- * Claims and packs chunks of the pack jobs in the control block until none is left: job 0's
- * chunks, then job 1's (`outer` 0 for none); returns how many it packed. A chunk is whole panels, so it writes the bytes one
- * `pack` of the whole operand writes there. Runs on every thread (the workers get its source), so
- * it uses nothing outside its arguments.
- */
-function packChunks(
-  pack: Pack,
-  ctl: Int32Array,
-  args: number,
-  next: number,
-  words: number,
-): number {
-  // No inner functions: a bundler that keeps names would wrap them in a helper the worker lacks.
-  const first = Math.ceil(ctl[args + 2]! / ctl[args + 7]!);
-  const all = first + Math.ceil(ctl[args + words + 2]! / ctl[args + words + 7]!);
-  let done = 0;
-  for (let i = Atomics.add(ctl, next, 1); i < all; i = Atomics.add(ctl, next, 1)) {
-    const job = i < first ? args : args + words;
-    const rows = ctl[job + 7]!;
-    const start = (i < first ? i : i - first) * rows;
-    const [so, inner] = [ctl[job + 5]!, ctl[job + 3]!];
-    const outer = Math.min(rows, ctl[job + 2]! - start);
-    pack(
-      ctl[job]! + start * so * 4,
-      ctl[job + 1]! + start * inner * 4,
-      outer,
-      inner,
-      ctl[job + 4]!,
-      so,
-      ctl[job + 6]!,
-    );
-    done++;
-  }
-  return done;
-}
-
 /** Worker threads sharing one module instance's memory. */
 export class MatmulThreads {
   private readonly control: Int32Array;
+  /** Where a failed worker writes what it threw (`matmul-worker.ts`). */
+  private readonly report: Uint16Array;
   private workers: ThreadWorker[] = [];
   /** Whether this thread may block in `Atomics.wait` (a page's main thread may not: it spins). */
   private canBlock = true;
@@ -204,6 +142,7 @@ export class MatmulThreads {
     private readonly tileBytes: number,
   ) {
     this.control = new Int32Array(new SharedArrayBuffer(4 * CONTROL_WORDS));
+    this.report = new Uint16Array(new SharedArrayBuffer(2 * REPORT_UNITS));
   }
 
   /**
@@ -234,6 +173,7 @@ export class MatmulThreads {
         module,
         memory,
         control: this.control.buffer,
+        report: this.report.buffer,
         index,
         tileBytes: this.tileBytes,
       });
@@ -363,22 +303,44 @@ export class MatmulThreads {
     return Atomics.load(this.control, PACKED);
   }
 
-  /** Publishes the call in the control block, wakes the workers, does chunks, waits for them. */
+  /**
+   * Publishes the call in the control block, wakes the workers, does chunks, waits for them. A
+   * chunk that throws on this thread still waits for the workers (they are claiming the call's
+   * chunks), so the next call never meets this one's workers; a worker's failure stops the pool
+   * (later calls run on this thread) and throws a `BackendError` with the worker's report.
+   */
   private runChunks(work: () => void): void {
     const ctl = this.control;
     Atomics.store(ctl, NEXT, 0);
     Atomics.store(ctl, DONE, 0);
+    Atomics.store(ctl, FAILED, 0);
+    Atomics.store(ctl, REPORT_LENGTH, 0);
     Atomics.add(ctl, GENERATION, 1);
     Atomics.notify(ctl, GENERATION);
-    work();
+    let own: unknown = null;
+    try {
+      work();
+    } catch (error) {
+      own = error;
+      // The call has failed: the workers claim no more of its chunks.
+      Atomics.store(ctl, NEXT, 2 ** 30);
+    }
     const workers = this.workers.length;
     for (let done = Atomics.load(ctl, DONE); done < workers; done = Atomics.load(ctl, DONE)) {
       if (this.canBlock) Atomics.wait(ctl, DONE, done);
     }
-    if (Atomics.load(ctl, FAILED) !== 0) {
+    const report = readReport(ctl, this.report);
+    if (report !== null) {
+      const call = describeCall(ctl);
+      const bytes = this.memory.buffer.byteLength;
       this.stop();
-      throw new Error('[matmul] a worker thread of the WASM matmul trapped');
+      throw new BackendError(
+        'matmul',
+        `worker thread ${report.worker + 1} of ${workers} failed in ${call}, the module's memory ${bytes} bytes: ${report.said} (the matmul runs on the calling thread from now on)`,
+        own === null ? {} : { cause: own },
+      );
     }
+    if (own !== null) throw own;
   }
 
   /** Stops the workers (later calls run on one thread). */
