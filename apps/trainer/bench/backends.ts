@@ -8,7 +8,8 @@
  * backend]).
  * Run: `pnpm --filter @webshard/trainer bench`; `WEBSHARD_PROFILE=1` (or `gpt2`) prints the step
  * profile instead (`bench/step-profile.ts`); `WEBSHARD_BENCH_GPT2=1` adds the GPT-2 124M rows
- * (`bench/gpt2.ts`: single, ddp 2, fsdp 2; some 20 minutes more), `=all` fsdp 4 and offload too.
+ * (`bench/gpt2-step.ts`: the single-process step against PyTorch's, some 2 minutes; `bench/gpt2.ts`:
+ * single, ddp 2, fsdp 2 through the CLI, some 20 minutes more), `=all` fsdp 4 and offload too.
  * Then the quick DiLoCo case (`bench/diloco-quick.ts`: bytes per token of DiLoCo H = 50 in int8,
  * int4 and topk against DDP, 4 launchers over loopback, 15-50 s on 2 loaded cores); `WEBSHARD_BENCH_DILOCO=0`
  * skips it.
@@ -42,6 +43,7 @@ import { DEFAULT_MODEL } from '../src/train.js';
 import { decayGroups, trainStep } from '../src/train-step.js';
 import { dilocoQuickRows } from './diloco-quick.js';
 import { gpt2Rows } from './gpt2.js';
+import { GPT2_STEP_ROW, gpt2StepRows } from './gpt2-step.js';
 import { profileSize, runStepProfile } from './step-profile.js';
 
 const BATCH = 16;
@@ -200,7 +202,13 @@ if (torch) {
 }
 // [Note: the GPT-2 124M bench rows]: minutes each, so only when asked for.
 const gpt2 = process.env.WEBSHARD_BENCH_GPT2;
-if (gpt2 === '1' || gpt2 === 'all') rows.push(...gpt2Rows(gpt2 === 'all'));
+if (gpt2 === '1' || gpt2 === 'all') {
+  const only = process.env.WEBSHARD_BENCH_GPT2_CASES?.split(';');
+  if (only === undefined || only.some((part) => GPT2_STEP_ROW.includes(part))) {
+    rows.push(...(await gpt2StepRows(threads)));
+  }
+  rows.push(...gpt2Rows(gpt2 === 'all'));
+}
 if (process.env.WEBSHARD_BENCH_DILOCO !== '0') rows.push(...(await dilocoQuickRows()));
 writeBenchResults('trainer', rows);
 process.exit(0);

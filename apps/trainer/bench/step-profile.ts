@@ -8,50 +8,19 @@
  * wide, nanoGPT's padded vocabulary 50304, B4 T256: 1 warm-up step and 1 measured, about 4 GB).
  */
 import { availableParallelism, freemem, loadavg } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import {
   copyBandwidthGbPerS,
-  findRepoRoot,
-  findTorchPeer,
   formatProfile,
   profileKernels,
-  runTorchScript,
   wasmSimdPeakGflops,
 } from '@webshard/bench';
-import {
-  AdamW,
-  type Backend,
-  createBackend,
-  GPT,
-  type GPTConfig,
-  RandomGenerator,
-  relaxedFmaSupport,
-  tensor,
-} from '@webshard/tensor-core';
+import { type Backend, createBackend, relaxedFmaSupport } from '@webshard/tensor-core';
 import { DEFAULT_MODEL } from '../src/train.js';
-import { decayGroups, trainStep } from '../src/train-step.js';
-
-/** One profiled size: the model, the batch, and how many steps warm up and are measured. */
-interface ProfileSize {
-  name: string;
-  config: GPTConfig;
-  batch: number;
-  warmup: number;
-  steps: number;
-}
+import { buildTrainStep, GPT2_STEP, type StepSize, torchStepTimes } from './gpt-step.js';
 
 /** The size `WEBSHARD_PROFILE` names: `gpt2`, or anything else for the default model. */
-export function profileSize(value: string, defaultVocab: number): ProfileSize {
-  if (value === 'gpt2') {
-    const config = { vocabSize: 50304, blockSize: 256, nLayer: 12, nHead: 12, nEmbd: 768 };
-    return {
-      name: 'GPT-2 124M (12x768, vocabulary 50304), B4 T256',
-      config: { ...config, dropout: 0, bias: true },
-      batch: 4,
-      warmup: 1,
-      steps: 1,
-    };
-  }
+export function profileSize(value: string, defaultVocab: number): StepSize {
+  if (value === 'gpt2') return GPT2_STEP;
   return {
     name: `default GPT (${DEFAULT_MODEL.nLayer}x${DEFAULT_MODEL.nEmbd}), B16 T${DEFAULT_MODEL.blockSize}`,
     config: { ...DEFAULT_MODEL, vocabSize: defaultVocab },
@@ -61,66 +30,25 @@ export function profileSize(value: string, defaultVocab: number): ProfileSize {
   };
 }
 
-/** Random token ids in [0, vocab), seeded (the profile needs shapes, not text). */
-function tokens(count: number, vocab: number, seed: number): Int32Array {
-  const out = new Int32Array(count);
-  let state = seed >>> 0;
-  for (let i = 0; i < count; i++) {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    out[i] = state % vocab;
-  }
-  return out;
-}
-
 /** PyTorch's median step at this size, or the reason there is none. */
-function torchStep(size: ProfileSize, threads: number): string {
-  const peer = findTorchPeer(findRepoRoot(fileURLToPath(import.meta.url)), 'speed');
-  if ('skipped' in peer) return `PyTorch: skipped (${peer.skipped})`;
-  const { vocabSize, nLayer, nHead, nEmbd, blockSize } = size.config;
-  const script = fileURLToPath(new URL('./torch_step.py', import.meta.url));
-  const counts = threads > 1 ? [threads, 1] : [1];
-  const iters = Math.min(3, size.steps);
-  const parts = counts.map((n) => {
-    const args = [vocabSize, nLayer, nHead, nEmbd, blockSize, size.batch, n, size.warmup, iters];
-    const { ms } = runTorchScript<{ ms: number }>(peer.build, script, args.map(String), {
-      timeoutMs: 600_000,
-    });
-    return `${n} thread${n === 1 ? '' : 's'} ${ms.toFixed(1)} ms`;
-  });
-  return `${peer.label}, the same step: ${parts.join(', ')} (median of ${iters} after ${size.warmup} warm-up)`;
+function torchStep(size: StepSize, threads: number): string {
+  const torch = torchStepTimes(size, threads > 1 ? [threads, 1] : [1]);
+  if ('skipped' in torch) return `PyTorch: skipped (${torch.skipped})`;
+  const parts = [...torch.ms].map(
+    ([n, ms]) => `${n} thread${n === 1 ? '' : 's'} ${ms.toFixed(1)} ms`,
+  );
+  return `${torch.label}, the same step: ${parts.join(', ')} (median of ${torch.iters} after ${size.warmup} warm-up)`;
 }
 
 /** The profile's table, the step time and the backend's description: the model is gone after. */
-async function profileStep(size: ProfileSize, ceilings: { gflops: number; gbPerS: number }) {
+async function profileStep(size: StepSize, ceilings: { gflops: number; gbPerS: number }) {
   // The matmul the trainer runs in one process: fused where this engine fuses (ranks/job-fma.ts).
   const matmulFma = relaxedFmaSupport() === 'fused' ? 'auto' : 'off';
   const cpu = await createBackend({ kind: 'cpu', matmulFma });
   const { backend, profile } = profileKernels<Backend>(cpu, {
     sequenceLength: size.config.blockSize,
   });
-  const model = new GPT(size.config, { backend, generator: new RandomGenerator(1) });
-  const params = model.parameters();
-  const optimizer = new AdamW(decayGroups(model, 0.1), { lr: 3e-4, betas: [0.9, 0.95] });
-  const { vocabSize, blockSize } = size.config;
-  const shape = [size.batch, blockSize];
-  const count = size.batch * blockSize;
-  let seed = 1;
-  const step = async () => {
-    const inputs = tensor(tokens(count, vocabSize, seed++), { backend, dtype: 'i32', shape });
-    const targets = tensor(tokens(count, vocabSize, seed++), { backend, dtype: 'i32', shape });
-    await trainStep(
-      params,
-      optimizer,
-      () => {
-        const out = model.call(inputs, targets);
-        out.logits.free();
-        return out.loss!;
-      },
-      { clip: 1 },
-    );
-    inputs.free();
-    targets.free();
-  };
+  const { step, free } = buildTrainStep(size, backend);
   for (let i = 0; i < size.warmup; i++) await step();
   profile.reset();
   const t0 = performance.now();
@@ -131,7 +59,7 @@ async function profileStep(size: ProfileSize, ceilings: { gflops: number; gbPerS
     formatProfile(profile, stepMs, size.steps, ceilings) +
     (top > 0 ? `\n\n${profile.topKernels(top, size.steps)}` : '');
   const description = cpu.description;
-  for (const param of params) param.free();
+  free();
   cpu.dispose();
   return { table, stepMs, description };
 }
@@ -140,7 +68,7 @@ async function profileStep(size: ProfileSize, ceilings: { gflops: number; gbPerS
  * Profiles `size` on the CPU backend and prints the table, the ceilings, the load and PyTorch's
  * step on the same model.
  */
-export async function runStepProfile(size: ProfileSize): Promise<void> {
+export async function runStepProfile(size: StepSize): Promise<void> {
   const load = () =>
     loadavg()
       .map((v) => v.toFixed(1))

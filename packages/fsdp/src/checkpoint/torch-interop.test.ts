@@ -1,11 +1,13 @@
 // A consolidated FSDP checkpoint read by PyTorch: the same loss on the same tokens. Runs where
-// WEBSHARD_TORCH_PYTHON (the venv `pnpm peers:torch` makes) or /usr/bin/python3 (Debian's
-// python3-torch) has torch; skipped with a message elsewhere.
+// WEBSHARD_TORCH_PYTHON, the repository's .venv-torch (`pnpm peers:torch`) or /usr/bin/python3
+// (Debian's python3-torch) has torch (`findTorchPeer`'s reference use: a loss, not a speed);
+// skipped with the reason elsewhere.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { findRepoRoot, findTorchPeer } from '@webshard/bench';
 import { AdamW, GPTBlock, type Tensor } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { Gpt, TINY_GPT, tokenBatches, tokenSlice } from '../test-support/gpt.js';
@@ -14,11 +16,10 @@ import { autoWrap, moduleClassAutoWrapPolicy } from '../wrap.js';
 import { consolidateCheckpoint } from './consolidate.js';
 import { saveShardedCheckpoint } from './sharded-checkpoint.js';
 
-const python = process.env.WEBSHARD_TORCH_PYTHON ?? '/usr/bin/python3';
+const peer = findTorchPeer(findRepoRoot(fileURLToPath(import.meta.url)), 'reference');
+const python = 'skipped' in peer ? '' : peer.build.python;
 const torchMissing =
-  spawnSync(python, ['-c', 'import torch'], { encoding: 'utf8' }).status !== 0
-    ? `${python} with torch is not installed (apt-get install python3-torch, or WEBSHARD_TORCH_PYTHON): PyTorch interop not checked`
-    : null;
+  'skipped' in peer ? `no PyTorch (${peer.skipped}): PyTorch interop not checked` : null;
 const script = join(dirname(fileURLToPath(import.meta.url)), '__fixtures__', 'torch_forward.py');
 
 describe('a consolidated checkpoint in PyTorch', () => {
