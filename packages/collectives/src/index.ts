@@ -36,7 +36,7 @@ export type { EpochAnnouncement } from './elastic/protocol.js';
 export type { ElasticShare } from './elastic/partition.js';
 export { elasticShare } from './elastic/partition.js';
 export type { StateEntries, StateValue } from './elastic/state-transfer.js';
-export { broadcastState } from './elastic/state-transfer.js';
+export { broadcastState, broadcastStateWhereDifferent } from './elastic/state-transfer.js';
 export type {
   SliceReceiveOptions,
   SliceSendOptions,

@@ -93,6 +93,12 @@ it.each(['tcp', 'ws'])(
     expect(changes[2]!.step).toBeGreaterThan(8);
     const steps = records.filter((line) => line.event === undefined);
     expect(steps.map((line) => line.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+    // The first epoch's members built one model from the seed: its global copy was not sent.
+    for (const m of first) {
+      expect(m.stdout()).toContain(
+        "elastic: every member held rank 0's outer.global already (digests alike): not sent",
+      );
+    }
     // The joiner downloads the state while the survivors train on ([Note: a diloco join that does
     // not stop the world]); once it landed its global copy is theirs: the same bits at the end.
     expect(joiner.stdout()).toMatch(/state received, \d+ bytes from 2 member\(s\)/);

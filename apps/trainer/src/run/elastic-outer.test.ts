@@ -74,3 +74,42 @@ describe('shareOuterState in a streamed world', () => {
     await Promise.all(groups.map((g) => g.close()));
   });
 });
+
+describe('shareOuterState in a fresh world', () => {
+  it('sends no global copy or momentum that every member built from the seed, and a member that differs takes rank 0s', async () => {
+    const groups = createLocalGroups(3);
+    const members = await Promise.all(groups.map(member));
+    // Rank 2's global copy is not the seed's (another initialization, say).
+    const odd = members[2]!.diloco.stateDict();
+    await members[2]!.diloco.loadStateDict({ ...odd, global: odd.global.map((v) => v * 2) });
+    const share = (ranks: number[]) =>
+      Promise.all(
+        ranks.map((r) =>
+          shareOuterState(
+            members[r]!.run,
+            { group: groups[r]! } as ElasticGroup,
+            4,
+            true,
+            true,
+            true,
+          ),
+        ),
+      );
+    const first = await share([0, 1, 2]);
+    // No sync has run, so there is no momentum buffer yet; the global copy went (rank 2 differed).
+    expect(members[0]!.diloco.stateDict().momentumBuffer).toBeNull();
+    for (const s of first) expect(s.skipped).toEqual([]);
+    const digest = await globalDigest(members[0]!.run);
+    for (const m of members) expect(await globalDigest(m.run)).toBe(digest);
+    // Now every member holds the same state: nothing of it moves, and the bytes say so.
+    const again = await share([0, 1, 2]);
+    for (const s of again) {
+      expect(s.skipped).toEqual(['outer.global']);
+      expect([s.step, s.pending]).toEqual([4, true]);
+    }
+    // The step's text and AdamW's groups moved again; the global copy's bytes did not.
+    const globalBytes = 4 * members[0]!.diloco.stateDict().global.length;
+    expect(again[1]!.bytes).toBe(first[1]!.bytes - globalBytes);
+    await Promise.all(groups.map((g) => g.close()));
+  });
+});

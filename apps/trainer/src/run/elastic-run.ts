@@ -167,7 +167,15 @@ export async function trainElastic(
       download = shared.download;
       if (shared.upload?.holdSyncs === 0) shared.upload.start();
       else if (shared.upload !== undefined) held.push({ ...shared.upload });
-      if (shared.fresh) return shareOuterState(run, elastic, at, pending, true);
+      if (shared.fresh) {
+        const whole = await shareOuterState(run, elastic, at, pending, true, true);
+        if (whole.skipped.length > 0) {
+          io.stdout(
+            `elastic: every member held rank 0's ${whole.skipped.join(', ')} already (digests alike): not sent\n`,
+          );
+        }
+        return whole;
+      }
       return shared;
     };
     /** A download whose slices are all in: load, replay, say so. Between syncs only. */
