@@ -1,5 +1,5 @@
 import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
-import type { Gemm, MatmulThreads, PackJob } from './matmul-threads.js';
+import type { Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
 
 /**
  * [Note: the WASM SIMD matmul]
@@ -71,15 +71,7 @@ const MAX_SCRATCH_BYTES = 128 * 2 ** 20;
 /** What an instance of the module exports (the bench and the WAT tests call it directly). */
 export interface MatmulExports {
   readonly memory: WebAssembly.Memory;
-  readonly pack: (
-    src: number,
-    dst: number,
-    outer: number,
-    inner: number,
-    width: number,
-    strideOuter: number,
-    strideInner: number,
-  ) => void;
+  readonly pack: Pack;
   readonly gemm: Gemm;
 }
 
