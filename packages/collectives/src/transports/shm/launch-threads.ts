@@ -3,6 +3,7 @@ import { availableParallelism } from 'node:os';
 import { parentPort, Worker, workerData } from 'node:worker_threads';
 import type { ProcessGroup, ProcessGroupOptions } from '../../process-group.js';
 import { joinShm } from './join-shm.js';
+import { releaseEndedWorld } from './release-world.js';
 import { createShmHandle, type ShmHandle, writeShmAbort } from './shm-layout.js';
 
 /** What `launchThreads` gives each worker in `workerData`. */
@@ -61,7 +62,8 @@ type WorkerMessage<R> =
  * `workerFile` must call `runShmWorker`. A worker that throws, or exits before returning (crash,
  * `process.exit`, `terminate()`), aborts the world: the parent publishes the abort in shared memory
  * (`peer-lost` naming the rank, or `error` with the exception), so every other rank fails its
- * pending op within milliseconds instead of waiting for its deadline.
+ * pending op within milliseconds instead of waiting for its deadline. Once every rank has ended,
+ * the world's shared memory is released ([Note: an ended world's memory]).
  */
 export async function launchThreads<T, R>(
   size: number,
@@ -69,6 +71,19 @@ export async function launchThreads<T, R>(
   data: T,
   options: LaunchOptions = {},
 ): Promise<ShmRankOutcome<R>[]> {
+  const { outcomes, sharedBytes } = await runWorld<T, R>(size, workerFile, data, options);
+  // The world's memory goes back to the system now, not whenever this thread next collects.
+  releaseEndedWorld(sharedBytes);
+  return outcomes;
+}
+
+/** `launchThreads`' world, in a scope of its own: nothing of it is held once this returns. */
+function runWorld<T, R>(
+  size: number,
+  workerFile: string | URL,
+  data: T,
+  options: LaunchOptions,
+): Promise<{ outcomes: ShmRankOutcome<R>[]; sharedBytes: number }> {
   const handle = createShmHandle(size, {
     capacity: options.capacity,
     slotBytes: options.slotBytes,
@@ -134,7 +149,13 @@ export async function launchThreads<T, R>(
         });
       }),
   );
-  return Promise.all(outcomes);
+  return Promise.all(outcomes).then((ended) => ({
+    outcomes: ended,
+    sharedBytes: [handle.arena, ...(handle.segments ?? [])].reduce(
+      (sum, memory) => sum + memory.buffer.byteLength,
+      handle.buffer.byteLength,
+    ),
+  }));
 }
 
 /** The rank joins on its own thread; a launch with `progress: 'worker'` needs the node entry's. */
