@@ -4,11 +4,12 @@
 // `--transports shm,shm-worker,tcp,tcp-worker`: shm with each rank's rings on its communication
 // worker (`shm-worker`), and over tcp between processes, with each rank's communication on its
 // thread (`tcp`) or on its worker (`tcp-worker`, `progress: 'worker'`).
-// `--no-ssd` and `--no-webgpu` leave the ssdOffload and WebGPU rows out.
+// `--no-ssd` and `--no-webgpu` leave the ssdOffload and WebGPU rows out. `--rounds N` (default 3,
+// 1 with --gpt2) measures every variant N times, interleaved ([Note: bench rounds, interleaved]).
 import { loadavg } from 'node:os';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import type { GptConfig } from '../src/test-support/gpt.js';
-import { runShmStep } from './shm-launch.js';
+import { medianResult, runShmStep } from './shm-launch.js';
 import { runTcpStep } from './tcp-launch.js';
 import type { StepJob, StepResult } from './step-job.js';
 import { type SsdCost, SSD_MODES, ssdCost, ssdRows } from './ssd-offload.js';
@@ -40,6 +41,17 @@ const CONFIG: GptConfig = GPT2
   : { vocabSize: 256, blockSize: 32, nLayer: 4, nHead: 4, nEmbd: 96 };
 const ROWS = Number(option('rows', '4')[0]);
 const MODEL = GPT2 ? 'GPT-2 124M' : 'GPT 4x96';
+/**
+ * [Note: bench rounds, interleaved]
+ * On a shared 2-core machine the speed of the cores drifts by more than the effects measured
+ * (issue 48: one row's two runs differed by 2x under load, and 0.87-1.13x FSDP/DDP at load 1 in
+ * separate launches minutes apart). So each variant (FSDP with prefetch, without, DDP, ordinary
+ * buffers) is launched `--rounds` times, the variants taking turns within each round, and every
+ * number is the median over the rounds of each launch's median step: a drift of the machine
+ * lands on all variants alike instead of on whichever ran during it. Each round's line is printed,
+ * so the spread is visible beside the medians.
+ */
+const ROUNDS = Number(option('rounds', GPT2 ? '1' : '3')[0]);
 
 async function measure(
   transport: Transport,
@@ -76,16 +88,39 @@ const over = {
 for (const [world, transport] of worlds.flatMap((w) =>
   (w === 1 ? ['shm' as const] : transports).map((t) => [w, t] as const),
 )) {
-  const on = await measure(transport, world, 1);
-  const off = await measure(transport, world, 0);
-  const ddp = await measure(transport, world, 0, 'ddp');
-  const ordinary =
-    world > 1 && !GPT2 && transport === 'shm'
-      ? await measure(transport, world, 1, 'fsdp', false)
-      : null;
   const name = `${MODEL}${GPT2 ? `, ${ROWS} sequences a rank` : ''}, ${world} rank${world > 1 ? 's' : ''} over ${over[transport]}`;
+  const withOrdinary = world > 1 && !GPT2 && transport === 'shm';
+  const rounds: {
+    on: StepResult;
+    off: StepResult;
+    ddp: StepResult;
+    ordinary: StepResult | null;
+  }[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    // The variants' order turns with the round, so none always runs first after a launch.
+    const variants = [
+      () => measure(transport, world, 1),
+      () => measure(transport, world, 0),
+      () => measure(transport, world, 0, 'ddp'),
+      ...(withOrdinary ? [() => measure(transport, world, 1, 'fsdp', false)] : []),
+    ];
+    const results: StepResult[] = new Array(variants.length);
+    for (let i = 0; i < variants.length; i++) {
+      const k = (i + round) % variants.length;
+      results[k] = await variants[k]!();
+    }
+    const [on, off, ddp, ordinary] = results as [StepResult, StepResult, StepResult, StepResult?];
+    rounds.push({ on, off, ddp, ordinary: ordinary ?? null });
+    console.log(
+      `${name}, round ${round + 1}/${ROUNDS}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms (FSDP at ${(ddp.stepMs / on.stepMs).toFixed(2)}x DDP's speed); gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)}); load average ${loadavg()[0]!.toFixed(1)}`,
+    );
+  }
+  const on = medianResult(rounds.map((r) => r.on));
+  const off = medianResult(rounds.map((r) => r.off));
+  const ddp = medianResult(rounds.map((r) => r.ddp));
+  const ordinary = withOrdinary ? medianResult(rounds.map((r) => r.ordinary!)) : null;
   console.log(
-    `${name}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms; gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)}); load average ${loadavg()[0]!.toFixed(1)}`,
+    `${name}, median of ${ROUNDS}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms; gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)})`,
   );
   rows.push({
     name,

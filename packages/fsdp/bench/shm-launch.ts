@@ -50,3 +50,21 @@ export function slowestRank(results: StepResult[]): StepResult {
     bytesWritten: most('bytesWritten'),
   };
 }
+
+/** Each number the median over `results` (one launch's each): see [Note: bench rounds, interleaved]. */
+export function medianResult(results: StepResult[]): StepResult {
+  const middle = (key: keyof StepResult) => {
+    const s = results.map((r) => r[key]).sort((a, b) => a - b);
+    return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  };
+  return {
+    stepMs: middle('stepMs'),
+    gatherMs: middle('gatherMs'),
+    exposedMs: middle('exposedMs'),
+    peakBytes: middle('peakBytes'),
+    registeredBytes: middle('registeredBytes'),
+    stagedOps: middle('stagedOps'),
+    bytesRead: middle('bytesRead'),
+    bytesWritten: middle('bytesWritten'),
+  };
+}
