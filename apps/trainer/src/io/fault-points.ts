@@ -12,7 +12,9 @@ import type { FaultHook } from '@webshard/fsdp/checkpoint';
  * it there instead (SIGSTOP to itself, a closed lid: the elastic tests wake it with SIGCONT). An
  * elastic streamed diloco member also passes a point where a fragment is issued, after the world
  * met and before its own issue (`fragment`): lost there, it leaves the others' fragment in flight
- * without its part.
+ * without its part. A diloco member of a job's first epoch passes one before the exchange of state
+ * digests (`digest`, [Note: a state digest] in collectives): frozen there, the others wait in the
+ * exchange for it.
  */
 const killAt = Number(process.env.WEBSHARD_TRAINER_KILL_AT ?? 0);
 const stopAt = Number(process.env.WEBSHARD_TRAINER_STOP_AT ?? 0);

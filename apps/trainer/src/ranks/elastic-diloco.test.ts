@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -14,7 +14,8 @@ import {
 } from '../test-support/cli-process.js';
 
 // [Note: diloco members that come and go], end to end over tcp and ws: 3 members of a diloco
-// world (H = 4, int8); one dies between syncs (SIGKILL after its 6th step), the survivors find
+// world (H = 4, int8); one dies between syncs (SIGKILL after its 6th step: its 7th fault point, the
+// first is the first epoch's digest exchange), the survivors find
 // it at the sync of step 8 and run that sync again as 2; a 4th process started with the same
 // command is admitted at a later sync, downloads the world's state in slices while the others
 // train on, and ends with their global copy, bit for bit (the digest every member prints of it). All finish with exit 0 and a loss near an uninterrupted run.
@@ -54,7 +55,7 @@ it.each(['tcp', 'ws'])(
     const follow = followLog(log);
     const member = (env: Record<string, string> = {}) =>
       cli([...RUN, '--transport', transport, '--elastic', url, '--log-jsonl', log], env);
-    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '6' })];
+    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '7' })];
     const survivors = await until(
       'a step of the world of 2',
       () => {
@@ -172,3 +173,81 @@ it('diloco with topk under --elastic over tcp: 2 members train and sync sparse p
   const referenceSynced = (await lines(plainLog)).filter((l) => l.outerBytesSent !== undefined);
   expect(synced.map((l) => l.outerBytesSent)).toEqual(referenceSynced.map((l) => l.outerBytesSent));
 }, 120_000);
+
+/** Whether a process of `member`'s group is stopped (state T in /proc): frozen, not yet woken. */
+async function stopped(member: Started): Promise<boolean> {
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    // pid (comm) state ppid pgrp ...: the fields after the command's closing parenthesis.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pgrp) === member.child.pid && state === 'T') return true;
+  }
+  return false;
+}
+
+it('diloco: a member frozen (SIGSTOP) in the first epoch, while the others wait for its state digest, is dropped after --member-timeout; the others train; woken, it joins again; all exit 0', async () => {
+  const { coordinator, url } = await startCoordinator(2, 3, 30, ['--member-timeout', '3']);
+  const log = join(out, 'diloco-digest-frozen.jsonl');
+  const follow = followLog(log);
+  const member = (env: Record<string, string> = {}) =>
+    cli([...RUN, '--transport', 'tcp', '--elastic', url, '--log-jsonl', log], env);
+  // The first member joins alone (rank 0, the log's writer); the second freezes itself at its first
+  // fault point, before it offers its digests ([Note: the trainer's fault points]).
+  const lead = member();
+  await until('the first member waiting', () =>
+    /member 0 waits/.test(coordinator.stdout()) ? true : null,
+  );
+  const frozen = member({ WEBSHARD_TRAINER_STOP_AT: '1' });
+  const third = member();
+  await until('the frozen member stopped', async () => ((await stopped(frozen)) ? true : null));
+  const frozenAt = Date.now();
+  await until(
+    'a step of the world of 2',
+    () => {
+      const read = follow.latest();
+      const changes = read.filter((line) => line.event === 'membership');
+      return changes.at(-1)?.worldSize === 2 && read.at(-1)!.event === undefined ? true : null;
+    },
+    60_000,
+  );
+  const droppedAfter = (Date.now() - frozenAt) / 1000;
+  expect(coordinator.stdout()).toMatch(/left \[1\]/);
+  // Woken once the world went on without it: it learns it was dropped and joins again.
+  signalAll([lead, third], 'SIGSTOP');
+  process.kill(-frozen.child.pid!, 'SIGCONT');
+  await until('the woken member waiting', () =>
+    /member 3 waits/.test(coordinator.stdout()) ? true : null,
+  );
+  signalAll([lead, third], 'SIGCONT');
+  const results = await Promise.all([lead, frozen, third, coordinator].map((m) => m.done));
+  follow.stop();
+  for (const result of results.slice(0, 3)) expect([result.code, result.stderr]).toEqual([0, '']);
+  expect(results[3]!.code).toBe(0);
+  const records = await lines(log);
+  const changes = records.filter((line) => line.event === 'membership');
+  expect(
+    changes.map((line) => [line.step, line.worldSize, line.left!.length, line.joined!.length]),
+  ).toEqual([
+    // The log's first world is the first that shared its state and trained: the world of 3
+    // never finished its share, and the frozen member was dropped before any step.
+    [0, 2, 1, 0],
+    [changes[1]!.step, 3, 0, 1],
+  ]);
+  expect(changes[1]!.step).toBeGreaterThan(0);
+  const steps = records.filter((line) => line.event === undefined);
+  expect(steps.map((line) => line.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+  // The woken member holds the world's global copy at the end, bit for bit.
+  const end = digests(lead).get(STEPS);
+  expect(end).toMatch(/^[0-9a-f]{8}$/);
+  expect(digests(third).get(STEPS)).toBe(end);
+  expect(digests(frozen).get(STEPS)).toBe(end);
+  // The world of 2 built its model from the seed too: the share that ran again sent no global copy.
+  expect(lead.stdout()).toContain(
+    "elastic: every member held rank 0's outer.global already (digests alike): not sent",
+  );
+  console.log(
+    `diloco: a member frozen in the digest exchange dropped ${droppedAfter.toFixed(1)} s after SIGSTOP (--member-timeout 3)`,
+  );
+  expect(droppedAfter).toBeLessThan(30);
+}, 150_000);

@@ -6,6 +6,7 @@ import {
   type StateValue,
 } from '@webshard/collectives';
 import type { DiLoCo, JoinCatchUp } from '@webshard/diloco';
+import { faultPoint } from '#platform';
 import type { StepRecord } from '../progress.js';
 import { type OuterSyncReport, outerSyncFields } from '../strategy/prepared-model.js';
 import { addOptimizerEntries, applyOptimizer } from './elastic-state.js';
@@ -86,6 +87,9 @@ export async function shareOuterState(
         : [['outer.momentum', state.momentumBuffer] as [string, StateValue]]),
     ]);
   }
+  // A fault point where the others wait in the digests' exchange for this member (a test freezes
+  // it here: [Note: the trainer's fault points]).
+  if (fresh) faultPoint('digest');
   // Only a fresh world compares: after training, only a newcomer lacks the state, and it has none.
   const { state: received, skipped } = fresh
     ? await broadcastStateWhereDifferent(elastic.group, entries)

@@ -36,9 +36,13 @@ import { setUpRun } from './set-up.js';
  * the parameters twice (a loss 0.8-1.9 % off one process's). After a change, under DDP the members rebuild DDP over the new group and take
  * rank 0's state ([Note: the trainer's elastic state]); under FSDP, whose state is sharded (a
  * member that left took its shards), every member builds the run anew for the new world and
- * restarts from the last sharded checkpoint of `--checkpoint-dir` (`restartSharded`). Rank 0
- * writes a `membership` line to the JSONL log (epoch, world size, who left, who joined, the steps
- * done).
+ * restarts from the last sharded checkpoint of `--checkpoint-dir` (`restartSharded`). The job's
+ * first share (rank 0's state, or a diloco world's digests) is a regroup like the others: a member
+ * lost in it means another change and the share again (a member frozen in the digests' exchange
+ * made the others exit 1 before). Rank 0 writes a `membership` line to the JSONL log (epoch, world
+ * size, who left, who joined, the steps done) for each world that shared its state; a world that
+ * changed before its share ended has none. The set-up's own collectives (the matmul's FMA, the
+ * backend check) are not covered yet: a member lost there still fails the others.
  */
 
 function membershipLine(change: MembershipChange, step: number): string {
@@ -275,17 +279,33 @@ export async function trainElastic(
       }
     };
     let step = 0;
-    if (sharded) step = run.firstStep;
-    else if (!outer) step = await shareRunState(run, elastic, 0);
-    else {
-      const shared = await shareOuter(0, false, true);
-      step = shared.step;
+    if (sharded) {
+      step = run.firstStep;
       await announce(elastic.membership, step);
-      await digest();
+    } else {
+      // The first share is a regroup's too: a member lost in it (frozen while the others wait for
+      // its state digests, a tab closed) only means another change, and the share runs again in
+      // the next world.
+      let pending = false;
+      let entered = true;
+      await regroup(elastic.membership, async () => {
+        if (!entered) {
+          const previous = run.prepared.outer?.diloco ?? null;
+          await enterEpoch(run, config, elastic);
+          if (previous !== null) run.prepared.outer!.adopt(previous);
+        }
+        entered = false;
+        if (!outer) {
+          step = await shareRunState(run, elastic, 0);
+          return;
+        }
+        const shared = await shareOuter(0, false, true);
+        step = shared.step;
+        pending = shared.pending;
+      });
       // Admitted at an outer sync point: it runs that sync with the others, with no delta.
-      if (shared.pending) await outerSyncPoint(true);
+      if (pending) await outerSyncPoint(true);
     }
-    if (!outer) await announce(elastic.membership, step);
     while (step < config.steps) {
       let record: StepRecord | null = null;
       // diloco: a member still downloading the state trains nothing; the world's steps go on.
