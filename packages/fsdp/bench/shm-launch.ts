@@ -2,6 +2,7 @@
 // their results to the slowest rank's: what bench/index.ts and bench/ssd-compare.ts measure with.
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
+import { median } from '@webshard/bench';
 import { launchThreads } from '@webshard/collectives/node';
 import type { StepJob, StepResult } from './step-job.js';
 
@@ -36,35 +37,27 @@ export async function runShmStep(
   );
 }
 
+/** Each field of `results` reduced by `pick` (the slowest rank's, or the median over rounds). */
+function combine(results: StepResult[], pick: (values: number[]) => number): StepResult {
+  const each = (key: keyof StepResult) => pick(results.map((r) => r[key]));
+  return {
+    stepMs: each('stepMs'),
+    gatherMs: each('gatherMs'),
+    exposedMs: each('exposedMs'),
+    peakBytes: each('peakBytes'),
+    registeredBytes: each('registeredBytes'),
+    stagedOps: each('stagedOps'),
+    bytesRead: each('bytesRead'),
+    bytesWritten: each('bytesWritten'),
+  };
+}
+
 /** Each number the slowest (largest) rank's. */
 export function slowestRank(results: StepResult[]): StepResult {
-  const most = (key: keyof StepResult) => Math.max(...results.map((r) => r[key]));
-  return {
-    stepMs: most('stepMs'),
-    gatherMs: most('gatherMs'),
-    exposedMs: most('exposedMs'),
-    peakBytes: most('peakBytes'),
-    registeredBytes: most('registeredBytes'),
-    stagedOps: most('stagedOps'),
-    bytesRead: most('bytesRead'),
-    bytesWritten: most('bytesWritten'),
-  };
+  return combine(results, (values) => Math.max(...values));
 }
 
 /** Each number the median over `results` (one launch's each): see [Note: bench rounds, interleaved]. */
 export function medianResult(results: StepResult[]): StepResult {
-  const middle = (key: keyof StepResult) => {
-    const s = results.map((r) => r[key]).sort((a, b) => a - b);
-    return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-  };
-  return {
-    stepMs: middle('stepMs'),
-    gatherMs: middle('gatherMs'),
-    exposedMs: middle('exposedMs'),
-    peakBytes: middle('peakBytes'),
-    registeredBytes: middle('registeredBytes'),
-    stagedOps: middle('stagedOps'),
-    bytesRead: middle('bytesRead'),
-    bytesWritten: middle('bytesWritten'),
-  };
+  return combine(results, median);
 }

@@ -1,6 +1,7 @@
 // One rank's steps of the FSDP benchmark (FSDP, or DDP as its peer) on any group: run by a shm
 // rank thread (shm-step.ts) or a tcp rank process (tcp-rank.ts).
 import { join } from 'node:path';
+import { median } from '@webshard/bench';
 import type { ProcessGroup } from '@webshard/collectives';
 import { DistributedDataParallel } from '@webshard/ddp-buckets';
 import {
@@ -66,11 +67,6 @@ function peaks(backend: Backend): { peakBytes: number; registeredBytes: number }
   const stats = backend.memoryStats();
   const registeredBytes = stats.peakExternalBytes ?? 0;
   return { peakBytes: stats.peakAllocated + registeredBytes, registeredBytes };
-}
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
 /** The job's steps on this rank; each number this rank's median. */

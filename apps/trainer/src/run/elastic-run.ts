@@ -287,14 +287,15 @@ export async function trainElastic(
       // its state digests, a tab closed) only means another change, and the share runs again in
       // the next world.
       let pending = false;
-      let entered = true;
+      let again = false;
       await regroup(elastic.membership, async () => {
-        if (!entered) {
+        // A share run again is in a new world: the strategy moves to it first.
+        if (again) {
           const previous = run.prepared.outer?.diloco ?? null;
           await enterEpoch(run, config, elastic);
           if (previous !== null) run.prepared.outer!.adopt(previous);
         }
-        entered = false;
+        again = true;
         if (!outer) {
           step = await shareRunState(run, elastic, 0);
           return;
