@@ -199,6 +199,10 @@ it('diloco: a member frozen (SIGSTOP) in the first epoch, while the others wait 
     /member 0 waits/.test(coordinator.stdout()) ? true : null,
   );
   const frozen = member({ WEBSHARD_TRAINER_STOP_AT: '1' });
+  // Member 1 before the third starts: the coordinator numbers members as they ask to join.
+  await until('the second member waiting', () =>
+    /member 1 waits/.test(coordinator.stdout()) ? true : null,
+  );
   const third = member();
   await until('the frozen member stopped', async () => ((await stopped(frozen)) ? true : null));
   const frozenAt = Date.now();
