@@ -14,7 +14,8 @@ import type { FaultHook } from '@webshard/fsdp/checkpoint';
  * met and before its own issue (`fragment`): lost there, it leaves the others' fragment in flight
  * without its part. A diloco member of a job's first epoch passes one before the exchange of state
  * digests (`digest`, [Note: a state digest] in collectives): frozen there, the others wait in the
- * exchange for it.
+ * exchange for it. Every elastic member passes one first, before its set-up (`setup`): frozen there,
+ * it leaves the others waiting in the set-up's collectives (the matmul's FMA agreed).
  */
 const killAt = Number(process.env.WEBSHARD_TRAINER_KILL_AT ?? 0);
 const stopAt = Number(process.env.WEBSHARD_TRAINER_STOP_AT ?? 0);

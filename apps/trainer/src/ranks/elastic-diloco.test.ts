@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -10,12 +10,13 @@ import {
   type Started,
   signalAll,
   startCoordinator,
+  stopped,
   until,
 } from '../test-support/cli-process.js';
 
 // [Note: diloco members that come and go], end to end over tcp and ws: 3 members of a diloco
-// world (H = 4, int8); one dies between syncs (SIGKILL after its 6th step: its 7th fault point, the
-// first is the first epoch's digest exchange), the survivors find
+// world (H = 4, int8); one dies between syncs (SIGKILL after its 6th step: its 8th fault point, the
+// first two the set-up's and the first epoch's digest exchange), the survivors find
 // it at the sync of step 8 and run that sync again as 2; a 4th process started with the same
 // command is admitted at a later sync, downloads the world's state in slices while the others
 // train on, and ends with their global copy, bit for bit (the digest every member prints of it). All finish with exit 0 and a loss near an uninterrupted run.
@@ -55,7 +56,7 @@ it.each(['tcp', 'ws'])(
     const follow = followLog(log);
     const member = (env: Record<string, string> = {}) =>
       cli([...RUN, '--transport', transport, '--elastic', url, '--log-jsonl', log], env);
-    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '7' })];
+    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '8' })];
     const survivors = await until(
       'a step of the world of 2',
       () => {
@@ -174,31 +175,20 @@ it('diloco with topk under --elastic over tcp: 2 members train and sync sparse p
   expect(synced.map((l) => l.outerBytesSent)).toEqual(referenceSynced.map((l) => l.outerBytesSent));
 }, 120_000);
 
-/** Whether a process of `member`'s group is stopped (state T in /proc): frozen, not yet woken. */
-async function stopped(member: Started): Promise<boolean> {
-  for (const pid of await readdir('/proc')) {
-    if (!/^\d+$/.test(pid)) continue;
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
-    // pid (comm) state ppid pgrp ...: the fields after the command's closing parenthesis.
-    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(pgrp) === member.child.pid && state === 'T') return true;
-  }
-  return false;
-}
-
 it('diloco: a member frozen (SIGSTOP) in the first epoch, while the others wait for its state digest, is dropped after --member-timeout; the others train; woken, it joins again; all exit 0', async () => {
   const { coordinator, url } = await startCoordinator(2, 3, 30, ['--member-timeout', '3']);
   const log = join(out, 'diloco-digest-frozen.jsonl');
   const follow = followLog(log);
   const member = (env: Record<string, string> = {}) =>
     cli([...RUN, '--transport', 'tcp', '--elastic', url, '--log-jsonl', log], env);
-  // The first member joins alone (rank 0, the log's writer); the second freezes itself at its first
-  // fault point, before it offers its digests ([Note: the trainer's fault points]).
+  // The first member joins alone (rank 0, the log's writer); the second freezes itself at its second
+  // fault point (the first is the set-up's), before it offers its digests ([Note: the trainer's
+  // fault points]).
   const lead = member();
   await until('the first member waiting', () =>
     /member 0 waits/.test(coordinator.stdout()) ? true : null,
   );
-  const frozen = member({ WEBSHARD_TRAINER_STOP_AT: '1' });
+  const frozen = member({ WEBSHARD_TRAINER_STOP_AT: '2' });
   // Member 1 before the third starts: the coordinator numbers members as they ask to join.
   await until('the second member waiting', () =>
     /member 1 waits/.test(coordinator.stdout()) ? true : null,

@@ -36,8 +36,8 @@ const run = (compression: string, overlap = 2) => [
   ...['--batch-size', '12', '--steps', String(STEPS), '--backend', 'cpu'],
   ...['--sample-length', '0', '--seed', '7'],
 ];
-/** The victim's 5th fault point: steps 1-4, then the issue of fragment 1 at step 4. */
-const AFTER_ISSUE = '5';
+/** The victim's 6th fault point: its set-up, steps 1-4, then the issue of fragment 1 at step 4. */
+const AFTER_ISSUE = '6';
 const HOLD = { WEBSHARD_TRAINER_SLOW_MS: '250' };
 
 let out: string;

@@ -60,8 +60,9 @@ it.each(['tcp', 'ws'])(
         ],
         env,
       );
-    // The member that dies kills itself at its 3rd step's end, like `kill -9`.
-    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '3' })];
+    // The member that dies kills itself at its 3rd step's end, like `kill -9` (its 4th fault point:
+    // the set-up's, then a step's each).
+    const first = [member(), member(), member({ WEBSHARD_TRAINER_KILL_AT: '4' })];
     // The survivors go on as 2 for a step at least; then they are frozen (SIGSTOP) while the 4th
     // process starts, so it waits at the coordinator before they finish, however fast they step.
     const survivors = await until('a step of the world of 2', () => {

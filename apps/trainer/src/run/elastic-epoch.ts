@@ -1,5 +1,5 @@
-import type { ElasticGroup } from '@webshard/collectives';
-import { removePartialCheckpoints, resolveResume } from '#platform';
+import { CollectiveError, type ElasticGroup } from '@webshard/collectives';
+import { faultPoint, removePartialCheckpoints, resolveResume } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
 import { checkSameBackend } from '../ranks/job-backend.js';
@@ -83,4 +83,31 @@ export async function restartSharded(
     io,
     elastic.group,
   );
+}
+
+/**
+ * A member's set-up for the job's first world: the run built over it ([Note: elastic training in
+ * the trainer]). The set-up's own collectives (the matmul's FMA agreed, the backends compared,
+ * FSDP's checkpoint barrier) are a regroup's too: a member lost in them (frozen, its tab closed)
+ * only means another world, in which the set-up runs again. A member passes a fault point first
+ * (`setup`, [Note: the trainer's fault points]).
+ */
+export async function setUpMember(
+  config: TrainConfig,
+  io: RunIO,
+  elastic: ElasticGroup,
+): Promise<Run> {
+  faultPoint('setup');
+  for (;;) {
+    checkBatch(config, elastic.membership.worldSize);
+    try {
+      return config.strategy === 'fsdp'
+        ? await restartSharded(config, io, elastic, null)
+        : await setUpRun({ ...config, worldSize: elastic.membership.worldSize }, io, elastic.group);
+    } catch (error) {
+      if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+    }
+    const next = await elastic.sync({ failed: true });
+    if (next === null) throw new Error('a set-up failed but the world did not change');
+  }
 }

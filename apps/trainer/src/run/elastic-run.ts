@@ -5,7 +5,7 @@ import { InterruptedError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
 import type { OuterSyncReport } from '../strategy/prepared-model.js';
-import { checkBatch, enterEpoch, restartSharded } from './elastic-epoch.js';
+import { enterEpoch, restartSharded, setUpMember } from './elastic-epoch.js';
 import {
   finishDownload,
   type JoinDownload,
@@ -18,7 +18,6 @@ import { streamBetween, streamPoint } from './elastic-stream.js';
 import { finishRun } from './finish.js';
 import { oneStep, saveCheckpoint } from './loop.js';
 import type { RunIO, TrainSummary } from './run-io.js';
-import { setUpRun } from './set-up.js';
 
 /*
  * [Note: elastic training in the trainer]
@@ -39,10 +38,10 @@ import { setUpRun } from './set-up.js';
  * restarts from the last sharded checkpoint of `--checkpoint-dir` (`restartSharded`). The job's
  * first share (rank 0's state, or a diloco world's digests) is a regroup like the others: a member
  * lost in it means another change and the share again (a member frozen in the digests' exchange
- * made the others exit 1 before). Rank 0 writes a `membership` line to the JSONL log (epoch, world
- * size, who left, who joined, the steps done) for each world that shared its state; a world that
- * changed before its share ended has none. The set-up's own collectives (the matmul's FMA, the
- * backend check) are not covered yet: a member lost there still fails the others.
+ * made the others exit 1 before), and so is the set-up's own collectives (the matmul's FMA, the
+ * backend check: `setUpMember`, which builds the run again in the next world). Rank 0 writes a
+ * `membership` line to the JSONL log (epoch, world size, who left, who joined, the steps done) for
+ * each world that shared its state; a world that changed before its share ended has none.
  */
 
 function membershipLine(change: MembershipChange, step: number): string {
@@ -100,10 +99,7 @@ export async function trainElastic(
   member.admitted?.(elastic.membership.rank, elastic.membership.worldSize);
   try {
     const sharded = config.strategy === 'fsdp';
-    checkBatch(config, elastic.membership.worldSize);
-    let run = sharded
-      ? await restartSharded(config, io, elastic, null)
-      : await setUpRun({ ...config, worldSize: elastic.membership.worldSize }, io, elastic.group);
+    let run = await setUpMember(config, io, elastic);
     const records: StepRecord[] = [];
     const started = performance.now();
     const progress = createProgress((text) => run.lead && io.stdout(text), false);

@@ -91,72 +91,82 @@ export async function setUpRun(
   const backend = io.createBackend
     ? await io.createBackend(config, vocabSize)
     : await createBackend({ kind: config.backend, ...backendOptions(config) });
-  const fmaReason = fmaOffReason(fma);
-  if (fmaReason !== null && backend.kind === 'cpu') say(fmaReason);
-  if (group !== null && group.size > 1) {
-    await checkSameBackend(group, backend);
-    say(`backend: ${backend.kind} on all ${group.size} ranks (${backend.description})`);
-  } else {
-    say(`backend: ${backend.kind} (${backend.description})`);
-  }
-  // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
-  // own) and compute on `backend`.
-  const onHost = config.strategy === 'offload' || config.moveParamsToCpu;
-  const modelBackend = onHost ? createCpuBackend({ matmulFma: config.matmulFma }) : backend;
-  const model = buildModel(config, vocabSize, modelBackend);
-  if (config.init !== null) await loadInitialWeights(model, config.init);
-  // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.
-  const resumeDir = config.resume === null ? null : await resolveResume(config.resume);
-  const resumed = resumeDir === null ? null : await readRunState(resumeDir, config);
-  if (resumeDir !== null && config.strategy !== 'fsdp') {
-    await loadInitialWeights(model, joinPath(resumeDir, 'model.safetensors'), '--resume');
-  }
-  say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
-  if (group !== null) {
-    // The transport the group really runs on (`shm+tcp` for a thread rank of a job of several
-    // nodes, `shm` for one of one node), not the `--transport` flag's, and whether it runs on a
-    // communication worker ([Note: where a rank's communication progresses]).
-    const onWorker = 'movesBytesOnWorker' in group.transport ? ' (communication on a worker)' : '';
-    say(
-      `strategy: ${config.strategy} on ${group.size} rank(s) over ${group.transport.kind}${onWorker}`,
-    );
-  }
+  // A set-up that fails from here on (a member lost in the backend check of an elastic world,
+  // which builds the run again: elastic-epoch.ts) gives its backends back.
+  const owned = [backend];
+  try {
+    const fmaReason = fmaOffReason(fma);
+    if (fmaReason !== null && backend.kind === 'cpu') say(fmaReason);
+    if (group !== null && group.size > 1) {
+      await checkSameBackend(group, backend);
+      say(`backend: ${backend.kind} on all ${group.size} ranks (${backend.description})`);
+    } else {
+      say(`backend: ${backend.kind} (${backend.description})`);
+    }
+    // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
+    // own) and compute on `backend`.
+    const onHost = config.strategy === 'offload' || config.moveParamsToCpu;
+    const modelBackend = onHost ? createCpuBackend({ matmulFma: config.matmulFma }) : backend;
+    if (modelBackend !== backend) owned.push(modelBackend);
+    const model = buildModel(config, vocabSize, modelBackend);
+    if (config.init !== null) await loadInitialWeights(model, config.init);
+    // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.
+    const resumeDir = config.resume === null ? null : await resolveResume(config.resume);
+    const resumed = resumeDir === null ? null : await readRunState(resumeDir, config);
+    if (resumeDir !== null && config.strategy !== 'fsdp') {
+      await loadInitialWeights(model, joinPath(resumeDir, 'model.safetensors'), '--resume');
+    }
+    say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
+    if (group !== null) {
+      // The transport the group really runs on (`shm+tcp` for a thread rank of a job of several
+      // nodes, `shm` for one of one node), not the `--transport` flag's, and whether it runs on a
+      // communication worker ([Note: where a rank's communication progresses]).
+      const onWorker =
+        'movesBytesOnWorker' in group.transport ? ' (communication on a worker)' : '';
+      say(
+        `strategy: ${config.strategy} on ${group.size} rank(s) over ${group.transport.kind}${onWorker}`,
+      );
+    }
 
-  // The strategy's model, and AdamW on what it steps (f32: masters in 16 bits, shards in fsdp).
-  const prepared = prepareModel(model, config, group, backend);
-  const optimizer = new AdamW(prepared.groups, {
-    lr: config.lr,
-    betas: [config.beta1, config.beta2],
-    eps: config.eps,
-  });
-  if (resumeDir !== null && resumed !== null) {
-    await prepared.loadCheckpoint(resumeDir, optimizer);
-    if (resumed.scaler !== null) prepared.mixed?.scaler.loadStateDict(resumed.scaler);
-    say(`resumed: ${resumeDir} (step ${resumed.step})`);
+    // The strategy's model, and AdamW on what it steps (f32: masters in 16 bits, shards in fsdp).
+    const prepared = prepareModel(model, config, group, backend);
+    const optimizer = new AdamW(prepared.groups, {
+      lr: config.lr,
+      betas: [config.beta1, config.beta2],
+      eps: config.eps,
+    });
+    if (resumeDir !== null && resumed !== null) {
+      await prepared.loadCheckpoint(resumeDir, optimizer);
+      if (resumed.scaler !== null) prepared.mixed?.scaler.loadStateDict(resumed.scaler);
+      say(`resumed: ${resumeDir} (step ${resumed.step})`);
+    }
+    await prepared.start?.(optimizer);
+    const firstStep = resumed?.step ?? 0;
+    return {
+      config,
+      io,
+      group,
+      lead,
+      say,
+      data,
+      backend,
+      modelBackend,
+      model,
+      prepared,
+      optimizer,
+      resumed: resumeDir !== null && resumed !== null ? { dir: resumeDir, state: resumed } : null,
+      firstStep,
+      // A resumed run keeps its id and the steps before its checkpoint (for the report).
+      runId: resumed?.runId ?? newRunId(),
+      earlier: {
+        records: resumed?.history.records.filter((r) => r.step <= firstStep) ?? [],
+        evals: resumed?.history.evals.filter((e) => e.step <= firstStep) ?? [],
+      },
+    };
+  } catch (error) {
+    for (const b of owned) b.dispose();
+    throw error;
   }
-  await prepared.start?.(optimizer);
-  const firstStep = resumed?.step ?? 0;
-  return {
-    config,
-    io,
-    group,
-    lead,
-    say,
-    data,
-    backend,
-    modelBackend,
-    model,
-    prepared,
-    optimizer,
-    resumed: resumeDir !== null && resumed !== null ? { dir: resumeDir, state: resumed } : null,
-    firstStep,
-    // A resumed run keeps its id and the steps before its checkpoint (for the report).
-    runId: resumed?.runId ?? newRunId(),
-    earlier: {
-      records: resumed?.history.records.filter((r) => r.step <= firstStep) ?? [],
-      evals: resumed?.history.evals.filter((e) => e.step <= firstStep) ?? [],
-    },
-  };
 }
 
 /** The data (token windows of a file, or none for the MLP's synthetic stream) and the vocabulary. */

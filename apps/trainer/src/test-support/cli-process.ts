@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FIXTURES } from './fixtures.js';
 
@@ -144,4 +144,16 @@ export async function startCoordinator(
     () => /--elastic (wss?:\/\/\S+)/.exec(coordinator.stdout())?.[1],
   );
   return { coordinator, url };
+}
+
+/** Whether a process of `member`'s group is stopped (state T in /proc): frozen, not yet woken. */
+export async function stopped(member: Started): Promise<boolean> {
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    // pid (comm) state ppid pgrp ...: the fields after the command's closing parenthesis.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pgrp) === member.child.pid && state === 'T') return true;
+  }
+  return false;
 }
