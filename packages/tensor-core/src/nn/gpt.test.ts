@@ -98,4 +98,20 @@ describe("tensor-core's GPT (nanoGPT's model)", () => {
     expect(await read(gpt(3))).toEqual(await read(gpt(3)));
     expect(await read(gpt(3))).not.toEqual(await read(gpt(4)));
   });
+
+  it("draws its weights at nanoGPT's counters: after the layers' default init, skipped ([Note: an init that is overwritten])", async () => {
+    // Values and offset of this model before its layers skipped their draws: the same seed must
+    // give the same model, bit for bit, as it always has.
+    const generator = new RandomGenerator(3);
+    const model = new GPT(CONFIG, { backend, generator });
+    const first = async (t: { read(): Promise<ArrayLike<number>> }) =>
+      Array.from(await t.read()).slice(0, 2);
+    expect(generator.offset).toBe(1968);
+    expect(await first(model.wte.weight)).toEqual([-0.020108671858906746, 0.02047019638121128]);
+    expect(await first(model.wpe.weight)).toEqual([-0.04155699908733368, -0.014871648512780666]);
+    expect(await first(model.blocks.at(0).mlp.cProj.weight)).toEqual([
+      0.013432902283966541, 0.006254395004361868,
+    ]);
+    expect(await first(model.blocks.at(0).attn.cAttn.bias!)).toEqual([0, 0]);
+  });
 });

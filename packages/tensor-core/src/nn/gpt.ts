@@ -118,11 +118,14 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
   constructor(config: GPTConfig, options: GPTOptions) {
     super();
     this.config = { ...config };
-    this.wte = new Embedding(config.vocabSize, config.nEmbd, options);
-    this.wpe = new Embedding(config.blockSize, config.nEmbd, options);
+    // Every weight and bias these draw, `initWeights` draws again: they take their counters and
+    // fill zeros ([Note: an init that is overwritten]).
+    const layers = { ...options, skipInit: true };
+    this.wte = new Embedding(config.vocabSize, config.nEmbd, layers);
+    this.wpe = new Embedding(config.blockSize, config.nEmbd, layers);
     this.drop = new Dropout(config.dropout, options);
     this.blocks = new ModuleList(
-      Array.from({ length: config.nLayer }, () => new GPTBlock(config, options)),
+      Array.from({ length: config.nLayer }, () => new GPTBlock(config, layers)),
     );
     this.lnF = new LayerNorm(config.nEmbd, { ...options, bias: config.bias });
     this.registerModule(
@@ -137,7 +140,7 @@ export class GPT extends Module<[Tensor, (Tensor | null)?], GPTOutput> {
     );
     this.lmHead = this.registerModule(
       'lm_head',
-      new Linear(config.nEmbd, config.vocabSize, { ...options, bias: false }),
+      new Linear(config.nEmbd, config.vocabSize, { ...layers, bias: false }),
     );
     // Weight tying, as nanoGPT: `self.transformer.wte.weight = self.lm_head.weight`.
     const untied = this.wte.weight;

@@ -223,6 +223,22 @@ describe('layers', () => {
     expect(await values(ln.bias!)).toEqual([0, 0, 0]);
   });
 
+  it('skipInit: zeros, the generator advanced as if the layer had drawn, so later draws are unchanged', async () => {
+    const drawn = new RandomGenerator(5);
+    const skipped = new RandomGenerator(5);
+    new Linear(3, 4, { generator: drawn });
+    new Embedding(6, 2, { generator: drawn });
+    const lin = new Linear(3, 4, { generator: skipped, skipInit: true });
+    const emb = new Embedding(6, 2, { generator: skipped, skipInit: true });
+    expect(await values(lin.weight)).toEqual(new Array(12).fill(0));
+    expect(await values(lin.bias!)).toEqual([0, 0, 0, 0]);
+    expect(await values(emb.weight)).toEqual(new Array(12).fill(0));
+    expect(skipped.offset).toBe(drawn.offset);
+    expect(skipped.offset).toBe(12 + 4 + 12);
+    const next = (generator: RandomGenerator) => values(new Linear(2, 2, { generator }).weight);
+    expect(await next(skipped)).toEqual(await next(drawn));
+  });
+
   it("Linear's weight and bias are U(-1/sqrt(in), 1/sqrt(in)) as PyTorch's, statistically", async () => {
     /**
      * Checks of a sample against U(-b, b): every value in [-b, b), the extremes near +-b, mean
