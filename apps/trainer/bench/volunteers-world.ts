@@ -219,13 +219,20 @@ export async function runVolunteerWorld(
     const second = await openContext();
     contexts.push(second);
     const page = await second.newPage();
-    page.on('console', (message) => tabLines.push(message.text()));
+    const opened = performance.now();
+    // The tab's own lines (data, backend, model, elastic), timed from its page's opening: where
+    // its admission goes.
+    const sinceOpened = () => `${((performance.now() - opened) / 1000).toFixed(1)} s`;
+    page.on('console', (message) => {
+      tabLines.push(`${sinceOpened()}: ${message.text()}`);
+      say(`the second tab, ${tabLines.at(-1)!}`);
+    });
     page.on('pageerror', (error) => tabLines.push(`page error: ${error.message}`));
     pageOfSecond = page;
-    const opened = performance.now();
     let reported = false;
+    let admitSeconds = Number.NaN;
     await page.goto(address);
-    // It holds the world's state once it trains: a member still downloading trains nothing.
+    // Admitted once it holds the world's state (its join progress done); then its first step.
     const firstStep = await until(
       "the second tab's first step",
       async () => {
@@ -233,6 +240,10 @@ export async function runVolunteerWorld(
         if (now !== undefined && !reported) {
           reported = true;
           say('the second tab downloads');
+        }
+        if (now?.done === true && Number.isNaN(admitSeconds)) {
+          admitSeconds = (performance.now() - opened) / 1000;
+          say(`the second tab holds the state, ${admitSeconds.toFixed(1)} s after its page opened`);
         }
         const status = await pageValue<RankStatus>(page, 'webshardRank');
         if (status?.state === 'failed') throw new Error(`the tab failed: ${status.error.message}`);
@@ -242,7 +253,9 @@ export async function runVolunteerWorld(
       timeoutMs,
     );
     const download = (await pageValue<JoinProgress>(page, 'webshardDownload')) ?? null;
-    const admitSeconds = (performance.now() - opened) / 1000;
+    say(`the second tab's first step, ${sinceOpened()} after its page opened`);
+    // A tab that took the state before the bench first looked: admitted by its first step.
+    if (Number.isNaN(admitSeconds)) admitSeconds = (performance.now() - opened) / 1000;
     // `overlap`: the first tab closes once the second trains; the world goes on with the Node
     // members and it.
     if (shape.swap === 'overlap') {
