@@ -6,6 +6,7 @@
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
+import { Gpt2Tokenizer } from '../src/data/gpt2-tokenizer.js';
 
 const ROOT = join(import.meta.dirname, '..', '..', '..');
 const SKIP = new Set(['node_modules', 'dist', 'api', '.turbo', 'bench-results']);
@@ -35,4 +36,20 @@ export async function writeRepositoryCorpus(path: string, maxBytes: number): Pro
   const corpus = Buffer.from(parts.join('\n\n')).subarray(0, maxBytes);
   await writeFile(path, corpus);
   return corpus.length;
+}
+
+/**
+ * `text` as nanoGPT's `prepare.py` writes GPT-2 tokens (little-endian uint16, no header; `encode_ordinary`),
+ * beside it with `.bin` for `.txt`; returns that path. The trainer reads it with `--data X.bin
+ * --tokenizer gpt2`, the same tokens it would encode from the text.
+ */
+export async function writeGpt2Tokens(text: string): Promise<string> {
+  const tokens = (await Gpt2Tokenizer.load()).encode(await readFile(text, 'utf8'));
+  const bytes = new Uint8Array(tokens.length * 2);
+  const view = new DataView(bytes.buffer);
+  for (let i = 0; i < tokens.length; i++) view.setUint16(2 * i, tokens[i]!, true);
+  const path = text.replace(/\.txt$/, '.bin');
+  await writeFile(path, bytes);
+  console.log(`corpus: ${tokens.length} GPT-2 tokens, ${path}`);
+  return path;
 }

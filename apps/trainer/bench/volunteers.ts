@@ -25,7 +25,7 @@ import { join } from 'node:path';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { findChromium } from '@webshard/test-config/browser-page';
 import { measureDiloco } from './diloco-runs.js';
-import { writeRepositoryCorpus } from './volunteers-corpus.js';
+import { writeGpt2Tokens, writeRepositoryCorpus } from './volunteers-corpus.js';
 import { runVolunteerWorld, type VolunteerShape } from './volunteers-world.js';
 
 const env = (name: string) => process.env[`WEBSHARD_VOLUNTEERS_${name}`];
@@ -69,9 +69,12 @@ const openContext = () =>
     args: ['--no-sandbox'],
   });
 try {
-  const corpus = join(dir, 'corpus.txt');
-  const corpusBytes = await writeRepositoryCorpus(corpus, tiny ? 64 * 1024 : 6 * 1024 * 1024);
-  console.log(`corpus: ${corpusBytes} bytes of the repository's own text, ${corpus}`);
+  const text = join(dir, 'corpus.txt');
+  const corpusBytes = await writeRepositoryCorpus(text, tiny ? 64 * 1024 : 6 * 1024 * 1024);
+  console.log(`corpus: ${corpusBytes} bytes of the repository's own text, ${text}`);
+  // GPT-2's tokens are made once here, as nanoGPT's prepare.py makes its train.bin, so that no
+  // member and no tab encodes 6 MB of text itself before it can join (some 20 s of a tab's start).
+  const corpus = SHAPE.tokenizer === 'gpt2' ? await writeGpt2Tokens(text) : text;
   const p = `${SHAPE.label} diloco, H=${SHAPE.innerSteps} int8, 2 Node members + a tab`;
   const worlds = new Map<string, Awaited<ReturnType<typeof runVolunteerWorld>>>();
   for (const link of LINKS) {
