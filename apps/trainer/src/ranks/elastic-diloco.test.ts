@@ -10,9 +10,9 @@ import {
   type Started,
   signalAll,
   startCoordinator,
-  stopped,
   until,
 } from '../test-support/cli-process.js';
+import { freezeSecondMember } from '../test-support/frozen-member.js';
 
 // [Note: diloco members that come and go], end to end over tcp and ws: 3 members of a diloco
 // world (H = 4, int8); one dies between syncs (SIGKILL after its 6th step: its 8th fault point, the
@@ -181,43 +181,18 @@ it('diloco: a member frozen (SIGSTOP) in the first epoch, while the others wait 
   const follow = followLog(log);
   const member = (env: Record<string, string> = {}) =>
     cli([...RUN, '--transport', 'tcp', '--elastic', url, '--log-jsonl', log], env);
-  // The first member joins alone (rank 0, the log's writer); the second freezes itself at its second
-  // fault point (the first is the set-up's), before it offers its digests ([Note: the trainer's
-  // fault points]).
-  const lead = member();
-  await until('the first member waiting', () =>
-    /member 0 waits/.test(coordinator.stdout()) ? true : null,
+  // The second member freezes itself at its second fault point (the first is the set-up's),
+  // before it offers its digests.
+  const { lead, frozen, third, ends, droppedAfter } = await freezeSecondMember(
+    member,
+    coordinator,
+    follow,
+    '2',
   );
-  const frozen = member({ WEBSHARD_TRAINER_STOP_AT: '2' });
-  // Member 1 before the third starts: the coordinator numbers members as they ask to join.
-  await until('the second member waiting', () =>
-    /member 1 waits/.test(coordinator.stdout()) ? true : null,
-  );
-  const third = member();
-  await until('the frozen member stopped', async () => ((await stopped(frozen)) ? true : null));
-  const frozenAt = Date.now();
-  await until(
-    'a step of the world of 2',
-    () => {
-      const read = follow.latest();
-      const changes = read.filter((line) => line.event === 'membership');
-      return changes.at(-1)?.worldSize === 2 && read.at(-1)!.event === undefined ? true : null;
-    },
-    60_000,
-  );
-  const droppedAfter = (Date.now() - frozenAt) / 1000;
-  expect(coordinator.stdout()).toMatch(/left \[1\]/);
-  // Woken once the world went on without it: it learns it was dropped and joins again.
-  signalAll([lead, third], 'SIGSTOP');
-  process.kill(-frozen.child.pid!, 'SIGCONT');
-  await until('the woken member waiting', () =>
-    /member 3 waits/.test(coordinator.stdout()) ? true : null,
-  );
-  signalAll([lead, third], 'SIGCONT');
-  const results = await Promise.all([lead, frozen, third, coordinator].map((m) => m.done));
   follow.stop();
-  for (const result of results.slice(0, 3)) expect([result.code, result.stderr]).toEqual([0, '']);
-  expect(results[3]!.code).toBe(0);
+  expect(coordinator.stdout()).toMatch(/left \[1\]/);
+  for (const end of ends.slice(0, 3)) expect([end.code, end.stderr]).toEqual([0, '']);
+  expect(ends[3]!.code).toBe(0);
   const records = await lines(log);
   const changes = records.filter((line) => line.event === 'membership');
   expect(

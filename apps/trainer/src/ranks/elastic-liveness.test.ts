@@ -12,9 +12,9 @@ import {
   type Started,
   signalAll,
   startCoordinator,
-  stopped,
   until,
 } from '../test-support/cli-process.js';
+import { freezeSecondMember } from '../test-support/frozen-member.js';
 
 // [Note: liveness in an elastic world] (collectives) with real processes: a member frozen with
 // SIGSTOP (a closed lid) is dropped after --member-timeout and the others finish; woken after, it
@@ -140,44 +140,14 @@ it("ddp: a member frozen (SIGSTOP) in its set-up, while the others wait in the s
       ],
       env,
     );
-  // The first member joins alone (rank 0, the log's writer); the second freezes itself at its first
-  // fault point, before its set-up asks the world about the matmul's FMA ([Note: the trainer's
-  // fault points]). Member 1 is numbered before the third starts (in the order they ask to join).
-  const lead = member();
-  await until('the first member waiting', () =>
-    /member 0 waits/.test(coordinator.stdout()) ? true : null,
-  );
-  const frozen = member({ WEBSHARD_TRAINER_STOP_AT: '1' });
-  await until('the second member waiting', () =>
-    /member 1 waits/.test(coordinator.stdout()) ? true : null,
-  );
-  const third = member();
-  await until('the frozen member stopped', async () => ((await stopped(frozen)) ? true : null));
-  const frozenAt = Date.now();
-  await until(
-    'a step of the world of 2',
-    () => {
-      const read = follow.latest();
-      return changes(read).at(-1)?.worldSize === 2 && read.at(-1)!.event === undefined
-        ? true
-        : null;
-    },
-    60_000,
-  );
-  const droppedAfter = (Date.now() - frozenAt) / 1000;
-  expect(coordinator.stdout()).toMatch(/left \[1\]/);
-  // Woken once the world went on without it: its set-up fails in the old world, it learns it was
-  // dropped and joins again, set up anew.
-  signalAll([lead, third], 'SIGSTOP');
-  process.kill(-frozen.child.pid!, 'SIGCONT');
-  await until('the woken member waiting', () =>
-    /member 3 waits/.test(coordinator.stdout()) ? true : null,
-  );
-  signalAll([lead, third], 'SIGCONT');
-  const results = await Promise.all([lead, frozen, third, coordinator].map((m) => m.done));
+  // The second member freezes itself at its first fault point, before its set-up asks the world
+  // about the matmul's FMA; woken after the others train as 2, its set-up fails in the old world
+  // and it joins again, set up anew.
+  const { ends, droppedAfter } = await freezeSecondMember(member, coordinator, follow, '1');
   follow.stop();
-  for (const result of results.slice(0, 3)) expect([result.code, result.stderr]).toEqual([0, '']);
-  expect(results[3]!.code).toBe(0);
+  expect(coordinator.stdout()).toMatch(/left \[1\]/);
+  for (const end of ends.slice(0, 3)) expect([end.code, end.stderr]).toEqual([0, '']);
+  expect(ends[3]!.code).toBe(0);
   const read = await lines(log);
   // The log's first world is the first that set up and shared its state: the world of 3 never
   // finished its set-up.
