@@ -14,6 +14,8 @@ const SIZE = 4;
 const ROUNDS = Number(process.env.WEBSHARD_BLAME_ROUNDS ?? 0);
 const JOB: SuiteJob = { kind: 'failure', scenario: 'kill-mid-ring' };
 
+// Skipped unless WEBSHARD_BLAME_ROUNDS is set: a rare race hunted by many rounds (above); CI runs
+// the deterministic ws/ws-blame.test.ts instead. Issue 20, item 4 (ended), says so.
 describe.skipIf(ROUNDS === 0).each([
   ['tcp', false],
   ['ws', false],
