@@ -3,8 +3,8 @@
  * steps, DDP against DiLoCo H = 50 in int8, int4 and topk over loopback (bench/diloco-runs.ts):
  * the bytes each rank sends per token (the codecs' encoded words as sent) against DDP's ring
  * volume, and the held-out loss at the end against DDP's. Then Streaming DiLoCo (rows with
- * `stream`: 5 fragments, an overlap of 10 steps; one process a rank over tcp, its communication
- * and the link shaper on a worker) in int8 and topk over loopback, broadband-20, broadband-100
+ * `stream`: 5 fragments, an overlap of 10 steps, 300 steps; one process a rank over tcp, its
+ * communication and the link shaper on a worker) in int8 and topk over loopback, broadband-20, broadband-100
  * and loopback again: tokens/s on each link against the mean of the two loopback runs, and the
  * share of the outer syncs' wall time the steps did not wait for, against plain DiLoCo int8 on
  * broadband-20; and int8 streamed with `--comm-progress thread` on broadband-20 against the
@@ -35,13 +35,22 @@ const SHAPE: DilocoShape = {
   embd: 64,
   layers: 2,
 };
+/**
+ * The streamed rows' job: 300 steps (6 periods of H), so the last step's sync of every fragment,
+ * which no overlap hides (about 0.4 s for int8 on broadband-20), is not a tenth of the run as in
+ * 100 steps (3 s on a quiet machine).
+ */
+const STREAM_SHAPE: DilocoShape = { ...SHAPE, steps: 300 };
 
 /** The quick case's rows, named `diloco quick: DiLoCo H=50 <compression>[ stream ...], ...`. */
 export async function dilocoQuickRows(): Promise<BenchRow[]> {
   // `WEBSHARD_BENCH_DILOCO=stream`: the streamed rows only (and plain int8 on broadband-20).
   const streamOnly = process.env.WEBSHARD_BENCH_DILOCO === 'stream';
   const dir = await mkdtemp(join(tmpdir(), 'webshard-diloco-quick-'));
-  const shape = `GPT ${SHAPE.layers}x${SHAPE.embd}, ${SHAPE.ranks} ranks, ${SHAPE.steps} steps`;
+  const described = (s: DilocoShape) =>
+    `GPT ${s.layers}x${s.embd}, ${s.ranks} ranks, ${s.steps} steps`;
+  const shape = described(SHAPE);
+  const streamShape = described(STREAM_SHAPE);
   const rows: BenchRow[] = [];
   const say = (name: string, link: string, m: Measured) =>
     console.log(
@@ -84,23 +93,23 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
     // plain int8 for the share hidden without streaming, and int8 streamed with its communication
     // on the ranks' threads, right after the worker's run, for what the worker brings.
     const plainInt8 = plain.find((v) => v.name.endsWith('int8'))!;
-    const plainShaped = await measureDiloco(dir, SHAPE, plainInt8, 'broadband-20');
+    const plainShaped = await measureDiloco(dir, STREAM_SHAPE, plainInt8, 'broadband-20');
     say(plainInt8.name, 'broadband-20', plainShaped);
     const hidden = (m: Measured) => Math.round(100 * (1 - m.waitMs / m.syncMs));
     const [onThread] = streamVariants(SHAPE.innerSteps, 5, 10, ['int8'], 'thread');
     for (const variant of streamed) {
-      const before = await measureDiloco(dir, SHAPE, variant, 'none');
+      const before = await measureDiloco(dir, STREAM_SHAPE, variant, 'none');
       say(variant.name, 'loopback (before)', before);
       const shaped = new Map<string, Measured>();
       for (const link of ['broadband-20', 'broadband-100']) {
-        const m = await measureDiloco(dir, SHAPE, variant, link);
+        const m = await measureDiloco(dir, STREAM_SHAPE, variant, link);
         say(variant.name, link, m);
         shaped.set(link, m);
         if (link === 'broadband-20' && variant === streamed[0]) {
-          const thread = await measureDiloco(dir, SHAPE, onThread!, link);
+          const thread = await measureDiloco(dir, STREAM_SHAPE, onThread!, link);
           say(onThread!.name, link, thread);
           rows.push({
-            name: `diloco quick: ${onThread!.name}, ${shape}, ${link}`,
+            name: `diloco quick: ${onThread!.name}, ${streamShape}, ${link}`,
             metric: 'tokens/s',
             value: Math.round(thread.tokensPerSecond),
             unit: 'tokens/s',
@@ -110,7 +119,7 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
           // The wall time of the syncs (issue to average done, summed): what the worker saves
           // whatever the load, since on the rank's thread each hop waits for a step to end.
           rows.push({
-            name: `diloco quick: ${onThread!.name}, ${shape}, ${link}, outer syncs' wall time`,
+            name: `diloco quick: ${onThread!.name}, ${streamShape}, ${link}, outer syncs' wall time`,
             metric: 'sync time',
             value: Math.round(thread.syncMs),
             unit: 'ms',
@@ -120,13 +129,13 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
           });
         }
       }
-      const after = await measureDiloco(dir, SHAPE, variant, 'none');
+      const after = await measureDiloco(dir, STREAM_SHAPE, variant, 'none');
       say(variant.name, 'loopback (after)', after);
       const loopback = (before.tokensPerSecond + after.tokensPerSecond) / 2;
       for (const [link, m] of shaped) {
         rows.push(
           {
-            name: `diloco quick: ${variant.name}, ${shape}, ${link}`,
+            name: `diloco quick: ${variant.name}, ${streamShape}, ${link}`,
             metric: 'tokens/s',
             value: Math.round(m.tokensPerSecond),
             unit: 'tokens/s',
@@ -134,7 +143,7 @@ export async function dilocoQuickRows(): Promise<BenchRow[]> {
             peerValue: Math.round(loopback),
           },
           {
-            name: `diloco quick: ${variant.name}, ${shape}, ${link}, share of the outer syncs' wall time hidden`,
+            name: `diloco quick: ${variant.name}, ${streamShape}, ${link}, share of the outer syncs' wall time hidden`,
             metric: 'hidden',
             value: hidden(m),
             unit: '%',

@@ -118,6 +118,10 @@ export class DiLoCo {
     const global = await readFlat(list);
     if (resolved.broadcast) {
       await resolved.group.broadcast(global, 0, { timeoutMs: resolved.timeoutMs }).wait();
+      // The ranks leave together: a broadcast frees each rank when its copy is in, down the ring
+      // a hop apart (on broadband-20 the trainer's GPT reached its fourth rank 0.6 s after the
+      // second), and the first outer sync would wait that out inside the training.
+      await resolved.group.barrier({ timeoutMs: resolved.timeoutMs }).wait();
       writeFlat(list, global);
     }
     if (resolved.outerState === null) return new DiLoCo(list, inner, resolved, global);

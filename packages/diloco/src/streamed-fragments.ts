@@ -43,12 +43,18 @@ export const DEFAULT_STREAM_MIXING = 0.5;
  *   turn (`setImmediate`), so every step lets the transport deliver what arrived and send the next
  *   hop; an average of k hops needs about k steps to finish unseen (the trainer README has the
  *   measurement on broadband-20).
- * - The averages run on a group of their own (`newGroup` of every rank, made at `create` and at
- *   each `regroup`): a group's calls complete in issue order, and a fragment's average is several
- *   calls (int8's sends and receives, then its all-gather), issued as the previous ones finish, in
- *   the background. On the caller's group they would interleave with the training loop's own
- *   collectives in a different order on each rank (the trainer's loss mean met an int8 all-gather:
- *   a `CollectiveMismatchError`); on their own tags they cannot.
+ * - Each fragment's averages run on a group of its own (`newGroup` of every rank, F of them, made
+ *   at `create` and at each `regroup`): a group's calls complete in issue order, and a fragment's
+ *   average is several calls (int8's sends and receives, then its all-gather), issued as the
+ *   previous ones finish, in the background. On the caller's group they would interleave with the
+ *   training loop's own collectives in a different order on each rank (the trainer's loss mean met
+ *   an int8 all-gather: a `CollectiveMismatchError`), and on one group shared by the fragments two
+ *   fragments' averages would; on their own tags they cannot.
+ * - `syncAll` (the end of training, an elastic world's sync points) issues every fragment's average
+ *   at once and then lands them in order, so it waits about one average's latency, not F of them
+ *   one after another (on broadband-20, 40 ms one way, F = 5 topk averages took some 300 ms in
+ *   turn). A failure there leaves every fragment not yet landed as if never issued: its residuals
+ *   go back to what they were before the issue.
  * - Each fragment has its own outer optimizer (momentum buffer) and its own averager, so error
  *   feedback (int8, int4, bf16 residuals; topk's decaying buffer) is per fragment: what a
  *   fragment's compression dropped goes out with that fragment's next sync.
@@ -105,7 +111,10 @@ export interface StreamOptions {
   readonly codec: CompressedAverageOptions;
 }
 
-/** One fragment: its tensors, its global copy (contiguous), outer optimizer and averager. */
+/**
+ * One fragment: its tensors, its global copy (contiguous), outer optimizer and averager, whose
+ * collectives run on a group of the fragment's own.
+ */
 interface Fragment {
   readonly index: number;
   readonly tensors: readonly number[];
@@ -167,15 +176,12 @@ export class StreamedFragments {
   private readonly starts: number[];
   private flight: InFlight | null = null;
   private stepsBefore = 0;
-  /** The group the averages run on: every rank of the caller's, on tags of its own. */
-  private comm: ProcessGroup;
 
   constructor(
     private readonly params: readonly Tensor[],
     global: Float32Array,
     private options: StreamOptions,
   ) {
-    this.comm = ownGroup(options.group);
     this.starts = [];
     let offset = 0;
     for (const p of params) {
@@ -191,7 +197,7 @@ export class StreamedFragments {
         outer: new OuterOptimizer(options.outer, options.group.rank),
         // topk tiles each tensor of the fragment's own values ([Note: top-k tiles]).
         averager: new CompressedAverager(
-          this.comm,
+          ownGroup(options.group),
           options.codec.shapes === undefined
             ? options.codec
             : { ...options.codec, shapes: tensors.map((t) => params[t]!.shape) },
@@ -228,14 +234,14 @@ export class StreamedFragments {
     const { innerSteps, fragments, overlap } = this.options;
     if (this.flight !== null && step >= this.flight.issuedAt + overlap) {
       applied = this.flight.fragment.index;
-      landed = await this.land(this.options.mixing);
+      landed = await this.landFlight(this.options.mixing);
     }
     const due = fragmentDue(step, innerSteps, fragments);
     if (due !== null) {
-      await this.issue(this.list[due]!, step, weight);
+      this.flight = await this.issue(this.list[due]!, step, weight);
       if (overlap === 0) {
         applied = due;
-        landed = await this.land(this.options.mixing);
+        landed = await this.landFlight(this.options.mixing);
       }
     }
     if (this.flight !== null) await yieldTurn();
@@ -243,16 +249,29 @@ export class StreamedFragments {
   }
 
   /**
-   * Every fragment now, the one in flight landed first with the mixing and every other synced at
-   * once without it, so every rank ends with the global copy ([Note: streamed fragments]); the
-   * end of training and an elastic world's sync points. `weight` as `DiLoCo.outerSync`'s.
+   * Every fragment now, the one in flight landed first with the mixing, then every fragment's
+   * average issued at once (each on its fragment's group) and landed without it, so every rank
+   * ends with the global copy ([Note: streamed fragments]); the end of training and an elastic
+   * world's sync points. `weight` as `DiLoCo.outerSync`'s. A failure leaves the fragments not
+   * landed as if never issued (their residuals as before).
    */
   async syncAll(step: number, weight: number): Promise<number> {
     let bytesSent = 0;
-    if (this.flight !== null) bytesSent += (await this.land(this.options.mixing)).bytesSent;
-    for (const fragment of this.list) {
-      await this.issue(fragment, step, weight);
-      bytesSent += (await this.land(0)).bytesSent;
+    if (this.flight !== null) bytesSent += (await this.landFlight(this.options.mixing)).bytesSent;
+    const flights: InFlight[] = [];
+    for (const fragment of this.list) flights.push(await this.issue(fragment, step, weight));
+    let landed = 0;
+    try {
+      for (; landed < flights.length; landed++) {
+        bytesSent += (await this.land(flights[landed]!, 0)).bytesSent;
+      }
+    } catch (error) {
+      // A fresh averager on the same group, so an average still running cannot touch it later.
+      for (const { fragment, residualBefore } of flights.slice(landed)) {
+        fragment.averager = fragment.averager.regroup(fragment.averager.group);
+        fragment.averager.loadResiduals({ input: residualBefore, shard: null });
+      }
+      throw error;
     }
     return bytesSent;
   }
@@ -264,9 +283,8 @@ export class StreamedFragments {
   regroup(group: ProcessGroup): void {
     const dropped = this.flight;
     this.flight = null;
-    this.comm = ownGroup(group);
     for (const fragment of this.list) {
-      fragment.averager = fragment.averager.regroup(this.comm);
+      fragment.averager = fragment.averager.regroup(ownGroup(group));
       if (fragment === dropped?.fragment) {
         fragment.averager.loadResiduals({ input: dropped.residualBefore, shard: null });
       }
@@ -317,7 +335,8 @@ export class StreamedFragments {
     if (state !== undefined) this.stepsBefore = state.outerStep;
   }
 
-  private async issue(fragment: Fragment, step: number, weight: number): Promise<void> {
+  /** Issue `fragment`'s average: its pseudo-gradient times `weight`, averaged in the background. */
+  private async issue(fragment: Fragment, step: number, weight: number): Promise<InFlight> {
     const delta = await readFlat(this.params, fragment.tensors);
     const { global } = fragment;
     for (let i = 0; i < delta.length; i++) delta[i] = (global[i]! - delta[i]!) * weight;
@@ -340,21 +359,25 @@ export class StreamedFragments {
       },
       () => {},
     );
-    this.flight = flight;
+    return flight;
   }
 
-  /** Await the fragment in flight, step its global copy, merge it into the local parameters. */
-  private async land(mixing: number): Promise<Landed> {
+  /** Land the fragment in flight (`land`); it is off the wire whether that succeeds or throws. */
+  private async landFlight(mixing: number): Promise<Landed> {
     const flight = this.flight!;
-    const { fragment, delta, result } = flight;
-    const landing = performance.now();
-    const doneBefore = flight.doneMs >= 0;
-    let stats: AverageStats;
     try {
-      stats = await result;
+      return await this.land(flight, mixing);
     } finally {
       this.flight = null;
     }
+  }
+
+  /** Await `flight`'s average, step its global copy, merge it into the local parameters. */
+  private async land(flight: InFlight, mixing: number): Promise<Landed> {
+    const { fragment, delta, result } = flight;
+    const landing = performance.now();
+    const doneBefore = flight.doneMs >= 0;
+    const stats: AverageStats = await result;
     const waitMs = doneBefore ? 0 : performance.now() - landing;
     const syncMs = (doneBefore ? flight.doneMs : performance.now()) - flight.issuedMs;
     fragment.outer.apply(fragment.global, delta);

@@ -1,14 +1,9 @@
-import {
-  initProcessGroup,
-  type ProcessGroup,
-  type ProgressMode,
-  type Work,
-  WorkerGroup,
-} from '@webshard/collectives';
+import { initProcessGroup, type ProgressMode } from '@webshard/collectives';
 import { AdamW } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
 import { buildModel } from './test-support/mlp-case.js';
+import { clock, type OpTimes, recordSubGroupOps } from './test-support/sub-group-ops.js';
 import { closeWorld, freePort } from './test-support/worlds.js';
 
 // [Note: streamed fragments], progress on the communication worker: with `progress: 'worker'`
@@ -23,44 +18,6 @@ import { closeWorld, freePort } from './test-support/worlds.js';
 const PROGRESS: ProgressMode = 'worker';
 /** Each held step: the thread runs a kernel this long without yielding. */
 const HELD_MS = 1000;
-
-/** The clock `WorkerGroup.completedAt` reads (one for every thread of the process). */
-function clock(): number {
-  return performance.timeOrigin + performance.now();
-}
-
-/** One op of the averages' group: what it was, when the rank issued it and when it completed. */
-interface OpTimes {
-  readonly op: string;
-  readonly issued: number;
-  completed: number | null;
-}
-
-/** Records every op issued on the groups `group.newGroup` makes (the fragments' own group). */
-function recordSubGroupOps(group: ProcessGroup, ops: OpTimes[]): void {
-  const newGroup = group.newGroup.bind(group);
-  group.newGroup = (...args: Parameters<ProcessGroup['newGroup']>) => {
-    const sub = newGroup(...args);
-    if (sub === null) return sub;
-    for (const name of ['send', 'recv', 'allGather', 'allReduce', 'reduceScatter'] as const) {
-      const call = (sub[name] as (...a: unknown[]) => Work).bind(sub);
-      (sub as unknown as Record<string, unknown>)[name] = (...a: unknown[]) => {
-        const times: OpTimes = { op: name, issued: clock(), completed: null };
-        ops.push(times);
-        const work = call(...a);
-        void work.wait().then(
-          // The worker's time when it ran the op; else (the rank's thread) when it settled here.
-          () => {
-            times.completed = WorkerGroup.completedAt(work) ?? clock();
-          },
-          () => {},
-        );
-        return work;
-      };
-    }
-    return sub;
-  };
-}
 
 describe('streamed fragments on the communication worker', () => {
   it('a fragment average issued before held steps completes during them, over broadband-20 (tcp)', async () => {

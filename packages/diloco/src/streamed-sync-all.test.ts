@@ -1,0 +1,104 @@
+import { createLocalGroups, initProcessGroup } from '@webshard/collectives';
+import { AdamW } from '@webshard/tensor-core';
+import { describe, expect, it } from 'vitest';
+import { DiLoCo } from './diloco.js';
+import { buildModel, flat } from './test-support/mlp-case.js';
+import { type OpTimes, recordSubGroupOps } from './test-support/sub-group-ops.js';
+import { closeWorld, freePort, newSeed, randomValues } from './test-support/worlds.js';
+
+// [Note: streamed fragments], `syncAll` (the end of training, an elastic world's sync points):
+// every fragment's average is issued at once, each on its fragment's group, so the sync waits
+// about one average's latency rather than F of them in turn; a failure leaves every fragment not
+// yet landed as if never issued.
+
+/** DiLoCo over 4 fragments (one a tensor of the test MLP), int8 with error feedback. */
+const STREAM = {
+  innerSteps: 8,
+  fragments: 4,
+  overlap: 2,
+  compression: 'int8',
+  blockSize: 8,
+} as const;
+
+describe('a streamed DiLoCo syncing every fragment', () => {
+  it('issues every fragment average before the first completes (tcp, broadband-20: 40 ms one way)', async () => {
+    const port = await freePort();
+    const groups = await Promise.all(
+      [0, 1].map((rank) =>
+        initProcessGroup({
+          backend: 'tcp',
+          link: 'broadband-20',
+          rank,
+          worldSize: 2,
+          masterAddr: '127.0.0.1',
+          masterPort: port,
+          timeoutMs: 30_000,
+        }),
+      ),
+    );
+    const ops: OpTimes[] = [];
+    for (const group of groups) recordSubGroupOps(group, ops);
+    const models = groups.map(() => buildModel(3));
+    const dilocos = await Promise.all(
+      groups.map((group, r) =>
+        DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
+          group,
+          ...STREAM,
+        }),
+      ),
+    );
+    await Promise.all(dilocos.map((d) => d.afterInnerStep()));
+    expect(ops).toEqual([]);
+    await Promise.all(dilocos.map((d) => d.outerSync()));
+    // One group a fragment on each rank, each with its average's calls.
+    expect(new Set(ops.map((op) => op.group))).toEqual(new Set([0, 1, 2, 3]));
+    const firstDone = Math.min(...ops.map((op) => op.completed ?? Number.POSITIVE_INFINITY));
+    for (let group = 0; group < 4; group++) {
+      const first = ops.find((op) => op.group === group)!;
+      // In turn, fragment g's first call would follow fragment g - 1's completed average.
+      expect({ group, before: first.issued < firstDone }).toEqual({ group, before: true });
+    }
+    expect(dilocos[0]!.globalParameters()).toEqual(dilocos[1]!.globalParameters());
+    await closeWorld(groups);
+  }, 60_000);
+
+  it('a fragment whose average fails leaves the fragments not yet landed as if never issued (their residuals too)', async () => {
+    const seed = newSeed('streamed syncAll failure');
+    const groups = createLocalGroups(2);
+    // Fragment 0's group loses every call; fragment 1's and later averages complete.
+    for (const group of groups) recordSubGroupOps(group, [], (_, g) => g === 0);
+    const models = groups.map(() => buildModel(seed));
+    const dilocos = await Promise.all(
+      groups.map((group, r) =>
+        DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
+          group,
+          ...STREAM,
+        }),
+      ),
+    );
+    for (const [r, model] of models.entries()) {
+      for (const [i, p] of model.parameters().entries()) {
+        const noise = await randomValues(seed * 131 + i * 977 + r * 17, p.size);
+        const values = (await p.read()) as Float32Array;
+        p.write(values.map((v, k) => v + 0.05 * noise[k]!));
+      }
+    }
+    await Promise.all(dilocos.map((d) => d.afterInnerStep()));
+    const before = dilocos.map((d) => d.stateDict());
+    const trained = await Promise.all(models.map(flat));
+    const failed = await Promise.allSettled(dilocos.map((d) => d.outerSync()));
+    expect(failed.map((f) => f.status)).toEqual(['rejected', 'rejected']);
+    expect(failed.map((f) => (f as PromiseRejectedResult).reason.message)).toEqual([
+      'lost',
+      'lost',
+    ]);
+    for (const [r, d] of dilocos.entries()) {
+      expect(d.state).toBe('failed');
+      expect(await flat(models[r]!)).toEqual(trained[r]);
+      // The other fragments' averages completed but were not applied: their error feedback
+      // still owes what they encoded.
+      expect(d.stateDict()).toEqual(before[r]);
+    }
+    await closeWorld(groups);
+  });
+});
