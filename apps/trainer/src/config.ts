@@ -69,7 +69,7 @@ export interface TrainConfig {
    * `topk`: SparseLoCo's sparse 2-bit values from a decaying error-feedback buffer).
    */
   outerCompression: OuterCompression;
-  /** DiLoCo `topk`: the share of each tile of at most 64 x 64 sent (default 1/64). */
+  /** DiLoCo `topk`: the share of each tile of at most 64 x 64 sent (default 3/128, 96 of 4096). */
   outerDensity: number;
   /** Streaming DiLoCo: the parameter tensors in this many fragments, synced in turn (F; 1: all at once). */
   outerFragments: number;

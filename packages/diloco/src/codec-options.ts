@@ -16,7 +16,7 @@ export interface CodecOptions {
    * `topk` (default 4096, at most 65536). A positive multiple of 4.
    */
   blockSize?: number;
-  /** `topk` only: the share of each chunk sent, in (0, 1]. Default 1/64 (64 of 4096). */
+  /** `topk` only: the share of each chunk sent, in (0, 1]. Default 3/128 (96 of 4096). */
   density?: number;
   /** Feed what compression dropped into the next sync. Default true. */
   errorFeedback?: boolean;

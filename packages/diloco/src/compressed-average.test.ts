@@ -202,7 +202,7 @@ describe('compressed averaging: errors and residuals', () => {
     }
     // The defaults for topk: SparseLoCo's chunk, density and decay.
     const topk = new CompressedAverager(group!, { compression: 'topk' });
-    expect([topk.blockSize, topk.density, topk.errorDecay]).toEqual([4096, 1 / 64, 0.8]);
+    expect([topk.blockSize, topk.density, topk.errorDecay]).toEqual([4096, 3 / 128, 0.8]);
     const int4 = new CompressedAverager(group!, { compression: 'int4' });
     expect([int4.blockSize, int4.errorDecay]).toEqual([256, 1]);
   });

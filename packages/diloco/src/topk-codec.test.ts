@@ -21,20 +21,25 @@ const runs = (count: number, chunk: number, density: number) =>
   new TopkCodec(count, null, chunk, density);
 
 describe('topk codec', () => {
-  it('sizes: k, index bits and words per chunk, exactly', () => {
-    // The defaults: 64 of 4096, 12-bit indices + 2 bits, 64 x 14 = 896 bits = 28 words, + 2 levels.
+  it('sizes: k, Elias-Fano low bits and words per chunk, exactly', () => {
+    // [Note: top-k indices]: k l low bits + a bitmap of k + ((L - 1) >> l) + 2 k bits of codes,
+    // l the smallest total (ties: the lower l), then 2 words of levels.
     const sizes = (codec: TopkCodec) => {
       const { tiles, words } = codec.segments[0]!;
-      return [tiles[0]!.k, tiles[0]!.indexBits, words];
+      return [tiles[0]!.k, tiles[0]!.lowBits, tiles[0]!.bits, words];
     };
-    expect(sizes(runs(4096, 4096, 1 / 64))).toEqual([64, 12, 30]);
-    // 3 % of 4096 rounds to 123 entries: 1722 bits, 54 words (53.8), + 2.
-    expect(runs(4096, 4096, 0.03).words).toBe(56);
-    // The largest chunk takes 16-bit indices; a tiny density still sends one entry.
-    expect(sizes(runs(65536, 65536, 1e-9))).toEqual([1, 16, 3]);
-    expect(sizes(runs(64, 64, 0.1))).toEqual([6, 6, 4]);
-    // A partial last run takes a whole run's k and words: 2 runs of 30 words.
-    expect(runs(5000, 4096, 1 / 64).words).toBe(60);
+    // The default density, 96 of 4096: l 5, 480 + 96 + 127 + 192 = 895 bits, 28 words, + 2: the
+    // 120 bytes that 64 entries with 12-bit indices took.
+    expect(sizes(runs(4096, 4096, 0.0234375))).toEqual([96, 5, 895, 30]);
+    // 64 of 4096: l 5 (6 gives as many bits), 320 + 64 + 127 + 128 = 639 bits, 20 words, + 2.
+    expect(sizes(runs(4096, 4096, 1 / 64))).toEqual([64, 5, 639, 22]);
+    // 3 % of 4096 rounds to 123 entries: 615 + 123 + 127 + 246 = 1111 bits, 35 words, + 2.
+    expect(runs(4096, 4096, 0.03).words).toBe(37);
+    // The largest chunk; a tiny density still sends one entry.
+    expect(sizes(runs(65536, 65536, 1e-9))).toEqual([1, 15, 19, 3]);
+    expect(sizes(runs(64, 64, 0.1))).toEqual([6, 3, 43, 4]);
+    // A partial last run takes a whole run's k and words: 2 runs of 22 words.
+    expect(runs(5000, 4096, 1 / 64).words).toBe(44);
   });
 
   it('follows the float64 reference: the top k of each chunk (ties to the lower index), 2-bit values', async () => {
@@ -96,6 +101,38 @@ describe('topk codec', () => {
       expect(Array.from(decodeAll(codec, words, count))).toEqual(Array.from(sent));
       for (let i = 0; i < count; i++) e[i] = Math.fround(e[i]! - sent[i]!);
       expect(Array.from(residual)).toEqual(Array.from(e));
+    }
+  });
+
+  it('Elias-Fano indices round-trip: any set of at most k positions, the first and last included', async () => {
+    const seed = newSeed('topk elias-fano');
+    // [Note: top-k indices]: tile lengths from 7 to 65536, k from 1 to the whole tile, lists of
+    // 0, 1, k - 1 and k entries (shorter lists repeat their last index), ends included.
+    const noise = await randomValues(seed, 4096);
+    let draw = 0;
+    const next = () => Math.abs(noise[draw++ % noise.length]!);
+    for (const [length, density] of [
+      [7, 3 / 7],
+      [7, 1],
+      [64, 0.1],
+      [832, 13 / 832],
+      [4096, 0.0234375],
+      [4096, 1 / 64],
+      [65536, 1 / 4096],
+    ] as const) {
+      const codec = runs(length, length, density);
+      const k = codec.segments[0]!.tiles[0]!.k;
+      for (const m of new Set([0, 1, k - 1, k])) {
+        const picked = new Set<number>();
+        if (m >= 1) picked.add(0);
+        if (m >= 2) picked.add(length - 1);
+        while (picked.size < m) picked.add(Math.floor(next() * length) % length);
+        const values = new Float32Array(length);
+        for (const i of picked) values[i] = 0.5 + next();
+        const got = decodeAll(codec, encode(codec, values), length);
+        const at = [...got.keys()].filter((i) => got[i] !== 0);
+        expect({ length, m, at }).toEqual({ length, m, at: [...picked].sort((x, y) => x - y) });
+      }
     }
   });
 

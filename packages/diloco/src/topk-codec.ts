@@ -1,9 +1,13 @@
+import { readTile, writeTile } from './topk-indices.js';
 import { type TopkLevels, type TopkSegment, type TopkTile, topkLayout } from './topk-layout.js';
 
 /** The largest top-k tile unless the options say otherwise: SparseLoCo's 64 x 64 ([Note: top-k tiles]). */
 export const DEFAULT_TOPK_CHUNK = 4096;
-/** Share of each tile sent unless the options say otherwise: 64 of 4096, in SparseLoCo's 1-3 %. */
-export const DEFAULT_TOPK_DENSITY = 1 / 64;
+/**
+ * Share of each tile sent unless the options say otherwise: 96 of 4096 (3/128), in SparseLoCo's
+ * 1-3 %; with Elias-Fano indices ([Note: top-k indices]) in the bytes that 64 took with 12-bit ones.
+ */
+export const DEFAULT_TOPK_DENSITY = 3 / 128;
 /**
  * The decay of `topk`'s error-feedback buffer unless the options say otherwise: 0.8, the best of
  * 0.95 (SparseLoCo's runs), 0.9, 0.8, 0.7 and 0.6 over three seeds on the trainer's GPT (its
@@ -34,12 +38,13 @@ export const MAX_TOPK_CHUNK = 65536;
  *   k entries, zeros included, as the reference does; a tensor of zeros (a newcomer's) decodes to
  *   zeros, which no mean counts ([Note: averaging sparse contributions]).
  * On the wire, segment after segment (a tile for `tile`, a tensor for `tensor`): its level words,
- * then its tiles' entries, k a tile, each the index inside the tile in ceil(log2 tile length)
- * bits (12 for a 64 x 64 tile: small local indices, not 32-bit global ones) then the 2-bit code,
- * bit-packed from bit 0 of the first word after the levels (little-endian, as [Note: block
- * codecs]), padded to a whole word at the segment's end. On the trainer's default GPT (106 368
- * parameters, 1/64): 853 words a rank with `tile`, 872 with `tensor` (3120 bytes before the tiles,
- * with runs of 4096 across tensors): 3118x and 3050x fewer bytes than DDP at H = 50.
+ * then its tiles one after another, each its k indices inside the tile in Elias-Fano form
+ * ([Note: top-k indices]: 703 bits for 96 of a 64 x 64 tile, where 12-bit indices took 1152)
+ * then their 2-bit codes, bit-packed from bit 0 of the first word after the levels
+ * (little-endian, as [Note: block codecs]), padded to a whole word at the segment's end. On the
+ * trainer's default GPT (106 368 parameters, 3/128): 854 words a rank with `tile`, 880 with
+ * `tensor`: 3114x and 3022x fewer bytes than DDP at H = 50 (with 12-bit indices 64 entries a tile
+ * took 853 and 872 words).
  *
  * Measured on that GPT (the trainer README's topk tables: 4 ranks, H = 50, 20 outer steps, seeds
  * 1337, 7 and 99 against DDP): the tiles gave +4.0, +1.8, +7.4 % where the runs across tensors
@@ -47,7 +52,9 @@ export const MAX_TOPK_CHUNK = 65536;
  * +3.0, +6.6 %, and at decay 0.9 +2.6, +2.2, +6.4 % against `tile`'s +1.8, +1.7, +5.1 %, so `tile`
  * stays the default. The decay: 0.95 (SparseLoCo's runs), 0.9, 0.8, 0.7 gave on average +4.4,
  * +2.9, +2.2, +2.5 % (0.8: +1.4, +1.9, +3.2 %), so 0.8 is the default; seeds move a variant by
- * a point or two, which is what separates these. Issue 46's 3 % is met on two seeds of three.
+ * a point or two, which is what separates these. Issue 46's 3 % was met on two seeds of three at
+ * 64 entries a tile (+3.2 % at seed 99); at 96, which Elias-Fano indices send in the same bytes,
+ * on all three (-0.2, -0.6, +2.6 %), so 3/128 is the default.
  *
  * Where we stand against SparseLoCo's reference code (its `SparseLoCo` optimizer class in
  * `src/tplr/sparseloco.py` and its 512M sweep's settings in `hparams/512M/sweeps/sparseloco.yaml`,
@@ -57,15 +64,15 @@ export const MAX_TOPK_CHUNK = 65536;
  * indices and values, each position averaged over the ranks that sent it (its `scatter_reduce`
  * mean), plain SGD at outer lr 1 with no momentum, no Nesterov, no sign and no outer weight decay
  * (its runs pass momentum 0 and weight decay 0 to the outer step under DiLoCo), and with `levels:
- * 'tensor'` its quantizer. Where we differ: (1) its runs send 128 of 4096 (1/32); we send 64 (at
- * 1/32 the bytes are some 1700x fewer than DDP's, short of issue 46's 3000x). (2) Its default
+ * 'tensor'` its quantizer. Where we differ: (1) its runs send 128 of 4096 (1/32); we send 96 (at
+ * 1/32 the bytes are some 2500x fewer than DDP's, short of issue 46's 3000x). (2) Its default
  * levels are the per-tensor bins; ours per tile, measured better here. (3) It adds lr x delta to e
  * and steps by lr x the average, lr twice; we add delta and step by lr (the same at lr 1, its
  * runs' and our default). (4) Its bins round halves to even (torch.round); ours round them up.
  * (5) Its mean counts every gathered entry, a zero as well; ours counts entries that decode to a
  * non-zero value. (6) Its decay is 0.95 in its runs (0.999 is the class's default); ours is
  * 0.8, measured (DEFAULT_TOPK_ERROR_DECAY). (7) It sends indices as int64 and values as uint8 with a
- * lookup table a tensor; we pack each entry in index bits + 2 (the byte counts above).
+ * lookup table a tensor; we send Elias-Fano indices and 2-bit codes (the byte counts above).
  */
 export class TopkCodec {
   /** The segments, in order on the wire ([Note: top-k tiles]). */
@@ -105,12 +112,10 @@ export class TopkCodec {
       let position = 0;
       for (const [t, tile] of segment.tiles.entries()) {
         const { index, values: kept } = picked[t]!;
-        const entryBits = tile.indexBits + 2;
-        for (let j = 0; j < index.length; j++) {
-          const entry = index[j]! | (levels.code(kept[j]!) << tile.indexBits);
-          writeBits(bits, base + segment.headerWords, position + j * entryBits, entryBits, entry);
-        }
-        position += tile.k * entryBits;
+        writeTile(bits, base + segment.headerWords, position, sizeOf(tile), index, (j) =>
+          levels.code(kept[j]!),
+        );
+        position += tile.bits;
       }
       base += segment.words;
     }
@@ -135,29 +140,16 @@ export class TopkCodec {
       const table = decodeTable(this.levels, floats.subarray(base, base + segment.headerWords));
       let position = 0;
       for (const tile of segment.tiles) {
-        const entryBits = tile.indexBits + 2;
-        const indexMask = 2 ** tile.indexBits - 1;
-        let previous = -1;
-        for (let j = 0; j < tile.k; j++) {
-          const entry = readBits(
-            bits,
-            base + segment.headerWords,
-            position + j * entryBits,
-            entryBits,
-          );
-          const index = entry & indexMask;
-          // Entries increase; a list shorter than k ends with zero entries.
-          if (index <= previous) break;
-          previous = index;
-          const value = table[entry >>> tile.indexBits]!;
+        readTile(bits, base + segment.headerWords, position, sizeOf(tile), (index, code) => {
+          const value = table[code]!;
           const row = Math.floor(index / tile.cols);
           const at = tile.offset + row * tile.stride + (index - row * tile.cols);
           if (at < into.length) {
             into[at]! += weight * value;
             if (counts !== undefined && value !== 0) counts[at]!++;
           }
-        }
-        position += tile.k * entryBits;
+        });
+        position += tile.bits;
       }
       base += segment.words;
     }
@@ -178,6 +170,11 @@ export class TopkCodec {
     const index = select(chunk, tile.k, this.levels === 'tile');
     return { index, values: index.map((i) => chunk[i]!) };
   }
+}
+
+/** What `tile`'s wire form depends on ([Note: top-k indices]). */
+function sizeOf(tile: TopkTile): { length: number; k: number; lowBits: number } {
+  return { length: tile.rows * tile.cols, k: tile.k, lowBits: tile.lowBits };
 }
 
 /** Levels of a segment: the f32 words sent, and the 2-bit code of a kept value. */
@@ -289,29 +286,6 @@ function select(chunk: Float32Array, k: number, nonZeroOnly: boolean): number[] 
     }
   }
   return kept;
-}
-
-/** OR `count` bits of `value` into the stream from word `base`, at bit `position`. */
-function writeBits(
-  bits: Uint32Array,
-  base: number,
-  position: number,
-  count: number,
-  value: number,
-): void {
-  const word = base + (position >>> 5);
-  const offset = position & 31;
-  bits[word] = (bits[word]! | (value << offset)) >>> 0;
-  if (offset + count > 32) bits[word + 1] = (bits[word + 1]! | (value >>> (32 - offset))) >>> 0;
-}
-
-/** `count` bits of the stream from word `base`, at bit `position`. */
-function readBits(bits: Uint32Array, base: number, position: number, count: number): number {
-  const word = base + (position >>> 5);
-  const offset = position & 31;
-  let value = bits[word]! >>> offset;
-  if (offset + count > 32) value |= bits[word + 1]! << (32 - offset);
-  return (value & (2 ** count - 1)) >>> 0;
 }
 
 /**

@@ -1,7 +1,10 @@
+import { tileBits } from './topk-indices.js';
+
 /**
  * One tile of a top-k layout: `rows` x `cols` elements of the flat vector, row r at `offset + r x
- * stride`; its in-tile index i is row floor(i / cols), column i mod cols. `k` entries of
- * `indexBits` + 2 bits each are sent for it.
+ * stride`; its in-tile index i is row floor(i / cols), column i mod cols. `k` entries are sent
+ * for it in `bits` bits: their indices in Elias-Fano form with `lowBits` low bits each, then their
+ * 2-bit codes ([Note: top-k indices]).
  */
 export interface TopkTile {
   readonly offset: number;
@@ -9,7 +12,8 @@ export interface TopkTile {
   readonly cols: number;
   readonly stride: number;
   readonly k: number;
-  readonly indexBits: number;
+  readonly lowBits: number;
+  readonly bits: number;
 }
 
 /**
@@ -40,12 +44,12 @@ export const LEVEL_WORDS: Readonly<Record<TopkLevels, number>> = { tile: 2, tens
  * of r = (product of the leading sides) rows and c columns (a 1-D tensor: one row), cut into tiles
  * of h x w, where h is the largest divisor of r and w of c that is at most `side` (a 1-D tensor:
  * runs of w); side = floor(sqrt(blockSize)), 64 at the default 4096. A tile of L elements sends
- * k = max(1, round(density x L)) entries with indices of ceil(log2 L) bits: a 64 x 64 tile 64
- * entries of 12 bits, a run of 64 (a LayerNorm gain, a bias) 1 entry of 6 bits. A side with no
+ * k = max(1, round(density x L)) entries ([Note: top-k indices] for their bits): a 64 x 64 tile
+ * 96 at the default density, a run of 64 (a LayerNorm gain, a bias) 2. A side with no
  * divisor in 2 .. side (a prime above it) gives tiles 1 wide, each sending its element: correct
  * but dense, as in the reference; no tensor of the trainer's GPTs has one. Without shapes (the
  * averager used alone), the flat vector is cut into runs of blockSize, which cross tensors, and
- * every run, the last included, takes the k and index bits of a whole run.
+ * every run, the last included, takes the k and bits of a whole run.
  */
 export function topkLayout(
   shapes: readonly (readonly number[])[] | null,
@@ -55,15 +59,14 @@ export function topkLayout(
   levels: TopkLevels,
 ): TopkSegment[] {
   const kOf = (length: number) => Math.min(length, Math.max(1, Math.round(density * length)));
-  const bitsOf = (length: number) => Math.max(1, 32 - Math.clz32(length - 1));
   const groups: TopkTile[][] = [];
   if (shapes === null) {
     const k = kOf(blockSize);
-    const indexBits = bitsOf(blockSize);
+    const sized = tileBits(blockSize, k);
     const tiles: TopkTile[] = [];
     for (let offset = 0; offset < count; offset += blockSize) {
       const cols = Math.min(blockSize, count - offset);
-      tiles.push({ offset, rows: 1, cols, stride: cols, k, indexBits });
+      tiles.push({ offset, rows: 1, cols, stride: cols, k, ...sized });
     }
     // Per-tile levels: a segment per run; per-tensor levels: the whole vector is one tensor.
     if (levels === 'tile') for (const tile of tiles) groups.push([tile]);
@@ -79,7 +82,7 @@ export function topkLayout(
       const h = largestDivisorAtMost(rows, side);
       const w = largestDivisorAtMost(cols, side);
       const k = kOf(h * w);
-      const indexBits = bitsOf(h * w);
+      const sized = tileBits(h * w, k);
       const tiles: TopkTile[] = [];
       for (let ty = 0; ty < rows / h; ty++) {
         for (let tx = 0; tx < cols / w; tx++) {
@@ -89,7 +92,7 @@ export function topkLayout(
             cols: w,
             stride: cols,
             k,
-            indexBits,
+            ...sized,
           });
         }
       }
@@ -99,7 +102,7 @@ export function topkLayout(
     }
   }
   return groups.map((tiles) => {
-    const bits = tiles.reduce((sum, t) => sum + t.k * (t.indexBits + 2), 0);
+    const bits = tiles.reduce((sum, t) => sum + t.bits, 0);
     const headerWords = LEVEL_WORDS[levels];
     return { tiles, headerWords, words: headerWords + Math.ceil(bits / 32) };
   });

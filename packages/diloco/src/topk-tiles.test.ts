@@ -27,26 +27,27 @@ function roundTrip(codec: TopkCodec, values: Float32Array): Float32Array {
 }
 
 describe('topk tiles', () => {
-  it('tiles each tensor on its own: tiles, k, index bits and words, exactly', () => {
-    // At the defaults (side 64, 1/64): [65, 64] in 5 tiles of 13 x 64 (k 13, 10-bit indices,
-    // 156 bits); [192] in 3 runs of 64 (k 1, 6 bits); [128, 192] in 6 tiles of 64 x 64 (k 64,
-    // 12 bits, 896 bits); [7] in one run (k 1, 3 bits).
+  it('tiles each tensor on its own: tiles, k, Elias-Fano low bits and words, exactly', () => {
+    // At side 64 and 1/64 ([Note: top-k indices]: k l + k + ((L - 1) >> l) + 2 k bits, l the
+    // smallest): [65, 64] in 5 tiles of 13 x 64 (k 13, l 5, 129 bits); [192] in 3 runs of 64
+    // (k 1, l 5, 9 bits); [128, 192] in 6 tiles of 64 x 64 (k 64, l 5, 639 bits); [7] in one
+    // run (k 1, l 2, 6 bits).
     const shapes = [[65, 64], [192], [128, 192], [7]];
     const count = 65 * 64 + 192 + 128 * 192 + 7;
     const perTile = new TopkCodec(count, shapes, 4096, 1 / 64, 'tile');
     const tiles = perTile.segments.map((s) => s.tiles[0]!);
-    expect(tiles.map((t) => [t.rows, t.cols, t.k, t.indexBits])).toEqual([
-      ...Array(5).fill([13, 64, 13, 10]),
-      ...Array(3).fill([1, 64, 1, 6]),
-      ...Array(6).fill([64, 64, 64, 12]),
-      [1, 7, 1, 3],
+    expect(tiles.map((t) => [t.rows, t.cols, t.k, t.lowBits, t.bits])).toEqual([
+      ...Array(5).fill([13, 64, 13, 5, 129]),
+      ...Array(3).fill([1, 64, 1, 5, 9]),
+      ...Array(6).fill([64, 64, 64, 5, 639]),
+      [1, 7, 1, 2, 6],
     ]);
-    // Per tile: 2 levels + the entries in whole words: 5 x 7 + 3 x 3 + 6 x 30 + 3.
-    expect(perTile.words).toBe(227);
-    // Per tensor: 5 level words + all its entries in whole words: (5 + 25) + (5 + 1) + (5 + 168) + (5 + 1).
+    // Per tile: 2 levels + the entries in whole words: 5 x 7 + 3 x 3 + 6 x 22 + 3.
+    expect(perTile.words).toBe(179);
+    // Per tensor: 5 level words + all its entries in whole words: (5 + 21) + (5 + 1) + (5 + 120) + (5 + 1).
     const perTensor = new TopkCodec(count, shapes, 4096, 1 / 64, 'tensor');
-    expect(perTensor.segments.map((s) => s.words)).toEqual([30, 6, 173, 6]);
-    expect(perTensor.words).toBe(215);
+    expect(perTensor.segments.map((s) => s.words)).toEqual([26, 6, 125, 6]);
+    expect(perTensor.words).toBe(163);
     // The tiles cover the reference's positions, in its order.
     const positions = perTensor.segments.map((s) =>
       s.tiles.map((t) => {

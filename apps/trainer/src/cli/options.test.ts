@@ -183,7 +183,7 @@ describe('parseOptions', () => {
       outerCompression: 'topk',
       outerLr: 1,
       outerMomentum: 0,
-      outerDensity: 1 / 64,
+      outerDensity: 3 / 128,
       outerErrorDecay: null,
       outerLevels: 'tile',
     });

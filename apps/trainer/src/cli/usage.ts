@@ -94,7 +94,7 @@ Execution
                                f32; int8 and int4 with a scale per 256 elements and error
                                feedback; topk: SparseLoCo's top-k of each tensor's 64 x 64
                                tiles, 2-bit values)
-  --outer-density <x>          diloco topk: share of each tile sent, in (0, 1] (default 0.015625)
+  --outer-density <x>          diloco topk: share of each tile sent, in (0, 1] (default 0.0234375)
   --outer-levels <tile|tensor> diloco topk: 2-bit levels per tile (default) or per tensor
                                (SparseLoCo's 4 bins over 6 standard deviations)
   --outer-error-decay <x>      diloco: e = x e + delta for the error feedback, in [0, 1]

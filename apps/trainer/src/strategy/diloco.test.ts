@@ -195,14 +195,15 @@ describe('--strategy diloco', () => {
       [18, 3],
       [20, 4],
     ]);
-    // Each tensor in its own tiles of at most 64 x 64, 1/64 of each sent, 2 level words a tile
-    // ([Note: top-k tiles] in @webshard/diloco): wte [64, 32] one tile of 2048 (32 entries of
-    // 11 + 2 bits: 13 words, + 2); wpe [16, 32] one of 512 (8 of 9 + 2 bits: 3, + 2); a block's
-    // 32 x 96 and 32 x 128 matrices 2 tiles of 1536 (24 entries: 10 + 2 words) and 2048 (15
-    // words), 32 x 32 one of 1024 (16 of 12 bits: 6 + 2); its 1-D tensors runs of 48 or 64 or 32
-    // sending 1 entry (3 words a run): 3 + 3 + 24 + 6 + 8 + 3 + 6 + 30 + 6 + 30 + 3 = 122 words
-    // a block; ln_f 6. 15 + 5 + 2 x 122 + 6 = 270 words to the one other rank.
-    for (const l of synced) expect(l.outerBytesSent).toBe(270 * 4);
+    // Each tensor in its own tiles of at most 64 x 64, 3/128 of each sent, 2 level words a tile
+    // ([Note: top-k tiles] in @webshard/diloco), each tile's entries k l + k + ((L - 1) >> l) + 2k
+    // bits ([Note: top-k indices]): wte [64, 32] one tile of 2048 (48 entries, l 5: 447 bits, 14
+    // words, + 2); wpe [16, 32] one of 512 (12, l 5: 111 bits, 4 + 2); a block's 32 x 96, 32 x 128
+    // and 128 x 32 matrices 2 tiles of 1536 (36 entries: 335 bits, 11 + 2 words) or 2048 (16
+    // words), 32 x 32 one of 1024 (24: 223 bits, 7 + 2); its 1-D tensors runs of 32 or 48 (1
+    // entry) or 64 (2 entries), 3 words a run: 3 + 3 + 26 + 6 + 9 + 3 + 6 + 32 + 6 + 32 + 3 = 129
+    // words a block; ln_f 6. 16 + 6 + 2 x 129 + 6 = 286 words to the one other rank.
+    for (const l of synced) expect(l.outerBytesSent).toBe(286 * 4);
     // Sparse syncs move the global copy a little at a time (SparseLoCo runs thousands of them):
     // 4 syncs still leave the loss below where it began.
     expect(lines.at(-1)!.loss).toBeLessThan(lines[0]!.loss);
