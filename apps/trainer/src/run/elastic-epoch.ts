@@ -1,4 +1,4 @@
-import { CollectiveError, type ElasticGroup } from '@webshard/collectives';
+import { CollectiveError, type ElasticGroup, type MembershipChange } from '@webshard/collectives';
 import { faultPoint, removePartialCheckpoints, resolveResume } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { UsageError } from '../errors.js';
@@ -10,6 +10,37 @@ import { type Run, setUpRun } from './set-up.js';
 
 // The strategy moved onto a new epoch's world ([Note: elastic training in the trainer] in
 // ./elastic-run.ts): DDP and DiLoCo rebuilt over the new group, FSDP restarted from its checkpoint.
+
+/**
+ * Whether `error` means a member was lost (a collective failed, or the group is no longer ready):
+ * a change of world to sync, not a fault of this member.
+ */
+export function memberLost(elastic: ElasticGroup, error: unknown): boolean {
+  return elastic.group.state !== 'ready' || CollectiveError.isInstance(error);
+}
+
+/**
+ * `attempt` until it completes in one world: where a member is lost in it, the failure is synced
+ * and `attempt` runs again in the next world, given that change (`first` the first time). `what`
+ * names it in the error thrown if the world did not change.
+ */
+export async function acrossChanges<T>(
+  elastic: ElasticGroup,
+  what: string,
+  first: MembershipChange | null,
+  attempt: (change: MembershipChange | null) => Promise<T>,
+): Promise<T> {
+  let change = first;
+  for (;;) {
+    try {
+      return await attempt(change);
+    } catch (error) {
+      if (!memberLost(elastic, error)) throw error;
+    }
+    change = await elastic.sync({ failed: true });
+    if (change === null) throw new Error(`${what} failed but the world did not change`);
+  }
+}
 
 /** The world's size checked against the batch: every member must take whole micro-batches. */
 export function checkBatch(config: TrainConfig, worldSize: number): void {
@@ -98,16 +129,10 @@ export async function setUpMember(
   elastic: ElasticGroup,
 ): Promise<Run> {
   faultPoint('setup');
-  for (;;) {
+  return acrossChanges(elastic, 'a set-up', null, () => {
     checkBatch(config, elastic.membership.worldSize);
-    try {
-      return config.strategy === 'fsdp'
-        ? await restartSharded(config, io, elastic, null)
-        : await setUpRun({ ...config, worldSize: elastic.membership.worldSize }, io, elastic.group);
-    } catch (error) {
-      if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
-    }
-    const next = await elastic.sync({ failed: true });
-    if (next === null) throw new Error('a set-up failed but the world did not change');
-  }
+    return config.strategy === 'fsdp'
+      ? restartSharded(config, io, elastic, null)
+      : setUpRun({ ...config, worldSize: elastic.membership.worldSize }, io, elastic.group);
+  });
 }

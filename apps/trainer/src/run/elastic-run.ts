@@ -1,11 +1,17 @@
-import { CollectiveError, joinElastic, type MembershipChange } from '@webshard/collectives';
+import { joinElastic, type MembershipChange } from '@webshard/collectives';
 import { appendLog, faultPoint, openLog, readTlsFiles } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { InterruptedError } from '../errors.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
 import type { OuterSyncReport } from '../strategy/prepared-model.js';
-import { enterEpoch, restartSharded, setUpMember } from './elastic-epoch.js';
+import {
+  acrossChanges,
+  enterEpoch,
+  memberLost,
+  restartSharded,
+  setUpMember,
+} from './elastic-epoch.js';
 import {
   finishDownload,
   type JoinDownload,
@@ -215,18 +221,7 @@ export async function trainElastic(
       first: MembershipChange,
       share: (change: MembershipChange) => Promise<void>,
     ) => {
-      let change = first;
-      for (;;) {
-        try {
-          await share(change);
-          break;
-        } catch (error) {
-          if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
-        }
-        const next = await elastic.sync({ failed: true });
-        if (next === null) throw new Error('a regroup failed but the world did not change');
-        change = next;
-      }
+      await acrossChanges(elastic, 'a regroup', first, (change) => share(change!));
       await announce(elastic.membership, step);
       await digest();
     };
@@ -269,7 +264,7 @@ export async function trainElastic(
           releaseUploads();
           return report;
         } catch (error) {
-          if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+          if (!memberLost(elastic, error)) throw error;
           failed = true;
         }
       }
@@ -316,7 +311,7 @@ export async function trainElastic(
           }
         } catch (error) {
           // A member died under this step: it runs again once the world is rebuilt.
-          if (elastic.group.state === 'ready' && !CollectiveError.isInstance(error)) throw error;
+          if (!memberLost(elastic, error)) throw error;
         }
       } else step += 1;
       if (record !== null) {
