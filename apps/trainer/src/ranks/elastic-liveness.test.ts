@@ -256,12 +256,27 @@ it('the coordinator SIGKILLed and started again on its port: the members train t
   expect(again.stdout()).toMatch(/elastic: epoch 0 \[0, 1, 2\] taken back from .*world\.json/);
   expect(again.stdout()).toMatch(/every member left; the job is over/);
   const read = await lines(log);
-  // Should the world have changed after all: what changed, and what the coordinators said.
-  const said = [first, again].map((c) => c.stdout()).join('---\n');
+  // Nobody left or joined: the world of 3 trained through. Under load a step can still fail
+  // while the coordinator is away (seen 2 times in some 30 runs at load 8-16, the cause not
+  // found): the 3 members then rebuild their group, each printing why ("elastic: step N failed,
+  // the world regroups: ..."), and run the step again. Should the world change otherwise: what
+  // changed, and what the coordinators and the members said (but their step lines).
+  const said = [first, again, ...members]
+    .map((c) =>
+      c
+        .stdout()
+        .split('\n')
+        .filter((l) => !/^step /.test(l))
+        .join('\n'),
+    )
+    .join('---\n');
+  const worlds = changes(read);
   expect(
-    changes(read).map((line) => line.worldSize),
-    `${JSON.stringify(changes(read))}\n${said}`,
-  ).toEqual([3]);
+    worlds.map((line) => [line.worldSize, line.left, line.joined]),
+    `${JSON.stringify(worlds)}\n${said}`,
+  ).toEqual(worlds.map((_, i) => [3, [], i === 0 ? [0, 1, 2] : []]));
+  if (worlds.length > 1)
+    console.log(`the coordinator restart: ${worlds.length - 1} rebuild(s)\n${said}`);
   expect(steps(read).map((line) => line.step)).toEqual(
     Array.from({ length: STEPS }, (_, i) => i + 1),
   );

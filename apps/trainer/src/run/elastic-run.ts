@@ -50,6 +50,13 @@ import type { RunIO, TrainSummary } from './run-io.js';
  * each world that shared its state; a world that changed before its share ended has none.
  */
 
+/** An error in one line, its type first: what a member prints when a step fails under it. */
+function failure(error: unknown): string {
+  const name = error instanceof Error ? error.name : 'Error';
+  const message = error instanceof Error ? error.message : String(error);
+  return `${name}: ${message.split('\n')[0]}`;
+}
+
 function membershipLine(change: MembershipChange, step: number): string {
   const { epoch, worldSize, members, left, joined } = change;
   return `${JSON.stringify({ event: 'membership', step, epoch, worldSize, members, left, joined })}\n`;
@@ -312,6 +319,7 @@ export async function trainElastic(
         } catch (error) {
           // A member died under this step: it runs again once the world is rebuilt.
           if (!memberLost(elastic, error)) throw error;
+          io.stdout(`elastic: step ${step + 1} failed, the world regroups: ${failure(error)}\n`);
         }
       } else step += 1;
       if (record !== null) {
