@@ -16,8 +16,8 @@ export interface TileSize {
  * bits), and its high part h = index >> l, sent in unary as a bitmap of k + ((L - 1) >> l) bits in
  * which entry j sets bit h_j + j; l is the width that makes the two smallest (ties: the lower).
  * For a 64 x 64 tile at 96 entries (l = 5): 480 + 223 = 703 bits, 7.3 an index where fixed-width
- * indices take 12 (ceil(log2 4096)), within half a bit of the information bound log2 C(4096, 96)
- * / 96 = 6.9. The 2-bit codes follow, k x 2 bits. A tile with fewer than k entries to send
+ * indices take 12 (ceil(log2 4096)), about half a bit above the information bound log2 C(4096, 96)
+ * / 96 = 6.8. The 2-bit codes follow, k x 2 bits. A tile with fewer than k entries to send
  * repeats its last index (0 if none) with code 0; the decoder stops at the first index that does
  * not increase. What the saving buys: 96 entries a 64 x 64 tile in the bytes that 64 took with
  * 12-bit indices (120 bytes with the levels), [Note: sparse outer gradients].
