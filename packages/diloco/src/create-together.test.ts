@@ -1,10 +1,9 @@
-import { initProcessGroup } from '@webshard/collectives';
 import { AdamW, Linear, RandomGenerator } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
 import { backend } from './test-support/mlp-case.js';
 import { clock } from './test-support/sub-group-ops.js';
-import { closeWorld, freePort } from './test-support/worlds.js';
+import { closeWorld, createShapedWorld } from './test-support/worlds.js';
 
 // `DiLoCo.create` broadcasts rank 0's parameters, then every rank leaves together. A broadcast
 // above the direct-exchange size goes down the ring and frees each rank when its copy is in, a
@@ -14,20 +13,7 @@ import { closeWorld, freePort } from './test-support/worlds.js';
 
 describe('DiLoCo.create', () => {
   it('every rank leaves it within a hop of the others, though the broadcast reaches them a hop apart (4 ranks, tcp, broadband-20)', async () => {
-    const port = await freePort();
-    const groups = await Promise.all(
-      [0, 1, 2, 3].map((rank) =>
-        initProcessGroup({
-          backend: 'tcp',
-          link: 'broadband-20',
-          rank,
-          worldSize: 4,
-          masterAddr: '127.0.0.1',
-          masterPort: port,
-          timeoutMs: 30_000,
-        }),
-      ),
-    );
+    const groups = await createShapedWorld(4, 'broadband-20');
     // 256 x 512 + 512 parameters: 526 KB, above the direct broadcast's 256 KiB, so down the ring,
     // each hop some 210 ms of 20 Mbit/s and 40 ms of latency.
     const layers = groups.map(

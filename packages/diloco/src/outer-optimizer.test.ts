@@ -122,9 +122,9 @@ if (python === null) {
   );
 }
 
-// Skipped where no Python has torch, as in CI (which installs none: the suite passes without it,
-// as the guide asks); the paper's float64 reference above checks the outer step everywhere. Issue 34's
-// note says so.
+// Skipped only where no Python has torch (a machine without `pnpm peers:torch`): CI makes
+// .venv-torch and runs it; where it cannot, the suite still passes, as the guide asks, and the
+// paper's float64 reference above checks the outer step everywhere. Issue 34's note says so.
 describe.skipIf(python === null)('OuterOptimizer against torch.optim.SGD', () => {
   it('Nesterov lr 0.7 momentum 0.9 over 6 steps', async () => {
     const seed = newSeed('outer optimizer vs torch');

@@ -2,8 +2,8 @@ import { createLocalGroups, type ProcessGroup } from '@webshard/collectives';
 import { AdamW } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
-import { buildModel, flat, type Model } from './test-support/mlp-case.js';
-import { closeWorld, newSeed, randomValues } from './test-support/worlds.js';
+import { buildModel, flat, type Model, nudge } from './test-support/mlp-case.js';
+import { closeWorld, newSeed } from './test-support/worlds.js';
 
 // [Note: streamed fragments]: a member lost with a fragment in flight. The fragment is never
 // applied half-averaged, a regroup drops it without waiting on the old group, and the survivors
@@ -15,14 +15,6 @@ const STREAM = {
   compression: 'int8',
   blockSize: 8,
 } as const;
-
-async function train(model: Model, seed: number, rank: number, step: number): Promise<void> {
-  for (const [i, p] of model.parameters().entries()) {
-    const noise = await randomValues(seed * 131 + i * 977 + rank * 17 + step * 7919, p.size);
-    const values = (await p.read()) as Float32Array;
-    p.write(values.map((v, k) => v + 0.05 * noise[k]!));
-  }
-}
 
 async function world(groups: ProcessGroup[], seed: number, broadcast = true) {
   const models = groups.map(() => buildModel(seed));
@@ -58,7 +50,7 @@ async function freshPair(
 }
 
 async function stepAll(models: Model[], dilocos: DiLoCo[], seed: number, step: number) {
-  for (const [r, m] of models.entries()) await train(m, seed, r, step);
+  for (const [r, m] of models.entries()) await nudge(m, seed, r, step);
   await Promise.all(dilocos.map((d) => d.afterInnerStep()));
 }
 
@@ -76,7 +68,7 @@ describe('streamed fragments in an elastic world', () => {
     const before = survivors.map((d) => d.stateDict());
     await stepAll(models.slice(0, 2), survivors, seed, 5);
     for (const g of three) g.abort('rank 2 is gone');
-    for (const [r, m] of models.slice(0, 2).entries()) await train(m, seed, r, 6);
+    for (const [r, m] of models.slice(0, 2).entries()) await nudge(m, seed, r, 6);
     const trained = await Promise.all(models.slice(0, 2).map(flat));
     const failed = await Promise.allSettled(survivors.map((d) => d.afterInnerStep()));
     expect(failed.map((f) => f.status)).toEqual(['rejected', 'rejected']);
@@ -168,7 +160,7 @@ describe('streamed fragments in an elastic world', () => {
     const contributors = 3 / 2;
     for (let step = 1; step <= 2; step++) {
       for (const world of [withNewcomer, plain]) {
-        for (const r of [0, 1]) await train(world.models[r]!, seed, r, step);
+        for (const r of [0, 1]) await nudge(world.models[r]!, seed, r, step);
       }
       const weights = step === 2 ? [contributors, contributors, 0] : [1, 1, 1];
       await Promise.all(

@@ -1,10 +1,10 @@
-import { createLocalGroups, initProcessGroup } from '@webshard/collectives';
+import { createLocalGroups } from '@webshard/collectives';
 import { AdamW } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
-import { buildModel, flat } from './test-support/mlp-case.js';
+import { buildModel, flat, nudge } from './test-support/mlp-case.js';
 import { type OpTimes, recordSubGroupOps } from './test-support/sub-group-ops.js';
-import { closeWorld, freePort, newSeed, randomValues } from './test-support/worlds.js';
+import { closeWorld, createShapedWorld, newSeed } from './test-support/worlds.js';
 
 // [Note: streamed fragments], `syncAll` (the end of training, an elastic world's sync points):
 // every fragment's average is issued at once, each on its fragment's group, so the sync waits
@@ -22,20 +22,7 @@ const STREAM = {
 
 describe('a streamed DiLoCo syncing every fragment', () => {
   it('issues every fragment average before the first completes (tcp, broadband-20: 40 ms one way)', async () => {
-    const port = await freePort();
-    const groups = await Promise.all(
-      [0, 1].map((rank) =>
-        initProcessGroup({
-          backend: 'tcp',
-          link: 'broadband-20',
-          rank,
-          worldSize: 2,
-          masterAddr: '127.0.0.1',
-          masterPort: port,
-          timeoutMs: 30_000,
-        }),
-      ),
-    );
+    const groups = await createShapedWorld(2, 'broadband-20');
     const ops: OpTimes[] = [];
     for (const group of groups) recordSubGroupOps(group, ops);
     const models = groups.map(() => buildModel(3));
@@ -76,13 +63,7 @@ describe('a streamed DiLoCo syncing every fragment', () => {
         }),
       ),
     );
-    for (const [r, model] of models.entries()) {
-      for (const [i, p] of model.parameters().entries()) {
-        const noise = await randomValues(seed * 131 + i * 977 + r * 17, p.size);
-        const values = (await p.read()) as Float32Array;
-        p.write(values.map((v, k) => v + 0.05 * noise[k]!));
-      }
-    }
+    for (const [r, model] of models.entries()) await nudge(model, seed, r, 0);
     await Promise.all(dilocos.map((d) => d.afterInnerStep()));
     const before = dilocos.map((d) => d.stateDict());
     const trained = await Promise.all(models.map(flat));

@@ -1,10 +1,10 @@
-import { initProcessGroup, type ProgressMode } from '@webshard/collectives';
+import type { ProgressMode } from '@webshard/collectives';
 import { AdamW } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
 import { buildModel } from './test-support/mlp-case.js';
 import { clock, type OpTimes, recordSubGroupOps } from './test-support/sub-group-ops.js';
-import { closeWorld, freePort } from './test-support/worlds.js';
+import { closeWorld, createShapedWorld } from './test-support/worlds.js';
 
 // [Note: streamed fragments], progress on the communication worker: with `progress: 'worker'`
 // the ranks' tcp transports (and the link shaper, broadband-20: 40 ms and 20 Mbit/s each way) run
@@ -21,21 +21,7 @@ const HELD_MS = 1000;
 
 describe('streamed fragments on the communication worker', () => {
   it('a fragment average issued before held steps completes during them, over broadband-20 (tcp)', async () => {
-    const port = await freePort();
-    const groups = await Promise.all(
-      [0, 1].map((rank) =>
-        initProcessGroup({
-          backend: 'tcp',
-          progress: PROGRESS,
-          link: 'broadband-20',
-          rank,
-          worldSize: 2,
-          masterAddr: '127.0.0.1',
-          masterPort: port,
-          timeoutMs: 30_000,
-        }),
-      ),
-    );
+    const groups = await createShapedWorld(2, 'broadband-20', PROGRESS);
     const ops: OpTimes[] = [];
     for (const group of groups) recordSubGroupOps(group, ops);
     const models = groups.map(() => buildModel(3));

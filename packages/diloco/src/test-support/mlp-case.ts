@@ -39,6 +39,15 @@ export async function backwardOn(model: Model, seed: number, rank: number, step:
   await loss.backward();
 }
 
+/** Inner steps stood in for: every parameter of rank `rank` moved by seeded noise for `step`. */
+export async function nudge(model: Model, seed: number, rank: number, step: number): Promise<void> {
+  for (const [i, p] of model.parameters().entries()) {
+    const noise = await randomValues(seed * 131 + i * 977 + rank * 17 + step * 7919, p.size);
+    const values = (await p.read()) as Float32Array;
+    p.write(values.map((v, k) => v + 0.05 * noise[k]!));
+  }
+}
+
 /** The model's parameters, flat, in order. */
 export async function flat(model: Model): Promise<Float32Array> {
   const parts = await Promise.all(model.parameters().map((p) => p.read()));

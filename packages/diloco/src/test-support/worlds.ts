@@ -1,7 +1,12 @@
 // Worlds of several ranks in one process for the tests: `local` (in-memory), `tcp` and `ws`
 // (loopback sockets through the rendezvous store of rank 0, as separate processes would use).
 import { createServer } from 'node:net';
-import { createLocalGroups, initProcessGroup, type ProcessGroup } from '@webshard/collectives';
+import {
+  createLocalGroups,
+  initProcessGroup,
+  type ProcessGroup,
+  type ProgressMode,
+} from '@webshard/collectives';
 import { createCpuBackend, RandomGenerator, rand } from '@webshard/tensor-core';
 
 /** A transport the tests run in one thread (shm ranks are threads: see launch.ts). */
@@ -34,6 +39,32 @@ export async function createWorld(transport: TestTransport, size: number): Promi
         masterAddr: '127.0.0.1',
         masterPort: port,
         timeoutMs: 20_000,
+      }),
+    ),
+  );
+}
+
+/**
+ * `size` tcp ranks of one world with every link shaped by `link` (a preset's name, [Note: the
+ * link shaper] in @webshard/collectives), their communication on the ranks' thread or on workers.
+ */
+export async function createShapedWorld(
+  size: number,
+  link: string,
+  progress: ProgressMode = 'thread',
+): Promise<ProcessGroup[]> {
+  const port = await freePort();
+  return Promise.all(
+    Array.from({ length: size }, (_, rank) =>
+      initProcessGroup({
+        backend: 'tcp',
+        progress,
+        link,
+        rank,
+        worldSize: size,
+        masterAddr: '127.0.0.1',
+        masterPort: port,
+        timeoutMs: 30_000,
       }),
     ),
   );
