@@ -259,4 +259,37 @@ describe('DiLoCo', () => {
     );
     await closeWorld(groups);
   });
+
+  it.each([
+    { steps: 6, outerSteps: [4, 6] },
+    { steps: 8, outerSteps: [4, 8] },
+  ])(
+    'step({ last }) after $steps steps (H = 4) syncs once at the end, due or not: outer syncs after steps $outerSteps',
+    async ({ steps, outerSteps }) => {
+      const seed = newSeed('diloco last step');
+      const groups = createLocalGroups(2);
+      const models = groups.map(() => buildModel(seed));
+      const dilocos = await Promise.all(
+        groups.map((group, r) =>
+          DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
+            group,
+            innerSteps: 4,
+          }),
+        ),
+      );
+      const synced: number[] = [];
+      for (let step = 1; step <= steps; step++) {
+        for (let r = 0; r < 2; r++) await backwardOn(models[r]!, seed, r, step);
+        const last = step === steps;
+        const results = await Promise.all(dilocos.map((d) => d.step({ last })));
+        if (results[0]!.synced) synced.push(step);
+      }
+      expect(synced).toEqual(outerSteps);
+      // A sync run twice at a due last step would count 3 outer steps, the second on momentum.
+      expect(dilocos.map((d) => d.outerStep)).toEqual([2, 2]);
+      const global = dilocos[0]!.globalParameters();
+      for (const model of models) expect(await flat(model)).toEqual(global);
+      await closeWorld(groups);
+    },
+  );
 });

@@ -206,12 +206,14 @@ export class DiLoCo {
 
   /**
    * One inner step (the inner optimizer's `step`, after backward), then, every `innerSteps` steps,
-   * the outer sync, awaited. Every rank takes the same number of steps.
+   * the outer sync, awaited. Every rank takes the same number of steps. `last`: the end of
+   * training, as `afterInnerStep`'s.
    */
-  async step(options?: StepOptions): Promise<DilocoStepResult> {
+  async step(options: StepOptions & { last?: boolean } = {}): Promise<DilocoStepResult> {
     this.assertIdle('step');
-    this.inner.step(options);
-    return this.afterInnerStep();
+    const { last, ...inner } = options;
+    this.inner.step(inner);
+    return this.afterInnerStep(last === undefined ? {} : { last });
   }
 
   /**
@@ -219,11 +221,18 @@ export class DiLoCo {
    * loss scaler or a clip), then, every `innerSteps` steps, await the outer sync: `step()` without
    * the optimizer's `step`. `weight` scales this rank's pseudo-gradient in a sync issued now, as
    * `outerSync`'s (streamed: the fragment issued after this step; an elastic world's first issue
-   * after a newcomer joined, [Note: DiLoCo in an elastic world]).
+   * after a newcomer joined, [Note: DiLoCo in an elastic world]). `last`: the end of training, so
+   * the step ends with every parameter synced (the global copy on every rank), as `outerSync()`
+   * after it would, but knowing nothing trains after it: a sync that this step already ran or
+   * issued is not run again (streamed: the fragment issued now lands with the others instead of
+   * landing and going out a second time, [Note: streamed fragments]).
    */
-  async afterInnerStep(options: { weight?: number } = {}): Promise<DilocoStepResult> {
+  async afterInnerStep(
+    options: { weight?: number; last?: boolean } = {},
+  ): Promise<DilocoStepResult> {
     this.assertIdle('afterInnerStep');
     const weight = checkWeight('afterInnerStep', this.group.rank, options.weight);
+    const last = options.last === true;
     this.innerSteps++;
     if (this.streamed !== null) {
       // A fragment lands and another is issued ([Note: streamed fragments]).
@@ -231,15 +240,27 @@ export class DiLoCo {
       try {
         const landed = await this.streamed.afterInnerStep(this.innerSteps, weight);
         this.sent += landed.bytesSent;
+        let { syncMs, waitMs } = landed;
+        if (last) {
+          const start = performance.now();
+          this.sent += await this.streamed.syncAll(this.innerSteps, weight, this.innerSteps);
+          const ms = performance.now() - start;
+          syncMs += ms;
+          waitMs += ms;
+        }
         this.current = 'idle';
-        const { syncMs, waitMs } = landed;
-        return { innerStep: this.innerSteps, synced: landed.applied !== null, syncMs, waitMs };
+        return {
+          innerStep: this.innerSteps,
+          synced: last || landed.applied !== null,
+          syncMs,
+          waitMs,
+        };
       } catch (error) {
         this.current = 'failed';
         throw error;
       }
     }
-    const synced = this.innerSteps % this.options.innerSteps === 0;
+    const synced = last || this.innerSteps % this.options.innerSteps === 0;
     const start = performance.now();
     if (synced) await this.outerSync({ weight });
     const ms = synced ? performance.now() - start : 0;
@@ -268,7 +289,7 @@ export class DiLoCo {
     try {
       if (this.streamed !== null) {
         // Every fragment, the one in flight first: [Note: streamed fragments].
-        const bytesSent = await this.streamed.syncAll(this.innerSteps, weight);
+        const bytesSent = await this.streamed.syncAll(this.innerSteps, weight, null);
         this.sent += bytesSent;
         this.current = 'idle';
         return { outerStep: this.outerStep, bytesSent };

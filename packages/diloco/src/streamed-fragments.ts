@@ -54,7 +54,13 @@ export const DEFAULT_STREAM_MIXING = 0.5;
  *   at once and then lands them in order, so it waits about one average's latency, not F of them
  *   one after another (on broadband-20, 40 ms one way, F = 5 topk averages took some 300 ms in
  *   turn). A failure there leaves every fragment not yet landed as if never issued: its residuals
- *   go back to what they were before the issue.
+ *   go back to what they were before the issue. At the last step (`afterInnerStep({ last })`)
+ *   the fragment issued with that step is not issued a second time: nothing trained after its
+ *   issue, so it lands beside the others, without the mixing, in the same wait. Landing it first
+ *   and issuing it again cost one more average's latency at the end of every run (the trainer's
+ *   last step, 221 ms against loopback's 46 on broadband-20) and gave that fragment a second
+ *   outer step on a pseudo-gradient of what the mixing had kept, momentum and all. `outerSync`,
+ *   which the caller may run after steps it did not count, issues every fragment.
  * - Each fragment has its own outer optimizer (momentum buffer) and its own averager, so error
  *   feedback (int8, int4, bf16 residuals; topk's decaying buffer) is per fragment: what a
  *   fragment's compression dropped goes out with that fragment's next sync.
@@ -121,6 +127,8 @@ interface Fragment {
   readonly global: Float32Array;
   readonly outer: OuterOptimizer;
   averager: CompressedAverager;
+  /** The inner step after which its last sync was issued (-1: none since the load). */
+  issuedAt: number;
 }
 
 /** The fragment on the wire. */
@@ -202,6 +210,7 @@ export class StreamedFragments {
             ? options.codec
             : { ...options.codec, shapes: tensors.map((t) => params[t]!.shape) },
         ),
+        issuedAt: -1,
       };
       return fragment;
     });
@@ -249,17 +258,35 @@ export class StreamedFragments {
   }
 
   /**
-   * Every fragment now, the one in flight landed first with the mixing, then every fragment's
-   * average issued at once (each on its fragment's group) and landed without it, so every rank
-   * ends with the global copy ([Note: streamed fragments]); the end of training and an elastic
-   * world's sync points. `weight` as `DiLoCo.outerSync`'s. A failure leaves the fragments not
-   * landed as if never issued (their residuals as before).
+   * Every fragment now, so every rank ends with the global copy ([Note: streamed fragments]); the
+   * end of training and an elastic world's sync points. The one in flight lands first with the
+   * mixing; then every fragment's average is issued at once (each on its fragment's group) and
+   * landed without it. `weight` as `DiLoCo.outerSync`'s. With `untrainedSince` (the inner step
+   * just counted, the caller having trained nothing after it): a fragment whose sync was issued
+   * after that step is not issued again, since its average on the wire already holds all of its
+   * pseudo-gradient; it lands beside the others without the mixing (or, landed already, takes its
+   * global copy). A failure leaves the fragments not landed as if never issued (their residuals
+   * as before).
    */
-  async syncAll(step: number, weight: number): Promise<number> {
+  async syncAll(step: number, weight: number, untrainedSince: number | null): Promise<number> {
     let bytesSent = 0;
-    if (this.flight !== null) bytesSent += (await this.landFlight(this.options.mixing)).bytesSent;
     const flights: InFlight[] = [];
-    for (const fragment of this.list) flights.push(await this.issue(fragment, step, weight));
+    const fresh = (issuedAt: number) => untrainedSince !== null && issuedAt === untrainedSince;
+    if (this.flight !== null && fresh(this.flight.issuedAt)) {
+      flights.push(this.flight);
+      this.flight = null;
+    } else if (this.flight !== null) {
+      bytesSent += (await this.landFlight(this.options.mixing)).bytesSent;
+    }
+    for (const fragment of this.list) {
+      if (fragment === flights[0]?.fragment) continue;
+      if (fresh(fragment.issuedAt)) {
+        // Landed at this step (no overlap): its average is in the global copy.
+        writeFlat(this.params, fragment.global, fragment.tensors);
+        continue;
+      }
+      flights.push(await this.issue(fragment, step, weight));
+    }
     let landed = 0;
     try {
       for (; landed < flights.length; landed++) {
@@ -270,6 +297,7 @@ export class StreamedFragments {
       for (const { fragment, residualBefore } of flights.slice(landed)) {
         fragment.averager = fragment.averager.regroup(fragment.averager.group);
         fragment.averager.loadResiduals({ input: residualBefore, shard: null });
+        fragment.issuedAt = -1;
       }
       throw error;
     }
@@ -285,6 +313,8 @@ export class StreamedFragments {
     this.flight = null;
     for (const fragment of this.list) {
       fragment.averager = fragment.averager.regroup(ownGroup(group));
+      // The world's state is rank 0's after a change: no member skips a fragment's next issue.
+      fragment.issuedAt = -1;
       if (fragment === dropped?.fragment) {
         fragment.averager.loadResiduals({ input: dropped.residualBefore, shard: null });
       }
@@ -322,6 +352,7 @@ export class StreamedFragments {
     this.flight = null;
     for (const fragment of this.list) {
       fragment.global.set(this.pick(global, fragment));
+      fragment.issuedAt = -1;
       if (state === undefined) continue;
       fragment.outer.loadStateDict({
         step: 0,
@@ -341,6 +372,7 @@ export class StreamedFragments {
     const { global } = fragment;
     for (let i = 0; i < delta.length; i++) delta[i] = (global[i]! - delta[i]!) * weight;
     const residualBefore = fragment.averager.residuals().input;
+    fragment.issuedAt = step;
     const issuedMs = performance.now();
     const result = fragment.averager.average(delta);
     const flight: InFlight = {

@@ -82,4 +82,51 @@ describe('a streamed DiLoCo syncing every fragment', () => {
     }
     await closeWorld(groups);
   });
+
+  it.each([
+    { overlap: 2, what: 'in flight: overlap 2' },
+    { overlap: 0, what: 'landed at once: overlap 0' },
+  ])(
+    'the last step sends the fragment it issued once, not twice ($what), and every rank ends on the global copy',
+    async ({ overlap }) => {
+      const seed = newSeed('streamed last step');
+      const groups = createLocalGroups(2);
+      const ops: OpTimes[][] = [[], []];
+      for (const [r, group] of groups.entries()) recordSubGroupOps(group, ops[r]!);
+      const models = groups.map(() => buildModel(seed));
+      const dilocos = await Promise.all(
+        groups.map((group, r) =>
+          DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
+            group,
+            ...STREAM,
+            overlap,
+          }),
+        ),
+      );
+      // Steps 1-8: fragments 1, 2 and 3 sync after steps 2, 4 and 6; fragment 0 after step 8, the
+      // last, where every fragment syncs.
+      for (let step = 1; step <= STREAM.innerSteps; step++) {
+        for (const [r, model] of models.entries()) await nudge(model, seed, r, step);
+        const last = step === STREAM.innerSteps;
+        const results = await Promise.all(dilocos.map((d) => d.afterInnerStep({ last })));
+        if (last) expect(results.map((x) => x.synced)).toEqual([true, true]);
+      }
+      // Per rank, the calls on each fragment's group (one int8 average is several).
+      const counts = ops.map((list) =>
+        [0, 1, 2, 3].map((g) => list.filter((op) => op.group === g).length),
+      );
+      // Fragments 1-3 synced twice (their turn, then the last step); fragment 0 once, at the last
+      // step (afterInnerStep, then outerSync, would have sent it twice).
+      const one = counts[0]![1]! / 2;
+      expect(one).toBeGreaterThan(0);
+      expect(counts).toEqual([
+        [one, 2 * one, 2 * one, 2 * one],
+        [one, 2 * one, 2 * one, 2 * one],
+      ]);
+      const global = dilocos.map((d) => d.globalParameters());
+      expect(global[1]).toEqual(global[0]);
+      for (const model of models) expect(await flat(model)).toEqual(global[0]);
+      await closeWorld(groups);
+    },
+  );
 });

@@ -104,17 +104,9 @@ export function prepareDiloco(
         );
       }
       const before = diloco.bytesSent;
-      let { synced, syncMs, waitMs } = await diloco.afterInnerStep();
-      // The last step ends with a sync of every fragment, so the saved model is the global one
-      // (streamed, a fragment that landed with this step is not all of them).
-      if ((!synced || streamed) && last(step)) {
-        const start = performance.now();
-        await diloco.outerSync();
-        const ms = performance.now() - start;
-        synced = true;
-        syncMs += ms;
-        waitMs += ms;
-      }
+      // The last step ends with every parameter synced, so the saved model is the global one
+      // (streamed: every fragment, the one issued with this step not sent twice).
+      const { synced, syncMs, waitMs } = await diloco.afterInnerStep({ last: last(step) });
       if (!synced) return null;
       return { outerStep: diloco.outerStep, bytesSent: diloco.bytesSent - before, syncMs, waitMs };
     },
