@@ -156,7 +156,7 @@ export async function measureDiloco(
       (l) =>
         JSON.parse(l) as {
           step: number;
-          tokensPerSecond: number;
+          seconds: number;
           outerBytesSent?: number;
           outerSyncMs?: number;
           outerWaitMs?: number;
@@ -164,7 +164,9 @@ export async function measureDiloco(
     );
   const before = lines.filter((l) => l.step < shape.steps);
   const tokensPerStep = shape.batch * shape.block;
-  const seconds = lines.reduce((s, l) => s + tokensPerStep / l.tokensPerSecond, 0);
+  // The job's rate: the loop's wall clock at the last line, so what runs between steps (the loop's
+  // own collectives at the steps that are not quiet) counts; the steps' own times left it out.
+  const seconds = lines.at(-1)!.seconds;
   const text = outs[0]!.text;
   const parameters = Number(/model: gpt, (\d+) parameters/.exec(outs[0]!.head)?.[1] ?? Number.NaN);
   const heldOutLoss = Number(/held-out loss ([\d.]+)/.exec(text)?.[1] ?? Number.NaN);

@@ -117,8 +117,18 @@ export async function agreedStop(
 ): Promise<StopSignal | null> {
   const mine = flag?.signal ?? null;
   if (group === null || group.size === 1) return mine;
-  const all = await gatherScalar(group, mine === null ? 0 : NUMBERS[mine]);
-  const strongest = Math.max(...all);
+  return strongestStop(await gatherScalar(group, stopNumber(flag)));
+}
+
+/** What a rank sends for `agreedStop`: 0 for none, else its signal's number. */
+export function stopNumber(flag: { readonly signal: StopSignal | null } | undefined): number {
+  const mine = flag?.signal ?? null;
+  return mine === null ? 0 : NUMBERS[mine];
+}
+
+/** The stop every rank acts on, from every rank's `stopNumber`: SIGTERM over SIGINT over none. */
+export function strongestStop(numbers: readonly number[]): StopSignal | null {
+  const strongest = Math.max(...numbers);
   if (strongest === 0) return null;
   return strongest === NUMBERS.SIGTERM ? 'SIGTERM' : 'SIGINT';
 }

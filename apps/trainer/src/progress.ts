@@ -8,6 +8,12 @@ export interface StepRecord {
   /** Wall time of the step, including reading the loss back. */
   ms: number;
   tokensPerSecond: number;
+  /**
+   * Wall seconds from the start of this process's training loop to the end of this step's record:
+   * what runs between steps (the loop's collectives, evaluations, checkpoints) included, which
+   * `ms` leaves out, so tokens over `seconds` is the job's rate (nanoGPT's dt counts the same).
+   */
+  seconds?: number;
   /** The backend allocator's peak of allocated bytes so far (rank 0's in a multi-rank run). */
   peakDeviceBytes: number;
   /** Every rank's peak, by rank, in a multi-rank run. */

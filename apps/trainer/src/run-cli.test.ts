@@ -72,11 +72,20 @@ describe('webshard-train, in process', () => {
         'loss',
         'lr',
         'tokensPerSecond',
+        'seconds',
         'peakDeviceBytes',
         'peakExternalBytes',
         'peakHostBytes',
       ]),
     );
+    // seconds: the loop's wall clock at each line, what runs between steps included (the held-out
+    // evaluation and sample after step 2 fall between step 2's line and step 3's).
+    const seconds = logged.map((l) => l.seconds as number);
+    const ms = run.summary!.records.map((r) => r.ms);
+    expect(seconds[0]).toBeGreaterThanOrEqual(ms[0]! / 1000);
+    const between = seconds.slice(1).map((s, i) => s - seconds[i]! - ms[i + 1]! / 1000);
+    for (const gap of between) expect(gap).toBeGreaterThanOrEqual(0);
+    expect(between[1]).toBeGreaterThan(between[0]!);
     // One rank registers no collective memory.
     expect(logged.every((l) => l.peakExternalBytes === 0)).toBe(true);
     expect(logged.map((l) => l.loss)).toEqual(losses);

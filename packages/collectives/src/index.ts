@@ -74,7 +74,7 @@ export { RendezvousError } from './rendezvous/errors.js';
 export type { InitProcessGroupOptions, ProgressMode } from './init-process-group.js';
 export { initProcessGroup } from './init-process-group.js';
 export type { WebSocketConstructor } from './rendezvous/store-client.js';
-export { averageScalar, gatherScalar } from './scalar.js';
+export { averageScalar, gatherScalar, gatherScalars } from './scalar.js';
 export type { ShardRange } from './shard.js';
 export { shardRange } from './shard.js';
 export { createLocalGroups } from './transports/local/local-transport.js';

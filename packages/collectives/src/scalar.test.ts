@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ProcessGroup } from './process-group.js';
-import { averageScalar, gatherScalar } from './scalar.js';
+import { averageScalar, gatherScalar, gatherScalars } from './scalar.js';
 import { createLocalGroups } from './transports/local/local-transport.js';
 
 async function onRanks<T>(size: number, fn: (group: ProcessGroup) => Promise<T>): Promise<T[]> {
@@ -23,6 +23,27 @@ describe.each([1, 2, 3, 4, 7])('scalars over %i ranks', (size) => {
     const results = await onRanks(size, (group) => gatherScalar(group, sample(group.rank)));
     const bits = (values: number[]) => new BigInt64Array(Float64Array.from(values).buffer);
     for (const values of results) expect(bits(values)).toEqual(bits(expected));
+  });
+
+  it("gatherScalars: every rank gets every rank's values, bit for bit, by rank, in one collective", async () => {
+    const mine = (r: number) => [sample(r), sample(r + 3), -sample(r + 5)];
+    const expected = Array.from({ length: size }, (_, r) => mine(r));
+    const calls: number[] = [];
+    const results = await onRanks(size, (group) => {
+      const allGather = group.allGather.bind(group);
+      group.allGather = (...args) => {
+        calls.push(group.rank);
+        return allGather(...args);
+      };
+      return gatherScalars(group, mine(group.rank));
+    });
+    const bits = (rows: number[][]) => new BigInt64Array(Float64Array.from(rows.flat()).buffer);
+    for (const rows of results) {
+      expect(rows.map((row) => row.length)).toEqual(expected.map(() => 3));
+      expect(bits(rows)).toEqual(bits(expected));
+    }
+    // One all-gather a rank (none on one rank).
+    expect(calls.length).toBe(size === 1 ? 0 : size);
   });
 
   it('averageScalar: the rank-order sum in double precision over the size, the same everywhere', async () => {

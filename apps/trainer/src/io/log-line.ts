@@ -7,6 +7,7 @@ export function logLine(record: StepRecord): string {
     loss,
     lr,
     tokensPerSecond,
+    seconds,
     peakDeviceBytes,
     peakExternalBytes,
     peakHostBytes,
@@ -19,5 +20,5 @@ export function logLine(record: StepRecord): string {
     tokensPerSecondPerRank,
     peakHostBytesPerRank,
   } = record;
-  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent, outerSyncMs, outerWaitMs, peakDeviceBytesPerRank, tokensPerSecondPerRank, peakHostBytesPerRank })}\n`;
+  return `${JSON.stringify({ step, loss, lr, tokensPerSecond, seconds, peakDeviceBytes, peakExternalBytes, peakHostBytes, hostRanksPerProcess, outerStep, outerBytesSent, outerSyncMs, outerWaitMs, peakDeviceBytesPerRank, tokensPerSecondPerRank, peakHostBytesPerRank })}\n`;
 }

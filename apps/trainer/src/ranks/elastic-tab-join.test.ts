@@ -90,7 +90,15 @@ describe.skipIf(skipWithoutChromium('elastic-tab-join.test.ts'))(
           return now?.done === true ? now : null;
         },
         180_000,
-      );
+      ).catch(async (error: Error) => {
+        // What every side said, so a run that stalls here can be read.
+        const said = [
+          `page: download ${JSON.stringify(seen.at(-1))}, rank ${JSON.stringify(await statusOf(page))}`,
+          `coordinator:\n${coordinator.stdout().slice(-3000)}`,
+          ...nodes.map((node, i) => `member ${i}:\n${node.stdout().slice(-3000)}`),
+        ];
+        throw new Error(`${error.message}\n${said.join('\n')}`);
+      });
       const [a, b, ended] = await Promise.all([...nodes, coordinator].map((m) => m.done));
       follow.stop();
       for (const result of [a!, b!]) expect([result.code, result.stderr]).toEqual([0, '']);

@@ -126,7 +126,7 @@ export async function trainElastic(
     let logged = 0;
     const logStep = async (record: StepRecord) => {
       if (log === null || record.step <= logged) return;
-      await log.write(logLine(record));
+      await log.write(logLine({ ...record, seconds: (performance.now() - started) / 1000 }));
       logged = record.step;
     };
     const announce = async (change: MembershipChange, step: number) => {

@@ -1,4 +1,3 @@
-import { gatherScalar } from '@webshard/collectives';
 import {
   abandonCheckpoint,
   beginCheckpoint,
@@ -20,6 +19,7 @@ import { accumulatedStep, type MixedStepResult } from '../train-step.js';
 import { capturedLoopStep } from './captured-loop-step.js';
 import { heldOutLoss, shortSample } from './held-out.js';
 import { microBatchLosses } from './micro-batches.js';
+import { perRankFields } from './rank-fields.js';
 import { learningRate } from './schedule.js';
 import type { Run } from './set-up.js';
 
@@ -72,9 +72,10 @@ export async function runLoop(run: Run): Promise<LoopResult> {
   if (early !== null) interrupted = await interrupt(early, firstStep);
   try {
     for (let step = firstStep; step < config.steps && interrupted === null; step++) {
-      const record = await oneStep(run, step);
-      records.push(record);
+      const { record, stop: agreed } = await stepAndStop(run, step);
       const elapsed = (performance.now() - started) / 1000;
+      record.seconds = elapsed;
+      records.push(record);
       progress.step(record, elapsed);
       io.onStep?.(record);
       const news = run.prepared.news?.();
@@ -99,10 +100,13 @@ export async function runLoop(run: Run): Promise<LoopResult> {
         await saveCheckpoint(run, record.step, records, evals);
       }
       faultPoint('step');
-      // A quiet step (diloco between syncs) leaves the agreement to the next step that is not.
+      // A quiet step (diloco between syncs) leaves the agreement to the next step that is not;
+      // one that gathered its per-rank fields agreed in the same all-gather.
       const stop = run.prepared.quietStep?.(record.step - 1)
         ? null
-        : await agreedStop(io.stop, group);
+        : agreed !== undefined
+          ? agreed
+          : await agreedStop(io.stop, group);
       if (stop !== null) {
         interrupted = await interrupt(stop, record.step);
         break;
@@ -141,6 +145,17 @@ async function eagerStep(run: Run, step: number): Promise<MixedStepResult> {
 
 /** One optimizer step (index `step`, from 0) and its record: loss, norm, time, peak memory. */
 export async function oneStep(run: Run, step: number): Promise<StepRecord> {
+  return (await stepAndStop(run, step)).record;
+}
+
+/**
+ * `oneStep`, and on a step whose per-rank fields were gathered the stop request every rank agreed
+ * on in the same all-gather (`perRankFields`); `undefined` where nothing was gathered.
+ */
+async function stepAndStop(
+  run: Run,
+  step: number,
+): Promise<{ record: StepRecord; stop: StopSignal | null | undefined }> {
   const { config, group, prepared, optimizer, backend } = run;
   const lr =
     config.lrSchedule === 'cosine'
@@ -158,7 +173,12 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
   const solo = quiet || (config.elastic ?? null) !== null;
   const ms = performance.now() - start;
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
-  return {
+  const peak = backend.memoryStats().peakAllocated;
+  const gathered =
+    group !== null && group.size > 1 && !solo
+      ? await perRankFields(group, peak, tokensPerStep, ms, run.io.stop)
+      : null;
+  const record: StepRecord = {
     step: step + 1,
     steps: config.steps,
     loss: result.loss,
@@ -167,13 +187,11 @@ export async function oneStep(run: Run, step: number): Promise<StepRecord> {
     ms,
     tokensPerSecond: (tokensPerStep * 1000) / ms,
     ...(outer === null ? {} : outerSyncFields(outer)),
-    peakDeviceBytes: backend.memoryStats().peakAllocated,
+    peakDeviceBytes: peak,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
-    ...(group !== null && group.size > 1 && !solo
-      ? await perRankFields(group, backend.memoryStats().peakAllocated, tokensPerStep, ms)
-      : {}),
-    ...(await hostMemoryFields(solo ? null : group)),
+    ...(gathered?.fields ?? (await hostMemoryFields(null))),
   };
+  return { record, stop: gathered?.stop };
 }
 
 /** A checkpoint after `step` into `--checkpoint-dir`, with the run's history so far. */
@@ -214,24 +232,6 @@ export async function saveCheckpoint(
     }
     throw error;
   }
-}
-
-/** Every rank's device peak and tokens a second (its share of the batch). */
-async function perRankFields(
-  group: NonNullable<Run['group']>,
-  peakAllocated: number,
-  tokensPerStep: number,
-  ms: number,
-): Promise<Pick<StepRecord, 'peakDeviceBytesPerRank' | 'tokensPerSecondPerRank'>> {
-  const [peaks, times] = await Promise.all([
-    gatherScalar(group, peakAllocated),
-    gatherScalar(group, ms),
-  ]);
-  const share = tokensPerStep / group.size;
-  return {
-    peakDeviceBytesPerRank: peaks,
-    tokensPerSecondPerRank: times.map((t) => (share * 1000) / t),
-  };
 }
 
 /** `peakExternalBytes` where the backend counts memory outside its allocator. */

@@ -1,0 +1,47 @@
+import { createLocalGroups } from '@webshard/collectives';
+import { describe, expect, it } from 'vitest';
+import type { StopSignal } from '../interrupt.js';
+import { perRankFields } from './rank-fields.js';
+
+describe("a step line's per-rank fields", () => {
+  it.each([
+    { signals: [null, null, null], agreed: null },
+    { signals: [null, 'SIGINT', null], agreed: 'SIGINT' },
+    { signals: [null, 'SIGINT', 'SIGTERM'], agreed: 'SIGTERM' },
+  ] as { signals: (StopSignal | null)[]; agreed: StopSignal | null }[])(
+    'come from one all-gather a rank with the stop every rank acts on (signals $signals: $agreed)',
+    async ({ signals, agreed }) => {
+      const groups = createLocalGroups(3);
+      const calls: number[] = [];
+      for (const group of groups) {
+        for (const name of ['allGather', 'allReduce', 'broadcast', 'send', 'recv'] as const) {
+          const call = (group[name] as (...a: unknown[]) => unknown).bind(group);
+          (group as unknown as Record<string, unknown>)[name] = (...a: unknown[]) => {
+            calls.push(group.rank);
+            return call(...a);
+          };
+        }
+      }
+      // 96 tokens a step, 32 a rank; rank r took 100 (r + 1) ms and peaked at (r + 1) MiB.
+      const all = await Promise.all(
+        groups.map((group) =>
+          perRankFields(group, (group.rank + 1) * 2 ** 20, 96, 100 * (group.rank + 1), {
+            signal: signals[group.rank]!,
+          }),
+        ),
+      );
+      expect(calls.sort()).toEqual([0, 1, 2]);
+      for (const [rank, { fields, stop }] of all.entries()) {
+        expect(stop).toBe(agreed);
+        expect(fields.peakDeviceBytesPerRank).toEqual([2 ** 20, 2 * 2 ** 20, 3 * 2 ** 20]);
+        expect(fields.tokensPerSecondPerRank).toEqual([320, 160, 320 / 3]);
+        // The ranks are threads of this process: one resident memory, shared by all 3.
+        expect(fields.hostRanksPerProcess).toBe(3);
+        expect(fields.peakHostBytesPerRank).toHaveLength(3);
+        for (const peak of fields.peakHostBytesPerRank!) expect(peak).toBeGreaterThan(2 ** 20);
+        expect(fields.peakHostBytes).toBe(fields.peakHostBytesPerRank![rank]);
+      }
+      await Promise.all(groups.map((group) => group.close()));
+    },
+  );
+});
