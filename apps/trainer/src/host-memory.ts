@@ -1,4 +1,3 @@
-import { gatherScalars, type ProcessGroup } from '@webshard/collectives';
 import { hostMemory } from '#platform';
 
 export { hostMemory };
@@ -37,13 +36,9 @@ export function hostFields(
 }
 
 /**
- * This rank's peak resident memory, and with a group every rank's and how many ranks share this
- * rank's process (thread ranks: the numbers are the process's, for all of them). Every rank must
- * call it at the same step (one all-gather); a rank whose platform cannot measure sends 0, and
- * nothing is reported for it.
+ * This rank's peak resident memory, where the platform measures it (a step line's own field; every
+ * rank's come with the others' in `perRankFields`, run/rank-fields.ts).
  */
-export async function hostMemoryFields(group: ProcessGroup | null): Promise<HostMemoryFields> {
-  const host = await hostMemory();
-  if (group === null || group.size === 1) return hostFields(host, null);
-  return hostFields(host, await gatherScalars(group, hostMemoryValues(host, group.rank)));
+export async function hostMemoryFields(): Promise<HostMemoryFields> {
+  return hostFields(await hostMemory(), null);
 }

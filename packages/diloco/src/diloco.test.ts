@@ -3,6 +3,7 @@ import { AdamW, SGD } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { DiLoCo } from './diloco.js';
 import { DilocoArgumentError, DilocoStateError } from './errors.js';
+import { dilocoWorld } from './test-support/diloco-world.js';
 import { backwardOn, buildModel, flat, type Model } from './test-support/mlp-case.js';
 import { closeWorld, newSeed } from './test-support/worlds.js';
 
@@ -268,15 +269,7 @@ describe('DiLoCo', () => {
     async ({ steps, outerSteps }) => {
       const seed = newSeed('diloco last step');
       const groups = createLocalGroups(2);
-      const models = groups.map(() => buildModel(seed));
-      const dilocos = await Promise.all(
-        groups.map((group, r) =>
-          DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
-            group,
-            innerSteps: 4,
-          }),
-        ),
-      );
+      const { models, dilocos } = await dilocoWorld(groups, seed, { innerSteps: 4 });
       const synced: number[] = [];
       for (let step = 1; step <= steps; step++) {
         for (let r = 0; r < 2; r++) await backwardOn(models[r]!, seed, r, step);

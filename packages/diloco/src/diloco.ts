@@ -3,6 +3,7 @@ import type { StepOptions, Tensor } from '@webshard/tensor-core';
 import { type DilocoOptions, type ResolvedDilocoOptions, resolveDilocoOptions } from './api.js';
 import { CompressedAverager } from './compressed-average.js';
 import { checkCreate, checkWeight } from './create-checks.js';
+import { checkStateDict } from './state-dict-checks.js';
 import { DilocoStateError } from './errors.js';
 import { readFlat, writeFlat } from './flat-params.js';
 import { OuterOptimizer } from './outer-optimizer.js';
@@ -406,26 +407,7 @@ export class DiLoCo {
   loadStateDict(state: DilocoStateDict): Promise<void> {
     if (this.current === 'syncing') this.assertIdle('loadStateDict');
     const n = this.params.reduce((sum, p) => sum + p.size, 0);
-    const bad = (what: string, length: number | undefined) =>
-      new DilocoStateError(
-        { op: 'loadStateDict', rank: this.group.rank },
-        'idle',
-        `${what} has ${length} elements, the wrapped parameters ${n}`,
-      );
-    if (state.global?.length !== n) throw bad('global', state.global?.length);
-    if (state.momentumBuffer !== null && state.momentumBuffer.length !== n) {
-      throw bad('momentumBuffer', state.momentumBuffer.length);
-    }
-    if (state.residual !== null && state.residual.length !== n) {
-      throw bad('residual', state.residual.length);
-    }
-    if (!Number.isSafeInteger(state.innerStep) || state.innerStep < 0) {
-      throw new DilocoStateError(
-        { op: 'loadStateDict', rank: this.group.rank },
-        'idle',
-        `innerStep must be a whole number >= 0, got ${state.innerStep}`,
-      );
-    }
+    checkStateDict(state, n, this.group.rank);
     this.innerSteps = state.innerStep;
     this.outer.loadStateDict({ step: state.outerStep, momentumBuffer: state.momentumBuffer });
     this.averager.loadResiduals({ input: state.residual, shard: state.shardResidual });

@@ -31,3 +31,48 @@ export function writeFlat(
     offset += p.size;
   }
 }
+
+/**
+ * Where each tensor of a parameter list lies in the flat parameter-order vector, and the
+ * contiguous parts of a subset of them (a streamed fragment's) taken out of it or put back.
+ */
+export class FlatLayout {
+  private readonly starts: number[] = [];
+  private readonly total: number;
+
+  constructor(private readonly sizes: readonly number[]) {
+    let offset = 0;
+    for (const size of sizes) {
+      this.starts.push(offset);
+      offset += size;
+    }
+    this.total = offset;
+  }
+
+  /** The tensors `tensors` of `flat`, one after another. */
+  pick(flat: Float32Array, tensors: readonly number[]): Float32Array {
+    const out = new Float32Array(tensors.reduce((sum, t) => sum + this.sizes[t]!, 0));
+    let offset = 0;
+    for (const t of tensors) {
+      const size = this.sizes[t]!;
+      out.set(flat.subarray(this.starts[t]!, this.starts[t]! + size), offset);
+      offset += size;
+    }
+    return out;
+  }
+
+  /** A flat vector from each part's contiguous values of its tensors (zeros for null). */
+  gather(parts: readonly (readonly [readonly number[], Float32Array | null])[]): Float32Array {
+    const flat = new Float32Array(this.total);
+    for (const [tensors, values] of parts) {
+      if (values === null) continue;
+      let offset = 0;
+      for (const t of tensors) {
+        const size = this.sizes[t]!;
+        flat.set(values.subarray(offset, offset + size), this.starts[t]!);
+        offset += size;
+      }
+    }
+    return flat;
+  }
+}

@@ -34,11 +34,8 @@ export type { OuterOptimizerOptions, OuterOptimizerState } from './outer-optimiz
 export type { OuterStateName, OuterStateStore, OuterStateWriter } from './outer-state-store.js';
 export { MemoryOuterStateStore } from './outer-state-store.js';
 export { STORE_CHUNK } from './stored-outer-state.js';
-export {
-  DEFAULT_STREAM_MIXING,
-  dealFragments,
-  fragmentDue,
-} from './streamed-fragments.js';
+export { dealFragments, fragmentDue } from './fragment-schedule.js';
+export { DEFAULT_STREAM_MIXING } from './streamed-fragments.js';
 export { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, OuterOptimizer } from './outer-optimizer.js';
 export {
   DEFAULT_TOPK_CHUNK,

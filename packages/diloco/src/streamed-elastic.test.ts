@@ -1,8 +1,8 @@
 import { createLocalGroups, type ProcessGroup } from '@webshard/collectives';
-import { AdamW } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
-import { DiLoCo } from './diloco.js';
-import { buildModel, flat, type Model, nudge } from './test-support/mlp-case.js';
+import type { DiLoCo } from './diloco.js';
+import { dilocoWorld } from './test-support/diloco-world.js';
+import { flat, type Model, nudge } from './test-support/mlp-case.js';
 import { closeWorld, newSeed } from './test-support/worlds.js';
 
 // [Note: streamed fragments]: a member lost with a fragment in flight. The fragment is never
@@ -16,18 +16,8 @@ const STREAM = {
   blockSize: 8,
 } as const;
 
-async function world(groups: ProcessGroup[], seed: number, broadcast = true) {
-  const models = groups.map(() => buildModel(seed));
-  const dilocos = await Promise.all(
-    groups.map((group, r) =>
-      DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
-        group,
-        ...STREAM,
-        broadcast,
-      }),
-    ),
-  );
-  return { models, dilocos };
+function world(groups: ProcessGroup[], seed: number, broadcast = true) {
+  return dilocoWorld(groups, seed, { ...STREAM, broadcast });
 }
 
 /** Two wrappers in a fresh world of 2 holding `states` and `params`: what the survivors should be. */
@@ -139,18 +129,7 @@ describe('streamed fragments in an elastic world', () => {
   it("a newcomer weighs 0 in the fragment issued after its join (afterInnerStep weight): the average is the contributors'", async () => {
     const seed = newSeed('streamed elastic weight');
     const options = { innerSteps: 4, fragments: 2, overlap: 0, compression: 'f32' } as const;
-    const make = async (groups: ProcessGroup[]) => {
-      const models = groups.map(() => buildModel(seed));
-      const dilocos = await Promise.all(
-        groups.map((group, r) =>
-          DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
-            group,
-            ...options,
-          }),
-        ),
-      );
-      return { models, dilocos };
-    };
+    const make = (groups: ProcessGroup[]) => dilocoWorld(groups, seed, options);
     // Rank 2 of 3 has no pseudo-gradient (it holds the global copy, as a newcomer does); ranks 0
     // and 1 train as the 2 ranks of a world without it. Fragment 1 is issued after step 2.
     const three = createLocalGroups(3);

@@ -5,7 +5,7 @@ import { CompressedAverager } from './compressed-average.js';
 import type { OuterCompression } from './compression.js';
 import { DiLoCo } from './diloco.js';
 import { DilocoArgumentError } from './errors.js';
-import { dealFragments, fragmentDue } from './streamed-fragments.js';
+import { dealFragments, fragmentDue } from './fragment-schedule.js';
 import { buildModel, flat, type Model } from './test-support/mlp-case.js';
 import { type Average, exactMean, StreamReference } from './test-support/stream-reference.js';
 import { closeWorld, newSeed, randomValues } from './test-support/worlds.js';

@@ -2,7 +2,8 @@ import type { ProcessGroup } from '@webshard/collectives';
 import type { Tensor } from '@webshard/tensor-core';
 import { type AverageStats, CompressedAverager } from './compressed-average.js';
 import type { CompressedAverageOptions } from './compressed-average.js';
-import { readFlat, writeFlat } from './flat-params.js';
+import { FlatLayout, readFlat, writeFlat } from './flat-params.js';
+import { dealFragments, fragmentDue } from './fragment-schedule.js';
 import { OuterOptimizer, type OuterOptimizerOptions } from './outer-optimizer.js';
 
 /** Streaming DiLoCo's mixing factor alpha with an overlap: half local, half global (the paper's). */
@@ -72,30 +73,6 @@ export const DEFAULT_STREAM_MIXING = 0.5;
  *   its next turn (a regroup never applies a half-averaged fragment, and never waits on the old
  *   group).
  */
-
-/**
- * Tensor indices of each of `count` fragments, for tensors of `sizes` elements: each tensor in
- * order to the fragment with the fewest elements so far, ties to the lowest ([Note: streamed
- * fragments]).
- */
-export function dealFragments(sizes: readonly number[], count: number): number[][] {
-  const fragments = Array.from({ length: count }, () => [] as number[]);
-  const filled = new Array<number>(count).fill(0);
-  for (const [i, size] of sizes.entries()) {
-    let p = 0;
-    for (let q = 1; q < count; q++) if (filled[q]! < filled[p]!) p = q;
-    fragments[p]!.push(i);
-    filled[p]! += size;
-  }
-  return fragments;
-}
-
-/** The fragment whose sync starts after inner step `step` (from 1), or null ([Note: streamed fragments]). */
-export function fragmentDue(step: number, innerSteps: number, count: number): number | null {
-  const phase = step % innerSteps;
-  for (let p = 0; p < count; p++) if (Math.floor((p * innerSteps) / count) === phase) return p;
-  return null;
-}
 
 /** Every rank of `group` as a group of its own (its collectives on separate tags). */
 function ownGroup(group: ProcessGroup): ProcessGroup {
@@ -180,8 +157,7 @@ const yieldTurn: () => Promise<void> =
  */
 export class StreamedFragments {
   private readonly list: Fragment[];
-  /** Where each tensor starts in the flat parameter vector. */
-  private readonly starts: number[];
+  private readonly layout: FlatLayout;
   private flight: InFlight | null = null;
   private stepsBefore = 0;
 
@@ -190,13 +166,8 @@ export class StreamedFragments {
     global: Float32Array,
     private options: StreamOptions,
   ) {
-    this.starts = [];
-    let offset = 0;
-    for (const p of params) {
-      this.starts.push(offset);
-      offset += p.size;
-    }
     const sizes = params.map((p) => p.size);
+    this.layout = new FlatLayout(sizes);
     this.list = dealFragments(sizes, options.fragments).map((tensors, index) => {
       const fragment: Fragment = {
         index,
@@ -324,13 +295,15 @@ export class StreamedFragments {
 
   /** The global copy, flat in parameter order. */
   flatGlobal(): Float32Array {
-    return this.gather((f) => f.global);
+    return this.layout.gather(this.list.map((f) => [f.tensors, f.global]));
   }
 
   /** The outer momentum buffers, flat (zeros for a fragment without one yet), or null if none. */
   flatMomentum(): Float32Array | null {
     if (this.list.every((f) => f.outer.stateDict().momentumBuffer === null)) return null;
-    return this.gather((f) => f.outer.stateDict().momentumBuffer);
+    return this.layout.gather(
+      this.list.map((f) => [f.tensors, f.outer.stateDict().momentumBuffer]),
+    );
   }
 
   /** The residuals of error feedback, flat; a fragment in flight's as before its issue. */
@@ -338,7 +311,7 @@ export class StreamedFragments {
     const residualOf = (f: Fragment) =>
       f === this.flight?.fragment ? this.flight.residualBefore : f.averager.residuals().input;
     if (this.list.every((f) => residualOf(f) === null)) return null;
-    return this.gather(residualOf);
+    return this.layout.gather(this.list.map((f) => [f.tensors, residualOf(f)]));
   }
 
   /**
@@ -351,15 +324,16 @@ export class StreamedFragments {
   ): void {
     this.flight = null;
     for (const fragment of this.list) {
-      fragment.global.set(this.pick(global, fragment));
+      fragment.global.set(this.layout.pick(global, fragment.tensors));
       fragment.issuedAt = -1;
       if (state === undefined) continue;
       fragment.outer.loadStateDict({
         step: 0,
-        momentumBuffer: state.momentum === null ? null : this.pick(state.momentum, fragment),
+        momentumBuffer:
+          state.momentum === null ? null : this.layout.pick(state.momentum, fragment.tensors),
       });
       fragment.averager.loadResiduals({
-        input: state.residual === null ? null : this.pick(state.residual, fragment),
+        input: state.residual === null ? null : this.layout.pick(state.residual, fragment.tensors),
         shard: null,
       });
     }
@@ -424,34 +398,5 @@ export class StreamedFragments {
       writeFlat(this.params, local, fragment.tensors);
     }
     return { bytesSent: stats.bytesSent, syncMs, waitMs };
-  }
-
-  /** The fragment's part of a flat parameter-order vector, contiguous. */
-  private pick(flat: Float32Array, fragment: Fragment): Float32Array {
-    const out = new Float32Array(fragment.global.length);
-    let offset = 0;
-    for (const t of fragment.tensors) {
-      const size = this.params[t]!.size;
-      out.set(flat.subarray(this.starts[t]!, this.starts[t]! + size), offset);
-      offset += size;
-    }
-    return out;
-  }
-
-  /** A flat parameter-order vector from each fragment's contiguous part (zeros for null). */
-  private gather(part: (fragment: Fragment) => Float32Array | null): Float32Array {
-    const total = this.params.reduce((sum, p) => sum + p.size, 0);
-    const flat = new Float32Array(total);
-    for (const fragment of this.list) {
-      const values = part(fragment);
-      if (values === null) continue;
-      let offset = 0;
-      for (const t of fragment.tensors) {
-        const size = this.params[t]!.size;
-        flat.set(values.subarray(offset, offset + size), this.starts[t]!);
-        offset += size;
-      }
-    }
-    return flat;
   }
 }

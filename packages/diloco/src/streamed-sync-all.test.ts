@@ -1,8 +1,7 @@
 import { createLocalGroups } from '@webshard/collectives';
-import { AdamW } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
-import { DiLoCo } from './diloco.js';
-import { buildModel, flat, nudge } from './test-support/mlp-case.js';
+import { dilocoWorld } from './test-support/diloco-world.js';
+import { flat, nudge } from './test-support/mlp-case.js';
 import { type OpTimes, recordSubGroupOps } from './test-support/sub-group-ops.js';
 import { closeWorld, createShapedWorld, newSeed } from './test-support/worlds.js';
 
@@ -25,15 +24,7 @@ describe('a streamed DiLoCo syncing every fragment', () => {
     const groups = await createShapedWorld(2, 'broadband-20');
     const ops: OpTimes[] = [];
     for (const group of groups) recordSubGroupOps(group, ops);
-    const models = groups.map(() => buildModel(3));
-    const dilocos = await Promise.all(
-      groups.map((group, r) =>
-        DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
-          group,
-          ...STREAM,
-        }),
-      ),
-    );
+    const { dilocos } = await dilocoWorld(groups, 3, STREAM);
     await Promise.all(dilocos.map((d) => d.afterInnerStep()));
     expect(ops).toEqual([]);
     await Promise.all(dilocos.map((d) => d.outerSync()));
@@ -54,15 +45,7 @@ describe('a streamed DiLoCo syncing every fragment', () => {
     const groups = createLocalGroups(2);
     // Fragment 0's group loses every call; fragment 1's and later averages complete.
     for (const group of groups) recordSubGroupOps(group, [], (_, g) => g === 0);
-    const models = groups.map(() => buildModel(seed));
-    const dilocos = await Promise.all(
-      groups.map((group, r) =>
-        DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
-          group,
-          ...STREAM,
-        }),
-      ),
-    );
+    const { models, dilocos } = await dilocoWorld(groups, seed, STREAM);
     for (const [r, model] of models.entries()) await nudge(model, seed, r, 0);
     await Promise.all(dilocos.map((d) => d.afterInnerStep()));
     const before = dilocos.map((d) => d.stateDict());
@@ -93,16 +76,7 @@ describe('a streamed DiLoCo syncing every fragment', () => {
       const groups = createLocalGroups(2);
       const ops: OpTimes[][] = [[], []];
       for (const [r, group] of groups.entries()) recordSubGroupOps(group, ops[r]!);
-      const models = groups.map(() => buildModel(seed));
-      const dilocos = await Promise.all(
-        groups.map((group, r) =>
-          DiLoCo.create(models[r]!.parameters(), new AdamW(models[r]!.parameters()), {
-            group,
-            ...STREAM,
-            overlap,
-          }),
-        ),
-      );
+      const { models, dilocos } = await dilocoWorld(groups, seed, { ...STREAM, overlap });
       // Steps 1-8: fragments 1, 2 and 3 sync after steps 2, 4 and 6; fragment 0 after step 8, the
       // last, where every fragment syncs.
       for (let step = 1; step <= STREAM.innerSteps; step++) {

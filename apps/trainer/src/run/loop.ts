@@ -189,7 +189,7 @@ async function stepAndStop(
     ...(outer === null ? {} : outerSyncFields(outer)),
     peakDeviceBytes: peak,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
-    ...(gathered?.fields ?? (await hostMemoryFields(null))),
+    ...(gathered?.fields ?? (await hostMemoryFields())),
   };
   return { record, stop: gathered?.stop };
 }
