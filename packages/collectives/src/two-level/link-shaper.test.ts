@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { ArgumentError } from '@webshard/tensor-core';
 import { describe, expect, it } from 'vitest';
 import { TransportAbortedError } from '../errors.js';
@@ -85,6 +86,33 @@ describe('LinkShaper', () => {
     expect(first).toBeLessThan(29 + 2000);
     expect(got.every((x) => x === 7)).toBe(true);
     expect([...small]).toEqual([9, 9, 9, 9]);
+  });
+
+  it('waits out a slow link with timers: the thread stays idle between due times, none early', async () => {
+    // 200 messages of 2 kB on broadband-20 (2.5 kB per ms): due one after another every 0.8 ms
+    // from 40 ms to 200 ms. Polling the last 2 ms of each wait kept the event loop busy nearly
+    // the whole time (utilization 0.84 here); timers leave it idle most of it.
+    const [a, b] = shaped(2, 'broadband-20');
+    const count = 200;
+    const start = performance.now();
+    const sends = Array.from({ length: count }, (_, i) =>
+      a!.send(1, 0, new Uint8Array(2000).fill(i % 251)),
+    );
+    const before = performance.eventLoopUtilization();
+    const done: number[] = [];
+    const got = Array.from({ length: count }, () => new Uint8Array(2000));
+    await Promise.all([
+      ...sends,
+      ...got.map((dst, i) => b!.recv(0, 0, dst).then(() => (done[i] = performance.now() - start))),
+    ]);
+    const used = performance.eventLoopUtilization(before).utilization;
+    console.log(`200 shaped receives on broadband-20: event loop utilization ${used.toFixed(2)}`);
+    expect(used).toBeLessThan(0.5);
+    // Never early: the k-th is due 40 ms plus k + 1 messages' 0.8 ms on the wire after its send.
+    for (let i = 0; i < count; i++) {
+      expect(got[i]!.every((x) => x === i % 251)).toBe(true);
+      expect(done[i]!).toBeGreaterThanOrEqual(40 + 0.8 * (i + 1) - 0.5);
+    }
   });
 
   it('makes an all-reduce wait for the link, with the right result', async () => {
