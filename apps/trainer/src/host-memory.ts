@@ -37,7 +37,7 @@ export function hostFields(
 
 /**
  * This rank's peak resident memory, where the platform measures it (a step line's own field; every
- * rank's come with the others' in `perRankFields`, run/rank-fields.ts).
+ * rank's come with the others' in `issueRankFields`, run/rank-fields.ts).
  */
 export async function hostMemoryFields(): Promise<HostMemoryFields> {
   return hostFields(await hostMemory(), null);

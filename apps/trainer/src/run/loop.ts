@@ -9,7 +9,7 @@ import {
 } from '#platform';
 import type { RunState } from '../checkpoint/run-checkpoint.js';
 import { InterruptedError, NonFiniteLossError } from '../errors.js';
-import { agreedStop, type StopSignal } from '../interrupt.js';
+import { agreedStop, type StopSignal, stopNumber, strongestStop } from '../interrupt.js';
 import { hostMemoryFields } from '../host-memory.js';
 import { logLine } from '../io/log-line.js';
 import { createProgress, type StepRecord } from '../progress.js';
@@ -19,7 +19,7 @@ import { accumulatedStep, type MixedStepResult } from '../train-step.js';
 import { capturedLoopStep } from './captured-loop-step.js';
 import { heldOutLoss, shortSample } from './held-out.js';
 import { microBatchLosses } from './micro-batches.js';
-import { perRankFields } from './rank-fields.js';
+import { type GatheredFields, issueRankFields } from './rank-fields.js';
 import { learningRate } from './schedule.js';
 import type { Run } from './set-up.js';
 
@@ -70,22 +70,54 @@ export async function runLoop(run: Run): Promise<LoopResult> {
   // job agree after their first step.
   const early = group === null || group.size === 1 ? (io.stop?.signal ?? null) : null;
   if (early !== null) interrupted = await interrupt(early, firstStep);
+  // The line of a step whose per-rank fields are still on the wire ([Note: a step line a step
+  // late]): settled after the next step, or at once where the loop needs them now.
+  let pending: PendingLine | null = null;
+  const emit = async (record: StepRecord) => {
+    records.push(record);
+    progress.step(record, record.seconds ?? 0);
+    io.onStep?.(record);
+    const news = run.prepared.news?.();
+    if (news) progress.line(news);
+    if (log !== null) await log.write(logLine(record));
+  };
+  const settlePending = async (): Promise<StopSignal | null> => {
+    if (pending === null) return null;
+    const line = pending;
+    pending = null;
+    const stop = await settleLine(run, line);
+    await emit(line.record);
+    return stop;
+  };
   try {
     for (let step = firstStep; step < config.steps && interrupted === null; step++) {
-      const { record, stop: agreed } = await stepAndStop(run, step);
+      const { record, gathered } = await stepAndStop(run, step);
       const elapsed = (performance.now() - started) / 1000;
       record.seconds = elapsed;
-      records.push(record);
-      progress.step(record, elapsed);
-      io.onStep?.(record);
-      const news = run.prepared.news?.();
-      if (news) progress.line(news);
-      if (log !== null) await log.write(logLine(record));
-      if (
-        config.evalEvery > 0 &&
-        record.step % config.evalEvery === 0 &&
-        record.step < config.steps
-      ) {
+      // The step before's numbers, a step late: their all-gather ran while this step computed.
+      let stop = await settlePending();
+      const evaluates =
+        config.evalEvery > 0 && record.step % config.evalEvery === 0 && record.step < config.steps;
+      const checkpoints = config.checkpointEvery > 0 && record.step % config.checkpointEvery === 0;
+      const budgetSpent =
+        config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps;
+      if (gathered === null) {
+        await emit(record);
+      } else {
+        pending = { record, gathered };
+        // Where the loop needs this step's line now: an evaluation or a checkpoint after it, a
+        // stop, the last step.
+        if (
+          evaluates ||
+          checkpoints ||
+          budgetSpent ||
+          stop !== null ||
+          record.step >= config.steps
+        ) {
+          stop = strongestOf(stop, await settlePending());
+        }
+      }
+      if (evaluates) {
         const point = {
           step: record.step,
           loss: await heldOutLoss(run),
@@ -96,28 +128,41 @@ export async function runLoop(run: Run): Promise<LoopResult> {
           `eval after step ${point.step}: held-out loss ${point.loss.toFixed(4)}${point.sample ? ` | ${JSON.stringify(point.sample)}` : ''}`,
         );
       }
-      if (config.checkpointEvery > 0 && record.step % config.checkpointEvery === 0) {
-        await saveCheckpoint(run, record.step, records, evals);
-      }
+      if (checkpoints) await saveCheckpoint(run, record.step, records, evals);
       faultPoint('step');
       // A quiet step (diloco between syncs) leaves the agreement to the next step that is not;
-      // one that gathered its per-rank fields agreed in the same all-gather.
-      const stop = run.prepared.quietStep?.(record.step - 1)
-        ? null
-        : agreed !== undefined
-          ? agreed
-          : await agreedStop(io.stop, group);
+      // one that gathered its per-rank fields agreed in the same all-gather, acted on a step later
+      // (or now, with its line settled above).
+      if (
+        stop === null &&
+        gathered === null &&
+        !(run.prepared.quietStep?.(record.step - 1) ?? false)
+      ) {
+        stop = await agreedStop(io.stop, group);
+      }
       if (stop !== null) {
+        await settlePending();
         interrupted = await interrupt(stop, record.step);
         break;
       }
-      if (config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps) {
+      if (budgetSpent) {
         progress.line(
           `stopped after step ${record.step} of ${config.steps}: the ${config.maxSeconds} s budget is spent`,
         );
         break;
       }
     }
+    await settlePending();
+  } catch (error) {
+    // A step that failed leaves the line before it without its per-rank fields rather than wait
+    // on peers that may be gone.
+    const line = pending as PendingLine | null;
+    pending = null;
+    if (line !== null) {
+      line.gathered.catch(() => {});
+      await emit(line.record).catch(() => {});
+    }
+    throw error;
   } finally {
     progress.done();
     await log?.close();
@@ -145,17 +190,51 @@ async function eagerStep(run: Run, step: number): Promise<MixedStepResult> {
 
 /** One optimizer step (index `step`, from 0) and its record: loss, norm, time, peak memory. */
 export async function oneStep(run: Run, step: number): Promise<StepRecord> {
-  return (await stepAndStop(run, step)).record;
+  const { record, gathered } = await stepAndStop(run, step);
+  if (gathered !== null) await settleLine(run, { record, gathered });
+  return record;
+}
+
+/** A step's record and its per-rank fields' all-gather, still on the wire. */
+interface PendingLine {
+  record: StepRecord;
+  gathered: Promise<GatheredFields>;
 }
 
 /**
- * `oneStep`, and on a step whose per-rank fields were gathered the stop request every rank agreed
- * on in the same all-gather (`perRankFields`); `undefined` where nothing was gathered.
+ * [Note: a step line a step late]
+ * After a step that is not quiet, the ranks gather their per-rank numbers for its line (device and
+ * host peaks, step time, loss) and the stop request in one all-gather (`issueRankFields`), which
+ * costs one latency of the group: 40 ms on broadband-20, twice a DiLoCo inner step of the default
+ * GPT. The loop issues it after the step and settles it after the next one, so it crosses the link
+ * while that step computes: the step's line is written, shown and handed to `onStep` then, and the
+ * stop it carries is acted on after that next step, on every rank alike. Where the loop needs the
+ * line at once it settles it at once: before an evaluation or a checkpoint (whose history holds
+ * it), at a stop, at the end of the time budget and after the last step. A step that throws leaves
+ * the line before it without its per-rank fields, not waiting on peers that may be gone.
+ * `lossMeanInLine` strategies (diloco) take the step's logged loss from the same all-gather.
+ */
+async function settleLine(run: Run, line: PendingLine): Promise<StopSignal | null> {
+  const { fields, stop, meanLoss } = await line.gathered;
+  Object.assign(line.record, fields);
+  if (run.prepared.lossMeanInLine) line.record.loss = meanLoss;
+  return stop;
+}
+
+/** The stronger of two stop requests (SIGTERM over SIGINT), or the one given. */
+function strongestOf(a: StopSignal | null, b: StopSignal | null): StopSignal | null {
+  return strongestStop([stopNumber({ signal: a }), stopNumber({ signal: b })]);
+}
+
+/**
+ * `oneStep` without waiting for its per-rank fields: on a step that gathers them, the all-gather
+ * (issued, every rank at the same place among its collectives) that brings them and the stop
+ * every rank acts on ([Note: a step line a step late]); null where nothing is gathered.
  */
 async function stepAndStop(
   run: Run,
   step: number,
-): Promise<{ record: StepRecord; stop: StopSignal | null | undefined }> {
+): Promise<{ record: StepRecord; gathered: Promise<GatheredFields> | null }> {
   const { config, group, prepared, optimizer, backend } = run;
   const lr =
     config.lrSchedule === 'cosine'
@@ -174,9 +253,13 @@ async function stepAndStop(
   const ms = performance.now() - start;
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   const peak = backend.memoryStats().peakAllocated;
-  const gathered =
+  const issued =
     group !== null && group.size > 1 && !solo
-      ? await perRankFields(group, peak, tokensPerStep, ms, run.io.stop)
+      ? await issueRankFields(
+          group,
+          { peakAllocated: peak, tokensPerStep, ms, loss: result.loss },
+          run.io.stop,
+        )
       : null;
   const record: StepRecord = {
     step: step + 1,
@@ -189,9 +272,9 @@ async function stepAndStop(
     ...(outer === null ? {} : outerSyncFields(outer)),
     peakDeviceBytes: peak,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
-    ...(gathered?.fields ?? (await hostMemoryFields())),
+    ...(issued === null ? await hostMemoryFields() : {}),
   };
-  return { record, stop: gathered?.stop };
+  return { record, gathered: issued?.gathered ?? null };
 }
 
 /** A checkpoint after `step` into `--checkpoint-dir`, with the run's history so far. */

@@ -1,7 +1,7 @@
 import { createLocalGroups } from '@webshard/collectives';
 import { describe, expect, it } from 'vitest';
 import type { StopSignal } from '../interrupt.js';
-import { perRankFields } from './rank-fields.js';
+import { issueRankFields } from './rank-fields.js';
 
 describe("a step line's per-rank fields", () => {
   it.each([
@@ -22,17 +22,30 @@ describe("a step line's per-rank fields", () => {
           };
         }
       }
-      // 96 tokens a step, 32 a rank; rank r took 100 (r + 1) ms and peaked at (r + 1) MiB.
-      const all = await Promise.all(
-        groups.map((group) =>
-          perRankFields(group, (group.rank + 1) * 2 ** 20, 96, 100 * (group.rank + 1), {
-            signal: signals[group.rank]!,
-          }),
-        ),
-      );
+      // 96 tokens a step, 32 a rank; rank r took 100 (r + 1) ms, peaked at (r + 1) MiB and saw a
+      // loss of 0.1 + r / 3. Each rank's all-gather is issued before `issueRankFields` resolves.
+      const issued = [];
+      for (const group of groups) {
+        issued.push(
+          await issueRankFields(
+            group,
+            {
+              peakAllocated: (group.rank + 1) * 2 ** 20,
+              tokensPerStep: 96,
+              ms: 100 * (group.rank + 1),
+              loss: 0.1 + group.rank / 3,
+            },
+            { signal: signals[group.rank]! },
+          ),
+        );
+        expect(calls).toHaveLength(group.rank + 1);
+      }
+      const all = await Promise.all(issued.map(({ gathered }) => gathered));
       expect(calls.sort()).toEqual([0, 1, 2]);
-      for (const [rank, { fields, stop }] of all.entries()) {
+      for (const [rank, { fields, stop, meanLoss }] of all.entries()) {
         expect(stop).toBe(agreed);
+        // Summed in rank order in double precision, as averageScalar does: the same on every rank.
+        expect(meanLoss).toBe((0.1 + (0.1 + 1 / 3) + (0.1 + 2 / 3)) / 3);
         expect(fields.peakDeviceBytesPerRank).toEqual([2 ** 20, 2 * 2 ** 20, 3 * 2 ** 20]);
         expect(fields.tokensPerSecondPerRank).toEqual([320, 160, 320 / 3]);
         // The ranks are threads of this process: one resident memory, shared by all 3.

@@ -3,37 +3,57 @@ import { type HostMemoryFields, hostFields, hostMemory, hostMemoryValues } from 
 import { type StopSignal, stopNumber, strongestStop } from '../interrupt.js';
 import type { StepRecord } from '../progress.js';
 
+/** What a step's all-gather brings back: its line's per-rank fields, the stop, the mean loss. */
+export interface GatheredFields {
+  fields: PerRankFields;
+  /** The stop request every rank acts on (`agreedStop`'s). */
+  stop: StopSignal | null;
+  /** The step's loss averaged over the ranks, in rank order, in double precision. */
+  meanLoss: number;
+}
+
 /**
- * After a step that is not quiet: every rank's peak device bytes, step time and host memory for
- * the step line, and the stop request every rank acts on (`agreedStop`'s, from `stop` as it is
- * now): one all-gather of five numbers a rank, so one latency of the group. Five all-gathers in
+ * After a step that is not quiet: every rank's peak device bytes, step time, host memory and loss
+ * for the step line, and the stop request every rank acts on (`agreedStop`'s, from `stop` as it
+ * is now): one all-gather of six numbers a rank, so one latency of the group. Five all-gathers in
  * three rounds took about 0.23 s a step on broadband-20 (40 ms one way, 4 process ranks), at every
  * loud step of a streamed DiLoCo run, outside the step's own time.
+ *
+ * The all-gather is issued before this resolves, so every rank issues it at the same place among
+ * its collectives; `gathered` settles when every rank's numbers are in. The loop awaits it one
+ * step later ([Note: a step line a step late] in loop.ts).
  */
-export async function perRankFields(
+export async function issueRankFields(
   group: ProcessGroup,
-  peakAllocated: number,
-  tokensPerStep: number,
-  ms: number,
+  step: { peakAllocated: number; tokensPerStep: number; ms: number; loss: number },
   stop: { readonly signal: StopSignal | null } | undefined,
-): Promise<{ fields: PerRankFields; stop: StopSignal | null }> {
+): Promise<{ gathered: Promise<GatheredFields> }> {
   const host = await hostMemory();
-  const ranks = await gatherScalars(group, [
+  const all = gatherScalars(group, [
     stopNumber(stop),
-    peakAllocated,
-    ms,
+    step.peakAllocated,
+    step.ms,
+    step.loss,
     ...hostMemoryValues(host, group.rank),
   ]);
-  const share = tokensPerStep / group.size;
-  const fields = {
-    peakDeviceBytesPerRank: ranks.map((values) => values[1]!),
-    tokensPerSecondPerRank: ranks.map((values) => (share * 1000) / values[2]!),
-    ...hostFields(
-      host,
-      ranks.map((values) => values.slice(3)),
-    ),
-  };
-  return { fields, stop: strongestStop(ranks.map((values) => values[0]!)) };
+  const share = step.tokensPerStep / group.size;
+  const gathered = all.then((ranks) => {
+    let total = 0;
+    for (const values of ranks) total += values[3]!;
+    return {
+      fields: {
+        peakDeviceBytesPerRank: ranks.map((values) => values[1]!),
+        tokensPerSecondPerRank: ranks.map((values) => (share * 1000) / values[2]!),
+        ...hostFields(
+          host,
+          ranks.map((values) => values.slice(4)),
+        ),
+      },
+      stop: strongestStop(ranks.map((values) => values[0]!)),
+      meanLoss: total / group.size,
+    };
+  });
+  return { gathered };
 }
 
 /** The fields of a step line that every rank's numbers make. */

@@ -13,10 +13,13 @@ import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-mo
  * parameters again. `start` broadcasts rank 0's parameters once the optimizer exists, except
  * under `--elastic`, where members come and go at outer syncs and a member takes the world's state
  * from rank 0 when admitted ([Note: diloco members that come and go] in run/elastic-outer.ts). Steps
- * between syncs are quiet (`quietStep`): on a link of 40 ms, the loop's own five small collectives
- * a step (the loss's mean, three per-rank memory gathers, the agreed stop) cost more than the
- * step's compute, so only the sync steps run them. The loss logged between syncs is rank 0's own,
- * the mean over ranks at a sync; a signal stops the ranks at the next sync. Held-out evaluations
+ * between syncs are quiet (`quietStep`): on a link of 40 ms, the loop's own all-gather a step (the
+ * per-rank numbers of the step line and the agreed stop) costs more than the step's compute, so
+ * only the sync steps run it. The loss logged between syncs is rank 0's own, the mean over ranks
+ * at a sync, taken with that all-gather after the update and settled a step later (`lossMeanInLine`,
+ * [Note: a step line a step late] in run/loop.ts): the inner steps are each rank's own, so a
+ * non-finite loss stops the rank that sees it, at any step, and its peers fail with its error. A
+ * signal stops the ranks a step after the next sync. Held-out evaluations
  * between syncs run on each rank's own parameters (rank 0's loss is printed); the saved model and
  * samples come after the final sync. Checkpoints and 16-bit precision are refused at the flags
  * (cli/options.ts). With `--outer-fragments` or `--outer-overlap` the syncs stream ([Note:
@@ -32,7 +35,6 @@ export function prepareDiloco(
   base: Omit<PreparedModel, 'step' | 'start' | 'afterStep'>,
   config: TrainConfig,
   group: ProcessGroup,
-  meanOverRanks: ((loss: number) => Promise<number>) | undefined,
 ): PreparedModel {
   let diloco: DiLoCo | null = null;
   const elastic = (config.elastic ?? null) !== null;
@@ -50,7 +52,9 @@ export function prepareDiloco(
     (step + 1 > config.outerOverlap && (step + 1 - config.outerOverlap) % config.innerSteps === 0);
   return {
     ...base,
-    step: meanOverRanks === undefined || elastic ? {} : { meanOverRanks },
+    // The loss's mean over ranks comes with the step line's all-gather, after the update.
+    step: {},
+    lossMeanInLine: true,
     async start(optimizer: AnyOptimizer) {
       // A tab keeps the global copy and momentum out of its memory ([Note: the outer state in a
       // store] in @webshard/diloco); a Node member holds them (null).

@@ -48,8 +48,10 @@ import { TrainModule, type TrainOutput } from './train-module.js';
  * - offload: `OffloadModel` streams the layers through the device from the host (offload.ts).
  * - diloco: the model as single, each rank on its own data, averaged every `--inner-steps` steps
  *   by an outer step ([Note: the diloco strategy] in diloco.ts).
- * In every multi-rank strategy the reported loss is the mean over ranks, so every rank sees the
- * same number and a non-finite loss stops every rank at the same step.
+ * In every multi-rank strategy the reported loss is the mean over ranks. ddp, fsdp: averaged inside
+ * the step, before the update, so a non-finite loss stops every rank at the same step before its
+ * averaged gradients move any replica. diloco: with the step line's all-gather, after the update
+ * (its inner steps are each rank's own: a non-finite loss stops the rank that sees it).
  */
 export function prepareModel(
   model: GPT | MLP,
@@ -93,7 +95,7 @@ export function prepareModel(
     return { ...common, forward: evalForward, step: {} };
   }
   if (config.strategy === 'diloco') {
-    return prepareDiloco({ ...common, forward: evalForward }, config, group!, meanOverRanks);
+    return prepareDiloco({ ...common, forward: evalForward }, config, group!);
   }
   const ddp = new DistributedDataParallel(inner, {
     group: group!,

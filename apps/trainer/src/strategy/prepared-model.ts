@@ -54,13 +54,20 @@ export interface PreparedModel {
    */
   afterStep?(step: number): Promise<OuterSyncReport | null>;
   /**
-   * Whether step `step` (from 0) runs none of the loop's own collectives (the loss's mean over
-   * ranks, the per-rank memory records, the agreed stop on a signal): diloco between its syncs,
-   * where a few small collectives a step would cost more latency on a slow link than the step's
-   * compute. The loss of such a step is this rank's own, and a signal stops the ranks at the next
-   * step that is not quiet.
+   * Whether step `step` (from 0) runs none of the loop's own collectives (the step line's
+   * all-gather of per-rank numbers and the agreed stop on a signal, and the loss's mean over
+   * ranks): diloco between its syncs, where one collective a step would cost more latency on a
+   * slow link than the step's compute. The loss of such a step is this rank's own, and a signal
+   * stops the ranks a step after the next step that is not quiet.
    */
   quietStep?(step: number): boolean;
+  /**
+   * The loss's mean over ranks comes with the step line's all-gather, a step late ([Note: a step
+   * line a step late] in run/loop.ts), not from `step.meanOverRanks` before the update: diloco,
+   * whose inner steps are each rank's own, so a non-finite loss stops its rank where it is seen, as
+   * between syncs, and its peers fail with that rank's error.
+   */
+  lossMeanInLine?: boolean;
   /** diloco under `--elastic`: the outer sync, run by the elastic loop at its sync points. */
   outer?: ElasticOuter;
 }
