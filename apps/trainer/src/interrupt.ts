@@ -4,8 +4,8 @@ import { gatherScalar, type ProcessGroup } from '@webshard/collectives';
  * [Note: interrupts]
  * SIGINT (Ctrl-C) and SIGTERM stop a run at a safe point, as a PyTorch script's KeyboardInterrupt
  * handler would, never in the middle of a step: a signal only sets a flag; the loop reads it after
- * each step (every rank of a job reads the same value, agreed by a tiny all-gather, so all stop
- * after the same step), saves a checkpoint when `--checkpoint-dir` is set, releases the device and
+ * each step (every rank of a job reads the same value, agreed by a tiny all-gather settled a step
+ * later, [Note: a step line a step late] in run/loop.ts, so all stop after the same step), saves a checkpoint when `--checkpoint-dir` is set, releases the device and
  * ends with an `InterruptedError`: one line on stderr, exit code 130 (SIGINT) or 143 (SIGTERM).
  * Exiting at once instead (the trainer did, with `process.exit`) tore Dawn down under a step in
  * flight: `FATAL ERROR: Error::ThrowAsJavaScriptException napi_throw` from dawn.node (issue 38).
