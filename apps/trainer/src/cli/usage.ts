@@ -114,7 +114,8 @@ Execution
   --backend <auto|cpu|webgpu>  default auto: whichever trains this model faster in a short probe
   --memory-limit <bytes>       emulated device memory (the caching allocator's limit)
   --matmul-fma <auto|off>      CPU matmul with fused multiply-add where every rank fuses (default auto)
-  --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit)
+  --max-seconds <n>            stop after the step that passes n seconds (default 0: no limit;
+                               a job: by rank 0's clock, every rank a step later)
 Output
   --log-jsonl <file>           one JSON line per step: step, loss, lr, tokensPerSecond, peakDeviceBytes, peakExternalBytes, peakHostBytes
   --save <file.safetensors>    the final state dict under PyTorch names

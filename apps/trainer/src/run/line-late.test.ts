@@ -7,7 +7,7 @@ import { TINY } from '../test-support/cli.js';
 import { train } from '../train.js';
 
 /**
- * Holds each of `group`'s step-line all-gathers (six float64 a rank: `issueRankFields`) until the
+ * Holds each of `group`'s step-line all-gathers (seven float64 a rank: `issueRankFields`) until the
  * rank issues its next all-reduce, which under ddp is the next step's gradients, or until 2 s
  * have passed; `held` says which let each one go.
  */
@@ -18,7 +18,7 @@ function holdLineGathers(group: ProcessGroup) {
   const allReduce = group.allReduce.bind(group);
   (group as { allGather: unknown }).allGather = (...args: Parameters<typeof allGather>) => {
     const work = allGather(...args);
-    if ((args[0] as { length?: number }).length !== 12) return work;
+    if ((args[0] as { length?: number }).length !== 14) return work;
     const index = held.length;
     held.push('timeout');
     let release!: () => void;
@@ -83,7 +83,7 @@ describe('[Note: a step line a step late]', () => {
     ) as TrainConfig;
     const groups = createLocalGroups(2, { timeoutMs: 30_000 });
     // After step 1 (quiet, its line written at once): the scalar gathers of one number a rank
-    // (`averageScalar`, the loss's mean inside a step) and the line's of six.
+    // (`averageScalar`, the loss's mean inside a step) and the line's of seven.
     const counted = groups.map((group) => {
       const sizes: number[] = [];
       const allGather = group.allGather.bind(group);
@@ -113,7 +113,7 @@ describe('[Note: a step line a step late]', () => {
     await Promise.all(groups.map((g) => g.close()));
     for (const sizes of counted) {
       expect(sizes.filter((n) => n === 2)).toEqual([]);
-      expect(sizes.filter((n) => n === 12)).toEqual([12, 12]);
+      expect(sizes.filter((n) => n === 14)).toEqual([14, 14]);
     }
     const [a, b] = runs.map((run) => run.records);
     // Steps 1 and 3 are quiet: each rank's own loss on its own data.
@@ -124,5 +124,50 @@ describe('[Note: a step line a step late]', () => {
       expect(a![index]!.loss).toBe(b![index]!.loss);
       expect(a![index]!.tokensPerSecondPerRank).toHaveLength(2);
     }
+  });
+
+  it("--max-seconds stops every rank of a job after the same step, by rank 0's clock", async () => {
+    const config = parseOptions(
+      [
+        ...TINY,
+        '--strategy',
+        'ddp',
+        '--world-size',
+        '2',
+        '--steps',
+        '100000',
+        '--max-seconds',
+        '1',
+      ],
+      '/',
+    ) as TrainConfig;
+    const groups = createLocalGroups(2, { timeoutMs: 5000 });
+    // Rank 1's clock runs at a tenth of rank 0's speed: by its own it would stop 9 s later.
+    const lines: string[] = [];
+    const runs = await Promise.all(
+      groups.map((group) =>
+        train(
+          config,
+          {
+            stdout: (text) => {
+              if (group.rank === 0) lines.push(text);
+            },
+            isTTY: false,
+            now: () => performance.now() * (group.rank === 1 ? 0.1 : 1),
+          },
+          group,
+        ),
+      ),
+    );
+    await Promise.all(groups.map((g) => g.close()));
+    const last = runs.map((run) => run.records.at(-1)!.step);
+    expect(last[1]).toBe(last[0]);
+    expect(last[0]).toBeLessThan(100000);
+    expect(lines.join('')).toContain(
+      `stopped after step ${last[0]} of 100000: the 1 s budget is spent`,
+    );
+    // Rank 0's line before the last had passed the budget: the job stops a step after it.
+    expect(runs[0]!.records.at(-2)!.seconds!).toBeGreaterThanOrEqual(1);
+    expect(runs[0]!.records.at(-3)!.seconds!).toBeLessThan(1);
   });
 });

@@ -56,7 +56,9 @@ export async function runLoop(run: Run): Promise<LoopResult> {
 
   const records: StepRecord[] = [];
   const evals: EvalPoint[] = [];
-  const started = performance.now();
+  const now = io.now ?? (() => performance.now());
+  const started = now();
+  const elapsedNow = () => (now() - started) / 1000;
   let interrupted: InterruptedError | null = null;
   const interrupt = async (signal: StopSignal, step: number) => {
     let checkpoint: string | null = null;
@@ -81,26 +83,33 @@ export async function runLoop(run: Run): Promise<LoopResult> {
     if (news) progress.line(news);
     if (log !== null) await log.write(logLine(record));
   };
-  const settlePending = async (): Promise<StopSignal | null> => {
+  const settlePending = async (): Promise<GatheredFields | null> => {
     if (pending === null) return null;
     const line = pending;
     pending = null;
-    const stop = await settleLine(run, line);
+    const gathered = await settleLine(run, line);
     await emit(line.record);
-    return stop;
+    return gathered;
   };
+  // The time budget: a rank alone reads its own clock; the ranks of a job read rank 0's, from a
+  // step line's all-gather, so that all stop after the same step (each rank's clock alone let one
+  // stop while the others went on into a collective it never joined).
+  const multi = group !== null && group.size > 1;
+  const spent = (seconds: number, step: number) =>
+    config.maxSeconds > 0 && seconds >= config.maxSeconds && step < config.steps;
   try {
     for (let step = firstStep; step < config.steps && interrupted === null; step++) {
-      const { record, gathered } = await stepAndStop(run, step);
-      const elapsed = (performance.now() - started) / 1000;
-      record.seconds = elapsed;
+      const { record, gathered } = await stepAndStop(run, step, elapsedNow);
+      const elapsed = record.seconds!;
       // The step before's numbers, a step late: their all-gather ran while this step computed.
-      let stop = await settlePending();
+      const before = await settlePending();
+      let stop = before?.stop ?? null;
       const evaluates =
         config.evalEvery > 0 && record.step % config.evalEvery === 0 && record.step < config.steps;
       const checkpoints = config.checkpointEvery > 0 && record.step % config.checkpointEvery === 0;
-      const budgetSpent =
-        config.maxSeconds > 0 && elapsed >= config.maxSeconds && record.step < config.steps;
+      let budgetSpent = multi
+        ? before !== null && spent(before.leadSeconds, record.step)
+        : spent(elapsed, record.step);
       if (gathered === null) {
         await emit(record);
       } else {
@@ -114,7 +123,9 @@ export async function runLoop(run: Run): Promise<LoopResult> {
           stop !== null ||
           record.step >= config.steps
         ) {
-          stop = strongestOf(stop, await settlePending());
+          const line = (await settlePending())!;
+          stop = strongestOf(stop, line.stop);
+          budgetSpent ||= spent(line.leadSeconds, record.step);
         }
       }
       if (evaluates) {
@@ -204,21 +215,23 @@ interface PendingLine {
 /**
  * [Note: a step line a step late]
  * After a step that is not quiet, the ranks gather their per-rank numbers for its line (device and
- * host peaks, step time, loss) and the stop request in one all-gather (`issueRankFields`), which
- * costs one latency of the group: 40 ms on broadband-20, twice a DiLoCo inner step of the default
- * GPT. The loop issues it after the step and settles it after the next one, so it crosses the link
- * while that step computes: the step's line is written, shown and handed to `onStep` then, and the
- * stop it carries is acted on after that next step, on every rank alike. Where the loop needs the
- * line at once it settles it at once: before an evaluation or a checkpoint (whose history holds
- * it), at a stop, at the end of the time budget and after the last step. A step that throws leaves
- * the line before it without its per-rank fields, not waiting on peers that may be gone.
- * `lossMeanInLine` strategies (diloco) take the step's logged loss from the same all-gather.
+ * host peaks, step time, loss), rank 0's clock and the stop request in one all-gather
+ * (`issueRankFields`), which costs one latency of the group: 40 ms on broadband-20, twice a DiLoCo
+ * inner step of the default GPT. The loop issues it after the step and settles it after the next
+ * one, so it crosses the link while that step computes: the step's line is written, shown and
+ * handed to `onStep` then, and the stop it carries, or rank 0's clock past `--max-seconds`, is
+ * acted on after that next step, on every rank alike (each rank's own clock had let one rank stop
+ * while the others went on into a collective it never joined). Where the loop needs the line at
+ * once it settles it at once: before an evaluation or a checkpoint (whose history holds it), at a
+ * stop, and after the last step. A step that throws leaves the line before it without its
+ * per-rank fields, not waiting on peers that may be gone. `lossMeanInLine` strategies (diloco)
+ * take the step's logged loss from the same all-gather.
  */
-async function settleLine(run: Run, line: PendingLine): Promise<StopSignal | null> {
-  const { fields, stop, meanLoss } = await line.gathered;
-  Object.assign(line.record, fields);
-  if (run.prepared.lossMeanInLine) line.record.loss = meanLoss;
-  return stop;
+async function settleLine(run: Run, line: PendingLine): Promise<GatheredFields> {
+  const gathered = await line.gathered;
+  Object.assign(line.record, gathered.fields);
+  if (run.prepared.lossMeanInLine) line.record.loss = gathered.meanLoss;
+  return gathered;
 }
 
 /** The stronger of two stop requests (SIGTERM over SIGINT), or the one given. */
@@ -234,6 +247,7 @@ function strongestOf(a: StopSignal | null, b: StopSignal | null): StopSignal | n
 async function stepAndStop(
   run: Run,
   step: number,
+  clock?: () => number,
 ): Promise<{ record: StepRecord; gathered: Promise<GatheredFields> | null }> {
   const { config, group, prepared, optimizer, backend } = run;
   const lr =
@@ -253,11 +267,13 @@ async function stepAndStop(
   const ms = performance.now() - start;
   const tokensPerStep = config.batchSize * (config.model === 'gpt' ? config.blockSize : 1);
   const peak = backend.memoryStats().peakAllocated;
+  // The line's `seconds`: the loop's clock, the same number in rank 0's all-gather for the budget.
+  const seconds = clock?.() ?? 0;
   const issued =
     group !== null && group.size > 1 && !solo
       ? await issueRankFields(
           group,
-          { peakAllocated: peak, tokensPerStep, ms, loss: result.loss },
+          { peakAllocated: peak, tokensPerStep, ms, loss: result.loss, seconds },
           run.io.stop,
         )
       : null;
@@ -273,6 +289,7 @@ async function stepAndStop(
     peakDeviceBytes: peak,
     ...externalPeak(backend.memoryStats().peakExternalBytes),
     ...(issued === null ? await hostMemoryFields() : {}),
+    ...(clock === undefined ? {} : { seconds }),
   };
   return { record, gathered: issued?.gathered ?? null };
 }

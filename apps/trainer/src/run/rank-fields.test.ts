@@ -34,6 +34,7 @@ describe("a step line's per-rank fields", () => {
               tokensPerStep: 96,
               ms: 100 * (group.rank + 1),
               loss: 0.1 + group.rank / 3,
+              seconds: 10 + group.rank,
             },
             { signal: signals[group.rank]! },
           ),
@@ -42,8 +43,10 @@ describe("a step line's per-rank fields", () => {
       }
       const all = await Promise.all(issued.map(({ gathered }) => gathered));
       expect(calls.sort()).toEqual([0, 1, 2]);
-      for (const [rank, { fields, stop, meanLoss }] of all.entries()) {
+      for (const [rank, { fields, stop, meanLoss, leadSeconds }] of all.entries()) {
         expect(stop).toBe(agreed);
+        // The budget's clock is rank 0's on every rank.
+        expect(leadSeconds).toBe(10);
         // Summed in rank order in double precision, as averageScalar does: the same on every rank.
         expect(meanLoss).toBe((0.1 + (0.1 + 1 / 3) + (0.1 + 2 / 3)) / 3);
         expect(fields.peakDeviceBytesPerRank).toEqual([2 ** 20, 2 * 2 ** 20, 3 * 2 ** 20]);

@@ -10,12 +10,15 @@ export interface GatheredFields {
   stop: StopSignal | null;
   /** The step's loss averaged over the ranks, in rank order, in double precision. */
   meanLoss: number;
+  /** Rank 0's seconds since its loop began, at the step's end: the clock of a job's budget. */
+  leadSeconds: number;
 }
 
 /**
  * After a step that is not quiet: every rank's peak device bytes, step time, host memory and loss
- * for the step line, and the stop request every rank acts on (`agreedStop`'s, from `stop` as it
- * is now): one all-gather of six numbers a rank, so one latency of the group. Five all-gathers in
+ * for the step line, rank 0's clock for the time budget, and the stop request every rank acts on
+ * (`agreedStop`'s, from `stop` as it is now): one all-gather of seven numbers a rank, so one
+ * latency of the group. Five all-gathers in
  * three rounds took about 0.23 s a step on broadband-20 (40 ms one way, 4 process ranks), at every
  * loud step of a streamed DiLoCo run, outside the step's own time.
  *
@@ -25,7 +28,13 @@ export interface GatheredFields {
  */
 export async function issueRankFields(
   group: ProcessGroup,
-  step: { peakAllocated: number; tokensPerStep: number; ms: number; loss: number },
+  step: {
+    peakAllocated: number;
+    tokensPerStep: number;
+    ms: number;
+    loss: number;
+    seconds: number;
+  },
   stop: { readonly signal: StopSignal | null } | undefined,
 ): Promise<{ gathered: Promise<GatheredFields> }> {
   const host = await hostMemory();
@@ -34,6 +43,7 @@ export async function issueRankFields(
     step.peakAllocated,
     step.ms,
     step.loss,
+    step.seconds,
     ...hostMemoryValues(host, group.rank),
   ]);
   const share = step.tokensPerStep / group.size;
@@ -46,11 +56,12 @@ export async function issueRankFields(
         tokensPerSecondPerRank: ranks.map((values) => (share * 1000) / values[2]!),
         ...hostFields(
           host,
-          ranks.map((values) => values.slice(4)),
+          ranks.map((values) => values.slice(5)),
         ),
       },
       stop: strongestStop(ranks.map((values) => values[0]!)),
       meanLoss: total / group.size,
+      leadSeconds: ranks[0]![4]!,
     };
   });
   return { gathered };

@@ -23,6 +23,11 @@ export interface RunIO {
   terminal?: ProgressTerminal;
   /** The command line that reproduces the run (the report shows it); null where unknown. */
   commandLine?: string;
+  /**
+   * The clock the loop's `--max-seconds` and each line's `seconds` read, in ms (default
+   * `performance.now`); tests give ranks clocks that differ.
+   */
+  now?: () => number;
   /** Called after each step with its record, on every rank (a tab's page plots its own steps). */
   onStep?: (record: StepRecord) => void;
 }
