@@ -99,7 +99,7 @@ export async function runLoop(run: Run): Promise<LoopResult> {
     config.maxSeconds > 0 && seconds >= config.maxSeconds && step < config.steps;
   try {
     for (let step = firstStep; step < config.steps && interrupted === null; step++) {
-      const { record, gathered } = await stepAndStop(run, step, elapsedNow);
+      const { record, gathered } = await stepAndLine(run, step, elapsedNow);
       const elapsed = record.seconds!;
       // The step before's numbers, a step late: their all-gather ran while this step computed.
       const before = await settlePending();
@@ -201,7 +201,7 @@ async function eagerStep(run: Run, step: number): Promise<MixedStepResult> {
 
 /** One optimizer step (index `step`, from 0) and its record: loss, norm, time, peak memory. */
 export async function oneStep(run: Run, step: number): Promise<StepRecord> {
-  const { record, gathered } = await stepAndStop(run, step);
+  const { record, gathered } = await stepAndLine(run, step);
   if (gathered !== null) await settleLine(run, { record, gathered });
   return record;
 }
@@ -244,7 +244,7 @@ function strongestOf(a: StopSignal | null, b: StopSignal | null): StopSignal | n
  * (issued, every rank at the same place among its collectives) that brings them and the stop
  * every rank acts on ([Note: a step line a step late]); null where nothing is gathered.
  */
-async function stepAndStop(
+async function stepAndLine(
   run: Run,
   step: number,
   clock?: () => number,
