@@ -2,24 +2,26 @@
  * The CPU matmul on 2 threads against 1, in this tree and in another (a worktree of main, say),
  * in one process, calls alternating: n = 1024 and GPT-2's linear layers at B4 T256 (1024 rows:
  * c_attn 768 -> 2304, c_fc 768 -> 3072, c_proj 3072 -> 768). Prints GFLOP/s, each tree's 2-thread
- * / 1-thread ratio and this tree's 2 threads against the other's. Medians of `calls` each.
+ * / 1-thread ratio and this tree's 2 threads against the other's. Medians of `calls` each; the
+ * plain module, or with `auto` the fused one (relaxed FMA, the trainer's where every rank fuses).
  * Run: `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source
- * bench/matmul-threads-pair.ts /path/to/other/packages/tensor-core/src/index.ts [calls]`.
+ * bench/matmul-threads-pair.ts /path/to/other/packages/tensor-core/src/index.ts [calls] [off|auto]`.
  */
 import { loadavg } from 'node:os';
 import * as here from '../src/index.js';
 import type { Backend, KernelTensor } from '../src/backend/backend.js';
 
 type TensorCore = typeof here;
-const [baselinePath, callsArg] = process.argv.slice(2);
+const [baselinePath, callsArg, fmaArg] = process.argv.slice(2);
 if (baselinePath === undefined) {
   console.error(
-    'usage: matmul-threads-pair.ts /path/to/other/packages/tensor-core/src/index.ts [calls]',
+    'usage: matmul-threads-pair.ts /path/to/other/packages/tensor-core/src/index.ts [calls] [off|auto]',
   );
   process.exit(2);
 }
 const baseline = (await import(baselinePath)) as TensorCore;
 const CALLS = Number(callsArg ?? 15);
+const FMA = fmaArg === 'auto' ? 'auto' : 'off';
 const SHAPES = [
   { name: 'n = 1024', m: 1024, k: 1024, n: 1024 },
   { name: 'c_attn 1024 x 768 -> 2304', m: 1024, k: 768, n: 2304 },
@@ -34,7 +36,7 @@ interface Case {
 }
 
 async function make(tc: TensorCore, label: string, threads: number): Promise<Case> {
-  const backend = tc.createCpuBackend({ matmulThreads: threads, matmulFma: 'off' });
+  const backend = tc.createCpuBackend({ matmulThreads: threads, matmulFma: FMA });
   await (backend as unknown as { startMatmulThreads(): Promise<number> }).startMatmulThreads();
   return { label, backend, times: [] };
 }

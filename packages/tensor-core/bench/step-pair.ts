@@ -4,15 +4,16 @@
  * from the same seed, their steps alternating, so both see the same load. Prints the ratio of
  * this tree's step time to the other's (best, 10th percentile, median) and how far apart the two
  * runs' losses are in units in the last place of f32 (0 when the trees compute the same bits).
- * Run: `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source
- * bench/step-pair.ts /path/to/other/packages/tensor-core/src/index.ts [steps]`.
+ * `auto` after the steps gives both the fused matmul (relaxed FMA), as the trainer does where
+ * every rank fuses. Run: `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source
+ * bench/step-pair.ts /path/to/other/packages/tensor-core/src/index.ts [steps] [off|auto]`.
  */
 import { loadavg } from 'node:os';
 import * as here from '../src/index.js';
 
 type TensorCore = typeof here;
 
-const [baselinePath, stepsArg] = process.argv.slice(2);
+const [baselinePath, stepsArg, fmaArg] = process.argv.slice(2);
 if (baselinePath === undefined) {
   console.error('usage: step-pair.ts /path/to/other/packages/tensor-core/src/index.ts [steps]');
   process.exit(2);
@@ -28,7 +29,7 @@ interface Runner {
 }
 
 function runner(tc: TensorCore): Runner {
-  const backend = tc.createCpuBackend();
+  const backend = tc.createCpuBackend({ matmulFma: fmaArg === 'auto' ? 'auto' : 'off' });
   const config = { blockSize: BLOCK, nLayer: 2, nHead: 4, nEmbd: 64, dropout: 0, bias: true };
   const model = new tc.GPT(
     { ...config, vocabSize: VOCAB },

@@ -24,8 +24,14 @@ import type { Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
  *   The same hoisting sets the tile: 8 accumulators, 2 B vectors, 4 splats and a product fill the
  *   15 xmm registers V8 allocates, so 5x8 and 6x8 spill (9 and 21 GFLOP/s), 2x16 fits and runs
  *   as fast as 4x8, and 8x8 with A loaded once per 4 rows and splatted by shuffles ran at 24.
- *   `bench/matmul-wasm-tiles.ts` measures these variants. Edge tiles go through a 4x8 scratch
- *   tile, one per thread, in the first bytes of memory.
+ *   `bench/matmul-wasm-tiles.ts` measures these variants. The fused module (no product register)
+ *   keeps 4x8 too: a 3x12 fused tile (9 accumulators) was built and measured on the Xeon with
+ *   AVX-512, 2026-11-27 (`bench/matmul-threads-pair.ts` and `bench/step-pair.ts` with `auto`, load
+ *   1): 1.02-1.12x the 4x8's GFLOP/s on n = 1024 and GPT-2's layers at 2 threads, but the default
+ *   GPT step 1.13x slower (26.8 against 23.7 ms), since widths of 64 and 256 leave edge tiles that
+ *   12 does not divide (n = 64, gemm alone: 35.1 against 40.4 GFLOP/s) and A's 3-row panels pack
+ *   element by element. Edge tiles go through a 4x8 scratch tile, one per thread, in the first
+ *   bytes of memory.
  * - Cache blocks. k runs in blocks of 256 and rows in blocks of 64: one tile's slices of an A panel
  *   (4 KiB) and a B panel (8 KiB) stay in L1, and a 64x256 block of A (64 KiB) stays in L2 while
  *   every B panel passes over it.
