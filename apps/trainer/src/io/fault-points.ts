@@ -42,6 +42,16 @@ export function faultPoint(label: string): void {
   }
 }
 
+/**
+ * `WEBSHARD_TRAINER_SLOW_BUILD_MS=t` blocks the thread for t ms once the model is built, as
+ * building GPT-2 124M takes a member some 30 s of one core: the test of [Note: a member builds
+ * before it joins] sees the others train on meanwhile. Not a fault point (it counts nothing).
+ */
+export function slowBuild(): void {
+  const ms = Number(process.env.WEBSHARD_TRAINER_SLOW_BUILD_MS ?? 0);
+  if (ms > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
 /** How many fault points this process has passed. */
 export function faultPointsPassed(): number {
   return passed;

@@ -73,6 +73,7 @@ export const finishCheckpoint: typeof NodePlatform.finishCheckpoint =
 /** Fault points are the Node fault-injection test's ([Note: the trainer's fault points]). */
 export const stepDirName: typeof NodePlatform.stepDirName = noFiles('--checkpoint-every');
 export const faultPoint: typeof NodePlatform.faultPoint = () => {};
+export const slowBuild: typeof NodePlatform.slowBuild = () => {};
 export const checkpointFault: typeof NodePlatform.checkpointFault = () => {};
 export const joinUploadLimit: typeof NodePlatform.joinUploadLimit = () => ({ holdSyncs: 0 });
 export const saveFullCheckpoint: typeof NodePlatform.saveFullCheckpoint =

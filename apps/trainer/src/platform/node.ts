@@ -32,7 +32,7 @@ export { DEFAULT_CORPUS_PATH } from '../corpus.js';
 export { loadDataset } from '../data/read-dataset.js';
 export { writeFileAtomically } from '../io/atomic-write.js';
 export { readUplotAssets as uplotAssets } from '../report/uplot-assets.js';
-export { checkpointFault, faultPoint, joinUploadLimit } from '../io/fault-points.js';
+export { checkpointFault, faultPoint, joinUploadLimit, slowBuild } from '../io/fault-points.js';
 export { appendLog, openLog } from '../io/resumable-log.js';
 export { readTlsFiles } from '../ranks/tls-files.js';
 export { join as joinPath };

@@ -94,3 +94,50 @@ it('a newcomer downloads in slices from 2 members while they run 2 outer syncs, 
   expect(end).toMatch(/^[0-9a-f]{8}$/);
   for (const m of first) expect(digestAt(m, STEPS)).toBe(end);
 }, 300_000);
+
+// [Note: a member builds before it joins]: a newcomer whose model takes 6 s to build (as GPT-2's
+// takes a laptop some 30 s) builds it before it asks to join, so the members train on meanwhile.
+// Built after admission, the members waited in the regroup for the whole build: one gap of 6 s or
+// more between their steps.
+it('a newcomer builds its model before it asks to join: the members never wait for its build', async () => {
+  const steps = 160;
+  const run = RUN.map((arg, i) => (RUN[i - 1] === '--steps' ? String(steps) : arg));
+  const { coordinator, url } = await startCoordinator(2, 3, 30);
+  const log = join(out, 'build-first.jsonl');
+  const follow = followLog(log);
+  // Steps of 100 ms at least, so the job outlasts the newcomer's start and build.
+  const slow = { WEBSHARD_TRAINER_SLOW_MS: '100' };
+  const first = [0, 1].map(() => cli([...run, '--elastic', url, '--log-jsonl', log], slow));
+  await until(
+    'step 6 of the world of 2',
+    () => (follow.latest().some((line) => line.event === undefined && line.step! >= 6) ? 1 : null),
+    120_000,
+  );
+  const buildMs = 6000;
+  const joiner = cli([...run, '--elastic', url], {
+    ...slow,
+    WEBSHARD_TRAINER_SLOW_BUILD_MS: String(buildMs),
+  });
+  const results = await Promise.all([...first, joiner, coordinator].map((m) => m.done));
+  follow.stop();
+  for (const result of results.slice(0, 3)) expect([result!.code, result!.stderr]).toEqual([0, '']);
+
+  const records = await lines(log);
+  const changes = records.filter((line) => line.event === 'membership');
+  expect(changes.map((line) => [line.worldSize, line.joined!.length])).toEqual([
+    [2, 2],
+    [3, 1],
+  ]);
+  const stepLines = records.filter((line) => line.event === undefined);
+  expect(stepLines.map((line) => line.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
+  const gaps = stepLines.slice(1).map((line, i) => line.seconds! - stepLines[i]!.seconds!);
+  const widest = Math.max(...gaps);
+  const at = stepLines[gaps.indexOf(widest) + 1]!.step;
+  console.log(
+    `widest gap between the members' steps: ${widest.toFixed(2)} s before step ${at}; admitted at step ${changes[1]!.step}`,
+  );
+  expect(widest).toBeLessThan(buildMs / 2000);
+  const end = digestAt(joiner, steps);
+  expect(end).toMatch(/^[0-9a-f]{8}$/);
+  for (const m of first) expect(digestAt(m, steps)).toBe(end);
+}, 300_000);

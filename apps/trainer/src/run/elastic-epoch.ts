@@ -6,7 +6,7 @@ import { checkSameBackend } from '../ranks/job-backend.js';
 import { agreeOnFma } from '../ranks/job-fma.js';
 import { prepareModel } from '../strategy/prepare.js';
 import type { RunIO } from './run-io.js';
-import { type Run, setUpRun } from './set-up.js';
+import { disposeLocalBuild, type LocalBuild, type Run, setUpRun } from './set-up.js';
 
 // The strategy moved onto a new epoch's world ([Note: elastic training in the trainer] in
 // ./elastic-run.ts): DDP and DiLoCo rebuilt over the new group, FSDP restarted from its checkpoint.
@@ -97,22 +97,30 @@ export async function restartSharded(
   io: RunIO,
   elastic: ElasticGroup,
   before: Run | null,
+  prebuilt: LocalBuild | null = null,
 ): Promise<Run> {
-  checkBatch(config, elastic.membership.worldSize);
   if (before !== null) {
     if (before.modelBackend !== before.backend) before.modelBackend.dispose();
     before.backend.dispose();
   }
-  if (config.checkpointDir !== null) {
-    // What the world before left half-written goes first, before any rank begins a checkpoint.
-    if (elastic.group.rank === 0) await removePartialCheckpoints(config.checkpointDir);
-    await elastic.group.barrier().wait();
+  let resume: string | null;
+  try {
+    checkBatch(config, elastic.membership.worldSize);
+    if (config.checkpointDir !== null) {
+      // What the world before left half-written goes first, before any rank begins a checkpoint.
+      if (elastic.group.rank === 0) await removePartialCheckpoints(config.checkpointDir);
+      await elastic.group.barrier().wait();
+    }
+    resume = await latestCheckpoint(config);
+  } catch (error) {
+    if (prebuilt !== null) disposeLocalBuild(prebuilt);
+    throw error;
   }
-  const resume = await latestCheckpoint(config);
   return setUpRun(
     { ...config, worldSize: elastic.membership.worldSize, resume },
     io,
     elastic.group,
+    prebuilt,
   );
 }
 
@@ -121,18 +129,33 @@ export async function restartSharded(
  * the trainer]). The set-up's own collectives (the matmul's FMA agreed, the backends compared,
  * FSDP's checkpoint barrier) are a regroup's too: a member lost in them (frozen, its tab closed)
  * only means another world, in which the set-up runs again. A member passes a fault point first
- * (`setup`, [Note: the trainer's fault points]).
+ * (`setup`, [Note: the trainer's fault points]). `prebuilt`: what it built before it asked to join
+ * ([Note: a member builds before it joins]), used by the first attempt (a failed one gives it back;
+ * the next builds anew).
  */
 export async function setUpMember(
   config: TrainConfig,
   io: RunIO,
   elastic: ElasticGroup,
+  prebuilt: LocalBuild | null = null,
 ): Promise<Run> {
+  let unused = prebuilt;
   faultPoint('setup');
   return acrossChanges(elastic, 'a set-up', null, () => {
-    checkBatch(config, elastic.membership.worldSize);
-    return config.strategy === 'fsdp'
-      ? restartSharded(config, io, elastic, null)
-      : setUpRun({ ...config, worldSize: elastic.membership.worldSize }, io, elastic.group);
+    const local = unused;
+    unused = null;
+    if (config.strategy === 'fsdp') return restartSharded(config, io, elastic, null, local);
+    try {
+      checkBatch(config, elastic.membership.worldSize);
+    } catch (error) {
+      if (local !== null) disposeLocalBuild(local);
+      throw error;
+    }
+    return setUpRun(
+      { ...config, worldSize: elastic.membership.worldSize },
+      io,
+      elastic.group,
+      local,
+    );
   });
 }

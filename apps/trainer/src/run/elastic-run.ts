@@ -1,4 +1,4 @@
-import { joinElastic, type MembershipChange } from '@webshard/collectives';
+import { type ElasticGroup, joinElastic, type MembershipChange } from '@webshard/collectives';
 import { appendLog, faultPoint, openLog, readTlsFiles } from '#platform';
 import type { TrainConfig } from '../config.js';
 import { InterruptedError } from '../errors.js';
@@ -23,6 +23,8 @@ import { shareRunState } from './elastic-state.js';
 import { streamBetween, streamPoint } from './elastic-stream.js';
 import { finishRun } from './finish.js';
 import { oneStep, saveCheckpoint } from './loop.js';
+import { buildLocal, disposeLocalBuild } from './set-up.js';
+import { agreeOnFma } from '../ranks/job-fma.js';
 import type { RunIO, TrainSummary } from './run-io.js';
 
 /*
@@ -48,6 +50,23 @@ import type { RunIO, TrainSummary } from './run-io.js';
  * backend check: `setUpMember`, which builds the run again in the next world). Rank 0 writes a
  * `membership` line to the JSONL log (epoch, world size, who left, who joined, the steps done) for
  * each world that shared its state; a world that changed before its share ended has none.
+ */
+
+/*
+ * [Note: a member builds before it joins]
+ * A member builds its own part of the run (the data, the backend, the model from its seed:
+ * `buildLocal` in ./set-up.ts) before it asks the coordinator to join, not after it is admitted.
+ * Admitted, a newcomer meets the members at once in the set-up's collectives (the matmul's FMA, the
+ * backend check) and the state's share, and they wait for it there: after admission they waited
+ * for its whole build, some 30 s of one core for GPT-2 124M (its 124 M normal draws), every time
+ * a tab or a laptop joined. Built first, the members train on while it builds and meet it ready.
+ * What moves with it: the backend is made with the member's own FMA choice (all it can know before
+ * it meets the world); where the job's agreed choice differs (a rank of the job cannot fuse), the
+ * build is given back and made again after admission, as before. The memory estimate needs the
+ * world's size, so it is checked after admission, before the strategy and AdamW allocate: the
+ * model's own parameters (a quarter of the estimate's 16 bytes a parameter) are made before it.
+ * A first world's members build side by side before they meet, where they built after. Test:
+ * `ranks/elastic-join.test.ts` (a newcomer whose build takes 8 s; the members' steps go on).
  */
 
 /** An error in one line, its type first: what a member prints when a step fails under it. */
@@ -99,20 +118,29 @@ export async function trainElastic(
   member: ElasticMemberOptions = {},
 ): Promise<TrainSummary & { rank?: number }> {
   const tls = config.tls ? await readTlsFiles(config.tls) : null;
-  const elastic = await joinElastic({
-    url: config.elastic!,
-    ...(tls === null ? {} : { tls }),
-    ...(config.noListen ? { listen: false } : {}),
-    coordinatorTimeoutMs: (config.coordinatorTimeoutSeconds ?? 300) * 1000,
-    backend: config.transport === 'ws' ? 'ws' : 'tcp',
-    name: member.name ?? `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
-    ...(member.token === undefined ? {} : { token: member.token }),
-    ...(member.link === undefined ? {} : { link: member.link }),
-  });
+  // [Note: a member builds before it joins]: the FMA this member would choose alone.
+  const own = await agreeOnFma(config, null);
+  const prebuilt = await buildLocal({ ...config, matmulFma: own.matmulFma }, io, false);
+  let elastic: ElasticGroup;
+  try {
+    elastic = await joinElastic({
+      url: config.elastic!,
+      ...(tls === null ? {} : { tls }),
+      ...(config.noListen ? { listen: false } : {}),
+      coordinatorTimeoutMs: (config.coordinatorTimeoutSeconds ?? 300) * 1000,
+      backend: config.transport === 'ws' ? 'ws' : 'tcp',
+      name: member.name ?? `pid ${typeof process === 'undefined' ? '?' : process.pid}`,
+      ...(member.token === undefined ? {} : { token: member.token }),
+      ...(member.link === undefined ? {} : { link: member.link }),
+    });
+  } catch (error) {
+    disposeLocalBuild(prebuilt);
+    throw error;
+  }
   member.admitted?.(elastic.membership.rank, elastic.membership.worldSize);
   try {
     const sharded = config.strategy === 'fsdp';
-    let run = await setUpMember(config, io, elastic);
+    let run = await setUpMember(config, io, elastic, prebuilt);
     const records: StepRecord[] = [];
     const started = performance.now();
     const progress = createProgress((text) => run.lead && io.stdout(text), false);

@@ -14,6 +14,7 @@ import {
   loadDataset,
   readRunState,
   resolveResume,
+  slowBuild,
 } from '#platform';
 import type { RunState } from '../checkpoint/run-checkpoint.js';
 import { newRunId } from '../checkpoint/run-id.js';
@@ -61,40 +62,113 @@ export interface Run {
 }
 
 /**
+ * What a rank builds on its own, before it meets the others: the data, the backend and the model
+ * from its seed (or `--init`). An elastic member builds it before it asks to join ([Note: a member
+ * builds before it joins]); `setUpRun` builds it itself otherwise.
+ */
+export interface LocalBuild {
+  /** The matmul's fused multiply-add the backend was made with. */
+  readonly matmulFma: 'auto' | 'off';
+  readonly data: Dataset | null;
+  readonly vocabSize: number;
+  readonly backend: Backend;
+  readonly modelBackend: Backend;
+  readonly model: GPT | MLP;
+  /** What the lead prints of it, once it is known to lead: the data's line and the model's. */
+  readonly dataLine: string | null;
+  readonly modelLine: string;
+}
+
+/** Gives a local build's backends back (a build not used, or a set-up that failed). */
+export function disposeLocalBuild(local: LocalBuild): void {
+  if (local.modelBackend !== local.backend) local.modelBackend.dispose();
+  local.backend.dispose();
+}
+
+/**
+ * The rank's own part of the set-up, in nanoGPT's order: check the inputs and outputs, load the
+ * data, check the memory estimate (where `checkEstimate`: the estimate needs the world's size),
+ * make the backend with `config.matmulFma`, build and initialize the model.
+ */
+export async function buildLocal(
+  config: TrainConfig,
+  io: RunIO,
+  checkEstimate: boolean,
+): Promise<LocalBuild> {
+  // Inputs and outputs: readable files in, writable paths out, before anything is read or written.
+  await checkFiles(config);
+  const { data, vocabSize, dataLine } = await loadData(config, io);
+  // Memory: refuse a run whose estimate passes the device limit or the host's free memory.
+  if (checkEstimate) checkMemory(config, vocabSize, freeHostMemory());
+  // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
+  const backend = io.createBackend
+    ? await io.createBackend(config, vocabSize)
+    : await createBackend({ kind: config.backend, ...backendOptions(config) });
+  let modelBackend = backend;
+  try {
+    // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
+    // own) and compute on `backend`.
+    const onHost = config.strategy === 'offload' || config.moveParamsToCpu;
+    if (onHost) modelBackend = createCpuBackend({ matmulFma: config.matmulFma });
+    const model = buildModel(config, vocabSize, modelBackend);
+    if (config.init !== null) await loadInitialWeights(model, config.init);
+    slowBuild();
+    const count = model.parameters().reduce((n, p) => n + p.size, 0);
+    return {
+      matmulFma: config.matmulFma,
+      data,
+      vocabSize,
+      backend,
+      modelBackend,
+      model,
+      dataLine,
+      modelLine: `model: ${config.model}, ${count} parameters`,
+    };
+  } catch (error) {
+    if (modelBackend !== backend) modelBackend.dispose();
+    backend.dispose();
+    throw error;
+  }
+}
+
+/**
  * Everything before the first step, in nanoGPT's order: check the inputs and outputs, load the
  * data, check the memory estimate, make the backend, build and initialize the model (or resume
  * it), prepare it for the strategy and make AdamW. Every check that can fail because of the input
- * runs here (see [Note: checks before training]).
+ * runs here (see [Note: checks before training]). `prebuilt`: the rank's own part, built before
+ * it met the group ([Note: a member builds before it joins]); used where the job's matmul FMA is
+ * the one it was built with, given back and built again otherwise. A set-up that fails gives its
+ * backends back, `prebuilt`'s included.
  */
 export async function setUpRun(
   asked: TrainConfig,
   io: RunIO,
   group: ProcessGroup | null,
+  prebuilt: LocalBuild | null = null,
 ): Promise<Run> {
   const lead = group === null || group.rank === 0;
-  // The matmul's fused multiply-add, decided by every rank together (a collective; see
-  // ranks/job-fma.ts), before any backend exists.
-  const fma = await agreeOnFma(asked, group);
-  const config: TrainConfig = { ...asked, matmulFma: fma.matmulFma };
   const say = (line: string) => {
     if (lead) io.stdout(`${line}\n`);
   };
-
-  // Inputs and outputs: readable files in, writable paths out, before anything is read or written.
-  await checkFiles(config);
-  const { data, vocabSize } = await loadData(config, io, say);
-
-  // Memory: refuse a run whose estimate passes the device limit or the host's free memory.
-  checkMemory(config, vocabSize, freeHostMemory());
-
-  // Backend and model: seeded nanoGPT init, or --init's weights by PyTorch names.
-  const backend = io.createBackend
-    ? await io.createBackend(config, vocabSize)
-    : await createBackend({ kind: config.backend, ...backendOptions(config) });
-  // A set-up that fails from here on (a member lost in the backend check of an elastic world,
-  // which builds the run again: elastic-epoch.ts) gives its backends back.
-  const owned = [backend];
+  let local = prebuilt;
   try {
+    // The matmul's fused multiply-add, decided by every rank together (a collective; see
+    // ranks/job-fma.ts), before any backend is made here.
+    const fma = await agreeOnFma(asked, group);
+    const config: TrainConfig = { ...asked, matmulFma: fma.matmulFma };
+    if (local !== null) {
+      if (local.matmulFma !== config.matmulFma) {
+        // Built for a kernel the job does not use (a rank that cannot fuse): built again.
+        disposeLocalBuild(local);
+        local = null;
+      } else {
+        // Built before the world's size was known: the estimate now.
+        checkMemory(config, local.vocabSize, freeHostMemory());
+      }
+    }
+    local ??= await buildLocal(config, io, true);
+    const { data, backend, modelBackend, model } = local;
+    if (local.dataLine !== null) say(local.dataLine);
     const fmaReason = fmaOffReason(fma);
     if (fmaReason !== null && backend.kind === 'cpu') say(fmaReason);
     if (group !== null && group.size > 1) {
@@ -103,20 +177,13 @@ export async function setUpRun(
     } else {
       say(`backend: ${backend.kind} (${backend.description})`);
     }
-    // Offload, and fsdp with --move-params-to-cpu, keep the model on the host (a CPU backend of its
-    // own) and compute on `backend`.
-    const onHost = config.strategy === 'offload' || config.moveParamsToCpu;
-    const modelBackend = onHost ? createCpuBackend({ matmulFma: config.matmulFma }) : backend;
-    if (modelBackend !== backend) owned.push(modelBackend);
-    const model = buildModel(config, vocabSize, modelBackend);
-    if (config.init !== null) await loadInitialWeights(model, config.init);
     // Resuming: where the run was, and (but under fsdp, whose shards load after wrapping) its weights.
     const resumeDir = config.resume === null ? null : await resolveResume(config.resume);
     const resumed = resumeDir === null ? null : await readRunState(resumeDir, config);
     if (resumeDir !== null && config.strategy !== 'fsdp') {
       await loadInitialWeights(model, joinPath(resumeDir, 'model.safetensors'), '--resume');
     }
-    say(`model: ${config.model}, ${model.parameters().reduce((n, p) => n + p.size, 0)} parameters`);
+    say(local.modelLine);
     if (group !== null) {
       // The transport the group really runs on (`shm+tcp` for a thread rank of a job of several
       // nodes, `shm` for one of one node), not the `--transport` flag's, and whether it runs on a
@@ -164,7 +231,8 @@ export async function setUpRun(
       },
     };
   } catch (error) {
-    for (const b of owned) b.dispose();
+    // A member lost in the backend check of an elastic world builds the run again (elastic-epoch.ts).
+    if (local !== null) disposeLocalBuild(local);
     throw error;
   }
 }
@@ -173,8 +241,7 @@ export async function setUpRun(
 async function loadData(
   config: TrainConfig,
   io: RunIO,
-  say: (line: string) => void,
-): Promise<{ data: Dataset | null; vocabSize: number }> {
+): Promise<{ data: Dataset | null; vocabSize: number; dataLine: string | null }> {
   const dataPath = config.model === 'gpt' ? (config.data ?? DEFAULT_CORPUS_PATH) : null;
   const data: Dataset | null =
     dataPath === null
@@ -190,9 +257,8 @@ async function loadData(
     }
     vocabSize = config.vocabSize;
   }
-  if (data !== null) {
-    const count = data.train.length + data.validation.length;
-    say(`data: ${dataPath} (${count} ${data.kind}, vocabulary ${vocabSize})`);
-  }
-  return { data, vocabSize };
+  const count = data === null ? 0 : data.train.length + data.validation.length;
+  const dataLine =
+    data === null ? null : `data: ${dataPath} (${count} ${data.kind}, vocabulary ${vocabSize})`;
+  return { data, vocabSize, dataLine };
 }
