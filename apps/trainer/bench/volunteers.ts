@@ -13,17 +13,19 @@
  * tiny GPT in well under a minute a world (CI runs it: ranks/volunteers-bench.test.ts);
  * `WEBSHARD_VOLUNTEERS_STEPS`, `_INNER_STEPS`, `_SWAP_AT` change the run, `_LINKS` the links
  * (default `broadband-20,none`), `_DDP=0` leaves the reference out, `_OUT=<file>` writes the rows
- * there instead of bench-results/.
+ * there instead of bench-results/, `_KEEP=<dir>` keeps every world's JSONL log there with one page
+ * of their loss curves overlaid (`volunteers.html`, as `webshard-report` writes it).
  *
  * Status (2026-11-26): the tiny world runs in CI over broadband-20. GPT-2 124M ran once over
  * broadband-20 (25 minutes; its numbers and limits are in the trainer README), each tab a browser
  * with a profile on disk (incognito OPFS refuses writes past 1.41 GB).
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
 import { findChromium } from '@webshard/test-config/browser-page';
+import { reportMain } from '../src/report/report-cli.js';
 import { measureDiloco } from './diloco-runs.js';
 import { writeGpt2Tokens, writeRepositoryCorpus } from './volunteers-corpus.js';
 import { runVolunteerWorld, type VolunteerShape } from './volunteers-world.js';
@@ -177,8 +179,23 @@ try {
       unit: 'tokens/s',
     });
   }
+  const keep = env('KEEP');
+  if (keep !== undefined) await keepLogs(keep);
 } finally {
   await rm(dir, { recursive: true, force: true });
+}
+
+/** Every world's JSONL log copied to `to`, and one page of their loss curves (`volunteers.html`). */
+async function keepLogs(to: string): Promise<void> {
+  await mkdir(to, { recursive: true });
+  const logs = (await readdir(dir)).filter((name) => name.endsWith('.jsonl'));
+  for (const name of logs) await copyFile(join(dir, name), join(to, name));
+  const io = {
+    stdout: (t: string) => process.stdout.write(t),
+    stderr: (t: string) => process.stderr.write(t),
+    cwd: to,
+  };
+  await reportMain([...logs, '-o', 'volunteers.html'], io);
 }
 const out = env('OUT');
 if (out === undefined) writeBenchResults('trainer-volunteers', rows);

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BenchRow } from '@webshard/bench';
@@ -35,6 +35,7 @@ describe.skipIf(skipWithoutChromium('volunteers-bench.test.ts'))('bench:voluntee
           WEBSHARD_VOLUNTEERS_LINKS: 'broadband-20',
           WEBSHARD_VOLUNTEERS_DDP: '0',
           WEBSHARD_VOLUNTEERS_OUT: out,
+          WEBSHARD_VOLUNTEERS_KEEP: join(dir, 'kept'),
         },
         stdio: ['ignore', 'pipe', 'pipe'],
       },
@@ -66,5 +67,12 @@ describe.skipIf(skipWithoutChromium('volunteers-bench.test.ts'))('bench:voluntee
     const loss = rows.find((r) => r.metric === 'loss')!;
     expect(loss.value).toBeLessThan(4.3);
     expect(value('tab peak memory (renderer VmHWM, 16256 parameters)')).toBeGreaterThan(0);
+    // `_KEEP`: the world's log, and one page of its loss curve with the log's steps in it.
+    expect((await readdir(join(dir, 'kept'))).sort()).toEqual([
+      'volunteers-broadband-20.jsonl',
+      'volunteers.html',
+    ]);
+    const page = await readFile(join(dir, 'kept', 'volunteers.html'), 'utf8');
+    expect(page).toContain('volunteers-broadband-20.jsonl');
   }, 600_000);
 });
