@@ -32,6 +32,8 @@ export interface VolunteerShape {
   readonly batch: number;
   readonly steps: number;
   readonly innerSteps: number;
+  /** `--outer-compression`: `int8`, or `topk` (SparseLoCo's sparse pseudo-gradients). */
+  readonly compression: 'int8' | 'int4' | 'topk';
   /** The lead's step after which the first tab closes and a second one opens. */
   readonly swapAt: number;
   /** `gpt2` (GPT-2's BPE, 50257 tokens) or `char` (the tiny run: a tab's step on GPT-2's
@@ -137,7 +139,7 @@ export async function runVolunteerWorld(
   const limit = process.env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS;
   if (limit !== undefined) env.WEBSHARD_TRAINER_JOIN_UPLOAD_BPS = limit;
   const run = [...shapeArgs(shape, corpus), '--strategy', 'diloco'];
-  run.push('--inner-steps', String(shape.innerSteps), '--outer-compression', 'int8');
+  run.push('--inner-steps', String(shape.innerSteps), '--outer-compression', shape.compression);
   const log = join(dir, `volunteers-${link}.jsonl`);
   const started: Started[] = [];
   const tabLines: string[] = [];

@@ -11,7 +11,8 @@
  *
  * Run: `pnpm --filter @webshard/trainer bench:volunteers`. `WEBSHARD_VOLUNTEERS_MODEL=tiny` for a
  * tiny GPT in well under a minute a world (CI runs it: ranks/volunteers-bench.test.ts);
- * `WEBSHARD_VOLUNTEERS_STEPS`, `_INNER_STEPS`, `_SWAP_AT` change the run, `_LINKS` the links
+ * `WEBSHARD_VOLUNTEERS_STEPS`, `_INNER_STEPS`, `_SWAP_AT`, `_COMPRESSION` (`int8`, the default;
+ * `int4`; `topk`, SparseLoCo's) change the run, `_LINKS` the links
  * (default `broadband-20,none`), `_DDP=0` leaves the reference out, `_OUT=<file>` writes the rows
  * there instead of bench-results/, `_KEEP=<dir>` keeps every world's JSONL log there with one page
  * of their loss curves overlaid (`volunteers.html`, as `webshard-report` writes it).
@@ -37,6 +38,10 @@ if (model !== 'gpt2' && model !== 'tiny') {
   throw new Error(`WEBSHARD_VOLUNTEERS_MODEL must be tiny or gpt2, not ${model}`);
 }
 const tiny = model === 'tiny';
+function compressionOf(name: string): VolunteerShape['compression'] {
+  if (name === 'int8' || name === 'int4' || name === 'topk') return name;
+  throw new Error(`WEBSHARD_VOLUNTEERS_COMPRESSION must be int8, int4 or topk, not ${name}`);
+}
 const SHAPE: VolunteerShape = {
   label: tiny ? 'GPT 1x32 (tiny)' : 'GPT-2 124M',
   layers: tiny ? 1 : 12,
@@ -47,6 +52,7 @@ const SHAPE: VolunteerShape = {
   batch: tiny ? 12 : 6,
   steps: num('STEPS', tiny ? 120 : 12),
   innerSteps: num('INNER_STEPS', tiny ? 4 : 4),
+  compression: compressionOf(env('COMPRESSION') ?? 'int8'),
   swapAt: num('SWAP_AT', tiny ? 12 : 4),
   tokenizer: tiny ? 'char' : 'gpt2',
   memberTimeoutSeconds: tiny ? 60 : 300,
@@ -77,7 +83,7 @@ try {
   // GPT-2's tokens are made once here, as nanoGPT's prepare.py makes its train.bin, so that no
   // member and no tab encodes 6 MB of text itself before it can join (some 20 s of a tab's start).
   const corpus = SHAPE.tokenizer === 'gpt2' ? await writeGpt2Tokens(text) : text;
-  const p = `${SHAPE.label} diloco, H=${SHAPE.innerSteps} int8, 2 Node members + a tab`;
+  const p = `${SHAPE.label} diloco, H=${SHAPE.innerSteps} ${SHAPE.compression}, 2 Node members + a tab`;
   const worlds = new Map<string, Awaited<ReturnType<typeof runVolunteerWorld>>>();
   for (const link of LINKS) {
     const m = await runVolunteerWorld(openContext, dir, SHAPE, corpus, link, timeoutMs);

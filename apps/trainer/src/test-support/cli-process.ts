@@ -96,6 +96,8 @@ export interface Line {
   outerBytesSent?: number;
   /** A step's: the whole batch's tokens over its wall time (the line has no ms). */
   tokensPerSecond?: number;
+  /** A step's: the loop's wall clock since it began, in seconds. */
+  seconds?: number;
 }
 
 /** The JSONL log at `path` ([] before it exists). */
