@@ -2,6 +2,7 @@ import type { ProcessGroup } from '@webshard/collectives';
 import { DiLoCo, DilocoStateError, fragmentDue } from '@webshard/diloco';
 import { outerStateStore } from '#platform';
 import type { TrainConfig } from '../config.js';
+import { turnsInBackward } from './backward-turns.js';
 import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-model.js';
 
 /**
@@ -29,7 +30,10 @@ import type { AnyOptimizer, OuterSyncReport, PreparedModel } from './prepared-mo
  * would bring back the wait the overlap hides. The last step lands the fragment in flight and
  * syncs every fragment at once, so every rank saves the global parameters. Streamed under
  * `--elastic`, the elastic loop runs each step's fragment work and the members meet where a
- * fragment is issued ([Note: streamed syncs in an elastic world] in run/elastic-stream.ts).
+ * fragment is issued ([Note: streamed syncs in an elastic world] in run/elastic-stream.ts). A rank
+ * whose communication runs on its own thread gives the event loop turns in backward, so what moves
+ * in the background (a join's upload, a fragment) moves during the inner steps ([Note: turns of
+ * the event loop in backward] in ./backward-turns.ts); `release` removes them.
  */
 export function prepareDiloco(
   base: Omit<PreparedModel, 'step' | 'start' | 'afterStep'>,
@@ -50,8 +54,10 @@ export function prepareDiloco(
   const loud = (step: number) =>
     last(step) ||
     (step + 1 > config.outerOverlap && (step + 1 - config.outerOverlap) % config.innerSteps === 0);
+  const turns = 'movesBytesOnWorker' in group.transport ? null : turnsInBackward(base.params);
   return {
     ...base,
+    release: () => turns?.remove(),
     // The loss's mean over ranks comes with the step line's all-gather, after the update.
     step: {},
     lossMeanInLine: true,
