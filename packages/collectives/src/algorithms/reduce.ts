@@ -1,5 +1,6 @@
 import type { ReduceKernels, ReduceOp } from '../kernels/reduce.js';
 import { type Comm, mod, segments } from './comm.js';
+import { CLEAR_TO_SEND_BYTES } from './gather.js';
 
 /** WASM memory the ring reduces in: the group's `ReduceArena`, or a `RegisteredMemory`. */
 export interface ReduceMemory extends ReduceKernels {
@@ -63,6 +64,22 @@ export interface RingOperands {
  * operand order, so every path gives the same bits.
  */
 
+/*
+ * [Note: a ring asks before it sends]
+ * A ring's first step sends this rank's first chunk (a size-th of the operand) to its right
+ * whatever the right is doing, and the next step's piece follows as soon as the left's arrives:
+ * to a right that has not begun the op (still in backward, a slower peer on shared cores), up to
+ * two chunks of every op in flight arrive as messages no receive has claimed. DDP on 3 ranks of
+ * GPT-2 124M over shm+tcp, its 13 buckets of 40 MB issued while the slowest rank was still in
+ * backward, passed the transports' budget for those ([Note: the unexpected-message budget], 256
+ * MiB a peer) at its first step and aborted the group (rank 1 held 265 796 608 bytes from rank 0).
+ * So a ring over more than `CLEAR_TO_SEND_BYTES` (16 MiB) does what a large broadcast does ([Note:
+ * a broadcast asks before it sends]): each rank posts its first receives, sends its left one byte,
+ * and sends nothing to its right before the right's byte is in. A late right then holds nothing of
+ * the op but that byte; once it has begun, it holds at most the op's first chunk beyond its
+ * posted receives. The cost is one latency a large op, between ranks that arrive together.
+ */
+
 /**
  * Ring reduce-scatter, and for an all-reduce the ring all-gather fused behind it.
  *
@@ -99,10 +116,12 @@ export async function ringReduce(
   const gatherBytes = (piece: [number, number]) =>
     gather!.subarray(piece[0] * 4, (piece[0] + piece[1]) * 4);
   const sends: Promise<void>[] = [];
-  const [firstStart, firstLength] = chunk(mod(rank - 1, size));
-  for (const piece of segments(firstStart, firstLength, segmentElements)) {
-    sends.push(comm.send(right, inputBytes(piece)));
-  }
+  // [Note: a ring asks before it sends]: the right's word comes first from it (two ranks: before
+  // the data, which the same peer sends after it), so it is the first receive posted.
+  let total = 0;
+  for (let c = 0; c < size; c++) total += chunk(c)[1];
+  const large = total * 4 > CLEAR_TO_SEND_BYTES;
+  const clearedByRight = large ? comm.recv(right, new Uint8Array(1)) : null;
   const items: { step: number; piece: [number, number] }[] = [];
   for (let step = 0; step < size - 1; step++) {
     const [start, length] = chunk(mod(rank - step - 2, size));
@@ -132,6 +151,15 @@ export async function ringReduce(
   };
   if (items.length === 0) postGathers();
   for (let i = 0; i < Math.min(window, items.length); i++) post(i);
+  // This rank's receives are posted: the left may send. Then wait for the right's word.
+  if (large) {
+    sends.push(comm.send(left, new Uint8Array(1)));
+    await clearedByRight;
+  }
+  const [firstStart, firstLength] = chunk(mod(rank - 1, size));
+  for (const piece of segments(firstStart, firstLength, segmentElements)) {
+    sends.push(comm.send(right, inputBytes(piece)));
+  }
   const { registered } = io;
   // With an input, partial results go to `window` forward slots after the receive slots.
   const forwards: Promise<void>[] = [];
