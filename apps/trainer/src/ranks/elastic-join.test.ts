@@ -129,7 +129,9 @@ it('a newcomer builds its model before it asks to join: the members never wait f
     [3, 1],
   ]);
   const stepLines = records.filter((line) => line.event === undefined);
-  expect(stepLines.map((line) => line.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
+  expect(stepLines.map((line) => line.step)).toEqual(
+    Array.from({ length: steps }, (_, i) => i + 1),
+  );
   const gaps = stepLines.slice(1).map((line, i) => line.seconds! - stepLines[i]!.seconds!);
   const widest = Math.max(...gaps);
   const at = stepLines[gaps.indexOf(widest) + 1]!.step;
