@@ -6,12 +6,11 @@ import { CLEAR_TO_SEND_BYTES } from './gather.js';
 const MiB = 1 << 20;
 
 /**
- * [Note: a ring asks before it sends]: a rank late to its all-reduces (here 1.5 s, a slower peer
- * still in backward while the others issued every DDP bucket) must not be handed two chunks of each
- * op in flight as unclaimed messages. Four all-reduces of 24 MiB are in flight at once, and the
- * transports' budget for unclaimed messages is 16 MiB a peer (256 MiB by default, against DDP's
- * 13 buckets of 40 MB at GPT-2 size). Without the asking, the late rank aborts the group ("a
- * message of ... bytes would pass the budget"), at 3 ranks; at 2 (a right that is also the left:
+ * [Note: a ring asks before it sends]: a rank late to its all-reduces (here 1.5 s, a rank that has
+ * not issued them yet) must not be handed two chunks of each op in flight as unclaimed messages.
+ * Four all-reduces of 24 MiB are in flight at once, and the transports' budget for unclaimed
+ * messages is 16 MiB a peer (256 MiB by default). Without the asking, the late rank aborts the
+ * group ("a message of ... bytes would pass the budget"), at 3 ranks; at 2 (a right that is also the left:
  * its word and its data come from one peer, in that order) it is the order of the receives that
  * is checked.
  */
