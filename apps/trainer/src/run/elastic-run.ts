@@ -66,7 +66,7 @@ import type { RunIO, TrainSummary } from './run-io.js';
  * world's size, so it is checked after admission, before the strategy and AdamW allocate: the
  * model's own parameters (a quarter of the estimate's 16 bytes a parameter) are made before it.
  * A first world's members build side by side before they meet, where they built after. Test:
- * `ranks/elastic-join.test.ts` (a newcomer whose build takes 8 s; the members' steps go on).
+ * `ranks/elastic-join.test.ts` (a newcomer whose build takes 6 s; the members' steps go on).
  */
 
 /** An error in one line, its type first: what a member prints when a step fails under it. */
