@@ -10,6 +10,8 @@ import { type Rendezvous, rendezvous } from './rendezvous/rendezvous.js';
 import type { WebSocketConstructor } from './rendezvous/store-client.js';
 import { agreedLink, type LinkSettings, shapeLink } from './two-level/link-shaper.js';
 
+const noop = () => {};
+
 /** Which network transport to run over the rendezvous. */
 export type NetworkBackend = 'tcp' | 'ws';
 
@@ -175,6 +177,11 @@ export class JoinedTransport implements Transport {
   send(peer: number, tag: number, data: Uint8Array, stamp?: OpStamp): Promise<void> {
     return this.inner.send(peer, tag, data, stamp);
   }
+  /** Rule 11 of [Note: the transport contract], passed to the transport under it. */
+  expect(peer: number, tag: number, stamp: OpStamp, bytes: number, messages: number): () => void {
+    return this.inner.expect?.(peer, tag, stamp, bytes, messages) ?? noop;
+  }
+
   recv(
     peer: number,
     tag: number,

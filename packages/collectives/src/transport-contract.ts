@@ -64,6 +64,11 @@ import type { SharedArena } from './shared-arena.js';
  *    fingerprint) before a byte reaches `dst`. A message that is not the receive's rejects it and
  *    aborts with kind `mismatch`, naming both (`stampMismatch`). A call without a stamp sends or
  *    expects `NO_STAMP`. The transports here check in `Mailbox`; see [Note: op stamps].
+ * 11. Expected bytes (optional). `expect(peer, tag, stamp, bytes, messages)` says that the op
+ *    stamped `stamp` will receive at most `bytes` in `messages` messages from `peer` on `tag`: what
+ *    of them arrives before its receive is not held against the budget for unclaimed messages
+ *    while the allowance lasts, and the returned function ends it. A transport without it counts
+ *    every early message; see [Note: an op's own bytes are expected].
  *
  * Run `runTransportSuite` from `@webshard/collectives/testing` (src/suites/transport-suite.ts)
  * against a new transport: it checks these rules and every collective on top of them.
@@ -99,6 +104,12 @@ export interface Transport {
     onArrive?: () => void,
     stamp?: OpStamp,
   ): Promise<void>;
+
+  /**
+   * Optional (rule 11): the op stamped `stamp` will receive at most `bytes` in `messages` messages
+   * from `peer` on `tag`. Returns the function that ends the allowance.
+   */
+  expect?(peer: number, tag: number, stamp: OpStamp, bytes: number, messages: number): () => void;
 
   /** Fail every pending and later op with `reason` and tell the other ranks. Idempotent. */
   abort(reason: AbortReason): void;

@@ -8,6 +8,11 @@ export interface Comm {
   readonly size: number;
   send(peer: number, data: Uint8Array): Promise<void>;
   recv(peer: number, dst: Uint8Array): Promise<void>;
+  /**
+   * Optional: the op will receive at most `bytes` in `messages` messages from `peer` ([Note: an
+   * op's own bytes are expected] in transports/expected-bytes.ts); returns what ends it.
+   */
+  expect?(peer: number, bytes: number, messages: number): () => void;
 }
 
 export function mod(value: number, size: number): number {

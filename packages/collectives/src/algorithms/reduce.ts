@@ -76,11 +76,11 @@ export interface RingOperands {
  * broadcast asks before it sends]): each rank posts its first receives, sends its left one byte,
  * and sends nothing to its right before the right's byte is in. A late right then holds nothing of
  * the op but that byte. The cost is one latency a large op, between ranks that arrive together.
- * Not covered: a right that has begun its ops and does not move them (its thread in a kernel while
- * its transport reads on): a window of receives is posted for each, and what passes it is held.
- * DDP on 3 thread ranks of GPT-2 124M over shm+tcp still aborts its first step so (rank 1 held
- * 265 796 608 bytes from rank 0, the same with this change); bounding the bytes of ops in flight
- * (credits from the receiver) is what would.
+ * Not covered here: a right that has begun the op and moves it slower than its left sends (its
+ * thread busy while its transport reads on), which holds what passes its window of receives; DDP
+ * on 3 thread ranks of GPT-2 124M aborted its first step so (rank 1 held 265 796 608 bytes from
+ * rank 0, the same with this change). Those bytes are the op's own: [Note: an op's own bytes are
+ * expected] in transports/expected-bytes.ts keeps them out of the budget.
  */
 
 /**
@@ -138,84 +138,95 @@ export async function ringReduce(
         gathers.push({ step, piece, done: null });
     }
   }
-  const postGathers = () => {
-    for (const item of gathers) item.done = comm.recv(left, gatherBytes(item.piece));
-  };
-  const slotBytes = segmentElements * 4;
-  const posted: Promise<void>[] = [];
-  const post = (i: number) => {
-    const item = items[i]!;
-    const slot = i % window;
-    posted[slot] = comm.recv(
-      left,
-      arena.bytes(layout.staging + slot * slotBytes, item.piece[1] * 4),
-    );
-    if (i === items.length - 1) postGathers();
-  };
-  if (items.length === 0) postGathers();
-  for (let i = 0; i < Math.min(window, items.length); i++) post(i);
-  // This rank's receives are posted: the left may send. Then wait for the right's word.
-  if (large) {
-    sends.push(comm.send(left, new Uint8Array(1)));
-    await clearedByRight;
-  }
-  const [firstStart, firstLength] = chunk(mod(rank - 1, size));
-  for (const piece of segments(firstStart, firstLength, segmentElements)) {
-    sends.push(comm.send(right, inputBytes(piece)));
-  }
-  const { registered } = io;
-  // With an input, partial results go to `window` forward slots after the receive slots.
-  const forwards: Promise<void>[] = [];
-  for (let i = 0; i < items.length; i++) {
-    const item = items[i]!;
-    const slot = i % window;
-    await posted[slot];
-    const [start, length] = item.piece;
-    const last = item.step === size - 2;
-    const received = layout.staging + slot * slotBytes;
-    const forward = layout.staging + (window + slot) * slotBytes;
-    let at: number;
-    if (input === null) {
-      // The operand lies in the arena: reduced where it is.
-      at = layout.work + start * 4;
-      arena.reduce(layout.op, layout.dtype, at, received, length);
-    } else if (registered !== undefined) {
-      if (!last) await forwards[slot];
-      at = !last ? forward : registered.result >= 0 ? registered.result : received;
-      if (last && registered.result >= 0) at += (start - io.resultBase) * 4;
-      // `own op received`, the operand order of the other paths: the same bits.
-      arena.reduceTo(layout.op, layout.dtype, at, input.byteOffset + start * 4, received, length);
-    } else {
-      at = forward;
-      await forwards[slot];
-      arena.bytes(at, length * 4).set(inputBytes(item.piece));
-      arena.reduce(layout.op, layout.dtype, at, received, length);
+  // [Note: an op's own bytes are expected]: all the left sends of this op, held outside the budget
+  // for unclaimed messages when it comes faster than this rank moves the op.
+  let fromLeft = 0;
+  for (const item of items) fromLeft += item.piece[1] * 4;
+  for (const item of gathers) fromLeft += item.piece[1] * 4;
+  const word = large && left === right ? 1 : 0;
+  const release = comm.expect?.(left, fromLeft + word, items.length + gathers.length + word);
+  try {
+    const postGathers = () => {
+      for (const item of gathers) item.done = comm.recv(left, gatherBytes(item.piece));
+    };
+    const slotBytes = segmentElements * 4;
+    const posted: Promise<void>[] = [];
+    const post = (i: number) => {
+      const item = items[i]!;
+      const slot = i % window;
+      posted[slot] = comm.recv(
+        left,
+        arena.bytes(layout.staging + slot * slotBytes, item.piece[1] * 4),
+      );
+      if (i === items.length - 1) postGathers();
+    };
+    if (items.length === 0) postGathers();
+    for (let i = 0; i < Math.min(window, items.length); i++) post(i);
+    // This rank's receives are posted: the left may send. Then wait for the right's word.
+    if (large) {
+      sends.push(comm.send(left, new Uint8Array(1)));
+      await clearedByRight;
     }
-    // A final piece left in its receive slot frees the slot only once copied out, below.
-    const slotHeld = at === received;
-    if (i + window < items.length && !slotHeld) post(i + window);
-    if (!last) {
-      const sent = comm.send(right, arena.bytes(at, length * 4));
-      if (input !== null) forwards[slot] = sent;
-      sends.push(sent);
-      continue;
+    const [firstStart, firstLength] = chunk(mod(rank - 1, size));
+    for (const piece of segments(firstStart, firstLength, segmentElements)) {
+      sends.push(comm.send(right, inputBytes(piece)));
     }
-    if (io.scale !== null) arena.scale(at, length, io.scale);
-    let final = arena.bytes(at, length * 4);
-    const inPlace = registered !== undefined && registered.result >= 0;
-    if (result !== null && !inPlace) {
-      const offset = (start - io.resultBase) * 4;
-      result.set(final, offset);
-      final = result.subarray(offset, offset + length * 4);
+    const { registered } = io;
+    // With an input, partial results go to `window` forward slots after the receive slots.
+    const forwards: Promise<void>[] = [];
+    for (let i = 0; i < items.length; i++) {
+      const item = items[i]!;
+      const slot = i % window;
+      await posted[slot];
+      const [start, length] = item.piece;
+      const last = item.step === size - 2;
+      const received = layout.staging + slot * slotBytes;
+      const forward = layout.staging + (window + slot) * slotBytes;
+      let at: number;
+      if (input === null) {
+        // The operand lies in the arena: reduced where it is.
+        at = layout.work + start * 4;
+        arena.reduce(layout.op, layout.dtype, at, received, length);
+      } else if (registered !== undefined) {
+        if (!last) await forwards[slot];
+        at = !last ? forward : registered.result >= 0 ? registered.result : received;
+        if (last && registered.result >= 0) at += (start - io.resultBase) * 4;
+        // `own op received`, the operand order of the other paths: the same bits.
+        arena.reduceTo(layout.op, layout.dtype, at, input.byteOffset + start * 4, received, length);
+      } else {
+        at = forward;
+        await forwards[slot];
+        arena.bytes(at, length * 4).set(inputBytes(item.piece));
+        arena.reduce(layout.op, layout.dtype, at, received, length);
+      }
+      // A final piece left in its receive slot frees the slot only once copied out, below.
+      const slotHeld = at === received;
+      if (i + window < items.length && !slotHeld) post(i + window);
+      if (!last) {
+        const sent = comm.send(right, arena.bytes(at, length * 4));
+        if (input !== null) forwards[slot] = sent;
+        sends.push(sent);
+        continue;
+      }
+      if (io.scale !== null) arena.scale(at, length, io.scale);
+      let final = arena.bytes(at, length * 4);
+      const inPlace = registered !== undefined && registered.result >= 0;
+      if (result !== null && !inPlace) {
+        const offset = (start - io.resultBase) * 4;
+        result.set(final, offset);
+        final = result.subarray(offset, offset + length * 4);
+      }
+      if (slotHeld && i + window < items.length) post(i + window);
+      if (gather !== null) sends.push(comm.send(right, final));
     }
-    if (slotHeld && i + window < items.length) post(i + window);
-    if (gather !== null) sends.push(comm.send(right, final));
+    for (const item of gathers) {
+      await item.done;
+      if (item.step < size - 2) sends.push(comm.send(right, gatherBytes(item.piece)));
+    }
+    await Promise.all(sends);
+  } finally {
+    release?.();
   }
-  for (const item of gathers) {
-    await item.done;
-    if (item.step < size - 2) sends.push(comm.send(right, gatherBytes(item.piece)));
-  }
-  await Promise.all(sends);
 }
 
 /**

@@ -140,6 +140,16 @@ export class OpContext implements Comm {
   }
 
   /**
+   * The op will receive at most `bytes` in `messages` messages from `peer`: held outside the
+   * budget for unclaimed messages until the returned function ends it ([Note: an op's own bytes
+   * are expected] in transports/expected-bytes.ts).
+   */
+  expect(peer: number, bytes: number, messages: number): () => void {
+    const { transport, ranks, tag } = this.group;
+    return transport.expect?.(ranks[peer]!, tag, this.stamp, bytes, messages) ?? noop;
+  }
+
+  /**
    * The receive of `peer`'s fingerprint: never held, with `onArrive` as the transport's arrival
    * hint (rule 9 of [Note: the transport contract]).
    */

@@ -68,6 +68,40 @@ describe('Mailbox', () => {
       },
     ]);
   });
+
+  it("holds an op's own early messages outside the budget while its allowance lasts", async () => {
+    // [Note: an op's own bytes are expected]
+    const reasons: AbortReason[] = [];
+    const mailbox = new Mailbox(0, (reason) => reasons.push(reason), 10);
+    const op = opStamp('allReduce', 4);
+    const release = mailbox.expect(1, 9, op, 24, 3);
+    for (let i = 0; i < 3; i++) mailbox.deliver(1, 9, new Uint8Array(8).fill(i), op);
+    expect(mailbox.heldFrom(1)).toBe(0);
+    // Another op's message, and one of the op past its allowance, count against the budget.
+    mailbox.deliver(1, 9, new Uint8Array(6), opStamp('allReduce', 5));
+    mailbox.deliver(1, 9, new Uint8Array(4), op);
+    expect(mailbox.heldFrom(1)).toBe(10);
+    expect(reasons).toEqual([]);
+    const got = [0, 1, 2].map(() => new Uint8Array(8));
+    await Promise.all(got.map((dst) => mailbox.recv(1, 9, dst, undefined, op)));
+    expect(got.map((dst) => dst[0])).toEqual([0, 1, 2]);
+    expect(mailbox.heldFrom(1)).toBe(10);
+    await mailbox.recv(1, 9, new Uint8Array(6), undefined, opStamp('allReduce', 5));
+    await mailbox.recv(1, 9, new Uint8Array(4), undefined, op);
+    expect(mailbox.heldFrom(1)).toBe(0);
+    // Ended: the op's next early message counts again, and past the budget aborts.
+    release();
+    mailbox.deliver(1, 9, new Uint8Array(10), op);
+    expect(mailbox.heldFrom(1)).toBe(10);
+    expect(mailbox.begin(1, 9, 1, op)).toBeNull();
+    expect(reasons).toHaveLength(1);
+    // An allowance is per peer and tag: the same op's messages from rank 2 or on tag 8 count.
+    const other = new Mailbox(0, () => {}, 100);
+    other.expect(1, 9, op, 100, 10);
+    other.deliver(2, 9, new Uint8Array(5), op);
+    other.deliver(1, 8, new Uint8Array(7), op);
+    expect([other.heldFrom(1), other.heldFrom(2)]).toEqual([7, 5]);
+  });
 });
 
 describe('Mailbox op stamps ([Note: op stamps])', () => {

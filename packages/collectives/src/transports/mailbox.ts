@@ -1,6 +1,7 @@
 import { type AbortReason, TransportAbortedError } from '../errors.js';
 import { NO_STAMP, type OpStamp, stampMismatch } from '../op-stamp.js';
 import { arrive } from '../transport-contract.js';
+import { ExpectedBytes } from './expected-bytes.js';
 import { UNEXPECTED_BYTES_VARIABLE } from './unexpected-budget.js';
 
 /** A receive posted by `recv`. */
@@ -20,6 +21,8 @@ interface Stashed {
   readonly length: number;
   readonly sender: number;
   readonly stamp: OpStamp;
+  /** Whether it counts against the budget ([Note: an op's own bytes are expected]: not if not). */
+  readonly counted: boolean;
 }
 
 interface Slot {
@@ -38,6 +41,8 @@ export interface Incoming {
   readonly target: Uint8Array;
   readonly recv: PostedRecv | null;
   readonly stash: ArrayBuffer | null;
+  /** A stashed message that counts against the budget. */
+  readonly counted: boolean;
 }
 
 const MIN_POOLED = 4096;
@@ -73,8 +78,9 @@ export class Mailbox {
    * reached them ([Note: draining after an abort] in framed/framed-transport.ts).
    */
   private readonly draining = new Set<number>();
-  /** Per peer, payload bytes copied aside that no receive has claimed yet. */
+  /** Per peer, payload bytes copied aside that no receive has claimed yet (and no op expects). */
   private readonly held = new Map<number, number>();
+  private readonly expected = new ExpectedBytes();
 
   /**
    * `maxUnexpectedBytes`: the most unclaimed payload held per peer ([Note: the unexpected-message
@@ -132,7 +138,7 @@ export class Mailbox {
       const { sender, length } = arrived;
       const ok = this.matches(peer, tag, stamp, dst, sender, arrived.stamp, length, reject);
       if (ok) dst.set(new Uint8Array(arrived.buffer, 0, length));
-      this.hold(peer, -length);
+      if (arrived.counted) this.hold(peer, -length);
       this.release(arrived.buffer);
       if (ok) {
         arrive(onArrive);
@@ -155,17 +161,21 @@ export class Mailbox {
     sender = peer,
   ): Incoming | null {
     const recv = this.slot(peer, tag).waiting.shift() ?? null;
+    const expected = this.expected.take(peer, tag, stamp, length);
     if (recv !== null) {
       if (!this.matches(peer, tag, recv.stamp, recv.dst, sender, stamp, length, recv.reject)) {
         return null;
       }
       const target = recv.dst;
-      const incoming: Incoming = { peer, tag, sender, stamp, target, recv, stash: null };
+      const incoming: Incoming = {
+        ...{ peer, tag, sender, stamp, target, recv },
+        ...{ stash: null, counted: false },
+      };
       this.inflight.add(incoming);
       return incoming;
     }
     const held = this.heldFrom(peer);
-    if (held + length > this.maxUnexpectedBytes) {
+    if (!expected && held + length > this.maxUnexpectedBytes) {
       this.onViolation({
         kind: 'error',
         origin: this.rank,
@@ -190,15 +200,10 @@ export class Mailbox {
       return null;
     }
     this.unexpectedBytes += length;
-    this.hold(peer, length);
+    if (!expected) this.hold(peer, length);
     const incoming: Incoming = {
-      peer,
-      tag,
-      sender,
-      stamp,
-      target: new Uint8Array(stash, 0, length),
-      recv: null,
-      stash,
+      ...{ peer, tag, sender, stamp, target: new Uint8Array(stash, 0, length) },
+      ...{ recv: null, stash, counted: !expected },
     };
     this.inflight.add(incoming);
     return incoming;
@@ -214,13 +219,13 @@ export class Mailbox {
     }
     const slot = this.slot(incoming.peer, incoming.tag);
     const waiting = slot.waiting.shift();
-    const { peer, tag, sender, stamp } = incoming;
+    const { peer, tag, sender, stamp, counted } = incoming;
     const length = incoming.target.byteLength;
     if (waiting === undefined) {
-      slot.arrived.push({ buffer: incoming.stash!, length, sender, stamp });
+      slot.arrived.push({ buffer: incoming.stash!, length, sender, stamp, counted });
       return;
     }
-    this.hold(peer, -length);
+    if (counted) this.hold(peer, -length);
     const { dst, reject } = waiting;
     if (!this.matches(peer, tag, waiting.stamp, dst, sender, stamp, length, reject)) {
       this.release(incoming.stash!);
@@ -238,6 +243,15 @@ export class Mailbox {
     if (incoming === null) return;
     incoming.target.set(data);
     this.complete(incoming);
+  }
+
+  /**
+   * Op `stamp` will receive at most `bytes` in `messages` messages from `peer` on `tag`: what of
+   * them comes before its receive is held outside the budget ([Note: an op's own bytes are
+   * expected] in expected-bytes.ts). Returns the function that ends the allowance.
+   */
+  expect(peer: number, tag: number, stamp: OpStamp, bytes: number, messages: number): () => void {
+    return this.expected.expect(peer, tag, stamp, bytes, messages);
   }
 
   /** Whether a receive from `peer` is posted or being filled. */

@@ -5,6 +5,8 @@ import type { OpStamp } from '../op-stamp.js';
 import type { Transport } from '../transport-contract.js';
 import { LINK_PRESETS } from './link-presets.js';
 
+const noop = () => {};
+
 /** A simulated link: what `LinkShaper` adds to every message between two ranks. */
 export interface LinkSettings {
   /** One-way latency in milliseconds (default 0). */
@@ -278,6 +280,12 @@ export class LinkShaper implements Transport {
     const stamped = this.inner.send(peer, tag, new Uint8Array(stamp.buffer), op);
     stamped.catch(() => {});
     return Promise.all([stamped, this.inner.send(peer, tag, data, op)]).then(() => {});
+  }
+
+  /** Rule 11 of [Note: the transport contract], passed on with the due-time message
+   * that goes ahead of each message. */
+  expect(peer: number, tag: number, stamp: OpStamp, bytes: number, messages: number): () => void {
+    return this.inner.expect?.(peer, tag, stamp, bytes + 8 * messages, 2 * messages) ?? noop;
   }
 
   async recv(

@@ -274,6 +274,8 @@ export class TwoLevelPlan implements CollectivePlan {
       size: topology.nodes.length,
       send: (peer, data) => ctx.send(topology.rankOf(peer, localRank), data),
       recv: (peer, dst) => ctx.recv(topology.rankOf(peer, localRank), dst),
+      expect: (peer, bytes, messages) =>
+        ctx.expect(topology.rankOf(peer, localRank), bytes, messages),
     };
     return { local, cross: this.cross(comm), scratch: (kind, count) => this.scratch(kind, count) };
   }

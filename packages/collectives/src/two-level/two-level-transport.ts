@@ -4,6 +4,8 @@ import { AbortState, type Transport } from '../transport-contract.js';
 import type { NodeShmTransport } from './node-shm-transport.js';
 import type { NodeTopology } from './topology.js';
 
+const noop = () => {};
+
 /**
  * [Note: two-level collectives]
  * A world of several nodes whose ranks run as threads (`webshard-run --nnodes M`, ranks as threads
@@ -68,6 +70,15 @@ export class TwoLevelTransport implements Transport {
     if (this.isLocal(peer))
       return this.local.send(this.topology.localRankOf(peer), tag, data, stamp);
     return this.network.send(peer, tag, data, stamp);
+  }
+
+  /** Rule 11 of [Note: the transport contract], passed to the medium of `peer`'s messages. */
+  expect(peer: number, tag: number, stamp: OpStamp, bytes: number, messages: number): () => void {
+    if (this.isLocal(peer)) {
+      const local = this.topology.localRankOf(peer);
+      return this.local.expect(local, tag, stamp, bytes, messages);
+    }
+    return this.network.expect?.(peer, tag, stamp, bytes, messages) ?? noop;
   }
 
   recv(

@@ -160,6 +160,11 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
     return this.transmit(target, frame, data);
   }
 
+  /** Rule 11 of [Note: the transport contract]: the op's early messages are held outside the budget. */
+  expect(peer: number, tag: number, stamp: OpStamp, bytes: number, messages: number): () => void {
+    return this.mailbox.expect(peer, tag >>> 0, stamp, bytes, messages);
+  }
+
   recv(
     peer: number,
     tag: number,

@@ -153,6 +153,11 @@ export class ShmTransport implements Transport {
     });
   }
 
+  /** Rule 11 of [Note: the transport contract]: the op's early messages are held outside the budget. */
+  expect(peer: number, tag: number, stamp: OpStamp, bytes: number, messages: number): () => void {
+    return this.mailbox.expect(peer, tag, stamp, bytes, messages);
+  }
+
   recv(
     peer: number,
     tag: number,
