@@ -1,25 +1,28 @@
 /**
- * GPT-2 trained by volunteers: `--strategy diloco --elastic` (H inner steps, int8 syncs) by 2 Node
- * members and a headless Chromium tab, every link shaped to broadband-20; mid-run the tab closes
- * and a new tab joins (bench/volunteers-world.ts). Beside it the same DiLoCo world on loopback and
- * DDP on 3 Node ranks on loopback (the reference: the same steps, batches, seed and tokens). Rows
- * `GPT-2 124M diloco ...`: tokens/s of the job, of the lead Node member and of the tab, broadband-20
- * against loopback; the seconds to admit the second tab (`admit`: its page opened to its holding
- * the world's state); bytes each member sends per token against DDP's; the held-out loss after the
- * run's tokens against DDP's; the tab's peak memory (its renderer's VmHWM). The corpus is made here
- * without a network (bench/volunteers-corpus.ts).
+ * GPT-2 trained by volunteers: `--strategy diloco --elastic` (H inner steps; GPT-2's syncs topk,
+ * SparseLoCo's, by default, the tiny GPT's int8) by 2 Node members and a headless Chromium tab,
+ * every link shaped to broadband-20; mid-run the tab closes and a new tab joins
+ * (bench/volunteers-world.ts). Beside it the same DiLoCo world on loopback and DDP on 3 Node ranks
+ * on loopback (the reference: the same steps, batches, seed and tokens). Rows `GPT-2 124M diloco
+ * ...`: tokens/s of the job, of the lead Node member and of the tab, broadband-20 against loopback;
+ * the seconds to admit the second tab (`admit`: its page opened to its holding the world's state);
+ * bytes each member sends per token against DDP's; the held-out loss after the run's tokens against
+ * DDP's; the tab's peak memory (its renderer's VmHWM). The corpus is made here without a network
+ * (bench/volunteers-corpus.ts).
  *
- * Run: `pnpm --filter @webshard/trainer bench:volunteers`. `WEBSHARD_VOLUNTEERS_MODEL=tiny` for a
- * tiny GPT in well under a minute a world (CI runs it: ranks/volunteers-bench.test.ts);
- * `WEBSHARD_VOLUNTEERS_STEPS`, `_INNER_STEPS`, `_SWAP_AT`, `_COMPRESSION` (`int8`, the default;
- * `int4`; `topk`, SparseLoCo's) change the run, `_LINKS` the links
- * (default `broadband-20,none`), `_DDP=0` leaves the reference out, `_OUT=<file>` writes the rows
- * there instead of bench-results/, `_KEEP=<dir>` keeps every world's JSONL log there with one page
- * of their loss curves overlaid (`volunteers.html`, as `webshard-report` writes it).
+ * Run: `pnpm --filter @webshard/trainer bench:volunteers` (GPT-2: 24 steps, H = 4, the first tab
+ * closing at step 8; 42 minutes here for the two worlds and DDP).
+ * `WEBSHARD_VOLUNTEERS_MODEL=tiny` for a tiny GPT in well under a minute a world (CI runs it:
+ * ranks/volunteers-bench.test.ts);
+ * `WEBSHARD_VOLUNTEERS_STEPS`, `_INNER_STEPS`, `_SWAP_AT`, `_COMPRESSION` (`int8`, `int4`, `topk`)
+ * change the run, `_LINKS` the links (default `broadband-20,none`; empty: the DDP reference alone),
+ * `_DDP=0` leaves the reference out, `_OUT=<file>` writes the rows there instead of bench-results/,
+ * `_KEEP=<dir>` keeps every world's JSONL log there with one page of their loss curves overlaid
+ * (`volunteers.html`, as `webshard-report` writes it).
  *
- * Status (2026-11-26): the tiny world runs in CI over broadband-20. GPT-2 124M ran once over
- * broadband-20 (25 minutes; its numbers and limits are in the trainer README), each tab a browser
- * with a profile on disk (incognito OPFS refuses writes past 1.41 GB).
+ * Status (2026-11-27): the tiny world and the tiny DDP reference run in CI. GPT-2 124M's runs, their
+ * numbers and limits are in the trainer README ("Train GPT-2 with volunteers' browsers"), each tab a
+ * browser with a profile on disk (incognito OPFS refuses writes past 1.41 GB).
  */
 import { copyFile, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -50,10 +53,10 @@ const SHAPE: VolunteerShape = {
   block: tiny ? 16 : 256,
   // A batch that divides over every world size the run passes through (2 to maxWorldSize).
   batch: tiny ? 12 : 6,
-  steps: num('STEPS', tiny ? 120 : 12),
+  steps: num('STEPS', tiny ? 120 : 24),
   innerSteps: num('INNER_STEPS', tiny ? 4 : 4),
-  compression: compressionOf(env('COMPRESSION') ?? 'int8'),
-  swapAt: num('SWAP_AT', tiny ? 12 : 4),
+  compression: compressionOf(env('COMPRESSION') ?? (tiny ? 'int8' : 'topk')),
+  swapAt: num('SWAP_AT', tiny ? 12 : 8),
   tokenizer: tiny ? 'char' : 'gpt2',
   memberTimeoutSeconds: tiny ? 60 : 300,
   // GPT-2: at most 3 members, so 6 sequences of 256 tokens a step (12 would be 4 a member, a
@@ -61,7 +64,7 @@ const SHAPE: VolunteerShape = {
   maxWorldSize: tiny ? 4 : 3,
   swap: tiny ? 'overlap' : 'close-first',
 };
-const LINKS = (env('LINKS') ?? 'broadband-20,none').split(',');
+const LINKS = (env('LINKS') ?? 'broadband-20,none').split(',').filter((l) => l !== '');
 const timeoutMs = tiny ? 300_000 : 1_800_000;
 
 const dir = await mkdtemp(join(tmpdir(), 'webshard-volunteers-'));

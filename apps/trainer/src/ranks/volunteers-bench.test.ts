@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
  * members and a headless Chromium tab in an elastic DiLoCo world over broadband-20, a new tab
  * admitted mid-run while the first one closes. The script must finish and write its rows with
  * every number measured: the tab trained, the newcomer was admitted over the shaped link, the
- * syncs sent bytes, the loss fell.
+ * syncs sent bytes, the loss fell. And the DDP reference alone (`_LINKS=` empty): 3 Node ranks on
+ * loopback, its row, its log kept and drawn.
  */
 const SCRIPT = join(import.meta.dirname, '..', '..', 'bench', 'volunteers.ts');
 let dir: string;
@@ -25,25 +26,12 @@ afterAll(async () => {
 describe.skipIf(skipWithoutChromium('volunteers-bench.test.ts'))('bench:volunteers', () => {
   it('tiny, over broadband-20: finishes and writes every row with a measured value', async () => {
     const out = join(dir, 'rows.json');
-    const child = spawn(
-      process.execPath,
-      ['--conditions=@webshard/source', '--import', 'tsx', SCRIPT],
-      {
-        env: {
-          ...process.env,
-          WEBSHARD_VOLUNTEERS_MODEL: 'tiny',
-          WEBSHARD_VOLUNTEERS_LINKS: 'broadband-20',
-          WEBSHARD_VOLUNTEERS_DDP: '0',
-          WEBSHARD_VOLUNTEERS_OUT: out,
-          WEBSHARD_VOLUNTEERS_KEEP: join(dir, 'kept'),
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    let said = '';
-    child.stdout.on('data', (chunk: Buffer) => (said = (said + chunk.toString()).slice(-20_000)));
-    child.stderr.on('data', (chunk: Buffer) => (said = (said + chunk.toString()).slice(-20_000)));
-    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    const { code, said } = await runBench({
+      WEBSHARD_VOLUNTEERS_LINKS: 'broadband-20',
+      WEBSHARD_VOLUNTEERS_DDP: '0',
+      WEBSHARD_VOLUNTEERS_OUT: out,
+      WEBSHARD_VOLUNTEERS_KEEP: join(dir, 'kept'),
+    });
     expect(code, said).toBe(0);
     const rows = JSON.parse(await readFile(out, 'utf8')) as BenchRow[];
     const value = (suffix: string) => {
@@ -75,4 +63,42 @@ describe.skipIf(skipWithoutChromium('volunteers-bench.test.ts'))('bench:voluntee
     const page = await readFile(join(dir, 'kept', 'volunteers.html'), 'utf8');
     expect(page).toContain('volunteers-broadband-20.jsonl');
   }, 600_000);
+
+  it('tiny, no links: the DDP reference alone, its row, its log and its curve', async () => {
+    const out = join(dir, 'ddp-rows.json');
+    const kept = join(dir, 'ddp-kept');
+    const { code, said } = await runBench({
+      WEBSHARD_VOLUNTEERS_LINKS: '',
+      WEBSHARD_VOLUNTEERS_STEPS: '24',
+      WEBSHARD_VOLUNTEERS_OUT: out,
+      WEBSHARD_VOLUNTEERS_KEEP: kept,
+    });
+    expect(code, said).toBe(0);
+    const rows = JSON.parse(await readFile(out, 'utf8')) as BenchRow[];
+    expect(rows.map((r) => r.name)).toEqual(['GPT 1x32 (tiny) ddp, 3 Node ranks, loopback: job']);
+    expect(rows[0]!.value).toBeGreaterThan(0);
+    expect((await readdir(kept)).sort()).toEqual(['DDP-none.jsonl', 'volunteers.html']);
+    const log = (await readFile(join(kept, 'DDP-none.jsonl'), 'utf8')).trim().split('\n');
+    expect(log.length).toBeGreaterThanOrEqual(24);
+    expect(await readFile(join(kept, 'volunteers.html'), 'utf8')).toContain('DDP-none.jsonl');
+  }, 600_000);
 });
+
+/** Runs the bench script with `env` added; its exit code and the tail of what it said. */
+async function runBench(
+  env: Record<string, string>,
+): Promise<{ code: number | null; said: string }> {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@webshard/source', '--import', 'tsx', SCRIPT],
+    {
+      env: { ...process.env, WEBSHARD_VOLUNTEERS_MODEL: 'tiny', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let said = '';
+  child.stdout.on('data', (chunk: Buffer) => (said = (said + chunk.toString()).slice(-20_000)));
+  child.stderr.on('data', (chunk: Buffer) => (said = (said + chunk.toString()).slice(-20_000)));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  return { code, said };
+}
