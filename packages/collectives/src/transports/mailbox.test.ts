@@ -70,7 +70,7 @@ describe('Mailbox', () => {
   });
 
   it("holds an op's own early messages outside the budget while its allowance lasts", async () => {
-    // [Note: an op's own bytes are expected]
+    // See [Note: an op's own bytes are expected].
     const reasons: AbortReason[] = [];
     const mailbox = new Mailbox(0, (reason) => reasons.push(reason), 10);
     const op = opStamp('allReduce', 4);
