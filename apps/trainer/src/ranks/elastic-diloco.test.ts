@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   followLog,
   killStarted,
@@ -71,9 +72,7 @@ it.each(['tcp', 'ws'])(
     const joiner = member();
     await until('the 4th waiting', () => (/member 3 waits/.test(coordinator.stdout()) ? 1 : null));
     signalAll(survivors, 'SIGCONT');
-    const [a, b, victim, c, ended] = await Promise.all(
-      [...first, joiner, coordinator].map((m) => m.done),
-    );
+    const [a, b, victim, c, ended] = await allEnded([...first, joiner, coordinator]);
     follow.stop();
     expect(victim!.signal).toBe('SIGKILL');
     for (const result of [a!, b!, c!]) expect([result.code, result.stderr]).toEqual([0, '']);
@@ -115,7 +114,7 @@ it.each(['tcp', 'ws'])(
       ...['--world-size', '3', '--transport', 'local'],
       ...['--log-jsonl', join(out, `plain-${transport}.jsonl`)],
     ]);
-    expect((await plain.done).code).toBe(0);
+    expect((await allEnded([plain]))[0]!.code).toBe(0);
     const reference = await lines(join(out, `plain-${transport}.jsonl`));
     // Each step's loss is one member's own batch between syncs: a mean over the last 16 steps.
     const mean = (xs: typeof steps) => xs.slice(-16).reduce((sum, l) => sum + l.loss!, 0) / 16;
@@ -132,7 +131,8 @@ it.each(['tcp', 'ws'])(
     expect(change).toBeLessThan(0.03);
     expect(Math.abs(change)).toBeLessThan(0.05);
   },
-  120_000,
+  // Above the sum of its bounded waits, so that a wait that times out says which process hung.
+  240_000,
 );
 
 it('diloco with topk under --elastic over tcp: 2 members train and sync sparse pseudo-gradients to the end, exit 0', async () => {
@@ -145,7 +145,7 @@ it('diloco with topk under --elastic over tcp: 2 members train and sync sparse p
     ...['--seed', '7', '--transport', 'tcp', '--elastic', url, '--log-jsonl', log],
   ];
   const members = [cli(run), cli(run)];
-  const results = await Promise.all([...members, coordinator].map((m) => m.done));
+  const results = await allEnded([...members, coordinator]);
   for (const result of results.slice(0, 2)) expect([result!.code, result!.stderr]).toEqual([0, '']);
   expect(results[2]!.code).toBe(0);
   const records = await lines(log);

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { joinStateBytes } from '@webshard/diloco';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   followLog,
   killStarted,
@@ -57,7 +58,7 @@ it('a newcomer downloads in slices from 2 members while they run 2 outer syncs, 
   const joiner = cli([...RUN, '--elastic', url], hold);
   await until('the 3rd waiting', () => (/member 2 waits/.test(coordinator.stdout()) ? 1 : null));
   signalAll(first, 'SIGCONT');
-  const results = await Promise.all([...first, joiner, coordinator].map((m) => m.done));
+  const results = await allEnded([...first, joiner, coordinator]);
   follow.stop();
   for (const result of results.slice(0, 3)) expect([result!.code, result!.stderr]).toEqual([0, '']);
   expect(results[3]!.code).toBe(0);
@@ -118,7 +119,7 @@ it('a newcomer builds its model before it asks to join: the members never wait f
     ...slow,
     WEBSHARD_TRAINER_SLOW_BUILD_MS: String(buildMs),
   });
-  const results = await Promise.all([...first, joiner, coordinator].map((m) => m.done));
+  const results = await allEnded([...first, joiner, coordinator]);
   follow.stop();
   for (const result of results.slice(0, 3)) expect([result!.code, result!.stderr]).toEqual([0, '']);
 

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   followLog,
   killStarted,
@@ -102,7 +103,7 @@ it.each(Object.keys(STRATEGIES))(
       /member 3 waits/.test(coordinator.stdout()) ? true : null,
     );
     signalAll(others, 'SIGCONT');
-    const results = await Promise.all([...all, coordinator].map((m) => m.done));
+    const results = await allEnded([...all, coordinator]);
     follow.stop();
     for (const result of results.slice(0, 3)) expect([result.code, result.stderr]).toEqual([0, '']);
     expect(results[3]!.code).toBe(0);
@@ -171,7 +172,7 @@ it('a slow member (each step blocks its thread 1.5 s, the others 0.05 s) is not 
   const member = (env: Record<string, string> = {}) =>
     cli([...RUN, '--strategy', 'ddp', '--steps', '6', '--elastic', url, '--log-jsonl', log], env);
   const both = [member(), member({ WEBSHARD_TRAINER_SLOW_MS: '1500' })];
-  const results = await Promise.all([...both, coordinator].map((m) => m.done));
+  const results = await allEnded([...both, coordinator]);
   for (const result of results) expect([result.code, result.stderr]).toEqual([0, '']);
   expect(changes(await lines(log)).map((line) => line.worldSize)).toEqual([2]);
 }, 90_000);
@@ -195,7 +196,7 @@ it('diloco: a member later than --sync-timeout to an outer sync is left out of i
     /member 0 waits/.test(coordinator.stdout()) ? true : null,
   );
   const all = [first, member(steady), member(steady)];
-  const results = await Promise.all([...all, coordinator].map((m) => m.done));
+  const results = await allEnded([...all, coordinator]);
   for (const result of results) expect([result.code, result.stderr]).toEqual([0, '']);
   const read = await lines(log);
   const moves = changes(read).map((line) => [
@@ -250,7 +251,7 @@ it('the coordinator SIGKILLed and started again on its port: the members train t
   // The world trains on without a coordinator.
   await until('3 more steps', () => (steps(follow.latest()).length >= at + 3 ? true : null));
   const again = coordinatorOn(port, state);
-  const results = await Promise.all([...members, again].map((m) => m.done));
+  const results = await allEnded([...members, again]);
   follow.stop();
   for (const result of results) expect([result.code, result.stderr]).toEqual([0, '']);
   expect(again.stdout()).toMatch(/elastic: epoch 0 \[0, 1, 2\] taken back from .*world\.json/);
@@ -300,7 +301,7 @@ it('the coordinator gone for good: every member exits 1 in one line within --coo
   await until('3 steps of 2', () => (steps(follow.latest()).length >= 3 ? true : null), 60_000);
   process.kill(-coordinator.child.pid!, 'SIGKILL');
   const gone = Date.now();
-  const results = await Promise.all(members.map((m) => m.done));
+  const results = await allEnded(members);
   follow.stop();
   const seconds = (Date.now() - gone) / 1000;
   for (const result of results) {

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   killStarted,
   type Line,
@@ -40,7 +41,7 @@ async function world(name: string, flags: string[][], env: Record<string, string
   const members = flags.map((extra, i) =>
     cli([...RUN, '--elastic', url, '--log-jsonl', log, ...extra], env[i]),
   );
-  const results = await Promise.all([...members, coordinator].map((m) => m.done));
+  const results = await allEnded([...members, coordinator]);
   for (const result of results.slice(0, 3)) expect([result!.code, result!.stderr]).toEqual([0, '']);
   expect(results[3]!.code).toBe(0);
   const records: Line[] = await lines(log);

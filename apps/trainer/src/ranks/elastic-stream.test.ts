@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   followLog,
   killStarted,
@@ -132,7 +133,7 @@ it.each([
         joiner = member();
       },
     );
-    const results = await Promise.all([...first, joiner!, coordinator].map((m) => m.done));
+    const results = await allEnded([...first, joiner!, coordinator]);
     follow.stop();
     expect(results[2]!.signal).toBe('SIGKILL');
     for (const r of [results[0]!, results[1]!, results[3]!])
@@ -196,7 +197,7 @@ it('topk, a member frozen with fragment 1 in flight: dropped after --member-time
     () => survivors,
     () => process.kill(-frozen.child.pid!, 'SIGCONT'),
   );
-  const results = await Promise.all([...all, coordinator].map((m) => m.done));
+  const results = await allEnded([...all, coordinator]);
   follow.stop();
   for (const r of results.slice(0, 3)) expect([r!.code, r!.stderr]).toEqual([0, '']);
   expect(results[3]!.code).toBe(0);

@@ -5,7 +5,14 @@ import { skipWithoutChromium } from '@webshard/test-config/browser-page';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JoinProgress } from '../run/elastic-join.js';
-import { cli, followLog, signalAll, startCoordinator, until } from '../test-support/cli-process.js';
+import {
+  allEnded,
+  cli,
+  followLog,
+  signalAll,
+  startCoordinator,
+  until,
+} from '../test-support/cli-process.js';
 import { useTrainerPageBrowser } from '../test-support/trainer-page-browser.js';
 import type { RankStatus } from './browser-page.js';
 
@@ -99,7 +106,7 @@ describe.skipIf(skipWithoutChromium('elastic-tab-join.test.ts'))(
         ];
         throw new Error(`${error.message}\n${said.join('\n')}`);
       });
-      const [a, b, ended] = await Promise.all([...nodes, coordinator].map((m) => m.done));
+      const [a, b, ended] = await allEnded([...nodes, coordinator]);
       follow.stop();
       for (const result of [a!, b!]) expect([result.code, result.stderr]).toEqual([0, '']);
       expect(ended!.code).toBe(0);

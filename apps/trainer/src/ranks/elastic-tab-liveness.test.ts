@@ -5,6 +5,7 @@ import { skipWithoutChromium } from '@webshard/test-config/browser-page';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   followLog,
   killStarted,
@@ -127,7 +128,7 @@ describe.skipIf(skipWithoutChromium('elastic-tab-liveness.test.ts'))(
 
     /** Every Node member and the coordinator exit 0. */
     async function allExitZero(nodes: Started[], coordinator: Started): Promise<void> {
-      const results = await Promise.all([...nodes, coordinator].map((m) => m.done));
+      const results = await allEnded([...nodes, coordinator]);
       for (const result of results.slice(0, -1)) {
         expect([result.code, result.stderr]).toEqual([0, '']);
       }

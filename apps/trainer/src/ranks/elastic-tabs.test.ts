@@ -5,6 +5,7 @@ import { skipWithoutChromium } from '@webshard/test-config/browser-page';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   followLog,
   lines,
@@ -125,7 +126,7 @@ describe.skipIf(skipWithoutChromium('elastic-tabs.test.ts'))(
           /member 3 waits/.test(coordinator.stdout()) ? 1 : null,
         );
         signalAll(nodes, 'SIGCONT');
-        const [a, b, ended] = await Promise.all([...nodes, coordinator].map((m) => m.done));
+        const [a, b, ended] = await allEnded([...nodes, coordinator]);
         follow.stop();
         for (const result of [a!, b!]) expect([result.code, result.stderr]).toEqual([0, '']);
         expect(ended!.code).toBe(0);

@@ -8,6 +8,7 @@ import { findChromium, skipWithoutChromium } from '@webshard/test-config/browser
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   killStarted,
   type Line,
@@ -115,7 +116,7 @@ describe.skipIf(skipWithoutChromium('elastic-tls.test.ts'))('an elastic job over
     tab.on('request', (r) => loaded.push(r.url()));
     tab.on('websocket', (socket) => loaded.push(socket.url()));
     await tab.goto(pageUrl);
-    const results = await Promise.all([...members, coordinator].map((m) => m.done));
+    const results = await allEnded([...members, coordinator]);
     for (const result of results.slice(0, 2))
       expect([result!.code, result!.stderr]).toEqual([0, '']);
     expect(results[2]!.code).toBe(0);

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
+  allEnded,
   cli,
   killStarted,
   type Line,
@@ -77,9 +78,7 @@ it.each(['tcp', 'ws'])(
       /member 3 waits/.test(coordinator.stdout()) ? true : null,
     );
     for (const m of survivors) process.kill(-m.child.pid!, 'SIGCONT');
-    const [a, b, victim, c, ended] = await Promise.all(
-      [...first, joiner, coordinator].map((m) => m.done),
-    );
+    const [a, b, victim, c, ended] = await allEnded([...first, joiner, coordinator]);
     clearInterval(reader);
     expect(victim!.signal).toBe('SIGKILL');
     for (const result of [a!, b!, c!]) expect([result.code, result.stderr]).toEqual([0, '']);

@@ -66,7 +66,10 @@ describe('turnsInBackward', () => {
     // A backward long enough to need turns, whose timer waited for its end without them.
     expect(plain.ended).toBeGreaterThan(100);
     expect(plain.fired).toBeGreaterThanOrEqual(plain.ended);
-    expect(turning.fired).toBeLessThan(turning.ended / 2);
+    // Inside the backward, not after it. (Not "in its first half": a node that a loaded machine
+    // stretches past the turn's 20 ms moves the first turn late: the suite beside a WebGPU bench
+    // on 2 cores once fired the timer at 57 ms of a 111 ms backward.)
+    expect(turning.fired).toBeLessThan(turning.ended);
     expect(turns.turns).toBeGreaterThan(1);
     expect(turning.grads).toEqual(plain.grads);
   });
@@ -106,7 +109,7 @@ describe('the diloco strategy', () => {
     const prepared = prepareDiloco(base, config, group!);
     const x = randn([256, WIDTH], { backend, generator: new RandomGenerator(3) });
     const turning = await backward(net, x);
-    expect(turning.fired).toBeLessThan(turning.ended / 2);
+    expect(turning.fired).toBeLessThan(turning.ended);
     prepared.release!();
     const plain = await backward(net, x);
     expect(plain.fired).toBeGreaterThanOrEqual(plain.ended);

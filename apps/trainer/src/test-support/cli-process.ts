@@ -17,6 +17,8 @@ const started: ChildProcess[] = [];
 export interface Started {
   child: ChildProcess;
   stdout: () => string;
+  /** Its stderr so far. */
+  stderr: () => string;
   done: Promise<{ code: number | null; signal: string | null; stderr: string }>;
 }
 
@@ -45,7 +47,7 @@ export function cli(args: readonly string[], env: Record<string, string> = {}): 
   const done = new Promise<{ code: number | null; signal: string | null; stderr: string }>(
     (resolve) => child.on('close', (code, signal) => resolve({ code, signal, stderr })),
   );
-  return { child, stdout: () => stdout, done };
+  return { child, stdout: () => stdout, stderr: () => stderr, done };
 }
 
 /**
@@ -82,6 +84,45 @@ export async function until<T>(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+/**
+ * How each of `members` ended, once all have; after `timeoutMs` it throws instead, naming each
+ * one still running (its pid, whether it is stopped) with the tail of its output, so that a test
+ * that would hang until vitest's timeout says which process did not end and where it was.
+ */
+export async function allEnded(
+  members: readonly Started[],
+  timeoutMs = 60_000,
+): Promise<Awaited<Started['done']>[]> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      describeRunning(members).then(
+        (said) => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${said}`)),
+        reject,
+      );
+    }, timeoutMs);
+  });
+  try {
+    return await Promise.race([Promise.all(members.map((m) => m.done)), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The members still running, each with its pid, state and the last lines it printed. */
+async function describeRunning(members: readonly Started[]): Promise<string> {
+  const said: string[] = [];
+  for (const [index, m] of members.entries()) {
+    if (m.child.exitCode !== null || m.child.signalCode !== null) continue;
+    const state = (await stopped(m)) ? 'stopped' : 'running';
+    const tail = (text: string) => text.split('\n').slice(-8).join('\n  ');
+    said.push(
+      `process ${index} (pid ${m.child.pid}, ${state}):\n  stdout: ${tail(m.stdout())}\n  stderr: ${tail(m.stderr())}`,
+    );
+  }
+  return said.length === 0 ? 'their close events' : said.join('\n');
 }
 
 /** A line of the JSONL log: a step's record or a change of membership. */
