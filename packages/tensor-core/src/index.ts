@@ -42,7 +42,7 @@ export { enableGrad, isGradEnabled, noGrad, setGradEnabled } from './autograd/gr
 export type { RemovableHandle } from './autograd/hooks.js';
 export type { TensorHook } from './autograd/node.js';
 export type { BackwardCallback, RunningBackward } from './autograd/running-backward.js';
-export type { Backend, BackendKind } from './backend/backend.js';
+export type { Backend, BackendKind, RecordedWork, WorkRecorder } from './backend/backend.js';
 export { createBackend } from './backend/create.js';
 export type { CreateBackendOptions } from './backend/create.js';
 export type { CpuBackendOptions } from './backend/cpu/cpu-backend.js';

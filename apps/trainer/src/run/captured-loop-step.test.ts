@@ -1,6 +1,7 @@
 import { readFile, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { webGpuTestsEnabled } from '@webshard/tensor-core/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TrainConfig } from '../config.js';
 import { parseOptions } from '../cli/options.js';
@@ -17,9 +18,9 @@ afterAll(async () => {
 });
 
 /** A CLI run of `flags` in this process: its records' losses and norms, and the saved file's bytes. */
-async function run(flags: readonly string[], name: string) {
+async function run(flags: readonly string[], name: string, backend = 'cpu') {
   const save = join(out, `${name}.safetensors`);
-  const result = await runMain([...flags, '--backend', 'cpu', '--save', save], FIXTURES);
+  const result = await runMain([...flags, '--backend', backend, '--save', save], FIXTURES);
   expect(result.stderr).toBe('');
   expect(result.exitCode).toBe(0);
   const records = result.summary!.records.map((r) => [r.loss, r.gradNorm]);
@@ -53,6 +54,21 @@ describe('--capture-step (the loop step recorded once and replayed)', () => {
     expect(captured.records).toEqual(eager.records);
     expect(captured.weights.equals(eager.weights)).toBe(true);
   });
+
+  // On WebGPU a replay queues the commands the capture's kernel calls queued ([Note: a captured
+  // step on WebGPU] in tensor-core).
+  it.skipIf(!webGpuTestsEnabled())(
+    "on WebGPU, trains PyTorch's fixture run to the eager WebGPU run's bits",
+    async () => {
+      const { flags } = await readCliFixture();
+      const eager = await run(flags, 'gpu-eager', 'webgpu');
+      const captured = await run([...flags, '--capture-step'], 'gpu-captured', 'webgpu');
+      expect(captured.stdout).toContain('--capture-step: step 2 captured');
+      expect(captured.records).toEqual(eager.records);
+      expect(captured.weights.equals(eager.weights)).toBe(true);
+    },
+    120_000,
+  );
 
   it('is refused with several processes, micro-batches or 16 bits', () => {
     const parse =

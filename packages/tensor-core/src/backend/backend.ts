@@ -122,6 +122,29 @@ export interface BackendCapabilities {
 }
 
 /**
+ * One kernel call's device work, kept by a `WorkRecorder` ([Note: a captured step on WebGPU]).
+ */
+export interface RecordedWork {
+  /** How many commands (dispatches, copies, writes) it queues. */
+  readonly commands: number;
+}
+
+/**
+ * Keeps what a kernel call queued on the device and queues it again without the call's host work
+ * (checks, launch building, params, bind groups): what a captured step replays on a backend whose
+ * kernels are queued commands ([Note: a captured step on WebGPU]). The work's buffers are the
+ * call's: they must keep their storage while it is used.
+ */
+export interface WorkRecorder {
+  /** Runs `call` (kernel calls) and returns what it queued. */
+  record(call: () => void): RecordedWork;
+  /** Queues `work` again, after everything queued so far. */
+  replay(work: RecordedWork): void;
+  /** Frees what `record` made for `work` (its own params); `work` is not replayed after. */
+  dispose(work: RecordedWork): void;
+}
+
+/**
  * A compute backend. Create one explicitly (`createBackend`); nothing is created on import.
  * The shapes each kernel accepts are documented on it; the ops layer guarantees them.
  */
@@ -130,6 +153,8 @@ export interface Backend {
   readonly capabilities: BackendCapabilities;
   /** Human-readable description (adapter name, driver). */
   readonly description: string;
+  /** Where kernels are queued commands (WebGPU): records and replays them for a captured step. */
+  readonly workRecorder?: WorkRecorder;
 
   // ---- memory -----------------------------------------------------------------------------
   /** Storage of at least `byteSize` bytes from the caching allocator. Throws `OutOfMemoryError`. */

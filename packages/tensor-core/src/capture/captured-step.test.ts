@@ -19,9 +19,11 @@ import {
   tensor,
   tidy,
 } from '../index.js';
+import type { Backend } from '../backend/backend.js';
 import { createCpuBackend } from '../runtime.js';
+import { describeBackends } from '../testing/index.js';
 
-const backend = createCpuBackend();
+const backend: Backend = createCpuBackend();
 
 /** One training step as the trainer's: loss, backward, clip, step, clear. Returns [loss]. */
 type Step = (inputs: readonly Tensor[]) => Promise<readonly Tensor[]>;
@@ -59,6 +61,7 @@ async function train(
   batch: (i: number) => Tensor[],
   steps: number,
   captured: boolean,
+  beforeRun?: (i: number) => void,
 ): Promise<Run & { step?: CapturedStep }> {
   const norms: number[] = [];
   const fn = stepOf(setup, norms);
@@ -68,6 +71,7 @@ async function train(
     for (const group of setup.optimizer.paramGroups as unknown as { lr: number }[])
       group.lr = 1e-2 / (i + 1);
     const inputs = batch(i);
+    beforeRun?.(i);
     const outputs = step ? await step.run(inputs) : await fn(inputs);
     losses.push(await outputs[0]!.item());
     if (!step) outputs[0]!.free();
@@ -79,12 +83,12 @@ async function train(
   return { losses, norms, params, step };
 }
 
-function ids(seed: number, rows: number, cols: number, vocab: number): Tensor {
+function ids(seed: number, rows: number, cols: number, vocab: number, on = backend): Tensor {
   const data = Array.from({ length: rows * cols }, (_, i) => (i * 7 + seed * 13 + 3) % vocab);
-  return tensor(data, { backend, dtype: 'i32', shape: [rows, cols] });
+  return tensor(data, { backend: on, dtype: 'i32', shape: [rows, cols] });
 }
 
-function gptSetup(): Setup {
+function gptSetup(backend: Backend): Setup {
   const model = new GPT(
     { vocabSize: 13, blockSize: 8, nLayer: 2, nHead: 2, nEmbd: 16, dropout: 0, bias: true },
     { backend, generator: new RandomGenerator(1) },
@@ -109,7 +113,7 @@ function gptSetup(): Setup {
   };
 }
 
-function mlpSetup(): Setup {
+function mlpSetup(backend: Backend = cpu()): Setup {
   const generator = new RandomGenerator(2);
   const model: Module<[Tensor], Tensor> = new Sequential(
     new Linear(8, 16, { backend, generator }),
@@ -129,49 +133,78 @@ function mlpSetup(): Setup {
   };
 }
 
-function floats(seed: number, rows: number, cols: number): Tensor {
+function floats(seed: number, rows: number, cols: number, on = backend): Tensor {
   const data = Array.from({ length: rows * cols }, (_, i) => Math.sin(i * 0.37 + seed) * 2);
-  return tensor(data, { backend, shape: [rows, cols] });
+  return tensor(data, { backend: on, shape: [rows, cols] });
 }
 
-const mlpBatch = (rows: (i: number) => number) => (i: number) => [
-  floats(i, rows(i), 8),
-  floats(i + 100, rows(i), 4),
-];
+const mlpBatch =
+  (rows: (i: number) => number, on = backend) =>
+  (i: number) => [floats(i, rows(i), 8, on), floats(i + 100, rows(i), 4, on)];
 
-describe('CapturedStep (a step recorded once and replayed)', () => {
+function cpu(): Backend {
+  return backend;
+}
+
+// The same steps on every backend: on WebGPU a replay queues the commands each kernel call queued
+// at the capture ([Note: a captured step on WebGPU]), and gives the eager bits all the same.
+describeBackends('CapturedStep (a step recorded once and replayed)', (ctx) => {
   it('gives the eager steps bit for bit on the GPT with AdamW, a schedule and the clip', async () => {
-    const batch = (i: number) => [ids(i, 4, 8, 13), ids(i + 1, 4, 8, 13)];
-    const eager = await train(gptSetup(), batch, 6, false);
-    const captured = await train(gptSetup(), batch, 6, true);
+    const on = ctx.backend;
+    const batch = (i: number) => [ids(i, 4, 8, 13, on), ids(i + 1, 4, 8, 13, on)];
+    const eager = await train(gptSetup(on), batch, 6, false);
+    // The kernel calls a replay makes itself (not in a host step): every matmul on the CPU, none on
+    // WebGPU, whose replay queues the capture's commands instead of calling the kernels.
+    const kernels = Object.getPrototypeOf(on) as { matmul: (...args: unknown[]) => unknown };
+    const matmul = kernels.matmul;
+    let calls = 0;
+    kernels.matmul = function (this: unknown, ...args: unknown[]) {
+      calls++;
+      return matmul.apply(this, args);
+    };
+    let replayCalls = 0;
+    let captured: Awaited<ReturnType<typeof train>>;
+    try {
+      captured = await train(gptSetup(on), batch, 6, true, (i) => {
+        // Runs 0 and 1 warm up and capture; 2 to 5 replay.
+        if (i === 2) calls = 0;
+      });
+      replayCalls = calls;
+    } finally {
+      kernels.matmul = matmul;
+    }
     expect(captured.step!.status).toBe('captured');
     expect(captured.step!.stats).toMatchObject({ eagerRuns: 1, captures: 1, replays: 4 });
+    expect(replayCalls === 0).toBe(ctx.kind === 'webgpu');
     expect(captured.losses).toEqual(eager.losses);
     expect(captured.norms).toEqual(eager.norms);
     // The clip scaled on some steps and not others, so its host step decided at each replay.
     expect(eager.norms.some((n) => n > 1.3)).toBe(true);
     expect(eager.norms.some((n) => n <= 1.3)).toBe(true);
     expect(captured.params).toEqual(eager.params);
+    captured.step!.dispose();
   });
 
   it('gives the eager steps bit for bit on an MLP with SGD and momentum', async () => {
-    const batch = mlpBatch(() => 6);
-    const eager = await train(mlpSetup(), batch, 5, false);
-    const captured = await train(mlpSetup(), batch, 5, true);
+    const batch = mlpBatch(() => 6, ctx.backend);
+    const eager = await train(mlpSetup(ctx.backend), batch, 5, false);
+    const captured = await train(mlpSetup(ctx.backend), batch, 5, true);
     expect(captured.step!.stats).toMatchObject({ eagerRuns: 1, captures: 1, replays: 3 });
     expect(captured.losses).toEqual(eager.losses);
     expect(captured.params).toEqual(eager.params);
   });
 
   it('runs a step whose input shapes changed eagerly, and replays again when they match', async () => {
-    const batch = mlpBatch((i) => (i === 3 ? 3 : 6));
-    const eager = await train(mlpSetup(), batch, 6, false);
-    const captured = await train(mlpSetup(), batch, 6, true);
+    const batch = mlpBatch((i) => (i === 3 ? 3 : 6), ctx.backend);
+    const eager = await train(mlpSetup(ctx.backend), batch, 6, false);
+    const captured = await train(mlpSetup(ctx.backend), batch, 6, true);
     expect(captured.step!.stats).toMatchObject({ eagerRuns: 2, captures: 1, replays: 3 });
     expect(captured.losses).toEqual(eager.losses);
     expect(captured.params).toEqual(eager.params);
   });
+});
 
+describe('CapturedStep refusals', () => {
   it('refuses a step that reads back outside a host step, and runs it eagerly', async () => {
     const setup = mlpSetup();
     const norms: number[] = [];

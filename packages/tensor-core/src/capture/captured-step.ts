@@ -19,8 +19,8 @@ import { KernelTape } from './kernel-tape.js';
  * What cannot be frozen runs again on the host at its place: [Note: host steps in a captured step].
  *
  * What it covers, and what it refuses (the step then runs eagerly, every time, and `refusal` says
- * why): the CPU backend only (WebGPU would replay the same calls, one submit each; a single command
- * buffer is another piece of work); one process, or a data-parallel step whose gradient all-reduce
+ * why): the CPU backend, and WebGPU, where a replay queues the commands each call queued instead
+ * of calling it ([Note: a captured step on WebGPU] in backend/webgpu/recorded-work.ts); one process, or a data-parallel step whose gradient all-reduce
  * runs inside a host step; not FSDP, whose hooks gather and free parameters with collectives in the
  * middle of the step and swap storage under tensors; no reads outside host steps (a `loss.item()`
  * inside the step: read the returned loss instead), no random numbers (dropout), no freeing of a
@@ -137,8 +137,8 @@ export class CapturedStep {
     const reason =
       backend === undefined
         ? 'a step without tensor inputs'
-        : backend.kind !== 'cpu'
-          ? `the ${backend.kind} backend (captured steps run on the CPU backend)`
+        : backend.kind !== 'cpu' && backend.workRecorder === undefined
+          ? `the ${backend.kind} backend (it cannot record its queued work)`
           : inputs.some((t) => t.backend !== backend)
             ? 'inputs on two backends'
             : null;

@@ -1,4 +1,4 @@
-import type { Backend, RawStorage } from '../backend/backend.js';
+import type { Backend, RawStorage, RecordedWork } from '../backend/backend.js';
 import { sizeClass } from '../memory/caching-allocator.js';
 import { currentRecorder, type HostStepRecorder } from './host-step.js';
 
@@ -37,8 +37,12 @@ const REFUSED = {
 
 type Method = (...args: unknown[]) => unknown;
 
-/** One recorded entry: a kernel call with its operands as they were, or a host step. */
-type Entry = { kernel: Method; args: unknown[] } | { host: () => unknown };
+/**
+ * One recorded entry: a kernel call with its operands as they were (and, on a backend with a
+ * `workRecorder`, the device work it queued, which a replay queues instead of calling it), or a
+ * host step.
+ */
+type Entry = { kernel: Method; args: unknown[]; work?: RecordedWork } | { host: () => unknown };
 
 /** An operand as the kernel saw it: plain objects copied (shape arrays are frozen), host data copied. */
 function snapshot(arg: unknown): unknown {
@@ -83,10 +87,17 @@ export class KernelTape implements HostStepRecorder {
         if (this.depth > 0 || this.suspended > 0) return original.apply(this.backend, args);
         // A write's `done` belongs to the caller's one write: a replay writes its own copy.
         const kept = name === 'write' ? args.slice(0, 2) : args;
-        this.entries.push({ kernel: original, args: kept.map(snapshot) });
+        const entry: Entry = { kernel: original, args: kept.map(snapshot) };
+        this.entries.push(entry);
         this.depth++;
         try {
-          return original.apply(this.backend, args);
+          const recorder = this.backend.workRecorder;
+          if (recorder === undefined) return original.apply(this.backend, args);
+          let result: unknown;
+          entry.work = recorder.record(() => {
+            result = original.apply(this.backend, args);
+          });
+          return result;
         } finally {
           this.depth--;
         }
@@ -177,12 +188,17 @@ export class KernelTape implements HostStepRecorder {
     return count;
   }
 
-  /** Run the recorded step again: each kernel with its recorded operands, each host step anew. */
+  /**
+   * Run the recorded step again: each kernel with its recorded operands (or its recorded device
+   * work), each host step anew.
+   */
   async replay(): Promise<void> {
     const backend = this.backend;
+    const recorder = backend.workRecorder;
     for (const entry of this.entries) {
       if ('kernel' in entry) {
-        entry.kernel.apply(backend, entry.args);
+        if (entry.work !== undefined) recorder!.replay(entry.work);
+        else entry.kernel.apply(backend, entry.args);
         continue;
       }
       const result = entry.host();
@@ -192,6 +208,10 @@ export class KernelTape implements HostStepRecorder {
 
   /** Give the storage the step released back to the backend (the plan is done with). */
   releasePlan(): void {
+    const recorder = this.backend.workRecorder;
+    for (const entry of this.entries) {
+      if ('work' in entry && entry.work !== undefined) recorder?.dispose(entry.work);
+    }
     const free = [...this.free.values()].flat();
     this.free.clear();
     this.owned.clear();

@@ -7,10 +7,12 @@ export type {
   BinaryOp,
   KernelTensor,
   RawStorage,
+  RecordedWork,
   ReductionOp,
   SgdHyper,
   StridedOperand,
   UnaryOp,
+  WorkRecorder,
 } from '../backend/backend.js';
 export { CpuBackend } from '../backend/cpu/cpu-backend.js';
 export { isCpuAdapter } from '../backend/webgpu/gpu-runtime.js';

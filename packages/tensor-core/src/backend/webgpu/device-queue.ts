@@ -2,6 +2,7 @@
 import { BackendError, IndexError } from '../../errors.js';
 import { BufferUsage } from './gpu-runtime.js';
 import type { Launch } from './program.js';
+import type { QueuedWork, RecordedDispatch } from './recorded-work.js';
 import { PACKED_TARGET, preamble, type WgslTarget, withTarget } from './wgsl.js';
 
 /**
@@ -64,10 +65,19 @@ type Command =
       data: ArrayBuffer | ArrayBufferView<ArrayBuffer>;
       done: (() => void) | undefined;
     }
-  | { kind: 'release'; action: () => void };
+  | { kind: 'release'; action: () => void }
+  | { kind: 'recorded'; dispatch: RecordedDispatch };
 
 const SUBMIT_EVERY = 64;
 const PARAM_BYTES = 256;
+
+/** A plain copy of `data` that the caller may not change under a replay. */
+function copyOf(data: ArrayBuffer | ArrayBufferView<ArrayBuffer>): ArrayBuffer {
+  const bytes = ArrayBuffer.isView(data)
+    ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+    : new Uint8Array(data);
+  return bytes.slice().buffer;
+}
 
 export const ERROR_OPS = ['', 'gather', 'scatterAdd', 'crossEntropy', 'crossEntropyBackward'];
 
@@ -85,6 +95,8 @@ export class DeviceQueue {
   private readonly freeParams: GPUBuffer[] = [];
   private readonly pendingDestroy: GPUBuffer[] = [];
   private deviceError: Error | undefined;
+  /** While `record` runs a call: what the call puts on the queue, kept for a replay. */
+  private recording: QueuedWork[] | undefined;
   readonly errorFlag: GPUBuffer;
 
   /** `target`: the storage layout kernels are generated for (see [Note: native f16 storage]). */
@@ -112,6 +124,16 @@ export class DeviceQueue {
         preamble(this.target) + withTarget(this.target, () => program.wgsl(launch.dtypes)),
       );
     }
+    const workgroups = withTarget(this.target, () => program.dispatch(launch.shape, launch.params));
+    this.recording?.push({
+      kind: 'dispatch',
+      key,
+      buffers: [...buffers],
+      writable: launch.bindings.map((b) => b.writable),
+      params: launch.params.slice(),
+      usesError: launch.usesError,
+      workgroups,
+    });
     const params = this.freeParams.pop() ?? this.createParamBuffer();
     this.device.queue.writeBuffer(params, 0, launch.params);
     const all = [...buffers, params];
@@ -122,12 +144,13 @@ export class DeviceQueue {
       name: program.name,
       buffers: all,
       params,
-      workgroups: withTarget(this.target, () => program.dispatch(launch.shape, launch.params)),
+      workgroups,
     });
     this.pump();
   }
 
   copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, size: number): void {
+    this.recording?.push({ kind: 'copy', src, srcOffset, dst, dstOffset, size });
     this.commands.push({ kind: 'copy', src, srcOffset, dst, dstOffset, size });
     this.pump();
   }
@@ -142,6 +165,7 @@ export class DeviceQueue {
     data: ArrayBuffer | ArrayBufferView<ArrayBuffer>,
     done?: () => void,
   ): void {
+    this.recording?.push({ kind: 'write', dst, byteOffset, data: copyOf(data) });
     this.commands.push({ kind: 'write', dst, byteOffset, data, done });
     this.pump();
   }
@@ -153,8 +177,40 @@ export class DeviceQueue {
 
   /** Writes a (non-shared) view now; only when `idle`. */
   writeNow(dst: GPUBuffer, byteOffset: number, view: ArrayBufferView<ArrayBuffer>): void {
+    this.recording?.push({ kind: 'write', dst, byteOffset, data: copyOf(view) });
     this.submit();
     this.device.queue.writeBuffer(dst, byteOffset, view);
+  }
+
+  /**
+   * Runs `call` (one kernel call) and returns the dispatches, copies and writes it queued, for a
+   * replay that queues them again without the call ([Note: a captured step on WebGPU]). What
+   * the call's queue work does to the allocator (a temporary's release) is not kept.
+   */
+  record(call: () => void): QueuedWork[] {
+    const outer = this.recording;
+    const work: QueuedWork[] = [];
+    this.recording = work;
+    try {
+      call();
+    } finally {
+      this.recording = outer;
+    }
+    outer?.push(...work);
+    return work;
+  }
+
+  /** Queue a recorded dispatch: its params and bind group are its own, made once. */
+  enqueueRecorded(dispatch: RecordedDispatch): void {
+    this.commands.push({ kind: 'recorded', dispatch });
+    this.pump();
+  }
+
+  /** A params buffer outside the pool, for a recorded dispatch (destroy it with `destroyLater`). */
+  ownParams(params: Uint32Array<ArrayBuffer>): GPUBuffer {
+    const buffer = this.createParamBuffer();
+    this.device.queue.writeBuffer(buffer, 0, params);
+    return buffer;
   }
 
   /** Run `action` once every command queued so far is submitted. */
@@ -203,8 +259,8 @@ export class DeviceQueue {
 
   private blockingPipeline(): Promise<void> | undefined {
     for (const c of this.commands) {
-      if (c.kind !== 'dispatch') continue;
-      const entry = this.pipelines.get(c.key);
+      if (c.kind !== 'dispatch' && c.kind !== 'recorded') continue;
+      const entry = this.pipelines.get(c.kind === 'dispatch' ? c.key : c.dispatch.key);
       if (entry?.state === 'compiling') return entry.promise;
     }
     return undefined;
@@ -254,6 +310,15 @@ export class DeviceQueue {
         }
         this.usedParams.push(c.params);
         this.encodeDispatch(entry.pipeline, c.buffers, c.workgroups);
+      } else if (c.kind === 'recorded') {
+        const entry = this.pipelines.get(c.dispatch.key);
+        if (entry === undefined || entry.state === 'compiling') return;
+        this.commands.shift();
+        if (entry.state === 'failed') {
+          this.deviceError ??= entry.error;
+          continue;
+        }
+        this.encodeDispatch(entry.pipeline, c.dispatch.buffers, c.dispatch.workgroups, c.dispatch);
       } else if (c.kind === 'copy') {
         this.commands.shift();
         this.endPass();
@@ -281,15 +346,20 @@ export class DeviceQueue {
     this.pass = undefined;
   }
 
+  /** `cache`: a recorded dispatch, whose bind group is made at its first encoding and kept. */
   private encodeDispatch(
     pipeline: GPUComputePipeline,
-    buffers: GPUBuffer[],
-    workgroups: [number, number, number],
+    buffers: readonly GPUBuffer[],
+    workgroups: readonly [number, number, number],
+    cache?: { bindGroup?: GPUBindGroup },
   ): void {
-    const bindGroup = this.device.createBindGroup({
-      layout: pipeline.getBindGroupLayout(0),
-      entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })),
-    });
+    const bindGroup =
+      cache?.bindGroup ??
+      this.device.createBindGroup({
+        layout: pipeline.getBindGroupLayout(0),
+        entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })),
+      });
+    if (cache !== undefined) cache.bindGroup = bindGroup;
     this.pass ??= this.openEncoder().beginComputePass();
     this.pass.setPipeline(pipeline);
     this.pass.setBindGroup(0, bindGroup);

@@ -13,8 +13,10 @@ import type {
   SgdHyper,
   StridedOperand,
   UnaryOp,
+  WorkRecorder,
 } from '../backend.js';
 import { DeviceQueue } from './device-queue.js';
+import { webGpuWorkRecorder } from './recorded-work.js';
 import { describeAdapter, isCpuAdapter } from './gpu-runtime.js';
 import {
   adamLaunch,
@@ -75,6 +77,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   readonly matmulKernel: MatmulKernel;
   /** Its tuning, from the adapter's row of [Note: matmul tuning per adapter]. */
   readonly matmulTuning: MatmulTuning;
+  /** Keeps and replays a call's queued commands ([Note: a captured step on WebGPU]). */
+  readonly workRecorder: WorkRecorder;
   private readonly queue: DeviceQueue;
   /** Reads in flight: see [Note: chunked reads through pooled staging]. */
   private readonly readbacks: Readbacks;
@@ -105,6 +109,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     this.queue = queue;
     readbacks = new Readbacks(queue, allocator, (buffer) => queue.destroyLater(buffer));
     this.readbacks = readbacks;
+    this.workRecorder = webGpuWorkRecorder(queue, readbacks, () => this.assertLive('replay'));
     this.ctx = {
       queue,
       readbacks,
