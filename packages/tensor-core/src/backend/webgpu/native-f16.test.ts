@@ -58,7 +58,7 @@ describe('WGSL generated for native f16 storage', () => {
     body: 'fn outv(i: u32) -> f32 { return -ld_x(prm[2] + i); }',
   });
 
-  it('declares array<f16> and stores one element per invocation, with no packed words', () => {
+  it('declares array<f16> and stores elements, not packed words, 8 an invocation', () => {
     const native = withTarget({ nativeF16: true }, () => program.wgsl(['f16', 'f16']));
     expect(native).toContain('var<storage, read> x: array<f16>;');
     expect(native).toContain('var<storage, read_write> out: array<f16>;');
@@ -66,15 +66,16 @@ describe('WGSL generated for native f16 storage', () => {
     expect(native).not.toContain('out[w]');
     const packed = withTarget({ nativeF16: false }, () => program.wgsl(['f16', 'f16']));
     expect(packed).toContain('var<storage, read_write> out: array<u32>;');
-    // One invocation per element natively, per word packed: 5 elements at offset 1 span 3 words.
+    // Natively 8 elements an invocation (workgroups of 64 cover 512); packed, one word each: 5
+    // elements at offset 1 span 3 words, 1536 span 769.
     const params = Uint32Array.of(1, 5);
     expect(withTarget({ nativeF16: true }, () => program.dispatch([5], params))).toEqual([1, 1, 1]);
-    const big = Uint32Array.of(1, 64 * 3);
-    expect(withTarget({ nativeF16: true }, () => program.dispatch([64 * 3], big))).toEqual([
+    const big = Uint32Array.of(1, 512 * 3);
+    expect(withTarget({ nativeF16: true }, () => program.dispatch([512 * 3], big))).toEqual([
       3, 1, 1,
     ]);
-    expect(withTarget({ nativeF16: false }, () => program.dispatch([64 * 3], big))).toEqual([
-      2, 1, 1,
+    expect(withTarget({ nativeF16: false }, () => program.dispatch([512 * 3], big))).toEqual([
+      13, 1, 1,
     ]);
   });
 
