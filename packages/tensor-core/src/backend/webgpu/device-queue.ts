@@ -2,7 +2,7 @@
 import { BackendError, IndexError } from '../../errors.js';
 import { BufferUsage } from './gpu-runtime.js';
 import type { Launch } from './program.js';
-import type { QueuedWork, RecordedDispatch } from './recorded-work.js';
+import type { CopyCommand, QueuedWork, RecordedDispatch } from './recorded-work.js';
 import { PACKED_TARGET, preamble, type WgslTarget, withTarget } from './wgsl.js';
 
 /**
@@ -50,14 +50,7 @@ type Command =
       params: GPUBuffer;
       workgroups: [number, number, number];
     }
-  | {
-      kind: 'copy';
-      src: GPUBuffer;
-      srcOffset: number;
-      dst: GPUBuffer;
-      dstOffset: number;
-      size: number;
-    }
+  | CopyCommand
   | {
       kind: 'write';
       dst: GPUBuffer;

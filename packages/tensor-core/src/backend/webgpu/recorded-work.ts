@@ -20,6 +20,16 @@ import { ArgumentError } from '../../errors.js';
  * The commands of a replay are the capture's in the capture's order: the same bits.
  */
 
+/** A buffer-to-buffer copy, as the queue holds it and a recording keeps it. */
+export interface CopyCommand {
+  kind: 'copy';
+  src: GPUBuffer;
+  srcOffset: number;
+  dst: GPUBuffer;
+  dstOffset: number;
+  size: number;
+}
+
 /** What one kernel call queued, as `DeviceQueue.record` keeps it. */
 export type QueuedWork =
   | {
@@ -33,14 +43,7 @@ export type QueuedWork =
       usesError: boolean;
       workgroups: [number, number, number];
     }
-  | {
-      kind: 'copy';
-      src: GPUBuffer;
-      srcOffset: number;
-      dst: GPUBuffer;
-      dstOffset: number;
-      size: number;
-    }
+  | CopyCommand
   | { kind: 'write'; dst: GPUBuffer; byteOffset: number; data: ArrayBuffer };
 
 /** A recorded dispatch as a replay queues it: every binding its own, the bind group kept. */
