@@ -113,12 +113,12 @@ function gptSetup(backend: Backend): Setup {
   };
 }
 
-function mlpSetup(backend: Backend = cpu()): Setup {
+function mlpSetup(on: Backend = backend): Setup {
   const generator = new RandomGenerator(2);
   const model: Module<[Tensor], Tensor> = new Sequential(
-    new Linear(8, 16, { backend, generator }),
+    new Linear(8, 16, { backend: on, generator }),
     new GELU(),
-    new Linear(16, 4, { backend, generator }),
+    new Linear(16, 4, { backend: on, generator }),
   );
   const params = model.parameters();
   return {
@@ -141,10 +141,6 @@ function floats(seed: number, rows: number, cols: number, on = backend): Tensor 
 const mlpBatch =
   (rows: (i: number) => number, on = backend) =>
   (i: number) => [floats(i, rows(i), 8, on), floats(i + 100, rows(i), 4, on)];
-
-function cpu(): Backend {
-  return backend;
-}
 
 // The same steps on every backend: on WebGPU a replay queues the commands each kernel call queued
 // at the capture ([Note: a captured step on WebGPU]), and gives the eager bits all the same.
