@@ -1,4 +1,4 @@
-import type { OuterCompression, TopkLevels } from '@webshard/diloco';
+import type { FragmentMerge, OuterCompression, TopkLevels } from '@webshard/diloco';
 import type { TokenizerName } from './data/dataset.js';
 import { UsageError } from './errors.js';
 import type { Sharding } from './strategy/sharding.js';
@@ -75,7 +75,9 @@ export interface TrainConfig {
   outerFragments: number;
   /** Streaming DiLoCo: inner steps a fragment's average overlaps before it lands (tau; default 0). */
   outerOverlap: number;
-  /** Streaming DiLoCo: a landed fragment's local share alpha (default 0.5 with an overlap, else 0). */
+  /** Streaming DiLoCo: how a fragment landed after an overlap meets the local parameters (topk: carry). */
+  outerMerge: FragmentMerge;
+  /** Streaming DiLoCo, merge `mix`: a landed fragment's local share alpha (0.5 with an overlap, else 0). */
   outerMixing: number;
   /**
    * Where a process rank's communication progresses (`--comm-progress`): on its own thread, or on

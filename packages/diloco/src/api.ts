@@ -5,6 +5,7 @@ import type { OuterStateStore } from './outer-state-store.js';
 import { DilocoArgumentError } from './errors.js';
 import type { TopkLevels } from './topk-layout.js';
 import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from './outer-optimizer.js';
+import { FRAGMENT_MERGES, type FragmentMerge } from './fragment-merge.js';
 import { DEFAULT_STREAM_MIXING } from './streamed-fragments.js';
 
 /**
@@ -50,10 +51,16 @@ export interface DilocoOptions extends CodecOptions {
    */
   overlap?: number;
   /**
-   * Streaming DiLoCo's alpha, in [0, 1): a landed fragment's local parameters become alpha x
-   * local + (1 - alpha) x global. Default 0.5 with an overlap (the paper's), 0 without (DiLoCo's
-   * replacement) and with `topk` (its error feedback already carries the local work not sent:
-   * [Note: streamed fragments]).
+   * How a fragment that lands after an overlap meets the local parameters ([Note: merging a
+   * landed fragment]): `mix` (Streaming DiLoCo's alpha x local + (1 - alpha) x global) or `carry`
+   * (the new global plus what the local parameters trained since the issue). Default `carry` with
+   * `topk` (whose error feedback `mix` would count twice) unless `mixing` is given, else `mix`.
+   */
+  merge?: FragmentMerge;
+  /**
+   * Streaming DiLoCo's alpha of `merge: 'mix'`, in [0, 1): a landed fragment's local parameters
+   * become alpha x local + (1 - alpha) x global. Default 0.5 with an overlap (the paper's), 0
+   * without (DiLoCo's replacement). Not with `merge: 'carry'`.
    */
   mixing?: number;
 }
@@ -76,10 +83,11 @@ export interface ResolvedDilocoOptions {
   readonly broadcast: boolean;
   /** The store of the global copy and momentum, or null (in memory). */
   readonly outerState: OuterStateStore | null;
-  /** Whether the syncs stream over fragments (`fragments`, `overlap` or `mixing` given). */
+  /** Whether the syncs stream over fragments (`fragments`, `overlap`, `merge` or `mixing` given). */
   readonly streamed: boolean;
   readonly fragments: number;
   readonly overlap: number;
+  readonly merge: FragmentMerge;
   readonly mixing: number;
 }
 
@@ -144,18 +152,27 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
       `overlap must be a whole number from 0 to innerSteps / fragments (${most}), so that one fragment is on the wire at a time, got ${overlap}`,
     );
   }
-  const mixing = options.mixing ?? (overlap > 0 && !topk ? DEFAULT_STREAM_MIXING : 0);
+  // A mixing given asks for the paper's merge.
+  const merge = options.merge ?? (topk && options.mixing === undefined ? 'carry' : 'mix');
+  if (!FRAGMENT_MERGES.includes(merge)) {
+    fail('merge', `merge must be one of ${FRAGMENT_MERGES.join(', ')}, got ${String(merge)}`);
+  }
+  if (merge === 'carry' && options.mixing !== undefined) {
+    fail('mixing', "mixing is the alpha of merge 'mix', not of 'carry'");
+  }
+  const mixing = options.mixing ?? (overlap > 0 && merge === 'mix' ? DEFAULT_STREAM_MIXING : 0);
   if (!(Number.isFinite(mixing) && mixing >= 0 && mixing < 1)) {
     fail('mixing', `mixing must be in [0, 1), got ${mixing}`);
   }
   const streamed =
     options.fragments !== undefined ||
     options.overlap !== undefined ||
+    options.merge !== undefined ||
     options.mixing !== undefined;
   if (streamed && options.outerState !== undefined) {
     fail(
       'outerState',
-      'a store of the outer state is not for streamed syncs (fragments, overlap, mixing)',
+      'a store of the outer state is not for streamed syncs (fragments, overlap, merge, mixing)',
     );
   }
   return {
@@ -171,6 +188,7 @@ export function resolveDilocoOptions(options: DilocoOptions): ResolvedDilocoOpti
     streamed,
     fragments,
     overlap,
+    merge,
     mixing,
   };
 }

@@ -92,6 +92,7 @@ export class DiLoCo {
           innerSteps: options.innerSteps,
           fragments: options.fragments,
           overlap: options.overlap,
+          merge: options.merge,
           mixing: options.mixing,
           outer: {
             lr: options.outerLr,

@@ -36,6 +36,8 @@ export { MemoryOuterStateStore } from './outer-state-store.js';
 export { STORE_CHUNK } from './stored-outer-state.js';
 export { dealFragments, fragmentDue } from './fragment-schedule.js';
 export { DEFAULT_STREAM_MIXING } from './streamed-fragments.js';
+export { FRAGMENT_MERGES } from './fragment-merge.js';
+export type { FragmentMerge } from './fragment-merge.js';
 export { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, OuterOptimizer } from './outer-optimizer.js';
 export {
   DEFAULT_TOPK_CHUNK,

@@ -46,6 +46,7 @@ interface StreamCase {
   fragments?: number;
   overlap?: number;
   mixing?: number;
+  merge?: 'mix' | 'carry';
   innerSteps: number;
 }
 
@@ -67,6 +68,7 @@ async function world(size: number, seed: number, c: StreamCase) {
         ...(c.fragments === undefined ? {} : { fragments: c.fragments }),
         ...(c.overlap === undefined ? {} : { overlap: c.overlap }),
         ...(c.mixing === undefined ? {} : { mixing: c.mixing }),
+        ...(c.merge === undefined ? {} : { merge: c.merge }),
       }),
     ),
   );
@@ -114,19 +116,33 @@ describe('streamed fragments', () => {
     ]);
   });
 
-  it.each([2, 3])(
-    'F = 2, tau = 2, alpha = 0.5 follows a float64 reference step by step (world %i, f32)',
-    async (size) => {
-      const seed = newSeed(`streamed reference, world ${size}`);
-      const c = { compression: 'f32' as const, innerSteps: 4, fragments: 2, overlap: 2 };
+  it.each([
+    [2, 'mix'],
+    [3, 'mix'],
+    [2, 'carry'],
+    [3, 'carry'],
+  ] as const)(
+    'F = 2, tau = 2 follows a float64 reference step by step (world %i, f32, merge %s)',
+    async (size, merge) => {
+      const seed = newSeed(`streamed reference, world ${size}, ${merge}`);
+      const c = { compression: 'f32' as const, innerSteps: 4, fragments: 2, overlap: 2, merge };
       const { groups, models, dilocos } = await world(size, seed, c);
       const sizes = models[0]!.parameters().map((p) => p.size);
       const start = await flat(models[0]!);
+      // mix: the paper's alpha 0.5 (f32's default); carry: the steps since the issue kept.
       const ref = new StreamReference(
         (n) => new Float64Array(n),
         models.map(() => Float64Array.from(start)),
         sizes,
-        { innerSteps: 4, fragments: 2, overlap: 2, mixing: 0.5, lr: 0.7, momentum: 0.9 },
+        {
+          innerSteps: 4,
+          fragments: 2,
+          overlap: 2,
+          mixing: 0.5,
+          ...(merge === 'carry' ? { merge } : {}),
+          lr: 0.7,
+          momentum: 0.9,
+        },
         exactMean,
       );
       expect(dilocos[0]!.fragments).toEqual([[0], [1, 2, 3]]);
@@ -214,7 +230,7 @@ describe('streamed fragments', () => {
       const sizes = models[0]!.parameters().map((p) => p.size);
       const start = await flat(models[0]!);
       // The reference averages each fragment with an averager of its own per rank; the default
-      // mixing is the paper's 0.5, and 0 for topk (its error feedback keeps the local work).
+      // merge is the paper's mixing 0.5, and carry for topk ([Note: merging a landed fragment]).
       const refGroups: ProcessGroup[][] = [createLocalGroups(size), createLocalGroups(size)];
       // topk tiles each tensor of the fragment ([Note: top-k tiles]), as DiLoCo passes them.
       const shapes = models[0]!.parameters().map((p) => p.shape);
@@ -239,7 +255,13 @@ describe('streamed fragments', () => {
         (n) => new Float32Array(n),
         models.map(() => start.slice()),
         sizes,
-        { ...c, mixing: topk ? 0 : 0.5, lr: topk ? 1 : 0.7, momentum: topk ? 0 : 0.9 },
+        {
+          ...c,
+          mixing: topk ? 0 : 0.5,
+          ...(topk ? { merge: 'carry' as const } : {}),
+          lr: topk ? 1 : 0.7,
+          momentum: topk ? 0 : 0.9,
+        },
         average,
       );
       for (let step = 1; step <= 12; step++) {
@@ -317,6 +339,41 @@ describe('streamed fragments', () => {
     await expect(make({ mixing: 1 })).rejects.toThrow(
       '[DiLoCo] rank 0: mixing must be in [0, 1), got 1',
     );
+    await expect(make({ merge: 'blend' })).rejects.toMatchObject({ option: 'merge' });
+    await expect(make({ merge: 'blend' })).rejects.toThrow(
+      '[DiLoCo] rank 0: merge must be one of mix, carry, got blend',
+    );
+    await expect(make({ merge: 'carry', mixing: 0.5 })).rejects.toMatchObject({ option: 'mixing' });
+    await expect(make({ merge: 'carry', mixing: 0.5 })).rejects.toThrow(
+      "[DiLoCo] rank 0: mixing is the alpha of merge 'mix', not of 'carry'",
+    );
+    await closeWorld([group!]);
+  });
+
+  it('merges by carry with topk and by the paper mixing otherwise, unless told', async () => {
+    const [group] = createLocalGroups(1);
+    const model = buildModel(1);
+    const make = async (options: object) =>
+      (
+        await DiLoCo.create(model.parameters(), new AdamW(model.parameters()), {
+          group: group!,
+          innerSteps: 8,
+          fragments: 2,
+          overlap: 2,
+          ...options,
+        })
+      ).options;
+    expect(await make({ compression: 'topk' })).toMatchObject({ merge: 'carry', mixing: 0 });
+    expect(await make({ compression: 'int8' })).toMatchObject({ merge: 'mix', mixing: 0.5 });
+    // A mixing given asks for the paper's merge, topk or not.
+    expect(await make({ compression: 'topk', mixing: 0.5 })).toMatchObject({
+      merge: 'mix',
+      mixing: 0.5,
+    });
+    expect(await make({ compression: 'int8', merge: 'carry' })).toMatchObject({
+      merge: 'carry',
+      mixing: 0,
+    });
     await closeWorld([group!]);
   });
 });

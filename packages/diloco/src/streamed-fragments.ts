@@ -3,6 +3,7 @@ import type { Tensor } from '@webshard/tensor-core';
 import { type AverageStats, CompressedAverager } from './compressed-average.js';
 import type { CompressedAverageOptions } from './compressed-average.js';
 import { FlatLayout, readFlat, writeFlat } from './flat-params.js';
+import { type FragmentMerge, mergeLanded } from './fragment-merge.js';
 import { dealFragments, fragmentDue } from './fragment-schedule.js';
 import { OuterOptimizer, type OuterOptimizerOptions } from './outer-optimizer.js';
 
@@ -29,15 +30,13 @@ export const DEFAULT_STREAM_MIXING = 0.5;
  * - Overlap tau: a fragment's pseudo-gradient global - local is taken and its average issued after
  *   step s, and the next tau inner steps run while it is on the wire; after step s + tau the
  *   average is awaited (usually long done), the fragment's outer optimizer steps its global copy,
- *   and the local fragment becomes alpha x local + (1 - alpha) x global: the local parameters
- *   went on training for tau steps the average does not hold, and alpha keeps part of that work
- *   (the paper's merge; it found alpha = 0.5 best, our default with an overlap). With `topk` the
- *   default is 0: SparseLoCo's error-feedback buffer already keeps, and sends later, every local
- *   change a sync did not carry, so local parameters that also kept half of it counted it twice
- *   (the trainer's GPT, 4 ranks, H = 50, F = 5, tau = 10, 1000 steps: held-out loss 27 % above
- *   DDP's with 0.5, 5.3 % with 0). Without an
- *   overlap there is no newer local work, and the default alpha 0 is DiLoCo's replacement: with
- *   F = 1 and tau = 0 every bit is plain DiLoCo's (tested). tau is at most floor(H / F), so a
+ *   and the local fragment takes it: by the paper's merge, alpha x local + (1 - alpha) x global
+ *   (`merge: 'mix'`; it found alpha = 0.5 best, our default with an overlap), which keeps part of
+ *   what the tau steps trained; with `topk` by `carry` (the new global plus the steps since the
+ *   issue), since mixing counts twice what its error feedback keeps ([Note: merging a landed
+ *   fragment], with the measurements). Without an overlap there is no newer local work, and
+ *   every merge is DiLoCo's replacement: with F = 1 and tau = 0 every bit is plain DiLoCo's
+ *   (tested). tau is at most floor(H / F), so a
  *   fragment lands before (or at the step where) the next starts: one fragment on the wire.
  * - Progress: a rank's thread runs the kernels, and a collective moves only when the thread turns
  *   the event loop. After each inner step with a fragment in flight, `afterInnerStep` yields one
@@ -88,7 +87,9 @@ export interface StreamOptions {
   readonly fragments: number;
   /** tau, in [0, floor(H / F)]. */
   readonly overlap: number;
-  /** alpha, in [0, 1). */
+  /** How a landed fragment meets the local parameters ([Note: merging a landed fragment]). */
+  readonly merge: FragmentMerge;
+  /** alpha, in [0, 1), of `merge: 'mix'`. */
   readonly mixing: number;
   readonly outer: OuterOptimizerOptions;
   readonly codec: CompressedAverageOptions;
@@ -115,6 +116,8 @@ interface InFlight {
   readonly issuedAt: number;
   /** The pseudo-gradient, averaged in place. */
   readonly delta: Float32Array;
+  /** The fragment's local parameters at the issue, for `merge: 'carry'` with an overlap, else null. */
+  readonly atIssue: Float32Array | null;
   readonly result: Promise<AverageStats>;
   /** The fragment's residual before the issue, restored if it is dropped. */
   readonly residualBefore: Float32Array | null;
@@ -214,14 +217,14 @@ export class StreamedFragments {
     const { innerSteps, fragments, overlap } = this.options;
     if (this.flight !== null && step >= this.flight.issuedAt + overlap) {
       applied = this.flight.fragment.index;
-      landed = await this.landFlight(this.options.mixing);
+      landed = await this.landFlight(true);
     }
     const due = fragmentDue(step, innerSteps, fragments);
     if (due !== null) {
       this.flight = await this.issue(this.list[due]!, step, weight);
       if (overlap === 0) {
         applied = due;
-        landed = await this.landFlight(this.options.mixing);
+        landed = await this.landFlight(true);
       }
     }
     if (this.flight !== null) await yieldTurn();
@@ -247,7 +250,7 @@ export class StreamedFragments {
       flights.push(this.flight);
       this.flight = null;
     } else if (this.flight !== null) {
-      bytesSent += (await this.landFlight(this.options.mixing)).bytesSent;
+      bytesSent += (await this.landFlight(true)).bytesSent;
     }
     for (const fragment of this.list) {
       if (fragment === flights[0]?.fragment) continue;
@@ -261,7 +264,7 @@ export class StreamedFragments {
     let landed = 0;
     try {
       for (; landed < flights.length; landed++) {
-        bytesSent += (await this.land(flights[landed]!, 0)).bytesSent;
+        bytesSent += (await this.land(flights[landed]!, false)).bytesSent;
       }
     } catch (error) {
       // A fresh averager on the same group, so an average still running cannot touch it later.
@@ -343,6 +346,8 @@ export class StreamedFragments {
   /** Issue `fragment`'s average: its pseudo-gradient times `weight`, averaged in the background. */
   private async issue(fragment: Fragment, step: number, weight: number): Promise<InFlight> {
     const delta = await readFlat(this.params, fragment.tensors);
+    const carry = this.options.merge === 'carry' && this.options.overlap > 0;
+    const atIssue = carry ? delta.slice() : null;
     const { global } = fragment;
     for (let i = 0; i < delta.length; i++) delta[i] = (global[i]! - delta[i]!) * weight;
     const residualBefore = fragment.averager.residuals().input;
@@ -353,6 +358,7 @@ export class StreamedFragments {
       fragment,
       issuedAt: step,
       delta,
+      atIssue,
       result,
       residualBefore,
       issuedMs,
@@ -369,17 +375,20 @@ export class StreamedFragments {
   }
 
   /** Land the fragment in flight (`land`); it is off the wire whether that succeeds or throws. */
-  private async landFlight(mixing: number): Promise<Landed> {
+  private async landFlight(merge: boolean): Promise<Landed> {
     const flight = this.flight!;
     try {
-      return await this.land(flight, mixing);
+      return await this.land(flight, merge);
     } finally {
       this.flight = null;
     }
   }
 
-  /** Await `flight`'s average, step its global copy, merge it into the local parameters. */
-  private async land(flight: InFlight, mixing: number): Promise<Landed> {
+  /**
+   * Await `flight`'s average and step its global copy; the local parameters then take it by the
+   * configured merge (`merge`) or, without, become it ([Note: merging a landed fragment]).
+   */
+  private async land(flight: InFlight, merge: boolean): Promise<Landed> {
     const { fragment, delta, result } = flight;
     const landing = performance.now();
     const doneBefore = flight.doneMs >= 0;
@@ -387,14 +396,13 @@ export class StreamedFragments {
     const waitMs = doneBefore ? 0 : performance.now() - landing;
     const syncMs = (doneBefore ? flight.doneMs : performance.now()) - flight.issuedMs;
     fragment.outer.apply(fragment.global, delta);
-    if (mixing === 0) {
+    const { mixing } = this.options;
+    const how = merge && flight.atIssue !== null ? 'carry' : 'mix';
+    if (how === 'mix' && (!merge || mixing === 0)) {
       writeFlat(this.params, fragment.global, fragment.tensors);
     } else {
       const local = await readFlat(this.params, fragment.tensors);
-      const { global } = fragment;
-      for (let i = 0; i < local.length; i++) {
-        local[i] = mixing * local[i]! + (1 - mixing) * global[i]!;
-      }
+      mergeLanded(local, fragment.global, how, mixing, flight.atIssue);
       writeFlat(this.params, local, fragment.tensors);
     }
     return { bytesSent: stats.bytesSent, syncMs, waitMs };

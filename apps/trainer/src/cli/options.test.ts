@@ -334,18 +334,32 @@ describe('parseOptions', () => {
     expect(
       parse(...diloco, '--outer-fragments', '4', '--outer-overlap', '1', '--outer-mixing', '0'),
     ).toMatchObject({ outerFragments: 4, outerOverlap: 1, outerMixing: 0 });
-    // topk: 0, its error feedback keeps what the local parameters did beyond the sync.
-    expect(
-      parse(
-        ...diloco,
-        '--outer-fragments',
-        '3',
-        '--outer-overlap',
-        '4',
-        '--outer-compression',
-        'topk',
-      ),
-    ).toMatchObject({ outerMixing: 0 });
+    expect(parse(...diloco, '--outer-fragments', '3', '--outer-overlap', '4')).toMatchObject({
+      outerMerge: 'mix',
+    });
+    // topk: carry, its error feedback keeps what the local parameters did beyond the sync, unless
+    // a mixing asks for the paper's merge.
+    const topk = [...diloco, '--outer-fragments', '3', '--outer-overlap', '4'];
+    topk.push('--outer-compression', 'topk');
+    expect(parse(...topk)).toMatchObject({ outerMerge: 'carry', outerMixing: 0 });
+    expect(parse(...topk, '--outer-mixing', '0.5')).toMatchObject({
+      outerMerge: 'mix',
+      outerMixing: 0.5,
+    });
+    expect(parse(...diloco, '--outer-overlap', '2', '--outer-merge', 'carry')).toMatchObject({
+      outerMerge: 'carry',
+      outerMixing: 0,
+    });
+    expectUsage(
+      () => parse(...topk, '--outer-merge', 'carry', '--outer-mixing', '0.5'),
+      '--outer-mixing is the alpha of --outer-merge mix, not carry',
+      '--outer-mixing',
+    );
+    expectUsage(
+      () => parse(...topk, '--outer-merge', 'blend'),
+      '--outer-merge blend is not one of mix, carry',
+      '--outer-merge',
+    );
     expect(parse(...diloco, '--outer-fragments', '2')).toMatchObject({
       outerOverlap: 0,
       outerMixing: 0,

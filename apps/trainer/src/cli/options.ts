@@ -8,6 +8,7 @@ import {
   DEFAULT_STREAM_MIXING,
   DEFAULT_TOPK_DENSITY,
   DEFAULT_TOPK_LEVELS,
+  FRAGMENT_MERGES,
   OUTER_COMPRESSIONS,
   TOPK_LEVELS,
 } from '@webshard/diloco';
@@ -41,6 +42,7 @@ const OPTIONS = {
   'outer-density': { type: 'string' },
   'outer-fragments': { type: 'string' },
   'outer-overlap': { type: 'string' },
+  'outer-merge': { type: 'string' },
   'outer-mixing': { type: 'string' },
   'outer-error-decay': { type: 'string' },
   'outer-levels': { type: 'string' },
@@ -179,6 +181,19 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     min: 0,
     integer: true,
   });
+  // How a fragment lands after an overlap: topk carries the steps since the issue, unless a
+  // mixing asks for the paper's merge ([Note: merging a landed fragment] in @webshard/diloco).
+  const outerMerge = choice(
+    'outer-merge',
+    v['outer-merge'],
+    FRAGMENT_MERGES,
+    topk && v['outer-mixing'] === undefined ? 'carry' : 'mix',
+  );
+  if (outerMerge === 'carry' && v['outer-mixing'] !== undefined) {
+    throw new UsageError('--outer-mixing is the alpha of --outer-merge mix, not carry', {
+      option: '--outer-mixing',
+    });
+  }
   const config: TrainConfig = {
     strategy,
     worldSize,
@@ -258,12 +273,13 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     }),
     outerFragments: int('outer-fragments', 1),
     outerOverlap,
+    outerMerge,
     // Streaming DiLoCo's mixing: the paper's 0.5 with an overlap; 0 (DiLoCo's replacement) without
-    // and with topk, whose error feedback keeps the local work ([Note: streamed fragments]).
+    // ([Note: merging a landed fragment] in @webshard/diloco).
     outerMixing: numberOption(
       'outer-mixing',
       v['outer-mixing'],
-      outerOverlap > 0 && !topk ? DEFAULT_STREAM_MIXING : 0,
+      outerOverlap > 0 && outerMerge === 'mix' ? DEFAULT_STREAM_MIXING : 0,
       { min: 0, max: 0.999999 },
     ),
     outerLevels: choice('outer-levels', v['outer-levels'], TOPK_LEVELS, DEFAULT_TOPK_LEVELS),

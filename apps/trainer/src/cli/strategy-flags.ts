@@ -22,6 +22,7 @@ const DILOCO_FLAGS = [
   'outer-density',
   'outer-fragments',
   'outer-overlap',
+  'outer-merge',
   'outer-mixing',
   'outer-error-decay',
   'outer-levels',

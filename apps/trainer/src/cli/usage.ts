@@ -104,9 +104,12 @@ Execution
                                (default 1: all at once)
   --outer-overlap <tau>        diloco: inner steps a fragment's sync runs behind before it
                                lands, at most --inner-steps / F (default 0: wait for it)
-  --outer-mixing <alpha>       diloco: a landed fragment keeps alpha of its local parameters
-                               (default 0.5 with an overlap, the paper's; 0 without, and
-                               with topk)
+  --outer-merge <mix|carry>    diloco: how a fragment landed after an overlap meets the local
+                               parameters: mix (alpha x local + (1 - alpha) x global) or carry
+                               (the new global plus the steps since its issue; default topk's)
+  --outer-mixing <alpha>       diloco, --outer-merge mix: a landed fragment keeps alpha of its
+                               local parameters (default 0.5 with an overlap, the paper's; 0
+                               without)
   --comm-progress <thread|worker>  tcp/ws process ranks: run the transport (and WEBSHARD_LINK's
                                shaper) on a worker thread, so syncs move while kernels run
                                (default worker for streamed diloco, else thread)

@@ -153,6 +153,22 @@ describe('--strategy diloco', () => {
     const last = lines.at(-1)!.loss;
     expect(last).toBeLessThan(lines[0]!.loss - 0.3);
     console.log(`streamed: loss ${last} against PyTorch's ${fixture.losses.at(-1)}`);
+    // --outer-merge carry reaches the fragments ([Note: merging a landed fragment] in
+    // @webshard/diloco): the same syncs and bytes, the same losses until the first landing (after
+    // step 4, seen in step 5's loss), other ones after it.
+    const carry = await run(
+      [
+        ...['--strategy', 'diloco', '--world-size', '2', '--transport', 'local'],
+        ...['--inner-steps', '6', '--outer-compression', 'int8'],
+        ...['--outer-fragments', '3', '--outer-overlap', '2', '--outer-merge', 'carry'],
+      ],
+      'two-ranks-streamed-carry',
+    );
+    expect(carry.lines.map((l) => l.outerBytesSent)).toEqual(lines.map((l) => l.outerBytesSent));
+    expect(carry.lines.slice(0, 4).map((l) => l.loss)).toEqual(
+      lines.slice(0, 4).map((l) => l.loss),
+    );
+    expect(carry.lines[4]!.loss).not.toBe(lines[4]!.loss);
   });
 
   it('on 2 process ranks over tcp, streamed: the communication runs on a worker by default, and lands the fragments as on one thread', async () => {

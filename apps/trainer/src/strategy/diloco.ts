@@ -80,7 +80,8 @@ export function prepareDiloco(
           ? {
               fragments: config.outerFragments,
               overlap: config.outerOverlap,
-              mixing: config.outerMixing,
+              merge: config.outerMerge,
+              ...(config.outerMerge === 'mix' ? { mixing: config.outerMixing } : {}),
             }
           : {}),
         // An elastic member takes the world's state from rank 0 instead (run/elastic-outer.ts).

@@ -2,7 +2,8 @@
 // flat parameters in one process, each tensor dealt to the fragment with the fewest elements so
 // far (ties: the lowest), fragment p synced after the
 // steps s with s mod H = floor(p H / F), landed tau steps later with the outer Nesterov step and
-// the mixing alpha x local + (1 - alpha) x global. In Float64Array with an exact mean (the
+// the mixing alpha x local + (1 - alpha) x global, or with `carry` the new global plus what each
+// rank trained since the issue ([Note: merging a landed fragment]). In Float64Array with an exact mean (the
 // reference for f32), or in Float32Array with the same element-wise arithmetic as the package and
 // an averager given by the test (bit for bit, for the compressed codecs).
 
@@ -14,6 +15,8 @@ export interface StreamSettings {
   readonly fragments: number;
   readonly overlap: number;
   readonly mixing: number;
+  /** `carry` in place of the mixing; absent: the mixing. */
+  readonly merge?: 'carry';
   readonly lr: number;
   readonly momentum: number;
 }
@@ -36,7 +39,13 @@ export class StreamReference {
   readonly elements: number[][];
   readonly global: FloatArray[];
   private readonly buffer: (FloatArray | null)[];
-  private flight: { fragment: number; at: number; deltas: FloatArray[] } | null = null;
+  private flight: {
+    fragment: number;
+    at: number;
+    deltas: FloatArray[];
+    /** Each rank's fragment at the issue (`carry`). */
+    atIssue: FloatArray[];
+  } | null = null;
 
   constructor(
     private readonly make: (length: number) => FloatArray,
@@ -79,18 +88,23 @@ export class StreamReference {
         for (const [j, i] of e.entries()) d[j] = this.global[p]![j]! - local[i]!;
         return d;
       });
-      this.flight = { fragment: p, at: step, deltas };
+      const atIssue = this.locals.map((local) => {
+        const a = this.make(e.length);
+        for (const [j, i] of e.entries()) a[j] = local[i]!;
+        return a;
+      });
+      this.flight = { fragment: p, at: step, deltas, atIssue };
       if (overlap === 0) await this.land();
     }
   }
 
   private async land(): Promise<void> {
-    const { fragment, deltas } = this.flight!;
+    const { fragment, deltas, atIssue } = this.flight!;
     this.flight = null;
     await this.average(fragment, deltas);
     const g = deltas[0]!;
     const global = this.global[fragment]!;
-    const { lr, momentum, mixing } = this.settings;
+    const { lr, momentum, mixing, merge, overlap } = this.settings;
     if (momentum === 0) {
       for (let j = 0; j < global.length; j++) global[j]! -= lr * g[j]!;
     } else {
@@ -103,9 +117,10 @@ export class StreamReference {
       }
       for (let j = 0; j < global.length; j++) global[j]! -= lr * (g[j]! + momentum * b[j]!);
     }
-    for (const local of this.locals) {
+    for (const [r, local] of this.locals.entries()) {
       for (const [j, i] of this.elements[fragment]!.entries()) {
-        local[i] = mixing === 0 ? global[j]! : mixing * local[i]! + (1 - mixing) * global[j]!;
+        if (merge === 'carry' && overlap > 0) local[i] = global[j]! + (local[i]! - atIssue[r]![j]!);
+        else local[i] = mixing === 0 ? global[j]! : mixing * local[i]! + (1 - mixing) * global[j]!;
       }
     }
   }
