@@ -8,6 +8,7 @@
  */
 export type FragmentMerge = 'mix' | 'carry';
 
+/** Every `FragmentMerge`, for a flag's choices. */
 export const FRAGMENT_MERGES: readonly FragmentMerge[] = ['mix', 'carry'];
 
 /*
