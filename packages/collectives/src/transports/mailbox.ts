@@ -126,7 +126,7 @@ export class Mailbox {
     onArrive?: () => void,
     stamp: OpStamp = NO_STAMP,
   ): Promise<void> {
-    if (this.abortError !== null && !this.draining.has(peer))
+    if (this.abortError !== null && !this.draining.has(peer) && !this.hasArrived(peer, tag))
       return Promise.reject(this.abortError);
     return new Promise<void>((resolve, reject) => {
       const slot = this.slot(peer, tag);
@@ -254,6 +254,11 @@ export class Mailbox {
     return this.expected.expect(peer, tag, stamp, bytes, messages);
   }
 
+  /** Whether a whole message from `peer` on `tag` waits for its receive. */
+  hasArrived(peer: number, tag: number): boolean {
+    return (this.slots.get(peer)?.get(tag)?.arrived.length ?? 0) > 0;
+  }
+
   /** Whether a receive from `peer` is posted or being filled. */
   hasPending(peer: number): boolean {
     for (const incoming of this.inflight) if (incoming.peer === peer && incoming.recv) return true;
@@ -272,9 +277,11 @@ export class Mailbox {
   }
 
   /**
-   * Rejects every posted receive, now and later (those being filled too); drops stashed ones.
-   * Receives from the peers in `draining` are spared, and such receives may still be posted, until
-   * `endDrain` ([Note: draining after an abort] in framed/framed-transport.ts).
+   * Rejects every posted receive, now and later (those being filled too), except those a message
+   * that is already here serves; what the peer the reason names (the one at fault: a flood, a
+   * malformed frame, a death) sent aside is dropped. Receives from the peers in `draining` are
+   * spared, and such receives may still be posted, until `endDrain` ([Note: draining after an
+   * abort] in framed/framed-transport.ts).
    */
   abort(reason: AbortReason, draining: Iterable<number> = []): void {
     if (this.abortError !== null) return;
@@ -282,6 +289,7 @@ export class Mailbox {
     for (const peer of draining) this.draining.add(peer);
     // Every peer with a receive, a message aside or one being filled has a slot (`begin`, `recv`).
     for (const peer of this.slots.keys()) if (!this.draining.has(peer)) this.fail(peer);
+    if (reason.peer !== undefined) this.dropArrived(reason.peer);
     this.pool.clear();
     this.pooledBytes = 0;
   }
@@ -296,7 +304,11 @@ export class Mailbox {
     return this.draining.has(peer);
   }
 
-  /** Rejects `peer`'s posted receives (those being filled too) and drops what it sent aside. */
+  /**
+   * Rejects `peer`'s posted receives (those being filled too). What it sent whole before the abort
+   * stays for the receives that will claim it: a rank behind may read a peer's abort frame before
+   * its op asks for a message that came ahead of it.
+   */
   private fail(peer: number): void {
     const error = this.abortError!;
     for (const incoming of this.inflight) {
@@ -306,8 +318,12 @@ export class Mailbox {
     }
     for (const slot of this.slots.get(peer)?.values() ?? []) {
       for (const waiting of slot.waiting.splice(0)) waiting.reject(error);
-      slot.arrived.length = 0;
     }
+  }
+
+  /** Drops what `peer` sent that no receive has claimed. */
+  private dropArrived(peer: number): void {
+    for (const slot of this.slots.get(peer)?.values() ?? []) slot.arrived.length = 0;
     this.held.delete(peer);
   }
 

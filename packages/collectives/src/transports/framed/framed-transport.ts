@@ -66,8 +66,12 @@ function sleep(ms: number): Promise<void> {
  * ones may be posted, served from what it sent before it learned of the abort, until its stream
  * ends: with its abort frame (every rank forwards the reason to every open peer as it aborts, so it
  * comes within a round trip), its bye, its close, or `ABORT_DRAIN_MS` after the abort at the latest
- * (a stopped peer forwards nothing). Sends reject at once. The op queue's grace then lets a body
- * whose data came complete.
+ * (a stopped peer forwards nothing). A message that came whole before its receive is served to
+ * that receive whenever it is posted, from any peer, drained or not. Every receive so served checks
+ * its op stamp as before the abort: the first drain took the receives posted after the abort as
+ * unstamped, so the op's own message failed its check and the seed still failed 1 replay in 50
+ * at load 10. Sends reject at once. The op queue's grace then lets a body whose data came complete
+ * finish.
  */
 export abstract class FramedTransport<P extends FramedPeer> implements Transport {
   abstract readonly kind: 'tcp' | 'ws';
@@ -174,9 +178,13 @@ export abstract class FramedTransport<P extends FramedPeer> implements Transport
   ): Promise<void> {
     // Tags are uint32 on the wire; a negative int32 tag names the same group.
     const wireTag = tag >>> 0;
-    if (this.abortState.reason !== null && this.mailbox.isDraining(peer)) {
-      // Served from what `peer` sent before the abort reached it: [Note: draining after an abort].
-      return this.mailbox.recv(peer, wireTag, dst, onArrive);
+    if (
+      this.abortState.reason !== null &&
+      (this.mailbox.isDraining(peer) || this.mailbox.hasArrived(peer, wireTag))
+    ) {
+      // Served from what `peer` sent before the abort reached it, checked against the receive's
+      // op as ever: [Note: draining after an abort].
+      return this.mailbox.recv(peer, wireTag, dst, onArrive, stamp);
     }
     const closed = Number.isInteger(peer) ? this.peers[peer] : undefined;
     if (this.abortState.reason === null && closed?.state === 'closed' && closed.byeReceived) {
