@@ -100,7 +100,7 @@ describe.each(['tcp', 'ws'] as const)('%s: receives after an abort', (kind) => {
     const allReduce = opStamp('allReduce', 0);
     frame(fake, FrameKind.data, 0, new Uint8Array([1, 2]), allReduce);
     frame(fake, FrameKind.data, 1, new Uint8Array([3]), allReduce);
-    await waitFor(() => real.unexpectedBytes === 3);
+    await waitFor(() => (real as unknown as { unexpectedBytes: number }).unexpectedBytes === 3);
     frame(fake, FrameKind.abort, 0, new TextEncoder().encode(JSON.stringify(DEADLINE)));
     await waitFor(() => real.abortReason !== null);
     const first = new Uint8Array(2);
