@@ -5,8 +5,9 @@
  * this tree's step time to the other's (best, 10th percentile, median) and how far apart the two
  * runs' losses are in units in the last place of f32 (0 when the trees compute the same bits).
  * `auto` after the steps gives both the fused matmul (relaxed FMA), as the trainer does where
- * every rank fuses. Run: `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source
- * bench/step-pair.ts /path/to/other/packages/tensor-core/src/index.ts [steps] [off|auto]`.
+ * every rank fuses; `webgpu` runs both on the WebGPU backend (the adapter `VK_ICD_FILENAMES`
+ * selects) instead. Run: `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source
+ * bench/step-pair.ts /path/to/other/packages/tensor-core/src/index.ts [steps] [off|auto|webgpu]`.
  */
 import { loadavg } from 'node:os';
 import * as here from '../src/index.js';
@@ -28,8 +29,11 @@ interface Runner {
   step(inputs: Int32Array, targets: Int32Array): Promise<number>;
 }
 
-function runner(tc: TensorCore): Runner {
-  const backend = tc.createCpuBackend({ matmulFma: fmaArg === 'auto' ? 'auto' : 'off' });
+async function runner(tc: TensorCore): Promise<Runner> {
+  const backend =
+    fmaArg === 'webgpu'
+      ? await tc.createWebGpuBackend()
+      : tc.createCpuBackend({ matmulFma: fmaArg === 'auto' ? 'auto' : 'off' });
   const config = { blockSize: BLOCK, nLayer: 2, nHead: 4, nEmbd: 64, dropout: 0, bias: true };
   const model = new tc.GPT(
     { ...config, vocabSize: VOCAB },
@@ -65,8 +69,8 @@ function ulps(a: number, b: number): number {
   return Math.abs(ordered(0) - ordered(1));
 }
 
-const ours = runner(here);
-const theirs = runner(baseline);
+const ours = await runner(here);
+const theirs = await runner(baseline);
 const random = here.mulberry32(7);
 const batch = () => {
   const inputs = Int32Array.from({ length: BATCH * BLOCK }, () => Math.floor(random() * VOCAB));
@@ -104,5 +108,5 @@ const ratio = (q: number) => (quantile(oursMs, q) / quantile(theirsMs, q)).toFix
 console.log(
   `default GPT step, this tree / the other (${STEPS} steps each, alternating): best ${ratio(0)}; p10 ${ratio(0.1)}; median ${ratio(0.5)}` +
     ` (median ${quantile(oursMs, 0.5).toFixed(2)} ms vs ${quantile(theirsMs, 0.5).toFixed(2)} ms);` +
-    ` losses at most ${worstUlps} ulp apart; load ${loadStart.toFixed(1)} -> ${loadavg()[0]!.toFixed(1)}`,
+    ` losses at most ${worstUlps} ulp apart; ${fmaArg === 'webgpu' ? 'webgpu, ' : ''}load ${loadStart.toFixed(1)} -> ${loadavg()[0]!.toFixed(1)}`,
 );

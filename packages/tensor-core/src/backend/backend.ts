@@ -269,7 +269,8 @@ export interface Backend {
    * `accumulate` (then out's view may repeat elements, which each receive every product meant for
    * them, in batch order); without `accumulate` no two of out's elements coincide. a and b may
    * share storage; out overlaps neither. Same dtype. Backends without it get the ops layer's
-   * fallback of `copyStrided` and `matmul`.
+   * fallback of `copyStrided` and `matmul`, and so does a call it returns `false` for (a backend
+   * that declines it, having done nothing: WebGPU's [Note: the WebGPU strided matmul]).
    */
   matmulStrided?(
     a: StridedOperand,
@@ -280,7 +281,7 @@ export interface Backend {
     k: number,
     n: number,
     accumulate: boolean,
-  ): void;
+  ): boolean | void;
   /** out[n, :] = table[indices[n], :]. table [V, D], indices i32 [N], out [N, D]. Out-of-range ids are an IndexError (deferred on WebGPU to the next read/sync). */
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void;
   /** out[indices[n], :] += src[n, :], deterministically. src [N, D], indices i32 [N], out [V, D]. */

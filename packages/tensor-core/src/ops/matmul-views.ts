@@ -16,8 +16,9 @@ import { backendOf, requireSameDType } from './validate.js';
  * new contiguous tensor (y written straight into [B, T, C]'s layout). Its gradient writes dA and dB
  * through the same windows into zeros of the inputs' shapes, accumulating, so q's and k's
  * gradients land in one [B, T, 3C] tensor and no head is ever copied. The backend kernel is
- * `matmulStrided`; a backend without it gets copies into contiguous operands, `matmul` and a copy
- * (and add) back, the work the permutes did before.
+ * `matmulStrided` (the CPU's, and WebGPU's: [Note: the WebGPU strided matmul]); a backend without
+ * it, or a call it declines, gets copies into contiguous operands, `matmul` and a copy (and add)
+ * back, the work the permutes did before.
  */
 
 function checkInside(op: string, t: Tensor, view: MatrixView, name: string): void {

@@ -1,4 +1,5 @@
 import type { StridedOperand } from '../backend/backend.js';
+import { distinctElements } from '../backend/strided-layout.js';
 import { shapeSize, Tensor } from '../tensor.js';
 
 // Windows of tensors read as batches of matrices, and their product into another's window: the
@@ -63,10 +64,10 @@ export function matmulViewsInto(
   const op = 'matmulViews';
   if (backend.matmulStrided !== undefined) {
     const [ak, bk, ok] = [operand(a, aView, op), operand(b, bView, op), operand(out, outView, op)];
-    backend.matmulStrided(ak, bk, ok, batch, m, k, n, accumulate);
-    return;
+    if (backend.matmulStrided(ak, bk, ok, batch, m, k, n, accumulate) !== false) return;
   }
-  // Fallback: contiguous copies, one batched matmul, the product copied (or added) back.
+  // Fallback (no `matmulStrided`, or one that declined the call): contiguous copies, one batched
+  // matmul, the product copied (or added) back.
   const count = shapeSize(batch);
   const dtype = out.dtype;
   const temps: Tensor[] = [];
@@ -129,16 +130,7 @@ export function matmulViewsInto(
 
 /** Whether no two elements of a view coincide (dims sorted by stride each step past the last). */
 export function distinct(view: MatrixView): boolean {
-  const dims = view.shape
-    .map((d, i) => [d, view.strides[i]!] as const)
-    .filter(([d]) => d > 1)
-    .sort((x, y) => x[1] - y[1]);
-  let reach = 1;
-  for (const [d, s] of dims) {
-    if (s < reach) return false;
-    reach = s * (d - 1) + reach;
-  }
-  return true;
+  return distinctElements(view.shape, view.strides);
 }
 
 /** Calls `visit` with the offset of every batch element, row-major. */

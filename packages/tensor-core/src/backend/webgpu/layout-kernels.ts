@@ -1,4 +1,5 @@
 import type { ReductionOp } from '../backend.js';
+import { stridedExtent } from '../strided-layout.js';
 import {
   broadcastStrides,
   coalesce,
@@ -33,20 +34,12 @@ export interface Strided extends Operand {
   readonly strides: readonly number[];
 }
 
-function extentOf(shape: readonly number[], strides: readonly number[]): number {
-  let max = 0;
-  shape.forEach((d, k) => {
-    max += (d - 1) * strides[k]!;
-  });
-  return shapeSize(shape) === 0 ? 0 : max + 1;
-}
-
 export function copyStridedLaunch(src: Strided, dst: Strided, shape: readonly number[]): Launch {
   const merged = coalesce(shape, [src.strides, dst.strides]);
   const rank = merged.shape.length;
   const size = shapeSize(shape);
-  const srcExtent = extentOf(shape, src.strides);
-  const dstExtent = extentOf(shape, dst.strides);
+  const srcExtent = stridedExtent(shape, src.strides);
+  const dstExtent = stridedExtent(shape, dst.strides);
   const dstContiguous =
     rank === 1
       ? merged.strides[1]![0] === 1

@@ -31,6 +31,19 @@ export interface VectorLoads {
   readonly b: boolean;
 }
 
+/**
+ * The strided form of the kernel (`matmulStrided`, [Note: the WebGPU strided matmul] in
+ * matmul-strided.ts): A, B and C are read and written at `offset + sum(i_d * stride_d)` over
+ * `batchRank` batch dims (the workgroup's z index split into them) and the matrix dims, and C is
+ * added to when `accumulate`. Params: [M, N, K, aOffset, bOffset, cOffset, A's row and k strides,
+ * B's k and column strides, C's row and column strides, the batch dims, then A's, B's and C's
+ * strides along them].
+ */
+export interface StridedForm {
+  readonly batchRank: number;
+  readonly accumulate: boolean;
+}
+
 /** The same tiling, always: the key part of the pipeline cache. */
 export function tilingKey(t: RegisterTiling): string {
   return `${t.tileM}x${t.tileN}:${t.workgroup[0]}x${t.workgroup[1]}:${t.columns}`;
@@ -56,7 +69,11 @@ export function registerTiledWgsl(
   transposeB: boolean,
   t: RegisterTiling,
   vec: VectorLoads = { a: false, b: false },
+  strided: StridedForm | null = null,
 ): string {
+  if (strided !== null && (transposeA || transposeB || vec.a || vec.b)) {
+    throw new Error('the strided matmul reads its operands through their strides only');
+  }
   const { tileM, tileN, columns } = t;
   const [wx, wy] = t.workgroup;
   const rows = Array.from({ length: tileM }, (_, r) => r);
@@ -81,24 +98,33 @@ fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u)
   let K = prm[2];
   let row0 = (${rowIndex}) * ${tileM}u;
   let col0 = ${colStart};
-  if (row0 >= M || col0 >= N) { return; }
-  let aBase = prm[3] + w.z * prm[6];
-  let bBase = prm[4] + w.z * prm[7];`);
+  if (row0 >= M || col0 >= N) { return; }`);
+  if (strided === null) {
+    L.push('  let aBase = prm[3] + w.z * prm[6];', '  let bBase = prm[4] + w.z * prm[7];');
+  } else L.push(...stridedBases(strided.batchRank));
+  // The strided form reads A as [m, k] at aBase + m * prm[6] + k * prm[7], B as [k, n] at
+  // bBase + k * prm[8] + n * prm[9].
+  const aRow = strided === null ? 'K' : 'prm[6]';
   for (const r of rows) {
     L.push(`  let m${r} = min(row0 + ${r}u, M - 1u);`);
-    if (!transposeA) L.push(`  let ar${r} = aBase + m${r} * K;`);
+    if (!transposeA) L.push(`  let ar${r} = aBase + m${r} * ${aRow};`);
   }
   for (const c of cols) {
     L.push(`  let n${c} = min(${colOf(c)}, N - 1u);`);
     if (transposeB) L.push(`  let bc${c} = bBase + n${c} * K;`);
+    if (strided !== null) L.push(`  let bc${c} = bBase + n${c} * prm[9];`);
   }
   // Vector loads of B start at each group's first column, clamped to the last whole group.
   if (vec.b) for (const j of groups) L.push(`  let g${j} = min(${colOf(j * 4)}, N - 4u);`);
   for (const r of rows) for (const j of groups) L.push(`  var acc${r}_${j} = vec4f(0.0);`);
-  const aAt = (r: number, k: string) =>
-    transposeA ? `ld_A(aBase + (${k}) * M + m${r})` : `ld_A(ar${r} + ${k})`;
-  const bAt = (k: string, c: number) =>
-    transposeB ? `ld_B(bc${c} + ${k})` : `ld_B(bBase + (${k}) * N + n${c})`;
+  const aAt = (r: number, k: string) => {
+    if (strided !== null) return `ld_A(ar${r} + (${k}) * prm[7])`;
+    return transposeA ? `ld_A(aBase + (${k}) * M + m${r})` : `ld_A(ar${r} + ${k})`;
+  };
+  const bAt = (k: string, c: number) => {
+    if (strided !== null) return `ld_B(bc${c} + (${k}) * prm[8])`;
+    return transposeB ? `ld_B(bc${c} + ${k})` : `ld_B(bBase + (${k}) * N + n${c})`;
+  };
   L.push('  let K4 = K & ~3u;');
   L.push('  for (var k = 0u; k < K4; k += 4u) {');
   for (const r of rows) {
@@ -139,19 +165,42 @@ fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u)
     for (const j of groups) L.push(`    acc${r}_${j} = acc${r}_${j} + a${r} * b_${j};`);
   }
   L.push('  }');
-  L.push('  let cBase = prm[5] + w.z * M * N;');
+  if (strided === null) L.push('  let cBase = prm[5] + w.z * M * N;');
+  const [cRow, cCol] = strided === null ? ['N', ''] : ['prm[10]', ' * prm[11]'];
   for (const r of rows) {
     L.push(`  if (row0 + ${r}u < M) {`);
-    L.push(`    let cr = cBase + (row0 + ${r}u) * N;`);
+    L.push(`    let cr = cBase + (row0 + ${r}u) * ${cRow};`);
     for (const j of groups) {
       for (const c of [0, 1, 2, 3]) {
         const col = colOf(j * 4 + c);
         const comp = ['x', 'y', 'z', 'w'][c];
-        L.push(`    if (${col} < N) { C[cr + ${col}] = acc${r}_${j}.${comp}; }`);
+        const at = `cr + (${col})${cCol}`;
+        const value = strided?.accumulate
+          ? `C[${at}] + acc${r}_${j}.${comp}`
+          : `acc${r}_${j}.${comp}`;
+        L.push(`    if (${col} < N) { C[${at}] = ${value}; }`);
       }
     }
     L.push('  }');
   }
   L.push('}');
   return L.join('\n');
+}
+
+/**
+ * The strided form's operand bases: the workgroup's z index split into the batch dims (the last
+ * fastest), each index times each operand's stride along its dim.
+ */
+function stridedBases(batchRank: number): string[] {
+  const L = ['  var aBase = prm[3];', '  var bBase = prm[4];', '  var cBase = prm[5];'];
+  if (batchRank === 0) return L;
+  L.push('  var z = w.z;');
+  for (let d = batchRank - 1; d >= 0; d--) {
+    const dim = `prm[${12 + d}]`;
+    L.push(`  {`, `    let i = z % ${dim};`, `    z = z / ${dim};`);
+    L.push(`    aBase += i * prm[${12 + batchRank + d}];`);
+    L.push(`    bBase += i * prm[${12 + 2 * batchRank + d}];`);
+    L.push(`    cBase += i * prm[${12 + 3 * batchRank + d}];`, '  }');
+  }
+  return L;
 }

@@ -39,6 +39,7 @@ import {
   whereLaunch,
 } from './kernels.js';
 import type { MatmulKernel, MatmulTuning } from './matmul.js';
+import { matmulStridedLaunch } from './matmul-strided.js';
 import { matmulKernelFromEnv, matmulTuningFor } from './matmul-tuning.js';
 import type { Launch } from './program.js';
 import { randomUniformLaunch } from './random-kernels.js';
@@ -303,6 +304,23 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     transposeB: boolean,
   ): void {
     runMatmul(this.ctx, this.matmulTuning, a, b, out, transposeA, transposeB);
+  }
+
+  /** Declines (false) what one dispatch cannot do: [Note: the WebGPU strided matmul]. */
+  matmulStrided(
+    a: StridedOperand,
+    b: StridedOperand,
+    out: StridedOperand,
+    batch: readonly number[],
+    m: number,
+    k: number,
+    n: number,
+    accumulate: boolean,
+  ): boolean {
+    const launch = matmulStridedLaunch(this.matmulTuning, a, b, out, batch, m, k, n, accumulate);
+    if (launch === null) return false;
+    this.run(launch);
+    return true;
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {

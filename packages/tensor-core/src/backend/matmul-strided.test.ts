@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../../dtype-convert.js';
-import type { DType } from '../../dtype.js';
-import { createCpuBackend } from '../../runtime.js';
-import { seededValues } from '../../testing/reference.js';
-import type { Backend, KernelTensor, StridedOperand } from '../backend.js';
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../dtype-convert.js';
+import type { DType } from '../dtype.js';
+import { createCpuBackend } from '../runtime.js';
+import { describeBackends } from '../testing/describe-backends.js';
+import { seededValues } from '../testing/reference.js';
+import type { Backend, KernelTensor, StridedOperand } from './backend.js';
 
 /**
  * One call: a storage of `aSize` (and `bSize`, unless b shares a's) elements, the views, and out's
@@ -140,6 +141,8 @@ function offsets(dims: number[], offset: number, strides: number[]): number[] {
 }
 
 interface Run {
+  /** Whether the backend ran the call (false: it declined it, and out is as it was). */
+  ran: boolean;
   out: number[];
   /** The same product by the backend's `matmul` on contiguous copies, added as `out` would be. */
   contiguous: number[];
@@ -167,7 +170,7 @@ async function run(backend: Backend, c: Case, dtype: DType, seed: number): Promi
   const out = tensor(c.out.size, c.accumulate ? outStart : new Array<number>(c.out.size).fill(0));
   const stored = async (t: KernelTensor) => decoded(backend, t);
   const [as, bs, os] = [await stored(a), await stored(b), await stored(out)];
-  backend.matmulStrided!(
+  const done = backend.matmulStrided!(
     view(a, c.a.offset, c.a.strides),
     view(b, c.b.offset, c.b.strides),
     view(out, c.out.offset, c.out.strides),
@@ -213,7 +216,7 @@ async function run(backend: Backend, c: Case, dtype: DType, seed: number): Promi
     exact[at] = c.accumulate ? exact[at]! + sum : sum;
   });
   for (const t of [a, b, out, a3, b3, p3]) if (t !== b || !shared) backend.release(t.storage);
-  return { out: result, contiguous, exact };
+  return { ran: done !== false, out: result, contiguous, exact };
 }
 
 /** v rounded to the dtype's values (f32 first, as the kernels store). */
@@ -246,4 +249,37 @@ describe('matmulStrided on the CPU backend', () => {
       }
     }
   }
+});
+
+/**
+ * WebGPU's strided matmul ([Note: the WebGPU strided matmul]): the register-tiled kernel reading
+ * and writing through the strides gives its own contiguous matmul's bits; it declines a 16-bit
+ * output and an accumulation into a window that repeats elements (the ops' fallback runs those).
+ */
+describeBackends('matmulStrided on WebGPU', (ctx) => {
+  const seed = 4901;
+  if (ctx.kind === 'cpu') {
+    it('(the CPU backend runs every call: it never declines)', async () => {
+      for (const c of CASES) expect((await run(ctx.backend, c, 'f32', seed)).ran).toBe(true);
+    });
+    return;
+  }
+  for (const [index, c] of CASES.entries()) {
+    const repeats = c.name === 'broadcast A, accumulated out';
+    const tiled = () => (ctx.backend as { matmulKernel?: string }).matmulKernel === 'registerTiled';
+    it(`f32: ${c.name} ${repeats ? 'is declined' : "gives matmul's bits on contiguous copies"}`, async () => {
+      const r = await run(ctx.backend, c, 'f32', seed + 10 * index);
+      expect(r.ran).toBe(!repeats && tiled());
+      if (!r.ran) return;
+      expect(r.out).toEqual(r.contiguous);
+      const scale = Math.max(1, ...r.exact.map(Math.abs));
+      const worst = Math.max(...r.out.map((v, i) => Math.abs(v - r.exact[i]!)));
+      expect(worst / scale).toBeLessThan(TOLERANCE.f32);
+    });
+  }
+  it('f16: declines a 16-bit output, writing nothing', async () => {
+    const r = await run(ctx.backend, CASES[0]!, 'f16', seed);
+    expect(r.ran).toBe(false);
+    expect(r.out.every((v) => v === 0)).toBe(true);
+  });
 });
