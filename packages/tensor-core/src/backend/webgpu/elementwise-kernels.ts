@@ -120,6 +120,20 @@ function binaryExpr(op: BinaryOp, t: 'f32' | 'i32'): string {
 export type BroadcastOperand = (Dense & { shape: readonly number[] }) | number;
 
 /**
+ * [Note: one division for a broadcast of two dims]
+ * After `coalesce`, most broadcasts are two dims of which the operand walks one: a bias over every
+ * row ([rows, n], strides [0, 1]: element i reads i % n) or a value per row ([rows, n], strides
+ * [1, 0]: i / n). The general strided index loops over the dims with a division and a modulo
+ * each, from params; on the CPU adapters that made a bias add about 2x a contiguous add (issue
+ * 49). These two index with one operation; the loads, and so the bits, are the same.
+ */
+function broadcastSplit(strides: readonly number[]): 'row' | 'col' | null {
+  if (strides[0] === 0 && strides[1] === 1) return 'row';
+  if (strides[0] === 1 && strides[1] === 0) return 'col';
+  return null;
+}
+
+/**
  * Element-wise over `out.shape` with broadcast operands. Params: [outOff, size, then per operand
  * (offset, scalar bits)], then dims, then each tensor operand's strides.
  */
@@ -155,12 +169,19 @@ function broadcastLaunch(
   for (const d of merged.shape) params.u(d);
   const fns: string[] = [];
   const modes: string[] = [];
+  const dense = broadcastStrides(merged.shape, merged.shape);
   tensors.forEach((o, k) => {
     const s = merged.strides[k]!;
-    const contiguous = s.every((v, d) => v === broadcastStrides(merged.shape, merged.shape)[d]);
+    const contiguous = s.every((v, d) => v === dense[d]);
+    const split = rank === 2 ? broadcastSplit(s) : null;
     if (contiguous) {
       modes.push('c');
       fns.push(`fn idx_${o.name}(i: u32) -> u32 { return i; }`);
+    } else if (split !== null) {
+      // [Note: one division for a broadcast of two dims]
+      modes.push(split);
+      const n = `prm[${dimsAt + 1}u]`;
+      fns.push(`fn idx_${o.name}(i: u32) -> u32 { return i ${split === 'row' ? '%' : '/'} ${n}; }`);
     } else {
       modes.push('s');
       const at = params.length;
