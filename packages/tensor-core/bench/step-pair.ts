@@ -26,6 +26,7 @@ const BLOCK = 32;
 const VOCAB = 65;
 
 interface Runner {
+  readonly description: string;
   step(inputs: Int32Array, targets: Int32Array): Promise<number>;
 }
 
@@ -42,6 +43,7 @@ async function runner(tc: TensorCore): Promise<Runner> {
   const params = model.parameters();
   const optimizer = new tc.AdamW(params, { lr: 3e-3, betas: [0.9, 0.95], weightDecay: 0.1 });
   return {
+    description: backend.description,
     async step(inputs, targets) {
       const shape = [BATCH, BLOCK];
       const x = tc.tensor(inputs, { backend, dtype: 'i32', shape });
@@ -108,5 +110,5 @@ const ratio = (q: number) => (quantile(oursMs, q) / quantile(theirsMs, q)).toFix
 console.log(
   `default GPT step, this tree / the other (${STEPS} steps each, alternating): best ${ratio(0)}; p10 ${ratio(0.1)}; median ${ratio(0.5)}` +
     ` (median ${quantile(oursMs, 0.5).toFixed(2)} ms vs ${quantile(theirsMs, 0.5).toFixed(2)} ms);` +
-    ` losses at most ${worstUlps} ulp apart; ${fmaArg === 'webgpu' ? 'webgpu, ' : ''}load ${loadStart.toFixed(1)} -> ${loadavg()[0]!.toFixed(1)}`,
+    ` losses at most ${worstUlps} ulp apart; ${fmaArg === 'webgpu' ? `${ours.description}, ` : ''}load ${loadStart.toFixed(1)} -> ${loadavg()[0]!.toFixed(1)}`,
 );
