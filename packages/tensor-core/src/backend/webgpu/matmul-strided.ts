@@ -12,9 +12,11 @@ import { input, type Launch, output, Params } from './program.js';
  * contiguous, one matmul, the product copied (or added) back, 39 strided copies a step of the
  * default GPT that took 25 ms of lavapipe's 182 (issue 49). Here the register-tiled kernel itself
  * reads A and B through their strides (the workgroup's z index split into the batch dims) and
- * writes C through its own, adding to it when accumulating: one dispatch, no copies. It runs the
- * fallback's matmul with the same loads in the same order, so a product has the same bits (an
- * accumulation adds C and the product in f32, as the fallback's add does).
+ * writes C through its own, adding to it when accumulating: one dispatch, no copies, and one
+ * pipeline per batch rank and dtypes (accumulating is a params word: a second pipeline added 0.7 s
+ * to a first step on lavapipe with Mesa's shader cache empty). It runs the fallback's matmul with
+ * the same loads in the same order, so a product has the same bits (an accumulation adds C and
+ * the product in f32, as the fallback's add does).
  *
  * It declines (the ops run their fallback) what one dispatch cannot do: a 16-bit output (the
  * kernel stores f32 words, and two 16-bit elements share one), an accumulation into a window that
@@ -47,10 +49,10 @@ export function matmulStridedLaunch(
   if (accumulate && !distinctElements(outShape, out.strides)) return null;
   const r = batch.length;
   const [rowsPerGroup, colsPerGroup] = workgroupTile(tuning);
-  const form = { batchRank: r, accumulate };
+  const form = { batchRank: r };
   const program = {
     name: 'matmulStrided',
-    key: `matmul:strided:${tilingKey(tuning)}:${a.dtype}:${b.dtype}:r${r}:${accumulate}`,
+    key: `matmul:strided:${tilingKey(tuning)}:${a.dtype}:${b.dtype}:r${r}`,
     workgroupSize: [tuning.workgroup[0], tuning.workgroup[1], 1] as const,
     dispatch: (sh: readonly number[]): [number, number, number] => [
       Math.ceil((sh[1] ?? 1) / colsPerGroup),
@@ -67,7 +69,8 @@ export function matmulStridedLaunch(
     .u(bs[r]!)
     .u(bs[r + 1]!)
     .u(os[r]!)
-    .u(os[r + 1]!);
+    .u(os[r + 1]!)
+    .u(accumulate ? 1 : 0);
   for (const d of batch) params.u(d);
   for (const strides of [as, bs, os]) for (let d = 0; d < r; d++) params.u(strides[d]!);
   return {

@@ -35,13 +35,13 @@ export interface VectorLoads {
  * The strided form of the kernel (`matmulStrided`, [Note: the WebGPU strided matmul] in
  * matmul-strided.ts): A, B and C are read and written at `offset + sum(i_d * stride_d)` over
  * `batchRank` batch dims (the workgroup's z index split into them) and the matrix dims, and C is
- * added to when `accumulate`. Params: [M, N, K, aOffset, bOffset, cOffset, A's row and k strides,
- * B's k and column strides, C's row and column strides, the batch dims, then A's, B's and C's
- * strides along them].
+ * added to where the accumulate word is not 0 (a word, not two pipelines: each costs its compile,
+ * 0.7-1.2 s on lavapipe with an empty shader cache). Params: [M, N, K, aOffset, bOffset, cOffset,
+ * A's row and k strides, B's k and column strides, C's row and column strides, accumulate, the
+ * batch dims, then A's, B's and C's strides along them].
  */
 export interface StridedForm {
   readonly batchRank: number;
-  readonly accumulate: boolean;
 }
 
 /** The same tiling, always: the key part of the pipeline cache. */
@@ -174,11 +174,14 @@ fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u)
       for (const c of [0, 1, 2, 3]) {
         const col = colOf(j * 4 + c);
         const comp = ['x', 'y', 'z', 'w'][c];
-        const at = `cr + (${col})${cCol}`;
-        const value = strided?.accumulate
-          ? `C[${at}] + acc${r}_${j}.${comp}`
-          : `acc${r}_${j}.${comp}`;
-        L.push(`    if (${col} < N) { C[${at}] = ${value}; }`);
+        const v = `acc${r}_${j}.${comp}`;
+        if (strided === null) {
+          L.push(`    if (${col} < N) { C[cr + ${col}] = ${v}; }`);
+        } else {
+          L.push(
+            `    if (${col} < N) { let at = cr + (${col})${cCol}; C[at] = select(${v}, C[at] + ${v}, prm[12] != 0u); }`,
+          );
+        }
       }
     }
     L.push('  }');
@@ -196,11 +199,11 @@ function stridedBases(batchRank: number): string[] {
   if (batchRank === 0) return L;
   L.push('  var z = w.z;');
   for (let d = batchRank - 1; d >= 0; d--) {
-    const dim = `prm[${12 + d}]`;
+    const dim = `prm[${13 + d}]`;
     L.push(`  {`, `    let i = z % ${dim};`, `    z = z / ${dim};`);
-    L.push(`    aBase += i * prm[${12 + batchRank + d}];`);
-    L.push(`    bBase += i * prm[${12 + 2 * batchRank + d}];`);
-    L.push(`    cBase += i * prm[${12 + 3 * batchRank + d}];`, '  }');
+    L.push(`    aBase += i * prm[${13 + batchRank + d}];`);
+    L.push(`    bBase += i * prm[${13 + 2 * batchRank + d}];`);
+    L.push(`    cBase += i * prm[${13 + 3 * batchRank + d}];`, '  }');
   }
   return L;
 }
