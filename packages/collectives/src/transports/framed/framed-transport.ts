@@ -67,7 +67,8 @@ function sleep(ms: number): Promise<void> {
  * ends: with its abort frame (every rank forwards the reason to every open peer as it aborts, so it
  * comes within a round trip), its bye, its close, or `ABORT_DRAIN_MS` after the abort at the latest
  * (a stopped peer forwards nothing). A message that came whole before its receive is served to
- * that receive whenever it is posted, from any peer, drained or not. Every receive so served checks
+ * that receive whenever it is posted, drained or not, from any peer but the one the abort names
+ * (the one at fault: what it sent aside is dropped at the abort). Every receive so served checks
  * its op stamp as before the abort: the first drain took the receives posted after the abort as
  * unstamped, so the op's own message failed its check and the seed still failed 1 replay in 50
  * at load 10. Sends reject at once. The op queue's grace then lets a body whose data came complete
