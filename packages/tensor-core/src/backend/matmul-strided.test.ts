@@ -256,6 +256,9 @@ describe('matmulStrided on the CPU backend', () => {
  * and writing through the strides gives its own contiguous matmul's bits; it declines a 16-bit
  * output and an accumulation into a window that repeats elements (the ops' fallback runs those).
  */
+// Its WebGPU suite is skipped only where no WebGPU adapter is likely (no `webgpu` package, no
+// Vulkan driver, no SwiftShader); CI sets WEBSHARD_REQUIRE_WEBGPU=1, where that throws instead
+// ([Note: requiring WebGPU in tests] in testing/backends.ts), so it runs there.
 describeBackends('matmulStrided on WebGPU', (ctx) => {
   const seed = 4901;
   if (ctx.kind === 'cpu') {

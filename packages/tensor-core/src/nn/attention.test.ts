@@ -93,6 +93,9 @@ describe('CausalSelfAttention heads as strided views', () => {
 
 // Every backend reads and writes the heads in place (WebGPU: [Note: the WebGPU strided matmul];
 // 39 copies a step of its default GPT before it, issue 49), with the bits of the ops' fallback.
+// Its WebGPU suite is skipped only where no WebGPU adapter is likely (no `webgpu` package, no
+// Vulkan driver, no SwiftShader); CI sets WEBSHARD_REQUIRE_WEBGPU=1, where that throws instead
+// ([Note: requiring WebGPU in tests] in testing/backends.ts), so it runs there.
 describeBackends('CausalSelfAttention heads as strided views on', (ctx) => {
   const seed = 49;
   it('splits and merges heads with no copy kernel, forward and backward, in f32', async () => {
