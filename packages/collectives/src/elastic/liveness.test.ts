@@ -282,8 +282,8 @@ describe('the coordinator epoch decides', () => {
       member.send(JSON.stringify({ op: 'join', token: '', name: '' }));
       await enough;
       member.close();
-      const gaps = times.slice(1).map((t, i) => t - times[i]);
-      return gaps.sort((a, b) => a - b)[Math.floor(gaps.length / 2)];
+      const gaps = times.slice(1).map((t, i) => t - times[i]!);
+      return gaps.sort((a, b) => a - b)[Math.floor(gaps.length / 2)]!;
     };
     // The default is memberTimeoutMs / 6 (166 ms of this file's 1 s); 500 ms when asked.
     const [defaults, slower] = [await beatGaps({}, 6), await beatGaps({ heartbeatMs: 500 }, 3)];
