@@ -13,7 +13,7 @@ import {
   writeShmAbort,
 } from './shm-layout.js';
 import { RING_HEADER_BYTES, readRingHeader, writeRingHeader } from './ring-header.js';
-import { waitAsync } from './shm-wait.js';
+import { waitAsync, yieldToEventLoop } from './shm-wait.js';
 
 interface OutgoingFrame {
   readonly tag: number;
@@ -39,18 +39,8 @@ interface IncomingState {
 const SPIN_POLLS = 2000;
 const HEADER_BYTES = RING_HEADER_BYTES;
 
-/** `setImmediate` where it exists (Node), else a zero-delay timer (browsers' Web Workers). */
-const immediate: (run: () => void) => void =
-  typeof globalThis.setImmediate === 'function'
-    ? (run) => globalThis.setImmediate(run)
-    : (run) => setTimeout(run, 0);
-
 /** How often the timer that holds a thread open while work is pending checks it (see ShmTransport). */
 const KEEP_ALIVE_CHECK_MS = 500;
-
-function yieldToEventLoop(): Promise<void> {
-  return new Promise((resolve) => immediate(resolve));
-}
 
 /**
  * One rank of a shared-memory world (ranks as worker threads of one process). See
