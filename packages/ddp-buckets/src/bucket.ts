@@ -164,6 +164,10 @@ function convertInto(
     target.set(source, offset);
     return;
   }
+  if (from === 'f32' && to === 'f32') {
+    scaleF32(source as Float32Array, target as Float32Array, offset, scale);
+    return;
+  }
   const read: (i: number) => number =
     from === 'f32'
       ? (i) => source[i]!
@@ -177,4 +181,14 @@ function convertInto(
   }
   const encode = encoders[to as 'f16' | 'bf16'];
   for (let i = 0; i < n; i++) target[offset + i] = encode(read(i) * scale);
+}
+
+/**
+ * `target[offset + i] = source[i] * scale`: the unpack of every f32 bucket (the average's 1 / world
+ * size), a loop of its own so that it compiles for two Float32Arrays. Through the general path's
+ * element reader it took 3.4-4.8 ms of the MLP bench's 16-27 ms step (2 M gradients, CPU profile).
+ */
+function scaleF32(source: Float32Array, target: Float32Array, offset: number, scale: number): void {
+  const n = source.length;
+  for (let i = 0; i < n; i++) target[offset + i] = source[i]! * scale;
 }
