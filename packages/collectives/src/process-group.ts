@@ -21,6 +21,7 @@ import { checkGroupRanks, checkPeer, checkShard } from './group/operand-checks.j
 import { choosePlan } from './group/plan.js';
 import type { Work } from './group/work.js';
 import type { Transport } from './transport-contract.js';
+import { progressTurn } from './transports/progress-turn.js';
 
 /** Settings of a process group; sub-groups inherit them. */
 export interface ProcessGroupOptions {
@@ -372,14 +373,25 @@ export class ProcessGroup {
   }
 
   /**
-   * Wait for the ops already issued, then refuse further ones. Closing the world group (the one
-   * from `fromTransport`) also closes the transport.
+   * Give the collectives in flight on this thread one turn of its event loop, then resolve: what
+   * has arrived is read and answered, and an shm barrier still waiting sleeps rather than holding
+   * the thread ([Note: progress turns]). For code that issues ops and computes before awaiting
+   * them (DDP's overlapped buckets, between backward's kernels). About one event-loop iteration;
+   * a group whose communication runs on a worker resolves at once.
    */
+  progress(): Promise<void> {
+    return progressTurn();
+  }
+
   /** Host memory this group keeps for tensor operands ([Note: operand staging]). */
   stagingStats(): StagingStats {
     return this.staging.stats();
   }
 
+  /**
+   * Wait for the ops already issued, then refuse further ones. Closing the world group (the one
+   * from `fromTransport`) also closes the transport.
+   */
   async close(): Promise<void> {
     if (this.lifecycle === 'closed') return;
     await this.queue.drained();

@@ -312,7 +312,10 @@ export class DistributedDataParallel<
       );
     });
     const post = gradientAverage ? factor / this.group.size : factor;
-    return new Reducer(buckets, mode, 1 / factor, post, this.options.retainAllreduceBuffers);
+    const group = this.group;
+    return new Reducer(buckets, mode, 1 / factor, post, this.options.retainAllreduceBuffers, () =>
+      group.progress(),
+    );
   }
 
   private async onGrad(param: Tensor, index: number, running: RunningBackward): Promise<void> {

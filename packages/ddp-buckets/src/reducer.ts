@@ -16,6 +16,9 @@ export type ReduceMode =
  * before it), so every rank issues the same collectives in the same order whatever order its
  * gradients arrive in. Starting one means packing its gradients into the bucket buffer and issuing
  * the all-reduce without awaiting it: the group runs it while the engine goes on with backward.
+ * While one is in flight, every gradient's hook gives it a turn of the thread's event loop
+ * (`group.progress()`, [Note: progress turns] in the collectives): on a group whose communication
+ * runs on the rank's thread that turn is the only time a bucket moves before the end of backward.
  * At the end of backward (a queued callback) the reducer checks that every bucket started (a
  * bucket that did not names the parameters that got no gradient), then awaits the all-reduces in
  * order and writes each bucket back. In `at-end` mode every bucket is packed and sent from that
@@ -34,6 +37,8 @@ export class Reducer {
     private readonly preScale: number,
     private readonly postScale: number,
     private readonly retain: boolean,
+    /** One turn for the collectives in flight (`ProcessGroup.progress`). */
+    private readonly progress: () => Promise<void> = () => Promise.resolve(),
   ) {
     buckets.forEach((bucket, b) => {
       for (const p of bucket.params) this.bucketOf.set(p, b);
@@ -64,6 +69,13 @@ export class Reducer {
       await bucket.pack(this.preScale);
       this.works[index] = bucket.allReduce();
     }
+    if (this.inFlight()) await this.progress();
+  }
+
+  /** Whether a bucket's all-reduce was issued and has not completed. */
+  private inFlight(): boolean {
+    for (let b = 0; b < this.next; b++) if (!this.works[b]!.isCompleted) return true;
+    return false;
   }
 
   /** The parameters whose gradient did not arrive in this backward. */

@@ -223,6 +223,11 @@ export class WorkerGroup extends ProcessGroup {
   }
 
   /** Waits for this group's ops, closes its twin on the worker (the world: the worker itself). */
+  /** Nothing to give a turn to: the worker moves this group's ops ([Note: progress turns]). */
+  override progress(): Promise<void> {
+    return Promise.resolve();
+  }
+
   override async close(): Promise<void> {
     if (this.state === 'closed') return;
     await this.tail;

@@ -3,6 +3,7 @@ import { type AbortReason, TransportAbortedError } from '../errors.js';
 import type { StoreClient } from '../rendezvous/store-client.js';
 import type { OpStamp } from '../op-stamp.js';
 import type { Transport } from '../transport-contract.js';
+import { nextTurn } from '../transports/progress-turn.js';
 import { LINK_PRESETS } from './link-presets.js';
 
 const noop = () => {};
@@ -27,23 +28,6 @@ export interface LinkSettings {
 function now(): number {
   return performance.timeOrigin + performance.now();
 }
-
-/**
- * The next turn of the event loop: `setImmediate` in Node; in a browser, which has none, a
- * `MessageChannel` message (a zero-delay timer is clamped to 4 ms once nested).
- */
-const nextTurn: (run: () => void) => void =
-  typeof globalThis.setImmediate === 'function'
-    ? (run) => globalThis.setImmediate(run)
-    : (() => {
-        const channel = new MessageChannel();
-        const queued: (() => void)[] = [];
-        channel.port1.onmessage = () => queued.shift()?.();
-        return (run: () => void) => {
-          queued.push(run);
-          channel.port2.postMessage(null);
-        };
-      })();
 
 /**
  * Wakes waiters at their due times (`now()` clock) with one timer for all of them, so many

@@ -1,7 +1,8 @@
-// A rank of the progress test (worker-progress.test.ts), in its own process: joins over tcp with
-// its communication on the thread or on a worker (argv[2]), trains two steps of a two-layer model
-// through DistributedDataParallel, the second with a kernel of `busyMs` that never yields in the
-// middle of backward, and prints what it saw as one JSON line.
+// A rank of the progress tests (worker-progress.test.ts, progress-turns.test.ts), in its own
+// process: joins over tcp with its communication on the thread or on a worker (argv[2]), trains
+// two steps of a model of `kernels` + 1 layers (argv[4], default 1) through
+// DistributedDataParallel, the second with a kernel of `busyMs` (argv[3]) that never yields
+// between every two layers of backward, and prints what it saw as one JSON line.
 import { initProcessGroup, type Work, WorkerGroup } from '@webshard/collectives';
 import {
   createCpuBackend,
@@ -23,8 +24,11 @@ export interface KernelRankReport {
   readonly progress: string;
   /** The all-reduces issued in the timed backward before its kernel began. */
   readonly before: { issuedAt: number; completedAt: number; fromWorker: boolean }[];
+  /** The first kernel's start and the last one's end. */
   readonly kernelStart: number;
   readonly kernelEnd: number;
+  /** Every kernel of the timed backward, in the order they ran. */
+  readonly kernels: { start: number; end: number }[];
   /** The reduced gradient of the last layer's weight: its first elements. */
   readonly grad: number[];
 }
@@ -65,18 +69,18 @@ class SlowBackward extends Module<[Tensor], Tensor> {
 
 const progress = process.argv[2] === 'worker' ? 'worker' : 'thread';
 const busyMs = Number(process.argv[3] ?? '1200');
+const kernels = Number(process.argv[4] ?? '1');
 const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 30_000, progress });
 const backend = createCpuBackend();
 const width = 512;
 const generator = new RandomGenerator(7);
-const slow = new SlowBackward();
+const slows = Array.from({ length: kernels }, () => new SlowBackward());
 const model = new Sequential(
   new Linear(width, width, { backend, generator }),
-  new ReLU(),
-  slow,
-  new Linear(width, width, { backend, generator }),
+  ...slows.flatMap((slow) => [new ReLU(), slow, new Linear(width, width, { backend, generator })]),
 );
-// One layer a bucket: the last layer's bucket goes before the kernel, the first's after it.
+// One layer a bucket: the last layer's bucket goes before the first kernel, the first's after the
+// last.
 const ddp = new DistributedDataParallel<[Tensor], Tensor>(model, {
   group,
   messageSize: width * width + width,
@@ -104,16 +108,16 @@ const y = tensor(
 for (const step of [0, 1]) {
   // The ranks drift apart: rank 1 starts each step later.
   if (group.rank === 1) await new Promise((resolve) => setTimeout(resolve, 200));
-  slow.busyMs = step === 1 ? busyMs : 0;
+  for (const slow of slows) slow.busyMs = step === 1 ? busyMs : 0;
   issued.length = 0;
   model.zeroGrad({ setToNone: true });
   const loss = mseLoss(await ddp.call(x), y);
   await loss.backward();
   loss.free();
 }
-const kernel = slow.kernel!;
+const ran = slows.map((slow) => slow.kernel!).sort((a, b) => a.start - b.start);
 const before = issued
-  .filter((entry) => entry.issuedAt < kernel.start)
+  .filter((entry) => entry.issuedAt < ran[0]!.start)
   .map(({ work, issuedAt, observedAt }) => {
     const fromWorker = WorkerGroup.completedAt(work);
     return {
@@ -128,8 +132,9 @@ const report: KernelRankReport = {
   rank: group.rank,
   progress,
   before,
-  kernelStart: kernel.start,
-  kernelEnd: kernel.end,
+  kernelStart: ran[0]!.start,
+  kernelEnd: ran.at(-1)!.end,
+  kernels: ran,
   grad,
 };
 process.stdout.write(`REPORT ${JSON.stringify(report)}\n`);

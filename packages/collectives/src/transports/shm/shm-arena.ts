@@ -13,13 +13,14 @@ import {
   shmAbortPublished,
 } from './shm-layout.js';
 import type { ShmTransport } from './shm-transport.js';
-import { waitAsync, yieldToEventLoop } from './shm-wait.js';
+import { inProgressTurn, yieldToEventLoop } from '../progress-turn.js';
+import { waitAsync } from './shm-wait.js';
 
 /**
  * Where a barrier is in its wait: letting the thread's queued work run first, polling, blocked in
- * `Atomics.wait`, asleep in `waitAsync`.
+ * `Atomics.wait`, asleep in `waitAsync`, or asleep in it because a progress turn found it waiting.
  */
-type BarrierPhase = 'yield' | 'spin' | 'block' | 'sleep';
+type BarrierPhase = 'yield' | 'spin' | 'block' | 'sleep' | 'turn';
 
 /**
  * [Note: barrier waits]
@@ -196,6 +197,13 @@ export class ShmArena extends SharedReducer implements SharedArena {
         phase = 'spin';
         spinUntil = performance.now() + this.handle.spinMicros / 1000;
         continue;
+      }
+      // In a progress turn the thread has compute to go back to ([Note: progress turns]); a
+      // barrier that slept through one spins and blocks again when it wakes outside a turn.
+      if (phase === 'spin' && inProgressTurn()) phase = 'turn';
+      else if (phase === 'turn' && !inProgressTurn()) {
+        phase = 'spin';
+        spinUntil = performance.now() + this.handle.spinMicros / 1000;
       }
       if (phase === 'spin') {
         if ((++polls & 63) !== 0 || performance.now() < spinUntil) continue;

@@ -13,7 +13,8 @@ import {
   writeShmAbort,
 } from './shm-layout.js';
 import { RING_HEADER_BYTES, readRingHeader, writeRingHeader } from './ring-header.js';
-import { waitAsync, yieldToEventLoop } from './shm-wait.js';
+import { yieldToEventLoop } from '../progress-turn.js';
+import { waitAsync } from './shm-wait.js';
 
 interface OutgoingFrame {
   readonly tag: number;

@@ -8,14 +8,3 @@ export const waitAsync = (
     ): { async: false; value: string } | { async: true; value: Promise<string> };
   }
 ).waitAsync;
-
-/** `setImmediate` where it exists (Node), else a zero-delay timer (browsers' Web Workers). */
-export const immediate: (run: () => void) => void =
-  typeof globalThis.setImmediate === 'function'
-    ? (run) => globalThis.setImmediate(run)
-    : (run) => setTimeout(run, 0);
-
-/** Resolves on a later turn of the event loop, after the tasks and microtasks queued before it. */
-export function yieldToEventLoop(): Promise<void> {
-  return new Promise((resolve) => immediate(resolve));
-}
