@@ -1,6 +1,7 @@
 // A rank of barrier-yield.test.ts: rank 0 issues an all-reduce its peer joins `lateMs` later and,
 // without awaiting it, computes in slices separated by microtask turns (the way backward's
-// post-accumulate hooks, which the engine awaits, separate its kernels), then awaits it. What the
+// post-accumulate hooks, which the engine awaits, separate its kernels) or by progress turns
+// (`group.progress()`, as DDP's hooks take while a bucket is in flight), then awaits it. What the
 // thread lost between its slices is time an op nobody awaited yet took from compute.
 import type { ProcessGroup } from '../../process-group.js';
 import { runShmWorker } from '../../transports/shm/launch-threads.js';
@@ -13,6 +14,8 @@ export interface BarrierYieldJob {
   /** Rank 0's compute between issuing and awaiting: slices of `sliceMs` of busy work. */
   slices: number;
   sliceMs: number;
+  /** Between slices, `await group.progress()` (a progress turn) instead of a microtask turn. */
+  turns?: boolean;
 }
 
 export interface BarrierYieldReport {
@@ -40,7 +43,8 @@ async function main(group: ProcessGroup, job: BarrierYieldJob): Promise<BarrierY
       let stall = 0;
       let last = performance.now();
       for (let s = 0; s < job.slices; s++) {
-        await Promise.resolve();
+        if (job.turns) await group.progress();
+        else await Promise.resolve();
         stall = Math.max(stall, performance.now() - last);
         busy(job.sliceMs);
         last = performance.now();

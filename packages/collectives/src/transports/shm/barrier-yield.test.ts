@@ -32,4 +32,22 @@ describe('an shm collective nobody awaits yet', () => {
       2,
     );
   }, 60_000);
+
+  it('sleeps through the progress turns the thread takes between its compute slices ([Note: progress turns])', async () => {
+    const job: BarrierYieldJob = { lateMs: 300, ops: 4, slices: 40, sliceMs: 0.25, turns: true };
+    const reports = await runInThreads<BarrierYieldJob, BarrierYieldReport>(
+      2,
+      './barrier-yield-worker.ts',
+      job,
+      { group: { timeoutMs: 20_000 } },
+    );
+    const [first, second] = reports as [BarrierYieldReport, BarrierYieldReport];
+    for (const report of [first, second]) expect(report.sums).toEqual([[3], [5], [7], [9]]);
+    // A turn runs the barrier's continuation; outside a progress turn it would spin and block the
+    // thread for 2 ms there, in every turn until the peer came (40 turns of an op, 300 ms late).
+    const stalls = [...first.stalls].sort((a, b) => a - b);
+    expect(stalls[1]! + stalls[2]!, `rank 0's longest stall per op: ${first.stalls}`).toBeLessThan(
+      2,
+    );
+  }, 60_000);
 });
