@@ -15,7 +15,10 @@ import type { RemovableHandle, Tensor } from '@webshard/tensor-core';
  * nested `setTimeout(0)` waits 4 ms) once `everyMs` has passed since the last: some 150 turns in a
  * GPT-2 backward, a few microseconds each, none when the backward is shorter than `everyMs`.
  * Nothing else changes: the kernels and their order are the same, so the numbers are bit for bit
- * (a turn runs other chains' work, never this backward's).
+ * (a turn runs other chains' work, never this backward's). The strategy's turn is its group's
+ * `progress()` ([Note: progress turns] in the collectives), during which an shm barrier still
+ * waiting for its peers sleeps; a plain `setImmediate` turn let it spin and then block the thread
+ * for up to 2 ms in every turn.
  */
 
 /** The default time between turns, ms. */
@@ -47,15 +50,16 @@ export interface BackwardTurns {
 }
 
 /**
- * Registers on each of `params` a post-accumulate hook that gives the event loop a turn when
- * `everyMs` passed since the last: [Note: turns of the event loop in backward].
+ * Registers on each of `params` a post-accumulate hook that gives the event loop a turn (`turn`,
+ * by default one `setImmediate`) when `everyMs` passed since the last: [Note: turns of the event
+ * loop in backward].
  */
 export function turnsInBackward(
   params: readonly Tensor[],
   everyMs = TURN_EVERY_MS,
   now: () => number = () => performance.now(),
+  turn: Turn = makeTurn(),
 ): BackwardTurns {
-  const turn = makeTurn();
   let last = now();
   let turns = 0;
   const hook = async () => {

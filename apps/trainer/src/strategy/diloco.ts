@@ -54,7 +54,10 @@ export function prepareDiloco(
   const loud = (step: number) =>
     last(step) ||
     (step + 1 > config.outerOverlap && (step + 1 - config.outerOverlap) % config.innerSteps === 0);
-  const turns = 'movesBytesOnWorker' in group.transport ? null : turnsInBackward(base.params);
+  const turns =
+    'movesBytesOnWorker' in group.transport
+      ? null
+      : turnsInBackward(base.params, undefined, undefined, () => group.progress());
   return {
     ...base,
     release: () => turns?.remove(),
