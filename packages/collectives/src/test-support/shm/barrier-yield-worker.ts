@@ -21,6 +21,12 @@ export interface BarrierYieldJob {
 export interface BarrierYieldReport {
   /** Per op, on rank 0: the longest time between two slices (0 when nothing ran between them). */
   stalls: number[];
+  /**
+   * Per op, on rank 0: the time this thread spent in `Atomics.wait` between issuing the op and
+   * awaiting it, ms. Unlike a stall, which a loaded machine's scheduler also makes, only a
+   * barrier blocking the thread adds to it.
+   */
+  blocked: number[];
   /** Per op, every element of the all-reduce's result. */
   sums: number[][];
 }
@@ -32,13 +38,30 @@ function busy(ms: number): void {
   }
 }
 
+/** `Atomics.wait`, timed while `counting` is on (this worker thread's own global). */
+let counting = false;
+let blockedMs = 0;
+const wait = Atomics.wait;
+Atomics.wait = ((...args: Parameters<typeof Atomics.wait>) => {
+  if (!counting) return wait(...args);
+  const start = performance.now();
+  try {
+    return wait(...args);
+  } finally {
+    blockedMs += performance.now() - start;
+  }
+}) as typeof Atomics.wait;
+
 async function main(group: ProcessGroup, job: BarrierYieldJob): Promise<BarrierYieldReport> {
   const stalls: number[] = [];
+  const blocked: number[] = [];
   const sums: number[][] = [];
   const data = group.allocate('f32', 1024);
   for (let op = 0; op < job.ops; op++) {
     data.fill(group.rank + 1 + op);
     if (group.rank === 0) {
+      blockedMs = 0;
+      counting = true;
       const work = group.allReduce(data);
       let stall = 0;
       let last = performance.now();
@@ -49,7 +72,9 @@ async function main(group: ProcessGroup, job: BarrierYieldJob): Promise<BarrierY
         busy(job.sliceMs);
         last = performance.now();
       }
+      counting = false;
       stalls.push(stall);
+      blocked.push(blockedMs);
       await work.wait();
     } else {
       await new Promise((resolve) => setTimeout(resolve, job.lateMs));
@@ -58,7 +83,7 @@ async function main(group: ProcessGroup, job: BarrierYieldJob): Promise<BarrierY
     sums.push([...new Set(data)]);
   }
   group.free(data);
-  return { stalls, sums };
+  return { stalls, blocked, sums };
 }
 
 void runShmWorker(main);

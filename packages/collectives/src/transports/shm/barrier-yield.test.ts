@@ -24,13 +24,14 @@ describe('an shm collective nobody awaits yet', () => {
       // Ranks hold 1 + op and 2 + op.
       expect(report.sums).toEqual([[3], [5], [7], [9]]);
     }
-    // Blocking in the barrier held the thread >= 2 ms (BLOCK_MICROS) between two slices of every
-    // op; yielding first holds it for the few microtasks the op takes to arrive. The median of 4
-    // ops, so one preemption of this thread by a loaded machine does not decide it.
-    const stalls = [...first.stalls].sort((a, b) => a - b);
-    expect(stalls[1]! + stalls[2]!, `rank 0's longest stall per op: ${first.stalls}`).toBeLessThan(
-      2,
-    );
+    // Blocking in the barrier held the thread in `Atomics.wait` >= 2 ms (BLOCK_MICROS) between
+    // two slices of every op; yielding first, it does not wait there before the op is awaited.
+    // (Timed inside `Atomics.wait`, not as gaps between slices: a loaded machine's scheduler
+    // stretched those to 16-29 ms in CI.)
+    expect(
+      Math.max(...first.blocked),
+      `rank 0's time in Atomics.wait per op: ${first.blocked}`,
+    ).toBeLessThan(0.5);
   }, 60_000);
 
   it('sleeps through the progress turns the thread takes between its compute slices ([Note: progress turns])', async () => {
@@ -43,11 +44,11 @@ describe('an shm collective nobody awaits yet', () => {
     );
     const [first, second] = reports as [BarrierYieldReport, BarrierYieldReport];
     for (const report of [first, second]) expect(report.sums).toEqual([[3], [5], [7], [9]]);
-    // A turn runs the barrier's continuation; outside a progress turn it would spin and block the
-    // thread for 2 ms there, in every turn until the peer came (40 turns of an op, 300 ms late).
-    const stalls = [...first.stalls].sort((a, b) => a - b);
-    expect(stalls[1]! + stalls[2]!, `rank 0's longest stall per op: ${first.stalls}`).toBeLessThan(
-      2,
-    );
+    // A turn runs the barrier's continuation; outside a progress turn it would spin and then
+    // block the thread in `Atomics.wait` for 2 ms there (its peer is 300 ms late).
+    expect(
+      Math.max(...first.blocked),
+      `rank 0's time in Atomics.wait per op: ${first.blocked}`,
+    ).toBeLessThan(0.5);
   }, 60_000);
 });
