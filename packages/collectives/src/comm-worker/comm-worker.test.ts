@@ -204,13 +204,14 @@ describe('WorkerGroup: failures come back as the typed errors of ProcessGroup', 
       const [zero, one] = world.ranks as [WorkerGroup, WorkerGroup];
       const data = zero.allocate('f32', 1 << 20) as Float32Array;
       const pending = zero.allReduce(data).wait();
-      // Rank 1's own op is a receive, which sends rank 0 nothing: a collective (a barrier, as this
-      // test had) sends its fingerprint, and when it left before the worker died, rank 0 found the
-      // two calls unlike (CollectiveMismatchError) instead of the peer lost (one CI run in many).
-      const mine = one.recv(new Float32Array(4), 0).wait();
+      // Rank 1 posts nothing before its worker dies: an op it posted reached the worker, which
+      // checked it against rank 0's all-reduce and found the two calls unlike
+      // (CollectiveMismatchError) when it got there before the end (a barrier once, then a
+      // receive: one CI run in many each). Its op after the death must fail all the same.
       const started = performance.now();
       // The worker's private thread, reached here on purpose: a crash of the worker is what is tested.
       await (one.transport as unknown as { worker: Worker }).worker.terminate();
+      const mine = one.recv(new Float32Array(4), 0).wait();
       const error = await pending.then(
         () => null,
         (e: unknown) => e,
