@@ -71,7 +71,10 @@ describe.skipIf(skipWithoutChromium('elastic-tab-join.test.ts'))(
       );
       const log = join(out, 'tab-join.jsonl');
       const follow = followLog(log);
-      const slow = { WEBSHARD_TRAINER_JOIN_UPLOAD_BPS: '8000' };
+      // Each member's step held 25 ms more: at 1.3-2.9 ms a step the world's 300 steps ended
+      // before the tab's 67816 bytes had come at 8000 bytes/s a sender (a CI run: 57344 in 3.6 s,
+      // then "every member left"), and the tab had nothing to train with.
+      const slow = { WEBSHARD_TRAINER_JOIN_UPLOAD_BPS: '8000', WEBSHARD_TRAINER_SLOW_MS: '25' };
       const nodes = [0, 1].map(() =>
         cli([...RUN, '--transport', 'ws', '--elastic', url, '--log-jsonl', log], slow),
       );
