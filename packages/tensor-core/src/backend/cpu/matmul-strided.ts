@@ -205,7 +205,6 @@ function runWasm(
   const [aRow, aCol] = [stagedA.strides[r]!, stagedA.strides[r + 1]!];
   const [bRow, bCol] = [stagedB.strides[r]!, stagedB.strides[r + 1]!];
   const [oRow, oCol] = [out.strides[r]!, out.strides[r + 1]!];
-  const macs = batch.reduce((p, d) => p * d, 1) * m * k * n;
   const c0 = c / 4;
   let packedA = -1;
   let packedB = -1;
@@ -214,7 +213,7 @@ function runWasm(
     if (bFrom !== packedB) wasm.pack(bFrom * 4, bPack, n, k, matmulTile.columns, bCol, bRow);
     packedA = aFrom;
     packedB = bFrom;
-    wasm.gemm(aPack, bPack, c, m, k, n, macs);
+    wasm.gemm(aPack, bPack, c, m, k, n);
     if (!accumulate && oCol === 1 && oRow === n) {
       o.set(heap.subarray(c0, c0 + m * n), outAt);
       return;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { BackendError } from '../../errors.js';
 import { seededValues } from '../../testing/reference.js';
-import { type Gemm, type MatmulThreads, THREADED_MIN_MACS } from './matmul-threads.js';
+import type { Gemm, MatmulThreads } from './matmul-threads.js';
 import type { MatmulExports } from './matmul-wasm.js';
 import { loadWasmMatmul } from './matmul-wasm-load.js';
 
@@ -43,7 +43,7 @@ describe("a failure in the WASM matmul's threads", () => {
       const calling: Gemm = () => spin(20);
       let caught: unknown;
       try {
-        threads.gemm(calling, 0, 0, c, m, k, n, THREADED_MIN_MACS);
+        threads.gemm(calling, 0, 0, c, m, k, n);
       } catch (error) {
         caught = error;
       }
@@ -57,7 +57,7 @@ describe("a failure in the WASM matmul's threads", () => {
       expect(message).toMatch(/the matmul runs on the calling thread from now on\)$/);
       // The pool stopped: later calls, large ones included, run on this thread alone.
       expect(threads.inUse).toBe(1);
-      expect(threads.threadsFor(m, THREADED_MIN_MACS)).toBe(1);
+      expect(threads.threadsFor(m, m * k * n)).toBe(1);
     } finally {
       matmul.dispose();
     }
@@ -86,7 +86,7 @@ describe("a failure in the WASM matmul's threads", () => {
         throw thrown;
       };
       heap.fill(0, cTwo / 4, cTwo / 4 + m * n);
-      expect(() => threads.gemm(failing, ap, bp, cTwo, m, k, n, THREADED_MIN_MACS)).toThrow(thrown);
+      expect(() => threads.gemm(failing, ap, bp, cTwo, m, k, n)).toThrow(thrown);
       expect(calls).toBe(1);
       // No worker writes C once the error is out: they were waited for.
       const atThrow = heap.slice(cTwo / 4, cTwo / 4 + m * n);
@@ -96,7 +96,7 @@ describe("a failure in the WASM matmul's threads", () => {
       // pool still in use.
       expect(threads.inUse).toBe(2);
       heap.fill(Number.NaN, cTwo / 4, cTwo / 4 + m * n);
-      threads.gemm(exports.gemm, ap, bp, cTwo, m, k, n, THREADED_MIN_MACS);
+      threads.gemm(exports.gemm, ap, bp, cTwo, m, k, n);
       expect(sameBits(heap.slice(cTwo / 4, cTwo / 4 + m * n), one)).toBe(true);
     } finally {
       matmul.dispose();

@@ -2,23 +2,28 @@ import { loadThreads, type NodeThreads, type ThreadWorker } from '#platform';
 import { BackendError } from '../../errors.js';
 import {
   ARGS,
+  CLOSED,
   CONTROL_WORDS,
+  closeCall,
   DONE,
   describeCall,
   FAILED,
   GEMM,
   GENERATION,
+  JOIN,
   KIND,
   NEXT,
   ONLINE,
   PACK,
   PACK_WORDS,
+  openDoor,
   PACKED,
   type Pack,
   packChunks,
   REPORT_LENGTH,
   REPORT_UNITS,
   readReport,
+  SPIN_MS,
   STOP,
   WORKER_LOOP,
 } from './matmul-worker.js';
@@ -59,9 +64,11 @@ export type Gemm = (
  *
  * The calling thread publishes a call in a small shared control block (operands' addresses, the
  * chunk size and the chunk counter), bumps a generation counter and wakes the workers with
- * `Atomics.notify`, claims and computes chunks until none is left, then waits with `Atomics.wait`
- * until every worker has counted itself done (a page's main thread may not block, so there it
- * spins on the count, for at most the chunks in flight); the kernel API stays synchronous. Each
+ * `Atomics.notify`, claims and computes chunks until none is left, then waits (polling, then in
+ * `Atomics.wait`) until every worker that joined the call has counted itself done ([Note:
+ * joining a call]: a worker that has not woken by then is not waited for; a page's main thread
+ * may not block, so there it polls on the count, for at most the chunks in flight); the kernel API
+ * stays synchronous. Each
  * thread has its own edge tile in the scratch bytes. A worker whose chunk throws writes what it
  * threw into a shared report block; the calling thread throws it, naming the worker and the call
  * (`matmul-worker.ts` holds the worker's loop and the control block's layout).
@@ -69,8 +76,8 @@ export type Gemm = (
  * Workers start at the first call large enough to use them (or `startMatmulThreads()`), and each
  * counts itself in the control block when it enters its loop; a call splits only once all have
  * (a page's worker cannot start while the page's main thread spins in a call). Until then (and
- * for small products, where waking them costs more than it saves) the calling thread does all
- * rows. The count is read from shared memory at each call, never from the workers' online events,
+ * for gemms under THREADED_MIN_MACS, where a meeting of the threads costs more than it saves)
+ * the calling thread does all rows. The count is read from shared memory at each call, never from the workers' online events,
  * which reach this thread only when its event loop turns: a training step is synchronous kernel
  * calls between awaits of promises, and until issue 31's profile found it, the trainer's matmuls
  * never split (a GPT-2 step at 42.6 GFLOP/s, one core's worth, against 89-90 with both threads).
@@ -99,13 +106,15 @@ export interface PackJob {
 const CHUNK_ROWS = 64;
 const CHUNKS_PER_THREAD = 4;
 /**
- * Below this many multiply-adds (the whole call's, every batch element and block counted) a call
- * runs on the calling thread alone: 2^24, a 256-cube, about 0.4 ms on one thread here. Below it,
- * waking a worker saves little, and where processes outnumber the cores (ranks started without a
- * launcher, tests) a worker that the system has not scheduled yet holds up the call: the default
- * GPT's largest product (512 x 256 x 64, 8.4 M) stays on one thread, every GPT-2 product splits.
+ * Below this many multiply-adds in one gemm (one batch element's product, or one block's) it runs
+ * on the calling thread alone: 2^21, some 40 us on one thread here. The default GPT's products
+ * (512 x 64 x 64 and up) split, its attention's (32 x 16 x 32 a head) do not, however many heads
+ * a call holds: each product of a batch is its own meeting of the threads, which costs 1-50 us
+ * ([Note: joining a call]). Until issue 49's profile of the default step the bar was 2^24 for a
+ * whole call, every batch element counted, and that step's matmuls ran on one thread (48 GFLOP/s
+ * of a 137 GFLOP/s two-thread ceiling).
  */
-export const THREADED_MIN_MACS = 2 ** 24;
+export const THREADED_MIN_MACS = 2 ** 21;
 
 /**
  * Packs of fewer floats (A's and B's together) than this stay on the calling thread: 2^18 (1 MiB),
@@ -143,6 +152,7 @@ export class MatmulThreads {
   ) {
     this.control = new Int32Array(new SharedArrayBuffer(4 * CONTROL_WORDS));
     this.report = new Uint16Array(new SharedArrayBuffer(2 * REPORT_UNITS));
+    this.control[JOIN] = CLOSED;
   }
 
   /**
@@ -211,7 +221,7 @@ export class MatmulThreads {
     return this.running() ? this.workers.length + 1 : 1;
   }
 
-  /** Threads a gemm of `m` rows would use now, in a call of `macs` multiply-adds in all. */
+  /** Threads a gemm of `m` rows and `macs` multiply-adds would use now. */
   threadsFor(m: number, macs: number): number {
     if (macs < THREADED_MIN_MACS) return 1;
     if (!this.running()) {
@@ -221,21 +231,9 @@ export class MatmulThreads {
     return Math.min(this.workers.length + 1, Math.ceil(m / this.rowMultiple));
   }
 
-  /**
-   * C rows [0, m) = packed A times packed B, split between this thread and the workers; `macs`:
-   * the multiply-adds of the whole call this gemm is part of (default: this gemm's).
-   */
-  gemm(
-    gemm: Gemm,
-    ap: number,
-    bp: number,
-    c: number,
-    m: number,
-    k: number,
-    n: number,
-    macs = m * k * n,
-  ): void {
-    const threads = this.threadsFor(m, macs);
+  /** C rows [0, m) = packed A times packed B, split between this thread and the workers. */
+  gemm(gemm: Gemm, ap: number, bp: number, c: number, m: number, k: number, n: number): void {
+    const threads = this.threadsFor(m, m * k * n);
     if (threads === 1) {
       gemm(ap, bp, c, m, k, n, 0);
       return;
@@ -261,8 +259,8 @@ export class MatmulThreads {
 
   /**
    * Packs one or two operands ([Note: matmul threads]: packing in parallel), split between this
-   * thread and the workers in chunks of whole panels, in a call of `macs` multiply-adds in all
-   * (below THREADED_MIN_MACS, or before the workers run, this thread packs alone).
+   * thread and the workers in chunks of whole panels, for a gemm of `macs` multiply-adds (below
+   * THREADED_MIN_MACS or PACK_MIN_FLOATS, or before the workers run, this thread packs alone).
    */
   pack(pack: Pack, jobs: readonly PackJob[], macs: number): void {
     const rows = Math.max(...jobs.map((j) => j.outer));
@@ -315,7 +313,9 @@ export class MatmulThreads {
     Atomics.store(ctl, DONE, 0);
     Atomics.store(ctl, FAILED, 0);
     Atomics.store(ctl, REPORT_LENGTH, 0);
-    Atomics.add(ctl, GENERATION, 1);
+    const generation = (Atomics.load(ctl, GENERATION) + 1) | 0;
+    Atomics.store(ctl, JOIN, openDoor(generation));
+    Atomics.store(ctl, GENERATION, generation);
     Atomics.notify(ctl, GENERATION);
     let own: unknown = null;
     try {
@@ -325,9 +325,14 @@ export class MatmulThreads {
       // The call has failed: the workers claim no more of its chunks.
       Atomics.store(ctl, NEXT, 2 ** 30);
     }
+    // Every chunk is claimed: a worker that has not joined by now has nothing to do, so only
+    // the joined ones are waited for, polled for SPIN_MS (they are computing their last chunk)
+    // and then blocked on ([Note: joining a call]).
     const workers = this.workers.length;
-    for (let done = Atomics.load(ctl, DONE); done < workers; done = Atomics.load(ctl, DONE)) {
-      if (this.canBlock) Atomics.wait(ctl, DONE, done);
+    const joined = closeCall(ctl, JOIN);
+    const until = performance.now() + SPIN_MS;
+    for (let done = Atomics.load(ctl, DONE); done < joined; done = Atomics.load(ctl, DONE)) {
+      if (this.canBlock && performance.now() >= until) Atomics.wait(ctl, DONE, done);
     }
     const report = readReport(ctl, this.report);
     if (report !== null) {

@@ -196,7 +196,7 @@ export class WasmMatmul {
     // Element (i, t) of A and (t, j) of B, as (outer, inner) strides in elements.
     const [aOuter, aInner] = s.transposeA ? [1, m] : [k, 1];
     const [bOuter, bInner] = s.transposeB ? [k, 1] : [1, n];
-    const macs = batch * m * k * n;
+    const macs = m * k * n;
     for (let p = 0; p < batch; p++) {
       const jobs: PackJob[] = [];
       if (p === 0 || batchA !== 1) {
@@ -206,7 +206,7 @@ export class WasmMatmul {
         jobs.push(packJob(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner));
       }
       this.packAll(jobs, macs);
-      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n, macs);
+      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n);
     }
     out.set(new Float32Array(buffer, c, batch * m * n));
   }
@@ -260,7 +260,7 @@ export class WasmMatmul {
             heap.set(b.subarray(from, from + nc), bRaw / 4 + t * nc);
           }
         }
-        const macs = batch * m * k * n;
+        const macs = Math.min(rows, m) * k * nc;
         this.packAll(
           [
             packJob(
@@ -294,9 +294,9 @@ export class WasmMatmul {
                 ...((transposeA ? [1, mc] : [k, 1]) as [number, number]),
               ),
             ],
-            macs,
+            mc * k * nc,
           );
-          this.gemm(aPack, bPack, c, mc, k, nc, batch * m * k * n);
+          this.gemm(aPack, bPack, c, mc, k, nc);
           for (let i = 0; i < mc; i++) {
             const row = c / 4 + i * nc;
             out.set(heap.subarray(row, row + nc), (p * m + i0 + i) * n + j0);
@@ -335,8 +335,8 @@ export class WasmMatmul {
   }
 
   /**
-   * Packs the jobs' operands, on the threads when the call (`macs` multiply-adds in all) splits:
-   * [Note: matmul threads]. The panels' bits do not depend on how they are split.
+   * Packs the jobs' operands, on the threads when the gemm they feed (`macs` multiply-adds)
+   * splits: [Note: matmul threads]. The panels' bits do not depend on how they are split.
    */
   private packAll(jobs: readonly PackJob[], macs: number): void {
     const { pack } = this.exports;
@@ -346,10 +346,10 @@ export class WasmMatmul {
         pack(j.src, j.dst, j.outer, j.inner, j.width, j.strideOuter, j.strideInner);
   }
 
-  /** One gemm of a call of `macs` multiply-adds in all (whether it splits: THREADED_MIN_MACS). */
-  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number, macs: number): void {
+  /** One gemm, split between the threads from THREADED_MIN_MACS multiply-adds. */
+  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number): void {
     const { gemm } = this.exports;
     if (this.threads === null) gemm(ap, bp, c, m, k, n, 0);
-    else this.threads.gemm(gemm, ap, bp, c, m, k, n, macs);
+    else this.threads.gemm(gemm, ap, bp, c, m, k, n);
   }
 }

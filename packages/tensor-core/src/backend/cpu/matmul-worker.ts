@@ -16,7 +16,16 @@ export const ONLINE = 22; // workers in their loop
 export const PACKED = 23; // pack chunks the workers have done, ever
 /** UTF-16 code units in the failed worker's report. */
 export const REPORT_LENGTH = 24;
-export const CONTROL_WORDS = 25;
+/** The call's door ([Note: joining a call]): open, with the workers that joined, or CLOSED. */
+export const JOIN = 25;
+export const CONTROL_WORDS = 26;
+/** The door of a call the calling thread has closed: no worker joins it any more. */
+export const CLOSED = -1;
+/**
+ * How long a worker polls for the next call before it blocks, and the calling thread for the
+ * workers that joined before it blocks ([Note: joining a call]), in milliseconds.
+ */
+export const SPIN_MS = 0.2;
 export const GEMM = 0;
 export const PACK = 1;
 /** A pack job's words: src, dst, outer, inner, width, strideOuter, strideInner, rows per chunk. */
@@ -36,8 +45,8 @@ export type Pack = (
 ) => void;
 
 /**
- * Runs in each worker, given the worker's data: waits for a generation, computes its chunks,
- * counts itself done. An expression (a function), which each platform's `spawnWorker` calls with
+ * Runs in each worker, given the worker's data: waits for a generation (polling for SPIN_MS, then
+ * blocked), joins its call unless the door is closed, computes its chunks, counts itself done. An expression (a function), which each platform's `spawnWorker` calls with
  * the data. What a chunk throws (a WebAssembly trap: an address out of the memory, an unreachable)
  * is written, name and message, into the report block by the first worker to fail in the call, so
  * the calling thread's error says what happened instead of only that something did (issue 46's
@@ -48,12 +57,16 @@ export const WORKER_LOOP = `(function run({ module, memory, control, report, ind
   const ctl = new Int32Array(control);
   const text = new Uint16Array(report);
   const packChunks = ${packChunks.toString()};
+  const joinCall = ${joinCall.toString()};
   let seen = 0;
   Atomics.add(ctl, ${ONLINE}, 1);
   for (;;) {
+    const until = performance.now() + ${SPIN_MS};
+    while (Atomics.load(ctl, ${GENERATION}) === seen && performance.now() < until);
     Atomics.wait(ctl, ${GENERATION}, seen);
     seen = Atomics.load(ctl, ${GENERATION});
     if (Atomics.load(ctl, ${STOP}) !== 0) break;
+    if (!joinCall(ctl, ${JOIN}, seen)) continue;
     try {
       if (ctl[${KIND}] === ${PACK}) Atomics.add(ctl, ${PACKED}, packChunks(pack, ctl, ${ARGS}, ${NEXT}, ${PACK_WORDS}));
       else {
@@ -135,4 +148,59 @@ export function packChunks(
     done++;
   }
   return done;
+}
+
+/**
+ * [Note: joining a call]
+ * A call's chunks go to whoever claims them, so a worker is needed for none of them: it helps if
+ * it comes. The calling thread publishes a call with its door open (the JOIN word: the call's
+ * generation and a count), a worker that wakes joins through the door (a compare-and-swap that
+ * counts it) before it claims a chunk, and once the calling thread has no chunk left to claim it
+ * closes the door and waits for the joined workers alone. A worker that comes later finds the
+ * door closed, or another call's, and goes back to waiting. Before the door, the calling thread
+ * waited for every worker to count itself done: where the system had not run a worker yet (a
+ * machine whose cores are busy, processes held to fewer cores than threads) the call waited for
+ * a worker that had nothing left to do.
+ *
+ * The door is what lets both sides poll before they block (SPIN_MS, 0.2 ms): a blocked worker
+ * takes tens of microseconds to wake (40-70 us a meeting on this 2-core VM, issue 49), which a
+ * product of 2^21-2^23 multiply-adds (the default GPT's, 70-300 us on one thread) cannot afford;
+ * a worker that still polls when the next call comes starts at once (a meeting in 1 us), and the
+ * calling thread, polling for the joined workers' last chunks, needs no wake-up either. Polling
+ * for a worker that cannot run (held to the calling thread's core) would cost the whole poll on
+ * every call: 2-thread calls of 160^3 took 3.9x the one-thread calls so, 1.1x with the door
+ * (`matmul-threads-join.test.ts`). This is OpenMP's spin-then-sleep wait (`OMP_WAIT_POLICY`,
+ * `KMP_BLOCKTIME`) with a short block time: a worker polls 0.2 ms after a call, not 200.
+ */
+
+/**
+ * The door's word for the call of `generation`, open with nobody in: the generation's low 22 bits
+ * above a count of joined workers in the low 8 (a worker that woke for an earlier call, and
+ * reads the door of a later one, finds another generation there and does not join).
+ */
+export function openDoor(generation: number): number {
+  return (generation & 0x3fffff) << 8;
+}
+
+/**
+ * A worker's attempt to join the call of `generation` ([Note: joining a call]): true, counted in
+ * the door's word, while the door is open for that call; false once the calling thread closed it
+ * or published a later call. Runs on every worker (its source is copied), so it uses nothing
+ * outside its arguments.
+ */
+export function joinCall(ctl: Int32Array, join: number, generation: number): boolean {
+  for (;;) {
+    const door = Atomics.load(ctl, join);
+    if (door < 0 || door >>> 8 !== (generation & 0x3fffff)) return false;
+    if (Atomics.compareExchange(ctl, join, door, door + 1) === door) return true;
+  }
+}
+
+/** Closes the door of the call in flight; returns how many workers joined it (and count in DONE). */
+export function closeCall(ctl: Int32Array, join: number): number {
+  for (;;) {
+    const door = Atomics.load(ctl, join);
+    if (door < 0) return 0;
+    if (Atomics.compareExchange(ctl, join, door, CLOSED) === door) return door & 0xff;
+  }
 }
