@@ -140,10 +140,15 @@ const whereRows = `  (func (export "where_rows") (param $cond i32) (param $s f32
 // exp for x <= 0 (softmax's shifted inputs and GELU's Gaussian): Cephes' expf, range reduced by
 // ln 2 (split in two for an exact product), a degree-5 polynomial, and 2^n built in the exponent
 // bits; below -87.33 (where 2^n would leave the normal range) the result is 0, NaN stays NaN.
+// Its clamp, and erf's, are `pmin` / `pmax` (one minps or maxps on x64) rather than `min` / `max`,
+// whose NaN and signed-zero rules V8 builds from 7 instructions each on the value's critical path:
+// the same bits for every input but NaN (a NaN stays NaN, its payload aside), and GELU 1.65x
+// faster, its gradient 1.6x (137 against 225 us, 258 against 413 us on 131072 floats, issue 49).
+// Writing the maps two vectors a trip changed nothing measurable: the clamps were the cost.
 const expF32x4 = `  (func $exp4 (param $x v128) (result v128)
     (local $n v128) (local $r v128) (local $p v128) (local $under v128)
     (local.set $under (f32x4.lt (local.get $x) (v128.const f32x4 -87.33 -87.33 -87.33 -87.33)))
-    (local.set $x (f32x4.max (f32x4.min (local.get $x) (v128.const f32x4 0 0 0 0)) (v128.const f32x4 -87.33 -87.33 -87.33 -87.33)))
+    (local.set $x (f32x4.pmax (f32x4.pmin (local.get $x) (v128.const f32x4 0 0 0 0)) (v128.const f32x4 -87.33 -87.33 -87.33 -87.33)))
     (local.set $n (f32x4.nearest (f32x4.mul (local.get $x) (v128.const f32x4 1.44269504088896341 1.44269504088896341 1.44269504088896341 1.44269504088896341))))
     (local.set $r (f32x4.sub (local.get $x) (f32x4.mul (local.get $n) (v128.const f32x4 0.693359375 0.693359375 0.693359375 0.693359375))))
     (local.set $r (f32x4.sub (local.get $r) (f32x4.mul (local.get $n) (v128.const f32x4 -2.12194440e-4 -2.12194440e-4 -2.12194440e-4 -2.12194440e-4))))
@@ -193,7 +198,7 @@ const erfF32x4 = `  (func $erf4 (param $x v128) (result v128)
     (local $x2 v128) (local $big v128) (local $one v128)
     (local.set $big (f32x4.ge (f32x4.abs (local.get $x)) ${splat(4)}))
     (local.set $one (v128.or ${splat(1)} (v128.and (local.get $x) (v128.const i32x4 0x80000000 0x80000000 0x80000000 0x80000000))))
-    (local.set $x (f32x4.max (f32x4.min (local.get $x) ${splat(4)}) ${splat(-4)}))
+    (local.set $x (f32x4.pmax (f32x4.pmin (local.get $x) ${splat(4)}) ${splat(-4)}))
     (local.set $x2 (f32x4.mul (local.get $x) (local.get $x)))
     (v128.bitselect (local.get $one)
       (f32x4.div (f32x4.mul (local.get $x) ${horner(ERF_P, '(local.get $x2)')}) ${horner(ERF_Q, '(local.get $x2)')})
