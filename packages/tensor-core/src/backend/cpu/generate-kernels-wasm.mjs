@@ -303,8 +303,12 @@ const HIGH = 'i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7';
 const high2 = (x) => `(f64x2.promote_low_f32x4 (${HIGH} ${x} ${x}))`;
 
 // ---- softmax over rows ---------------------------------------------------------------------
-// Per row: the max (NaN wins, as Math.max; a row of -inf shifts by 0), exp(x - max) by exp4 (the
-// tail through the scratch vector), their sum in f64 two lanes at a time, then a divide by it.
+// Per row: the max (a row of -inf shifts by 0), exp(x - max) by exp4 (the tail through the
+// scratch vector), their sum in f64 two lanes at a time, then a divide by it. The row's vectors
+// are maxed with `pmax` (one maxps: see exp4), which passes over a NaN where `max` would return it;
+// the NaN's own exp is NaN, so its row's sum, and every output of the row, is NaN all the same,
+// and rows without NaN shift by the same value (a max of -0 for +0 changes no x - max).
+// The tail's scalar `f32.max` keeps Math.max's rule: a few a row.
 const softmax = `  (func (export "softmax") (param $x i32) (param $o i32) (param $rows i32) (param $cols i32)
     (local $r i32) (local $i i32) (local $xr i32) (local $or i32) (local $m v128) (local $max f32)
     (local $e v128) (local $sum v128) (local $total f64) (local $t f32) (local $tail i32)
@@ -317,7 +321,7 @@ const softmax = `  (func (export "softmax") (param $x i32) (param $o i32) (param
       (local.set $or ${at('o', '(i32.mul (local.get $r) (local.get $cols))')})
       (local.set $m ${splat('-inf')})
       (local.set $i (i32.const 0))
-      ${loop('mv', 'i', get('cols'), 4, `(local.set $m (f32x4.max (local.get $m) (v128.load ${at('xr', get('i'))})))`)}
+      ${loop('mv', 'i', get('cols'), 4, `(local.set $m (f32x4.pmax (local.get $m) (v128.load ${at('xr', get('i'))})))`)}
       (local.set $max (f32.max (f32.max (f32x4.extract_lane 0 (local.get $m)) (f32x4.extract_lane 1 (local.get $m)))
         (f32.max (f32x4.extract_lane 2 (local.get $m)) (f32x4.extract_lane 3 (local.get $m)))))
       ${loop('ms', 'i', get('cols'), 1, `(local.set $max (f32.max (local.get $max) (f32.load ${at('xr', get('i'))})))`)}

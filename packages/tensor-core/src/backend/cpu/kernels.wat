@@ -455,7 +455,7 @@
       (local.set $i (i32.const 0))
       (block $mv_done (loop $mv
       (br_if $mv_done (i32.gt_u (i32.add (local.get $i) (i32.const 4)) (local.get $cols)))
-      (local.set $m (f32x4.max (local.get $m) (v128.load (i32.add (local.get $xr) (i32.shl (local.get $i) (i32.const 2))))))
+      (local.set $m (f32x4.pmax (local.get $m) (v128.load (i32.add (local.get $xr) (i32.shl (local.get $i) (i32.const 2))))))
       (local.set $i (i32.add (local.get $i) (i32.const 4)))
       (br $mv)))
       (local.set $max (f32.max (f32.max (f32x4.extract_lane 0 (local.get $m)) (f32x4.extract_lane 1 (local.get $m)))
