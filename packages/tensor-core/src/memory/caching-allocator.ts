@@ -86,10 +86,17 @@ export function sizeClass(byteSize: number): number {
  * training GPT-2 (124M) on the CPU backend the pool held 1.0 GB beside a 1.8 GB peak of allocated
  * bytes (2.8 GB reserved), most of it in blocks of 150-200 MiB (the logits and their gradients,
  * the token embedding's gradient) that are each live for a part of the step. The CPU backend
- * bounds its pool at 256 MiB: creating a large ArrayBuffer costs little beside the work on it
- * (its pages are zeroed as they are first touched, which the work would touch anyway), and a
- * destroyed one is freed by the garbage collector, which V8 runs as such buffers are allocated.
- * WebGPU keeps the unbounded pool (creating GPU buffers is slow, and destroying one is immediate).
+ * bounds its pool at 256 MiB, and past that keeps a released block only while what it holds in all
+ * (reserved) is at most 1.25x the peak of allocated bytes (`reserveOverPeak`): a process never
+ * holds much more than its step needed at once. A new ArrayBuffer's pages are zeroed as they are
+ * first touched, and that is not free: on the 2-core VM of issue 49 a fresh 154 MB buffer took
+ * 55 ms to fill against 6 ms for one filled before (page faults), and with the pool at 256 MiB
+ * alone the GPT-2 step spent some 1.8 s a step copying results into fresh buffers (the CPU
+ * profile's `take` in wasm-memory.ts). With 1.25x of the peak: GPT-2's step 10.4-12.7 s against
+ * 12.6-15.6 (3 runs each, 2026-11-28), reserved 3926 MiB against 3380 for a peak of 3188 allocated.
+ * A destroyed buffer is freed by the garbage collector, which V8 runs as such buffers are
+ * allocated. WebGPU keeps the unbounded pool (creating GPU buffers is slow, and destroying one is
+ * immediate).
  *
  * Buffers of another kind than tensor storage (`usage`, such as WebGPU's MAP_READ staging buffers
  * for reads) come from the same allocator in their own pools: every device byte is in `allocated`,
@@ -122,12 +129,16 @@ export class CachingAllocator<B> {
   private outside = 0;
 
   /**
-   * `maxPooledBytes`: the most the pools keep (default: no bound); see [Note: a bounded pool].
+   * `maxPooledBytes`: what the pools keep whatever the peak (default: no bound);
+   * `reserveOverPeak`: past it, a released block is still kept while the reserved bytes are at
+   * most this many times the peak of allocated bytes (default 0: never). See [Note: a bounded
+   * pool].
    */
   constructor(
     private readonly factory: BufferFactory<B>,
     private readonly deviceName = 'device',
     private readonly maxPooledBytes = Number.POSITIVE_INFINITY,
+    private readonly reserveOverPeak = 0,
   ) {}
 
   /** A block of at least `byteSize` bytes of kind `usage` (default `'storage'`). */
@@ -157,7 +168,10 @@ export class CachingAllocator<B> {
   release(block: Block<B>): void {
     this.allocated -= block.byteSize;
     this.allocations--;
-    if (this.pooled + block.byteSize > this.maxPooledBytes) {
+    if (
+      this.pooled + block.byteSize > this.maxPooledBytes &&
+      this.reserved > this.peakAllocated * this.reserveOverPeak
+    ) {
       // [Note: a bounded pool]
       this.factory.destroy(block.buffer);
       this.reserved -= block.byteSize;

@@ -41,8 +41,10 @@ import { loadWasmMatmul } from './matmul-wasm-load.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
 import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-kernels.js';
 
-/** The most the CPU backend's allocator pools: see [Note: a bounded pool]. */
+/** What the CPU backend's allocator pools whatever the peak: see [Note: a bounded pool]. */
 const CPU_POOL_BYTES = 256 * 2 ** 20;
+/** Past that, the most it holds in all, in peaks of allocated bytes: [Note: a bounded pool]. */
+const CPU_RESERVE_OVER_PEAK = 1.25;
 
 /** Options of `createCpuBackend`. */
 export interface CpuBackendOptions {
@@ -103,6 +105,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
         { create: (byteSize) => new ArrayBuffer(byteSize), destroy: () => {} },
         'cpu',
         CPU_POOL_BYTES,
+        CPU_RESERVE_OVER_PEAK,
       ),
       'cpu',
     );
