@@ -8,7 +8,7 @@ type CpuBackend = ReturnType<typeof createCpuBackend>;
  * CPU matmuls of tensor-core, back to back until the pause is over, so the rank's event loop does
  * not turn (a shm barrier, a socket's data, a deadline's timer wait for it) while the matmul's
  * worker threads are busy too (`matmulThreads: 2`, whatever the core count; n x n products with
- * n >= 256 are 2^24 multiply-adds and up, which split across the threads, see [Note: matmul
+ * n >= 128 are 2^21 multiply-adds and up, which split across the threads, see [Note: matmul
  * threads] in tensor-core). `threadsInUse` tells whether they did. A pause shorter than one
  * product still runs one.
  */
