@@ -93,7 +93,8 @@ export function sizeClass(byteSize: number): number {
  * 55 ms to fill against 6 ms for one filled before (page faults), and with the pool at 256 MiB
  * alone the GPT-2 step spent some 1.8 s a step copying results into fresh buffers (the CPU
  * profile's `take` in wasm-memory.ts). With 1.25x of the peak: GPT-2's step 10.4-12.7 s against
- * 12.6-15.6 (3 runs each, 2026-11-28), reserved 3926 MiB against 3380 for a peak of 3188 allocated.
+ * 12.6-15.6 (two runs of 3 steps each, the first steps left out, 2026-11-28), reserved 3926 MiB
+ * against 3380 for a peak of 3188 allocated.
  * A destroyed buffer is freed by the garbage collector, which V8 runs as such buffers are
  * allocated. WebGPU keeps the unbounded pool (creating GPU buffers is slow, and destroying one is
  * immediate).
