@@ -221,6 +221,15 @@ export class MatmulThreads {
     return this.running() ? this.workers.length + 1 : 1;
   }
 
+  /**
+   * Wakes the workers ahead of a call that will split (`m` rows, `macs` multiply-adds), so that
+   * their wake-up overlaps this thread's copies and packing: a woken worker finds no open call and
+   * polls for SPIN_MS ([Note: joining a call]), in which the call comes.
+   */
+  wake(m: number, macs: number): void {
+    if (this.threadsFor(m, macs) > 1) Atomics.notify(this.control, GENERATION);
+  }
+
   /** Threads a gemm of `m` rows and `macs` multiply-adds would use now. */
   threadsFor(m: number, macs: number): number {
     if (macs < THREADED_MIN_MACS) return 1;

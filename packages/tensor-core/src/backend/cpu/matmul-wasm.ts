@@ -181,6 +181,7 @@ export class WasmMatmul {
       return;
     }
     const { batch, batchA, batchB, m, k, n } = s;
+    this.threads?.wake(m, m * k * n);
     const memory = this.memory;
     if (memory.buffer.byteLength < need) {
       memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
