@@ -107,7 +107,7 @@ const CHUNK_ROWS = 64;
 const CHUNKS_PER_THREAD = 4;
 /**
  * Below this many multiply-adds in one gemm (one batch element's product, or one block's) it runs
- * on the calling thread alone: 2^21, some 40 us on one thread here. The default GPT's products
+ * on the calling thread alone: 2^21, some 70 us on one thread here. The default GPT's products
  * (512 x 64 x 64 and up) split, its attention's (32 x 16 x 32 a head) do not, however many heads
  * a call holds: each product of a batch is its own meeting of the threads, which costs 1-50 us
  * ([Note: joining a call]). Until issue 49's profile of the default step the bar was 2^24 for a
