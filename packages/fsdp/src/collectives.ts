@@ -201,14 +201,8 @@ export function accumulateShardGrad(
     backend.copy(part.kernel('reduceScatter'), grad.kernel('reduceScatter'));
     shard.grad = grad;
   } else {
-    const sum = keep(Tensor.empty(backend, shard.shape, 'f32'));
-    backend.binary(
-      'add',
-      shard.grad.kernel('reduceScatter'),
-      part.kernel('reduceScatter'),
-      sum.kernel('reduceScatter'),
-    );
-    backend.copy(sum.kernel('reduceScatter'), shard.grad.kernel('reduceScatter'));
-    temps.push(sum);
+    // Accumulated in place (`grad.add_(part)`): no sum beside the shard's gradient to copy back.
+    const into = shard.grad.kernel('reduceScatter');
+    backend.binary('add', into, part.kernel('reduceScatter'), into);
   }
 }

@@ -1,5 +1,5 @@
 import { AdamW, clipGradNorm, createCpuBackend, type Tensor } from '@webshard/tensor-core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { clipShardedGradNorm, ShardedGradScaler } from './grad-norm.js';
 import { makeBatches, Net, SMALL, slice } from './test-support/models.js';
 import { wrapNet } from './test-support/parity.js';
@@ -37,7 +37,14 @@ describe('clipShardedGradNorm', () => {
           const [x, y] = slice(backend, batch, group.rank * per, (group.rank + 1) * per);
           const loss = (await model.call(x, y)) as Tensor;
           await loss.backward();
-          norms.push(await clipShardedGradNorm(model, maxNorm, normType));
+          // Each shard's gradient is scaled in place (tensor-core's clipGradNorm, `g.mul_(coef)`).
+          const copy = vi.spyOn(backend, 'copy');
+          try {
+            norms.push(await clipShardedGradNorm(model, maxNorm, normType));
+            expect(copy).not.toHaveBeenCalled();
+          } finally {
+            copy.mockRestore();
+          }
           optimizer.step();
           optimizer.zeroGrad();
         }

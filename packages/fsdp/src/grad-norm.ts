@@ -97,11 +97,10 @@ async function clipWithStoredGrads(
   const total = inf ? partial : partial ** (1 / normType);
   const coef = Math.fround(maxNorm / (Math.fround(total) + 1e-6));
   if (!(coef >= 1)) {
+    // In place (`g.mul_(coef)`), as tensor-core's clipGradNorm scales.
     for (const g of inMemory) {
-      const scaled = Tensor.empty(g.backend, g.shape, g.dtype);
-      g.backend.binary('mul', g.kernel('clipGradNorm'), coef, scaled.kernel('clipGradNorm'));
-      g.backend.copy(scaled.kernel('clipGradNorm'), g.kernel('clipGradNorm'));
-      scaled.free();
+      const kernel = g.kernel('clipGradNorm');
+      g.backend.binary('mul', kernel, coef, kernel);
     }
     for (const shards of stored) shards.scaleStoredGradients(coef);
   }

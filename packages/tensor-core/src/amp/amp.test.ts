@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { StateError } from '../errors.js';
 import { Linear } from '../nn/layers.js';
 import { mseLoss, sum, tensor } from '../ops/index.js';
@@ -47,7 +47,15 @@ describe('GradScaler', () => {
     const scaler = new GradScaler({ initScale: 8 });
     const p = param([0, 0], [8, -16]);
     const opt = new SGD([p], { lr: 1 });
-    await scaler.unscale(opt);
+    const grad = p.grad;
+    const copy = vi.spyOn(backend, 'copy');
+    try {
+      await scaler.unscale(opt);
+      expect(copy).not.toHaveBeenCalled();
+    } finally {
+      copy.mockRestore();
+    }
+    expect(p.grad).toBe(grad);
     expect(await values(p.grad)).toEqual([1, -2]);
     await expect(scaler.unscale(opt)).rejects.toThrow(StateError);
     expect(await scaler.step(opt)).toBe(true);

@@ -159,11 +159,10 @@ export class GradScaler {
     const grads = this.gradsOf(optimizer);
     const foundInf = await this.findInf(grads);
     const inverse = Math.fround(1 / this.scaleValue);
+    // In place (`g.mul_(inverse)`): no scaled copy of each gradient to copy back.
     for (const g of grads) {
-      const scaled = Tensor.empty(g.backend, g.shape, g.dtype);
-      g.backend.binary('mul', g.kernel('GradScaler'), inverse, scaled.kernel('GradScaler'));
-      g.backend.copy(scaled.kernel('GradScaler'), g.kernel('GradScaler'));
-      scaled.free();
+      const kernel = g.kernel('GradScaler');
+      g.backend.binary('mul', kernel, inverse, kernel);
     }
     this.stages.set(optimizer, { stage: 'unscaled', foundInf });
   }

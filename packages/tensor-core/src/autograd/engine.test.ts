@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { FreedTensorError } from '../errors.js';
 import { Dropout, Linear } from '../nn/layers.js';
 import { add, exp, gelu, matmul, mul, sum, tanh, tensor } from '../ops/index.js';
@@ -38,6 +38,22 @@ describe('backward', () => {
     expect(await values(a.grad)).toEqual([3, 4]);
     expect(frozen.grad).toBeNull();
     await y().backward();
+    expect(await values(a.grad)).toEqual([6, 8]);
+  });
+
+  it('adds a later gradient into .grad in place: the same tensor, nothing copied', async () => {
+    const a = leaf([1, 2]);
+    const y = () => sum(mul(a, tensor([3, 4])));
+    await y().backward();
+    const grad = a.grad;
+    const copy = vi.spyOn(backend, 'copy');
+    try {
+      await y().backward();
+      expect(copy).not.toHaveBeenCalled();
+    } finally {
+      copy.mockRestore();
+    }
+    expect(a.grad).toBe(grad);
     expect(await values(a.grad)).toEqual([6, 8]);
   });
 

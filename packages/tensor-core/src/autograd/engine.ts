@@ -396,9 +396,9 @@ async function accumulate(task: GraphTask, node: AccumulateGrad, grad: Tensor): 
     }
   } else {
     checkGradient('AccumulateGrad', leaf.name ?? 'a leaf', leaf.grad, node.outputs[0]!);
-    const sum = sumOf(leaf.grad, grad);
-    leaf.backend.copy(sum.kernel('backward'), leaf.grad.kernel('backward'));
-    sum.free();
+    // In place (`grad.add_(g)`), as the contract allows: no sum beside it to copy back.
+    const into = leaf.grad.kernel('backward');
+    leaf.backend.binary('add', into, grad.kernel('backward'), into);
     task.drop(grad);
   }
   for (const hook of node.postHooks.snapshot()) await callHook(() => hook(leaf, task));

@@ -209,6 +209,10 @@ export interface Backend {
    * out = op(a, b) with NumPy broadcasting: a and b (tensors or scalars) broadcast to out.shape;
    * a tensor operand's shape is right-aligned with out's and each of its dims equals out's or is 1.
    * a, b and out share a dtype (i32 supports add, sub, mul, maximum, minimum and comparisons).
+   * out may be `a` itself (the same storage, offset and shape): an update in place, as PyTorch's
+   * `mul_` (clipGradNorm scales each gradient so). The CPU kernels read each element before they
+   * write it; WebGPU's dispatch reads `a` from a temporary copy (a buffer may not be bound for
+   * reading and writing in one dispatch: webgpu-dispatch.ts).
    */
   binary(op: BinaryOp, a: KernelTensor | number, b: KernelTensor | number, out: KernelTensor): void;
   /** out = cond != 0 ? a : b, broadcasting all three to out.shape like `binary`. */

@@ -166,6 +166,31 @@ describeBackends('embedding, indexAdd and scatterAdd', (ctx) => {
     expect([...(await s.read())]).toEqual([3, 4, 0, 0, 6, 8, 0, 0]);
   });
 
+  it('scatterAdd holds no block beside its result (an embedding gradient: a table of zeros and a few rows)', async () => {
+    const { backend } = ctx;
+    const [rows, dim] = [4096, 64];
+    const srcValues = roundValues(seededValues(6 * dim, 31, -1, 1), 'f32');
+    const src = tensor(srcValues, { backend, shape: [6, dim] });
+    const ids = tensor(new Int32Array([5, 4095, 0, 5, 300, 4095]), { backend });
+    await backend.sync();
+    const before = backend.memoryStats().allocated;
+    backend.resetPeakMemoryStats();
+    const s = scatterAdd(src, ids, rows);
+    // Its result alone (1 MiB; a dispatch's parameters on WebGPU besides), not a table of zeros
+    // and a copy of it.
+    const grew = backend.memoryStats().peakAllocated - before;
+    expect(grew).toBeGreaterThanOrEqual(rows * dim * 4);
+    expect(grew).toBeLessThan(rows * dim * 4 * 1.5);
+    const out = await s.read();
+    const row = (r: number) => [...out.slice(r * dim, (r + 1) * dim)];
+    const srcRow = (i: number) => srcValues.slice(i * dim, (i + 1) * dim);
+    expect(row(5)).toEqual(srcRow(0).map((v, j) => Math.fround(v + srcRow(3)[j]!)));
+    expect(row(0)).toEqual(srcRow(2));
+    expect(row(1)).toEqual(new Array(dim).fill(0));
+    expect(row(4095)).toEqual(srcRow(1).map((v, j) => Math.fround(v + srcRow(5)[j]!)));
+    for (const t of [src, ids, s]) t.free();
+  });
+
   it('throws IndexError naming the kernel for out-of-range ids (deferred to sync on WebGPU)', async () => {
     const table = tensor(
       [

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createCpuBackend } from '../runtime.js';
 import { Tensor } from '../tensor.js';
 import { clipGradNorm } from './clip-grad-norm.js';
@@ -32,6 +32,21 @@ describe('clipGradNorm', () => {
     expect(bg[0]).toBeCloseTo(0.34299713373184204, 7);
     expect(bg[1]).toBeCloseTo(-0.6859942674636841, 7);
     expect(c.grad).toBeNull();
+  });
+
+  it('scales the gradients in place: no copy of any', async () => {
+    const a = param([3, 2], [3, 4, 0, 1, -2, 2]);
+    const grad = a.grad!;
+    const copy = vi.spyOn(backend, 'copy');
+    try {
+      expect(await clipGradNorm([a], 1)).toBeCloseTo(Math.sqrt(34), 6);
+      expect(copy).not.toHaveBeenCalled();
+    } finally {
+      copy.mockRestore();
+    }
+    expect(a.grad).toBe(grad);
+    const coef = Math.fround(1 / (Math.fround(Math.sqrt(34)) + 1e-6));
+    expect([...(await a.grad!.read())]).toEqual([3, 4, 0, 1, -2, 2].map((g) => Math.fround(g * coef)));
   });
 
   it('clips by the max norm', async () => {
