@@ -6,8 +6,10 @@
  * runs' losses are in units in the last place of f32 (0 when the trees compute the same bits).
  * `auto` after the steps gives both the fused matmul (relaxed FMA), as the trainer does where
  * every rank fuses; `webgpu` runs both on the WebGPU backend (the adapter `VK_ICD_FILENAMES`
- * selects) instead. Run: `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source
- * bench/step-pair.ts /path/to/other/packages/tensor-core/src/index.ts [steps] [off|auto|webgpu]`.
+ * selects) instead. `WEBSHARD_STEP_PAIR_MODEL=gpt2` times GPT-2 124M instead (12 layers, 768 wide,
+ * vocabulary 50304, B4 T256; one warm-up step each, some 8 GB for the two models). Run: `pnpm
+ * --filter @webshard/tensor-core exec tsx --conditions=@webshard/source bench/step-pair.ts
+ * /path/to/other/packages/tensor-core/src/index.ts [steps] [off|auto|webgpu]`.
  */
 import { loadavg } from 'node:os';
 import * as here from '../src/index.js';
@@ -21,9 +23,13 @@ if (baselinePath === undefined) {
 }
 const baseline = (await import(baselinePath)) as TensorCore;
 const STEPS = Number(stepsArg ?? 150);
-const BATCH = 16;
-const BLOCK = 32;
-const VOCAB = 65;
+const GPT2 = process.env.WEBSHARD_STEP_PAIR_MODEL === 'gpt2';
+const MODEL = GPT2 ? 'GPT-2 124M step (B4 T256)' : 'default GPT step';
+const BATCH = GPT2 ? 4 : 16;
+const BLOCK = GPT2 ? 256 : 32;
+const VOCAB = GPT2 ? 50304 : 65;
+const LAYERS = GPT2 ? { nLayer: 12, nHead: 12, nEmbd: 768 } : { nLayer: 2, nHead: 4, nEmbd: 64 };
+const WARMUP = GPT2 ? 1 : 5;
 
 interface Runner {
   readonly description: string;
@@ -35,7 +41,7 @@ async function runner(tc: TensorCore): Promise<Runner> {
     fmaArg === 'webgpu'
       ? await tc.createWebGpuBackend()
       : tc.createCpuBackend({ matmulFma: fmaArg === 'auto' ? 'auto' : 'off' });
-  const config = { blockSize: BLOCK, nLayer: 2, nHead: 4, nEmbd: 64, dropout: 0, bias: true };
+  const config = { blockSize: BLOCK, ...LAYERS, dropout: 0, bias: true };
   const model = new tc.GPT(
     { ...config, vocabSize: VOCAB },
     { backend, generator: new tc.RandomGenerator(1) },
@@ -83,7 +89,7 @@ const oursMs: number[] = [];
 const theirsMs: number[] = [];
 let worstUlps = 0;
 const loadStart = loadavg()[0]!;
-for (let i = 0; i < STEPS + 5; i++) {
+for (let i = 0; i < STEPS + WARMUP; i++) {
   const { inputs, targets } = batch();
   // Alternate which goes first, so neither always follows the other's garbage.
   const order: [Runner, number[]][] =
@@ -100,7 +106,7 @@ for (let i = 0; i < STEPS + 5; i++) {
   for (const [r, times] of order) {
     const start = performance.now();
     losses.set(r, await r.step(inputs, targets));
-    if (i >= 5) times.push(performance.now() - start);
+    if (i >= WARMUP) times.push(performance.now() - start);
   }
   worstUlps = Math.max(worstUlps, ulps(losses.get(ours)!, losses.get(theirs)!));
 }
@@ -108,7 +114,7 @@ const quantile = (xs: number[], q: number) =>
   [...xs].sort((a, b) => a - b)[Math.floor(q * (xs.length - 1))]!;
 const ratio = (q: number) => (quantile(oursMs, q) / quantile(theirsMs, q)).toFixed(3);
 console.log(
-  `default GPT step, this tree / the other (${STEPS} steps each, alternating): best ${ratio(0)}; p10 ${ratio(0.1)}; median ${ratio(0.5)}` +
+  `${MODEL}, this tree / the other (${STEPS} steps each, alternating): best ${ratio(0)}; p10 ${ratio(0.1)}; median ${ratio(0.5)}` +
     ` (median ${quantile(oursMs, 0.5).toFixed(2)} ms vs ${quantile(theirsMs, 0.5).toFixed(2)} ms);` +
     ` losses at most ${worstUlps} ulp apart; ${fmaArg === 'webgpu' ? `${ours.description}, ` : ''}load ${loadStart.toFixed(1)} -> ${loadavg()[0]!.toFixed(1)}`,
 );

@@ -57,6 +57,23 @@ describe('backward', () => {
     expect(await values(a.grad)).toEqual([6, 8]);
   });
 
+  it('sums the gradients of a tensor used several times into the first one, in place', async () => {
+    const x = leaf([1, 2, 3]);
+    const h = mul(x, 2);
+    const loss = add(add(sum(mul(h, tensor([1, 2, 3]))), sum(mul(h, 4))), sum(mul(h, h)));
+    const binary = vi.spyOn(backend, 'binary');
+    try {
+      await loss.backward();
+      // h's gradients meet in its slot: each later one is added into the sum so far (out = a).
+      const adds = binary.mock.calls.filter(([op, a, , out]) => op === 'add' && a === out);
+      expect(adds.length).toBeGreaterThanOrEqual(2);
+    } finally {
+      binary.mockRestore();
+    }
+    // d/dx = 2 (c + 4 + 2h) with h = 2x.
+    expect(await values(x.grad)).toEqual([1, 2, 3].map((v, i) => 2 * ([1, 2, 3][i]! + 4 + 4 * v)));
+  });
+
   it('needs a gradient for a non-scalar root, and takes one', async () => {
     const a = leaf([1, 2]);
     const y = mul(a, 3);
