@@ -113,7 +113,10 @@ describeBackends('binary ops', (ctx) => {
     for (const n of ctx.kind === 'cpu' ? [1000, 2 ** 23 + 12] : [1000, 70_000]) {
       const values = Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 3);
       const a = tensor(values, { backend, shape: [n] });
-      const b = tensor(values.map((v) => v / 7 + 0.5), { backend, shape: [n] });
+      const b = tensor(
+        values.map((v) => v / 7 + 0.5),
+        { backend, shape: [n] },
+      );
       const bytes = async (t: Tensor) => Buffer.from((await t.readRaw()).buffer);
       const scaled = ops.mul(a, 0.37);
       backend.binary('mul', a.kernel('test'), 0.37, a.kernel('test'));

@@ -46,7 +46,9 @@ describe('clipGradNorm', () => {
     }
     expect(a.grad).toBe(grad);
     const coef = Math.fround(1 / (Math.fround(Math.sqrt(34)) + 1e-6));
-    expect([...(await a.grad!.read())]).toEqual([3, 4, 0, 1, -2, 2].map((g) => Math.fround(g * coef)));
+    expect([...(await a.grad!.read())]).toEqual(
+      [3, 4, 0, 1, -2, 2].map((g) => Math.fround(g * coef)),
+    );
   });
 
   it('clips by the max norm', async () => {

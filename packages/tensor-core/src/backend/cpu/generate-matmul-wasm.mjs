@@ -40,6 +40,8 @@ writeFileSync(
       .join('\n')}\n} as const;\n` +
     `/** The register tile the modules were built with: rows of A and columns of B per panel. */\n` +
     `export const matmulTile = { rows: ${mr}, columns: ${nr} } as const;\n` +
+    `/** k steps each element of C sums from 0 before adding the sum to C ([Note: the WASM SIMD matmul]). */\n` +
+    `export const matmulKBlock = ${MATMUL_DEFAULTS.kc};\n` +
     `/** Bytes of edge tiles at the start of memory: ${scratchBytes / (mr * nr * 4)} threads' worth. */\n` +
     `export const matmulScratchBytes = ${scratchBytes};\n`,
 );

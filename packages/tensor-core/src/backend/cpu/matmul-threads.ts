@@ -39,6 +39,8 @@ export type Gemm = (
   k: number,
   n: number,
   tile: number,
+  /** Nonzero: the first k block adds to C too ([Note: the WASM matmul in slices of k]). */
+  acc?: number,
 ) => void;
 
 /**
@@ -240,11 +242,24 @@ export class MatmulThreads {
     return Math.min(this.workers.length + 1, Math.ceil(m / this.rowMultiple));
   }
 
-  /** C rows [0, m) = packed A times packed B, split between this thread and the workers. */
-  gemm(gemm: Gemm, ap: number, bp: number, c: number, m: number, k: number, n: number): void {
+  /**
+   * C rows [0, m) = packed A times packed B (added to C with `acc`: [Note: the WASM matmul in
+   * slices of k]), split between this thread and the workers.
+   */
+  gemm(
+    gemm: Gemm,
+    ap: number,
+    bp: number,
+    c: number,
+    m: number,
+    k: number,
+    n: number,
+    acc = false,
+  ): void {
+    const add = acc ? 1 : 0;
     const threads = this.threadsFor(m, m * k * n);
     if (threads === 1) {
-      gemm(ap, bp, c, m, k, n, 0);
+      gemm(ap, bp, c, m, k, n, 0, add);
       return;
     }
     const ctl = this.control;
@@ -254,14 +269,14 @@ export class MatmulThreads {
     const chunk =
       Math.max(1, Math.min(Math.floor(CHUNK_ROWS / this.rowMultiple), tiles)) * this.rowMultiple;
     ctl[KIND] = GEMM;
-    ctl.set([ap, bp, c, k, n, m, chunk], ARGS);
+    ctl.set([ap, bp, c, k, n, m, chunk, add], ARGS);
     this.runChunks(() => {
       for (
         let i = Atomics.add(ctl, NEXT, 1) * chunk;
         i < m;
         i = Atomics.add(ctl, NEXT, 1) * chunk
       ) {
-        gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, 0);
+        gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, 0, add);
       }
     });
   }

@@ -7,6 +7,8 @@ import { foldBatch } from './matmul-wasm.js';
 import { loadWasmMatmul, type WasmApi } from './matmul-wasm-load.js';
 import { MATMUL_DEFAULTS } from './matmul-wat.mjs';
 import { matmulScratchBytes } from './matmul-wasm.generated.js';
+import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
+import type { PackJob } from './matmul-threads.js';
 
 interface Case {
   batch: number;
@@ -149,6 +151,72 @@ describe('the WASM SIMD f32 matmul', () => {
     }
     expect(blocked.scratchBytes).toBeLessThanOrEqual(budget + 65536);
     expect(whole.scratchBytes).toBeGreaterThan(budget + 65536);
+  });
+
+  it('runs a call with a small result past its budget in slices of k: the bits of one call, each operand packed once', async () => {
+    // [Note: the WASM matmul in slices of k]: slices of 1024 k steps (4 of the gemm's blocks).
+    const budgetFor = (m: number, n: number) =>
+      matmulScratchBytes +
+      Math.ceil((m * n * 4) / 16) * 16 +
+      64 +
+      1100 * 4 * (m + Math.ceil(m / 4) * 4 + n + Math.ceil(n / 8) * 8);
+    const cases = [
+      { batch: 1, batchA: 1, batchB: 1, m: 37, k: 5000, n: 29 },
+      { batch: 2, batchA: 2, batchB: 2, m: 13, k: 2100, n: 70 },
+      // 2^21 multiply-adds a slice and more: the threads split it.
+      { batch: 1, batchA: 1, batchB: 1, m: 200, k: 3000, n: 40 },
+    ];
+    const whole = loadWasmMatmul(undefined, { threads: 1, fma: 'off' })!;
+    for (const threads of [1, 2]) {
+      for (const c of cases) {
+        const budget = budgetFor(c.m, c.n);
+        expect(sliceOfK({ ...c, transposeA: false, transposeB: false }, budget)).toBe(1024);
+        const sliced = loadWasmMatmul(undefined, { threads, fma: 'off', maxScratchBytes: budget })!;
+        await sliced.startThreads();
+        for (const transposeA of [false, true]) {
+          for (const transposeB of [false, true]) {
+            const shape = { ...c, transposeA, transposeB };
+            const a = Float32Array.from(seededValues(c.batchA * c.m * c.k, c.m + c.k, -1, 1));
+            const b = Float32Array.from(seededValues(c.batchB * c.k * c.n, c.n + c.k, -1, 1));
+            const got = new Float32Array(c.batch * c.m * c.n);
+            const expected = new Float32Array(c.batch * c.m * c.n);
+            sliced.run(a, b, got, shape);
+            whole.run(a, b, expected, shape);
+            expect(got, `${threads} thread(s), ${JSON.stringify(shape)}`).toEqual(expected);
+          }
+        }
+        expect(sliced.scratchBytes).toBeLessThanOrEqual(budget + 65536);
+        sliced.dispose();
+      }
+    }
+    // Each element of A and B is packed once (blocks of C pack the whole of A once a block).
+    const c = { ...cases[0]!, transposeA: false, transposeB: true };
+    const packed = [0, 0];
+    const sliced = loadWasmMatmul(undefined, {
+      threads: 1,
+      fma: 'off',
+      maxScratchBytes: budgetFor(c.m, c.n),
+    })!;
+    const target = {
+      reserve: (bytes: number) => sliced.reserve(bytes),
+      packAll: (jobs: readonly PackJob[], macs: number) => {
+        jobs.forEach((j, i) => {
+          packed[i]! += j.outer * j.inner;
+        });
+        sliced.packAll(jobs, macs);
+      },
+      gemm: sliced.gemm.bind(sliced),
+    };
+    const a = Float32Array.from(seededValues(c.m * c.k, 5, -1, 1));
+    const b = Float32Array.from(seededValues(c.k * c.n, 6, -1, 1));
+    const got = new Float32Array(c.m * c.n);
+    const expected = new Float32Array(c.m * c.n);
+    runInSlicesOfK(target, a, b, got, c, 1024);
+    whole.run(a, b, expected, c);
+    expect(got).toEqual(expected);
+    expect(packed).toEqual([c.m * c.k, c.k * c.n]);
+    // A result past half the budget runs in blocks of C.
+    expect(sliceOfK({ ...c, m: 400, n: 400 }, budgetFor(c.m, c.n))).toBe(0);
   });
 
   it('folds a batch with one shared B into rows, and only that batch', () => {

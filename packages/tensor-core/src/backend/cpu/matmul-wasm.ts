@@ -1,5 +1,6 @@
 import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
 import type { Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
+import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
 
 /**
  * [Note: the WASM SIMD matmul]
@@ -177,7 +178,9 @@ export class WasmMatmul {
     const s = foldBatch(shape);
     const need = WasmMatmul.bytesFor(s);
     if (need > this.maxScratchBytes) {
-      this.runInBlocks(a, b, out, s);
+      const kc = sliceOfK(s, this.maxScratchBytes);
+      if (kc > 0) runInSlicesOfK(this, a, b, out, s, kc);
+      else this.runInBlocks(a, b, out, s);
       return;
     }
     const { batch, batchA, batchB, m, k, n } = s;
@@ -214,7 +217,8 @@ export class WasmMatmul {
 
   /**
    * [Note: the WASM matmul in blocks]
-   * A call whose operands, panels and result would pass `maxScratchBytes` (128 MiB) runs in blocks
+   * A call whose operands, panels and result would pass `maxScratchBytes` (128 MiB), and whose
+   * result is too large for slices of k ([Note: the WASM matmul in slices of k]), runs in blocks
    * of C: columns in blocks as wide as half the budget holds B's panels for, rows in blocks that
    * fill the rest, each block's A rows and B columns copied in and packed, its result copied out.
    * Every element of C is still one sum over all of k in k order, so the bits are those of one
@@ -339,7 +343,7 @@ export class WasmMatmul {
    * Packs the jobs' operands, on the threads when the gemm they feed (`macs` multiply-adds)
    * splits: [Note: matmul threads]. The panels' bits do not depend on how they are split.
    */
-  private packAll(jobs: readonly PackJob[], macs: number): void {
+  packAll(jobs: readonly PackJob[], macs: number): void {
     const { pack } = this.exports;
     if (this.threads !== null) this.threads.pack(pack, jobs, macs);
     else
@@ -347,10 +351,13 @@ export class WasmMatmul {
         pack(j.src, j.dst, j.outer, j.inner, j.width, j.strideOuter, j.strideInner);
   }
 
-  /** One gemm, split between the threads from THREADED_MIN_MACS multiply-adds. */
-  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number): void {
+  /**
+   * One gemm, split between the threads from THREADED_MIN_MACS multiply-adds; with `acc` its
+   * products are added to C ([Note: the WASM matmul in slices of k]).
+   */
+  gemm(ap: number, bp: number, c: number, m: number, k: number, n: number, acc = false): void {
     const { gemm } = this.exports;
-    if (this.threads === null) gemm(ap, bp, c, m, k, n, 0);
-    else this.threads.gemm(gemm, ap, bp, c, m, k, n);
+    if (this.threads === null) gemm(ap, bp, c, m, k, n, 0, acc ? 1 : 0);
+    else this.threads.gemm(gemm, ap, bp, c, m, k, n, acc);
   }
 }

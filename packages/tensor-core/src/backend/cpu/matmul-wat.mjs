@@ -143,7 +143,9 @@ export function matmulWat(options = {}) {
   // element summed in f32 by blocks of KC k steps: each block in k order from 0,
   // (((0 + a0 b0) + a1 b1) + ...), and the blocks' sums added to C in k order (blocked summation,
   // as BLAS sums: [Note: the WASM SIMD matmul]). Threads split rows, so no bit depends on them.
-  // `tile` is the address of this caller's edge tile (threads each pass their own).
+  // `tile` is the address of this caller's edge tile (threads each pass their own). With `acc`
+  // nonzero the first block adds to C too: a call over a slice of k that continues an earlier
+  // call's sums ([Note: the WASM matmul in slices of k]), its first k a multiple of KC.
   // The k loop: one k step per trip, or UNROLL steps per trip and a loop for the rest.
   const stepLoop = (label, end, steps) => `            (block $${label}d (loop $${label}l
               (br_if $${label}d (i32.ge_u (local.get $kk) ${end}))
@@ -159,7 +161,7 @@ ${Array.from({ length: steps }, (_, s) => kStep(s)).join('\n')}
 ${stepLoop('u', '(local.get $kend)', UNROLL)}
 ${stepLoop('s', '(local.get $kc)', 1)}`;
   const gemm = `  ;; C = A B from packed panels: A as ceil(m/${MR}) panels [k][${MR}], B as ceil(n/${NR}) panels [k][${NR}].
-  (func (export "gemm") (param $ap i32) (param $bp i32) (param $c i32) (param $m i32) (param $k i32) (param $n i32) (param $zero i32)
+  (func (export "gemm") (param $ap i32) (param $bp i32) (param $c i32) (param $m i32) (param $k i32) (param $n i32) (param $zero i32) (param $acc i32)
     (local $k0 i32) (local $kc i32) (local $i0 i32) (local $i1 i32) (local $i i32) (local $j i32)
     (local $pa i32) (local $pb i32) (local $kk i32) (local $kend i32) (local $ldc i32) (local $ct i32)
     (local $rows i32) (local $cols i32) (local $r i32) (local $q i32) (local $edge i32) (local $tileStride i32)
@@ -187,7 +189,7 @@ ${stepLoop('s', '(local.get $kc)', 1)}`;
             (if (i32.gt_u (local.get $cols) (i32.const ${NR})) (then (local.set $cols (i32.const ${NR}))))
             (local.set $edge (i32.or (i32.lt_u (local.get $rows) (i32.const ${MR})) (i32.lt_u (local.get $cols) (i32.const ${NR}))))
             (local.set $ct (i32.add (local.get $c) (i32.add (i32.mul (local.get $i) (local.get $ldc)) (i32.shl (local.get $j) (i32.const 2)))))
-            ;; every k block sums from 0; the first stores its sums in C, later ones add to C's
+            ;; every k block sums from 0; the first stores its sums in C (unless $acc), later ones add to C's
 ${zeroAcc}
             (local.set $pa (i32.add (local.get $ap) (i32.shl (i32.add (i32.mul (local.get $i) (local.get $k)) (i32.mul (local.get $k0) (i32.const ${MR}))) (i32.const 2))))
             (local.set $pb (i32.add (local.get $bp) (i32.shl (i32.add (i32.mul (local.get $j) (local.get $k)) (i32.mul (local.get $k0) (i32.const ${NR}))) (i32.const 2))))
@@ -195,7 +197,7 @@ ${zeroAcc}
 ${kLoops}
             (if (local.get $edge)
               (then
-                (if (i32.eqz (local.get $k0))
+                (if (i32.and (i32.eqz (local.get $k0)) (i32.eqz (local.get $acc)))
                   (then
 ${forRows('store', '$zero', '$tileStride')})
                   (else
@@ -203,7 +205,7 @@ ${edgeCopy(true)}
 ${forRows('add', '$zero', '$tileStride')}))
 ${edgeCopy(false)})
               (else
-                (if (i32.eqz (local.get $k0))
+                (if (i32.and (i32.eqz (local.get $k0)) (i32.eqz (local.get $acc)))
                   (then
 ${forRows('store', '$ct', '$ldc')})
                   (else

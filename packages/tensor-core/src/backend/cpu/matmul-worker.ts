@@ -10,7 +10,7 @@ export const STOP = 2;
 /** 0, or 1 + the index of the first worker whose call failed (its report is in the report block). */
 export const FAILED = 3;
 export const KIND = 4; // GEMM or PACK: what the call's chunks are
-export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk; PACK: PACK_WORDS per job, 2 jobs
+export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk, acc; PACK: PACK_WORDS per job, 2 jobs
 export const NEXT = 21; // the next chunk to claim
 export const ONLINE = 22; // workers in their loop
 export const PACKED = 23; // pack chunks the workers have done, ever
@@ -71,9 +71,9 @@ export const WORKER_LOOP = `(function run({ module, memory, control, report, ind
       if (ctl[${KIND}] === ${PACK}) Atomics.add(ctl, ${PACKED}, packChunks(pack, ctl, ${ARGS}, ${NEXT}, ${PACK_WORDS}));
       else {
         const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
-        const m = ctl[${ARGS + 5}], chunk = ctl[${ARGS + 6}];
+        const m = ctl[${ARGS + 5}], chunk = ctl[${ARGS + 6}], acc = ctl[${ARGS + 7}];
         for (let i = Atomics.add(ctl, ${NEXT}, 1) * chunk; i < m; i = Atomics.add(ctl, ${NEXT}, 1) * chunk)
-          gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, (index + 1) * tileBytes);
+          gemm(ap + i * k * 4, bp, c + i * n * 4, Math.min(chunk, m - i), k, n, (index + 1) * tileBytes, acc);
       }
     } catch (e) {
       if (Atomics.compareExchange(ctl, ${FAILED}, 0, index + 1) === 0) {
@@ -106,7 +106,7 @@ export function readReport(
 export function describeCall(ctl: Int32Array): string {
   const a = (i: number) => ctl[ARGS + i]!;
   if (ctl[KIND] === GEMM) {
-    return `a gemm of ${a(5)} x ${a(3)} x ${a(4)} (A's panels at byte ${a(0)}, B's at ${a(1)}, C at ${a(2)}, ${a(6)} rows a chunk)`;
+    return `a gemm of ${a(5)} x ${a(3)} x ${a(4)} (A's panels at byte ${a(0)}, B's at ${a(1)}, C at ${a(2)}, ${a(6)} rows a chunk${a(7) ? ', added to C' : ''})`;
   }
   const job = (j: number) =>
     `${a(j + 2)} x ${a(j + 3)} from byte ${a(j)} to ${a(j + 1)}, panels ${a(j + 4)} wide`;

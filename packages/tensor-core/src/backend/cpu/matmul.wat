@@ -93,7 +93,7 @@
       (local.set $o0 (i32.add (local.get $o0) (local.get $width)))
       (br $pl))))
   ;; C = A B from packed panels: A as ceil(m/4) panels [k][4], B as ceil(n/8) panels [k][8].
-  (func (export "gemm") (param $ap i32) (param $bp i32) (param $c i32) (param $m i32) (param $k i32) (param $n i32) (param $zero i32)
+  (func (export "gemm") (param $ap i32) (param $bp i32) (param $c i32) (param $m i32) (param $k i32) (param $n i32) (param $zero i32) (param $acc i32)
     (local $k0 i32) (local $kc i32) (local $i0 i32) (local $i1 i32) (local $i i32) (local $j i32)
     (local $pa i32) (local $pb i32) (local $kk i32) (local $kend i32) (local $ldc i32) (local $ct i32)
     (local $rows i32) (local $cols i32) (local $r i32) (local $q i32) (local $edge i32) (local $tileStride i32)
@@ -121,7 +121,7 @@
             (if (i32.gt_u (local.get $cols) (i32.const 8)) (then (local.set $cols (i32.const 8))))
             (local.set $edge (i32.or (i32.lt_u (local.get $rows) (i32.const 4)) (i32.lt_u (local.get $cols) (i32.const 8))))
             (local.set $ct (i32.add (local.get $c) (i32.add (i32.mul (local.get $i) (local.get $ldc)) (i32.shl (local.get $j) (i32.const 2)))))
-            ;; every k block sums from 0; the first stores its sums in C, later ones add to C's
+            ;; every k block sums from 0; the first stores its sums in C (unless $acc), later ones add to C's
           (local.set $c0_0 (v128.const i32x4 0 0 0 0)) (local.set $c0_1 (v128.const i32x4 0 0 0 0))
           (local.set $c1_0 (v128.const i32x4 0 0 0 0)) (local.set $c1_1 (v128.const i32x4 0 0 0 0))
           (local.set $c2_0 (v128.const i32x4 0 0 0 0)) (local.set $c2_1 (v128.const i32x4 0 0 0 0))
@@ -151,7 +151,7 @@
               (br $sl)))
             (if (local.get $edge)
               (then
-                (if (i32.eqz (local.get $k0))
+                (if (i32.and (i32.eqz (local.get $k0)) (i32.eqz (local.get $acc)))
                   (then
           (v128.store offset=0 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride))) (local.get $c0_0))
           (v128.store offset=16 (i32.add (local.get $zero) (i32.mul (i32.const 0) (local.get $tileStride))) (local.get $c0_1))
@@ -193,7 +193,7 @@
             (local.set $r (i32.add (local.get $r) (i32.const 1)))
             (br $rl))))
               (else
-                (if (i32.eqz (local.get $k0))
+                (if (i32.and (i32.eqz (local.get $k0)) (i32.eqz (local.get $acc)))
                   (then
           (v128.store offset=0 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc))) (local.get $c0_0))
           (v128.store offset=16 (i32.add (local.get $ct) (i32.mul (i32.const 0) (local.get $ldc))) (local.get $c0_1))
