@@ -3,6 +3,7 @@ import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../../
 import type { StridedOperand } from '../backend.js';
 import { type CpuStorage, rawViewAt } from './cpu-storage.js';
 import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
+import { align16, roundUp } from './matmul-layout.js';
 import type { WasmMatmul } from './matmul-wasm.js';
 
 /**
@@ -84,9 +85,6 @@ function forEachBatch(
     if (d < 0) return;
   }
 }
-
-const align16 = (bytes: number) => Math.ceil(bytes / 16) * 16;
-const roundUp = (x: number, to: number) => Math.ceil(x / to) * to;
 
 /**
  * Where an operand's elements go in the module's memory: its whole span (`floats` from its first

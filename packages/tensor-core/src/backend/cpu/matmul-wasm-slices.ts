@@ -1,4 +1,5 @@
 import { matmulKBlock, matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
+import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
 import type { PackJob } from './matmul-threads.js';
 
 /**
@@ -25,29 +26,14 @@ export interface SliceTarget {
   gemm(ap: number, bp: number, c: number, m: number, k: number, n: number, acc: boolean): void;
 }
 
-/** One product's shapes, as `MatmulShape` (batch folded or not). */
-interface Shape {
-  batch: number;
-  batchA: number;
-  batchB: number;
-  m: number;
-  k: number;
-  n: number;
-  transposeA: boolean;
-  transposeB: boolean;
-}
-
 const MR = matmulTile.rows;
 const NR = matmulTile.columns;
 const KC = matmulKBlock;
 /** Fewer k blocks a slice than this, and the call runs in blocks of C. */
 const MIN_BLOCKS = 4;
 
-const align16 = (bytes: number) => Math.ceil(bytes / 16) * 16;
-const roundUp = (x: number, to: number) => Math.ceil(x / to) * to;
-
 /** The k steps a slice takes within `budget` bytes, or 0 where slices of k do not pay. */
-export function sliceOfK(s: Shape, budget: number): number {
+export function sliceOfK(s: MatmulShape, budget: number): number {
   const cBytes = align16(s.m * s.n * 4);
   if (cBytes > budget / 2) return 0;
   // A's and B's slices raw and packed, per k step, and the alignment of each region.
@@ -65,7 +51,7 @@ export function runInSlicesOfK(
   a: Float32Array,
   b: Float32Array,
   out: Float32Array,
-  s: Shape,
+  s: MatmulShape,
   kc: number,
 ): void {
   const { batch, batchA, batchB, m, k, n, transposeA, transposeB } = s;
@@ -83,20 +69,10 @@ export function runInSlicesOfK(
       const ks = Math.min(kc, k - k0);
       // A's columns [k0, k0 + ks): a run per row as stored [m, k], one run as stored [k, m].
       if (transposeA) heap.set(a.subarray(aBase + k0 * m, aBase + (k0 + ks) * m), aRaw / 4);
-      else {
-        for (let i = 0; i < m; i++) {
-          const from = aBase + i * k + k0;
-          heap.set(a.subarray(from, from + ks), aRaw / 4 + i * ks);
-        }
-      }
+      else copyRuns(heap, aRaw / 4, a, aBase + k0, m, k, ks);
       // B's rows [k0, k0 + ks): one run as stored [k, n], a run per column as stored [n, k].
       if (!transposeB) heap.set(b.subarray(bBase + k0 * n, bBase + (k0 + ks) * n), bRaw / 4);
-      else {
-        for (let j = 0; j < n; j++) {
-          const from = bBase + j * k + k0;
-          heap.set(b.subarray(from, from + ks), bRaw / 4 + j * ks);
-        }
-      }
+      else copyRuns(heap, bRaw / 4, b, bBase + k0, n, k, ks);
       // Element (i, t) of A's slice and (t, j) of B's, as (outer, inner) strides in elements.
       const [aOuter, aInner] = transposeA ? [1, m] : [ks, 1];
       const [bOuter, bInner] = transposeB ? [ks, 1] : [1, n];

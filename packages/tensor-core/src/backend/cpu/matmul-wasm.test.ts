@@ -3,21 +3,14 @@ import { ArgumentError } from '../../errors.js';
 import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
 import type { Backend, KernelTensor } from '../backend.js';
-import { foldBatch } from './matmul-wasm.js';
+import { foldBatch, type MatmulShape, type WasmMatmul } from './matmul-wasm.js';
 import { loadWasmMatmul, type WasmApi } from './matmul-wasm-load.js';
 import { MATMUL_DEFAULTS } from './matmul-wat.mjs';
 import { matmulScratchBytes } from './matmul-wasm.generated.js';
 import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
 import type { PackJob } from './matmul-threads.js';
 
-interface Case {
-  batch: number;
-  batchA: number;
-  batchB: number;
-  m: number;
-  k: number;
-  n: number;
-}
+type Case = Omit<MatmulShape, 'transposeA' | 'transposeB'>;
 
 // Odd sizes, edge tiles on both axes, k across the 256-deep blocks, rows across the 64-row blocks,
 // batches with either operand broadcast.
@@ -91,6 +84,22 @@ async function matmul(
   return (await backend.read(out)) as Float32Array;
 }
 
+/** `plan`'s results against one call's (`whole`), every transpose of a and b, bit for bit. */
+function expectBitsOfOneCall(plan: WasmMatmul, whole: WasmMatmul, c: Case, label: string): void {
+  for (const transposeA of [false, true]) {
+    for (const transposeB of [false, true]) {
+      const shape = { ...c, transposeA, transposeB };
+      const a = Float32Array.from(seededValues(c.batchA * c.m * c.k, c.m + c.k, -1, 1));
+      const b = Float32Array.from(seededValues(c.batchB * c.k * c.n, c.n + c.k, -1, 1));
+      const got = new Float32Array(c.batch * c.m * c.n);
+      const expected = new Float32Array(c.batch * c.m * c.n);
+      plan.run(a, b, got, shape);
+      whole.run(a, b, expected, shape);
+      expect(got, `${label}${JSON.stringify(shape)}`).toEqual(expected);
+    }
+  }
+}
+
 describe('the WASM SIMD f32 matmul', () => {
   const wasm = createCpuBackend({ matmulFma: 'off' });
   const typescript = createCpuBackend({ matmulKernel: 'typescript' });
@@ -136,18 +145,7 @@ describe('the WASM SIMD f32 matmul', () => {
       { batch: 3, batchA: 3, batchB: 1, m: 9, k: 257, n: 70 },
       { batch: 2, batchA: 1, batchB: 2, m: 130, k: 33, n: 17 },
     ]) {
-      for (const transposeA of [false, true]) {
-        for (const transposeB of [false, true]) {
-          const shape = { ...c, transposeA, transposeB };
-          const a = Float32Array.from(seededValues(c.batchA * c.m * c.k, c.m + c.k, -1, 1));
-          const b = Float32Array.from(seededValues(c.batchB * c.k * c.n, c.n + c.k, -1, 1));
-          const got = new Float32Array(c.batch * c.m * c.n);
-          const expected = new Float32Array(c.batch * c.m * c.n);
-          blocked.run(a, b, got, shape);
-          whole.run(a, b, expected, shape);
-          expect(got, JSON.stringify(shape)).toEqual(expected);
-        }
-      }
+      expectBitsOfOneCall(blocked, whole, c, '');
     }
     expect(blocked.scratchBytes).toBeLessThanOrEqual(budget + 65536);
     expect(whole.scratchBytes).toBeGreaterThan(budget + 65536);
@@ -173,18 +171,7 @@ describe('the WASM SIMD f32 matmul', () => {
         expect(sliceOfK({ ...c, transposeA: false, transposeB: false }, budget)).toBe(1024);
         const sliced = loadWasmMatmul(undefined, { threads, fma: 'off', maxScratchBytes: budget })!;
         await sliced.startThreads();
-        for (const transposeA of [false, true]) {
-          for (const transposeB of [false, true]) {
-            const shape = { ...c, transposeA, transposeB };
-            const a = Float32Array.from(seededValues(c.batchA * c.m * c.k, c.m + c.k, -1, 1));
-            const b = Float32Array.from(seededValues(c.batchB * c.k * c.n, c.n + c.k, -1, 1));
-            const got = new Float32Array(c.batch * c.m * c.n);
-            const expected = new Float32Array(c.batch * c.m * c.n);
-            sliced.run(a, b, got, shape);
-            whole.run(a, b, expected, shape);
-            expect(got, `${threads} thread(s), ${JSON.stringify(shape)}`).toEqual(expected);
-          }
-        }
+        expectBitsOfOneCall(sliced, whole, c, `${threads} thread(s), `);
         expect(sliced.scratchBytes).toBeLessThanOrEqual(budget + 65536);
         sliced.dispose();
       }

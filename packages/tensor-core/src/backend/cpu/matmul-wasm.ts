@@ -1,6 +1,9 @@
 import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
 import type { Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
+import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
 import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
+
+export type { MatmulShape } from './matmul-layout.js';
 
 /**
  * [Note: the WASM SIMD matmul]
@@ -80,23 +83,6 @@ export interface MatmulExports {
   readonly memory: WebAssembly.Memory;
   readonly pack: Pack;
   readonly gemm: Gemm;
-}
-
-const align16 = (bytes: number) => Math.ceil(bytes / 16) * 16;
-const roundUp = (x: number, to: number) => Math.ceil(x / to) * to;
-
-/** One f32 matmul call's shapes: C[batch, m, n] = A[batchA, m, k] B[batchB, k, n]. */
-export interface MatmulShape {
-  batch: number;
-  batchA: number;
-  batchB: number;
-  m: number;
-  k: number;
-  n: number;
-  /** A is stored [k, m] per batch element. */
-  transposeA: boolean;
-  /** B is stored [n, k] per batch element. */
-  transposeB: boolean;
 }
 
 /**
@@ -259,12 +245,7 @@ export class WasmMatmul {
         const nc = Math.min(columns, n - j0);
         // B's columns [j0, j0 + nc): stored [n, k] they are one run, else a run per row of k.
         if (transposeB) heap.set(b.subarray(bBase + j0 * k, bBase + (j0 + nc) * k), bRaw / 4);
-        else {
-          for (let t = 0; t < k; t++) {
-            const from = bBase + t * n + j0;
-            heap.set(b.subarray(from, from + nc), bRaw / 4 + t * nc);
-          }
-        }
+        else copyRuns(heap, bRaw / 4, b, bBase + j0, k, n, nc);
         const macs = Math.min(rows, m) * k * nc;
         this.packAll(
           [
@@ -282,12 +263,7 @@ export class WasmMatmul {
         for (let i0 = 0; i0 < m; i0 += rows) {
           const mc = Math.min(rows, m - i0);
           if (!transposeA) heap.set(a.subarray(aBase + i0 * k, aBase + (i0 + mc) * k), aRaw / 4);
-          else {
-            for (let t = 0; t < k; t++) {
-              const from = aBase + t * m + i0;
-              heap.set(a.subarray(from, from + mc), aRaw / 4 + t * mc);
-            }
-          }
+          else copyRuns(heap, aRaw / 4, a, aBase + i0, k, m, mc);
           this.packAll(
             [
               packJob(
