@@ -90,11 +90,13 @@ describe('ssdOffload under an emulated host memory limit', () => {
     });
     // Gradients in the store too: the step holds one unit's gradient, not all of them (0.36 MB ->
     // 0.13 MB); the overall peak is backward's, where every reduced gradient shard is still in memory
-    // until its end (0.43 MB either way).
+    // until its end (0.53 MB either way). Plain offload's backward peak moves by a 2 KiB block
+    // with when the store's reads complete (532224 or 534272 bytes in runs of one tree, against
+    // 534272 with the gradients stored), so "not above it" allows two such blocks.
     for (let r = 0; r < 2; r++) {
       expect(withGrads[r]!.losses).toEqual(reference[r]!.losses);
       expect(withGrads[r]!.stepPeak).toBeLessThan(offloaded[r]!.stepPeak / 2);
-      expect(withGrads[r]!.peak).toBeLessThanOrEqual(offloaded[r]!.peak);
+      expect(withGrads[r]!.peak).toBeLessThanOrEqual(offloaded[r]!.peak + 4096);
     }
   });
 });
