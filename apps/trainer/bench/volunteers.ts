@@ -53,7 +53,10 @@ const SHAPE: VolunteerShape = {
   block: tiny ? 16 : 256,
   // A batch that divides over every world size the run passes through (2 to maxWorldSize).
   batch: tiny ? 12 : 6,
-  steps: num('STEPS', tiny ? 120 : 24),
+  // Tiny: 200 steps, so that on loopback (some 70 steps a second) the second tab, opened at
+  // step 12, holds the state well before the end: with 120 it landed at steps 92-112 here, and a
+  // CI run's tab found the world gone (2026-11-28).
+  steps: num('STEPS', tiny ? 200 : 24),
   innerSteps: num('INNER_STEPS', tiny ? 4 : 4),
   compression: compressionOf(env('COMPRESSION') ?? (tiny ? 'int8' : 'topk')),
   swapAt: num('SWAP_AT', tiny ? 12 : 8),

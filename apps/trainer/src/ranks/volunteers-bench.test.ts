@@ -49,7 +49,7 @@ describe.skipIf(skipWithoutChromium('volunteers-bench.test.ts'))('bench:voluntee
     expect(admit.value).toBeGreaterThan(0);
     expect(admit.value).toBeLessThan(120);
     expect(value('bytes the lead sends per token')).toBeGreaterThan(0);
-    // The tiny GPT's first steps are at 4.5 on the corpus's characters; its 120 steps end at
+    // The tiny GPT's first steps are at 4.5 on the corpus's characters; 120 steps ended at
     // 3.8-4.1 (the tokens the world trains depend on when the newcomer lands: a member still
     // downloading trains nothing of its share).
     const loss = rows.find((r) => r.metric === 'loss')!;
