@@ -89,8 +89,11 @@ await ddp.ready;
 const issued: { work: Work; issuedAt: number; observedAt: number }[] = [];
 const allReduce = group.allReduce.bind(group);
 group.allReduce = (...args: Parameters<typeof allReduce>) => {
+  // The time is taken before the call: a peer that is already waiting (rank 0, 200 ms ahead) lets
+  // the worker finish the op within a millisecond of the post, before this thread reads the clock.
+  const issuedAt = now();
   const work = allReduce(...args);
-  const entry = { work, issuedAt: now(), observedAt: 0 };
+  const entry = { work, issuedAt, observedAt: 0 };
   void work.promise.then(() => {
     entry.observedAt = now();
   });

@@ -111,8 +111,12 @@ const model = new FullyShardedDataParallel(new Chain([first, middle, last]), {
   bucketCapMb: 0,
 });
 const issued: { op: string; work: Work; issuedAt: number; observedAt: number }[] = [];
-const record = (op: string, work: Work): Work => {
-  const entry = { op, work, issuedAt: now(), observedAt: 0 };
+// The time is taken before the call (`issue`): a peer already waiting lets the worker finish the
+// op within a millisecond of the post, before this thread could read the clock after it.
+const record = (op: string, issue: () => Work): Work => {
+  const issuedAt = now();
+  const work = issue();
+  const entry = { op, work, issuedAt, observedAt: 0 };
   void work.promise.then(() => {
     entry.observedAt = now();
   });
@@ -120,9 +124,9 @@ const record = (op: string, work: Work): Work => {
   return work;
 };
 const allGather = group.allGather.bind(group);
-group.allGather = (...args) => record('allGather', allGather(...args));
+group.allGather = (...args) => record('allGather', () => allGather(...args));
 const reduceScatter = group.reduceScatter.bind(group);
-group.reduceScatter = (...args) => record('reduceScatter', reduceScatter(...args));
+group.reduceScatter = (...args) => record('reduceScatter', () => reduceScatter(...args));
 const x = tensor(
   Array.from({ length: 4 * width }, (_, i) => Math.sin(i + group.rank)),
   { backend, shape: [4, width] },
