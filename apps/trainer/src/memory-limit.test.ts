@@ -9,12 +9,15 @@ import { FIXTURES } from './test-support/fixtures.js';
  * Issue 30's emulated limit at a CI size: a GPT (4 layers, width 128, 802560 parameters) where
  * parameters, gradients and AdamW's moments (16P = 12.8 MB) outweigh the activations of batch 4 a
  * rank of 8 tokens. Measured (CPU backend, local transport, reduce-scatter buckets of 0.05 MiB):
- * the allocator's peak is 8.3 MiB (8.7 MB) a rank for fsdp on 4 ranks, 14.4 MiB for ddp on 4.
- * Under an 11 MB device single-process training and ddp are refused before the first step (their
- * estimates, 16P plus activations, 15.1 and 13.4 MB, pass it: a UsageError, exit 2), fsdp (its
- * estimate 16P/4 plus the units it holds in full plus activations, 7.6 MB) trains the same losses
- * as without a limit, and under 8 MB (above that estimate, below its measured 8.7 MB peak) the
- * limit binds fsdp too (the allocator's OutOfMemoryError), so the limit is real.
+ * the allocator's peak is 7.3 MB a rank for fsdp on 4 ranks (8.7 MB before FSDP's hooks gave the
+ * reduce-scatters progress turns, which free each block's gradient during the next block's
+ * backward), 14.4 MiB for ddp on 4. Under an 11 MB device single-process training and ddp are
+ * refused before the first step (their estimates, 16P plus activations, 15.1 and 13.4 MB, pass
+ * it: a UsageError, exit 2), fsdp (its estimate 16P/4 plus the units it holds in full plus
+ * activations, 7.6 MB) trains the same losses as without a limit. Under 8 MB (above that
+ * estimate) the limit binds fsdp with fairscale's 25 MB buckets, where every block's gradient
+ * waits for the end of backward (a 13.8 MB peak, which the estimate does not see): the
+ * allocator's OutOfMemoryError, so the limit is real.
  */
 const MODEL = [
   ...['--data', 'gpt-cli.tokens.bin', '--vocab-size', '64', '--block-size', '8', '--n-layer', '4'],
@@ -55,8 +58,13 @@ describe('an emulated device that only fsdp on 4 ranks fits', () => {
     expect(losses(limited)).toEqual(losses(free));
     const peak = Math.max(...limited.summary!.records.map((s) => s.peakDeviceBytes));
     expect(peak).toBeLessThanOrEqual(LIMIT);
-    // The limit binds: below fsdp's own peak the allocator refuses it.
-    const tight = await runMain([...MODEL, ...FSDP4, '--memory-limit', '8000000'], FIXTURES);
+    // The limit binds: above the estimate, below the peak of fsdp with its default buckets, the
+    // allocator refuses it.
+    const defaultBuckets = FSDP4.slice(0, -2);
+    const tight = await runMain(
+      [...MODEL, ...defaultBuckets, '--memory-limit', '8000000'],
+      FIXTURES,
+    );
     expect(tight.exitCode).toBe(1);
     expect(tight.stderr).toMatch(
       /OutOfMemoryError: \[allocate\] cpu out of memory: requested \d+ bytes with \d+ allocated and a limit of 8000000/,

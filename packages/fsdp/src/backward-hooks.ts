@@ -90,8 +90,18 @@ export class BackwardHooks {
     return undefined;
   }
 
-  /** A post-accumulate hook: a parameter's gradient is complete. */
-  private onGradReady(param: Tensor): void {
+  /**
+   * A post-accumulate hook: a parameter's gradient is complete. While a reduction or a gather is
+   * in flight, the hook gives it a turn of the thread's event loop before backward goes on (the
+   * only time it moves during backward where the rank's communication runs on its own thread).
+   */
+  private async onGradReady(param: Tensor): Promise<void> {
+    this.reduceIfComplete(param);
+    const shared = this.shared();
+    if (shared.inFlight()) await this.unit.paramGroup.group.progress();
+  }
+
+  private reduceIfComplete(param: Tensor): void {
     const unit = this.unit;
     const flat = unit.paramGroup.gradReady(param, 'post-backward', unit.rank, unit.trainingState);
     if (flat === null) return;

@@ -78,7 +78,11 @@ async function fsdpMemory(world: number, limit?: number): Promise<RankMemory[]> 
  *   (kept for the whole backward), and of the blocks: the one computing (full parameters and flat
  *   gradient), the one prefetched (full parameters), and the one whose reduce-scatter overlaps the
  *   next block's backward (its flat gradient, and the pre-divided copy when the pre-divide factor is
- *   not 1).
+ *   not 1). The post-accumulate hooks' progress turns ([Note: progress turns] in the collectives)
+ *   complete that reduce-scatter during the next block's backward when its peers are there, so the
+ *   peak drops by that block where they are (the ranks of this test, in one thread: 5.77 / 5.64
+ *   MB at 2 ranks and 3.74 / 3.61 at 4 without the turns, 5.25 and 3.21 with them); the bounds
+ *   take the peak between the two.
  * - activations of the rank's rows: a single-process step's peak above its model states, less
  *   the full gradients it holds.
  * On one rank the reduce-scatter completes at once, so no block's reduction overlaps the next and
@@ -97,6 +101,9 @@ describe('memory per rank (allocator accounting)', () => {
       const block = sizeClass(4 * blockFlats[0]![1]);
       const scaled = defaultPredivideFactor(world) === 1 ? 0 : 1;
       const inFlight = 2 * sizeClass(4 * rootFlat![1]) + block * (1 + 1 + 2 + scaled);
+      // Without the block whose reduce-scatter completed at a progress turn (its flat gradient and
+      // its pre-divided copy).
+      const turned = inFlight - block * (1 + scaled);
       const net = new Net(CONFIG, createCpuBackend());
       const P = net.parameters().reduce((n, p) => n + p.size, 0);
       // ZeRO-3's 16P/N bytes, up to the allocator's rounding and the padding of the last shard.
@@ -107,7 +114,7 @@ describe('memory per rank (allocator accounting)', () => {
       const expected = states + inFlight + activations;
       for (const r of ranks) {
         expect(r.peak).toBeLessThanOrEqual(1.1 * expected);
-        if (world > 1) expect(r.peak).toBeGreaterThanOrEqual(0.9 * expected);
+        if (world > 1) expect(r.peak).toBeGreaterThanOrEqual(0.9 * (states + turned + activations));
       }
     });
   }

@@ -64,6 +64,11 @@ export class FsdpParamGroup {
     return this.gathers === null && this.flatParams.every((f) => f.shardedState === 'sharded');
   }
 
+  /** Whether a gather was issued and has not completed. */
+  get isGathering(): boolean {
+    return this.gathers !== null;
+  }
+
   /** Whether a gather was issued or the full parameters are in place. */
   get isUnshardedOrGathering(): boolean {
     return this.gathers !== null || this.flatParams.some((f) => f.shardedState === 'unsharded');

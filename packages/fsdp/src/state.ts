@@ -47,6 +47,8 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
   finalCallbackQueued = false;
   /** Reductions issued during this backward, awaited by the end-of-backward callback. */
   private readonly pending: Promise<void>[] = [];
+  /** Reductions issued in this backward and not settled. */
+  private reducing = 0;
   /** The units whose pre-backward hook ran in this backward. */
   readonly preBackwardRan = new Set<U>();
   /** Output tensors some unit hooked ([Note: outputs of nested units]). */
@@ -171,8 +173,20 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
 
   /** A reduction issued in this backward, awaited at its end (its failure surfaces there). */
   addReduction(done: Promise<void>): void {
-    done.catch(() => {});
+    this.reducing++;
+    const settled = () => {
+      this.reducing--;
+    };
+    done.then(settled, settled);
     this.pending.push(done);
+  }
+
+  /**
+   * Whether a reduction or a gather is in flight: a post-accumulate hook then gives it a turn of
+   * the thread ([Note: progress turns] in the collectives).
+   */
+  inFlight(): boolean {
+    return this.reducing > 0 || this.units.some((u) => u.paramGroup.isGathering);
   }
 
   /** Non-root units whose full parameters are gathered or being gathered. */

@@ -1,53 +1,6 @@
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { KernelRankReport } from './test-support/kernel-rank.js';
-
-const here = dirname(fileURLToPath(import.meta.url));
-const collectives = dirname(
-  createRequire(import.meta.url).resolve('@webshard/collectives/package.json'),
-);
-const cli = join(collectives, 'src', 'cli', 'webshard-run.ts');
-
-/** Two processes over tcp (webshard-run), each running kernel-rank.ts with `args`. */
-async function runRanks(args: string[]): Promise<{ reports: KernelRankReport[]; output: string }> {
-  const child = spawn(
-    process.execPath,
-    [
-      '--conditions=@webshard/source',
-      '--import',
-      'tsx',
-      cli,
-      '--nproc-per-node',
-      '2',
-      '--ranks-as',
-      'processes',
-      join(here, 'test-support', 'kernel-rank.ts'),
-      ...args,
-    ],
-    {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, NODE_OPTIONS: '--conditions=@webshard/source' },
-    },
-  );
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  expect(code, output).toBe(0);
-  const reports = output
-    .split('\n')
-    .filter((line) => line.includes('REPORT '))
-    .map((line) => JSON.parse(line.slice(line.indexOf('REPORT ') + 7)) as KernelRankReport)
-    .sort((a, b) => a.rank - b.rank);
-  return { reports, output };
-}
+import { runKernelRanks } from './test-support/kernel-ranks.js';
 
 // FSDP's prefetched all-gather (issued in a unit's forward for the next unit) and its
 // reduce-scatter (issued in backward when a unit's gradients are complete) are left in flight
@@ -55,7 +8,7 @@ async function runRanks(args: string[]): Promise<{ reports: KernelRankReport[]; 
 // while the rank's thread runs a kernel that never yields.
 describe("FSDP over a group with progress: 'worker'", () => {
   it("the next unit's prefetched gather and a unit's reduce-scatter in backward complete while a 1.2 s kernel runs", async () => {
-    const { reports, output } = await runRanks(['worker', '1200']);
+    const { reports, output } = await runKernelRanks(['worker', '1200']);
     expect(reports.map((r) => r.rank)).toEqual([0, 1]);
     for (const report of reports) {
       const text = JSON.stringify(report);

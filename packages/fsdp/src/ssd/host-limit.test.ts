@@ -3,8 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalGroups } from '@webshard/collectives';
 import { AdamW, createCpuBackend, OutOfMemoryError } from '@webshard/tensor-core';
+import { sizeClass } from '@webshard/tensor-core/backend';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { FsdpOptions } from '../api.js';
+import { defaultPredivideFactor, type FsdpOptions } from '../api.js';
 import { makeBatches, Net, type NetConfig, slice } from '../test-support/models.js';
 import { wrapNet } from '../test-support/parity.js';
 import { NodeFileStore } from './node-file-store.js';
@@ -89,14 +90,20 @@ describe('ssdOffload under an emulated host memory limit', () => {
       ssdOffload: { store: grads, offloadGradients: true },
     });
     // Gradients in the store too: the step holds one unit's gradient, not all of them (0.36 MB ->
-    // 0.13 MB); the overall peak is backward's, where every reduced gradient shard is still in memory
-    // until its end (0.53 MB either way). Plain offload's backward peak moves by a 2 KiB block
-    // with when the store's reads complete (532224 or 534272 bytes in runs of one tree, against
-    // 534272 with the gradients stored), so "not above it" allows two such blocks.
+    // 0.13 MB); the overall peak is backward's, where every reduced gradient shard is still in
+    // memory until its end (0.47 MB either way, alone). Backward's peak moves with when the
+    // reductions complete: a block's reduce-scatter that completed at a progress turn of the next
+    // block's backward ([Note: progress turns] in the collectives) no longer holds the block's flat
+    // gradient and its pre-divided copy (469248 against 534272 bytes, in a loaded run's two
+    // modes), and the store's reads and writes move when that turn comes. So "offloadGradients
+    // does not raise backward's peak" allows that one block.
+    const block = new Net(CONFIG, createCpuBackend(), 0).blocks.at(0)!;
+    const blockNumel = block.parameters().reduce((n, p) => n + p.size, 0);
+    const reduction = sizeClass(4 * blockNumel) * (defaultPredivideFactor(2) === 1 ? 1 : 2);
     for (let r = 0; r < 2; r++) {
       expect(withGrads[r]!.losses).toEqual(reference[r]!.losses);
       expect(withGrads[r]!.stepPeak).toBeLessThan(offloaded[r]!.stepPeak / 2);
-      expect(withGrads[r]!.peak).toBeLessThanOrEqual(offloaded[r]!.peak + 4096);
+      expect(withGrads[r]!.peak).toBeLessThanOrEqual(offloaded[r]!.peak + reduction);
     }
   });
 });

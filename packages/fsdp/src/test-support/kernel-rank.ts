@@ -1,7 +1,8 @@
-// A rank of the progress test (worker-progress.test.ts), started by webshard-run: joins over tcp
-// with its communication on the thread or on a worker (argv[2]), trains two steps of two FSDP
-// units, the second step with a kernel of `busyMs` (argv[3]) that never yields in the first
-// unit's forward and another in its backward, and prints what it saw as one JSON line.
+// A rank of the progress tests (worker-progress.test.ts, progress-turns.test.ts), started by
+// webshard-run: joins over tcp with its communication on the thread or on a worker (argv[2]),
+// trains two steps of three FSDP units, the second step with `kernels` (argv[4], default 1)
+// kernels of `busyMs` (argv[3]) that never yield in the first unit's forward and as many in its
+// backward, a layer between each two, and prints what it saw as one JSON line.
 import { initProcessGroup, type Work, WorkerGroup } from '@webshard/collectives';
 import {
   createCpuBackend,
@@ -84,13 +85,21 @@ class Chain extends Module<[Tensor], Promise<Tensor>> {
 
 const progress = process.argv[2] === 'worker' ? 'worker' : 'thread';
 const busyMs = Number(process.argv[3] ?? '1200');
+const kernelCount = Number(process.argv[4] ?? '1');
 const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 30_000, progress });
 const backend = createCpuBackend();
 const width = 512;
 const generator = new RandomGenerator(7);
-const slow = new Slow();
+const slows = Array.from({ length: kernelCount }, () => new Slow());
 const first = new FullyShardedDataParallel(
-  new Sequential(new Linear(width, width, { backend, generator }), new ReLU(), slow),
+  new Sequential(
+    new Linear(width, width, { backend, generator }),
+    new ReLU(),
+    slows[0]!,
+    ...slows
+      .slice(1)
+      .flatMap((slow) => [new Linear(width, width, { backend, generator }), new ReLU(), slow]),
+  ),
   { group, bucketCapMb: 0 },
 );
 const middle = new FullyShardedDataParallel(new Linear(width, width, { backend, generator }), {
@@ -138,14 +147,15 @@ const y = tensor(
 for (const step of [0, 1]) {
   // The ranks drift apart: rank 1 starts each step later.
   if (group.rank === 1) await new Promise((resolve) => setTimeout(resolve, 200));
-  slow.busyMs = step === 1 ? busyMs : 0;
+  for (const slow of slows) slow.busyMs = step === 1 ? busyMs : 0;
   issued.length = 0;
   const loss = mseLoss(await model.call(x), y);
   await loss.backward();
   loss.free();
 }
 let since = 0;
-const kernels = slow.kernels.map((kernel) => {
+const ran = slows.flatMap((slow) => slow.kernels).sort((a, b) => a.start - b.start);
+const kernels = ran.map((kernel) => {
   const before = issued
     .filter((entry) => entry.issuedAt >= since && entry.issuedAt < kernel.start)
     .map(({ op, work, issuedAt, observedAt }) => {
