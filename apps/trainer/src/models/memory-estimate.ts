@@ -19,11 +19,12 @@ import { shardCount } from '../strategy/sharding.js';
  * for the whole step, two blocks at a time (the one computing and the one prefetched), and the
  * largest unit's unsharded gradient twice (the reduce-scatter's input is a pre-divided copy of
  * it: fairscale's predivide factor is 2 at 2 to 7 ranks); with `--sharding grad-op` every
- * unit's full parameters after forward. The estimate is one rank's. The emulated limit applies to
+ * unit's full parameters after forward; and the gradients waiting in its reduce-scatter bucket
+ * (`bucketedBytes`: with fairscale's 25 MiB buckets every gradient of a small model waits for the
+ * end of backward, which doubled the peak of memory-limit.test.ts's GPT, 7.3 to 13.8 MB, while the
+ * estimate without them stayed 7.6 MB). The estimate is one rank's. The emulated limit applies to
  * the caching allocator's size classes and to FSDP's registered memory ([Note: the limit covers
- * external memory] in tensor-core). The estimate is not a promise that the run fits: FSDP's
- * gradients waiting in a reduce-scatter bucket are not in it (memory-limit.test.ts: 7.6 MB
- * estimated, a 7.3 MB peak with 0.05 MiB buckets, 13.8 MB with fairscale's 25 MB ones).
+ * external memory] in tensor-core). The estimate is not a promise that the run fits.
  */
 export function estimateBytes(config: TrainConfig, vocabSize: number): number {
   const microBatch = config.batchSize / (config.worldSize * config.gradAccum);
@@ -41,9 +42,45 @@ export function estimateBytes(config: TrainConfig, vocabSize: number): number {
   const hostBatch = 8 * config.batchSize * t;
   const shards = config.strategy === 'fsdp' ? shardCount(config.sharding, config.worldSize) : 1;
   const block = 12 * c * c + 13 * c;
+  const root = params - nLayer * block;
   const gathered =
-    shards === 1 ? 0 : gatheredBytes(config, params, params - nLayer * block, block, elementBytes);
+    shards === 1
+      ? 0
+      : gatheredBytes(config, params, root, block, elementBytes) +
+        bucketedBytes(config, root, block, shards, elementBytes);
   return (params * (16 + masterExtra)) / shards + gathered + nLayer * perLayer + logits + hostBatch;
+}
+
+/**
+ * FSDP's gradients waiting in its reduce-scatter bucket ([Note: reduce-scatter buckets] in fsdp):
+ * a unit whose shard is smaller than the bucket (`--bucket-mb`, default fairscale's 25 MiB) is not
+ * reduced on its own but waits, its gradient and its pre-divided copy held, until the next would
+ * overflow the bucket or backward ends. The most that waits at once, the units taken in backward's
+ * order (the blocks, then the root's).
+ */
+function bucketedBytes(
+  config: TrainConfig,
+  root: number,
+  block: number,
+  shards: number,
+  elementBytes: number,
+): number {
+  const capacity = (config.bucketMb ?? 25) * 2 ** 20;
+  let fill = 0;
+  let waiting = 0;
+  let most = 0;
+  for (const unit of [...Array<number>(config.nLayer).fill(block), root]) {
+    const shardBytes = Math.ceil(unit / shards) * elementBytes;
+    if (shardBytes >= capacity) continue;
+    if (fill > 0 && fill + shardBytes > capacity) {
+      fill = 0;
+      waiting = 0;
+    }
+    fill += shardBytes;
+    waiting += 2 * unit * elementBytes;
+    most = Math.max(most, waiting);
+  }
+  return most;
 }
 
 /**
