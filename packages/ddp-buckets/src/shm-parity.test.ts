@@ -147,9 +147,11 @@ describe('shm failures', () => {
     const { error } = outcomes[0] as { error: { name: string; message: string } };
     expect(error.name).toBe('DdpGroupAbortedError');
     // Rank 0 sees the loss in its all-reduce, or (a loaded machine) finds the group aborted when
-    // its backward begins: then the launcher's own words say which worker exited.
+    // its backward begins: then the launcher's own words say which worker exited; or it issues the
+    // all-reduce after the abort, which the group refuses naming the rank that aborted it (as
+    // fsdp's shm-parity.test.ts accepts; seen in a fresh-clone CI run, 1 of 7).
     expect(error.message).toMatch(
-      /^\[backward\] rank 0: the process group was aborted: (\[allReduce\] rank 0 \(seq \d+\): )?rank 1's worker exited/,
+      /^\[backward\] rank 0: the process group was aborted: (\[allReduce\] rank 0 \(seq \d+\): )?(the group was aborted earlier by rank 1 \(peer-lost\): )?rank 1's worker exited/,
     );
   });
 });
