@@ -4,7 +4,8 @@
 // `--transports shm,shm-worker,tcp,tcp-worker`: shm with each rank's rings on its communication
 // worker (`shm-worker`), and over tcp between processes, with each rank's communication on its
 // thread (`tcp`) or on its worker (`tcp-worker`, `progress: 'worker'`).
-// `--no-ssd` and `--no-webgpu` leave the ssdOffload and WebGPU rows out. `--rounds N` (default 3,
+// `--no-ssd` and `--no-webgpu` leave the ssdOffload and WebGPU rows out. `--prefetch-ahead L` adds
+// FSDP with `limitAllGathers: L` (L units prefetched ahead) to every round, and its rows. `--rounds N` (default 3,
 // 1 with --gpt2) measures every variant N times, interleaved ([Note: bench rounds, interleaved]).
 import { loadavg } from 'node:os';
 import { type BenchRow, writeBenchResults } from '@webshard/bench';
@@ -52,6 +53,13 @@ const MODEL = GPT2 ? 'GPT-2 124M' : 'GPT 4x96';
  * so the spread is visible beside the medians.
  */
 const ROUNDS = Number(option('rounds', GPT2 ? '1' : '3')[0]);
+/**
+ * `--prefetch-ahead L`: a variant with `limitAllGathers: L` ([Note: prefetching several units
+ * ahead]).
+ */
+const AHEAD = process.argv.includes('--prefetch-ahead')
+  ? Number(option('prefetch-ahead', '2')[0])
+  : 0;
 
 async function measure(
   transport: Transport,
@@ -95,6 +103,7 @@ for (const [world, transport] of worlds.flatMap((w) =>
     off: StepResult;
     ddp: StepResult;
     ordinary: StepResult | null;
+    ahead: StepResult | null;
   }[] = [];
   for (let round = 0; round < ROUNDS; round++) {
     // The variants' order turns with the round, so none always runs first after a launch.
@@ -102,6 +111,7 @@ for (const [world, transport] of worlds.flatMap((w) =>
       () => measure(transport, world, 1),
       () => measure(transport, world, 0),
       () => measure(transport, world, 0, 'ddp'),
+      ...(AHEAD > 0 ? [() => measure(transport, world, AHEAD)] : []),
       ...(withOrdinary ? [() => measure(transport, world, 1, 'fsdp', false)] : []),
     ];
     const results: StepResult[] = new Array(variants.length);
@@ -109,18 +119,25 @@ for (const [world, transport] of worlds.flatMap((w) =>
       const k = (i + round) % variants.length;
       results[k] = await variants[k]!();
     }
-    const [on, off, ddp, ordinary] = results as [StepResult, StepResult, StepResult, StepResult?];
-    rounds.push({ on, off, ddp, ordinary: ordinary ?? null });
+    const [on, off, ddp] = results as [StepResult, StepResult, StepResult];
+    const ahead = AHEAD > 0 ? results[3]! : null;
+    const ordinary = withOrdinary ? results[AHEAD > 0 ? 4 : 3]! : null;
+    rounds.push({ on, off, ddp, ordinary, ahead });
+    const aheadText =
+      ahead === null
+        ? ''
+        : `; ${AHEAD} ahead ${ahead.stepMs.toFixed(0)} ms (${(ddp.stepMs / ahead.stepMs).toFixed(2)}x DDP's), gather wait ${ahead.exposedMs.toFixed(0)} ms`;
     console.log(
-      `${name}, round ${round + 1}/${ROUNDS}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms (FSDP at ${(ddp.stepMs / on.stepMs).toFixed(2)}x DDP's speed); gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)}); load average ${loadavg()[0]!.toFixed(1)}`,
+      `${name}, round ${round + 1}/${ROUNDS}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms (FSDP at ${(ddp.stepMs / on.stepMs).toFixed(2)}x DDP's speed); gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)})${aheadText}; load average ${loadavg()[0]!.toFixed(1)}`,
     );
   }
   const on = medianResult(rounds.map((r) => r.on));
   const off = medianResult(rounds.map((r) => r.off));
   const ddp = medianResult(rounds.map((r) => r.ddp));
   const ordinary = withOrdinary ? medianResult(rounds.map((r) => r.ordinary!)) : null;
+  const ahead = AHEAD > 0 ? medianResult(rounds.map((r) => r.ahead!)) : null;
   console.log(
-    `${name}, median of ${ROUNDS}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms; gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)})`,
+    `${name}, median of ${ROUNDS}: FSDP ${on.stepMs.toFixed(0)} ms (no prefetch ${off.stepMs.toFixed(0)}), DDP ${ddp.stepMs.toFixed(0)} ms; gather wait ${on.exposedMs.toFixed(0)} ms (no prefetch ${off.exposedMs.toFixed(0)})${ahead === null ? '' : `; ${AHEAD} ahead ${ahead.stepMs.toFixed(0)} ms, gather wait ${ahead.exposedMs.toFixed(0)} ms`}`,
   );
   rows.push({
     name,
@@ -131,6 +148,22 @@ for (const [world, transport] of worlds.flatMap((w) =>
     peerValue: ddp.stepMs,
   });
   rows.push({ name, metric: 'step (no prefetch)', value: off.stepMs, unit: 'ms' });
+  if (ahead !== null) {
+    rows.push({
+      name,
+      metric: `step (prefetch ${AHEAD} units ahead), vs DDP on the same model and ranks`,
+      value: ahead.stepMs,
+      unit: 'ms',
+      peer: 'DDP (@webshard/ddp-buckets)',
+      peerValue: ddp.stepMs,
+    });
+    rows.push({
+      name,
+      metric: `waiting for all-gathers, prefetch ${AHEAD} units ahead`,
+      value: ahead.exposedMs,
+      unit: 'ms',
+    });
+  }
   if (ordinary !== null) {
     rows.push({
       name,

@@ -108,7 +108,9 @@ export interface FsdpOptions {
   clearAutocastCache?: boolean;
   /**
    * The most units whose full parameters a prefetch may have gathered at once, besides the unit
-   * computing (PyTorch's `limit_all_gathers`). Default 1; 0 turns prefetching off.
+   * computing (PyTorch's `limit_all_gathers`): with a limit of L, a unit issues the gathers of the
+   * (up to L) units after it, as FSDP2's `set_modules_to_forward_prefetch` with several modules
+   * ([Note: prefetching several units ahead] in state.ts). Default 1; 0 turns prefetching off.
    */
   limitAllGathers?: number;
   /**

@@ -73,15 +73,8 @@ export class BackwardHooks {
     if (first) {
       // The next unit whose backward has not run yet: one that already reduced would be gathered
       // again for nothing and held to the end of backward.
-      const [next, following] = shared
-        .nextInBackward(unit)
-        .filter((u) => !shared.preBackwardRan.has(u));
-      await shared.prefetch(
-        next ?? null,
-        unit === shared.root,
-        unit.options.limitAllGathers,
-        following ?? null,
-      );
+      const ahead = shared.nextInBackward(unit).filter((u) => !shared.preBackwardRan.has(u));
+      await shared.prefetch(ahead, unit === shared.root, unit.options.limitAllGathers);
     }
     await unit.paramGroup.waitForUnshard();
     if (unit.ssdShards !== null) await unit.ssdShards.release();

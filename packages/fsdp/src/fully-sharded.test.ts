@@ -96,6 +96,69 @@ describe('prefetch', () => {
     expect(await gathersBeforeFirstBlock(0)).toBe(2);
   });
 
+  it('limitAllGathers: 2 prefetches two units ahead, 3 as many as there are', async () => {
+    // root, block 0, and blocks 1 and 2 prefetched by block 0 ([Note: prefetching several units
+    // ahead]); the net has three blocks, so a limit of 3 gathers no more.
+    expect(await gathersBeforeFirstBlock(2)).toBe(4);
+    expect(await gathersBeforeFirstBlock(3)).toBe(4);
+  });
+
+  /** The all-gathers a backward issues before its first reduce-scatter (every unit reduces alone). */
+  async function gathersBeforeFirstReduction(limitAllGathers: number): Promise<number> {
+    const [count] = await onLocalRanks(2, async (group, backend) => {
+      const net = new Net(SMALL, backend);
+      const [x, y] = batchFor(backend, group.rank);
+      const model = wrapNet(net, group, { limitAllGathers, bucketCapMb: 0 }, true);
+      const first = await model.call(x, y);
+      await first.backward();
+      const loss = await model.call(x, y);
+      const log: string[] = [];
+      recordOps(group, log);
+      await loss.backward();
+      return log.indexOf('reduceScatter');
+    });
+    return count!;
+  }
+
+  /** The most blocks with full parameters (or a gather in flight) at once in the second step. */
+  async function mostBlocksGathered(limitAllGathers: number): Promise<number> {
+    const [most] = await onLocalRanks(2, async (group, backend) => {
+      const net = new Net(SMALL, backend);
+      const [x, y] = batchFor(backend, group.rank);
+      const model = wrapNet(net, group, { limitAllGathers }, true);
+      const first = await model.call(x, y);
+      await first.backward();
+      const blocks = model.units().filter((u) => u !== model);
+      let most = 0;
+      const count = () => {
+        const n = blocks.filter((u) => u.paramGroup.isUnshardedOrGathering).length;
+        most = Math.max(most, n);
+      };
+      const allGather = group.allGather.bind(group);
+      group.allGather = (...args: Parameters<typeof allGather>) => {
+        const work = allGather(...args);
+        queueMicrotask(count);
+        return work;
+      };
+      const loss = await model.call(x, y);
+      await loss.backward();
+      return most;
+    });
+    return most!;
+  }
+
+  it('holds the computing block and at most limitAllGathers more', async () => {
+    expect(await mostBlocksGathered(1)).toBe(2);
+    expect(await mostBlocksGathered(2)).toBe(3);
+  });
+
+  it('backward prefetches as many units ahead as the limit allows', async () => {
+    // The last block gathered again, then the blocks before it (the root kept its parameters).
+    expect(await gathersBeforeFirstReduction(0)).toBe(1);
+    expect(await gathersBeforeFirstReduction(1)).toBe(2);
+    expect(await gathersBeforeFirstReduction(2)).toBe(3);
+  });
+
   it('gathers each resharded unit once per backward, however many forwards fed it', async () => {
     const [log] = await onLocalRanks(2, async (group, backend) => {
       const net = new Net(SMALL, backend);

@@ -225,13 +225,10 @@ export class FullyShardedDataParallel<
       if (this.ssdShards !== null) await this.ssdShards.load();
       this.paramGroup.unshard();
       if (shared.root.trainingState === 'FORWARD') {
-        const next = shared.nextInForward(this);
-        await shared.prefetch(
-          next,
-          this === shared.root,
-          this.options.limitAllGathers,
-          next === null ? null : shared.nextInForward(next),
-        );
+        // The limit's units ahead, and one more: the one after the nearest, whose shards a store
+        // reads ahead.
+        const ahead = shared.aheadInForward(this, Math.max(2, this.options.limitAllGathers));
+        await shared.prefetch(ahead, this === shared.root, this.options.limitAllGathers);
       }
       await this.paramGroup.waitForUnshard();
       if (this.ssdShards !== null) await this.ssdShards.release();

@@ -41,11 +41,16 @@ interface RankMemory {
   readonly flats: [number, number][];
 }
 
-async function fsdpMemory(world: number, limit?: number): Promise<RankMemory[]> {
+async function fsdpMemory(
+  world: number,
+  limit?: number,
+  limitAllGathers = 1,
+): Promise<RankMemory[]> {
   const rows = BATCH / world;
   return onLocalRanks(world, async (group) => {
     const backend: Backend = createCpuBackend({ memoryLimit: limit });
-    const model = wrapNet(new Net(CONFIG, backend), group, { bucketCapMb: 0 }, true);
+    const options = { bucketCapMb: 0, limitAllGathers };
+    const model = wrapNet(new Net(CONFIG, backend), group, options, true);
     const optimizer = new AdamW(model.parameters(), { lr: 0.01 });
     let peak = 0;
     for (const [step, batch] of makeBatches(backend, CONFIG, 3, BATCH).entries()) {
@@ -118,6 +123,17 @@ describe('memory per rank (allocator accounting)', () => {
       }
     });
   }
+
+  it('limitAllGathers: 3 raises the peak by at least one block’s full parameters, at most two', async () => {
+    // Three units ahead instead of one ([Note: prefetching several units ahead]): two more full
+    // blocks while a block computes (fully-sharded.test counts them); the step's peak, where the
+    // activations are too, grew by 1.13 blocks here.
+    const [one] = await fsdpMemory(2);
+    const [three] = await fsdpMemory(2, undefined, 3);
+    const block = sizeClass(4 * one!.flats[1]![1]);
+    expect(three!.peak - one!.peak).toBeGreaterThanOrEqual(block);
+    expect(three!.peak - one!.peak).toBeLessThanOrEqual(2 * block);
+  });
 
   it('a model that runs out of memory on one rank trains under FSDP on 4 ranks with the same limit', async () => {
     const limit = 6 * 2 ** 20;

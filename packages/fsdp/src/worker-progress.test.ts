@@ -42,4 +42,27 @@ describe("FSDP over a group with progress: 'worker'", () => {
       output,
     ).toBe(true);
   }, 60_000);
+
+  it('with limitAllGathers: 2, both later units’ gathers, prefetched by the first, complete while its 1.2 s kernel runs', async () => {
+    // Several gathers in flight at once ([Note: prefetching several units ahead]), the ranks
+    // apart by 200 ms.
+    const { reports, output } = await runKernelRanks(['worker', '1200', '1', '2']);
+    expect(reports.map((r) => r.rank)).toEqual([0, 1]);
+    for (const report of reports) {
+      const text = JSON.stringify(report);
+      const forward = report.kernels.find((k) => k.phase === 'forward')!;
+      // The first unit's gather (awaited), the middle unit's and the last unit's, prefetched.
+      const gathers = forward.before.filter((o) => o.op === 'allGather');
+      expect(gathers.length, text).toBe(3);
+      for (const op of gathers) {
+        expect(op.completedAt, text).toBeLessThan(forward.end);
+        expect(op.fromWorker).toBe(true);
+      }
+    }
+    // The same reduced gradient, bit for bit, as without prefetching (and without the kernels).
+    const plain = await runKernelRanks(['worker', '0', '1', '0']);
+    for (const rank of [0, 1]) {
+      expect(reports[rank]!.grad, output).toEqual(plain.reports[rank]!.grad);
+    }
+  }, 90_000);
 });

@@ -2,7 +2,8 @@
 // webshard-run: joins over tcp with its communication on the thread or on a worker (argv[2]),
 // trains two steps of three FSDP units, the second step with `kernels` (argv[4], default 1)
 // kernels of `busyMs` (argv[3]) that never yield in the first unit's forward and as many in its
-// backward, a layer between each two, and prints what it saw as one JSON line.
+// backward, a layer between each two, with `limitAllGathers` argv[5] (default 1), and prints what
+// it saw as one JSON line.
 import { initProcessGroup, type Work, WorkerGroup } from '@webshard/collectives';
 import {
   createCpuBackend,
@@ -86,6 +87,7 @@ class Chain extends Module<[Tensor], Promise<Tensor>> {
 const progress = process.argv[2] === 'worker' ? 'worker' : 'thread';
 const busyMs = Number(process.argv[3] ?? '1200');
 const kernelCount = Number(process.argv[4] ?? '1');
+const limitAllGathers = Number(process.argv[5] ?? '1');
 const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 30_000, progress });
 const backend = createCpuBackend();
 const width = 512;
@@ -100,15 +102,17 @@ const first = new FullyShardedDataParallel(
       .slice(1)
       .flatMap((slow) => [new Linear(width, width, { backend, generator }), new ReLU(), slow]),
   ),
-  { group, bucketCapMb: 0 },
+  { group, bucketCapMb: 0, limitAllGathers },
 );
 const middle = new FullyShardedDataParallel(new Linear(width, width, { backend, generator }), {
   group,
   bucketCapMb: 0,
+  limitAllGathers,
 });
 const last = new FullyShardedDataParallel(new Linear(width, width, { backend, generator }), {
   group,
   bucketCapMb: 0,
+  limitAllGathers,
 });
 // `bucketCapMb: 0`: each unit's reduce-scatter goes when its gradients are complete (not batched
 // with the next unit's). Three units: in backward the middle unit's reduce-scatter is issued
@@ -116,7 +120,7 @@ const last = new FullyShardedDataParallel(new Linear(width, width, { backend, ge
 // queues behind it.
 const model = new FullyShardedDataParallel(new Chain([first, middle, last]), {
   group,
-  limitAllGathers: 1,
+  limitAllGathers,
   bucketCapMb: 0,
 });
 const issued: { op: string; work: Work; issuedAt: number; observedAt: number }[] = [];
