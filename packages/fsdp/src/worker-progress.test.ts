@@ -65,4 +65,25 @@ describe("FSDP over a group with progress: 'worker'", () => {
       expect(reports[rank]!.grad, output).toEqual(plain.reports[rank]!.grad);
     }
   }, 90_000);
+
+  it('a peer that freezes with three gathers in flight: the other rank fails in the group’s 3 s timeout, blaming it', async () => {
+    // Rank 1 stops itself (SIGSTOP) as the second step starts; rank 0 has issued the first unit's
+    // gather and prefetched the two after it. The awaited gather times out naming the op and the
+    // stopped rank; the prefetched ones fail too, with nobody awaiting them, and must not take the
+    // process down before it reports (it exits with 3; the launcher stops rank 1 with SIGKILL).
+    const { reports, output } = await runKernelRanks(['worker', '0', '1', '2', 'freeze'], 3);
+    const report = reports.find((r) => r.rank === 0);
+    expect(report?.error, output).toMatchObject({
+      name: 'CollectiveTimeoutError',
+      op: 'allGather',
+      blamed: [1],
+      gathersIssued: 3,
+    });
+    expect(report!.error!.message).toMatch(
+      /^\[allGather\] rank 0 \(seq \d+\): .*rank 1 never completed allGather #\d+ \(no progress report within \d+ ms: stopped or hung\)/,
+    );
+    expect(report!.error!.afterMs).toBeGreaterThanOrEqual(3000);
+    expect(report!.error!.afterMs).toBeLessThan(10_000);
+    expect(output).not.toMatch(/Unhandled|unhandled/);
+  }, 60_000);
 });

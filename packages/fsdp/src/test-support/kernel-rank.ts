@@ -3,7 +3,9 @@
 // trains two steps of three FSDP units, the second step with `kernels` (argv[4], default 1)
 // kernels of `busyMs` (argv[3]) that never yield in the first unit's forward and as many in its
 // backward, a layer between each two, with `limitAllGathers` argv[5] (default 1), and prints what
-// it saw as one JSON line.
+// it saw as one JSON line. With argv[6] `freeze`, rank 1 stops itself (SIGSTOP, a closed laptop)
+// as the second step starts, the group's timeout is 3 s, and rank 0 reports the error its step
+// failed with (and exits with 3).
 import { initProcessGroup, type Work, WorkerGroup } from '@webshard/collectives';
 import {
   createCpuBackend,
@@ -34,6 +36,16 @@ export interface KernelRankReport {
   readonly kernels: { phase: string; start: number; end: number; before: IssuedOp[] }[];
   /** The first elements of the last layer's reduced gradient shard. */
   readonly grad: number[];
+  /** With `freeze`, rank 0's: what its second step failed with, and after how long. */
+  readonly error?: {
+    name: string;
+    message: string;
+    op?: string;
+    blamed?: number[];
+    afterMs: number;
+    /** The all-gathers the step had issued when it failed. */
+    gathersIssued: number;
+  };
 }
 
 const now = () => performance.timeOrigin + performance.now();
@@ -88,7 +100,9 @@ const progress = process.argv[2] === 'worker' ? 'worker' : 'thread';
 const busyMs = Number(process.argv[3] ?? '1200');
 const kernelCount = Number(process.argv[4] ?? '1');
 const limitAllGathers = Number(process.argv[5] ?? '1');
-const group = await initProcessGroup({ backend: 'tcp', timeoutMs: 30_000, progress });
+const freeze = process.argv[6] === 'freeze';
+const timeoutMs = freeze ? 3000 : 30_000;
+const group = await initProcessGroup({ backend: 'tcp', timeoutMs, progress });
 const backend = createCpuBackend();
 const width = 512;
 const generator = new RandomGenerator(7);
@@ -130,9 +144,13 @@ const record = (op: string, issue: () => Work): Work => {
   const issuedAt = now();
   const work = issue();
   const entry = { op, work, issuedAt, observedAt: 0 };
-  void work.promise.then(() => {
-    entry.observedAt = now();
-  });
+  // The op's own failure reaches whoever awaits it; this branch only notes the time.
+  work.promise.then(
+    () => {
+      entry.observedAt = now();
+    },
+    () => undefined,
+  );
   issued.push(entry);
   return work;
 };
@@ -151,11 +169,31 @@ const y = tensor(
 for (const step of [0, 1]) {
   // The ranks drift apart: rank 1 starts each step later.
   if (group.rank === 1) await new Promise((resolve) => setTimeout(resolve, 200));
+  if (freeze && step === 1 && group.rank === 1) process.kill(process.pid, 'SIGSTOP');
   for (const slow of slows) slow.busyMs = step === 1 ? busyMs : 0;
   issued.length = 0;
-  const loss = mseLoss(await model.call(x), y);
-  await loss.backward();
-  loss.free();
+  const started = now();
+  try {
+    const loss = mseLoss(await model.call(x), y);
+    await loss.backward();
+    loss.free();
+  } catch (caught) {
+    if (!freeze) throw caught;
+    const e = caught as Error & { op?: string; blamed?: number[] };
+    const error = {
+      name: e.name,
+      message: e.message,
+      op: e.op,
+      blamed: e.blamed,
+      afterMs: now() - started,
+      gathersIssued: issued.filter((entry) => entry.op === 'allGather').length,
+    };
+    const report: KernelRankReport = { rank: group.rank, kernels: [], grad: [], error };
+    process.stdout.write(`REPORT ${JSON.stringify(report)}\n`);
+    // Whatever the other gathers in flight do now must not take the process down first.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    process.exit(3);
+  }
 }
 let since = 0;
 const ran = slows.flatMap((slow) => slow.kernels).sort((a, b) => a.start - b.start);

@@ -12,9 +12,13 @@ const collectives = dirname(
 );
 const cli = join(collectives, 'src', 'cli', 'webshard-run.ts');
 
-/** Two processes over tcp (webshard-run), each running kernel-rank.ts with `args`. */
+/**
+ * Two processes over tcp (webshard-run), each running kernel-rank.ts with `args`; the launcher
+ * must exit with `code` (0: every rank did).
+ */
 export async function runKernelRanks(
   args: string[],
+  code = 0,
 ): Promise<{ reports: KernelRankReport[]; output: string }> {
   const child = spawn(
     process.execPath,
@@ -42,8 +46,8 @@ export async function runKernelRanks(
   child.stderr.on('data', (chunk: Buffer) => {
     output += chunk.toString();
   });
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  expect(code, output).toBe(0);
+  const exited = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  expect(exited, output).toBe(code);
   const reports = output
     .split('\n')
     .filter((line) => line.includes('REPORT '))
