@@ -1,5 +1,6 @@
 // The WGSL kernel launches the backend uses, one file per family: what each family's file holds is
-// in its name (elementwise, layout, row, index, optimizer; kernel-common has the shared helpers).
+// in its name (elementwise, layout, reduce, row, index, optimizer; kernel-common has the shared
+// helpers).
 export type { Dense } from './kernel-common.js';
 export { broadcastStrides, coalesce, shapeSize } from './kernel-common.js';
 export type { BroadcastOperand } from './elementwise-kernels.js';
@@ -12,7 +13,8 @@ export {
   whereLaunch,
 } from './elementwise-kernels.js';
 export type { Strided } from './layout-kernels.js';
-export { copyStridedLaunch, reduceLaunch } from './layout-kernels.js';
+export { copyStridedLaunch } from './layout-kernels.js';
+export { reduceLaunch, reduceParts, twoPassReduceLaunches } from './reduce-kernels.js';
 export { layerNormBackwardLaunches, layerNormLaunch, softmaxLaunch } from './row-kernels.js';
 export {
   checkFiniteLaunch,

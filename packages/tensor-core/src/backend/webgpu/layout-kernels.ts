@@ -1,4 +1,3 @@
-import type { ReductionOp } from '../backend.js';
 import { stridedExtent } from '../strided-layout.js';
 import {
   broadcastStrides,
@@ -27,7 +26,6 @@ import {
   rawLoader,
   storeAccess,
   storer,
-  valueType,
 } from './wgsl.js';
 
 export interface Strided extends Operand {
@@ -100,67 +98,3 @@ fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec
     usesError: false,
   };
 }
-
-// ---- reductions -------------------------------------------------------------------------------
-
-export function reduceLaunch(
-  op: ReductionOp,
-  x: Dense,
-  outer: number,
-  length: number,
-  inner: number,
-  out: Dense,
-): Launch {
-  const t = valueType(x.dtype);
-  const init =
-    op === 'sum' || op === 'mean'
-      ? `var acc = ${t === 'i32' ? '0' : '0.0'};`
-      : 'var acc = ld_x(base);';
-  const step =
-    op === 'sum' || op === 'mean'
-      ? 'acc += v;'
-      : op === 'max'
-        ? t === 'f32'
-          ? 'if (!is_nan(acc)) { acc = select(max(acc, v), v, is_nan(v)); }'
-          : 'acc = max(acc, v);'
-        : op === 'min'
-          ? t === 'f32'
-            ? 'if (!is_nan(acc)) { acc = select(min(acc, v), v, is_nan(v)); }'
-            : 'acc = min(acc, v);'
-          : 'if (v > acc) { acc = v; best = j; }';
-  const result =
-    op === 'mean'
-      ? `${valueType(out.dtype)}(f32(acc) / f32(len))`
-      : op === 'argmax'
-        ? 'i32(best)'
-        : `${valueType(out.dtype)}(acc)`;
-  const body = `fn outv(i: u32) -> ${valueType(out.dtype)} {
-  let inner = prm[4];
-  let len = prm[3];
-  let base = prm[2] + (i / inner) * len * inner + (i % inner);
-  ${init}
-  var best = 0u;
-  for (var j = 0u; j < len; j++) {
-    let v = ld_x(base + j * inner);
-    ${step}
-  }
-  return ${result};
-}`;
-  const program = elementwiseProgram({
-    name: `reduce_${op}`,
-    key: op,
-    inputs: [{ name: 'x', dtype: x.dtype }],
-    out: out.dtype,
-    body,
-  });
-  void outer;
-  return ewLaunch(
-    program,
-    [x.dtype, out.dtype],
-    [input(x, x.size)],
-    out,
-    header(out).u(x.offset).u(length).u(inner),
-  );
-}
-
-// ---- row kernels: one invocation per row ------------------------------------------------------
