@@ -43,6 +43,11 @@ export interface TrainConfig {
   sharding: Sharding;
   /** FSDP: one unit per transformer block (`block`), or the root only (`none`). */
   autoWrap: 'block' | 'none';
+  /**
+   * FSDP: units whose gathers a unit issues ahead of their use (`limitAllGathers`: [Note:
+   * prefetching several units ahead] in fsdp). Default 1; 0 turns prefetching off.
+   */
+  prefetch: number;
   /** DDP: bucket size; FSDP: the reduce-scatter bucket (MiB). Null: the package's default. */
   bucketMb: number | null;
   /**

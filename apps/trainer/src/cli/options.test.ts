@@ -74,12 +74,15 @@ describe('parseOptions', () => {
       reshardAfterForward: true,
       sharding: 'full',
       autoWrap: 'block',
+      prefetch: 1,
       bucketMb: null,
       moveParamsToCpu: false,
     });
     expect(
       parse('--strategy', 'ddp', '--world-size', '2', '--transport', 'tcp', '--bucket-mb', '0.5'),
     ).toMatchObject({ strategy: 'ddp', worldSize: 2, transport: 'tcp', bucketMb: 0.5 });
+    expect(parse('--strategy', 'fsdp', '--world-size', '2', '--prefetch', '0').prefetch).toBe(0);
+    expect(parse('--strategy', 'fsdp', '--world-size', '2', '--prefetch', '3').prefetch).toBe(3);
     expect(
       parse('--strategy', 'offload', '--num-slices', '4', '--checkpoint-activation'),
     ).toMatchObject({ numSlices: 4, numMicrobatches: 1, checkpointActivation: true });
@@ -106,6 +109,11 @@ describe('parseOptions', () => {
         ['--move-params-to-cpu'],
         '--move-params-to-cpu applies to --strategy fsdp, not single',
         '--move-params-to-cpu',
+      ],
+      [
+        ['--strategy', 'ddp', '--world-size', '2', '--prefetch', '2'],
+        '--prefetch applies to --strategy fsdp, not ddp',
+        '--prefetch',
       ],
       [
         ['--bucket-mb', '1'],
@@ -136,6 +144,16 @@ describe('parseOptions', () => {
         ['--strategy', 'ddp', '--world-size', '65'],
         '--world-size 65 is out of range [1, 64]',
         '--world-size',
+      ],
+      [
+        ['--strategy', 'fsdp', '--world-size', '2', '--prefetch', '65'],
+        '--prefetch 65 is out of range [0, 64]',
+        '--prefetch',
+      ],
+      [
+        ['--strategy', 'fsdp', '--world-size', '2', '--prefetch', '1.5'],
+        '--prefetch 1.5 is not an integer',
+        '--prefetch',
       ],
       [
         ['--strategy', 'offload', '--world-size', '2'],

@@ -28,6 +28,7 @@ const OPTIONS = {
   'bucket-mb': { type: 'string' },
   'ddp-allreduce': { type: 'string' },
   'reshard-after-forward': { type: 'string' },
+  prefetch: { type: 'string' },
   sharding: { type: 'string' },
   'auto-wrap': { type: 'string' },
   'move-params-to-cpu': { type: 'boolean' },
@@ -240,6 +241,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     browserHost: v['browser-host'] ?? '127.0.0.1',
     ...parseSharding(v.sharding, v['reshard-after-forward']),
     autoWrap: choice('auto-wrap', v['auto-wrap'], ['block', 'none'] as const, 'block'),
+    prefetch: int('prefetch', 1, 0, 64),
     ddpAllreduce: choice(
       'ddp-allreduce',
       v['ddp-allreduce'],

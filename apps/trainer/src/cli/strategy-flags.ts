@@ -12,6 +12,7 @@ const FSDP_FLAGS = [
   'sharding',
   'auto-wrap',
   'move-params-to-cpu',
+  'prefetch',
 ] as const;
 const OFFLOAD_FLAGS = ['num-slices', 'num-microbatches', 'checkpoint-activation'] as const;
 const DILOCO_FLAGS = [

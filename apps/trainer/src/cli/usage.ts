@@ -82,6 +82,9 @@ Execution
                                inside a node, replicate across nodes: for several machines, with
                                webshard-run --nnodes) or NO_SHARD (replicated, as ddp)
   --auto-wrap <block|none>     fsdp: one unit per transformer block (default) or the root only
+  --prefetch <n>               fsdp: gather up to n units ahead of the one computing (default 1,
+                               0: none): a rank may run n units ahead before a gather waits, for
+                               n - 1 more units' full parameters
   --move-params-to-cpu         fsdp: shards and optimizer on the CPU, compute on --backend
   --num-slices <n>             offload: slices the model streams in (default 3)
   --num-microbatches <n>       offload: batch chunks per slice visit (default 1)

@@ -31,6 +31,12 @@ describe("the memory estimate counts FSDP's reduce-scatter bucket", () => {
     expect(estimateBytes(fsdp2('--bucket-mb', '100'), 50304) - none).toBe(most);
   });
 
+  it('--prefetch 3 holds two more blocks in full than the default; 0 one fewer', () => {
+    const base = estimateBytes(fsdp2(), 50304);
+    expect(estimateBytes(fsdp2('--prefetch', '3'), 50304) - base).toBe(2 * BLOCK * 4);
+    expect(estimateBytes(fsdp2('--prefetch', '0'), 50304) - base).toBe(-BLOCK * 4);
+  });
+
   it('DDP and one process hold no FSDP bucket', () => {
     const ddp = parseOptions(
       [...GPT2, '--strategy', 'ddp', '--world-size', '2', '--transport', 'shm'],

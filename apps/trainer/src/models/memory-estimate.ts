@@ -16,7 +16,8 @@ import { shardCount } from '../strategy/sharding.js';
  * token of the global batch. FSDP shards the 16 bytes (and the masters) over its ranks (a node's
  * with `--sharding hybrid`, none with `none`), so its floor is 16P/N; the units it holds in full
  * come on top (`gatheredBytes`): the root's (the tied embedding and the rest outside the blocks)
- * for the whole step, two blocks at a time (the one computing and the one prefetched), and the
+ * for the whole step, 1 + `--prefetch` blocks at a time (the one computing and those prefetched:
+ * two by default), and the
  * largest unit's unsharded gradient twice (the reduce-scatter's input is a pre-divided copy of
  * it: fairscale's predivide factor is 2 at 2 to 7 ranks); with `--sharding grad-op` every
  * unit's full parameters after forward; and the gradients waiting in its reduce-scatter bucket
@@ -94,7 +95,7 @@ function gatheredBytes(
   block: number,
   elementBytes: number,
 ): number {
-  const full = config.sharding === 'grad-op' ? params : root + 2 * block;
+  const full = config.sharding === 'grad-op' ? params : root + (1 + config.prefetch) * block;
   return (full + 2 * Math.max(root, block)) * elementBytes;
 }
 

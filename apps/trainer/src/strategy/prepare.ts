@@ -136,6 +136,7 @@ function prepareFsdp(
     ...shardingOptions(config.sharding, config.reshardAfterForward, group.size),
     ...precision,
     ...(config.bucketMb === null ? {} : { bucketCapMb: config.bucketMb }),
+    limitAllGathers: config.prefetch,
     ...(config.moveParamsToCpu ? { moveParamsToCpu: true, computeBackend } : {}),
   };
   const policy = moduleClassAutoWrapPolicy(config.autoWrap === 'block' ? [GPTBlock] : []);
