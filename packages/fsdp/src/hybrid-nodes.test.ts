@@ -1,17 +1,12 @@
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
-import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { FsdpOptions } from './api.js';
 import { trainSingle } from './test-support/parity.js';
+import { rankLines, webshardRun } from './test-support/webshard-run.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const collectives = dirname(
-  createRequire(import.meta.url).resolve('@webshard/collectives/package.json'),
-);
-const cli = join(collectives, 'src', 'cli', 'webshard-run.ts');
 // 12 rows divide among 4 and 6 ranks.
 const RUN = { steps: 3, batch: 12, nested: true };
 
@@ -43,44 +38,19 @@ async function runNodes(
   const port = await freePort();
   const outputs = await Promise.all(
     Array.from({ length: nodes }, async (_, node) => {
-      const child = spawn(
-        process.execPath,
-        [
-          '--conditions=@webshard/source',
-          '--import',
-          'tsx',
-          cli,
-          ...['--nproc-per-node', String(perNode), '--nnodes', String(nodes)],
-          ...['--node-rank', String(node), '--master-addr', '127.0.0.1'],
-          ...['--master-port', String(port), '--token', 'hybrid-test'],
-          join(here, 'test-support', 'hybrid-rank.ts'),
-          transport,
-          JSON.stringify({ run: RUN, options }),
-        ],
-        {
-          stdio: ['ignore', 'pipe', 'pipe'],
-          env: { ...process.env, NODE_OPTIONS: '--conditions=@webshard/source' },
-        },
-      );
-      let out = '';
-      let errors = '';
-      child.stdout.on('data', (chunk: Buffer) => {
-        out += chunk.toString();
-      });
-      child.stderr.on('data', (chunk: Buffer) => {
-        errors += chunk.toString();
-      });
-      const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-      expect(code, `node ${node}: ${errors}`).toBe(0);
-      return out;
+      const run = await webshardRun([
+        ...['--nproc-per-node', String(perNode), '--nnodes', String(nodes)],
+        ...['--node-rank', String(node), '--master-addr', '127.0.0.1'],
+        ...['--master-port', String(port), '--token', 'hybrid-test'],
+        join(here, 'test-support', 'hybrid-rank.ts'),
+        transport,
+        JSON.stringify({ run: RUN, options }),
+      ]);
+      expect(run.code, `node ${node}: ${run.output}`).toBe(0);
+      return run.stdout;
     }),
   );
-  return outputs
-    .join('\n')
-    .split('\n')
-    .filter((line) => line.includes('RESULT '))
-    .map((line) => JSON.parse(line.slice(line.indexOf('RESULT ') + 7)) as RankOutput)
-    .sort((a, b) => a.rank - b.rank);
+  return rankLines<RankOutput>(outputs.join('\n'), 'RESULT');
 }
 
 function expectClose(actual: ArrayLike<number>, expected: ArrayLike<number>, rtol: number): void {

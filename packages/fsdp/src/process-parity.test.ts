@@ -1,15 +1,10 @@
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { trainSingle } from './test-support/parity.js';
+import { rankLines, webshardRun } from './test-support/webshard-run.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const collectives = dirname(
-  createRequire(import.meta.url).resolve('@webshard/collectives/package.json'),
-);
-const cli = join(collectives, 'src', 'cli', 'webshard-run.ts');
 const RUN = { steps: 3, batch: 8, nested: true };
 
 interface RankOutput {
@@ -24,42 +19,18 @@ async function runRanks(
   world: number,
   group: { smallMessageBytes?: number } = {},
 ): Promise<RankOutput[]> {
-  const child = spawn(
-    process.execPath,
-    [
-      '--conditions=@webshard/source',
-      '--import',
-      'tsx',
-      cli,
-      '--nproc-per-node',
-      String(world),
-      // On one node webshard-run starts threads over shm by default: processes use the transport.
-      '--ranks-as',
-      'processes',
-      join(here, 'test-support', 'net-rank.ts'),
-      transport,
-      JSON.stringify({ ...RUN, group }),
-    ],
-    {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, NODE_OPTIONS: '--conditions=@webshard/source' },
-    },
-  );
-  let out = '';
-  let errors = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    out += chunk.toString();
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    errors += chunk.toString();
-  });
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  expect(code, errors).toBe(0);
-  return out
-    .split('\n')
-    .filter((line) => line.includes('RESULT '))
-    .map((line) => JSON.parse(line.slice(line.indexOf('RESULT ') + 7)) as RankOutput)
-    .sort((a, b) => a.rank - b.rank);
+  const run = await webshardRun([
+    '--nproc-per-node',
+    String(world),
+    // On one node webshard-run starts threads over shm by default: processes use the transport.
+    '--ranks-as',
+    'processes',
+    join(here, 'test-support', 'net-rank.ts'),
+    transport,
+    JSON.stringify({ ...RUN, group }),
+  ]);
+  expect(run.code, run.output).toBe(0);
+  return rankLines<RankOutput>(run.stdout, 'RESULT');
 }
 
 describe('FSDP over processes (webshard-run)', () => {
