@@ -168,9 +168,11 @@ export class FsdpSharedState<U extends SharedUnit = SharedUnit> {
    * with a limit of 3). The limit is the asking unit's own, so a model whose units are wrapped
    * separately passes it to each. Before 2026-11-28 a unit prefetched only the next one, and a
    * limit above 1 mattered only while an earlier prefetch was still in flight. Measured on the
-   * bench's GPT 4x96 (`--prefetch-ahead 3`, 2 cores, load 1.9-2.9): at 2 ranks the gather wait
-   * fell from 10 to 8 ms over shm and from 9 to 3 ms over tcp, the step from 55 to 51 and 54 to
-   * 50 ms; at 4 ranks (two to a core) nothing changed, the ranks' turns on the cores being the wait.
+   * bench's GPT 4x96 (`--prefetch-ahead 3`, 2 cores, three launches at 2 ranks): over tcp the
+   * gather wait was 3-5 ms against 6-9 with one unit ahead, over shm 5-10 against 10-11; the
+   * step 0.93-1.06 of one unit ahead's, within the launches' spread. At GPT-2 size (one launch,
+   * 2 ranks over shm) the gather wait 38 ms against 82, the step 18.1 s against 19.3. At 4 ranks
+   * (two to a core) nothing changed, the ranks' turns on the cores being the wait.
    */
   async prefetch(ahead: readonly U[], fromRoot: boolean, limitAllGathers: number): Promise<void> {
     let busy = this.gatheredCount() - (fromRoot ? 0 : 1);
