@@ -14,7 +14,7 @@ export {
 } from './elementwise-kernels.js';
 export type { Strided } from './layout-kernels.js';
 export { copyStridedLaunch } from './layout-kernels.js';
-export { reduceLaunch, reduceParts, twoPassReduceLaunches } from './reduce-kernels.js';
+export { runReduce } from './reduce-kernels.js';
 export { layerNormBackwardLaunches, layerNormLaunch, softmaxLaunch } from './row-kernels.js';
 export {
   checkFiniteLaunch,

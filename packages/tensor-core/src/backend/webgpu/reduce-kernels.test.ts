@@ -5,6 +5,9 @@ import type { Backend, KernelTensor, ReductionOp } from '../backend.js';
 import { createWebGpuBackend, type WebGpuBackend } from './webgpu-backend.js';
 
 // [Note: reductions in two passes]: one long output in two passes, everything else as before.
+// Skipped where WebGPU cannot run (no `webgpu` package or no adapter: lavapipe or SwiftShader);
+// `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run sets) that is an
+// error instead of a skip, so CI always runs these.
 const enabled = webGpuTestsEnabled();
 let gpu: WebGpuBackend;
 

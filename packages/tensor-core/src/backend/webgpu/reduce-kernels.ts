@@ -1,5 +1,5 @@
-import type { ReductionOp } from '../backend.js';
-import { type Dense, ewLaunch, header } from './kernel-common.js';
+import type { RawStorage, ReductionOp } from '../backend.js';
+import { type Dense, ewLaunch, header, shapeSize } from './kernel-common.js';
 import { elementwiseProgram, input, type Launch } from './program.js';
 import { valueType } from './wgsl.js';
 
@@ -33,9 +33,49 @@ const TWO_PASS_MIN = 1 << 18;
 const PER_PART = 1024;
 
 /** The partials per output of a two-pass reduction; 1 where one pass is the better. */
-export function reduceParts(op: ReductionOp, outputs: number, length: number): number {
+function reduceParts(op: ReductionOp, outputs: number, length: number): number {
   if ((op !== 'sum' && op !== 'mean') || outputs !== 1 || length < TWO_PASS_MIN) return 1;
   return Math.min(4096, Math.ceil(length / PER_PART));
+}
+
+/** What running a reduction needs of the backend (the partials' temporary, and `run`). */
+export interface ReduceContext {
+  allocate(bytes: number): RawStorage;
+  release(storage: RawStorage): void;
+  run(launch: Launch): void;
+}
+
+/**
+ * `out` = `x` (of `shape`) reduced over `axis`: one pass, or two through a temporary of the
+ * compute type ([Note: reductions in two passes]).
+ */
+export function runReduce(
+  ctx: ReduceContext,
+  op: ReductionOp,
+  x: Dense,
+  shape: readonly number[],
+  axis: number,
+  out: Dense,
+): void {
+  const outer = shapeSize(shape.slice(0, axis));
+  const inner = shapeSize(shape.slice(axis + 1));
+  const length = shape[axis] ?? 1;
+  const parts = reduceParts(op, outer * inner, length);
+  if (parts === 1 || (op !== 'sum' && op !== 'mean')) {
+    ctx.run(reduceLaunch(op, x, outer, length, inner, out));
+    return;
+  }
+  const dtype = x.dtype === 'i32' ? 'i32' : 'f32';
+  const size = outer * inner * parts;
+  const storage = ctx.allocate(size * 4);
+  try {
+    const partial = { storage, offset: 0, dtype, size } as const;
+    for (const launch of twoPassReduceLaunches(op, x, length, inner, out, partial, parts)) {
+      ctx.run(launch);
+    }
+  } finally {
+    ctx.release(storage);
+  }
 }
 
 /** One invocation an output, folding its elements in order. */
@@ -103,7 +143,7 @@ export function reduceLaunch(
  * The two passes of [Note: reductions in two passes]: `partial` holds `parts` values of the
  * compute type per output.
  */
-export function twoPassReduceLaunches(
+function twoPassReduceLaunches(
   op: 'sum' | 'mean',
   x: Dense,
   length: number,

@@ -30,13 +30,11 @@ import {
   gatherLaunch,
   layerNormBackwardLaunches,
   layerNormLaunch,
-  reduceLaunch,
-  reduceParts,
+  runReduce,
   scatterAddLaunch,
   sgdLaunch,
   shapeSize,
   softmaxLaunch,
-  twoPassReduceLaunches,
   unaryLaunch,
   whereLaunch,
 } from './kernels.js';
@@ -234,34 +232,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   }
 
   reduce(op: ReductionOp, x: KernelTensor, axis: number, out: KernelTensor): void {
-    const outer = shapeSize(x.shape.slice(0, axis));
-    const inner = shapeSize(x.shape.slice(axis + 1));
-    const length = x.shape[axis] ?? 1;
-    const parts = reduceParts(op, outer * inner, length);
-    if (parts === 1 || (op !== 'sum' && op !== 'mean')) {
-      this.run(reduceLaunch(op, dense(x), outer, length, inner, dense(out)));
-      return;
-    }
-    // [Note: reductions in two passes]: the partials in a temporary of the compute type.
-    const dtype = x.dtype === 'i32' ? 'i32' : 'f32';
-    const size = outer * inner * parts;
-    const storage = this.allocate(size * 4);
-    try {
-      const partial = { storage, offset: 0, dtype, size } as const;
-      for (const launch of twoPassReduceLaunches(
-        op,
-        dense(x),
-        length,
-        inner,
-        dense(out),
-        partial,
-        parts,
-      )) {
-        this.run(launch);
-      }
-    } finally {
-      this.release(storage);
-    }
+    runReduce(this.ctx, op, dense(x), x.shape, axis, dense(out));
   }
 
   softmax(x: KernelTensor, out: KernelTensor, log: boolean): void {
