@@ -4,6 +4,7 @@ import type { StridedOperand } from '../backend.js';
 import { type CpuStorage, rawViewAt } from './cpu-storage.js';
 import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
 import { align16, roundUp } from './matmul-layout.js';
+import { batchCall, batchLayout } from './matmul-wasm-batch.js';
 import type { WasmMatmul } from './matmul-wasm.js';
 
 /**
@@ -15,9 +16,11 @@ import type { WasmMatmul } from './matmul-wasm.js';
  * gemm and so every bit of C are those of `matmul` on contiguous copies of the operands
  * ([Note: the WASM SIMD matmul]). A batch element whose operand sits where the previous one's
  * did (a stride of 0) is not packed again. C comes back one batch element at a time, through
- * out's strides, added to out when accumulating. Other dtypes, operands past the module's memory
- * budget and negative strides take the TypeScript loop below, which sums in f64 in k order as the
- * TypeScript `matmul` does.
+ * out's strides, added to out when accumulating, in batch order. Batches of small products
+ * (attention's heads) split between the matmul's threads by product, every product's C kept in
+ * the module's memory until all are done ([Note: a batch of small products on the threads]).
+ * Other dtypes, operands past the module's memory budget and negative strides take the
+ * TypeScript loop below, which sums in f64 in k order as the TypeScript `matmul` does.
  */
 export function matmulStridedKernel(
   a: StridedOperand,
@@ -186,7 +189,16 @@ function runWasm(
   const aPack = align16(rawEnd * 4);
   const bPack = aPack + roundUp(m, matmulTile.rows) * k * 4;
   const c = bPack + roundUp(n, matmulTile.columns) * k * 4;
-  const heap = wasm.reserve(c + m * n * 4);
+  // Small products split between the threads by product ([Note: a batch of small products on
+  // the threads]), where the memory's budget holds each thread's panels and every product's C.
+  const count = batch.reduce((p, d) => p * d, 1);
+  const threads = wasm.batchThreads(count, m * k * n);
+  let layout = threads > 1 ? batchLayout(aPack, count, m, k, n, threads) : null;
+  let heap = layout === null ? null : wasm.reserve(layout.end);
+  if (heap === null) {
+    layout = null;
+    heap = wasm.reserve(c + m * n * 4);
+  }
   if (heap === null) return false;
   const storageValues = (t: StridedOperand) => {
     const buffer = (t.storage as CpuStorage).buffer;
@@ -203,6 +215,23 @@ function runWasm(
   const [aRow, aCol] = [stagedA.strides[r]!, stagedA.strides[r + 1]!];
   const [bRow, bCol] = [stagedB.strides[r]!, stagedB.strides[r + 1]!];
   const [oRow, oCol] = [out.strides[r]!, out.strides[r + 1]!];
+  const place = (from: number, outAt: number) => {
+    if (!accumulate && oCol === 1 && oRow === n) o.set(heap.subarray(from, from + m * n), outAt);
+    else if (oCol === 1 && n % 4 === 0) copyRows4(heap, from, o, outAt, m, n, oRow, accumulate);
+    else copyRows(heap, from, o, outAt, m, n, oRow, oCol, accumulate);
+  };
+  if (layout !== null) {
+    const table = new Int32Array(heap.buffer, layout.table, 2 * count);
+    const outAts: number[] = [];
+    forEachBatch(batch, stagedA, stagedB, out, (aFrom, bFrom, outAt) => {
+      table[2 * outAts.length] = aFrom * 4;
+      table[2 * outAts.length + 1] = bFrom * 4;
+      outAts.push(outAt);
+    });
+    wasm.runBatch(batchCall(layout, count, m, k, n, [aRow, aCol], [bCol, bRow]), threads);
+    for (let p = 0; p < count; p++) place(layout.c / 4 + p * m * n, outAts[p]!);
+    return true;
+  }
   const c0 = c / 4;
   let packedA = -1;
   let packedB = -1;
@@ -212,12 +241,7 @@ function runWasm(
     packedA = aFrom;
     packedB = bFrom;
     wasm.gemm(aPack, bPack, c, m, k, n);
-    if (!accumulate && oCol === 1 && oRow === n) {
-      o.set(heap.subarray(c0, c0 + m * n), outAt);
-      return;
-    }
-    if (oCol === 1 && n % 4 === 0) copyRows4(heap, c0, o, outAt, m, n, oRow, accumulate);
-    else copyRows(heap, c0, o, outAt, m, n, oRow, oCol, accumulate);
+    place(c0, outAt);
   });
   return true;
 }

@@ -1,7 +1,11 @@
 import { loadThreads, type NodeThreads, type ThreadWorker } from '#platform';
 import { BackendError } from '../../errors.js';
+import { BATCH_MAX_MACS, BATCH_MIN_MACS, type BatchCall } from './matmul-wasm-batch.js';
 import {
   ARGS,
+  BATCH,
+  BATCHED,
+  batchChunks,
   CLOSED,
   CONTROL_WORDS,
   closeCall,
@@ -26,22 +30,10 @@ import {
   SPIN_MS,
   STOP,
   WORKER_LOOP,
+  type Gemm,
 } from './matmul-worker.js';
 
-export type { Pack } from './matmul-worker.js';
-
-/** The module's `gemm` export: C (at `c`) from the packed panels of A and B, rows by tile. */
-export type Gemm = (
-  ap: number,
-  bp: number,
-  c: number,
-  m: number,
-  k: number,
-  n: number,
-  tile: number,
-  /** Nonzero: the first k block adds to C too ([Note: the WASM matmul in slices of k]). */
-  acc?: number,
-) => void;
+export type { Gemm, Pack } from './matmul-worker.js';
 
 /**
  * [Note: matmul threads]
@@ -110,9 +102,10 @@ const CHUNKS_PER_THREAD = 4;
 /**
  * Below this many multiply-adds in one gemm (one batch element's product, or one block's) it runs
  * on the calling thread alone: 2^21, some 70 us on one thread here. The default GPT's products
- * (512 x 64 x 64 and up) split, its attention's (32 x 16 x 32 a head) do not, however many heads
- * a call holds: each product of a batch is its own meeting of the threads, which costs 1-50 us
- * ([Note: joining a call]). Until issue 49's profile of the default step the bar was 2^24 for a
+ * (512 x 64 x 64 and up) split by rows, its attention's (32 x 16 x 32 a head) do not: split so,
+ * each product of a batch would be its own meeting of the threads, which costs 1-50 us ([Note:
+ * joining a call]); a batch of them splits by product instead ([Note: a batch of small products
+ * on the threads]). Until issue 49's profile of the default step the bar was 2^24 for a
  * whole call, every batch element counted, and that step's matmuls ran on one thread (48 GFLOP/s
  * of a 137 GFLOP/s two-thread ceiling).
  */
@@ -240,6 +233,46 @@ export class MatmulThreads {
       return 1;
     }
     return Math.min(this.workers.length + 1, Math.ceil(m / this.rowMultiple));
+  }
+
+  /**
+   * Threads a batch of `batch` products of `macs` multiply-adds each would use now ([Note: a batch
+   * of small products on the threads]): 1 where it does not split that way.
+   */
+  batchThreads(batch: number, macs: number): number {
+    if (batch < 2 || macs >= BATCH_MAX_MACS || batch * macs < BATCH_MIN_MACS) return 1;
+    if (!this.running()) {
+      if (!this.stopped) void this.start();
+      return 1;
+    }
+    const threads = this.workers.length + 1;
+    // Products that split by rows and are too few to give every thread two: by rows.
+    if (macs >= THREADED_MIN_MACS && batch < 2 * threads) return 1;
+    // Every thread that may join has its panels in the call's layout, even with fewer products.
+    // The workers are woken now, so that their wake-up overlaps the call's copies.
+    Atomics.notify(this.control, GENERATION);
+    return threads;
+  }
+
+  /**
+   * Runs a batch call over `threads` threads (from `batchThreads`), the calling thread as thread
+   * 0: [Note: a batch of small products on the threads].
+   */
+  batch(gemm: Gemm, pack: Pack, heap: Int32Array, call: BatchCall, threads: number): void {
+    const ctl = this.control;
+    const per = Math.max(1, Math.floor(call.batch / (threads * CHUNKS_PER_THREAD)));
+    const { table, aPack, bPack, c, m, k, n, batch, region, mr, nr } = call;
+    const strides = [call.aOuter, call.aInner, call.bOuter, call.bInner];
+    ctl[KIND] = BATCH;
+    ctl.set([table, aPack, bPack, c, m, k, n, batch, region, per, mr, nr, ...strides], ARGS);
+    this.runChunks(() => {
+      batchChunks(gemm, pack, ctl, heap, ARGS, NEXT, 0, this.tileBytes);
+    });
+  }
+
+  /** Batch chunks the workers have done since they started (the tests' check that they help). */
+  get batchedByWorkers(): number {
+    return Atomics.load(this.control, BATCHED);
   }
 
   /**

@@ -1,6 +1,7 @@
 import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
 import type { Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
 import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
+import { type BatchCall, runBatchOnThreads } from './matmul-wasm-batch.js';
 import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
 
 export type { MatmulShape } from './matmul-layout.js';
@@ -170,6 +171,8 @@ export class WasmMatmul {
       return;
     }
     const { batch, batchA, batchB, m, k, n } = s;
+    const byBatch = this.threads?.batchThreads(batch, m * k * n) ?? 1;
+    if (byBatch > 1 && runBatchOnThreads(this, a, b, out, s, byBatch)) return;
     this.threads?.wake(m, m * k * n);
     const memory = this.memory;
     if (memory.buffer.byteLength < need) {
@@ -285,6 +288,20 @@ export class WasmMatmul {
         }
       }
     }
+  }
+
+  /**
+   * Threads a batch of `batch` products of `macs` multiply-adds would split between by product
+   * now: 1 where it would not ([Note: a batch of small products on the threads]).
+   */
+  batchThreads(batch: number, macs: number): number {
+    return this.threads?.batchThreads(batch, macs) ?? 1;
+  }
+
+  /** Runs a batch call laid out by `batchLayout` (matmul-wasm-batch.ts) on `threads` threads. */
+  runBatch(call: BatchCall, threads: number): void {
+    const { gemm, pack } = this.exports;
+    this.threads!.batch(gemm, pack, new Int32Array(this.memory.buffer), call, threads);
   }
 
   /**

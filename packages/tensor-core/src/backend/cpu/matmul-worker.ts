@@ -9,8 +9,8 @@ export const DONE = 1;
 export const STOP = 2;
 /** 0, or 1 + the index of the first worker whose call failed (its report is in the report block). */
 export const FAILED = 3;
-export const KIND = 4; // GEMM or PACK: what the call's chunks are
-export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk, acc; PACK: PACK_WORDS per job, 2 jobs
+export const KIND = 4; // GEMM, PACK or BATCH: what the call's chunks are
+export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk, acc; PACK: PACK_WORDS per job, 2 jobs; BATCH: BATCH_WORDS
 export const NEXT = 21; // the next chunk to claim
 export const ONLINE = 22; // workers in their loop
 export const PACKED = 23; // pack chunks the workers have done, ever
@@ -18,7 +18,8 @@ export const PACKED = 23; // pack chunks the workers have done, ever
 export const REPORT_LENGTH = 24;
 /** The call's door ([Note: joining a call]): open, with the workers that joined, or CLOSED. */
 export const JOIN = 25;
-export const CONTROL_WORDS = 26;
+export const BATCHED = 26; // batch chunks the workers have done, ever
+export const CONTROL_WORDS = 27;
 /** The door of a call the calling thread has closed: no worker joins it any more. */
 export const CLOSED = -1;
 /**
@@ -28,10 +29,32 @@ export const CLOSED = -1;
 export const SPIN_MS = 0.2;
 export const GEMM = 0;
 export const PACK = 1;
+export const BATCH = 2;
+/**
+ * A batch call's words ([Note: a batch of small products on the threads]): the byte address of
+ * its table (per product, the byte addresses of its A and its B in the module's memory), the
+ * calling thread's A and B panels, C (the products side by side), m, k, n, the batch, the bytes
+ * between two threads' panels, products a chunk, the register tile's rows and columns, and A's
+ * and B's (outer, inner) strides in elements as `pack` reads them.
+ */
+export const BATCH_WORDS = 16;
 /** A pack job's words: src, dst, outer, inner, width, strideOuter, strideInner, rows per chunk. */
 export const PACK_WORDS = 8;
 /** UTF-16 code units a report holds (longer ones are cut). */
 export const REPORT_UNITS = 512;
+
+/** The module's `gemm` export: C (at `c`) from the packed panels of A and B, rows by tile. */
+export type Gemm = (
+  ap: number,
+  bp: number,
+  c: number,
+  m: number,
+  k: number,
+  n: number,
+  tile: number,
+  /** Nonzero: the first k block adds to C too ([Note: the WASM matmul in slices of k]). */
+  acc?: number,
+) => void;
 
 /** The module's `pack` export. */
 export type Pack = (
@@ -57,6 +80,7 @@ export const WORKER_LOOP = `(function run({ module, memory, control, report, ind
   const ctl = new Int32Array(control);
   const text = new Uint16Array(report);
   const packChunks = ${packChunks.toString()};
+  const batchChunks = ${batchChunks.toString()};
   const joinCall = ${joinCall.toString()};
   let seen = 0;
   Atomics.add(ctl, ${ONLINE}, 1);
@@ -69,6 +93,7 @@ export const WORKER_LOOP = `(function run({ module, memory, control, report, ind
     if (!joinCall(ctl, ${JOIN}, seen)) continue;
     try {
       if (ctl[${KIND}] === ${PACK}) Atomics.add(ctl, ${PACKED}, packChunks(pack, ctl, ${ARGS}, ${NEXT}, ${PACK_WORDS}));
+      else if (ctl[${KIND}] === ${BATCH}) Atomics.add(ctl, ${BATCHED}, batchChunks(gemm, pack, ctl, new Int32Array(memory.buffer), ${ARGS}, ${NEXT}, index + 1, tileBytes));
       else {
         const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
         const m = ctl[${ARGS + 5}], chunk = ctl[${ARGS + 6}], acc = ctl[${ARGS + 7}];
@@ -108,6 +133,9 @@ export function describeCall(ctl: Int32Array): string {
   if (ctl[KIND] === GEMM) {
     return `a gemm of ${a(5)} x ${a(3)} x ${a(4)} (A's panels at byte ${a(0)}, B's at ${a(1)}, C at ${a(2)}, ${a(6)} rows a chunk${a(7) ? ', added to C' : ''})`;
   }
+  if (ctl[KIND] === BATCH) {
+    return `a batch of ${a(7)} products of ${a(4)} x ${a(5)} x ${a(6)} (their table at byte ${a(0)}, C at ${a(3)}, panels from ${a(1)} and ${a(2)}, ${a(8)} bytes a thread, ${a(9)} products a chunk)`;
+  }
   const job = (j: number) =>
     `${a(j + 2)} x ${a(j + 3)} from byte ${a(j)} to ${a(j + 1)}, panels ${a(j + 4)} wide`;
   return `a pack of ${job(0)}${a(PACK_WORDS + 2) > 0 ? ` and of ${job(PACK_WORDS)}` : ''}`;
@@ -145,6 +173,62 @@ export function packChunks(
       so,
       ctl[job + 6]!,
     );
+    done++;
+  }
+  return done;
+}
+
+/**
+ * Claims and computes chunks of a batch call in the control block until none is left ([Note: a
+ * batch of small products on the threads] in matmul-wasm-batch.ts): each chunk is whole products,
+ * each packed from where the call's table says into `thread`'s own panels (not again when it is
+ * where this thread's previous product's was: an operand the batch shares) and multiplied into
+ * its place in C with `thread`'s edge tile; returns the chunks it did. `heap` is the module's
+ * memory as words. Runs on every thread (the workers get its source), so it uses nothing
+ * outside its arguments.
+ */
+export function batchChunks(
+  gemm: Gemm,
+  pack: Pack,
+  ctl: Int32Array,
+  heap: Int32Array,
+  args: number,
+  next: number,
+  thread: number,
+  tileBytes: number,
+): number {
+  // No inner functions (see packChunks): the words one by one.
+  const [table, c, m, k, n] = [
+    ctl[args]!,
+    ctl[args + 3]!,
+    ctl[args + 4]!,
+    ctl[args + 5]!,
+    ctl[args + 6]!,
+  ];
+  const [batch, region, per] = [ctl[args + 7]!, ctl[args + 8]!, ctl[args + 9]!];
+  const [mr, nr] = [ctl[args + 10]!, ctl[args + 11]!];
+  const [aOuter, aInner, bOuter, bInner] = [
+    ctl[args + 12]!,
+    ctl[args + 13]!,
+    ctl[args + 14]!,
+    ctl[args + 15]!,
+  ];
+  const aPack = ctl[args + 1]! + thread * region;
+  const bPack = ctl[args + 2]! + thread * region;
+  let packedA = -1;
+  let packedB = -1;
+  let done = 0;
+  for (let i = Atomics.add(ctl, next, 1) * per; i < batch; i = Atomics.add(ctl, next, 1) * per) {
+    const end = Math.min(batch, i + per);
+    for (let p = i; p < end; p++) {
+      const aFrom = heap[table / 4 + 2 * p]!;
+      const bFrom = heap[table / 4 + 2 * p + 1]!;
+      if (aFrom !== packedA) pack(aFrom, aPack, m, k, mr, aOuter, aInner);
+      if (bFrom !== packedB) pack(bFrom, bPack, n, k, nr, bOuter, bInner);
+      packedA = aFrom;
+      packedB = bFrom;
+      gemm(aPack, bPack, c + p * m * n * 4, m, k, n, thread * tileBytes, 0);
+    }
     done++;
   }
   return done;
