@@ -138,9 +138,11 @@ export interface TrainConfig {
   matmulFma: 'auto' | 'off';
   /**
    * Record the step once and replay it (`--capture-step`; tensor-core's [Note: the captured step]):
-   * one process, one micro-batch, fp32, on the CPU backend; the same bits as the eager step.
+   * one process, one micro-batch, fp32, on the CPU or WebGPU backend; the same bits as the eager
+   * step. `'auto'` (the CLI's default): where the run allows it, without a word where it does not
+   * ([Note: capturing the step by default] in `cli/strategy-flags.ts`); absent or false: never.
    */
-  captureStep?: boolean;
+  captureStep?: boolean | 'auto';
   maxSeconds: number;
   logJsonl: string | null;
   save: string | null;

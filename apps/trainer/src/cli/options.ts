@@ -16,7 +16,7 @@ import { checkBatchDivides, STRATEGIES, type TrainConfig, TRANSPORTS } from '../
 import { UsageError } from '../errors.js';
 import { parseSharding } from '../strategy/sharding.js';
 import { checkBrowserRanks } from './browser-rank-options.js';
-import { checkStrategyFlags } from './strategy-flags.js';
+import { checkStrategyFlags, defaultCaptureStep } from './strategy-flags.js';
 
 const OPTIONS = {
   strategy: { type: 'string' },
@@ -36,6 +36,7 @@ const OPTIONS = {
   'num-microbatches': { type: 'string' },
   'checkpoint-activation': { type: 'boolean' },
   'capture-step': { type: 'boolean' },
+  'no-capture-step': { type: 'boolean' },
   'inner-steps': { type: 'string' },
   'outer-lr': { type: 'string' },
   'outer-momentum': { type: 'string' },
@@ -256,7 +257,8 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
     numSlices: int('num-slices', 3),
     numMicrobatches: int('num-microbatches', 1),
     checkpointActivation: values['checkpoint-activation'] === true,
-    captureStep: values['capture-step'] === true,
+    captureStep:
+      values['capture-step'] === true ? true : values['no-capture-step'] === true ? false : 'auto',
     innerSteps: int('inner-steps', 50),
     outerLr: numberOption('outer-lr', v['outer-lr'], topk ? 1 : 0.7, {
       min: 0,
@@ -308,6 +310,7 @@ export function parseOptions(argv: readonly string[], cwd: string): TrainConfig 
   Object.assign(config, tlsOptions(values, config));
   Object.assign(config, progressOptions(values, config));
   checkStrategyFlags(config, values);
+  Object.assign(config, defaultCaptureStep(config));
   checkBrowserRanks(config);
   if (config.warmupSteps > 0 && config.lrSchedule !== 'cosine') {
     throw new UsageError('--warmup-steps needs --lr-schedule cosine', { option: '--warmup-steps' });

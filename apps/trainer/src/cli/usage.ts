@@ -37,7 +37,9 @@ Execution
                                the host and streams through the device slice by slice; diloco: each
                                rank steps its own replica, averaged every --inner-steps steps
   --capture-step               record the step once and replay it (CUDA Graphs' way): same bits,
-                               less time outside kernels; single, one micro-batch, fp32
+                               less time outside kernels; single, one micro-batch, fp32 (the
+                               default there, unless --memory-limit; an error elsewhere)
+  --no-capture-step            run every step eagerly
   --world-size <n>             ranks sharing each batch (default 1; the batch must divide by it)
   --transport <local|shm|tcp|ws>  how ranks run: local (one thread), shm (worker threads, the
                                default), tcp or ws (processes, started through webshard-run)

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TrainConfig } from '../config.js';
 import { parseOptions } from '../cli/options.js';
 import { UsageError } from '../errors.js';
+import { CAPTURE_BY_DEFAULT_MAX_PARAMETERS } from './captured-loop-step.js';
 import { runMain } from '../test-support/cli.js';
 import { FIXTURES, readCliFixture } from '../test-support/fixtures.js';
 
@@ -72,6 +73,66 @@ describe('--capture-step (the loop step recorded once and replayed)', () => {
     },
     120_000,
   );
+
+  // The default of [Note: capturing the step by default] in cli/strategy-flags.ts.
+  it('is on by default where it applies, with the bits of --no-capture-step', async () => {
+    const { flags } = await readCliFixture();
+    const eager = await run([...flags, '--no-capture-step'], 'default-eager');
+    const byDefault = await run(flags, 'default-captured');
+    expect(eager.stdout).not.toContain('captured');
+    expect(byDefault.stdout).toContain('captured step: step 2 captured (');
+    expect(byDefault.stdout).toContain(
+      'later steps replay it (--no-capture-step runs every step eagerly)',
+    );
+    expect(byDefault.records).toEqual(eager.records);
+    expect(byDefault.weights.equals(eager.weights)).toBe(true);
+  });
+
+  it('is off by default for a model past 2^24 parameters', async () => {
+    expect(CAPTURE_BY_DEFAULT_MAX_PARAMETERS).toBe(2 ** 24);
+    // One block 1216 wide: 12 x 1216^2 = 17.7 M parameters in its layers.
+    const flags = [
+      '--n-layer',
+      '1',
+      '--n-head',
+      '4',
+      '--n-embd',
+      '1216',
+      '--batch-size',
+      '2',
+      '--block-size',
+      '8',
+      '--steps',
+      '3',
+    ];
+    const large = await run(flags, 'large-default');
+    expect(large.stdout).not.toContain('captured');
+    const asked = await run([...flags, '--capture-step'], 'large-asked');
+    expect(asked.stdout).toContain('--capture-step: step 2 captured');
+    expect(asked.records).toEqual(large.records);
+  });
+
+  it('is off by default where it does not apply or under --memory-limit, and the two flags contradict', () => {
+    const parse = (...argv: string[]) => parseOptions(argv, '/home/user/work') as TrainConfig;
+    expect(parse().captureStep).toBe('auto');
+    expect(parse('--no-capture-step').captureStep).toBe(false);
+    expect(parse('--memory-limit', '4096').captureStep).toBe(false);
+    expect(parse('--capture-step', '--memory-limit', '4096').captureStep).toBe(true);
+    for (const argv of [
+      ['--strategy', 'ddp', '--world-size', '2'],
+      ['--strategy', 'fsdp', '--world-size', '2'],
+      ['--grad-accum', '2'],
+      ['--precision', 'bf16'],
+    ]) {
+      expect(parse(...argv).captureStep).toBe(false);
+    }
+    expect(() => parse('--capture-step', '--no-capture-step')).toThrow(UsageError);
+    expect(() => parse('--capture-step', '--no-capture-step')).toThrow(
+      new UsageError('--capture-step and --no-capture-step contradict each other', {
+        option: '--no-capture-step',
+      }),
+    );
+  });
 
   it('is refused with several processes, micro-batches or 16 bits', () => {
     const parse =
