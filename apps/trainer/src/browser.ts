@@ -4,6 +4,7 @@
 export { decideBackend } from './backend-choice.js';
 export type { BackendDecision, ProbeResult } from './backend-choice.js';
 export { BatchSampler } from './data/batches.js';
+export { type CapturedTrainStep, capturedTrainStep } from './captured-train-step.js';
 export type { TokenBatch } from './data/batches.js';
 export { datasetFromBytes } from './data/dataset.js';
 export { rankMicroBatches } from './data/global-batch.js';

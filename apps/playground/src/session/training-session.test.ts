@@ -41,6 +41,8 @@ describe('TrainingSession (the playground worker’s loop, in Node)', () => {
       const losses: number[] = [];
       while (!session.finished) losses.push((await session.step()).loss);
       expect(losses).toHaveLength(steps);
+      // Recorded at step 2 and replayed after, with the eager step's losses.
+      expect(session.captureStatus).toBe('captured');
       for (let i = 0; i < steps; i++) expect(losses[i]).toBeCloseTo(expected[i]!, 6);
       expect(session.parameterCount).toBe(
         cli.summary!.model.parameters().reduce((n, p) => n + p.size, 0),

@@ -1,6 +1,8 @@
 import type { Backend, Tensor } from '@webshard/tensor-core';
 import { AdamW, RandomGenerator } from '@webshard/tensor-core';
 import {
+  type CapturedTrainStep,
+  capturedTrainStep,
   type Dataset,
   datasetFromBytes,
   decayGroups,
@@ -11,7 +13,6 @@ import {
   rankMicroBatches,
   sample,
   tokenTensors,
-  trainStep,
 } from '@webshard/trainer/browser';
 import type { SessionSettings } from './settings.js';
 
@@ -31,7 +32,9 @@ export interface StepPoint {
 /**
  * A GPT trained on one text in a page, a step at a time: the trainer's model, batches, AdamW with
  * nanoGPT's decay groups, clipping and cosine schedule ([Note: the playground's loop]), so its
- * losses are `webshard-train`'s for the same settings. It knows nothing of workers or the DOM,
+ * losses are `webshard-train`'s for the same settings. Its step is captured at the second step and
+ * replayed after, as the trainer's default run does (the trainer's [Note: capturing the step by
+ * default]): the same bits, less time outside the kernels. It knows nothing of workers or the DOM,
  * so Node runs it in tests as the page's worker does.
  */
 export class TrainingSession {
@@ -43,6 +46,9 @@ export class TrainingSession {
     private readonly optimizer: AdamW,
     public stepsDone = 0,
   ) {}
+
+  /** The step, recorded once and replayed (made at the first step). */
+  private captured: CapturedTrainStep | null = null;
 
   /**
    * A session on `backend` over the text `bytes` (named `name`, for messages): characters as
@@ -81,6 +87,11 @@ export class TrainingSession {
     return this.model.parameters().reduce((n, p) => n + p.size, 0);
   }
 
+  /** The captured step's status: 'eager' before its first steps, then 'captured' (or 'refused'). */
+  get captureStatus(): string {
+    return this.captured?.captured.status ?? 'eager';
+  }
+
   /** Whether the session has taken its `steps`. */
   get finished(): boolean {
     return this.stepsDone >= this.settings.steps;
@@ -104,16 +115,17 @@ export class TrainingSession {
     const [inputs, targets] = tokenTensors(batch!, model);
     const started = performance.now();
     try {
-      const result = await trainStep(
+      this.captured ??= capturedTrainStep(
         model.parameters(),
         optimizer,
-        () => {
-          const out = model.call(inputs, targets);
+        ([x, y]) => {
+          const out = model.call(x!, y!);
           out.logits.free();
           return out.loss as Tensor;
         },
         { clip: 1 },
       );
+      const result = await this.captured.step([inputs, targets]);
       const ms = performance.now() - started;
       this.stepsDone++;
       const memory = backend.memoryStats();
@@ -151,8 +163,10 @@ export class TrainingSession {
     });
   }
 
-  /** Frees the model's tensors and the optimizer's state; the backend stays. */
+  /** Frees the model's tensors, the optimizer's state and the captured step; the backend stays. */
   release(): void {
+    this.captured?.dispose();
+    this.captured = null;
     for (const state of this.optimizer.state.values()) {
       state.expAvg.free();
       state.expAvgSq.free();
