@@ -208,6 +208,73 @@ describe('a batch of small products on the WASM matmul threads', () => {
   }
 });
 
+describe("a batch call past the module's memory budget", () => {
+  // Each thread's panels, and every product's C, must fit beside the operands; where they do not,
+  // the call runs as one thread's would, in the budget, with the same bits.
+  it('runs on the calling thread, with the bits of one thread, contiguous and strided', async () => {
+    const one = createCpuBackend({ matmulThreads: 1, matmulFma: 'off' });
+    const three = createCpuBackend({ matmulThreads: 3, matmulFma: 'off' });
+    try {
+      expect(await three.startMatmulThreads()).toBe(3);
+      // 4.5 MiB: a contiguous batch of 4 products of 4 x 16384 x 8 needs 3.8 MiB on one thread
+      // (operands, one A and one B panel) and 5.3 on three; the strided q k^T below needs its
+      // span and one product's C on one thread, and every product's C (128 KiB) on three.
+      const budget = 4.5 * 2 ** 20;
+      const small = loadWasmMatmul(undefined, { threads: 3, fma: 'off', maxScratchBytes: budget })!;
+      expect(await small.startThreads()).toBe(3);
+      (three as unknown as { wasmMatmul: WasmMatmul }).wasmMatmul.dispose();
+      (three as unknown as { wasmMatmul: WasmMatmul }).wasmMatmul = small;
+      const pool = poolOf(three);
+      const [m, k, n] = [4, 16384, 8];
+      expect(pool.batchThreads(4, m * k * n)).toBe(3);
+      const results: Float32Array[] = [];
+      for (const backend of [one, three]) {
+        const a = make(backend, 4 * m * k, 31);
+        const b = make(backend, 4 * k * n, 32);
+        const out = make(backend, 4 * m * n);
+        backend.matmul(
+          { ...a, shape: [4, m, k] },
+          { ...b, shape: [4, k, n] },
+          { ...out, shape: [4, m, n] },
+          false,
+          false,
+        );
+        results.push((await backend.read(out)) as Float32Array);
+        for (const t of [a, b, out]) backend.release(t.storage);
+      }
+      expect(sameBits(results[1]!, results[0]!)).toBe(true);
+      // q k^T of 16 heads of 64 over T 128 from one qkv [4, 128, 3 x 1024] (6 MiB: its rows
+      // of q and k come in, 4 MiB), each product 128 x 64 x 128: C for all 64 is 4 MiB.
+      const [B, T, C, H] = [4, 128, 1024, 16];
+      const hs = C / H;
+      const strided: Float32Array[] = [];
+      for (const backend of [one, three]) {
+        const qkv = make(backend, B * T * 3 * C, 33);
+        const out = make(backend, B * H * T * T);
+        backend.matmulStrided!(
+          { storage: qkv.storage, offset: 0, dtype: 'f32', strides: [T * 3 * C, hs, 3 * C, 1] },
+          { storage: qkv.storage, offset: C, dtype: 'f32', strides: [T * 3 * C, hs, 1, 3 * C] },
+          { storage: out.storage, offset: 0, dtype: 'f32', strides: [H * T * T, T * T, T, 1] },
+          [B, H],
+          T,
+          hs,
+          T,
+          false,
+        );
+        strided.push((await backend.read(out)) as Float32Array);
+        for (const t of [qkv, out]) backend.release(t.storage);
+      }
+      expect(sameBits(strided[1]!, strided[0]!)).toBe(true);
+      // Neither call split by product: the workers did no batch chunk.
+      expect(pool.batchedByWorkers).toBe(0);
+      expect(small.scratchBytes).toBeLessThanOrEqual(budget);
+    } finally {
+      one.dispose();
+      three.dispose();
+    }
+  });
+});
+
 describe('a failure in a batch call on the threads', () => {
   it('names the worker, its error and the batch, and later calls run on the calling thread', async () => {
     const matmul = loadWasmMatmul(undefined, { threads: 2, fma: 'off' }) as WasmMatmul;
