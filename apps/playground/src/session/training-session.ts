@@ -1,4 +1,4 @@
-import type { Backend, Tensor } from '@webshard/tensor-core';
+import type { Backend, CapturedStepStatus, Tensor } from '@webshard/tensor-core';
 import { AdamW, RandomGenerator } from '@webshard/tensor-core';
 import {
   type CapturedTrainStep,
@@ -87,8 +87,8 @@ export class TrainingSession {
     return this.model.parameters().reduce((n, p) => n + p.size, 0);
   }
 
-  /** The captured step's status: 'eager' before its first steps, then 'captured' (or 'refused'). */
-  get captureStatus(): string {
+  /** The captured step's status ([Note: the captured step]); 'eager' before the first step. */
+  get captureStatus(): CapturedStepStatus | 'eager' {
     return this.captured?.captured.status ?? 'eager';
   }
 

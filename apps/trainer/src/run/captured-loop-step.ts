@@ -13,6 +13,9 @@ const steps = new WeakMap<Run, { captured: CapturedTrainStep; step: number; said
  */
 export const CAPTURE_BY_DEFAULT_MAX_PARAMETERS = 2 ** 24;
 
+/** Runs whose model is past CAPTURE_BY_DEFAULT_MAX_PARAMETERS, decided at their first step. */
+const tooLarge = new WeakSet<Run>();
+
 /**
  * `--capture-step`: the loop's step (index `step`, from 0) as a captured step, recorded at the
  * run's second step and replayed after ([Note: the captured step] in tensor-core); null when the
@@ -24,11 +27,14 @@ export const CAPTURE_BY_DEFAULT_MAX_PARAMETERS = 2 ** 24;
 export async function capturedLoopStep(run: Run, step: number): Promise<StepResult | null> {
   const { config, prepared, optimizer } = run;
   if (config.captureStep !== true && config.captureStep !== 'auto') return null;
+  if (tooLarge.has(run)) return null;
   let state = steps.get(run);
   if (state === undefined) {
     const parameters = prepared.params.reduce((sum, p) => sum + p.size, 0);
-    if (config.captureStep === 'auto' && parameters > CAPTURE_BY_DEFAULT_MAX_PARAMETERS)
+    if (config.captureStep === 'auto' && parameters > CAPTURE_BY_DEFAULT_MAX_PARAMETERS) {
+      tooLarge.add(run);
       return null;
+    }
     const captured = capturedTrainStep(
       prepared.params,
       optimizer,
