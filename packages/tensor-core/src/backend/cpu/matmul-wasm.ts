@@ -16,7 +16,8 @@ export type { MatmulShape } from './matmul-layout.js';
  *   of 4 rows ([k][4] floats each) and B as panels of 8 columns ([k][8]), zero-padded at the edges.
  *   Packing reads through element strides, so transposed operands cost nothing extra, and the hot
  *   loop reads both panels sequentially whatever the layout. Full panels are copied with SIMD:
- *   16-byte copies where a panel's lanes are contiguous (B as stored, A transposed), 4x4 transposes
+ *   16-byte copies where a panel's lanes are contiguous (B as stored, A transposed; 16 lanes, so
+ *   4 or 2 panels, at once, reading each source line once), 4x4 transposes
  *   by shuffles where its k steps are (A as stored, B transposed); edges element by element (the
  *   WAT is matmul-pack-wat.mjs). A batch of 1 broadcasts: it is packed once. A call large enough
  *   to split packs on every thread ([Note: matmul threads]).

@@ -64,7 +64,9 @@ function product(
 }
 
 // Odd sizes on every axis: partial panels, k past the 256-deep blocks and not a multiple of 4
-// (the transposing pack's remainder), rows past the 64-row blocks.
+// (the transposing pack's remainder), rows past the 64-row blocks; and for the copying pack (A
+// transposed, B as stored) groups of 16 lanes followed by a full panel and a partial one (m = 70:
+// 4 groups, a panel of 4, 2 lanes; n = 41: 2 groups, a panel of 8, 1 lane).
 const SHAPES: [number, number, number][] = [
   [1, 1, 1],
   [5, 7, 9],

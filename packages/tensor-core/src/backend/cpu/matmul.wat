@@ -11,7 +11,8 @@
   (func $pack (export "pack") (param $src i32) (param $dst i32) (param $outer i32) (param $inner i32)
     (param $width i32) (param $so i32) (param $si i32)
     (local $o0 i32) (local $t i32) (local $l i32) (local $o i32) (local $p i32) (local $q i32)
-    (local $full i32) (local $rowBytes i32) (local $panelBytes i32)
+    (local $full i32) (local $rowBytes i32) (local $panelBytes i32) (local $siBytes i32)
+    (local $group i32) (local $d1 i32) (local $d2 i32) (local $d3 i32)
     (local $r0 v128) (local $r1 v128) (local $r2 v128) (local $r3 v128)
     (local $x0 v128) (local $x1 v128) (local $x2 v128) (local $x3 v128)
     (local.set $rowBytes (i32.shl (local.get $so) (i32.const 2)))
@@ -24,24 +25,100 @@
         (i32.eqz (i32.and (local.get $width) (i32.const 3)))))
       (if (i32.and (local.get $full) (i32.eq (local.get $so) (i32.const 1)))
         (then
-          ;; lanes contiguous: one row of the panel per t
-          (block $cd (loop $cl
-            (br_if $cd (i32.ge_u (local.get $t) (local.get $inner)))
-            (local.set $p (i32.add (local.get $src) (i32.shl
-              (i32.add (local.get $o0) (i32.mul (local.get $t) (local.get $si))) (i32.const 2))))
-            (local.set $l (i32.const 0))
-            (block $vd (loop $vl
-              (br_if $vd (i32.ge_u (local.get $l) (local.get $panelBytes)))
-              (v128.store (i32.add (local.get $dst) (local.get $l))
-                (v128.load (i32.add (local.get $p) (local.get $l))))
-              (local.set $l (i32.add (local.get $l) (i32.const 16)))
-              (br $vl)))
-            (local.set $dst (i32.add (local.get $dst) (local.get $panelBytes)))
-            (local.set $t (i32.add (local.get $t) (i32.const 1)))
-            (br $cl))))
+          ;; lanes contiguous: one row of the panel per t, read at p, which steps si floats a t
+          (local.set $p (i32.add (local.get $src) (i32.shl (local.get $o0) (i32.const 2))))
+          (local.set $siBytes (i32.shl (local.get $si) (i32.const 2)))
+          (if (i32.and (i32.le_u (i32.add (local.get $o0) (i32.const 16)) (local.get $outer))
+                (i32.or (i32.eq (local.get $width) (i32.const 4)) (i32.eq (local.get $width) (i32.const 8))))
+            (then
+              ;; 16 lanes at once (4 panels of 4, or 2 of 8): each t reads one 64-byte run of src
+              ;; and writes its 4 vectors to their panels, which lie $group bytes apart
+              (local.set $group (i32.mul (local.get $inner) (local.get $panelBytes)))
+              (if (i32.eq (local.get $width) (i32.const 4))
+                (then
+                  (local.set $d1 (local.get $group))
+                  (local.set $d2 (i32.shl (local.get $group) (i32.const 1)))
+                  (local.set $d3 (i32.mul (local.get $group) (i32.const 3))))
+                (else
+                  (local.set $d1 (i32.const 16))
+                  (local.set $d2 (local.get $group))
+                  (local.set $d3 (i32.add (local.get $group) (i32.const 16)))))
+              (local.set $q (local.get $dst))
+              (block $gd (loop $gl
+                (br_if $gd (i32.ge_u (local.get $t) (local.get $inner)))
+                (v128.store (local.get $q) (v128.load (local.get $p)))
+                (v128.store (i32.add (local.get $q) (local.get $d1)) (v128.load offset=16 (local.get $p)))
+                (v128.store (i32.add (local.get $q) (local.get $d2)) (v128.load offset=32 (local.get $p)))
+                (v128.store (i32.add (local.get $q) (local.get $d3)) (v128.load offset=48 (local.get $p)))
+                (local.set $p (i32.add (local.get $p) (local.get $siBytes)))
+                (local.set $q (i32.add (local.get $q) (local.get $panelBytes)))
+                (local.set $t (i32.add (local.get $t) (i32.const 1)))
+                (br $gl)))
+              ;; past the group's panels; the panel loop's step makes o0 move by 16
+              (local.set $dst (i32.add (local.get $dst) (i32.mul (local.get $group)
+                (i32.div_u (i32.const 16) (local.get $width)))))
+              (local.set $o0 (i32.add (local.get $o0) (i32.sub (i32.const 16) (local.get $width))))))
+          (if (i32.eq (local.get $width) (i32.const 4))
+            (then
+              (block $c4d (loop $c4l
+                (br_if $c4d (i32.ge_u (local.get $t) (local.get $inner)))
+                (v128.store (local.get $dst) (v128.load (local.get $p)))
+                (local.set $p (i32.add (local.get $p) (local.get $siBytes)))
+                (local.set $dst (i32.add (local.get $dst) (i32.const 16)))
+                (local.set $t (i32.add (local.get $t) (i32.const 1)))
+                (br $c4l))))
+            (else (if (i32.eq (local.get $width) (i32.const 8))
+              (then
+                (block $c8d (loop $c8l
+                  (br_if $c8d (i32.ge_u (local.get $t) (local.get $inner)))
+                  (v128.store (local.get $dst) (v128.load (local.get $p)))
+                  (v128.store offset=16 (local.get $dst) (v128.load offset=16 (local.get $p)))
+                  (local.set $p (i32.add (local.get $p) (local.get $siBytes)))
+                  (local.set $dst (i32.add (local.get $dst) (i32.const 32)))
+                  (local.set $t (i32.add (local.get $t) (i32.const 1)))
+                  (br $c8l))))
+              (else
+                (block $cd (loop $cl
+                  (br_if $cd (i32.ge_u (local.get $t) (local.get $inner)))
+                  (local.set $l (i32.const 0))
+                  (block $vd (loop $vl
+                    (br_if $vd (i32.ge_u (local.get $l) (local.get $panelBytes)))
+                    (v128.store (i32.add (local.get $dst) (local.get $l))
+                      (v128.load (i32.add (local.get $p) (local.get $l))))
+                    (local.set $l (i32.add (local.get $l) (i32.const 16)))
+                    (br $vl)))
+                  (local.set $p (i32.add (local.get $p) (local.get $siBytes)))
+                  (local.set $dst (i32.add (local.get $dst) (local.get $panelBytes)))
+                  (local.set $t (i32.add (local.get $t) (i32.const 1)))
+                  (br $cl))))))))
         (else (if (i32.and (local.get $full) (i32.eq (local.get $si) (i32.const 1)))
           (then
-            ;; t contiguous: 4 lanes x 4 t at a time, transposed
+            ;; t contiguous: 4 lanes x 4 t at a time, transposed; a panel of 4 (A) walks its 4
+            ;; rows with two pointers, its 4 vectors stored side by side
+            (if (i32.eq (local.get $width) (i32.const 4))
+              (then
+                (local.set $p (i32.add (local.get $src)
+                  (i32.shl (i32.mul (local.get $o0) (local.get $so)) (i32.const 2))))
+                (local.set $q (i32.add (local.get $p) (i32.shl (local.get $rowBytes) (i32.const 1))))
+                (block $wd (loop $wl
+                  (br_if $wd (i32.gt_u (i32.add (local.get $t) (i32.const 4)) (local.get $inner)))
+                  (local.set $r0 (v128.load (local.get $p)))
+                  (local.set $r1 (v128.load (i32.add (local.get $p) (local.get $rowBytes))))
+                  (local.set $r2 (v128.load (local.get $q)))
+                  (local.set $r3 (v128.load (i32.add (local.get $q) (local.get $rowBytes))))
+                  (local.set $x0 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $r0) (local.get $r1)))
+                  (local.set $x1 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $r0) (local.get $r1)))
+                  (local.set $x2 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $r2) (local.get $r3)))
+                  (local.set $x3 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $r2) (local.get $r3)))
+                  (v128.store (local.get $dst) (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $x0) (local.get $x2)))
+                  (v128.store offset=16 (local.get $dst) (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $x0) (local.get $x2)))
+                  (v128.store offset=32 (local.get $dst) (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $x1) (local.get $x3)))
+                  (v128.store offset=48 (local.get $dst) (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $x1) (local.get $x3)))
+                  (local.set $p (i32.add (local.get $p) (i32.const 16)))
+                  (local.set $q (i32.add (local.get $q) (i32.const 16)))
+                  (local.set $dst (i32.add (local.get $dst) (i32.const 64)))
+                  (local.set $t (i32.add (local.get $t) (i32.const 4)))
+                  (br $wl)))))
             (block $td (loop $tl
               (br_if $td (i32.gt_u (i32.add (local.get $t) (i32.const 4)) (local.get $inner)))
               (local.set $l (i32.const 0))
