@@ -9,18 +9,11 @@
  */
 import { loadavg } from 'node:os';
 import wabtInit from 'wabt';
+import type { Pack } from '../src/backend/cpu/matmul-worker.js';
 
 interface PackModule {
   memory: WebAssembly.Memory;
-  pack(
-    src: number,
-    dst: number,
-    outer: number,
-    inner: number,
-    width: number,
-    so: number,
-    si: number,
-  ): void;
+  pack: Pack;
 }
 
 const other = process.argv[2];

@@ -6,6 +6,23 @@ const lanes = (picks) =>
   picks.map((lane) => [0, 1, 2, 3].map((byte) => lane * 4 + byte).join(' ')).join(' ');
 const shuffle = (picks, x, y) =>
   `(i8x16.shuffle ${lanes(picks)} (local.get $${x}) (local.get $${y}))`;
+// The 4x4 transpose: rows r0-r3 (a lane's 4 t each) interleaved in pairs into x0-x3, then `out[j]`
+// is t step j's 4 lanes.
+const interleave = (indent) =>
+  [
+    `(local.set $x0 ${shuffle([0, 4, 1, 5], 'r0', 'r1')})`,
+    `(local.set $x1 ${shuffle([2, 6, 3, 7], 'r0', 'r1')})`,
+    `(local.set $x2 ${shuffle([0, 4, 1, 5], 'r2', 'r3')})`,
+    `(local.set $x3 ${shuffle([2, 6, 3, 7], 'r2', 'r3')})`,
+  ]
+    .map((line) => indent + line)
+    .join('\n');
+const out = [
+  shuffle([0, 1, 4, 5], 'x0', 'x2'),
+  shuffle([2, 3, 6, 7], 'x0', 'x2'),
+  shuffle([0, 1, 4, 5], 'x1', 'x3'),
+  shuffle([2, 3, 6, 7], 'x1', 'x3'),
+];
 
 // pack(src, dst, outer, inner, width, so, si): for each panel of `width` lanes along `outer`, for
 // each t < inner, for each lane l < width: dst <- src[(o0 + l)*so + t*si], or 0 past `outer`.
@@ -129,14 +146,11 @@ export const packWat = ({
                   (local.set $r1 (v128.load (i32.add (local.get $p) (local.get $rowBytes))))
                   (local.set $r2 (v128.load (local.get $q)))
                   (local.set $r3 (v128.load (i32.add (local.get $q) (local.get $rowBytes))))
-                  (local.set $x0 ${shuffle([0, 4, 1, 5], 'r0', 'r1')})
-                  (local.set $x1 ${shuffle([2, 6, 3, 7], 'r0', 'r1')})
-                  (local.set $x2 ${shuffle([0, 4, 1, 5], 'r2', 'r3')})
-                  (local.set $x3 ${shuffle([2, 6, 3, 7], 'r2', 'r3')})
-                  (v128.store (local.get $dst) ${shuffle([0, 1, 4, 5], 'x0', 'x2')})
-                  (v128.store offset=16 (local.get $dst) ${shuffle([2, 3, 6, 7], 'x0', 'x2')})
-                  (v128.store offset=32 (local.get $dst) ${shuffle([0, 1, 4, 5], 'x1', 'x3')})
-                  (v128.store offset=48 (local.get $dst) ${shuffle([2, 3, 6, 7], 'x1', 'x3')})
+${interleave('                  ')}
+                  (v128.store (local.get $dst) ${out[0]})
+                  (v128.store offset=16 (local.get $dst) ${out[1]})
+                  (v128.store offset=32 (local.get $dst) ${out[2]})
+                  (v128.store offset=48 (local.get $dst) ${out[3]})
                   (local.set $p (i32.add (local.get $p) (i32.const 16)))
                   (local.set $q (i32.add (local.get $q) (i32.const 16)))
                   (local.set $dst (i32.add (local.get $dst) (i32.const 64)))
@@ -155,18 +169,15 @@ export const packWat = ({
                 (local.set $p (i32.add (local.get $p) (i32.shl (local.get $rowBytes) (i32.const 1))))
                 (local.set $r2 (v128.load (local.get $p)))
                 (local.set $r3 (v128.load (i32.add (local.get $p) (local.get $rowBytes))))
-                (local.set $x0 ${shuffle([0, 4, 1, 5], 'r0', 'r1')})
-                (local.set $x1 ${shuffle([2, 6, 3, 7], 'r0', 'r1')})
-                (local.set $x2 ${shuffle([0, 4, 1, 5], 'r2', 'r3')})
-                (local.set $x3 ${shuffle([2, 6, 3, 7], 'r2', 'r3')})
+${interleave('                ')}
                 (local.set $q (i32.add (local.get $dst) (i32.shl (local.get $l) (i32.const 2))))
-                (v128.store (local.get $q) ${shuffle([0, 1, 4, 5], 'x0', 'x2')})
+                (v128.store (local.get $q) ${out[0]})
                 (local.set $q (i32.add (local.get $q) (local.get $panelBytes)))
-                (v128.store (local.get $q) ${shuffle([2, 3, 6, 7], 'x0', 'x2')})
+                (v128.store (local.get $q) ${out[1]})
                 (local.set $q (i32.add (local.get $q) (local.get $panelBytes)))
-                (v128.store (local.get $q) ${shuffle([0, 1, 4, 5], 'x1', 'x3')})
+                (v128.store (local.get $q) ${out[2]})
                 (local.set $q (i32.add (local.get $q) (local.get $panelBytes)))
-                (v128.store (local.get $q) ${shuffle([2, 3, 6, 7], 'x1', 'x3')})
+                (v128.store (local.get $q) ${out[3]})
                 (local.set $l (i32.add (local.get $l) (i32.const 4)))
                 (br $gl)))
               (local.set $dst (i32.add (local.get $dst) (i32.shl (local.get $panelBytes) (i32.const 2))))
