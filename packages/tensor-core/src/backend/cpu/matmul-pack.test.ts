@@ -137,39 +137,15 @@ describe("the WASM matmul's pack", () => {
       [512, 256],
       [1024, 768],
     ] as const) {
-      // A [rows, cols] stored and transposed, B [cols, rows] stored and transposed.
-      cases.push({
-        outer: rows,
-        inner: cols,
-        width: 4,
-        strideOuter: cols,
-        strideInner: 1,
-        shift: 0,
-      });
-      cases.push({
-        outer: rows,
-        inner: cols,
-        width: 4,
-        strideOuter: 1,
-        strideInner: rows,
-        shift: 0,
-      });
-      cases.push({
-        outer: rows,
-        inner: cols,
-        width: 8,
-        strideOuter: 1,
-        strideInner: rows,
-        shift: 0,
-      });
-      cases.push({
-        outer: rows,
-        inner: cols,
-        width: 8,
-        strideOuter: cols,
-        strideInner: 1,
-        shift: 0,
-      });
+      // A [rows, cols] stored and transposed (width 4), B [cols, rows] stored and transposed (8).
+      for (const [width, strideOuter, strideInner] of [
+        [4, cols, 1],
+        [4, 1, rows],
+        [8, 1, rows],
+        [8, cols, 1],
+      ] as const) {
+        cases.push({ outer: rows, inner: cols, width, strideOuter, strideInner, shift: 0 });
+      }
     }
     for (const layout of cases) {
       const difference = firstDifference(
