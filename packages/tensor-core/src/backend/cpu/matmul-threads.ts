@@ -28,6 +28,7 @@ import {
   REPORT_UNITS,
   readReport,
   SPIN_MS,
+  SPIN_US,
   STOP,
   WORKER_LOOP,
   type Gemm,
@@ -127,6 +128,8 @@ export class MatmulThreads {
   private workers: ThreadWorker[] = [];
   /** Whether this thread may block in `Atomics.wait` (a page's main thread may not: it spins). */
   private canBlock = true;
+  /** How long either side polls before it blocks ([Note: polling only with a core to spare]). */
+  private spinMs = SPIN_MS;
   private ready = false;
   private stopped = false;
   private starting: Promise<number> | null = null;
@@ -173,6 +176,8 @@ export class MatmulThreads {
     const count = Math.min(this.maxThreads, Math.max(1, wanted)) - 1;
     const { module, memory } = this;
     this.canBlock = platform.canBlock;
+    this.spinMs = count + 1 > platform.cores ? 0 : SPIN_MS;
+    Atomics.store(this.control, SPIN_US, Math.round(this.spinMs * 1000));
     for (let index = 0; index < count; index++) {
       const worker = platform.spawnWorker(WORKER_LOOP, {
         module,
@@ -211,6 +216,14 @@ export class MatmulThreads {
     return this.ready;
   }
 
+  /**
+   * Whether the threads poll before they block: false where the pool has more threads than the
+   * process's cores ([Note: polling only with a core to spare]).
+   */
+  get polls(): boolean {
+    return this.spinMs > 0;
+  }
+
   /** Threads a large call uses now: 1 until every worker runs its loop. */
   get inUse(): number {
     return this.running() ? this.workers.length + 1 : 1;
@@ -219,10 +232,11 @@ export class MatmulThreads {
   /**
    * Wakes the workers ahead of a call that will split (`m` rows, `macs` multiply-adds), so that
    * their wake-up overlaps this thread's copies and packing: a woken worker finds no open call and
-   * polls for SPIN_MS ([Note: joining a call]), in which the call comes.
+   * polls for SPIN_MS ([Note: joining a call]), in which the call comes. Not where the threads do
+   * not poll ([Note: polling only with a core to spare]): a woken worker would block again.
    */
   wake(m: number, macs: number): void {
-    if (this.threadsFor(m, macs) > 1) Atomics.notify(this.control, GENERATION);
+    if (this.spinMs > 0 && this.threadsFor(m, macs) > 1) Atomics.notify(this.control, GENERATION);
   }
 
   /** Threads a gemm of `m` rows and `macs` multiply-adds would use now. */
@@ -249,8 +263,8 @@ export class MatmulThreads {
     // Products that split by rows and are too few to give every thread two: by rows.
     if (macs >= THREADED_MIN_MACS && batch < 2 * threads) return 1;
     // Every thread that may join has its panels in the call's layout, even with fewer products.
-    // The workers are woken now, so that their wake-up overlaps the call's copies.
-    Atomics.notify(this.control, GENERATION);
+    // The workers are woken now, so that their wake-up overlaps the call's copies (where they poll).
+    if (this.spinMs > 0) Atomics.notify(this.control, GENERATION);
     return threads;
   }
 
@@ -387,7 +401,7 @@ export class MatmulThreads {
     // and then blocked on ([Note: joining a call]).
     const workers = this.workers.length;
     const joined = closeCall(ctl, JOIN);
-    const until = performance.now() + SPIN_MS;
+    const until = performance.now() + this.spinMs;
     for (let done = Atomics.load(ctl, DONE); done < joined; done = Atomics.load(ctl, DONE)) {
       if (this.canBlock && performance.now() >= until) Atomics.wait(ctl, DONE, done);
     }

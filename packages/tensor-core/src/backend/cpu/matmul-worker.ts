@@ -19,7 +19,12 @@ export const REPORT_LENGTH = 24;
 /** The call's door ([Note: joining a call]): open, with the workers that joined, or CLOSED. */
 export const JOIN = 25;
 export const BATCHED = 26; // batch chunks the workers have done, ever
-export const CONTROL_WORDS = 27;
+/**
+ * Microseconds a worker polls for the next call before it blocks: SPIN_MS, or 0 ([Note: polling
+ * only with a core to spare]).
+ */
+export const SPIN_US = 27;
+export const CONTROL_WORDS = 28;
 /** The door of a call the calling thread has closed: no worker joins it any more. */
 export const CLOSED = -1;
 /**
@@ -85,7 +90,7 @@ export const WORKER_LOOP = `(function run({ module, memory, control, report, ind
   let seen = 0;
   Atomics.add(ctl, ${ONLINE}, 1);
   for (;;) {
-    const until = performance.now() + ${SPIN_MS};
+    const until = performance.now() + Atomics.load(ctl, ${SPIN_US}) / 1000;
     while (Atomics.load(ctl, ${GENERATION}) === seen && performance.now() < until);
     Atomics.wait(ctl, ${GENERATION}, seen);
     seen = Atomics.load(ctl, ${GENERATION});
@@ -258,6 +263,24 @@ export function batchChunks(
  * that will split also wakes the workers as it starts (`MatmulThreads.wake`), before its copies
  * and packing: a woken worker finds the door closed and polls, and the call comes while it does
  * (the default GPT's step 0.975-0.991 of its time without the early wake, 3 pairs of 150 steps).
+ */
+
+/**
+ * [Note: polling only with a core to spare]
+ *
+ * Both sides poll only where the process may run each of its threads on a core of its own: a
+ * pool of more threads than the cores the process may use (`os.availableParallelism()`, which
+ * counts its affinity mask: `taskset`, a container's cpuset; divided among a launcher's ranks,
+ * [Note: threads per process]) blocks at once, as libgomp stops spinning when it has more
+ * threads than CPUs. There a poll is worse than useless: the thread it waits for can run only
+ * once the poller stops, so each poll is time the call loses. The door kept the calling thread
+ * from polling for a worker that never woke, but a worker still polled 0.2 ms after each call
+ * (and after each early wake) while the calling thread, on the same core, waited to publish the
+ * next: 2-thread calls of 160^3 on one core took 1.7-2.1x the one-thread calls on issue 49's
+ * Intel VM (a fresh-clone CI failed on 2.08), 1.1x without the polls
+ * (`matmul-threads-join.test.ts`). Such a pool wakes no worker ahead of a call either
+ * (`MatmulThreads.wake`): it would only block again. The poll's length is a control block word
+ * (SPIN_US) the pool sets before its workers start.
  */
 
 /**
