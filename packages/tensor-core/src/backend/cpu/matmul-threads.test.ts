@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { availableParallelism } from 'node:os';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createCpuBackend } from '../../runtime.js';
 import { seededValues } from '../../testing/reference.js';
@@ -254,6 +255,56 @@ describe('matmul threads in a synchronous training step', () => {
     );
     expect(alone).toBe(Math.min(cores, 16));
     expect(shared).toBe(1);
+  }, 90_000);
+
+  // [Note: a shared memory only for threads]: a matmul that can only ever run on the calling
+  // thread copies through a memory of its own (a plain memcpy), not a shared one.
+  it('takes a shared memory only where the matmul may run on several threads', async () => {
+    const runtime = fileURLToPath(new URL('../../runtime.ts', import.meta.url));
+    // A worker thread does not inherit `--import tsx`: it loads the sources through tsx's API.
+    const tsx = pathToFileURL(
+      createRequire(import.meta.url)
+        .resolve('tsx/esm/api')
+        .replace(/\.cjs$/, '.mjs'),
+    ).href;
+    const script = `
+      const shared = (threads) => {
+        const backend = createCpuBackend(threads === undefined ? {} : { matmulThreads: threads });
+        const memory = backend.wasmMatmul.memory;
+        backend.dispose();
+        return memory.buffer instanceof SharedArrayBuffer;
+      };
+      const { Worker } = await import('node:worker_threads');
+      const inWorker = (threads) => new Promise((resolve, reject) => {
+        const worker = new Worker(
+          \`import(${JSON.stringify(tsx)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(pathToFileURL(runtime).href)}); }).then(({ createCpuBackend }) => {
+            const backend = createCpuBackend(\${JSON.stringify(threads === undefined ? {} : { matmulThreads: threads })});
+            require('node:worker_threads').parentPort.postMessage(backend.wasmMatmul.memory.buffer instanceof SharedArrayBuffer);
+            backend.dispose();
+          });\`,
+          { eval: true, execArgv: ['--conditions=@webshard/source'] },
+        );
+        worker.once('message', (m) => { resolve(m); worker.terminate(); });
+        worker.once('error', reject);
+      });
+      console.log(JSON.stringify({
+        main: shared(), mainOne: shared(1), mainTwo: shared(2),
+        worker: await inWorker(), workerTwo: await inWorker(2),
+      }));
+    `;
+    const cores = availableParallelism();
+    const alone = JSON.parse(await runScript(script, { ...process.env, LOCAL_WORLD_SIZE: '1' }));
+    expect(alone).toEqual({
+      main: cores > 1,
+      mainOne: false,
+      mainTwo: true,
+      worker: false,
+      workerTwo: true,
+    });
+    const ranks = JSON.parse(
+      await runScript(script, { ...process.env, LOCAL_WORLD_SIZE: String(cores) }),
+    );
+    expect(ranks).toEqual({ ...alone, main: false });
   }, 90_000);
 });
 

@@ -120,6 +120,21 @@ export const THREADED_MIN_MACS = 2 ** 21;
  */
 export const PACK_MIN_FLOATS = 2 ** 18;
 
+/**
+ * The threads a pool asked for `threads` would run, where the platform can say so now: 1 where
+ * no worker can start, and for `'auto'` in a worker thread or a process whose share of the cores
+ * is one ([Note: threads per process]); null where the platform loads asynchronously (Nodes
+ * before 20.16), and the pool decides when it starts. A matmul that will run on one thread takes
+ * a memory of its own, not a shared one ([Note: a shared memory only for threads] in
+ * `matmul-wasm-load.ts`).
+ */
+export function threadsKnownNow(threads: number | 'auto'): number | null {
+  const platform = loadThreads();
+  if (platform instanceof Promise) return null;
+  if (platform === null) return 1;
+  return threads === 'auto' ? (platform.isMainThread ? platform.cores : 1) : threads;
+}
+
 /** Worker threads sharing one module instance's memory. */
 export class MatmulThreads {
   private readonly control: Int32Array;

@@ -1,11 +1,25 @@
 import { enableRelaxedSimd } from '#platform';
 import { matmulWasmBase64 } from './matmul-wasm.generated.js';
 import { MAX_THREADS, type MatmulExports, MR, TILE_BYTES, WasmMatmul } from './matmul-wasm.js';
-import { MatmulThreads } from './matmul-threads.js';
+import { MatmulThreads, threadsKnownNow } from './matmul-threads.js';
 
 // Loading the WASM SIMD matmul ([Note: the WASM SIMD matmul] in matmul-wasm.ts): which of the
 // generator's four modules the engine validates, compiled once per `WebAssembly` namespace, and
 // an instance with its own memory or a shared one for threads.
+
+/**
+ * [Note: a shared memory only for threads]
+ * The operands go into the module's memory and the result comes out of it by `TypedArray.set`,
+ * which V8 runs as a plain memcpy between ordinary buffers but as a copy of relaxed atomic words
+ * where either side is shared: 0.5-0.6x the speed (512 KiB: 27-33 us against 15.5-16 us, 19
+ * against 33 GB/s on issue 49's Intel VM). So the shared module and memory are taken only where
+ * the matmul may run on several threads. `'auto'` used to take them everywhere, also where its
+ * pool could only ever be the calling thread: a rank in a worker thread (webshard-run's thread
+ * ranks, the shm world), a process rank whose share of the cores is one (2 ranks on 2 cores),
+ * a Web Worker; there it now resolves to one thread when the matmul loads, where the platform
+ * says so synchronously (`threadsKnownNow`), and takes the module with its own memory. Same
+ * instructions, same bits; only the copies change.
+ */
 
 /** Pages of the shared memory's maximum (2 GiB), as the shared modules declare. */
 const SHARED_MAX_PAGES = 32768;
@@ -70,7 +84,8 @@ export function loadWasmMatmul(
   if (options.fma !== 'off') enableRelaxedSimd();
   const relaxed = options.fma !== 'off' && compile(wasm, 'relaxedSimd') !== null;
   const threads = options.threads ?? 'auto';
-  if (threads !== 1 && typeof SharedArrayBuffer !== 'undefined') {
+  // [Note: a shared memory only for threads]
+  if (threads !== 1 && threadsKnownNow(threads) !== 1 && typeof SharedArrayBuffer !== 'undefined') {
     const module = compile(wasm, relaxed ? 'sharedRelaxedSimd' : 'sharedSimd');
     if (module !== null) {
       try {
