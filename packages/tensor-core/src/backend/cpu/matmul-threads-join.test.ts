@@ -133,17 +133,29 @@ describe('matmul threads where the workers cannot run', () => {
 
 describe('polling', () => {
   // [Note: polling only with a core to spare]: a pool polls only where each of its threads may
-  // have a core of its own (the process's cores as `availableParallelism` counts them).
+  // have a core of its own. Two threads, with the process's share of the cores all of them
+  // (LOCAL_WORLD_SIZE 1) and one (LOCAL_WORLD_SIZE = the cores: [Note: threads per process]), so
+  // that it holds on a machine of any size.
   it('happens where each thread has a core, and not with more threads than cores', async () => {
     const cores = availableParallelism();
-    for (const wanted of [2, cores + 1]) {
-      const backend = createCpuBackend({ matmulThreads: wanted });
-      const threads = await backend.startMatmulThreads();
-      const pool = (backend as unknown as { wasmMatmul: { threads: MatmulThreads } }).wasmMatmul
-        .threads;
-      expect(threads).toBe(wanted);
-      expect(pool.polls).toBe(wanted <= cores);
-      backend.dispose();
+    const before = process.env.LOCAL_WORLD_SIZE;
+    try {
+      for (const [ranks, share] of [
+        [1, cores],
+        [cores, 1],
+      ] as const) {
+        process.env.LOCAL_WORLD_SIZE = String(ranks);
+        const backend = createCpuBackend({ matmulThreads: 2 });
+        const threads = await backend.startMatmulThreads();
+        const pool = (backend as unknown as { wasmMatmul: { threads: MatmulThreads } }).wasmMatmul
+          .threads;
+        expect(threads).toBe(2);
+        expect(pool.polls).toBe(2 <= share);
+        backend.dispose();
+      }
+    } finally {
+      if (before === undefined) delete process.env.LOCAL_WORLD_SIZE;
+      else process.env.LOCAL_WORLD_SIZE = before;
     }
   });
 });

@@ -131,7 +131,11 @@ export const PACK_MIN_FLOATS = 2 ** 18;
 export function threadsKnownNow(threads: number | 'auto'): number | null {
   const platform = loadThreads();
   if (platform instanceof Promise) return null;
-  if (platform === null) return 1;
+  return platform === null ? 1 : threadsOn(platform, threads);
+}
+
+/** Threads asked for on `platform`: `'auto'` is one per core on the main thread, else one. */
+function threadsOn(platform: NodeThreads, threads: number | 'auto'): number {
   return threads === 'auto' ? (platform.isMainThread ? platform.cores : 1) : threads;
 }
 
@@ -186,9 +190,7 @@ export class MatmulThreads {
   /** Starts the workers now (synchronously); resolves once every one has said it runs. */
   private spawn(platform: NodeThreads | null): Promise<number> {
     if (platform === null || this.stopped) return Promise.resolve(1);
-    const wanted =
-      this.threads === 'auto' ? (platform.isMainThread ? platform.cores : 1) : this.threads;
-    const count = Math.min(this.maxThreads, Math.max(1, wanted)) - 1;
+    const count = Math.min(this.maxThreads, Math.max(1, threadsOn(platform, this.threads))) - 1;
     const { module, memory } = this;
     this.canBlock = platform.canBlock;
     this.spinMs = count + 1 > platform.cores ? 0 : SPIN_MS;

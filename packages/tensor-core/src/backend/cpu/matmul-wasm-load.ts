@@ -11,8 +11,9 @@ import { MatmulThreads, threadsKnownNow } from './matmul-threads.js';
  * [Note: a shared memory only for threads]
  * The operands go into the module's memory and the result comes out of it by `TypedArray.set`,
  * which V8 runs as a plain memcpy between ordinary buffers but as a copy of relaxed atomic words
- * where either side is shared: 0.5-0.6x the speed (512 KiB: 27-33 us against 15.5-16 us, 19
- * against 33 GB/s on issue 49's Intel VM). So the shared module and memory are taken only where
+ * where either side is shared: 512 KiB into it took 26.1 us against 16.6 (20.1 against 31.7
+ * GB/s, issue 49's Intel VM, `bench/shared-copy.ts`); at 3 MiB, bound by the memory's bandwidth,
+ * the two are alike. So the shared module and memory are taken only where
  * the matmul may run on several threads. `'auto'` used to take them everywhere, also where its
  * pool could only ever be the calling thread: a rank in a worker thread (webshard-run's thread
  * ranks, the shm world), a process rank whose share of the cores is one (2 ranks on 2 cores),
