@@ -214,8 +214,8 @@ export class ProcessGroup {
    * `shm` transport's world group (and the node's arena on the world group of several nodes of
    * threads), in the group's shared WASM memory on `tcp`, where collectives of such buffers run
    * in place; an ordinary typed array elsewhere (see [Note: registered
-   * buffers] in `group/registered-buffers.ts`). Release it with `free`; using it after that is
-   * undefined, as with any freed memory.
+   * buffers] in `group/registered-buffers.ts`). It comes zeroed, as a new typed array does. Release
+   * it with `free`; using it after that is undefined, as with any freed memory.
    */
   allocate(dtype: 'f32', count: number): Float32Array;
   allocate(dtype: 'i32', count: number): Int32Array;

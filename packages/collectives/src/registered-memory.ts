@@ -120,11 +120,18 @@ export class RegisteredMemory extends SharedReducer implements ReduceMemory {
     return this.seen.has(buffer);
   }
 
-  /** `bytes` of registered memory, 64-byte aligned; returns the byte offset. */
+  /**
+   * `bytes` of zeroed registered memory, 64-byte aligned; returns the byte offset. Fresh memory
+   * (past every earlier allocation) is zero already; a reused one is cleared ([Note: zeroing shared
+   * memory]).
+   */
   allocate(bytes: number): number {
     const size = FreeLists.sizeOf(bytes);
     const reused = this.free.take(size);
-    if (reused !== undefined) return reused;
+    if (reused !== undefined) {
+      this.zero(reused, size);
+      return reused;
+    }
     const offset = this.top;
     const end = offset + size;
     const have = this.memory.buffer.byteLength;

@@ -68,6 +68,10 @@ class SegmentView implements ArenaSegment {
   scale(dst: number, n: number, factor: number): void {
     this.reducer.scale(dst, n, factor);
   }
+
+  zero(dst: number, bytes: number): void {
+    this.reducer.zero(dst, bytes);
+  }
 }
 
 /**
@@ -139,7 +143,7 @@ export class RegisteredSegments {
     const reused = this.free.take(size);
     if (reused !== undefined) {
       const { segment, offset } = splitAddress(reused);
-      new Uint8Array(this.views[segment]!.buffer, offset, size).fill(0);
+      this.views[segment]!.zero(offset, size); // [Note: zeroing shared memory]
       return reused;
     }
     if (size > SEGMENT_SPAN - PAGE) this.refuse(size, 'it is larger than one 2 GiB segment');

@@ -38,9 +38,10 @@ export interface FlatParamPlacement {
   readonly computeDtype: DType;
   /**
    * A flat buffer that collectives read or write: in registered memory on host data ([Note: flat
-   * buffers in registered memory]), else `Tensor.empty`. Kept (`keep`); contents undefined.
+   * buffers in registered memory]), else `Tensor.empty`. Kept (`keep`); contents undefined, or
+   * zeros with `zeroed`.
    */
-  readonly allocate: (backend: Backend, count: number, dtype: DType) => Tensor;
+  readonly allocate: (backend: Backend, count: number, dtype: DType, zeroed?: boolean) => Tensor;
 }
 
 function kernelSlice(t: Tensor, offset: number, count: number, op: string): KernelTensor {
@@ -204,8 +205,8 @@ export class FlatParameter {
         backend,
         this.paddedNumel,
         this.placement.computeDtype,
+        true,
       );
-      backend.fill(this.fullGrad.kernel('attachGrads'), 0);
     }
     const storage = this.fullGrad.storage();
     for (const e of this.entries) {

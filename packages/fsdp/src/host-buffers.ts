@@ -23,21 +23,28 @@ import { tensorFromHostArray } from '@webshard/tensor-core/backend';
  * the backend's allocator: `memoryStats()` counts it as `externalBytes`, and an emulated
  * `memoryLimit` covers it beside the allocator's bytes ([Note: the limit covers external memory]
  * in tensor-core). Elsewhere (other backends, `local`, `ws`, one rank) the buffers
- * are the backend's ordinary tensors.
+ * are the backend's ordinary tensors. `zeroed` asks for zeros (the flat gradient autograd
+ * accumulates into); otherwise the contents are undefined, as `Tensor.empty`'s.
  */
 export function flatBuffer(
   group: ProcessGroup,
   backend: Backend,
   count: number,
   dtype: DType,
+  zeroed = false,
 ): Tensor {
   if (
     backend.kind !== 'cpu' ||
     !group.allocatesRegistered ||
     (dtype !== 'f32' && dtype !== 'f16' && dtype !== 'bf16')
   ) {
-    return keep(Tensor.empty(backend, [count], dtype));
+    const buffer = keep(Tensor.empty(backend, [count], dtype));
+    if (zeroed) backend.fill(buffer.kernel('flatBuffer'), 0);
+    return buffer;
   }
+  // Registered memory comes zeroed (`ProcessGroup.allocate`), cleared at memset speed; a second
+  // clear from JavaScript here would store to shared memory an element at a time ([Note: zeroing
+  // shared memory] in collectives).
   const array = group.allocate(dtype, count);
   try {
     return keep(tensorFromHostArray(backend, array, { dtype, onRelease: () => group.free(array) }));

@@ -56,8 +56,8 @@ export function shardUnit(
     gradBackend: shardBackend!,
     computeBackend: computeBackend!,
     computeDtype: options.computeDtype,
-    allocate: (backend: Backend, count: number, dtype: DType) =>
-      flatBuffer(group, backend, count, dtype),
+    allocate: (backend: Backend, count: number, dtype: DType, zeroed?: boolean) =>
+      flatBuffer(group, backend, count, dtype, zeroed),
   };
   const replacements = new Map<Tensor, Tensor>();
   const flats = flattenSources(module.typeName, sources, options, placement, replacements);

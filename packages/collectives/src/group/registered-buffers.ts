@@ -94,9 +94,8 @@ export class RegisteredBuffers {
     } else {
       const memory = this.tcpRegisteredMemory(true);
       if (memory === null) return make(new ArrayBuffer(bytes), 0);
-      address = memory.allocate(bytes);
+      address = memory.allocate(bytes); // zeroed
       array = make(memory.buffer, address);
-      array.fill(0);
     }
     this.handedOut.set(array, { address, bytes });
     return array;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { REDUCE_OPS, ReduceArena } from './reduce.js';
+import { REDUCE_OPS, ReduceArena, SharedReducer } from './reduce.js';
 
 function reference(op: string, a: number, b: number, dtype: 'f32' | 'i32'): number {
   if (dtype === 'i32') {
@@ -87,5 +87,24 @@ describe('ReduceArena kernels', () => {
     expect(Array.from(arena.f32(0, 5))).toEqual(
       [1, 2, 3, 4, 5].map((x) => Math.fround(x * Math.fround(1 / 3))),
     );
+  });
+
+  it('zero clears exactly its bytes, in its own memory and in a shared one', () => {
+    const arena = new ReduceArena();
+    arena.ensure(4096);
+    const shared = new WebAssembly.Memory({ initial: 1, maximum: 4, shared: true });
+    for (const [kernels, buffer] of [
+      [arena, () => arena.bytes(0, 4096)],
+      [new SharedReducer(shared), () => new Uint8Array(shared.buffer, 0, 4096)],
+    ] as const) {
+      buffer().fill(9);
+      // Unaligned start and length: memory.fill has no alignment, unlike the 4-byte kernels.
+      kernels.zero(3, 1021);
+      kernels.zero(2000, 0);
+      const bytes = Array.from(buffer());
+      expect(bytes.slice(0, 3)).toEqual([9, 9, 9]);
+      expect(bytes.slice(3, 1024).every((b) => b === 0)).toBe(true);
+      expect(bytes.slice(1024).every((b) => b === 9)).toBe(true);
+    }
   });
 });

@@ -344,4 +344,7 @@
         (f32.store (local.get $d) (f32.mul (f32.load (local.get $d)) (local.get $f)))
         (local.set $d (i32.add (local.get $d) (i32.const 4)))
         (br $loop))))
+  ;; n bytes from dst set to 0 (memory.fill)
+  (func (export "zero") (param $d i32) (param $n i32)
+    (memory.fill (local.get $d) (i32.const 0) (local.get $n)))
 )

@@ -199,6 +199,7 @@ export class TwoLevelPlan implements CollectivePlan {
       reduce: (...args) => sharedArena.reduce(...args),
       reduceTo: (...args) => sharedArena.reduceTo(...args),
       scale: (...args) => sharedArena.scale(...args),
+      zero: (...args) => sharedArena.zero(...args),
       bytes: (offset, length) => new Uint8Array(sharedArena.buffer, offset, length),
     };
     return {

@@ -144,7 +144,7 @@ describe('registered buffers on tcp', () => {
     });
   }
 
-  it('hands out zeroed buffers that stay valid as the memory grows, and reuses freed ones', async () => {
+  it('hands out zeroed buffers that stay valid as the memory grows, and reuses freed ones zeroed', async () => {
     const world = await createNetworkWorld('tcp', 2);
     const group = ProcessGroup.fromTransport(world.transports[0]!);
     try {
@@ -154,9 +154,12 @@ describe('registered buffers on tcp', () => {
       expect(big.every((v) => v === 0)).toBe(true);
       expect(first[999]).toBe(7);
       expect(first.buffer).toBeInstanceOf(SharedArrayBuffer);
+      big.fill(3);
       group.free(big);
       const again = group.allocate('f32', 5 << 20);
       expect(again.byteOffset).toBe(big.byteOffset);
+      // Cleared for its new owner (through the kernels' memory.fill, [Note: zeroing shared memory]).
+      expect(again.every((v) => v === 0)).toBe(true);
       const halves = group.allocate('bf16', 3);
       expect(halves).toBeInstanceOf(Uint16Array);
     } finally {
