@@ -287,6 +287,46 @@ describe('layers', () => {
     expect(() => new Dropout(1.5)).toThrow('[Dropout] probability 1.5 is not in [0, 1]');
   });
 
+  it('Dropout as the identity (p = 0, eval) is a view of its input: no kernel either way', async () => {
+    const x = tensor(
+      Array.from({ length: 24 }, (_, i) => i / 7 - 1),
+      { shape: [2, 3, 4] },
+    );
+    x.requiresGrad = true;
+    const w = tensor(
+      Array.from({ length: 24 }, (_, i) => (i % 5) - 2.5),
+      { shape: [2, 3, 4] },
+    );
+    for (const drop of [new Dropout(0), new Dropout(0.5).eval()]) {
+      const kernels: string[] = [];
+      const binary = backend.binary.bind(backend);
+      backend.binary = (...args) => {
+        kernels.push(args[0]);
+        return binary(...args);
+      };
+      let y: Tensor;
+      try {
+        y = drop.call(x);
+        expect(kernels).toEqual([]);
+        expect(y).not.toBe(x);
+        expect(y.shape).toEqual([2, 3, 4]);
+        expect(await values(y)).toEqual(await values(x));
+        const loss = sum(mul(y, w));
+        kernels.length = 0;
+        await loss.backward();
+        // The loss's own backward multiplies by w; nothing else runs for the dropout.
+        expect(kernels).toEqual(['mul']);
+      } finally {
+        delete (backend as { binary?: unknown }).binary;
+      }
+      expect(await values(x.grad!)).toEqual(await values(w));
+      x.grad!.free();
+      x.grad = null;
+      y.free();
+      expect(await values(x)).toEqual(Array.from({ length: 24 }, (_, i) => Math.fround(i / 7 - 1)));
+    }
+  });
+
   it('CausalSelfAttention matches PyTorch (nanoGPT) forward and gradients in f64', async () => {
     // /usr/bin/python3: nanoGPT's attention with C=4, nh=2, B=1, T=3, weights
     // det(shape, k) = [sin(i*0.37 + k) * 0.5 for i in range(n)]: Wa det([12,4],1), ba det([12],2),
