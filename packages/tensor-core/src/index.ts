@@ -186,6 +186,7 @@ export type {
   ReduceOptions,
   SliceRange,
 } from './ops/index.js';
+export { scaledMaskedSoftmax } from './ops/masked-softmax.js';
 export { Adam, AdamW } from './optim/adam.js';
 export type { AdamHyperparameters, AdamState } from './optim/adam.js';
 export { clipGradNorm, partialNorm } from './optim/clip-grad-norm.js';

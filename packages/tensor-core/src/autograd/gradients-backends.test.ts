@@ -2,6 +2,7 @@ import { expect, it } from 'vitest';
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import * as ops from '../ops/index.js';
+import { scaledMaskedSoftmax } from '../ops/masked-softmax.js';
 import { matmulViews } from '../ops/matmul-views.js';
 import { transposeView } from '../ops/matrix-views.js';
 import { createCpuBackend } from '../runtime.js';
@@ -61,6 +62,11 @@ const cases: Record<string, Case> = {
   min: { inputs: [{ shape: [3, 4] }], fn: ([x]) => ops.min(x!, 0, { keepDim: true }) },
   softmax: { inputs: [{ shape: [2, 5], lo: -2, hi: 2 }], fn: ([x]) => ops.softmax(x!) },
   logSoftmax: { inputs: [{ shape: [3, 4], lo: -2, hi: 2 }], fn: ([x]) => ops.logSoftmax(x!) },
+  scaledMaskedSoftmax: {
+    inputs: [{ shape: [2, 3, 3], lo: -2, hi: 2 }],
+    fn: ([x], make) =>
+      scaledMaskedSoftmax(x!, make([0, 1, 1, 0, 0, 1, 0, 0, 0], [3, 3]), 1 / Math.sqrt(3)),
+  },
   layerNorm: {
     inputs: [{ shape: [3, 5], lo: -2, hi: 2 }, { shape: [5], lo: 0.5, hi: 1.5 }, { shape: [5] }],
     fn: ([x, w, b]) => ops.layerNorm(x!, { weight: w!, bias: b! }),

@@ -41,6 +41,7 @@ import {
   tensor,
   where,
 } from '../ops/index.js';
+import { scaledMaskedSoftmax } from '../ops/masked-softmax.js';
 import { matmulViews } from '../ops/matmul-views.js';
 import { createCpuBackend } from '../runtime.js';
 import type { Tensor } from '../tensor.js';
@@ -147,6 +148,13 @@ const cases: Record<string, () => Promise<void>> = {
     await check((x) => softmax(x, 0), [input([3, 2], 49, -2, 2)]);
   },
   logSoftmax: () => check((x) => logSoftmax(x), [input([3, 4], 50, -2, 2)]),
+  scaledMaskedSoftmax: async () => {
+    // A causal mask repeating under [2, 3, 3], and one of x's own shape (no row all masked).
+    const causal = tensor([0, 1, 1, 0, 0, 1, 0, 0, 0], { dtype: 'f64', backend, shape: [3, 3] });
+    await check((x) => scaledMaskedSoftmax(x, causal, 0.3), [input([2, 3, 3], 60, -2, 2)]);
+    const own = tensor([0, 1, 0, 1, 0, 0, 0, 0], { dtype: 'f64', backend, shape: [2, 4] });
+    await check((x) => scaledMaskedSoftmax(x, own, 1.7), [input([2, 4], 61, -2, 2)]);
+  },
   layerNorm: async () => {
     await check(
       (x, w, b) => layerNorm(x!, { weight: w!, bias: b! }),

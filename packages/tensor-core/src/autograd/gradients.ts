@@ -26,6 +26,7 @@ import {
 import { contiguousStrides } from '../ops/validate.js';
 import { shapeSize, Tensor } from '../tensor.js';
 import { matmulViewsGradient } from './matmul-views-gradient.js';
+import { scaledMaskedSoftmaxGradByKernel, softmaxGradByKernel } from './softmax-gradient.js';
 import type { GradContext, GradientDef } from './node.js';
 
 /**
@@ -37,6 +38,15 @@ import type { GradContext, GradientDef } from './node.js';
  * `noGrad` inside `tidy`, so temporaries are freed). Every entry is checked against central finite
  * differences in f64 in `gradients.test.ts`.
  */
+
+/**
+ * Softmax's gradient dx = y (dy - sum(dy y)) over the last axis from its output y: the backend's
+ * one kernel where it has it, else these ops, with the same bits ([Note: softmax's gradient in one
+ * pass]).
+ */
+export function softmaxGrad(y: Tensor, dy: Tensor): Tensor {
+  return softmaxGradByKernel(y, dy) ?? mul(y, sub(dy, sum(mul(dy, y), -1, { keepDim: true })));
+}
 
 /** Sum `grad` over the dims that broadcasting added or expanded, back to `shape`. */
 export function reduceTo(grad: Tensor, shape: readonly number[]): Tensor {
@@ -290,12 +300,22 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
   max: extremumOverAxes,
   min: extremumOverAxes,
   softmax: {
-    // dx = y * (g - sum(g * y))
+    // dx = y * (g - sum(g * y)), in one kernel where the backend has it.
+    saveOutputs: [0],
+    backward: (ctx, [g]) => [softmaxGrad(ctx.savedOutput(0), g!)],
+  },
+  scaledMaskedSoftmax: {
+    // dx = where(mask, 0, y * (g - sum(g * y))) * scale ([Note: attention's softmax in one call]).
+    saveInputs: [1],
     saveOutputs: [0],
     backward(ctx, [g]) {
       const y = ctx.savedOutput(0);
-      const dot = sum(mul(g!, y), -1, { keepDim: true });
-      return [mul(y, sub(g!, dot))];
+      const mask = ctx.savedInput(1);
+      const scale = ctx.attrs.scale as number;
+      const dx =
+        scaledMaskedSoftmaxGradByKernel(y, g!, mask, scale) ??
+        mul(where(mask, 0, softmaxGrad(y, g!)), scale);
+      return [dx, null];
     },
   },
   logSoftmax: {

@@ -230,6 +230,39 @@ export interface Backend {
   /** Softmax (or log-softmax) over the last axis; out has x's shape. */
   softmax(x: KernelTensor, out: KernelTensor, log: boolean): void;
   /**
+   * Optional: softmax's gradient over the last axis in one kernel, dx = y (dy - sum(dy y)) for
+   * softmax's output y, with the roundings of the ops it replaces (`mul`, `sum` along the last
+   * axis, `sub`, `mul`: every product and difference rounded to the dtype, the row's sum in f64 in
+   * column order), so the same bits ([Note: softmax's gradient in one pass] in
+   * autograd/softmax-gradient.ts). y, dy and dx have one shape and dtype. True when done;
+   * backends without it, and a call it returns `false` for (having done nothing), get those ops.
+   */
+  softmaxBackward?(y: KernelTensor, dy: KernelTensor, dx: KernelTensor): boolean;
+  /**
+   * Optional: attention's weights in one call, out = softmax(maskedFill(x * scale, mask, -inf))
+   * over the last axis, with the bits of those three ops (`mul` by the number, `where`, `softmax`)
+   * ([Note: attention's softmax in one call] in ops/masked-softmax.ts). mask (nonzero: masked, any
+   * dtype) broadcasts to x's shape (a [T, T] causal mask under [B, nh, T, T]). True when done;
+   * backends without it, and a call it returns `false` for (having done nothing), get the ops.
+   */
+  scaledMaskedSoftmax?(
+    x: KernelTensor,
+    mask: KernelTensor,
+    scale: number,
+    out: KernelTensor,
+  ): boolean;
+  /**
+   * Optional: the gradient of `scaledMaskedSoftmax` from its output y, dx = where(mask, 0,
+   * softmaxBackward(y, dy)) * scale, with the bits of those ops. As `scaledMaskedSoftmax`.
+   */
+  scaledMaskedSoftmaxBackward?(
+    y: KernelTensor,
+    dy: KernelTensor,
+    mask: KernelTensor,
+    scale: number,
+    dx: KernelTensor,
+  ): boolean;
+  /**
    * Layer norm over the last axis of x ([rows, cols] after flattening): out = (x - mean) * rstd *
    * weight + bias. weight and bias are [cols] or null. mean and rstd are f32 [rows], written for backward.
    */

@@ -1,7 +1,8 @@
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import { ArgumentError, ShapeError } from '../errors.js';
-import { maskedFill, mul, softmax, tensor } from '../ops/index.js';
+import { tensor } from '../ops/index.js';
+import { scaledMaskedSoftmax } from '../ops/masked-softmax.js';
 import { matmulViews } from '../ops/matmul-views.js';
 import { type MatrixView, transposeView } from '../ops/matrix-views.js';
 import { keep } from '../scope.js';
@@ -122,8 +123,9 @@ export function attendHeads(
     const scores = track(
       matmulViews(qkv, head(0), qkv, transposeView(head(1)), square.shape, square),
     );
-    const scaled = track(mul(scores, 1 / Math.sqrt(hs)));
-    const att = track(softmax(track(maskedFill(scaled, mask, -Infinity)), -1));
+    // softmax(maskedFill(scores / sqrt(hs), mask, -inf)) in one kernel each way where the
+    // backend has it ([Note: attention's softmax in one call]).
+    const att = track(scaledMaskedSoftmax(scores, mask, 1 / Math.sqrt(hs)));
     const dropped = dropout(att);
     if (dropped !== att) track(dropped);
     return matmulViews(dropped, square, qkv, head(2), [b, t, c], {

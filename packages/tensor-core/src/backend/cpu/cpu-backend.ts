@@ -39,7 +39,12 @@ import { matmulStridedKernel } from './matmul-strided.js';
 import type { WasmMatmul } from './matmul-wasm.js';
 import { loadWasmMatmul } from './matmul-wasm-load.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
-import { layerNormBackwardKernel, layerNormKernel, softmaxKernel } from './row-kernels.js';
+import {
+  layerNormBackwardKernel,
+  layerNormKernel,
+  softmaxBackwardKernel,
+  softmaxKernel,
+} from './row-kernels.js';
 
 /** What the CPU backend's allocator pools whatever the peak: see [Note: a bounded pool]. */
 const CPU_POOL_BYTES = 256 * 2 ** 20;
@@ -286,6 +291,46 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     this.assertLive('softmax');
     if (this.wasmKernels?.softmax(x, out, log)) return;
     softmaxKernel(x, out, log);
+  }
+
+  softmaxBackward(y: KernelTensor, dy: KernelTensor, dx: KernelTensor): boolean {
+    this.assertLive('softmaxBackward');
+    if (this.wasmKernels?.softmaxBackward(y, dy, dx)) return true;
+    return softmaxBackwardKernel(y, dy, dx);
+  }
+
+  /**
+   * [Note: attention's softmax in one call]: the WASM kernels' chain in their memory, else this
+   * backend's own `binary`, `where` and `softmax` run in place on out, which round to out's dtype
+   * as the ops' outputs do.
+   */
+  scaledMaskedSoftmax(
+    x: KernelTensor,
+    mask: KernelTensor,
+    scale: number,
+    out: KernelTensor,
+  ): boolean {
+    this.assertLive('scaledMaskedSoftmax');
+    if (this.wasmKernels?.scaledMaskedSoftmax(x, mask, scale, out)) return true;
+    this.binary('mul', x, scale, out);
+    this.where(mask, Number.NEGATIVE_INFINITY, out, out);
+    this.softmax(out, out, false);
+    return true;
+  }
+
+  scaledMaskedSoftmaxBackward(
+    y: KernelTensor,
+    dy: KernelTensor,
+    mask: KernelTensor,
+    scale: number,
+    dx: KernelTensor,
+  ): boolean {
+    this.assertLive('scaledMaskedSoftmaxBackward');
+    if (this.wasmKernels?.scaledMaskedSoftmaxBackward(y, dy, mask, scale, dx)) return true;
+    if (!this.softmaxBackward(y, dy, dx)) return false;
+    this.where(mask, 0, dx, dx);
+    this.binary('mul', dx, scale, dx);
+    return true;
   }
 
   layerNorm(

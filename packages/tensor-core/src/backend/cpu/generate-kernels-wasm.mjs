@@ -1,6 +1,6 @@
 // Builds the CPU backend's WASM SIMD f32 kernels other than matmul (elementwise maps with the
-// broadcasts the models use, GELU and its gradient, where, softmax, sums along an axis; layer norm
-// and Adam from kernels-wat-f64.mjs): writes
+// broadcasts the models use, GELU and its gradient, where, sums along an axis; softmax and its
+// gradient from kernels-wat-softmax.mjs; layer norm and Adam from kernels-wat-f64.mjs): writes
 // kernels.wat (the source, for reading and review) and kernels-wasm.generated.ts (the assembled
 // bytes, checked in so the package needs no build step to run). `generate-matmul-wasm.mjs` runs
 // this too. The design is [Note: the WASM SIMD kernels] in kernels-wasm.ts.
@@ -9,22 +9,10 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import wabtInit from 'wabt';
 import { adam, layerNorm, layerNormBackward } from './kernels-wat-f64.mjs';
+import { softmax, softmaxBackward } from './kernels-wat-softmax.mjs';
+import { at, get, i32, loop, splat } from './wat-text.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-
-const get = (name) => `(local.get $${name})`;
-const i32 = (value) => `(i32.const ${value})`;
-// The byte address of element `index` (an expression) of the array at `base`.
-const at = (base, index) => `(i32.add ${get(base)} (i32.shl ${index} ${i32(2)}))`;
-
-// A counted loop: `body` runs for $var = from, from + step, ... while $var + step <= limit.
-function loop(label, variable, limit, step, body) {
-  return `(block $${label}_done (loop $${label}
-      (br_if $${label}_done (i32.gt_u (i32.add ${get(variable)} ${i32(step)}) ${limit}))
-      ${body}
-      (local.set $${variable} (i32.add ${get(variable)} ${i32(step)}))
-      (br $${label})))`;
-}
 
 // ---- elementwise binary ops ----------------------------------------------------------------
 // add, sub, mul and div of two f32 values: f32 arithmetic rounds once, exactly as the TypeScript
@@ -187,7 +175,6 @@ const ERF_Q = [
   '-7.37332916720468e-03',
   '-1.42647390514189e-02',
 ];
-const splat = (c) => `(v128.const f32x4 ${c} ${c} ${c} ${c})`;
 function horner(coefficients, x2) {
   let expr = splat(coefficients[0]);
   for (const c of coefficients.slice(1)) expr = `(f32x4.add (f32x4.mul ${expr} ${x2}) ${splat(c)})`;
@@ -298,65 +285,6 @@ function lanes(name, fn, arity) {
 `;
 }
 
-// The f32 lanes 2 and 3 of a vector as f64x2 (softmax sums its exps in f64).
-const HIGH = 'i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7';
-const high2 = (x) => `(f64x2.promote_low_f32x4 (${HIGH} ${x} ${x}))`;
-
-// ---- softmax over rows ---------------------------------------------------------------------
-// Per row: the max (a row of -inf shifts by 0), exp(x - max) by exp4 (the tail through the
-// scratch vector), their sum in f64 two lanes at a time, then a divide by it. The row's vectors
-// are maxed with `pmax` (one maxps: see exp4), which passes over a NaN where `max` would return it;
-// the NaN's own exp is NaN, so its row's sum, and every output of the row, is NaN all the same,
-// and rows without NaN shift by the same value (a max of -0 for +0 changes no x - max).
-// The tail's scalar `f32.max` keeps Math.max's rule: a few a row.
-const softmax = `  (func (export "softmax") (param $x i32) (param $o i32) (param $rows i32) (param $cols i32)
-    (local $r i32) (local $i i32) (local $xr i32) (local $or i32) (local $m v128) (local $max f32)
-    (local $e v128) (local $sum v128) (local $total f64) (local $t f32) (local $tail i32)
-    ${loop(
-      'r',
-      'r',
-      get('rows'),
-      1,
-      `(local.set $xr ${at('x', '(i32.mul (local.get $r) (local.get $cols))')})
-      (local.set $or ${at('o', '(i32.mul (local.get $r) (local.get $cols))')})
-      (local.set $m ${splat('-inf')})
-      (local.set $i (i32.const 0))
-      ${loop('mv', 'i', get('cols'), 4, `(local.set $m (f32x4.pmax (local.get $m) (v128.load ${at('xr', get('i'))})))`)}
-      (local.set $max (f32.max (f32.max (f32x4.extract_lane 0 (local.get $m)) (f32x4.extract_lane 1 (local.get $m)))
-        (f32.max (f32x4.extract_lane 2 (local.get $m)) (f32x4.extract_lane 3 (local.get $m)))))
-      ${loop('ms', 'i', get('cols'), 1, `(local.set $max (f32.max (local.get $max) (f32.load ${at('xr', get('i'))})))`)}
-      (if (f32.eq (local.get $max) (f32.const -inf)) (then (local.set $max (f32.const 0))))
-      (local.set $m (f32x4.splat (local.get $max)))
-      (local.set $sum (v128.const i64x2 0 0))
-      (local.set $i (i32.const 0))
-      ${loop(
-        'ev',
-        'i',
-        get('cols'),
-        4,
-        `(local.set $e (call $exp4 (f32x4.sub (v128.load ${at('xr', get('i'))}) (local.get $m))))
-        (v128.store ${at('or', get('i'))} (local.get $e))
-        (local.set $sum (f64x2.add (local.get $sum) (f64x2.promote_low_f32x4 (local.get $e))))
-        (local.set $sum (f64x2.add (local.get $sum) ${high2('(local.get $e)')}))`,
-      )}
-      (local.set $total (f64.add (f64x2.extract_lane 0 (local.get $sum)) (f64x2.extract_lane 1 (local.get $sum))))
-      (local.set $tail (i32.sub (local.get $cols) (local.get $i)))
-      (if (local.get $tail) (then
-        (v128.store ${i32(0)} (v128.const i32x4 0 0 0 0))
-        (memory.copy ${i32(0)} ${at('xr', get('i'))} (i32.shl (local.get $tail) ${i32(2)}))
-        (local.set $e (call $exp4 (f32x4.sub (v128.load ${i32(0)}) (local.get $m))))
-        (v128.store ${i32(0)} (local.get $e))
-        (memory.copy ${at('or', get('i'))} ${i32(0)} (i32.shl (local.get $tail) ${i32(2)}))
-        (local.set $i (i32.const 0))
-        ${loop('es', 'i', get('tail'), 1, `(local.set $total (f64.add (local.get $total) (f64.promote_f32 (f32.load ${at('or', `(i32.add (i32.sub (local.get $cols) (local.get $tail)) (local.get $i))`)}))))`)}))
-      (local.set $t (f32.demote_f64 (local.get $total)))
-      (local.set $m (f32x4.splat (local.get $t)))
-      (local.set $i (i32.const 0))
-      ${loop('dv', 'i', get('cols'), 4, `(v128.store ${at('or', get('i'))} (f32x4.div (v128.load ${at('or', get('i'))}) (local.get $m)))`)}
-      ${loop('ds', 'i', get('cols'), 1, `(f32.store ${at('or', get('i'))} (f32.div (f32.load ${at('or', get('i'))}) (local.get $t)))`)}`,
-    )})
-`;
-
 // ---- sums along an axis --------------------------------------------------------------------
 // x as [outer, r, inner]: o[p, q] = sum over k of x[p, k, q], each in f64 in k order (as the
 // TypeScript kernel sums, so the results agree bit for bit), divided by r for a mean; two columns
@@ -441,7 +369,7 @@ function moduleWat() {
   const helpers = parseHelpers(expF32x4 + erfF32x4 + geluMap);
   parts.push(whereRows, inlineHelpers(lanes('gelu', 'gelu4', 1), helpers));
   parts.push(inlineHelpers(lanes('gelu_grad', 'geluGrad4', 2), helpers));
-  parts.push(inlineHelpers(softmax, helpers), reduceSum);
+  parts.push(inlineHelpers(softmax, helpers), softmaxBackward, reduceSum);
   parts.push(layerNorm, layerNormBackward, adam);
   return `;; GENERATED by generate-kernels-wasm.mjs: the CPU backend's f32 kernels other than matmul, f32x4 SIMD.
 ;; Every pointer is a byte offset into the memory; bytes 0..31 are scratch for tails.

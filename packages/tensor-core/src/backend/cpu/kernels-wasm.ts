@@ -2,6 +2,10 @@ import type { AdamHyper, BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '..
 import { broadcastKind } from './broadcast-kind.js';
 import { outputValues, shapeCount } from './cpu-storage.js';
 import { kernelsWasmBase64 } from './kernels-wasm.generated.js';
+import {
+  scaledMaskedSoftmaxBackwardWasm,
+  scaledMaskedSoftmaxWasm,
+} from './kernels-wasm-attention.js';
 import type { WasmApi } from './matmul-wasm-load.js';
 import { type Exports, KEEP_BYTES, WasmMemory } from './wasm-memory.js';
 
@@ -230,6 +234,54 @@ export class WasmKernels {
     this.exports.softmax!(px, po, n / cols, cols);
     this.memory.take(out, po, n);
     return true;
+  }
+
+  /** Softmax's gradient over the last axis ([Note: softmax's gradient in one pass]); false unless f32. */
+  softmaxBackward(y: KernelTensor, dy: KernelTensor, dx: KernelTensor): boolean {
+    if (y.dtype !== 'f32' || dy.dtype !== 'f32' || dx.dtype !== 'f32' || y.shape.length === 0)
+      return false;
+    const n = shapeCount(y.shape);
+    const cols = y.shape[y.shape.length - 1]!;
+    if (n === 0) return false;
+    // Rows are independent: in pieces of whole rows, as the softmax.
+    const piece = this.memory.piece(n, 3, cols);
+    if (piece < n) {
+      for (let from = 0; from < n; from += piece) {
+        const shape = [Math.min(piece, n - from) / cols, cols];
+        const part = (t: KernelTensor): KernelTensor => ({ ...t, shape, offset: t.offset + from });
+        if (!this.softmaxBackward(part(y), part(dy), part(dx))) return false;
+      }
+      return true;
+    }
+    const at = this.memory.layout([n, n, n]);
+    if (at === null) return false;
+    const [py, pg, po] = at as [number, number, number];
+    this.memory.put(y, py);
+    this.memory.put(dy, pg);
+    this.exports.softmax_backward!(py, pg, po, n / cols, cols);
+    this.memory.take(dx, po, n);
+    return true;
+  }
+
+  /** Attention's weights in one call (kernels-wasm-attention.ts); false where it declines. */
+  scaledMaskedSoftmax(
+    x: KernelTensor,
+    mask: KernelTensor,
+    scale: number,
+    out: KernelTensor,
+  ): boolean {
+    return scaledMaskedSoftmaxWasm(this.memory, x, mask, scale, out);
+  }
+
+  /** Their gradient in one call (kernels-wasm-attention.ts); false where it declines. */
+  scaledMaskedSoftmaxBackward(
+    y: KernelTensor,
+    dy: KernelTensor,
+    mask: KernelTensor,
+    scale: number,
+    dx: KernelTensor,
+  ): boolean {
+    return scaledMaskedSoftmaxBackwardWasm(this.memory, y, dy, mask, scale, dx);
   }
 
   /** Sum or mean of x along `axis`; false for other ops and dtypes. */

@@ -27,6 +27,37 @@ export function softmaxKernel(x: KernelTensor, out: KernelTensor, log: boolean):
   o.commit();
 }
 
+/**
+ * Softmax's gradient, dx = y (dy - sum(dy y)) per row, for f32 and f64: each product and
+ * difference rounded to the dtype as the `mul` and `sub` kernels store them, the row's sum in
+ * f64 in column order as `reduceKernel` sums ([Note: softmax's gradient in one pass]). False
+ * (nothing written) for f16 and bf16, whose ops round at every step.
+ */
+export function softmaxBackwardKernel(
+  y: KernelTensor,
+  dy: KernelTensor,
+  dx: KernelTensor,
+): boolean {
+  if (y.dtype !== 'f32' && y.dtype !== 'f64') return false;
+  const round = y.dtype === 'f32' ? Math.fround : (v: number) => v;
+  const yv = readValues(y);
+  const gv = readValues(dy);
+  const o = outputValues(dx);
+  const v = o.values;
+  const cols = y.shape.length === 0 ? 1 : y.shape[y.shape.length - 1]!;
+  if (cols === 0) return true;
+  const rows = yv.length / cols;
+  for (let r = 0; r < rows; r++) {
+    const base = r * cols;
+    let dot = 0;
+    for (let c = 0; c < cols; c++) dot += round(gv[base + c]! * yv[base + c]!);
+    dot = round(dot);
+    for (let c = 0; c < cols; c++) v[base + c] = yv[base + c]! * round(gv[base + c]! - dot);
+  }
+  o.commit();
+  return true;
+}
+
 export function layerNormKernel(
   x: KernelTensor,
   weight: KernelTensor | null,

@@ -1,0 +1,69 @@
+import { Tensor } from '../tensor.js';
+
+/**
+ * [Note: softmax's gradient in one pass]
+ * Softmax's gradient over the last axis is dx = y (dy - sum(dy y)), y softmax's output. As ops it
+ * is four kernels and three temporaries the size of y (the products, the difference, dx), each
+ * op a pass over memory (and on the CPU backend a copy into and out of the WASM kernels' memory):
+ * on the default GPT's attention weights ([16, 4, 32, 32] a layer) some 0.5 ms of each layer's
+ * backward, and at GPT-2's [4, 12, 256, 256] twelve passes over 12 MB. A backend with
+ * `softmaxBackward` (the CPU's, in f32 and f64) computes it in one kernel, a row at a time, with
+ * the roundings of those ops: each product dy y rounded to the dtype as `mul` stores it, the row's
+ * sum in f64 in column order and rounded as `sum` along the last axis gives it, dy - dot rounded
+ * as `sub`, then times y rounded as `mul`. So the bits are the ops' bits, on every path of the
+ * CPU backend (the WASM kernel and the TypeScript one agree: f64 holds an f32 sum or difference
+ * exactly enough that rounding it once more to f32 is the f32 operation's rounding). Backends
+ * without it (WebGPU), dtypes it declines (f16 and bf16, whose ops round at every step) and
+ * operands of different shapes or dtypes take the ops (gradients.ts's `softmaxGrad`). Not
+ * recorded, as `activationGrad`: double backward through softmax is not supported. These take no
+ * ops, so the gradient table's cycle with the ops layer gains no file.
+ */
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((d, i) => d === b[i]);
+}
+
+/** dx = y (dy - sum(dy y)) by the backend's `softmaxBackward`, or null where it has none or declines. */
+export function softmaxGradByKernel(y: Tensor, dy: Tensor): Tensor | null {
+  const backend = y.backend;
+  if (
+    backend.softmaxBackward === undefined ||
+    y.size === 0 ||
+    dy.backend !== backend ||
+    dy.dtype !== y.dtype ||
+    !sameShape(dy.shape, y.shape)
+  )
+    return null;
+  const dx = Tensor.empty(backend, y.shape, y.dtype);
+  const op = 'softmax backward';
+  if (backend.softmaxBackward(y.kernel(op), dy.kernel(op), dx.kernel(op))) return dx;
+  dx.free();
+  return null;
+}
+
+/**
+ * `scaledMaskedSoftmax`'s gradient from its output y, dx = where(mask, 0, y (dy - sum(dy y))) *
+ * scale, by the backend's `scaledMaskedSoftmaxBackward` ([Note: attention's softmax in one call]),
+ * or null where it has none or declines.
+ */
+export function scaledMaskedSoftmaxGradByKernel(
+  y: Tensor,
+  dy: Tensor,
+  mask: Tensor,
+  scale: number,
+): Tensor | null {
+  const backend = y.backend;
+  if (
+    backend.scaledMaskedSoftmaxBackward === undefined ||
+    y.size === 0 ||
+    dy.backend !== backend ||
+    dy.dtype !== y.dtype ||
+    !sameShape(dy.shape, y.shape)
+  )
+    return null;
+  const dx = Tensor.empty(backend, y.shape, y.dtype);
+  const op = 'scaledMaskedSoftmax backward';
+  const k = (t: Tensor) => t.kernel(op);
+  if (backend.scaledMaskedSoftmaxBackward(k(y), k(dy), k(mask), scale, k(dx))) return dx;
+  dx.free();
+  return null;
+}
