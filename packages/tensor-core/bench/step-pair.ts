@@ -7,7 +7,8 @@
  * `auto` after the steps gives both the fused matmul (relaxed FMA), as the trainer does where
  * every rank fuses; `webgpu` runs both on the WebGPU backend (the adapter `VK_ICD_FILENAMES`
  * selects) instead. `WEBSHARD_STEP_PAIR_MODEL=gpt2` times GPT-2 124M instead (12 layers, 768 wide,
- * vocabulary 50304, B4 T256; one warm-up step each, some 8 GB for the two models). Run: `pnpm
+ * vocabulary 50304, B4 T256; one warm-up step each, some 8 GB for the two models);
+ * `WEBSHARD_STEP_PAIR_CAPTURE=1` times both as the trainer runs them, through `CapturedStep`. Run: `pnpm
  * --filter @webshard/tensor-core exec tsx --conditions=@webshard/source bench/step-pair.ts
  * /path/to/other/packages/tensor-core/src/index.ts [steps] [off|auto|webgpu]`.
  */
@@ -24,12 +25,13 @@ if (baselinePath === undefined) {
 const baseline = (await import(baselinePath)) as TensorCore;
 const STEPS = Number(stepsArg ?? 150);
 const GPT2 = process.env.WEBSHARD_STEP_PAIR_MODEL === 'gpt2';
-const MODEL = GPT2 ? 'GPT-2 124M step (B4 T256)' : 'default GPT step';
+const MODEL = `${GPT2 ? 'GPT-2 124M step (B4 T256)' : 'default GPT step'}${process.env.WEBSHARD_STEP_PAIR_CAPTURE === '1' ? ', captured' : ''}`;
 const BATCH = GPT2 ? 4 : 16;
 const BLOCK = GPT2 ? 256 : 32;
 const VOCAB = GPT2 ? 50304 : 65;
 const LAYERS = GPT2 ? { nLayer: 12, nHead: 12, nEmbd: 768 } : { nLayer: 2, nHead: 4, nEmbd: 64 };
 const WARMUP = GPT2 ? 1 : 5;
+const CAPTURE = process.env.WEBSHARD_STEP_PAIR_CAPTURE === '1';
 
 interface Runner {
   readonly description: string;
@@ -48,23 +50,30 @@ async function runner(tc: TensorCore): Promise<Runner> {
   );
   const params = model.parameters();
   const optimizer = new tc.AdamW(params, { lr: 3e-3, betas: [0.9, 0.95], weightDecay: 0.1 });
+  const train = async ([x, y]: readonly here.Tensor[]) => {
+    const loss = tc.tidy(() => {
+      const out = model.call(x!, y!);
+      out.logits.free();
+      return out.loss!;
+    });
+    await loss.backward();
+    await tc.clipGradNorm(params, 1);
+    optimizer.step();
+    optimizer.zeroGrad();
+    return [loss];
+  };
+  // The trainer's captured step ([Note: the captured step]): recorded once, then replayed.
+  const captured = CAPTURE ? new tc.CapturedStep(train) : null;
   return {
     description: backend.description,
     async step(inputs, targets) {
       const shape = [BATCH, BLOCK];
       const x = tc.tensor(inputs, { backend, dtype: 'i32', shape });
       const y = tc.tensor(targets, { backend, dtype: 'i32', shape });
-      const loss = tc.tidy(() => {
-        const out = model.call(x, y);
-        out.logits.free();
-        return out.loss!;
-      });
-      await loss.backward();
-      const value = await loss.item();
-      await tc.clipGradNorm(params, 1);
-      optimizer.step();
-      optimizer.zeroGrad();
-      for (const t of [loss, x, y]) t.free();
+      const [loss] = captured === null ? await train([x, y]) : await captured.run([x, y]);
+      const value = await loss!.item();
+      if (captured === null) loss!.free();
+      for (const t of [x, y]) t.free();
       return value;
     },
   };
