@@ -1,3 +1,4 @@
+import type { KernelTensor } from '../backend/backend.js';
 import { Tensor } from '../tensor.js';
 
 /**
@@ -18,26 +19,36 @@ import { Tensor } from '../tensor.js';
  * recorded, as `activationGrad`: double backward through softmax is not supported. These take no
  * ops, so the gradient table's cycle with the ops layer gains no file.
  */
-function sameShape(a: readonly number[], b: readonly number[]): boolean {
-  return a.length === b.length && a.every((d, i) => d === b[i]);
+/**
+ * dx of y's shape and dtype by `kernel` (the backend's call, or undefined where it has none), when
+ * dy matches y; null where it cannot run or declines (nothing kept).
+ */
+function byKernel(
+  y: Tensor,
+  dy: Tensor,
+  op: string,
+  kernel: ((dx: KernelTensor) => boolean) | undefined,
+): Tensor | null {
+  const matches =
+    dy.backend === y.backend &&
+    dy.dtype === y.dtype &&
+    dy.shape.length === y.shape.length &&
+    dy.shape.every((d, i) => d === y.shape[i]);
+  if (kernel === undefined || y.size === 0 || !matches) return null;
+  const dx = Tensor.empty(y.backend, y.shape, y.dtype);
+  if (kernel(dx.kernel(op))) return dx;
+  dx.free();
+  return null;
 }
 
 /** dx = y (dy - sum(dy y)) by the backend's `softmaxBackward`, or null where it has none or declines. */
 export function softmaxGradByKernel(y: Tensor, dy: Tensor): Tensor | null {
   const backend = y.backend;
-  if (
-    backend.softmaxBackward === undefined ||
-    y.size === 0 ||
-    dy.backend !== backend ||
-    dy.dtype !== y.dtype ||
-    !sameShape(dy.shape, y.shape)
-  )
-    return null;
-  const dx = Tensor.empty(backend, y.shape, y.dtype);
   const op = 'softmax backward';
-  if (backend.softmaxBackward(y.kernel(op), dy.kernel(op), dx.kernel(op))) return dx;
-  dx.free();
-  return null;
+  const run =
+    backend.softmaxBackward &&
+    ((dx: KernelTensor) => backend.softmaxBackward!(y.kernel(op), dy.kernel(op), dx));
+  return byKernel(y, dy, op, run);
 }
 
 /**
@@ -52,18 +63,10 @@ export function scaledMaskedSoftmaxGradByKernel(
   scale: number,
 ): Tensor | null {
   const backend = y.backend;
-  if (
-    backend.scaledMaskedSoftmaxBackward === undefined ||
-    y.size === 0 ||
-    dy.backend !== backend ||
-    dy.dtype !== y.dtype ||
-    !sameShape(dy.shape, y.shape)
-  )
-    return null;
-  const dx = Tensor.empty(backend, y.shape, y.dtype);
   const op = 'scaledMaskedSoftmax backward';
   const k = (t: Tensor) => t.kernel(op);
-  if (backend.scaledMaskedSoftmaxBackward(k(y), k(dy), k(mask), scale, k(dx))) return dx;
-  dx.free();
-  return null;
+  const run =
+    backend.scaledMaskedSoftmaxBackward &&
+    ((dx: KernelTensor) => backend.scaledMaskedSoftmaxBackward!(k(y), k(dy), k(mask), scale, dx));
+  return byKernel(y, dy, op, run);
 }
