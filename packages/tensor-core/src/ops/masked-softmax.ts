@@ -19,8 +19,9 @@ import { backendOf, broadcastShapes, requireFloat, sameShape } from './validate.
  * ops; elsewhere (WebGPU), under autocast, and for a mask that does not broadcast to x, it runs
  * the ops themselves, recorded as before. Its gradient, from the output y: where(mask, 0,
  * y (dy - sum(dy y))) * scale, the same bits again ([Note: softmax's gradient in one pass]).
- * PyTorch fuses the same steps in its `_masked_softmax` and in `scaled_dot_product_attention`'s
- * math path; Megatron has it as `ScaledMaskedSoftmax`.
+ * PyTorch fuses the mask into the softmax in `torch._masked_softmax` (`nn.MultiheadAttention`'s
+ * fast path), and Megatron-LM the scale, the mask and the softmax, both ways, in
+ * `FusedScaleMaskSoftmax`.
  */
 export function scaledMaskedSoftmax(x: Tensor, mask: Tensor, scale: number): Tensor {
   const backend = backendOf('scaledMaskedSoftmax', [x, mask]);
