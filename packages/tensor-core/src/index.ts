@@ -45,7 +45,7 @@ export type { BackwardCallback, RunningBackward } from './autograd/running-backw
 export type { Backend, BackendKind, RecordedWork, WorkRecorder } from './backend/backend.js';
 export { createBackend } from './backend/create.js';
 export type { CreateBackendOptions } from './backend/create.js';
-export type { CpuBackendOptions } from './backend/cpu/cpu-backend.js';
+export type { CpuBackendOptions } from './backend/cpu/cpu-backend-options.js';
 export { type FmaSupport, relaxedFmaSupport } from './backend/cpu/fma-support.js';
 export { webGpuLikelyAvailable } from './backend/webgpu/gpu-runtime.js';
 export { createWebGpuBackend } from './backend/webgpu/webgpu-backend.js';

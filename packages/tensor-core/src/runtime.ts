@@ -1,5 +1,6 @@
 import type { Backend } from './backend/backend.js';
-import { CpuBackend, type CpuBackendOptions } from './backend/cpu/cpu-backend.js';
+import { CpuBackend } from './backend/cpu/cpu-backend.js';
+import type { CpuBackendOptions } from './backend/cpu/cpu-backend-options.js';
 import { ArgumentError, BackendError } from './errors.js';
 
 /** A new CPU backend. Backends are created explicitly; importing webshard creates none. */

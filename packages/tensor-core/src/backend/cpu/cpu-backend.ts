@@ -32,12 +32,12 @@ import {
   scatterAddKernel,
 } from './index-kernels.js';
 import { crossEntropyBackwardWasm, crossEntropyWasm } from './cross-entropy-wasm.js';
-import { loadWasmKernels, type WasmKernels } from './kernels-wasm.js';
+import { type CpuBackendOptions, chooseCpuKernels } from './cpu-backend-options.js';
+import type { WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { matmulKernel } from './matmul.js';
 import { matmulStridedKernel } from './matmul-strided.js';
 import type { WasmMatmul } from './matmul-wasm.js';
-import { loadWasmMatmul } from './matmul-wasm-load.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
 import {
   layerNormBackwardKernel,
@@ -50,37 +50,6 @@ import {
 const CPU_POOL_BYTES = 256 * 2 ** 20;
 /** Past that, the most it holds in all, in peaks of allocated bytes: [Note: a bounded pool]. */
 const CPU_RESERVE_OVER_PEAK = 1.25;
-
-/** Options of `createCpuBackend`. */
-export interface CpuBackendOptions {
-  /** Emulated device memory in bytes: allocations past it throw `OutOfMemoryError`. */
-  memoryLimit?: number;
-  /**
-   * The f32 matmul: 'auto' (the default) runs WebAssembly SIMD where the engine has it and the
-   * TypeScript kernel elsewhere; 'typescript' always runs the TypeScript kernel (the reference).
-   */
-  matmulKernel?: 'auto' | 'typescript';
-  /**
-   * The other hot f32 kernels (elementwise arithmetic with the common broadcasts, GELU and its
-   * gradient, where, softmax, sums along an axis): 'auto' (the default) runs WebAssembly SIMD where
-   * the engine has it ([Note: the WASM SIMD kernels]); 'typescript' always runs the TypeScript
-   * kernels (the reference).
-   */
-  kernels?: 'auto' | 'typescript';
-  /**
-   * Threads of the WASM matmul, the caller's included: `'auto'` (the default) one per core on the
-   * main thread and one in worker threads; 1 never starts a worker ([Note: matmul threads]).
-   * Results are identical bit for bit whatever the count.
-   */
-  matmulThreads?: number | 'auto';
-  /**
-   * Relaxed SIMD's fused multiply-add in the WASM matmul: `'off'` (the default) never, so results
-   * agree bit for bit on every engine (a Chromium tab, which has relaxed SIMD, and a Node rank of
-   * one job compute the same numbers); `'auto'` where the engine has it (see [Note: the WASM SIMD
-   * matmul]).
-   */
-  matmulFma?: 'auto' | 'off';
-}
 
 /**
  * The CPU backend: every kernel of the contract in plain TypeScript over ArrayBuffers, except the
@@ -115,26 +84,12 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       'cpu',
     );
     this.allocator.setLimit(options.memoryLimit);
-    this.wasmMatmul =
-      options.matmulKernel === 'typescript'
-        ? null
-        : loadWasmMatmul(undefined, {
-            threads: options.matmulThreads ?? 'auto',
-            fma: options.matmulFma ?? 'off',
-          });
+    const chosen = chooseCpuKernels(options);
+    this.wasmMatmul = chosen.wasmMatmul;
     this.matmulKernel = this.wasmMatmul === null ? 'typescript' : 'wasm-simd';
-    this.wasmKernels = options.kernels === 'typescript' ? null : loadWasmKernels();
+    this.wasmKernels = chosen.wasmKernels;
     this.kernels = this.wasmKernels === null ? 'typescript' : 'wasm-simd';
-    const wasm = [
-      ...(this.wasmMatmul === null
-        ? []
-        : [`f32 matmul${this.wasmMatmul.fma ? ' with relaxed FMA' : ''}`]),
-      ...(this.wasmKernels === null ? [] : ['hot f32 kernels']),
-    ];
-    this.description =
-      wasm.length === 0
-        ? 'CPU (TypeScript kernels)'
-        : `CPU (TypeScript kernels, WebAssembly SIMD ${wasm.join(' and ')})`;
+    this.description = chosen.description;
   }
 
   /**

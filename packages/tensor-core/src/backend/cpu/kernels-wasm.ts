@@ -1,11 +1,17 @@
 import type { AdamHyper, BinaryOp, KernelTensor, ReductionOp, UnaryOp } from '../backend.js';
 import { broadcastKind } from './broadcast-kind.js';
-import { outputValues, shapeCount } from './cpu-storage.js';
+import { shapeCount } from './cpu-storage.js';
 import { kernelsWasmBase64 } from './kernels-wasm.generated.js';
 import {
   scaledMaskedSoftmaxBackwardWasm,
   scaledMaskedSoftmaxWasm,
 } from './kernels-wasm-attention.js';
+import {
+  layerNormBackwardWasm,
+  layerNormWasm,
+  softmaxBackwardWasm,
+  softmaxWasm,
+} from './kernels-wasm-rows.js';
 import type { WasmApi } from './matmul-wasm-load.js';
 import { type Exports, KEEP_BYTES, WasmMemory } from './wasm-memory.js';
 
@@ -212,55 +218,14 @@ export class WasmKernels {
     return true;
   }
 
-  /** Softmax over the last axis (not log-softmax); false otherwise. */
+  /** Softmax over the last axis (kernels-wasm-rows.ts); false where it declines. */
   softmax(x: KernelTensor, out: KernelTensor, log: boolean): boolean {
-    if (log || x.dtype !== 'f32' || out.dtype !== 'f32' || x.shape.length === 0) return false;
-    const n = shapeCount(x.shape);
-    const cols = x.shape[x.shape.length - 1]!;
-    // Rows are independent: in pieces of whole rows when both arrays would pass what it keeps.
-    const piece = n === 0 ? n : this.memory.piece(n, 2, cols);
-    if (piece < n) {
-      for (let from = 0; from < n; from += piece) {
-        const shape = [Math.min(piece, n - from) / cols, cols];
-        const part = (t: KernelTensor): KernelTensor => ({ ...t, shape, offset: t.offset + from });
-        if (!this.softmax(part(x), part(out), log)) return false;
-      }
-      return true;
-    }
-    const at = n === 0 ? null : this.memory.layout([n, n]);
-    if (at === null) return false;
-    const [px, po] = at as [number, number];
-    this.memory.put(x, px);
-    this.exports.softmax!(px, po, n / cols, cols);
-    this.memory.take(out, po, n);
-    return true;
+    return softmaxWasm(this.memory, x, out, log);
   }
 
-  /** Softmax's gradient over the last axis ([Note: softmax's gradient in one pass]); false unless f32. */
+  /** Softmax's gradient over the last axis (kernels-wasm-rows.ts); false where it declines. */
   softmaxBackward(y: KernelTensor, dy: KernelTensor, dx: KernelTensor): boolean {
-    if (y.dtype !== 'f32' || dy.dtype !== 'f32' || dx.dtype !== 'f32' || y.shape.length === 0)
-      return false;
-    const n = shapeCount(y.shape);
-    const cols = y.shape[y.shape.length - 1]!;
-    if (n === 0) return false;
-    // Rows are independent: in pieces of whole rows, as the softmax.
-    const piece = this.memory.piece(n, 3, cols);
-    if (piece < n) {
-      for (let from = 0; from < n; from += piece) {
-        const shape = [Math.min(piece, n - from) / cols, cols];
-        const part = (t: KernelTensor): KernelTensor => ({ ...t, shape, offset: t.offset + from });
-        if (!this.softmaxBackward(part(y), part(dy), part(dx))) return false;
-      }
-      return true;
-    }
-    const at = this.memory.layout([n, n, n]);
-    if (at === null) return false;
-    const [py, pg, po] = at as [number, number, number];
-    this.memory.put(y, py);
-    this.memory.put(dy, pg);
-    this.exports.softmax_backward!(py, pg, po, n / cols, cols);
-    this.memory.take(dx, po, n);
-    return true;
+    return softmaxBackwardWasm(this.memory, y, dy, dx);
   }
 
   /** Attention's weights in one call (kernels-wasm-attention.ts); false where it declines. */
@@ -301,7 +266,7 @@ export class WasmKernels {
     return true;
   }
 
-  /** Layer norm over the last axis with its per-row mean and rstd; false unless all are f32. */
+  /** Layer norm over the last axis (kernels-wasm-rows.ts); false where it declines. */
   layerNorm(
     x: KernelTensor,
     weight: KernelTensor | null,
@@ -311,28 +276,10 @@ export class WasmKernels {
     mean: KernelTensor,
     rstd: KernelTensor,
   ): boolean {
-    if (![x, weight, bias, out, mean, rstd].every((t) => t === null || t.dtype === 'f32')) {
-      return false;
-    }
-    const cols = x.shape[x.shape.length - 1] ?? 0;
-    const n = shapeCount(x.shape);
-    if (cols === 0 || n === 0) return false;
-    const rows = n / cols;
-    const at = this.memory.layout([n, cols, cols, n, rows, rows]);
-    if (at === null) return false;
-    const [px, pw, pb, po, pm, ps] = at as [number, number, number, number, number, number];
-    this.memory.put(x, px);
-    if (weight) this.memory.put(weight, pw);
-    if (bias) this.memory.put(bias, pb);
-    const flags = (weight ? 1 : 0) | (bias ? 2 : 0);
-    this.exports.layer_norm!(px, pw, pb, po, pm, ps, rows, cols, eps, flags);
-    this.memory.take(out, po, n);
-    this.memory.take(mean, pm, rows);
-    this.memory.take(rstd, ps, rows);
-    return true;
+    return layerNormWasm(this.memory, x, weight, bias, eps, out, mean, rstd);
   }
 
-  /** Layer norm's backward; false unless all are f32. */
+  /** Layer norm's backward (kernels-wasm-rows.ts); false where it declines. */
   layerNormBackward(
     dy: KernelTensor,
     x: KernelTensor,
@@ -343,49 +290,7 @@ export class WasmKernels {
     dWeight: KernelTensor | null,
     dBias: KernelTensor | null,
   ): boolean {
-    const all = [dy, x, weight, mean, rstd, dx, dWeight, dBias];
-    if (!all.every((t) => t === null || t.dtype === 'f32')) return false;
-    const cols = x.shape[x.shape.length - 1] ?? 0;
-    const n = shapeCount(x.shape);
-    if (cols === 0 || n === 0) return false;
-    const rows = n / cols;
-    // dw and db are f64 arrays of cols + 1: twice the floats.
-    const at = this.memory.layout([n, n, cols, rows, rows, n, 2 * cols + 2, 2 * cols + 2]);
-    if (at === null) return false;
-    const [pdy, px, pw, pm, ps, pdx, pdw, pdb] = at as number[] as [
-      number,
-      number,
-      number,
-      number,
-      number,
-      number,
-      number,
-      number,
-    ];
-    this.memory.put(dy, pdy);
-    this.memory.put(x, px);
-    if (weight) this.memory.put(weight, pw);
-    this.memory.put(mean, pm);
-    this.memory.put(rstd, ps);
-    this.exports.layer_norm_backward!(
-      pdy,
-      px,
-      pw,
-      pm,
-      ps,
-      pdx,
-      pdw,
-      pdb,
-      rows,
-      cols,
-      weight ? 1 : 0,
-    );
-    this.memory.take(dx, pdx, n);
-    const buffer = this.exports.memory.buffer;
-    // The f64 sums, rounded once on store as the TypeScript kernel stores them.
-    if (dWeight) outputValues(dWeight).values.set(new Float64Array(buffer, pdw, cols));
-    if (dBias) outputValues(dBias).values.set(new Float64Array(buffer, pdb, cols));
-    return true;
+    return layerNormBackwardWasm(this.memory, dy, x, weight, mean, rstd, dx, dWeight, dBias);
   }
 
   /** The fused Adam/AdamW update in place; false unless all four tensors are f32. */
