@@ -38,8 +38,9 @@ import { type Exports, KEEP_BYTES, WasmMemory } from './wasm-memory.js';
  * - Sums and means along an axis: each output summed in f64 in index order and rounded once, as
  *   the TypeScript kernel sums, so bit for bit, two columns per f64x2 lane pair.
  * - Layer norm forward and backward, and the fused Adam/AdamW update (kernels-wat-f64.mjs): the
- *   TypeScript kernels' f64 arithmetic, op for op, row sums as scalar f64 adds in index order and
- *   the per-element work in f64x2 lanes, so bit for bit as well.
+ *   TypeScript kernels' f64 arithmetic, op for op, row sums as f64 adds in index order (two rows
+ *   at a time, one a lane: [Note: two rows in two lanes]) and the per-element work in f64x2
+ *   lanes, so bit for bit as well.
  * - GELU (erf form) and its gradient in f32 lanes, PyTorch's f32 formulas: erf by Eigen's and XLA's
  *   f32 rational, exp by Cephes' expf polynomial; softmax with that exp and an f64 sum. Within
  *   PyTorch's f32 tolerance of f64 (gelu-f32.test.ts: abs error 1.1e-6 at most, where 1 + erf
