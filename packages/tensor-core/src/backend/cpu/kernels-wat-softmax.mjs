@@ -65,57 +65,18 @@ export const softmax = `  (func (export "softmax") (param $x i32) (param $o i32)
 // [Note: softmax's gradient in one pass] (autograd/softmax-gradient.ts): per row, dot = the f64 sum in
 // column order of the f32 products dy y (four products a vector, added one lane at a time, in
 // order, as sum_axis adds a row), rounded to f32; then dx = y (dy - dot) in f32 lanes. The same
-// roundings in the same order as the mul, sum_axis, sub and mul calls it replaces. Rows two at a
-// time, each row's dot in its own lane of an f64x2 ([Note: two rows in two lanes] in
-// kernels-wat-f64.mjs), the columns past the last four of each row added to its own lane's value.
-
-// Lane j of $p (row r's products) and of $p1 (row r + 1's) as f64x2.
-const bothLane = (j) =>
-  `(f64x2.promote_low_f32x4 (i8x16.shuffle ${[0, 1, 2, 3].map((b) => 4 * j + b).join(' ')} ${[0, 1, 2, 3].map((b) => 16 + 4 * j + b).join(' ')} 0 1 2 3 4 5 6 7 (local.get $p) (local.get $p1)))`;
-// The row at $yr, $gr, $or from its dot so far ($dot): the columns past $i into it, then dx.
-const softmaxBackwardRow = `${loop('ps', 'i', get('cols'), 1, `(local.set $dot (f64.add (local.get $dot) (f64.promote_f32 (f32.mul (f32.load ${at('gr', get('i'))}) (f32.load ${at('yr', get('i'))})))))`)}
-      (local.set $d (f32.demote_f64 (local.get $dot)))
-      (local.set $dv (f32x4.splat (local.get $d)))
-      (local.set $i (i32.const 0))
-      ${loop('dv', 'i', get('cols'), 4, `(v128.store ${at('or', get('i'))} (f32x4.mul (v128.load ${at('yr', get('i'))}) (f32x4.sub (v128.load ${at('gr', get('i'))}) (local.get $dv))))`)}
-      ${loop('ds', 'i', get('cols'), 1, `(f32.store ${at('or', get('i'))} (f32.mul (f32.load ${at('yr', get('i'))}) (f32.sub (f32.load ${at('gr', get('i'))}) (local.get $d))))`)}`;
-const rowAt = (name, r) => `(local.set $${name}r ${at(name, `(i32.mul ${r} (local.get $cols))`)})`;
+// roundings in the same order as the mul, sum_axis, sub and mul calls it replaces.
 export const softmaxBackward = `  (func (export "softmax_backward") (param $y i32) (param $g i32) (param $o i32) (param $rows i32) (param $cols i32)
     (local $r i32) (local $i i32) (local $yr i32) (local $gr i32) (local $or i32) (local $p v128)
-    (local $dot f64) (local $d f32) (local $dv v128) (local $p1 v128) (local $dot2 v128) (local $four i32)
-    (local.set $four (i32.and (local.get $cols) (i32.const -4)))
-    (local.set $r (i32.const 0))
-    (block $pairs_done (loop $pairs
-      (br_if $pairs_done (i32.gt_u (i32.add (local.get $r) (i32.const 2)) (local.get $rows)))
-      ${rowAt('y', get('r'))}
-      ${rowAt('g', get('r'))}
-      (local.set $dot2 (v128.const i64x2 0 0))
-      (local.set $i (i32.const 0))
-      ${loop(
-        'pv2',
-        'i',
-        get('cols'),
-        4,
-        `(local.set $p (f32x4.mul (v128.load ${at('gr', get('i'))}) (v128.load ${at('yr', get('i'))})))
-        (local.set $p1 (f32x4.mul (v128.load ${at('gr', `(i32.add ${get('i')} ${get('cols')})`)}) (v128.load ${at('yr', `(i32.add ${get('i')} ${get('cols')})`)})))
-        ${[0, 1, 2, 3].map((j) => `(local.set $dot2 (f64x2.add (local.get $dot2) ${bothLane(j)}))`).join('\n        ')}`,
-      )}
-      ${rowAt('o', get('r'))}
-      (local.set $dot (f64x2.extract_lane 0 (local.get $dot2)))
-      ${softmaxBackwardRow}
-      (local.set $r (i32.add (local.get $r) (i32.const 1)))
-      ${rowAt('y', get('r'))}
-      ${rowAt('g', get('r'))}
-      ${rowAt('o', get('r'))}
-      (local.set $dot (f64x2.extract_lane 1 (local.get $dot2)))
-      (local.set $i (local.get $four))
-      ${softmaxBackwardRow}
-      (local.set $r (i32.add (local.get $r) (i32.const 1)))
-      (br $pairs)))
-    (if (i32.lt_u (local.get $r) (local.get $rows)) (then
-      ${rowAt('y', get('r'))}
-      ${rowAt('g', get('r'))}
-      ${rowAt('o', get('r'))}
+    (local $dot f64) (local $d f32) (local $dv v128)
+    ${loop(
+      'r',
+      'r',
+      get('rows'),
+      1,
+      `(local.set $yr ${at('y', '(i32.mul (local.get $r) (local.get $cols))')})
+      (local.set $gr ${at('g', '(i32.mul (local.get $r) (local.get $cols))')})
+      (local.set $or ${at('o', '(i32.mul (local.get $r) (local.get $cols))')})
       (local.set $dot (f64.const 0))
       (local.set $i (i32.const 0))
       ${loop(
@@ -126,6 +87,11 @@ export const softmaxBackward = `  (func (export "softmax_backward") (param $y i3
         `(local.set $p (f32x4.mul (v128.load ${at('gr', get('i'))}) (v128.load ${at('yr', get('i'))})))
         ${[0, 1, 2, 3].map((j) => `(local.set $dot (f64.add (local.get $dot) (f64.promote_f32 (f32x4.extract_lane ${j} (local.get $p)))))`).join('\n        ')}`,
       )}
-      ${softmaxBackwardRow}))
-  )
+      ${loop('ps', 'i', get('cols'), 1, `(local.set $dot (f64.add (local.get $dot) (f64.promote_f32 (f32.mul (f32.load ${at('gr', get('i'))}) (f32.load ${at('yr', get('i'))})))))`)}
+      (local.set $d (f32.demote_f64 (local.get $dot)))
+      (local.set $dv (f32x4.splat (local.get $d)))
+      (local.set $i (i32.const 0))
+      ${loop('dv', 'i', get('cols'), 4, `(v128.store ${at('or', get('i'))} (f32x4.mul (v128.load ${at('yr', get('i'))}) (f32x4.sub (v128.load ${at('gr', get('i'))}) (local.get $dv))))`)}
+      ${loop('ds', 'i', get('cols'), 1, `(f32.store ${at('or', get('i'))} (f32.mul (f32.load ${at('yr', get('i'))}) (f32.sub (f32.load ${at('gr', get('i'))}) (local.get $d))))`)}`,
+    )})
 `;
