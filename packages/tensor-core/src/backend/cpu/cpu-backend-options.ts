@@ -13,9 +13,9 @@ export interface CpuBackendOptions {
   matmulKernel?: 'auto' | 'typescript';
   /**
    * The other hot f32 kernels (elementwise arithmetic with the common broadcasts, GELU and its
-   * gradient, where, softmax, sums along an axis): 'auto' (the default) runs WebAssembly SIMD where
-   * the engine has it ([Note: the WASM SIMD kernels]); 'typescript' always runs the TypeScript
-   * kernels (the reference).
+   * gradient, where, softmax and its gradient, sums along an axis, layer norm, the fused
+   * Adam/AdamW): 'auto' (the default) runs WebAssembly SIMD where the engine has it ([Note: the
+   * WASM SIMD kernels]); 'typescript' always runs the TypeScript kernels (the reference).
    */
   kernels?: 'auto' | 'typescript';
   /**

@@ -55,7 +55,7 @@ function rowPairs(pair, single) {
 // rows' sums run in the two lanes of one f64x2 instead, each lane adding its own row's elements
 // in index order: the same adds, so the same bits, two rows for the latency of one (layer norm's
 // statistics). An odd last row sums alone as before. Measured (tensor-core's README, issue 49):
-// layer norm 0.81-0.90 of its time forward and 0.86-0.93 backward from [512, 64] to [16384,
+// layer norm 0.75-0.90 of its time forward and 0.81-0.93 backward from [512, 64] to [16384,
 // 768]. Softmax's gradient's dot was tried so too and dropped: 0.84-0.96 where its rows are in
 // cache, but 1.05-1.08 at GPT-2's attention (48 MB arrays).
 
