@@ -3,7 +3,8 @@ import { createCpuBackend } from '../../runtime.js';
 import { webGpuTestsEnabled } from '../../testing/backends.js';
 import type { Backend, KernelTensor } from '../backend.js';
 import type { MatmulTuning } from './matmul.js';
-import { MATMUL_TUNING_TABLE, matmulTuningFor } from './matmul-tuning.js';
+import { MATMUL_TUNING_TABLE, matmulTuningFor, usableTuning } from './matmul-tuning.js';
+import { registerTiledWgsl } from './matmul-tiled-wgsl.js';
 import { createWebGpuBackend, type WebGpuBackend } from './webgpu-backend.js';
 
 const LAVAPIPE = {
@@ -36,6 +37,47 @@ describe('matmulTuningFor', () => {
     });
     expect(matmulTuningFor(NVIDIA, 'registerTiled').tuning.kernel).toBe('registerTiled');
     expect(matmulTuningFor(LAVAPIPE, 'registerTiled').row).toBe('lavapipe');
+  });
+});
+
+describe('usableTuning', () => {
+  const lavapipe = matmulTuningFor(LAVAPIPE).tuning;
+  const sized = (n: number) => ({ ...LAVAPIPE, subgroupMinSize: n, subgroupMaxSize: n });
+
+  it("keeps the subgroup tiling only with the feature and subgroups of the tiling's size", () => {
+    expect(lavapipe.kernel === 'registerTiled' && lavapipe.subgroupTiling).toBeTruthy();
+    expect(usableTuning(lavapipe, new Set(['subgroups']), sized(8))).toBe(lavapipe);
+    const { subgroupTiling: _, ...plain } = lavapipe as typeof lavapipe & {
+      subgroupTiling: unknown;
+    };
+    expect(usableTuning(lavapipe, new Set(), sized(8))).toEqual(plain);
+    expect(usableTuning(lavapipe, new Set(['subgroups']), sized(4))).toEqual(plain);
+    const varying = { ...LAVAPIPE, subgroupMinSize: 4, subgroupMaxSize: 8 };
+    expect(usableTuning(lavapipe, new Set(['subgroups']), varying)).toEqual(plain);
+    expect(usableTuning(lavapipe, new Set(['subgroups']), LAVAPIPE)).toEqual(plain);
+    const shared = { kernel: 'sharedMemory' } as const;
+    expect(usableTuning(shared, new Set(['subgroups']), sized(8))).toBe(shared);
+  });
+
+  it('refuses a shared A the kernel cannot hand round', () => {
+    const tiling = { tileM: 16, tileN: 4, workgroup: [8, 1] as const, columns: 'blocked' as const };
+    expect(() =>
+      registerTiledWgsl('f32', 'f32', false, false, tiling, { a: false, b: true, shareA: 8 }),
+    ).toThrow('A is shared across a subgroup only as vec4 loads, one subgroup a workgroup');
+    const twoRows = { ...tiling, workgroup: [8, 2] as const };
+    expect(() =>
+      registerTiledWgsl('f32', 'f32', false, false, twoRows, { a: true, b: true, shareA: 8 }),
+    ).toThrow('one subgroup a workgroup');
+    expect(() =>
+      registerTiledWgsl('f32', 'f32', true, false, { ...tiling, tileM: 6 }, { a: true, b: true }),
+    ).toThrow("a transposed A's vec4 loads hold four rows: tileM must be a multiple of 4");
+    const wgsl = registerTiledWgsl('f32', 'f32', true, true, tiling, {
+      a: true,
+      b: true,
+      shareA: 8,
+    });
+    expect(wgsl.startsWith('enable subgroups;')).toBe(true);
+    expect(wgsl).not.toContain('return;');
   });
 });
 
@@ -76,6 +118,14 @@ describe.skipIf(!webGpuTestsEnabled())('every tuning computes the same matmul', 
     [1, 33, 40, 36, 1, true, false, 0],
     [1, 33, 40, 36, 1, false, true, 0],
     [2, 16, 8, 12, 2, true, true, 0],
+    // A and B transposed and vec4-aligned (read as vec4 along m and along k), with edges: rows
+    // past M in a group of 16, columns past N, a k tail, B broadcast over the batch, an offset.
+    [1, 36, 40, 20, 1, true, false, 0],
+    [2, 44, 12, 21, 1, true, false, 4],
+    [2, 37, 44, 21, 1, false, true, 0],
+    [3, 52, 20, 36, 3, false, true, 8],
+    [2, 20, 9, 8, 2, true, true, 0],
+    [1, 12, 28, 40, 1, true, true, 4],
   ];
 
   function make(be: Backend, shape: number[], offset: number, data?: Float32Array): KernelTensor {
@@ -113,4 +163,70 @@ describe.skipIf(!webGpuTestsEnabled())('every tuning computes the same matmul', 
       }
     }
   }, 240_000);
+});
+
+describe.skipIf(!webGpuTestsEnabled())("A's rows shared across a subgroup", () => {
+  const backends: WebGpuBackend[] = [];
+  beforeAll(async () => {
+    backends.push(await createWebGpuBackend());
+  });
+  afterAll(() => {
+    for (const b of backends) b.dispose();
+  });
+
+  it('the device has subgroups where the adapter offers them, and the table row keeps its tiling', async () => {
+    const [gpu] = backends as [WebGpuBackend];
+    expect(gpu.device.features.has('subgroups')).toBe(gpu.adapter.features.has('subgroups'));
+    const row = matmulTuningFor(gpu.adapter.info).tuning;
+    const size = row.kernel === 'registerTiled' ? row.subgroupTiling?.subgroupSize : undefined;
+    const info = gpu.adapter.info;
+    const fixed = info.subgroupMinSize === size && info.subgroupMaxSize === size;
+    const kept = gpu.matmulTuning.kernel === 'registerTiled' && gpu.matmulTuning.subgroupTiling;
+    console.log(
+      `subgroups: ${gpu.adapter.features.has('subgroups')}, sizes ${info.subgroupMinSize}-${info.subgroupMaxSize}, the table's ${size}: shared A ${kept ? 'on' : 'off'} (${gpu.description})`,
+    );
+    expect(Boolean(kept)).toBe(gpu.adapter.features.has('subgroups') && fixed);
+  });
+
+  it('gives the bits of the kernel that loads A in every lane', async () => {
+    const [gpu] = backends as [WebGpuBackend];
+    const tuning = gpu.matmulTuning;
+    if (tuning.kernel !== 'registerTiled' || tuning.subgroupTiling === undefined) {
+      console.log(`no subgroup tiling on ${gpu.description}: nothing to compare`);
+      return;
+    }
+    const { subgroupTiling: _, ...plain } = tuning;
+    const other = await createWebGpuBackend({ matmulTuning: plain });
+    backends.push(other);
+    // The default GPT's products (forward with B transposed, backward's two), a batch, edges.
+    const cases: [number, number, number, number, boolean, boolean][] = [
+      [16, 32, 64, 192, false, true],
+      [16, 32, 256, 64, false, false],
+      [1, 64, 512, 256, true, false],
+      [2, 36, 20, 21, true, true],
+      [3, 52, 44, 12, false, false],
+    ];
+    for (const [batch, m, k, n, ta, tb] of cases) {
+      const aData = Float32Array.from({ length: batch * m * k }, (_, i) => Math.sin(i * 0.37));
+      const bData = Float32Array.from({ length: k * n }, (_, i) => Math.cos(i * 0.11));
+      const run = async (be: WebGpuBackend) => {
+        const t = (shape: number[], data?: Float32Array) => {
+          const size = shape.reduce((p, d) => p * d, 1);
+          const x = { storage: be.allocate(size * 4), offset: 0, dtype: 'f32' as const, shape };
+          if (data) be.write(x, data);
+          return x;
+        };
+        const a = ta ? t([1, k, m * batch], aData) : t([batch, m, k], aData);
+        const b = t([1, tb ? n : k, tb ? k : n], bData);
+        const c = t([ta ? 1 : batch, ta ? m * batch : m, n]);
+        be.matmul(a, b, c, ta, tb);
+        const out = new Uint32Array(((await be.read(c)) as Float32Array).buffer);
+        for (const x of [a, b, c]) be.release(x.storage);
+        return out;
+      };
+      const shared = await run(gpu);
+      const plainBits = await run(other);
+      expect(shared, `${[batch, m, k, n, ta, tb]}`).toEqual(plainBits);
+    }
+  }, 120_000);
 });

@@ -21,7 +21,9 @@ import type { MatmulKernel, MatmulTuning } from './matmul.js';
  * there for long runs of large matmuls through `createWebGpuBackend({ matmulTuning })`. The
  * adapter's arithmetic would allow far more: a shader that only multiplies and adds in registers
  * runs at about 34 GFLOP/s on lavapipe on 2 cores (`bench/adapter-peak.ts`), against 2.3-3.4 on
- * SwiftShader. Real GPUs get the shared-memory kernel.
+ * SwiftShader. What gets nearer to it without a larger tile: A's loads shared across a subgroup
+ * (each row's `subgroupTiling`, [Note: A's rows shared across a subgroup]), 2.6-3.9x the 8x4
+ * tile on lavapipe. Real GPUs get the shared-memory kernel.
  *
  * The table below is keyed by the adapter's info (vendor, architecture, device, description):
  * the first row whose pattern matches wins. `WEBSHARD_MATMUL=tiled|shared` and the backend's
@@ -47,7 +49,8 @@ const GENERIC_CPU: MatmulTuning = {
 export const MATMUL_TUNING_TABLE: readonly MatmulTuningRow[] = [
   {
     // vec4 loads measured 1.3-1.9x the scalar 8x8 tile; 16x16 runs up to 2x faster still but
-    // takes 15-17 s to compile per pipeline (see the Note).
+    // takes 15-17 s to compile per pipeline (see the Note). A shared across the subgroup of 8:
+    // 2.6-3.9x the 8x4 tile ([Note: A's rows shared across a subgroup]).
     adapter: /llvmpipe|lavapipe/i,
     name: 'lavapipe',
     tuning: {
@@ -57,13 +60,31 @@ export const MATMUL_TUNING_TABLE: readonly MatmulTuningRow[] = [
       workgroup: [8, 8],
       columns: 'blocked',
       vectorLoads: true,
+      subgroupTiling: {
+        subgroupSize: 8,
+        tileM: 16,
+        tileN: 4,
+        workgroup: [8, 1],
+        columns: 'blocked',
+      },
     },
   },
   {
-    // Every tiling tried measured within noise of 8x8 (0.8-1.2x); vec4 loads cost nothing.
+    // Every tiling tried measured within noise of 8x8 (0.8-1.2x); vec4 loads cost nothing. A
+    // shared across the subgroup of 4: 1.6-1.8x.
     adapter: /swiftshader/i,
     name: 'SwiftShader',
-    tuning: { ...GENERIC_CPU, vectorLoads: true },
+    tuning: {
+      ...GENERIC_CPU,
+      vectorLoads: true,
+      subgroupTiling: {
+        subgroupSize: 4,
+        tileM: 8,
+        tileN: 4,
+        workgroup: [4, 1],
+        columns: 'blocked',
+      },
+    },
   },
   { adapter: /warp|software|cpu/i, name: 'other CPU adapter', tuning: GENERIC_CPU },
   { adapter: /(?:)/, name: 'GPU', tuning: { kernel: 'sharedMemory' } },
@@ -88,6 +109,24 @@ export function matmulTuningFor(
     return { tuning: row.tuning, row: row.name };
   if (force === 'sharedMemory') return { tuning: { kernel: 'sharedMemory' }, row: 'forced shared' };
   return { tuning: GENERIC_CPU, row: 'forced tiled' };
+}
+
+/**
+ * The tuning a device can run: without its subgroup tiling where the device lacks the
+ * `subgroups` feature or the adapter's subgroups are not always of the tiling's size (a
+ * workgroup must be exactly one subgroup).
+ */
+export function usableTuning(
+  tuning: MatmulTuning,
+  features: ReadonlySet<string>,
+  info: Partial<GPUAdapterInfo> | undefined,
+): MatmulTuning {
+  if (tuning.kernel !== 'registerTiled' || tuning.subgroupTiling === undefined) return tuning;
+  const size = tuning.subgroupTiling.subgroupSize;
+  const fixed = info?.subgroupMinSize === size && info?.subgroupMaxSize === size;
+  if (features.has('subgroups') && fixed) return tuning;
+  const { subgroupTiling: _, ...rest } = tuning;
+  return rest;
 }
 
 /** The kernel `WEBSHARD_MATMUL` forces (`tiled` or `shared`), if any. */

@@ -29,10 +29,23 @@ import { CONVERT, declare, loader, paramsDecl } from './wgsl.js';
  */
 export type MatmulKernel = 'registerTiled' | 'sharedMemory';
 
+/**
+ * A second register tiling for the calls whose A is read as vec4, with A's loads shared across a
+ * subgroup of `subgroupSize` lanes ([Note: A's rows shared across a subgroup]): a workgroup is
+ * one subgroup (`workgroup` [subgroupSize, 1]) and `tileM` a multiple of it. Used only where the
+ * device has the `subgroups` feature and the adapter's subgroups are always this size
+ * (`usableTuning`).
+ */
+export type SubgroupTiling = RegisterTiling & { readonly subgroupSize: number };
+
 /** Which kernel a backend runs, with the register tiling where it is the register-tiled one. */
 export type MatmulTuning =
   | { readonly kernel: 'sharedMemory' }
-  | ({ readonly kernel: 'registerTiled'; readonly vectorLoads?: boolean } & RegisterTiling);
+  | ({
+      readonly kernel: 'registerTiled';
+      readonly vectorLoads?: boolean;
+      readonly subgroupTiling?: SubgroupTiling;
+    } & RegisterTiling);
 
 function indexExprs(transposeA: boolean, transposeB: boolean) {
   return {
@@ -121,8 +134,10 @@ fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u)
 const NO_VECTORS: VectorLoads = { a: false, b: false };
 
 /**
- * Which operands this call can read as vec4: f32, not transposed, the rows of every batch element
- * starting at a multiple of 4 floats (so K, resp. N, a multiple of 4, and the offset too).
+ * Which operands this call can read as vec4 (`VectorLoads`): f32, the runs along the
+ * contiguous axis of every batch element starting at a multiple of 4 floats (so that axis's
+ * length a multiple of 4, and the offset too); a transposed A four rows at a time, so a `tileM`
+ * that is a multiple of 4.
  */
 function vectorLoads(
   a: Dense,
@@ -130,11 +145,32 @@ function vectorLoads(
   transposeA: boolean,
   transposeB: boolean,
   s: MatmulShape,
+  tileM: number,
 ): VectorLoads {
+  const aRun = transposeA ? s.m % 4 === 0 && tileM % 4 === 0 : s.k % 4 === 0;
+  const bRun = transposeB ? s.k % 4 === 0 : s.n % 4 === 0;
   return {
-    a: a.dtype === 'f32' && !transposeA && s.k % 4 === 0 && a.offset % 4 === 0,
-    b: b.dtype === 'f32' && !transposeB && s.n % 4 === 0 && b.offset % 4 === 0,
+    a: a.dtype === 'f32' && aRun && a.offset % 4 === 0,
+    b: b.dtype === 'f32' && bRun && b.offset % 4 === 0,
   };
+}
+
+/** The tiling and loads of one call: the subgroup tiling where A is read as vec4. */
+function callTiling(
+  tuning: MatmulTuning & { kernel: 'registerTiled' },
+  a: Dense,
+  b: Dense,
+  transposeA: boolean,
+  transposeB: boolean,
+  s: MatmulShape,
+): { tiling: RegisterTiling; vec: VectorLoads } {
+  if (!tuning.vectorLoads) return { tiling: tuning, vec: NO_VECTORS };
+  const sub = tuning.subgroupTiling;
+  if (sub !== undefined) {
+    const vec = vectorLoads(a, b, transposeA, transposeB, s, sub.tileM);
+    if (vec.a) return { tiling: sub, vec: { ...vec, shareA: sub.subgroupSize } };
+  }
+  return { tiling: tuning, vec: vectorLoads(a, b, transposeA, transposeB, s, tuning.tileM) };
 }
 
 export interface MatmulShape {
@@ -158,18 +194,18 @@ export function matmulLaunch(
 ): Launch {
   let program: Program;
   if (tuning.kernel === 'registerTiled') {
-    const [rowsPerGroup, colsPerGroup] = workgroupTile(tuning);
-    const vec = tuning.vectorLoads ? vectorLoads(a, b, transposeA, transposeB, s) : NO_VECTORS;
+    const { tiling, vec } = callTiling(tuning, a, b, transposeA, transposeB, s);
+    const [rowsPerGroup, colsPerGroup] = workgroupTile(tiling);
     program = {
       name: 'matmul',
-      key: `matmul:tiled:${tilingKey(tuning)}:${a.dtype}:${b.dtype}:${transposeA}:${transposeB}:${vec.a}:${vec.b}`,
-      workgroupSize: [tuning.workgroup[0], tuning.workgroup[1], 1],
+      key: `matmul:tiled:${tilingKey(tiling)}:${a.dtype}:${b.dtype}:${transposeA}:${transposeB}:${vec.a}:${vec.b}:sg${vec.shareA ?? 0}`,
+      workgroupSize: [tiling.workgroup[0], tiling.workgroup[1], 1],
       dispatch: (sh) => [
         Math.ceil((sh[1] ?? 1) / colsPerGroup),
         Math.ceil((sh[0] ?? 1) / rowsPerGroup),
         sh[2] ?? 1,
       ],
-      wgsl: () => registerTiledWgsl(a.dtype, b.dtype, transposeA, transposeB, tuning, vec),
+      wgsl: () => registerTiledWgsl(a.dtype, b.dtype, transposeA, transposeB, tiling, vec),
     };
   } else {
     program = {

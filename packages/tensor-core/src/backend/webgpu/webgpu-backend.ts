@@ -40,7 +40,7 @@ import {
 } from './kernels.js';
 import type { MatmulKernel, MatmulTuning } from './matmul.js';
 import { matmulStridedLaunch } from './matmul-strided.js';
-import { matmulKernelFromEnv, matmulTuningFor } from './matmul-tuning.js';
+import { matmulKernelFromEnv, matmulTuningFor, usableTuning } from './matmul-tuning.js';
 import type { Launch } from './program.js';
 import { randomUniformLaunch } from './random-kernels.js';
 import { Readbacks } from './readback.js';
@@ -120,7 +120,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     };
     const env = typeof process !== 'undefined' ? process.env?.WEBSHARD_MATMUL : undefined;
     const chosen = matmulTuningFor(adapter.info, options.matmulKernel ?? matmulKernelFromEnv(env));
-    this.matmulTuning = options.matmulTuning ?? chosen.tuning;
+    const tuning = options.matmulTuning ?? chosen.tuning;
+    this.matmulTuning = usableTuning(tuning, device.features, adapter.info);
     this.matmulKernel = this.matmulTuning.kernel;
     this.capabilities = {
       shaderF16: hasF16,

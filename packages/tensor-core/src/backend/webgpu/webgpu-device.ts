@@ -83,8 +83,9 @@ export function deviceAllocator(
 }
 
 /**
- * Finds an adapter and requests a device with the adapter's largest buffer limits and `shader-f16`
- * where offered (see `createWebGpuBackend`); returns them with the resolved `f16` option.
+ * Finds an adapter and requests a device with the adapter's largest buffer limits, and
+ * `shader-f16` and `subgroups` where offered (see `createWebGpuBackend`); returns them with the
+ * resolved `f16` option.
  */
 export async function openWebGpuDevice(options: WebGpuBackendOptions): Promise<{
   gpu: GPU;
@@ -100,9 +101,11 @@ export async function openWebGpuDevice(options: WebGpuBackendOptions): Promise<{
       `f16: 'native' needs the shader-f16 feature, which this adapter lacks (${describeAdapter(adapter)}); use 'auto' or 'packed'`,
     );
   }
-  const requiredFeatures: GPUFeatureName[] = adapter.features.has('shader-f16')
-    ? ['shader-f16']
-    : [];
+  // Subgroups: the CPU adapters' matmul shares A's loads across one ([Note: A's rows shared
+  // across a subgroup]).
+  const requiredFeatures = (['shader-f16', 'subgroups'] as GPUFeatureName[]).filter((f) =>
+    adapter.features.has(f),
+  );
   const device = await adapter.requestDevice({
     requiredFeatures,
     requiredLimits: {
