@@ -48,18 +48,23 @@ export function matmulStridedLaunch(
   const outShape = [...batch, m, n];
   if (accumulate && !distinctElements(outShape, out.strides)) return null;
   const r = batch.length;
-  const [rowsPerGroup, colsPerGroup] = workgroupTile(tuning);
+  // A's scalars shared across a subgroup where the adapter has them ([Note: A's rows shared
+  // across a subgroup]).
+  const tiling = tuning.subgroupTiling ?? tuning;
+  const share = tuning.subgroupTiling?.subgroupSize ?? 0;
+  const [rowsPerGroup, colsPerGroup] = workgroupTile(tiling);
   const form = { batchRank: r };
+  const loads = { a: false, b: false, shareA: share };
   const program = {
     name: 'matmulStrided',
-    key: `matmul:strided:${tilingKey(tuning)}:${a.dtype}:${b.dtype}:r${r}`,
-    workgroupSize: [tuning.workgroup[0], tuning.workgroup[1], 1] as const,
+    key: `matmul:strided:${tilingKey(tiling)}:${a.dtype}:${b.dtype}:r${r}:sg${share}`,
+    workgroupSize: [tiling.workgroup[0], tiling.workgroup[1], 1] as const,
     dispatch: (sh: readonly number[]): [number, number, number] => [
       Math.ceil((sh[1] ?? 1) / colsPerGroup),
       Math.ceil((sh[0] ?? 1) / rowsPerGroup),
       sh[2] ?? 1,
     ],
-    wgsl: () => registerTiledWgsl(a.dtype, b.dtype, false, false, tuning, undefined, form),
+    wgsl: () => registerTiledWgsl(a.dtype, b.dtype, false, false, tiling, loads, form),
   };
   const [as, bs, os] = [a.strides, b.strides, out.strides];
   const params = new Params().u(m).u(n).u(k).u(a.offset).u(b.offset).u(out.offset);

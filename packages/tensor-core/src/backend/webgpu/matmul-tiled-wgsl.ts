@@ -112,8 +112,11 @@ export function registerTiledWgsl(
   const { tileM, tileN, columns } = t;
   const [wx, wy] = t.workgroup;
   const share = vec.shareA ?? 0;
-  if (share > 0 && (!vec.a || wx !== share || wy !== 1 || tileM % share !== 0)) {
-    throw new Error('A is shared across a subgroup only as vec4 loads, one subgroup a workgroup');
+  const sharedScalars = share > 0 && strided !== null;
+  if (share > 0 && ((!vec.a && !sharedScalars) || wx !== share || wy !== 1 || tileM % share)) {
+    throw new Error(
+      'A is shared across a subgroup as vec4 loads or strided, one subgroup a workgroup',
+    );
   }
   if (vec.a && transposeA && tileM % 4 !== 0) {
     throw new Error("a transposed A's vec4 loads hold four rows: tileM must be a multiple of 4");
@@ -162,7 +165,14 @@ fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u$
     // Each group's first row, clamped to the last whole group (M is a multiple of 4).
     for (let g = 0; g < G; g++) L.push(`  let rg${g} = min(row0 + ${4 * g}u, M - 4u);`);
   }
-  for (let j = 0; share > 0 && j < tileM / share; j++) {
+  // Strided, lane sid's j-th load is the scalar i = j * share + sid of the 4 tileM a step needs:
+  // row i / 4 at k + i % 4.
+  for (let j = 0; sharedScalars && j < (4 * tileM) / share; j++) {
+    L.push(`  let ia${j} = ${j * share}u + sid;`);
+    L.push(`  let sr${j} = aBase + min(row0 + (ia${j} >> 2u), M - 1u) * prm[6];`);
+    L.push(`  let sq${j} = ia${j} & 3u;`);
+  }
+  for (let j = 0; share > 0 && !sharedScalars && j < tileM / share; j++) {
     // Lane sid's j-th load: A's row row0 + j * share + sid, or (transposed) the vec4 of index
     // i = j * share + sid among the 4 x G a step needs, k + i / G and group i % G.
     if (transposeA) {
@@ -198,7 +208,14 @@ fn main(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) w: vec3u$
     );
   L.push('  let K4 = K & ~3u;');
   L.push('  for (var k = 0u; k < K4; k += 4u) {');
-  if (share > 0 && transposeA) {
+  if (sharedScalars) {
+    for (let j = 0; j < (4 * tileM) / share; j++) {
+      L.push(`    let sa${j} = ld_A(sr${j} + (k + sq${j}) * prm[7]);`);
+    }
+    const at = (i: number) => `subgroupBroadcast(sa${Math.floor(i / share)}, ${i % share}u)`;
+    for (const r of rows)
+      L.push(`    let a${r} = vec4f(${quads.map((q) => at(4 * r + q)).join(', ')});`);
+  } else if (share > 0 && transposeA) {
     for (let j = 0; j < tileM / share; j++) {
       L.push(`    let sa${j} = A[(aBase + (k + qa${j}) * M + ga${j}) >> 2u];`);
     }

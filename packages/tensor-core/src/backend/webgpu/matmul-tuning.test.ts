@@ -63,7 +63,7 @@ describe('usableTuning', () => {
     const tiling = { tileM: 16, tileN: 4, workgroup: [8, 1] as const, columns: 'blocked' as const };
     expect(() =>
       registerTiledWgsl('f32', 'f32', false, false, tiling, { a: false, b: true, shareA: 8 }),
-    ).toThrow('A is shared across a subgroup only as vec4 loads, one subgroup a workgroup');
+    ).toThrow('A is shared across a subgroup as vec4 loads or strided, one subgroup a workgroup');
     const twoRows = { ...tiling, workgroup: [8, 2] as const };
     expect(() =>
       registerTiledWgsl('f32', 'f32', false, false, twoRows, { a: true, b: true, shareA: 8 }),
