@@ -17,7 +17,7 @@ export type {
 export { CpuBackend } from '../backend/cpu/cpu-backend.js';
 export { isCpuAdapter } from '../backend/webgpu/gpu-runtime.js';
 export type { AdapterOptions } from '../backend/webgpu/gpu-runtime.js';
-export type { MatmulKernel, MatmulTuning } from '../backend/webgpu/matmul.js';
+export type { MatmulKernel, MatmulTuning, SubgroupTiling } from '../backend/webgpu/matmul.js';
 export { WebGpuBackend } from '../backend/webgpu/webgpu-backend.js';
 export type { F16Storage } from '../backend/webgpu/webgpu-backend.js';
 export { hostArrayFor } from '../dtype.js';

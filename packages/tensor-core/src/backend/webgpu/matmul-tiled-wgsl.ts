@@ -74,10 +74,13 @@ export interface StridedForm {
  * subgroup tiling otherwise), A readable as vec4 (f32, its runs along the contiguous axis
  * 4-aligned; other calls take the tuning's own tiling), and every lane of the subgroup present at
  * each broadcast, so no early return (lanes past N load clamped columns and store nothing). The
- * strided form (attention's heads) keeps per-lane loads. Measured with the tables' tilings (the
- * default GPT's products; lavapipe 16x4 on 8 lanes, SwiftShader 8x4 on 4): lavapipe 2.6-3.9x the
- * 8x4 tile's time per product, SwiftShader 1.6-1.8x the 8x8 tile's; the default GPT's WebGPU
- * step, same bits, 0.50-0.54 of its time on lavapipe and 0.75 on SwiftShader (the README).
+ * strided form (attention's heads, `matmul-strided.ts`) shares A's 4 tileM scalars a step the
+ * same way, lane s loading scalar i = j S + s (row i / 4 at k + i % 4): 2.2-3.4x on the default
+ * GPT's four strided products on lavapipe. Measured with the tables' tilings (the
+ * default GPT's products; lavapipe 16x4 on 8 lanes, SwiftShader 8x4 on 4): lavapipe 2.6-5.0x
+ * faster per product than the 8x4 tile, SwiftShader 1.6-1.8x than the 8x8 tile; the default
+ * GPT's WebGPU step, same bits, 0.45-0.48 of its time on lavapipe and 0.59-0.63 on SwiftShader
+ * (the README).
  */
 /** The same tiling, always: the key part of the pipeline cache. */
 export function tilingKey(t: RegisterTiling): string {

@@ -415,7 +415,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
 
 /**
  * Creates a WebGPU backend: finds an adapter (see [Note: finding SwiftShader]), requests a device
- * with the adapter's largest buffer limits and `shader-f16` where offered. About 0.5 s on
+ * with the adapter's largest buffer limits, and `shader-f16` and `subgroups` where offered. About 0.5 s on
  * SwiftShader, plus 0.04-3 s per distinct kernel on first use (pipelines are cached per backend).
  * Throws `NoAdapterError` when no adapter exists.
  */
