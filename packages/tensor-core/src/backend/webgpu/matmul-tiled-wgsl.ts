@@ -75,7 +75,7 @@ export interface StridedForm {
  * 4-aligned; other calls take the tuning's own tiling), and every lane of the subgroup present at
  * each broadcast, so no early return (lanes past N load clamped columns and store nothing). The
  * strided form (attention's heads, `matmul-strided.ts`) shares A's 4 tileM scalars a step the
- * same way, lane s loading scalar i = j S + s (row i / 4 at k + i % 4): 2.2-3.4x on the default
+ * same way, lane s loading scalar i = j S + s (row i / 4 at k + i % 4): 2.1-3.4x on the default
  * GPT's four strided products on lavapipe. Measured with the tables' tilings (the
  * default GPT's products; lavapipe 16x4 on 8 lanes, SwiftShader 8x4 on 4): lavapipe 2.6-5.0x
  * faster per product than the 8x4 tile, SwiftShader 1.6-1.8x than the 8x8 tile; the default
