@@ -26,9 +26,9 @@ export interface RegisterTiling {
  * Operands read four floats at a time (`array<vec4f>`), along their contiguous axis: A along k,
  * or along m where it is transposed (four rows at a time, so `tileM` a multiple of 4); B along n,
  * or along k where it is transposed; each where it is f32 and that axis's runs start at multiples
- * of 4 floats. `matmulLaunch` decides per call. `shareA` (a subgroup size, with `a`): A's vec4
- * loads are split between the lanes of a subgroup and handed round with `subgroupBroadcast`
- * ([Note: A's rows shared across a subgroup]).
+ * of 4 floats. `matmulLaunch` decides per call. `shareA` (a subgroup size): A's vec4 loads (with
+ * `a`), or in the strided form its scalar loads, are split between the lanes of a subgroup and
+ * handed round with `subgroupBroadcast` ([Note: A's rows shared across a subgroup]).
  */
 export interface VectorLoads {
   readonly a: boolean;
@@ -82,6 +82,7 @@ export interface StridedForm {
  * GPT's WebGPU step, same bits, 0.45-0.48 of its time on lavapipe and 0.59-0.63 on SwiftShader
  * (the README).
  */
+
 /** The same tiling, always: the key part of the pipeline cache. */
 export function tilingKey(t: RegisterTiling): string {
   return `${t.tileM}x${t.tileN}:${t.workgroup[0]}x${t.workgroup[1]}:${t.columns}`;
