@@ -22,8 +22,8 @@ import type { MatmulKernel, MatmulTuning } from './matmul.js';
  * adapter's arithmetic would allow far more: a shader that only multiplies and adds in registers
  * runs at about 34 GFLOP/s on lavapipe on 2 cores (`bench/adapter-peak.ts`), against 2.3-3.4 on
  * SwiftShader. What gets nearer to it without a larger tile: A's loads shared across a subgroup
- * (each row's `subgroupTiling`, [Note: A's rows shared across a subgroup]), 2.6-3.9x the 8x4
- * tile on lavapipe. Real GPUs get the shared-memory kernel.
+ * (each row's `subgroupTiling`, [Note: A's rows shared across a subgroup]), 2.6-5.0x faster than
+ * the 8x4 tile on lavapipe. Real GPUs get the shared-memory kernel.
  *
  * The table below is keyed by the adapter's info (vendor, architecture, device, description):
  * the first row whose pattern matches wins. `WEBSHARD_MATMUL=tiled|shared` and the backend's
@@ -50,7 +50,7 @@ export const MATMUL_TUNING_TABLE: readonly MatmulTuningRow[] = [
   {
     // vec4 loads measured 1.3-1.9x the scalar 8x8 tile; 16x16 runs up to 2x faster still but
     // takes 15-17 s to compile per pipeline (see the Note). A shared across the subgroup of 8:
-    // 2.6-3.9x the 8x4 tile ([Note: A's rows shared across a subgroup]).
+    // 2.6-5.0x faster than the 8x4 tile ([Note: A's rows shared across a subgroup]).
     adapter: /llvmpipe|lavapipe/i,
     name: 'lavapipe',
     tuning: {
@@ -71,7 +71,7 @@ export const MATMUL_TUNING_TABLE: readonly MatmulTuningRow[] = [
   },
   {
     // Every tiling tried measured within noise of 8x8 (0.8-1.2x); vec4 loads cost nothing. A
-    // shared across the subgroup of 4: 1.6-1.8x.
+    // shared across the subgroup of 4: 1.6-1.8x faster than 8x8.
     adapter: /swiftshader/i,
     name: 'SwiftShader',
     tuning: {

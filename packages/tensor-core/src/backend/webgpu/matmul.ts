@@ -30,11 +30,11 @@ import { CONVERT, declare, loader, paramsDecl } from './wgsl.js';
 export type MatmulKernel = 'registerTiled' | 'sharedMemory';
 
 /**
- * A second register tiling for the calls whose A is read as vec4, with A's loads shared across a
- * subgroup of `subgroupSize` lanes ([Note: A's rows shared across a subgroup]): a workgroup is
- * one subgroup (`workgroup` [subgroupSize, 1]) and `tileM` a multiple of it. Used only where the
- * device has the `subgroups` feature and the adapter's subgroups are always this size
- * (`usableTuning`).
+ * A second register tiling for the calls whose A is read as vec4 and for every strided call, with
+ * A's loads shared across a subgroup of `subgroupSize` lanes ([Note: A's rows shared across a
+ * subgroup]): a workgroup is one subgroup (`workgroup` [subgroupSize, 1]) and `tileM` a multiple
+ * of it. Used only where the device has the `subgroups` feature and the adapter's subgroups are
+ * always this size (`usableTuning`).
  */
 export type SubgroupTiling = RegisterTiling & { readonly subgroupSize: number };
 
