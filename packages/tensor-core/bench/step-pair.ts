@@ -8,7 +8,9 @@
  * every rank fuses; `webgpu` runs both on the WebGPU backend (the adapter `VK_ICD_FILENAMES`
  * selects) instead. `WEBSHARD_STEP_PAIR_MODEL=gpt2` times GPT-2 124M instead (12 layers, 768 wide,
  * vocabulary 50304, B4 T256; one warm-up step each, some 8 GB for the two models);
- * `WEBSHARD_STEP_PAIR_CAPTURE=1` times both as the trainer runs them, through `CapturedStep`. Run: `pnpm
+ * `WEBSHARD_STEP_PAIR_CAPTURE=1` times both as the trainer runs them, through `CapturedStep`;
+ * `WEBSHARD_STEP_PAIR_CAPTURE=this` captures this tree's step only and runs the other's eagerly
+ * (against a tree from before `CapturedStep`, as issue 49's WebGPU goal compares). Run: `pnpm
  * --filter @webshard/tensor-core exec tsx --conditions=@webshard/source bench/step-pair.ts
  * /path/to/other/packages/tensor-core/src/index.ts [steps] [off|auto|webgpu]`.
  */
@@ -25,20 +27,21 @@ if (baselinePath === undefined) {
 const baseline = (await import(baselinePath)) as TensorCore;
 const STEPS = Number(stepsArg ?? 150);
 const GPT2 = process.env.WEBSHARD_STEP_PAIR_MODEL === 'gpt2';
-const MODEL = `${GPT2 ? 'GPT-2 124M step (B4 T256)' : 'default GPT step'}${process.env.WEBSHARD_STEP_PAIR_CAPTURE === '1' ? ', captured' : ''}`;
+const CAPTURE_MODE = process.env.WEBSHARD_STEP_PAIR_CAPTURE;
+const CAPTURE_NOTE = { '1': ', captured', this: ', this tree captured, the other eager' };
+const MODEL = `${GPT2 ? 'GPT-2 124M step (B4 T256)' : 'default GPT step'}${CAPTURE_NOTE[CAPTURE_MODE as keyof typeof CAPTURE_NOTE] ?? ''}`;
 const BATCH = GPT2 ? 4 : 16;
 const BLOCK = GPT2 ? 256 : 32;
 const VOCAB = GPT2 ? 50304 : 65;
 const LAYERS = GPT2 ? { nLayer: 12, nHead: 12, nEmbd: 768 } : { nLayer: 2, nHead: 4, nEmbd: 64 };
 const WARMUP = GPT2 ? 1 : 5;
-const CAPTURE = process.env.WEBSHARD_STEP_PAIR_CAPTURE === '1';
 
 interface Runner {
   readonly description: string;
   step(inputs: Int32Array, targets: Int32Array): Promise<number>;
 }
 
-async function runner(tc: TensorCore): Promise<Runner> {
+async function runner(tc: TensorCore, capture: boolean): Promise<Runner> {
   const backend =
     fmaArg === 'webgpu'
       ? await tc.createWebGpuBackend()
@@ -63,7 +66,7 @@ async function runner(tc: TensorCore): Promise<Runner> {
     return [loss];
   };
   // The trainer's captured step ([Note: the captured step]): recorded once, then replayed.
-  const captured = CAPTURE ? new tc.CapturedStep(train) : null;
+  const captured = capture ? new tc.CapturedStep(train) : null;
   return {
     description: backend.description,
     async step(inputs, targets) {
@@ -86,8 +89,8 @@ function ulps(a: number, b: number): number {
   return Math.abs(ordered(0) - ordered(1));
 }
 
-const ours = await runner(here);
-const theirs = await runner(baseline);
+const ours = await runner(here, CAPTURE_MODE === '1' || CAPTURE_MODE === 'this');
+const theirs = await runner(baseline, CAPTURE_MODE === '1');
 const random = here.mulberry32(7);
 const batch = () => {
   const inputs = Int32Array.from({ length: BATCH * BLOCK }, () => Math.floor(random() * VOCAB));

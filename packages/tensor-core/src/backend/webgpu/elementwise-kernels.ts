@@ -8,6 +8,7 @@ import {
   header,
   stridedIndexFn,
 } from './kernel-common.js';
+import { type QuadOperand, type QuadRead, quadBody, quadsFit } from './elementwise-quads.js';
 import { elementwiseProgram, input, type Launch } from './program.js';
 import { valueType } from './wgsl.js';
 
@@ -16,7 +17,18 @@ export function fillLaunch(out: Dense, value: number): Launch {
   const body = isInt
     ? 'fn outv(i: u32) -> i32 { return pi(2u); }'
     : 'fn outv(i: u32) -> f32 { return pf(2u); }';
-  const program = elementwiseProgram({ name: 'fill', key: '', inputs: [], out: out.dtype, body });
+  // [Note: element-wise kernels four elements a load]
+  const quad = quadsFit(out, [], 0)
+    ? quadBody([{ name: 'v', dtype: out.dtype, at: 2, read: null }], out.dtype, 'v')
+    : undefined;
+  const program = elementwiseProgram({
+    name: 'fill',
+    key: '',
+    inputs: [],
+    out: out.dtype,
+    body,
+    quad,
+  });
   const params = header(out);
   if (isInt) params.i(Math.trunc(value));
   else params.f(value);
@@ -66,12 +78,17 @@ export function unaryLaunch(op: UnaryOp, x: Dense, out: Dense): Launch {
   const t = valueType(out.dtype);
   const expr = t === 'i32' && op === 'abs' ? 'abs(x)' : UNARY[op];
   const body = `fn outv(i: u32) -> ${t} { let x = ld_x(prm[2] + i); return ${expr}; }`;
+  // [Note: element-wise kernels four elements a load]
+  const quad = quadsFit(out, [{ ...x, read: 'c' }], 0)
+    ? quadBody([{ name: 'x', dtype: x.dtype, at: 2, read: 'c' }], out.dtype, expr)
+    : undefined;
   const program = elementwiseProgram({
     name: `unary_${op}`,
     key: op,
     inputs: [{ name: 'x', dtype: x.dtype }],
     out: out.dtype,
     body,
+    quad,
   });
   return ewLaunch(program, [x.dtype, out.dtype], [input(x, x.size)], out, header(out).u(x.offset));
 }
@@ -168,7 +185,7 @@ function broadcastLaunch(
   const dimsAt = params.length;
   for (const d of merged.shape) params.u(d);
   const fns: string[] = [];
-  const modes: string[] = [];
+  const modes: (QuadRead | 's')[] = [];
   const dense = broadcastStrides(merged.shape, merged.shape);
   tensors.forEach((o, k) => {
     const s = merged.strides[k]!;
@@ -202,12 +219,28 @@ fn outv(i: u32) -> ${t} {
   return ${expr};
 }`;
   const inputs = tensors.map((o) => ({ name: o.name, dtype: o.value.dtype }));
+  // [Note: element-wise kernels four elements a load]
+  const reads = tensors.map((o, k) => ({ ...o.value, read: modes[k]! }));
+  const n = rank === 2 ? merged.shape[1]! : 0;
+  let quad: string | undefined;
+  if (quadsFit(out, reads, n)) {
+    let k = 0;
+    const quadOperands = operands.map((o): QuadOperand => {
+      if (typeof o.value === 'number') {
+        return { name: o.name, dtype: out.dtype, at: scalarAt.get(o.name)!, read: null };
+      }
+      const read = modes[k++] as QuadRead;
+      return { name: o.name, dtype: o.value.dtype, at: offsetAt.get(o.name)!, read };
+    });
+    quad = quadBody(quadOperands, out.dtype, expr, dimsAt + 1);
+  }
   const program = elementwiseProgram({
     name,
     key: `${key}:r${rank}:${operands.map((o) => (typeof o.value === 'number' ? 'n' : 't')).join('')}:${modes.join('')}`,
     inputs,
     out: out.dtype,
     body,
+    quad,
   });
   return ewLaunch(
     program,

@@ -129,6 +129,13 @@ export interface ElementwiseSpec {
   raw?: boolean;
   /** WGSL defining `fn outv(i: u32) -> T` for logical output index i; params from prm[2]. */
   body: string;
+  /**
+   * Instead of `body`, WGSL defining `fn outq(q: u32) -> vec4<T>`: the logical output elements
+   * 4q .. 4q + 3, for a launch whose output and inputs are 32-bit and read four elements a load
+   * ([Note: element-wise kernels four elements a load] in elementwise-quads.ts). The inputs are
+   * declared as arrays of vec4 with scalar loaders `ld_NAME(i)`.
+   */
+  quad?: string;
   usesError?: boolean;
 }
 
@@ -139,7 +146,8 @@ export interface ElementwiseSpec {
  */
 export function elementwiseProgram(spec: ElementwiseSpec): Program {
   const dtypes = [...spec.inputs.map((x) => x.dtype), spec.out];
-  const key = `ew:${spec.name}:${spec.key}:${dtypes.join(',')}:${spec.raw ? 'raw' : 'v'}`;
+  const form = spec.quad !== undefined ? 'q' : spec.raw ? 'raw' : 'v';
+  const key = `ew:${spec.name}:${spec.key}:${dtypes.join(',')}:${form}`;
   return {
     name: spec.name,
     key,
@@ -152,6 +160,7 @@ export function elementwiseProgram(spec: ElementwiseSpec): Program {
         WG,
       ),
     wgsl: () => {
+      if (spec.quad !== undefined) return quadWgsl(spec, spec.quad);
       const lines: string[] = [CONVERT, MATH];
       spec.inputs.forEach((x, k) => {
         lines.push(declare(k, x.name, x.dtype, 'read'));
@@ -207,6 +216,38 @@ fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec
       return lines.join('\n');
     },
   };
+}
+
+/**
+ * The four-elements-a-load form of an element-wise program: each invocation computes `PER / 4`
+ * quads, a workgroup the same `PER` x 64 consecutive elements as the scalar form (so the same
+ * dispatch), pass j of the workgroup the j-th 64 quads. prm[0] and prm[1] (the output's offset
+ * and size) are multiples of 4.
+ */
+function quadWgsl(spec: ElementwiseSpec, quad: string): string {
+  const lines: string[] = [CONVERT, MATH];
+  spec.inputs.forEach((x, k) => {
+    const t = valueType(x.dtype);
+    lines.push(`@group(0) @binding(${k}) var<storage, read> ${x.name}: array<vec4<${t}>>;`);
+    lines.push(`fn ld_${x.name}(i: u32) -> ${t} { return ${x.name}[i >> 2u][i & 3u]; }`);
+  });
+  const ob = spec.inputs.length;
+  const t = valueType(spec.out);
+  lines.push(`@group(0) @binding(${ob}) var<storage, read_write> out: array<vec4<${t}>>;`);
+  lines.push(paramsDecl(ob + 1));
+  if (spec.usesError) lines.push(errorDecl(ob + 2));
+  lines.push(quad);
+  const passes = Array.from({ length: PER / 4 }, (_, j) => j)
+    .map((j) => `  { let q = base + ${j * WG}u; if (q < end) { out[o + q] = outq(q); } }`)
+    .join('\n');
+  lines.push(`@compute @workgroup_size(${WG})
+fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) n: vec3u, @builtin(local_invocation_id) l: vec3u) {
+  let base = (${linearIndex(WG)} - l.x) * ${PER / 4}u + l.x;
+  let o = prm[0] >> 2u;
+  let end = prm[1] >> 2u;
+${passes}
+}`);
+  return lines.join('\n');
 }
 
 /**
