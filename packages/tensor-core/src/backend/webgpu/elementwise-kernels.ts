@@ -17,7 +17,7 @@ export function fillLaunch(out: Dense, value: number): Launch {
   const body = isInt
     ? 'fn outv(i: u32) -> i32 { return pi(2u); }'
     : 'fn outv(i: u32) -> f32 { return pf(2u); }';
-  // [Note: element-wise kernels four elements a load]
+  // Four elements a load where they fit ([Note: element-wise kernels four elements a load]).
   const quad = quadsFit(out, [], 0)
     ? quadBody([{ name: 'v', dtype: out.dtype, at: 2, read: null }], out.dtype, 'v')
     : undefined;
@@ -78,7 +78,7 @@ export function unaryLaunch(op: UnaryOp, x: Dense, out: Dense): Launch {
   const t = valueType(out.dtype);
   const expr = t === 'i32' && op === 'abs' ? 'abs(x)' : UNARY[op];
   const body = `fn outv(i: u32) -> ${t} { let x = ld_x(prm[2] + i); return ${expr}; }`;
-  // [Note: element-wise kernels four elements a load]
+  // Four elements a load where they fit ([Note: element-wise kernels four elements a load]).
   const quad = quadsFit(out, [{ ...x, read: 'c' }], 0)
     ? quadBody([{ name: 'x', dtype: x.dtype, at: 2, read: 'c' }], out.dtype, expr)
     : undefined;
@@ -219,7 +219,7 @@ fn outv(i: u32) -> ${t} {
   return ${expr};
 }`;
   const inputs = tensors.map((o) => ({ name: o.name, dtype: o.value.dtype }));
-  // [Note: element-wise kernels four elements a load]
+  // Four elements a load where they fit ([Note: element-wise kernels four elements a load]).
   const reads = tensors.map((o, k) => ({ ...o.value, read: modes[k]! }));
   const n = rank === 2 ? merged.shape[1]! : 0;
   let quad: string | undefined;
