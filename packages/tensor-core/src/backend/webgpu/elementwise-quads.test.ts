@@ -10,9 +10,6 @@ import { createWebGpuBackend, type WebGpuBackend } from './webgpu-backend.js';
 // the scalar form's operations, so its bits are the scalar form's. Each op runs twice on the same
 // values: with operands and output at offset 0 (quads) and at offset 1 (not a multiple of 4: the
 // scalar form), and the two outputs are compared bit for bit (any NaN equal to any NaN).
-// Skipped where WebGPU cannot run (no `webgpu` package or no adapter: lavapipe or SwiftShader);
-// `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run sets) that is an
-// error instead of a skip, so CI always runs these.
 const enabled = webGpuTestsEnabled();
 let gpu: WebGpuBackend;
 
@@ -23,39 +20,42 @@ afterAll(() => {
   gpu?.dispose();
 });
 
-const UNARY: UnaryOp[] = [
-  'neg',
-  'abs',
-  'exp',
-  'log',
-  'sqrt',
-  'rsqrt',
-  'tanh',
-  'sigmoid',
-  'relu',
-  'gelu',
-  'geluTanh',
-  'square',
-  'reciprocal',
-];
-const BINARY: BinaryOp[] = [
-  'add',
-  'sub',
-  'mul',
-  'div',
-  'pow',
-  'maximum',
-  'minimum',
-  'eq',
-  'ne',
-  'lt',
-  'le',
-  'gt',
-  'ge',
-  'reluGrad',
-  'geluGrad',
-  'geluTanhGrad',
-];
+// Every op, and the compiler says so: a new op is a missing key here.
+const EVERY_UNARY: Record<UnaryOp, true> = {
+  neg: true,
+  abs: true,
+  exp: true,
+  log: true,
+  sqrt: true,
+  rsqrt: true,
+  tanh: true,
+  sigmoid: true,
+  relu: true,
+  gelu: true,
+  geluTanh: true,
+  square: true,
+  reciprocal: true,
+};
+const EVERY_BINARY: Record<BinaryOp, true> = {
+  add: true,
+  sub: true,
+  mul: true,
+  div: true,
+  pow: true,
+  maximum: true,
+  minimum: true,
+  eq: true,
+  ne: true,
+  lt: true,
+  le: true,
+  gt: true,
+  ge: true,
+  reluGrad: true,
+  geluGrad: true,
+  geluTanhGrad: true,
+};
+const UNARY = Object.keys(EVERY_UNARY) as UnaryOp[];
+const BINARY = Object.keys(EVERY_BINARY) as BinaryOp[];
 
 /** Values with the edges an op can treat differently: signed zeros, infinities, NaN, tiny. */
 function values(n: number, seed: number, dtype: DType): Float32Array | Int32Array {
@@ -134,6 +134,9 @@ const dense = (t: { shape: readonly number[]; dtype: DType }, offset: number) =>
 const ROWS = [6, 20];
 const f32 = (shape: readonly number[]) => ({ shape, dtype: 'f32' as DType });
 
+// Skipped where WebGPU cannot run (no `webgpu` package, or neither lavapipe nor SwiftShader):
+// `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run sets) that is an
+// error instead of a skip, so CI always runs these.
 describe.runIf(enabled)('element-wise kernels four elements a load (WebGPU)', () => {
   it('every unary op: the same bits as the scalar form', async () => {
     for (const op of UNARY) {
