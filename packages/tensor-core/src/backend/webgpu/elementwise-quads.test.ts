@@ -1,24 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { DType } from '../../dtype.js';
 import { mulberry32 } from '../../random/mulberry32.js';
-import { webGpuTestsEnabled } from '../../testing/backends.js';
+import { webGpuFileBackend } from '../../testing/webgpu-file-backend.js';
 import type { BinaryOp, KernelTensor, UnaryOp } from '../backend.js';
 import { binaryLaunch, fillLaunch, unaryLaunch, whereLaunch } from './elementwise-kernels.js';
-import { createWebGpuBackend, type WebGpuBackend } from './webgpu-backend.js';
 
 // [Note: element-wise kernels four elements a load]: the quad form computes every element with
 // the scalar form's operations, so its bits are the scalar form's. Each op runs twice on the same
 // values: with operands and output at offset 0 (quads) and at offset 1 (not a multiple of 4: the
 // scalar form), and the two outputs are compared bit for bit (any NaN equal to any NaN).
-const enabled = webGpuTestsEnabled();
-let gpu: WebGpuBackend;
-
-beforeAll(async () => {
-  if (enabled) gpu = await createWebGpuBackend();
-});
-afterAll(() => {
-  gpu?.dispose();
-});
+const file = webGpuFileBackend();
+const enabled = file.enabled;
+const gpu = () => file.backend();
 
 // Every op, and the compiler says so: a new op is a missing key here.
 const EVERY_UNARY: Record<UnaryOp, true> = {
@@ -71,7 +64,7 @@ function values(n: number, seed: number, dtype: DType): Float32Array | Int32Arra
 
 function make(shape: readonly number[], dtype: DType, offset: number): KernelTensor {
   const n = shape.reduce((a, b) => a * b, 1);
-  return { storage: gpu.allocate((n + offset) * 4), offset, dtype, shape };
+  return { storage: gpu().allocate((n + offset) * 4), offset, dtype, shape };
 }
 
 /** Whether two outputs agree bit for bit, any NaN matching any NaN. */
@@ -100,7 +93,7 @@ async function runAt(
   const xs = inputs.map((x, k) => {
     if (typeof x === 'number') return x;
     const t = make(x.shape, x.dtype, offset);
-    gpu.write(
+    gpu().write(
       t,
       values(
         x.shape.reduce((a, b) => a * b, 1),
@@ -112,8 +105,8 @@ async function runAt(
   });
   const o = make(out.shape, out.dtype, offset);
   run(xs, o);
-  const result = await gpu.read(o);
-  for (const x of [...xs, o]) if (typeof x !== 'number') gpu.release(x.storage);
+  const result = await gpu().read(o);
+  for (const x of [...xs, o]) if (typeof x !== 'number') gpu().release(x.storage);
   return result as Float32Array | Int32Array;
 }
 
@@ -142,7 +135,7 @@ describe.runIf(enabled)('element-wise kernels four elements a load (WebGPU)', ()
     for (const op of UNARY) {
       const [q, v] = await Promise.all(
         [0, 1].map((off) =>
-          runAt(off, [f32(ROWS)], f32(ROWS), ([x], o) => gpu.unary(op, x as KernelTensor, o)),
+          runAt(off, [f32(ROWS)], f32(ROWS), ([x], o) => gpu().unary(op, x as KernelTensor, o)),
         ),
       );
       expect(sameBits(q!, v!), op).toBe(true);
@@ -168,7 +161,7 @@ describe.runIf(enabled)('element-wise kernels four elements a load (WebGPU)', ()
       for (const [name, a, b] of asymmetric.has(op) ? [...cases, ...broadcasts] : cases) {
         const [q, v] = await Promise.all(
           [0, 1].map((off) =>
-            runAt(off, [a, b], f32(ROWS), ([x, y], o) => gpu.binary(op, x!, y!, o)),
+            runAt(off, [a, b], f32(ROWS), ([x, y], o) => gpu().binary(op, x!, y!, o)),
           ),
         );
         expect(sameBits(q!, v!), `${op}, ${name}`).toBe(true);
@@ -192,14 +185,14 @@ describe.runIf(enabled)('element-wise kernels four elements a load (WebGPU)', ()
     for (const op of ['add', 'sub', 'mul', 'maximum', 'lt'] as BinaryOp[]) {
       const [q, v] = await Promise.all(
         [0, 1].map((off) =>
-          runAt(off, [i32(ROWS), i32([20])], i32(ROWS), ([x, y], o) => gpu.binary(op, x!, y!, o)),
+          runAt(off, [i32(ROWS), i32([20])], i32(ROWS), ([x, y], o) => gpu().binary(op, x!, y!, o)),
         ),
       );
       expect(sameBits(q!, v!), op).toBe(true);
     }
     const [qa, va] = await Promise.all(
       [0, 1].map((off) =>
-        runAt(off, [i32(ROWS)], i32(ROWS), ([x], o) => gpu.unary('abs', x as KernelTensor, o)),
+        runAt(off, [i32(ROWS)], i32(ROWS), ([x], o) => gpu().unary('abs', x as KernelTensor, o)),
       ),
     );
     expect(sameBits(qa!, va!)).toBe(true);
@@ -207,7 +200,7 @@ describe.runIf(enabled)('element-wise kernels four elements a load (WebGPU)', ()
       const [q, v] = await Promise.all(
         [0, 1].map((off) =>
           runAt(off, [cond, f32(ROWS), 3.5], f32(ROWS), ([c, a, b], o) =>
-            gpu.where(c as KernelTensor, a!, b!, o),
+            gpu().where(c as KernelTensor, a!, b!, o),
           ),
         ),
       );
@@ -219,10 +212,10 @@ describe.runIf(enabled)('element-wise kernels four elements a load (WebGPU)', ()
 
   it('fill writes every element of a quad, and only its own', async () => {
     const t = make([3, 8], 'f32', 4);
-    gpu.write({ ...t, offset: 0, shape: [28] }, new Float32Array(28).fill(-1));
+    gpu().write({ ...t, offset: 0, shape: [28] }, new Float32Array(28).fill(-1));
     const view = { ...t, shape: [20] };
-    gpu.fill(view, 2.5);
-    const all = await gpu.read({ ...t, offset: 0, shape: [28] });
+    gpu().fill(view, 2.5);
+    const all = await gpu().read({ ...t, offset: 0, shape: [28] });
     expect([...all]).toEqual([-1, -1, -1, -1, ...new Array(20).fill(2.5), -1, -1, -1, -1]);
     expect(form(fillLaunch(dense(f32([20]), 4), 2.5))).toBe('q');
     expect(form(fillLaunch(dense(f32([18]), 4), 2.5))).toBe('v');

@@ -1,22 +1,15 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { bytesPerElement, type DType } from '../../dtype.js';
-import { webGpuTestsEnabled } from '../../testing/backends.js';
+import { webGpuFileBackend } from '../../testing/webgpu-file-backend.js';
 import type { Backend, KernelTensor, ReductionOp } from '../backend.js';
-import { createWebGpuBackend, type WebGpuBackend } from './webgpu-backend.js';
 
 // [Note: reductions in two passes]: one long output in two passes, everything else as before.
 // Skipped where WebGPU cannot run (no `webgpu` package or no adapter: lavapipe or SwiftShader);
 // `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run sets) that is an
 // error instead of a skip, so CI always runs these.
-const enabled = webGpuTestsEnabled();
-let gpu: WebGpuBackend;
-
-beforeAll(async () => {
-  if (enabled) gpu = await createWebGpuBackend();
-});
-afterAll(() => {
-  gpu?.dispose();
-});
+const file = webGpuFileBackend();
+const enabled = file.enabled;
+const gpu = () => file.backend();
 
 function make(backend: Backend, shape: number[], dtype: DType = 'f32', offset = 0): KernelTensor {
   const n = shape.reduce((a, b) => a * b, 1);
@@ -30,11 +23,11 @@ async function reduceOn(
   axis: number,
   out: KernelTensor,
 ): Promise<{ commands: number; result: number[] }> {
-  const recorder = gpu.workRecorder!;
-  const work = recorder.record(() => gpu.reduce(op, x, axis, out));
+  const recorder = gpu().workRecorder!;
+  const work = recorder.record(() => gpu().reduce(op, x, axis, out));
   const commands = work.commands;
   recorder.dispose(work);
-  return { commands, result: [...(await gpu.read(out))] };
+  return { commands, result: [...(await gpu().read(out))] };
 }
 
 /** The f32 serial fold, in order (the one-pass kernel's sum). */
@@ -49,9 +42,9 @@ describe.runIf(enabled)('reductions in two passes (WebGPU)', () => {
     const n = 2 ** 20;
     const values = Float32Array.from({ length: n }, (_, i) => 0.1 + ((i * 7919) % 1000) / 1e4);
     const exact = values.reduce((a, v) => a + v, 0);
-    const x = make(gpu, [n], 'f32', 3);
-    gpu.write(x, values);
-    const { commands, result } = await reduceOn('sum', x, 0, make(gpu, []));
+    const x = make(gpu(), [n], 'f32', 3);
+    gpu().write(x, values);
+    const { commands, result } = await reduceOn('sum', x, 0, make(gpu(), []));
     expect(commands).toBe(2);
     const serialError = Math.abs(serialF32(values) - exact);
     expect(serialError).toBeGreaterThan(1);
@@ -63,29 +56,29 @@ describe.runIf(enabled)('reductions in two passes (WebGPU)', () => {
     const n = 2 ** 18 + 3;
     const values = Float32Array.from({ length: n }, (_, i) => (i % 17) - 8);
     const exact = values.reduce((a, v) => a + v, 0) / n;
-    const x = make(gpu, [1, n, 1]);
-    gpu.write(x, values);
-    const f32 = await reduceOn('mean', x, 1, make(gpu, [1, 1]));
+    const x = make(gpu(), [1, n, 1]);
+    gpu().write(x, values);
+    const f32 = await reduceOn('mean', x, 1, make(gpu(), [1, 1]));
     expect(f32.commands).toBe(2);
     expect(f32.result[0]).toBeCloseTo(exact, 6);
     // Small integers are exact in bf16; the mean is rounded once, to f16.
-    const half = make(gpu, [n], 'bf16');
-    gpu.cast(x, half);
-    const out = make(gpu, [], 'f16');
+    const half = make(gpu(), [n], 'bf16');
+    gpu().cast(x, half);
+    const out = make(gpu(), [], 'f16');
     const mixed = await reduceOn('mean', half, 0, out);
     expect(mixed.commands).toBe(2);
-    const decoded = make(gpu, []);
-    gpu.cast(out, decoded);
-    expect((await gpu.read(decoded))[0]).toBeCloseTo(exact, 3);
+    const decoded = make(gpu(), []);
+    gpu().cast(out, decoded);
+    expect((await gpu().read(decoded))[0]).toBeCloseTo(exact, 3);
   });
 
   it('an i32 sum is exact', async () => {
     const n = 2 ** 19 + 11;
     const values = Int32Array.from({ length: n }, (_, i) => ((i * 31) % 2001) - 1000);
     const exact = values.reduce((a, v) => a + v, 0);
-    const x = make(gpu, [n], 'i32');
-    gpu.write(x, values);
-    const { commands, result } = await reduceOn('sum', x, 0, make(gpu, [], 'i32'));
+    const x = make(gpu(), [n], 'i32');
+    gpu().write(x, values);
+    const { commands, result } = await reduceOn('sum', x, 0, make(gpu(), [], 'i32'));
     expect(commands).toBe(2);
     expect(result).toEqual([exact]);
   });
@@ -93,20 +86,20 @@ describe.runIf(enabled)('reductions in two passes (WebGPU)', () => {
   it('several outputs, shorter rows and max keep one pass, with the same sums', async () => {
     const n = 2 ** 18;
     const values = Float32Array.from({ length: 4 * n }, (_, i) => (i % 5) * 0.25);
-    const x = make(gpu, [4, n]);
-    gpu.write(x, values);
-    const rows = await reduceOn('sum', x, 1, make(gpu, [4]));
+    const x = make(gpu(), [4, n]);
+    gpu().write(x, values);
+    const rows = await reduceOn('sum', x, 1, make(gpu(), [4]));
     expect(rows.commands).toBe(1);
     for (let r = 0; r < 4; r++) {
       expect(rows.result[r]).toBe(serialF32(values.subarray(r * n, (r + 1) * n)));
     }
-    const short = make(gpu, [n - 1]);
-    gpu.write(short, values.subarray(0, n - 1));
-    const shorter = await reduceOn('sum', short, 0, make(gpu, []));
+    const short = make(gpu(), [n - 1]);
+    gpu().write(short, values.subarray(0, n - 1));
+    const shorter = await reduceOn('sum', short, 0, make(gpu(), []));
     expect(shorter.commands).toBe(1);
     expect(shorter.result).toEqual([serialF32(values.subarray(0, n - 1))]);
     const flat = { ...x, shape: [4 * n] };
-    const most = await reduceOn('max', flat, 0, make(gpu, []));
+    const most = await reduceOn('max', flat, 0, make(gpu(), []));
     expect(most).toEqual({ commands: 1, result: [1] });
   });
 });
