@@ -224,12 +224,12 @@ fn outv(i: u32) -> ${t} {
   const n = rank === 2 ? merged.shape[1]! : 0;
   let quad: string | undefined;
   if (quadsFit(out, reads, n)) {
-    let k = 0;
+    const readOf = new Map(tensors.map((o, k) => [o.name, modes[k] as QuadRead]));
     const quadOperands = operands.map((o): QuadOperand => {
       if (typeof o.value === 'number') {
         return { name: o.name, dtype: out.dtype, at: scalarAt.get(o.name)!, read: null };
       }
-      const read = modes[k++] as QuadRead;
+      const read = readOf.get(o.name)!;
       return { name: o.name, dtype: o.value.dtype, at: offsetAt.get(o.name)!, read };
     });
     quad = quadBody(quadOperands, out.dtype, expr, dimsAt + 1);
