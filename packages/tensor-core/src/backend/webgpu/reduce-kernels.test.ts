@@ -4,9 +4,6 @@ import { webGpuFileBackend } from '../../testing/webgpu-file-backend.js';
 import type { Backend, KernelTensor, ReductionOp } from '../backend.js';
 
 // [Note: reductions in two passes]: one long output in two passes, everything else as before.
-// Skipped where WebGPU cannot run (no `webgpu` package or no adapter: lavapipe or SwiftShader);
-// `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run sets) that is an
-// error instead of a skip, so CI always runs these.
 const file = webGpuFileBackend();
 const enabled = file.enabled;
 const gpu = () => file.backend();
@@ -37,6 +34,9 @@ function serialF32(values: Float32Array): number {
   return acc;
 }
 
+// Skipped where WebGPU cannot run (no `webgpu` package or no adapter: lavapipe or SwiftShader);
+// `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run sets) that is an
+// error instead of a skip, so CI always runs these.
 describe.runIf(enabled)('reductions in two passes (WebGPU)', () => {
   it('one sum over 2^20 floats: two dispatches, nearer the exact sum than the serial fold', async () => {
     const n = 2 ** 20;
