@@ -35,6 +35,7 @@ import { crossEntropyBackwardWasm, crossEntropyWasm } from './cross-entropy-wasm
 import { type CpuBackendOptions, chooseCpuKernels } from './cpu-backend-options.js';
 import type { WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
+import { geluOnThreads } from './gelu-threads.js';
 import { matmulKernel } from './matmul.js';
 import { matmulStridedKernel } from './matmul-strided.js';
 import type { WasmMatmul } from './matmul-wasm.js';
@@ -210,6 +211,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
 
   unary(op: UnaryOp, x: KernelTensor, out: KernelTensor): void {
     this.assertLive('unary');
+    if (op === 'gelu' && this.geluOnThreads(x, null, out)) return;
     if (this.wasmKernels?.unary(op, x, out)) return;
     unaryKernel(op, x, out);
   }
@@ -221,8 +223,18 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     out: KernelTensor,
   ): void {
     this.assertLive('binary');
+    if (op === 'geluGrad' && typeof a !== 'number' && typeof b !== 'number') {
+      if (this.geluOnThreads(a, b, out)) return;
+    }
     if (this.wasmKernels?.binary(op, a, b, out)) return;
     binaryKernel(op, a, b, out);
+  }
+
+  /** A large GELU map on the matmul's threads: [Note: GELU on the matmul's threads]. */
+  private geluOnThreads(x: KernelTensor, dy: KernelTensor | null, out: KernelTensor): boolean {
+    return this.wasmKernels !== null && this.wasmMatmul !== null
+      ? geluOnThreads(this.wasmMatmul, x, dy, out)
+      : false;
   }
 
   where(

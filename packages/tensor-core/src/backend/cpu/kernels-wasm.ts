@@ -45,8 +45,10 @@ import { type Exports, KEEP_BYTES, WasmMemory } from './wasm-memory.js';
  *   f32 rational, exp by Cephes' expf polynomial; softmax with that exp and an f64 sum. Within
  *   PyTorch's f32 tolerance of f64 (gelu-f32.test.ts: abs error 1.1e-6 at most, where 1 + erf
  *   cancels), and `toleranceFor('f32')` of the TypeScript kernels' f64 erf and Math.exp.
- * - Every kernel is one thread and a fixed sequence of instructions per element, so results are the
- *   same on every run and engine (no relaxed SIMD here) whatever the matmul's thread count.
+ * - Every kernel is a fixed sequence of instructions per element, so results are the same on every
+ *   run and engine (no relaxed SIMD here) whatever the matmul's thread count. Each runs on the
+ *   calling thread, but large GELU maps, which the matmul's module also carries, run on the
+ *   matmul's threads with the same bits ([Note: GELU on the matmul's threads] in gelu-threads.ts).
  * - Memory. Each backend has its own instance; its memory grows to the largest call's operands and
  *   is kept for reuse (scratch, so not in `memoryStats`).
  */

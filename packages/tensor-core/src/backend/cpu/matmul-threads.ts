@@ -1,4 +1,5 @@
 import { loadThreads, type NodeThreads, type ThreadWorker } from '#platform';
+import { threadsOn } from './matmul-thread-count.js';
 import { BackendError } from '../../errors.js';
 import { BATCH_MAX_MACS, BATCH_MIN_MACS, type BatchCall } from './matmul-wasm-batch.js';
 import {
@@ -15,7 +16,14 @@ import {
   GEMM,
   GENERATION,
   JOIN,
+  GELU_GRAD_MAP,
+  GELU_MAP,
+  type GeluGradMap,
+  type GeluMap,
   KIND,
+  MAP,
+  MAPPED,
+  mapChunks,
   NEXT,
   ONLINE,
   PACK,
@@ -34,7 +42,7 @@ import {
   type Gemm,
 } from './matmul-worker.js';
 
-export type { Gemm, Pack } from './matmul-worker.js';
+export type { GeluGradMap, GeluMap, Gemm, Pack } from './matmul-worker.js';
 
 /**
  * [Note: matmul threads]
@@ -121,23 +129,11 @@ export const THREADED_MIN_MACS = 2 ** 21;
 export const PACK_MIN_FLOATS = 2 ** 18;
 
 /**
- * The threads a pool asked for `threads` would run, where the platform can say so now: 1 where
- * no worker can start, and for `'auto'` in a worker thread or a process whose share of the cores
- * is one ([Note: threads per process]); null where the platform loads asynchronously (Nodes
- * before 20.16), and the pool decides when it starts. A matmul that will run on one thread takes
- * a memory of its own, not a shared one ([Note: a shared memory only for threads] in
- * `matmul-wasm-load.ts`).
+ * Maps (GELU and its gradient) of fewer elements than this stay on one thread: 2^15, some
+ * 80-200 us of GELU or its gradient on one thread of this VM, several meetings' worth ([Note:
+ * GELU on the matmul's threads] in gelu-threads.ts).
  */
-export function threadsKnownNow(threads: number | 'auto'): number | null {
-  const platform = loadThreads();
-  if (platform instanceof Promise) return null;
-  return platform === null ? 1 : threadsOn(platform, threads);
-}
-
-/** Threads asked for on `platform`: `'auto'` is one per core on the main thread, else one. */
-function threadsOn(platform: NodeThreads, threads: number | 'auto'): number {
-  return threads === 'auto' ? (platform.isMainThread ? platform.cores : 1) : threads;
-}
+export const MAP_MIN_ELEMENTS = 2 ** 15;
 
 /** Worker threads sharing one module instance's memory. */
 export class MatmulThreads {
@@ -382,6 +378,46 @@ export class MatmulThreads {
       ctl.set(words, ARGS + i * PACK_WORDS);
     }
     this.runChunks(() => packChunks(pack, ctl, ARGS, NEXT, PACK_WORDS));
+  }
+
+  /**
+   * Threads a map of `n` elements would use now ([Note: GELU on the matmul's threads] in
+   * gelu-threads.ts): 1 below MAP_MIN_ELEMENTS or before the workers run. Where it splits, the
+   * workers are woken now, so that their wake-up overlaps the call's copies (where they poll).
+   */
+  mapThreads(n: number): number {
+    if (n < MAP_MIN_ELEMENTS) return 1;
+    if (!this.running()) {
+      if (!this.stopped) void this.start();
+      return 1;
+    }
+    if (this.spinMs > 0) Atomics.notify(this.control, GENERATION);
+    return this.workers.length + 1;
+  }
+
+  /**
+   * o = gelu(x), or dy gelu'(x) where `dy` is not null (byte addresses in the module's memory),
+   * over `n` elements, split between this thread and the workers in chunks of `chunk` elements
+   * (a multiple of 4).
+   */
+  map(
+    gelu: GeluMap,
+    geluGrad: GeluGradMap,
+    x: number,
+    dy: number | null,
+    o: number,
+    n: number,
+    chunk: number,
+  ): void {
+    const ctl = this.control;
+    ctl[KIND] = MAP;
+    ctl.set([dy === null ? GELU_MAP : GELU_GRAD_MAP, x, dy ?? 0, o, n, chunk], ARGS);
+    this.runChunks(() => mapChunks(gelu, geluGrad, ctl, ARGS, NEXT));
+  }
+
+  /** Map chunks the workers have done since they started (the tests' check that they help). */
+  get mappedByWorkers(): number {
+    return Atomics.load(this.control, MAPPED);
   }
 
   /** Pack chunks the workers have done since they started (the tests' check that they pack). */

@@ -1,7 +1,8 @@
 import { enableRelaxedSimd } from '#platform';
 import { matmulWasmBase64 } from './matmul-wasm.generated.js';
 import { MAX_THREADS, type MatmulExports, MR, TILE_BYTES, WasmMatmul } from './matmul-wasm.js';
-import { MatmulThreads, threadsKnownNow } from './matmul-threads.js';
+import { threadsKnownNow } from './matmul-thread-count.js';
+import { MatmulThreads } from './matmul-threads.js';
 
 // Loading the WASM SIMD matmul ([Note: the WASM SIMD matmul] in matmul-wasm.ts): which of the
 // generator's four modules the engine validates, compiled once per `WebAssembly` namespace, and

@@ -1,5 +1,5 @@
 import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
-import type { Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
+import type { GeluGradMap, GeluMap, Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
 import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
 import { type BatchCall, runBatchOnThreads } from './matmul-wasm-batch.js';
 import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
@@ -85,6 +85,9 @@ export interface MatmulExports {
   readonly memory: WebAssembly.Memory;
   readonly pack: Pack;
   readonly gemm: Gemm;
+  /** The kernels module's GELU maps ([Note: GELU on the matmul's threads] in gelu-threads.ts). */
+  readonly gelu: GeluMap;
+  readonly gelu_grad: GeluGradMap;
 }
 
 /**
@@ -303,6 +306,23 @@ export class WasmMatmul {
   runBatch(call: BatchCall, threads: number): void {
     const { gemm, pack } = this.exports;
     this.threads!.batch(gemm, pack, new Int32Array(this.memory.buffer), call, threads);
+  }
+
+  /** Threads a map of `n` elements would use now: see `geluOnThreads` (gelu-threads.ts). */
+  mapThreads(n: number): number {
+    return this.threads?.mapThreads(n) ?? 1;
+  }
+
+  /**
+   * o = gelu(x), or dy gelu'(x) where `dy` is not null, over `n` elements at those byte
+   * addresses (laid out by the caller through `reserve`), on the threads in chunks of `chunk`.
+   */
+  map(x: number, dy: number | null, o: number, n: number, chunk: number): void {
+    const { gelu, gelu_grad } = this.exports;
+    if (this.threads === null) {
+      if (dy === null) gelu(x, o, n);
+      else gelu_grad(x, dy, o, n);
+    } else this.threads.map(gelu, gelu_grad, x, dy, o, n, chunk);
   }
 
   /**

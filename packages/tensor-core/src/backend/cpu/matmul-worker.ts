@@ -9,8 +9,8 @@ export const DONE = 1;
 export const STOP = 2;
 /** 0, or 1 + the index of the first worker whose call failed (its report is in the report block). */
 export const FAILED = 3;
-export const KIND = 4; // GEMM, PACK or BATCH: what the call's chunks are
-export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk, acc; PACK: PACK_WORDS per job, 2 jobs; BATCH: BATCH_WORDS
+export const KIND = 4; // GEMM, PACK, BATCH or MAP: what the call's chunks are
+export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk, acc; PACK: PACK_WORDS per job, 2 jobs; BATCH: BATCH_WORDS; MAP: MAP_WORDS
 export const NEXT = 21; // the next chunk to claim
 export const ONLINE = 22; // workers in their loop
 export const PACKED = 23; // pack chunks the workers have done, ever
@@ -24,7 +24,8 @@ export const BATCHED = 26; // batch chunks the workers have done, ever
  * only with a core to spare]).
  */
 export const SPIN_US = 27;
-export const CONTROL_WORDS = 28;
+export const MAPPED = 28; // map chunks the workers have done, ever
+export const CONTROL_WORDS = 29;
 /** The door of a call the calling thread has closed: no worker joins it any more. */
 export const CLOSED = -1;
 /**
@@ -35,6 +36,14 @@ export const SPIN_MS = 0.2;
 export const GEMM = 0;
 export const PACK = 1;
 export const BATCH = 2;
+export const MAP = 3;
+/**
+ * A map call's words ([Note: GELU on the matmul's threads] in gelu-threads.ts), ARGS on: the map
+ * (GELU_MAP or GELU_GRAD_MAP), the byte addresses of x, of dy (GELU's gradient only) and of the
+ * output, the elements, and the elements a chunk (a multiple of 4).
+ */
+export const GELU_MAP = 0;
+export const GELU_GRAD_MAP = 1;
 /**
  * A batch call's words ([Note: a batch of small products on the threads]): the byte address of
  * its table (per product, the byte addresses of its A and its B in the module's memory), the
@@ -61,6 +70,11 @@ export type Gemm = (
   acc?: number,
 ) => void;
 
+/** The module's `gelu` export: o[i] = gelu(x[i]) for i < n (byte addresses). */
+export type GeluMap = (x: number, o: number, n: number) => void;
+/** The module's `gelu_grad` export: o[i] = dy[i] gelu'(x[i]) for i < n (byte addresses). */
+export type GeluGradMap = (x: number, dy: number, o: number, n: number) => void;
+
 /** The module's `pack` export. */
 export type Pack = (
   src: number,
@@ -81,11 +95,12 @@ export type Pack = (
  * long run lost a worker at step 999 of 1000 with no message to read).
  */
 export const WORKER_LOOP = `(function run({ module, memory, control, report, index, tileBytes }) {
-  const { gemm, pack } = new WebAssembly.Instance(module, { env: { memory } }).exports;
+  const { gemm, pack, gelu, gelu_grad } = new WebAssembly.Instance(module, { env: { memory } }).exports;
   const ctl = new Int32Array(control);
   const text = new Uint16Array(report);
   const packChunks = ${packChunks.toString()};
   const batchChunks = ${batchChunks.toString()};
+  const mapChunks = ${mapChunks.toString()};
   const joinCall = ${joinCall.toString()};
   let seen = 0;
   Atomics.add(ctl, ${ONLINE}, 1);
@@ -98,6 +113,7 @@ export const WORKER_LOOP = `(function run({ module, memory, control, report, ind
     if (!joinCall(ctl, ${JOIN}, seen)) continue;
     try {
       if (ctl[${KIND}] === ${PACK}) Atomics.add(ctl, ${PACKED}, packChunks(pack, ctl, ${ARGS}, ${NEXT}, ${PACK_WORDS}));
+      else if (ctl[${KIND}] === ${MAP}) Atomics.add(ctl, ${MAPPED}, mapChunks(gelu, gelu_grad, ctl, ${ARGS}, ${NEXT}));
       else if (ctl[${KIND}] === ${BATCH}) Atomics.add(ctl, ${BATCHED}, batchChunks(gemm, pack, ctl, new Int32Array(memory.buffer), ${ARGS}, ${NEXT}, index + 1, tileBytes));
       else {
         const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
@@ -137,6 +153,10 @@ export function describeCall(ctl: Int32Array): string {
   const a = (i: number) => ctl[ARGS + i]!;
   if (ctl[KIND] === GEMM) {
     return `a gemm of ${a(5)} x ${a(3)} x ${a(4)} (A's panels at byte ${a(0)}, B's at ${a(1)}, C at ${a(2)}, ${a(6)} rows a chunk${a(7) ? ', added to C' : ''})`;
+  }
+  if (ctl[KIND] === MAP) {
+    const what = a(0) === GELU_MAP ? 'GELU' : "GELU's gradient";
+    return `a map (${what}) of ${a(4)} elements (x at byte ${a(1)}${a(0) === GELU_MAP ? '' : `, dy at ${a(2)}`}, the output at ${a(3)}, ${a(5)} a chunk)`;
   }
   if (ctl[KIND] === BATCH) {
     return `a batch of ${a(7)} products of ${a(4)} x ${a(5)} x ${a(6)} (their table at byte ${a(0)}, C at ${a(3)}, panels from ${a(1)} and ${a(2)}, ${a(8)} bytes a thread, ${a(9)} products a chunk)`;
@@ -234,6 +254,38 @@ export function batchChunks(
       packedB = bFrom;
       gemm(aPack, bPack, c + p * m * n * 4, m, k, n, thread * tileBytes, 0);
     }
+    done++;
+  }
+  return done;
+}
+
+/**
+ * Claims and computes chunks of a map call in the control block until none is left ([Note: GELU
+ * on the matmul's threads] in gelu-threads.ts); returns the chunks it did. Every element is
+ * computed alone by the same instructions, so the bits do not depend on who computes which chunk.
+ * Runs on every thread (the workers get its source), so it uses nothing outside its arguments.
+ */
+export function mapChunks(
+  gelu: GeluMap,
+  geluGrad: GeluGradMap,
+  ctl: Int32Array,
+  args: number,
+  next: number,
+): number {
+  const [fn, x, dy, o, n, chunk] = [
+    ctl[args]!,
+    ctl[args + 1]!,
+    ctl[args + 2]!,
+    ctl[args + 3]!,
+    ctl[args + 4]!,
+    ctl[args + 5]!,
+  ];
+  let done = 0;
+  for (let i = Atomics.add(ctl, next, 1) * chunk; i < n; i = Atomics.add(ctl, next, 1) * chunk) {
+    const count = Math.min(chunk, n - i);
+    if (fn === 0)
+      gelu(x + i * 4, o + i * 4, count); // GELU_MAP
+    else geluGrad(x + i * 4, dy + i * 4, o + i * 4, count);
     done++;
   }
   return done;
