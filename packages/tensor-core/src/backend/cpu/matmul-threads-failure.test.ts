@@ -63,6 +63,32 @@ describe("a failure in the WASM matmul's threads", () => {
     }
   });
 
+  it("names a map call the same way ([Note: GELU on the matmul's threads])", async () => {
+    const { matmul, threads } = await pool();
+    try {
+      const heap = matmul.reserve(1 << 20)!;
+      const bytes = heap.buffer.byteLength;
+      // The output far past the module's memory: the worker's map traps on its first store.
+      const o = bytes + (1 << 24);
+      const calling = () => spin(20);
+      let caught: unknown;
+      try {
+        threads.map(calling, calling, 2048, 2048, o, 65536, 4096);
+      } catch (error) {
+        caught = error;
+      }
+      expect(caught).toBeInstanceOf(BackendError);
+      expect((caught as Error).message).toMatch(
+        new RegExp(
+          `^\\[matmul\\] worker thread 1 of 1 failed in a map \\(GELU's gradient\\) of 65536 elements \\(x at byte 2048, dy at 2048, the output at ${o}, 4096 a chunk\\), the module's memory ${bytes} bytes: RuntimeError: memory access out of bounds`,
+        ),
+      );
+      expect(threads.mapThreads(65536)).toBe(1);
+    } finally {
+      matmul.dispose();
+    }
+  });
+
   it("throws the calling thread's own error only after the workers are done, and the pool goes on", async () => {
     const { matmul, threads, exports } = await pool();
     try {
