@@ -1,45 +1,26 @@
-import { loadThreads, type NodeThreads, type ThreadWorker } from '#platform';
-import { threadsOn } from './matmul-thread-count.js';
-import { BackendError } from '../../errors.js';
 import { BATCH_MAX_MACS, BATCH_MIN_MACS, type BatchCall } from './matmul-wasm-batch.js';
+import { MatmulPool } from './matmul-pool.js';
 import {
   ARGS,
   BATCH,
   BATCHED,
   batchChunks,
-  CLOSED,
-  CONTROL_WORDS,
-  closeCall,
-  DONE,
-  describeCall,
-  FAILED,
-  GEMM,
-  GENERATION,
-  JOIN,
   GELU_GRAD_MAP,
   GELU_MAP,
+  GEMM,
   type GeluGradMap,
   type GeluMap,
+  type Gemm,
   KIND,
   MAP,
   MAPPED,
   mapChunks,
   NEXT,
-  ONLINE,
   PACK,
   PACK_WORDS,
-  openDoor,
   PACKED,
   type Pack,
   packChunks,
-  REPORT_LENGTH,
-  REPORT_UNITS,
-  readReport,
-  SPIN_MS,
-  SPIN_US,
-  STOP,
-  WORKER_LOOP,
-  type Gemm,
 } from './matmul-worker.js';
 
 export type { GeluGradMap, GeluMap, Gemm, Pack } from './matmul-worker.js';
@@ -74,7 +55,8 @@ export type { GeluGradMap, GeluMap, Gemm, Pack } from './matmul-worker.js';
  * stays synchronous. Each
  * thread has its own edge tile in the scratch bytes. A worker whose chunk throws writes what it
  * threw into a shared report block; the calling thread throws it, naming the worker and the call
- * (`matmul-worker.ts` holds the worker's loop and the control block's layout).
+ * (`matmul-worker.ts` holds the worker's loop and the control block's layout, `matmul-pool.ts` the
+ * pool's workers and the meeting, this file the calls and when each splits).
  *
  * Workers start at the first call large enough to use them (or `startMatmulThreads()`), and each
  * counts itself in the control block when it enters its loop; a call splits only once all have
@@ -135,20 +117,8 @@ export const PACK_MIN_FLOATS = 2 ** 18;
  */
 export const MAP_MIN_ELEMENTS = 2 ** 15;
 
-/** Worker threads sharing one module instance's memory. */
-export class MatmulThreads {
-  private readonly control: Int32Array;
-  /** Where a failed worker writes what it threw (`matmul-worker.ts`). */
-  private readonly report: Uint16Array;
-  private workers: ThreadWorker[] = [];
-  /** Whether this thread may block in `Atomics.wait` (a page's main thread may not: it spins). */
-  private canBlock = true;
-  /** How long either side polls before it blocks ([Note: polling only with a core to spare]). */
-  private spinMs = SPIN_MS;
-  private ready = false;
-  private stopped = false;
-  private starting: Promise<number> | null = null;
-
+/** The WASM matmul's calls on its pool of threads: what each splits into, and when it splits. */
+export class MatmulThreads extends MatmulPool {
   /**
    * @param threads threads in all, the caller's included, or `'auto'`: one per core, on the main
    *   thread only (ranks in worker threads already fill the cores), at most `maxThreads`.
@@ -156,110 +126,25 @@ export class MatmulThreads {
    * @param tileBytes bytes of one thread's edge tile; thread i's is at i * tileBytes.
    */
   constructor(
-    private readonly module: WebAssembly.Module,
-    private readonly memory: WebAssembly.Memory,
-    private readonly threads: number | 'auto',
-    private readonly maxThreads: number,
+    module: WebAssembly.Module,
+    memory: WebAssembly.Memory,
+    threads: number | 'auto',
+    maxThreads: number,
     private readonly rowMultiple: number,
-    private readonly tileBytes: number,
+    tileBytes: number,
   ) {
-    this.control = new Int32Array(new SharedArrayBuffer(4 * CONTROL_WORDS));
-    this.report = new Uint16Array(new SharedArrayBuffer(2 * REPORT_UNITS));
-    this.control[JOIN] = CLOSED;
+    super(module, memory, threads, maxThreads, tileBytes);
   }
 
-  /**
-   * Starts the workers (once; the first call large enough to use them does it too) and resolves
-   * to the thread count in use: 1 when none could start.
-   */
-  start(): Promise<number> {
-    if (this.starting === null) {
-      const platform = loadThreads();
-      this.starting =
-        platform instanceof Promise
-          ? platform.catch(() => null).then((p) => this.spawn(p))
-          : this.spawn(platform);
-    }
-    return this.starting;
-  }
-
-  /** Starts the workers now (synchronously); resolves once every one has said it runs. */
-  private spawn(platform: NodeThreads | null): Promise<number> {
-    if (platform === null || this.stopped) return Promise.resolve(1);
-    const count = Math.min(this.maxThreads, Math.max(1, threadsOn(platform, this.threads))) - 1;
-    const { module, memory } = this;
-    this.canBlock = platform.canBlock;
-    this.spinMs = count + 1 > platform.cores ? 0 : SPIN_MS;
-    Atomics.store(this.control, SPIN_US, Math.round(this.spinMs * 1000));
-    for (let index = 0; index < count; index++) {
-      const worker = platform.spawnWorker(WORKER_LOOP, {
-        module,
-        memory,
-        control: this.control.buffer,
-        report: this.report.buffer,
-        index,
-        tileBytes: this.tileBytes,
-      });
-      // A worker that dies is not waited for again: the pool stops and calls run on one thread.
-      worker.onError(() => this.stop());
-      this.workers.push(worker);
-    }
-    return Promise.all(this.workers.map((w) => w.ready)).then(
-      () => {
-        if (this.stopped) return 1;
-        this.ready = this.workers.length > 0;
-        return this.workers.length + 1;
-      },
-      () => {
-        this.stop();
-        return 1;
-      },
-    );
-  }
-
-  /**
-   * Whether every worker runs its loop. Read from the control block, not from the workers' online
-   * events: those arrive only when this thread's event loop turns, which a synchronous training
-   * step never lets it do (the trainer's steps ran on one thread for that reason).
-   */
-  private running(): boolean {
-    if (!this.ready && !this.stopped && this.workers.length > 0) {
-      this.ready = Atomics.load(this.control, ONLINE) === this.workers.length;
-    }
-    return this.ready;
-  }
-
-  /**
-   * Whether the threads poll before they block: false where the pool has more threads than the
-   * process's cores ([Note: polling only with a core to spare]).
-   */
-  get polls(): boolean {
-    return this.spinMs > 0;
-  }
-
-  /** Threads a large call uses now: 1 until every worker runs its loop. */
-  get inUse(): number {
-    return this.running() ? this.workers.length + 1 : 1;
-  }
-
-  /**
-   * Wakes the workers ahead of a call that will split (`m` rows, `macs` multiply-adds), so that
-   * their wake-up overlaps this thread's copies and packing: a woken worker finds no open call and
-   * polls for SPIN_MS ([Note: joining a call]), in which the call comes. Not where the threads do
-   * not poll ([Note: polling only with a core to spare]): a woken worker would block again.
-   */
+  /** Wakes the workers ahead of a gemm that will split (`m` rows, `macs` multiply-adds). */
   wake(m: number, macs: number): void {
-    if (this.spinMs > 0 && this.threadsFor(m, macs) > 1) Atomics.notify(this.control, GENERATION);
+    if (this.threadsFor(m, macs) > 1) this.wakeWorkers();
   }
 
   /** Threads a gemm of `m` rows and `macs` multiply-adds would use now. */
   threadsFor(m: number, macs: number): number {
     if (macs < THREADED_MIN_MACS) return 1;
-    if (!this.running()) {
-      if (!this.stopped) void this.start();
-      return 1;
-    }
-    return Math.min(this.workers.length + 1, Math.ceil(m / this.rowMultiple));
+    return Math.min(this.threadsNow(), Math.ceil(m / this.rowMultiple));
   }
 
   /**
@@ -268,16 +153,13 @@ export class MatmulThreads {
    */
   batchThreads(batch: number, macs: number): number {
     if (batch < 2 || macs >= BATCH_MAX_MACS || batch * macs < BATCH_MIN_MACS) return 1;
-    if (!this.running()) {
-      if (!this.stopped) void this.start();
-      return 1;
-    }
-    const threads = this.workers.length + 1;
+    const threads = this.threadsNow();
+    if (threads === 1) return 1;
     // Products that split by rows and are too few to give every thread two: by rows.
     if (macs >= THREADED_MIN_MACS && batch < 2 * threads) return 1;
     // Every thread that may join has its panels in the call's layout, even with fewer products.
     // The workers are woken now, so that their wake-up overlaps the call's copies (where they poll).
-    if (this.spinMs > 0) Atomics.notify(this.control, GENERATION);
+    this.wakeWorkers();
     return threads;
   }
 
@@ -386,13 +268,9 @@ export class MatmulThreads {
    * workers are woken now, so that their wake-up overlaps the call's copies (where they poll).
    */
   mapThreads(n: number): number {
-    if (n < MAP_MIN_ELEMENTS) return 1;
-    if (!this.running()) {
-      if (!this.stopped) void this.start();
-      return 1;
-    }
-    if (this.spinMs > 0) Atomics.notify(this.control, GENERATION);
-    return this.workers.length + 1;
+    const threads = n < MAP_MIN_ELEMENTS ? 1 : this.threadsNow();
+    if (threads > 1) this.wakeWorkers();
+    return threads;
   }
 
   /**
@@ -423,62 +301,5 @@ export class MatmulThreads {
   /** Pack chunks the workers have done since they started (the tests' check that they pack). */
   get packedByWorkers(): number {
     return Atomics.load(this.control, PACKED);
-  }
-
-  /**
-   * Publishes the call in the control block, wakes the workers, does chunks, waits for them. A
-   * chunk that throws on this thread still waits for the workers (they are claiming the call's
-   * chunks), so the next call never meets this one's workers; a worker's failure stops the pool
-   * (later calls run on this thread) and throws a `BackendError` with the worker's report.
-   */
-  private runChunks(work: () => void): void {
-    const ctl = this.control;
-    Atomics.store(ctl, NEXT, 0);
-    Atomics.store(ctl, DONE, 0);
-    Atomics.store(ctl, FAILED, 0);
-    Atomics.store(ctl, REPORT_LENGTH, 0);
-    const generation = (Atomics.load(ctl, GENERATION) + 1) | 0;
-    Atomics.store(ctl, JOIN, openDoor(generation));
-    Atomics.store(ctl, GENERATION, generation);
-    Atomics.notify(ctl, GENERATION);
-    let own: unknown = null;
-    try {
-      work();
-    } catch (error) {
-      own = error;
-      // The call has failed: the workers claim no more of its chunks.
-      Atomics.store(ctl, NEXT, 2 ** 30);
-    }
-    // Every chunk is claimed: a worker that has not joined by now has nothing to do, so only
-    // the joined ones are waited for, polled for SPIN_MS (they are computing their last chunk)
-    // and then blocked on ([Note: joining a call]).
-    const workers = this.workers.length;
-    const joined = closeCall(ctl, JOIN);
-    const until = performance.now() + this.spinMs;
-    for (let done = Atomics.load(ctl, DONE); done < joined; done = Atomics.load(ctl, DONE)) {
-      if (this.canBlock && performance.now() >= until) Atomics.wait(ctl, DONE, done);
-    }
-    const report = readReport(ctl, this.report);
-    if (report !== null) {
-      const call = describeCall(ctl);
-      const bytes = this.memory.buffer.byteLength;
-      this.stop();
-      throw new BackendError(
-        'matmul',
-        `worker thread ${report.worker + 1} of ${workers} failed in ${call}, the module's memory ${bytes} bytes: ${report.said} (the matmul runs on the calling thread from now on)`,
-        own === null ? {} : { cause: own },
-      );
-    }
-    if (own !== null) throw own;
-  }
-
-  /** Stops the workers (later calls run on one thread). */
-  stop(): void {
-    this.ready = false;
-    this.stopped = true;
-    Atomics.store(this.control, STOP, 1);
-    Atomics.add(this.control, GENERATION, 1);
-    Atomics.notify(this.control, GENERATION);
-    for (const worker of this.workers.splice(0)) worker.terminate();
   }
 }
