@@ -4,7 +4,7 @@ import { Tensor } from '../tensor.js';
 import { describeBackends } from '../testing/describe-backends.js';
 
 /**
- * [Note: folded weight gradient] in gradients.ts: a 2-D weight's gradient under a batched input is
+ * [Note: folded weight gradient] in folded-weight-grad.ts: a 2-D weight's gradient under a batched input is
  * one matmul over the folded [B*T, .] rows, so backward never holds a [B, C, V] intermediate.
  */
 const [B, T, C, V] = [4, 8, 32, 256];

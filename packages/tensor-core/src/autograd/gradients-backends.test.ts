@@ -75,6 +75,11 @@ const cases: Record<string, Case> = {
     inputs: [{ shape: [2, 3, 4] }, { shape: [1, 2, 4] }],
     fn: ([a, b]) => ops.batchedMatmul(a!, b!, { transposeB: true }),
   },
+  linear: {
+    // On the CPU backend the `linear` kernel (f32, k within one gemm block); elsewhere the ops.
+    inputs: [{ shape: [2, 3, 4] }, { shape: [5, 4] }, { shape: [5] }],
+    fn: ([x, w, b]) => ops.linear(x!, w!, b!),
+  },
   matmulViews: {
     // Attention's shape: q k^T from one qkv [2, 3, 3 x 4] (2 heads of 2), then att v merged.
     inputs: [{ shape: [2, 3, 12] }, { shape: [2, 2, 3, 3] }],

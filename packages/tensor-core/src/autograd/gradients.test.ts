@@ -13,6 +13,7 @@ import {
   gelu,
   indexAdd,
   layerNorm,
+  linear,
   log,
   logSoftmax,
   matmul,
@@ -43,6 +44,7 @@ import {
 } from '../ops/index.js';
 import { scaledMaskedSoftmax } from '../ops/masked-softmax.js';
 import { matmulViews } from '../ops/matmul-views.js';
+import type { Backend } from '../backend/backend.js';
 import { createCpuBackend } from '../runtime.js';
 import type { Tensor } from '../tensor.js';
 import { gradcheck } from './gradcheck.js';
@@ -212,6 +214,48 @@ const cases: Record<string, () => Promise<void>> = {
       [input([2, 3, 4], 63), input([5, 4], 64)],
     );
     await check((x, v) => matmul(x!, v!), [input([3, 4], 65), input([4], 66)]);
+  },
+  linear: async () => {
+    // The CPU backend's `linear` kernel takes f32 only; for this f64 check the backend gets one of
+    // its matmul and its add, so `linear` records the primitive whose gradient is checked.
+    const shadow = backend as { linear?: Backend['linear'] };
+    shadow.linear = (x, w, b, out) => {
+      const [n, k] = w.shape as [number, number];
+      const m = x.shape.reduce((p, d) => p * d, 1) / k;
+      backend.matmul(
+        { ...x, shape: [1, m, k] },
+        { ...w, shape: [1, n, k] },
+        { ...out, shape: [1, m, n] },
+        false,
+        true,
+      );
+      backend.binary('add', { ...out, shape: [m, n] }, b, { ...out, shape: [m, n] });
+      return true;
+    };
+    try {
+      const recorded = linear(input([2, 3], 90), input([5, 3], 91), input([5], 92));
+      expect(recorded.gradFn?.name).toBe('linear');
+      recorded.free();
+      // [B, T, C] (the weight's gradient folded over B), a matrix, a vector, and a frozen weight.
+      await check(
+        (x, w, b) => linear(x!, w!, b!),
+        [input([2, 3, 4], 93), input([5, 4], 94), input([5], 95)],
+      );
+      await check(
+        (x, w, b) => linear(x!, w!, b!),
+        [input([3, 4], 96), input([2, 4], 97), input([2], 98)],
+      );
+      await check(
+        (x, w, b) => linear(x!, w!, b!),
+        [input([4], 99), input([3, 4], 100), input([3], 101)],
+      );
+      await check(
+        (x, b) => linear(x!, input([3, 4], 102, -1, 1, false), b!),
+        [input([2, 2, 4], 103), input([3], 104)],
+      );
+    } finally {
+      delete shadow.linear;
+    }
   },
   embedding: () =>
     check((w) => embedding(w!, ids([2, 0, 2, 1, 2, 3], [2, 3])), [input([4, 3], 67)]),

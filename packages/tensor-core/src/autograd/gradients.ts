@@ -25,6 +25,8 @@ import {
 } from '../ops/index.js';
 import { contiguousStrides } from '../ops/validate.js';
 import { shapeSize, Tensor } from '../tensor.js';
+import { foldedWeightGrad, foldsWeightGrad } from './folded-weight-grad.js';
+import { linearGradient } from './linear-gradient.js';
 import { matmulViewsGradient } from './matmul-views-gradient.js';
 import { scaledMaskedSoftmaxGradByKernel, softmaxGradByKernel } from './softmax-gradient.js';
 import type { GradContext, GradientDef } from './node.js';
@@ -57,31 +59,6 @@ export function reduceTo(grad: Tensor, shape: readonly number[]): Tensor {
   });
   if (axes.length === 0) return grad;
   return reshape(sum(grad, axes, { keepDim: true }), shape);
-}
-
-/**
- * [Note: folded weight gradient]
- * A 2-D weight times a batched input (`x [B, M, K] @ W [1, K, N]`, a linear layer over [B, T, C])
- * has dW = sum over b of x_b^T g_b. Taking that as a batched matmul and then summing builds a
- * [B, K, N] intermediate (618 MB for GPT-2's 768 x 50304 head at B4 T256) and reduces it. Since
- * every tensor is contiguous, x and g reshape for free to [1, B*M, K] and [1, B*M, N], and one
- * matmul with B*M as its reduction dim gives dW directly, as PyTorch does (dY^T X over [B*T, .]).
- * Only when the reshape is free: a transposed x ([B, K, M]) would need a copy, so it keeps the
- * batched matmul and the sum, as does a broadcast first operand (its reduction dim is g's last).
- */
-function foldsWeightGrad(a: Tensor, bShape: readonly number[], tA: boolean): boolean {
-  return !tA && bShape[0] === 1 && a.shape[0]! > 1;
-}
-
-/** dW of `a @ W` (or `a @ W^T` if tB) for a [B, M, K] and W [1, K, N]: one [1, ., .] matmul. */
-function foldedWeightGrad(a: Tensor, g: Tensor, tB: boolean): Tensor {
-  const [batch, m, k] = a.shape as [number, number, number];
-  const rows = batch * m;
-  const aFlat = reshape(a, [1, rows, k]);
-  const gFlat = reshape(g, [1, rows, g.shape[2]!]);
-  return tB
-    ? batchedMatmul(gFlat, aFlat, { transposeA: true })
-    : batchedMatmul(aFlat, gFlat, { transposeA: true });
 }
 
 function shapeOf(ctx: GradContext, i: number): readonly number[] {
@@ -382,6 +359,7 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
       return [da && reduceTo(da, shapeOf(ctx, 0)), db && reduceTo(db, shapeOf(ctx, 1))];
     },
   },
+  linear: linearGradient,
   matmulViews: matmulViewsGradient,
   embedding: {
     // dWeight = scatterAdd(dy rows, ids, V)

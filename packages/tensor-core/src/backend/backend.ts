@@ -319,6 +319,15 @@ export interface Backend {
     n: number,
     accumulate: boolean,
   ): boolean | void;
+  /**
+   * Optional: a linear layer's forward, out = x weight^T + bias, with the bits of `matmul` (x as
+   * [M, K] for M = x's size / K, weight [N, K] transposed) followed by a broadcast `add` of bias
+   * [N]; out [M, N] (x's leading dims, then N). Returns true where it ran, false, having done
+   * nothing, where it declines (the ops layer then runs `matmul` and `add`): the CPU backend runs
+   * it for f32 with k within its gemm's one block ([Note: the bias in the gemm] in
+   * backend/cpu/matmul.ts).
+   */
+  linear?(x: KernelTensor, weight: KernelTensor, bias: KernelTensor, out: KernelTensor): boolean;
   /** out[n, :] = table[indices[n], :]. table [V, D], indices i32 [N], out [N, D]. Out-of-range ids are an IndexError (deferred on WebGPU to the next read/sync). */
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void;
   /** out[indices[n], :] += src[n, :], deterministically. src [N, D], indices i32 [N], out [V, D]. */

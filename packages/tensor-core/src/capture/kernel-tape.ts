@@ -20,6 +20,7 @@ const KERNELS = [
   'layerNormBackward',
   'matmul',
   'matmulStrided',
+  'linear',
   'gather',
   'scatterAdd',
   'crossEntropy',

@@ -133,11 +133,14 @@ function matmulOf(a: Tensor, b: Tensor, options: MatmulOptions): Tensor {
 
 /**
  * x W^T + b for a weight [out, in] (`F.linear`): a composite of `matmul` with `transposeB` and
- * `add`. Its own row of the autocast policy, as PyTorch's `linear`: inside `autocast`, x, the
+ * `add`, or one `linear` kernel with the same bits where the backend has it ([Note: the bias in
+ * the gemm]). Its own row of the autocast policy, as PyTorch's `linear`: inside `autocast`, x, the
  * weight and the bias are all cast to the lower-precision dtype, so the output is too.
  */
 export function linear(x: Tensor, weight: Tensor, bias: Tensor | null = null): Tensor {
   return autocastOp('linear', [x, weight, bias], ([cx, cw, cb]) => {
+    const fused = cb === null ? null : linearInOneKernel(cx!, cw!, cb);
+    if (fused !== null) return fused;
     const y = matmul(cx, cw, { transposeB: true });
     if (cb === null) return y;
     try {
@@ -146,4 +149,34 @@ export function linear(x: Tensor, weight: Tensor, bias: Tensor | null = null): T
       y.free();
     }
   });
+}
+
+/**
+ * x W^T + b by the backend's `linear` kernel where it has one and takes the call ([Note: the bias
+ * in the gemm] in backend/cpu/matmul.ts), recorded as the `linear` primitive; null where the
+ * matmul and the add run instead (they also raise the errors of operands that do not fit).
+ */
+function linearInOneKernel(x: Tensor, weight: Tensor, bias: Tensor): Tensor | null {
+  const backend = backendOf('linear', [x, weight, bias]);
+  if (backend.linear === undefined || weight.rank !== 2 || bias.rank !== 1 || x.rank === 0) {
+    return null;
+  }
+  const [n, k] = weight.shape as [number, number];
+  if (x.shape[x.rank - 1] !== k || bias.shape[0] !== n) return null;
+  if (x.dtype !== weight.dtype || bias.dtype !== weight.dtype) return null;
+  const out = Tensor.empty(backend, [...x.shape.slice(0, -1), n], x.dtype);
+  const done =
+    out.size > 0 &&
+    backend.linear(
+      x.kernel('linear'),
+      weight.kernel('linear'),
+      bias.kernel('linear'),
+      out.kernel('linear'),
+    );
+  if (!done) {
+    out.free();
+    return null;
+  }
+  recordOp('linear', [x, weight, bias], out);
+  return out;
 }

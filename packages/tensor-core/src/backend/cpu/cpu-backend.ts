@@ -36,7 +36,7 @@ import { type CpuBackendOptions, chooseCpuKernels } from './cpu-backend-options.
 import type { WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { geluOnThreads } from './gelu-threads.js';
-import { matmulKernel } from './matmul.js';
+import { linearKernel, matmulKernel } from './matmul.js';
 import { matmulStridedKernel } from './matmul-strided.js';
 import type { WasmMatmul } from './matmul-wasm.js';
 import { adamKernel, sgdKernel } from './optimizer-kernels.js';
@@ -352,6 +352,11 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   ): void {
     this.assertLive('matmulStrided');
     matmulStridedKernel(a, b, out, batch, m, k, n, accumulate, this.wasmMatmul);
+  }
+
+  linear(x: KernelTensor, weight: KernelTensor, bias: KernelTensor, out: KernelTensor): boolean {
+    this.assertLive('linear');
+    return linearKernel(x, weight, bias, out, this.wasmMatmul);
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {

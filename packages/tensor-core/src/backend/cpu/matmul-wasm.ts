@@ -1,4 +1,4 @@
-import { matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
+import { matmulKBlock, matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
 import type { GeluGradMap, GeluMap, Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
 import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
 import { type BatchCall, runBatchOnThreads } from './matmul-wasm-batch.js';
@@ -70,6 +70,8 @@ export type { MatmulShape } from './matmul-layout.js';
 /** The kernel's register tile: rows of A and columns of B per panel. */
 export const MR = matmulTile.rows;
 const NR = matmulTile.columns;
+/** The gemm's k block: each block's sums are added to C in turn ([Note: the WASM SIMD matmul]). */
+const KC = matmulKBlock;
 const SCRATCH_BYTES = matmulScratchBytes;
 /** One thread's edge tile: threads at most is SCRATCH_BYTES / TILE_BYTES. */
 export const TILE_BYTES = MR * NR * 4;
@@ -101,6 +103,15 @@ export interface MatmulExports {
 export function foldBatch(s: MatmulShape): MatmulShape {
   if (s.batch === 1 || s.batchB !== 1 || s.batchA !== s.batch || s.transposeA) return s;
   return { ...s, batch: 1, batchA: 1, m: s.batch * s.m };
+}
+
+/** Writes `rows` copies of `row` from float `at` of `heap`: one row, then doubling copies. */
+function fillRows(heap: Float32Array, at: number, row: Float32Array, rows: number): void {
+  const n = row.length;
+  heap.set(row, at);
+  for (let filled = n; filled < rows * n; filled *= 2) {
+    heap.copyWithin(at + filled, at, at + Math.min(filled, rows * n - filled));
+  }
 }
 
 function packJob(
@@ -174,9 +185,42 @@ export class WasmMatmul {
       else this.runInBlocks(a, b, out, s);
       return;
     }
-    const { batch, batchA, batchB, m, k, n } = s;
-    const byBatch = this.threads?.batchThreads(batch, m * k * n) ?? 1;
+    const byBatch = this.threads?.batchThreads(s.batch, s.m * s.k * s.n) ?? 1;
     if (byBatch > 1 && runBatchOnThreads(this, a, b, out, s, byBatch)) return;
+    this.runWhole(a, b, out, s, need, null);
+  }
+
+  /**
+   * Write A B + bias into `out`, the bias (`n` floats) added to every row, with the bits of `run`
+   * and then a broadcast add ([Note: the bias in the gemm] in matmul.ts): only for one product
+   * (`batch` 1) whose k fits in one of the gemm's k blocks and whose operands fit in one piece.
+   * False, having done nothing, for any other.
+   */
+  runWithBias(
+    a: Float32Array,
+    b: Float32Array,
+    bias: Float32Array,
+    out: Float32Array,
+    s: MatmulShape,
+  ): boolean {
+    const need = WasmMatmul.bytesFor(s);
+    if (s.batch !== 1 || s.k > KC || need > this.maxScratchBytes || !WasmMatmul.accepts(s)) {
+      return false;
+    }
+    this.runWhole(a, b, out, s, need, bias);
+    return true;
+  }
+
+  /** One call in one piece; with a bias, C starts as its rows and the gemm adds to them. */
+  private runWhole(
+    a: Float32Array,
+    b: Float32Array,
+    out: Float32Array,
+    s: MatmulShape,
+    need: number,
+    bias: Float32Array | null,
+  ): void {
+    const { batch, batchA, batchB, m, k, n } = s;
     this.threads?.wake(m, m * k * n);
     const memory = this.memory;
     if (memory.buffer.byteLength < need) {
@@ -203,7 +247,8 @@ export class WasmMatmul {
         jobs.push(packJob(bRaw + p * k * n * 4, bPack, n, k, NR, bOuter, bInner));
       }
       this.packAll(jobs, macs);
-      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n);
+      if (bias !== null) fillRows(new Float32Array(buffer), c / 4, bias, m);
+      this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n, bias !== null);
     }
     out.set(new Float32Array(buffer, c, batch * m * n));
   }

@@ -1,0 +1,42 @@
+import { batchedMatmul, reshape, sum } from '../ops/index.js';
+import type { Tensor } from '../tensor.js';
+import { foldedWeightGrad, foldsWeightGrad } from './folded-weight-grad.js';
+import type { GradientDef } from './node.js';
+
+/**
+ * The gradient of `linear` (out = x weight^T + bias in one kernel: [Note: the bias in the gemm] in
+ * backend/cpu/matmul.ts): the gradients the `matmul` and `add` it replaces would give, by the same
+ * ops on the same operands, so the same bits. x is taken as `matmul` takes it, [B, M, K] (its
+ * leading dims folded into B, or B = 1 for a matrix, B = M = 1 for a vector), the weight as
+ * [1, N, K] transposed: dx = g W, dW = g^T x (folded over B: [Note: folded weight gradient]), and
+ * the bias's gradient g summed over every leading dim, as the broadcast add's `reduceTo`.
+ */
+export const linearGradient: GradientDef = {
+  saveInputs: [0, 1],
+  backward(ctx, [g]) {
+    const xShape = ctx.inputs[0]!.shape;
+    const [n, k] = ctx.inputs[1]!.shape as [number, number];
+    const m = xShape.length >= 2 ? xShape[xShape.length - 2]! : 1;
+    const batch = xShape.length >= 3 ? xShape.slice(0, -2).reduce((p, d) => p * d, 1) : 1;
+    const g3 = reshape(g!, [batch, m, n]);
+    let dx: Tensor | null = null;
+    if (ctx.needsInputGrad[0]) {
+      const w3 = reshape(ctx.savedInput(1), [1, n, k]);
+      dx = reshape(batchedMatmul(g3, w3), xShape);
+    }
+    let dWeight: Tensor | null = null;
+    if (ctx.needsInputGrad[1]) {
+      const x3 = reshape(ctx.savedInput(0), [batch, m, k]);
+      const dw = foldsWeightGrad(x3, [1, n, k], false)
+        ? foldedWeightGrad(x3, g3, true)
+        : batchedMatmul(g3, x3, { transposeA: true });
+      dWeight = reshape(dw, [n, k]);
+    }
+    let dBias: Tensor | null = null;
+    if (ctx.needsInputGrad[2]) {
+      const axes = g!.shape.slice(0, -1).map((_, i) => i);
+      dBias = axes.length === 0 ? g! : reshape(sum(g!, axes, { keepDim: true }), [n]);
+    }
+    return [dx, dWeight, dBias];
+  },
+};
