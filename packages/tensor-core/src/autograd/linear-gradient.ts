@@ -12,31 +12,32 @@ import type { GradientDef } from './node.js';
  * the bias's gradient g summed over every leading dim, as the broadcast add's `reduceTo`.
  */
 export const linearGradient: GradientDef = {
-  saveInputs: [0, 1],
+  // Inputs in addmm's order, [bias, x, weight]: see `linear` in ops/linalg.ts.
+  saveInputs: [1, 2],
   backward(ctx, [g]) {
-    const xShape = ctx.inputs[0]!.shape;
-    const [n, k] = ctx.inputs[1]!.shape as [number, number];
+    const xShape = ctx.inputs[1]!.shape;
+    const [n, k] = ctx.inputs[2]!.shape as [number, number];
     const m = xShape.length >= 2 ? xShape[xShape.length - 2]! : 1;
     const batch = xShape.length >= 3 ? xShape.slice(0, -2).reduce((p, d) => p * d, 1) : 1;
     const g3 = reshape(g!, [batch, m, n]);
     let dx: Tensor | null = null;
-    if (ctx.needsInputGrad[0]) {
-      const w3 = reshape(ctx.savedInput(1), [1, n, k]);
+    if (ctx.needsInputGrad[1]) {
+      const w3 = reshape(ctx.savedInput(2), [1, n, k]);
       dx = reshape(batchedMatmul(g3, w3), xShape);
     }
     let dWeight: Tensor | null = null;
-    if (ctx.needsInputGrad[1]) {
-      const x3 = reshape(ctx.savedInput(0), [batch, m, k]);
+    if (ctx.needsInputGrad[2]) {
+      const x3 = reshape(ctx.savedInput(1), [batch, m, k]);
       const dw = foldsWeightGrad(x3, [1, n, k], false)
         ? foldedWeightGrad(x3, g3, true)
         : batchedMatmul(g3, x3, { transposeA: true });
       dWeight = reshape(dw, [n, k]);
     }
     let dBias: Tensor | null = null;
-    if (ctx.needsInputGrad[2]) {
+    if (ctx.needsInputGrad[0]) {
       const axes = g!.shape.slice(0, -1).map((_, i) => i);
       dBias = axes.length === 0 ? g! : reshape(sum(g!, axes, { keepDim: true }), [n]);
     }
-    return [dx, dWeight, dBias];
+    return [dBias, dx, dWeight];
   },
 };

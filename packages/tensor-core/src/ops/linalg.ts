@@ -177,6 +177,8 @@ function linearInOneKernel(x: Tensor, weight: Tensor, bias: Tensor): Tensor | nu
     out.free();
     return null;
   }
-  recordOp('linear', [x, weight, bias], out);
+  // addmm's order (PyTorch's `linear`): the bias's gradient is ready first, then the weight's, as
+  // after the add and the matmul this replaces (DDP's buckets fill in that order).
+  recordOp('linear', [bias, x, weight], out);
   return out;
 }

@@ -78,6 +78,21 @@ describe.each(backends)('linear on the CPU backend, %s', (_, backend) => {
     }
   });
 
+  it("makes the bias's gradient ready before the weight's, as the add and the matmul did", async () => {
+    // The order DDP's buckets fill in (ddp-buckets' shm-parity test: the output layer's bias first).
+    for (const fused of [true, false]) {
+      const x = operand(backend, [4, 8], 1, true);
+      const w = operand(backend, [16, 8], 2, true);
+      const b = operand(backend, [16], 3, true);
+      const ready: string[] = [];
+      w.registerPostAccumulateGradHook(() => void ready.push('weight'));
+      b.registerPostAccumulateGradHook(() => void ready.push('bias'));
+      const out = fused ? linear(x, w, b) : add(matmul(x, w, { transposeB: true }), b);
+      await sum(out).backward();
+      expect(ready, fused ? 'linear' : 'matmul and add').toEqual(['bias', 'weight']);
+    }
+  });
+
   it('declines k past one block, leaving the output alone, and linear runs the two ops', async () => {
     const c = { lead: [8], k: 257, n: 16 };
     const x = operand(backend, [8, 257], 1, false);
