@@ -33,6 +33,9 @@ function referenceGrad(x: Float32Array, g: Float32Array, transposed: boolean): F
   return out;
 }
 
+// The WebGPU suite is skipped only where no WebGPU adapter is likely (no `webgpu` package, no
+// Vulkan driver, no SwiftShader: testing/describe-backends.ts prints which); CI sets
+// WEBSHARD_REQUIRE_WEBGPU=1, which turns that skip into an error, so CI always runs it.
 describeBackends('linear weight gradient over [B, T, C] (folded)', (ctx) => {
   for (const transposed of [false, true]) {
     it(`is one matmul: no [B, C, V] buffer in peak memory, values match (transposeB ${transposed})`, async () => {
