@@ -40,6 +40,7 @@ const KNOWN_CYCLES = [
     'packages/tensor-core/src/autograd/gradients.ts',
     // Entries of the table in files of their own, computing with the ops as the table does.
     'packages/tensor-core/src/autograd/folded-weight-grad.ts',
+    'packages/tensor-core/src/autograd/layout-gradients.ts',
     'packages/tensor-core/src/autograd/linear-gradient.ts',
     'packages/tensor-core/src/autograd/record.ts',
     // The autocast policy casts an op's inputs with the recorded `cast` op, inside each op.

@@ -1,4 +1,3 @@
-import type { DType } from '../dtype.js';
 import {
   activationGrad,
   add,
@@ -13,9 +12,7 @@ import {
   log,
   lt,
   mul,
-  narrow,
   neg,
-  permute,
   pow,
   reshape,
   scatterAdd,
@@ -23,9 +20,9 @@ import {
   sum,
   where,
 } from '../ops/index.js';
-import { contiguousStrides } from '../ops/validate.js';
 import { shapeSize, Tensor } from '../tensor.js';
 import { foldedWeightGrad, foldsWeightGrad } from './folded-weight-grad.js';
+import { layoutGradients, reduceTo } from './layout-gradients.js';
 import { linearGradient } from './linear-gradient.js';
 import { matmulViewsGradient } from './matmul-views-gradient.js';
 import { scaledMaskedSoftmaxGradByKernel, softmaxGradByKernel } from './softmax-gradient.js';
@@ -48,17 +45,6 @@ import type { GradContext, GradientDef } from './node.js';
  */
 export function softmaxGrad(y: Tensor, dy: Tensor): Tensor {
   return softmaxGradByKernel(y, dy) ?? mul(y, sub(dy, sum(mul(dy, y), -1, { keepDim: true })));
-}
-
-/** Sum `grad` over the dims that broadcasting added or expanded, back to `shape`. */
-export function reduceTo(grad: Tensor, shape: readonly number[]): Tensor {
-  const lead = grad.rank - shape.length;
-  const axes: number[] = [];
-  grad.shape.forEach((d, i) => {
-    if (i < lead || (shape[i - lead] === 1 && d !== 1)) axes.push(i);
-  });
-  if (axes.length === 0) return grad;
-  return reshape(sum(grad, axes, { keepDim: true }), shape);
 }
 
 function shapeOf(ctx: GradContext, i: number): readonly number[] {
@@ -133,12 +119,6 @@ function gtAny(x: Tensor | number, y: Tensor | number): Tensor {
 
 function eqAny(x: Tensor | number, y: Tensor | number): Tensor {
   return typeof x === 'number' ? eq(y as Tensor, x) : eq(x, y);
-}
-
-function zerosOf(like: Tensor, shape: readonly number[], dtype: DType = like.dtype): Tensor {
-  const t = Tensor.empty(like.backend, shape, dtype);
-  like.backend.fill(t.kernel('backward'), 0);
-  return t;
 }
 
 /** The gradient of every differentiable primitive, by its name in `recordOp`. */
@@ -400,66 +380,5 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
       return [dLogits, null];
     },
   },
-  reshape: { backward: (ctx, [g]) => [reshape(g!, ctx.attrs.shape as number[])] },
-  permute: {
-    backward(ctx, [g]) {
-      const dims = ctx.attrs.dims as number[];
-      const inverse = new Array<number>(dims.length);
-      dims.forEach((d, i) => {
-        inverse[d] = i;
-      });
-      return [permute(g!, inverse)];
-    },
-  },
-  slice: {
-    // Zeros of the input's shape with g copied into the strided window the slice read.
-    backward(ctx, [g]) {
-      const inputShape = ctx.attrs.inputShape as number[];
-      const starts = ctx.attrs.starts as number[];
-      const steps = ctx.attrs.steps as number[];
-      const dx = zerosOf(g!, inputShape);
-      if (g!.size > 0) {
-        const strides = contiguousStrides(inputShape);
-        const gk = g!.kernel('slice backward');
-        const dk = dx.kernel('slice backward');
-        dx.backend.copyStrided(
-          {
-            storage: gk.storage,
-            offset: gk.offset,
-            dtype: gk.dtype,
-            strides: contiguousStrides(g!.shape),
-          },
-          {
-            storage: dk.storage,
-            offset: dk.offset + starts.reduce((p, s, i) => p + s * strides[i]!, 0),
-            dtype: dk.dtype,
-            strides: strides.map((s, i) => s * steps[i]!),
-          },
-          g!.shape,
-        );
-      }
-      return [dx];
-    },
-  },
-  concat: {
-    backward(ctx, [g]) {
-      const axis = ctx.attrs.axis as number;
-      const sizes = ctx.attrs.sizes as number[];
-      let start = 0;
-      return sizes.map((size, i) => {
-        const piece = ctx.needsInputGrad[i] ? narrow(g!, axis, start, size) : null;
-        start += size;
-        return piece;
-      });
-    },
-  },
-  expand: {
-    backward: (ctx, [g]) => [reduceTo(g!, ctx.attrs.inputShape as number[])],
-  },
-  cast: {
-    backward(ctx, [g]) {
-      const from = ctx.attrs.from as DType;
-      return [from === 'i32' ? null : cast(g!, from)];
-    },
-  },
+  ...layoutGradients,
 };

@@ -1,6 +1,7 @@
-import { batchedMatmul, reshape, sum } from '../ops/index.js';
+import { batchedMatmul, reshape } from '../ops/index.js';
 import type { Tensor } from '../tensor.js';
 import { foldedWeightGrad, foldsWeightGrad } from './folded-weight-grad.js';
+import { reduceTo } from './layout-gradients.js';
 import type { GradientDef } from './node.js';
 
 /**
@@ -9,7 +10,7 @@ import type { GradientDef } from './node.js';
  * ops on the same operands, so the same bits. x is taken as `matmul` takes it, [B, M, K] (its
  * leading dims folded into B, or B = 1 for a matrix, B = M = 1 for a vector), the weight as
  * [1, N, K] transposed: dx = g W, dW = g^T x (folded over B: [Note: folded weight gradient]), and
- * the bias's gradient g summed over every leading dim, as the broadcast add's `reduceTo`.
+ * the bias's gradient g summed over every leading dim by the broadcast add's own `reduceTo`.
  */
 export const linearGradient: GradientDef = {
   // Inputs in addmm's order, [bias, x, weight]: see `linear` in ops/linalg.ts.
@@ -33,11 +34,7 @@ export const linearGradient: GradientDef = {
         : batchedMatmul(g3, x3, { transposeA: true });
       dWeight = reshape(dw, [n, k]);
     }
-    let dBias: Tensor | null = null;
-    if (ctx.needsInputGrad[0]) {
-      const axes = g!.shape.slice(0, -1).map((_, i) => i);
-      dBias = axes.length === 0 ? g! : reshape(sum(g!, axes, { keepDim: true }), [n]);
-    }
+    const dBias = ctx.needsInputGrad[0] ? reduceTo(g!, [n]) : null;
     return [dBias, dx, dWeight];
   },
 };

@@ -12,7 +12,8 @@ export {
 export { isBackwardRunning, queueCallback } from '../autograd/running-backward.js';
 export { gradcheck } from '../autograd/gradcheck.js';
 export type { GradcheckOptions, GradcheckResult } from '../autograd/gradcheck.js';
-export { gradients, reduceTo } from '../autograd/gradients.js';
+export { gradients } from '../autograd/gradients.js';
+export { reduceTo } from '../autograd/layout-gradients.js';
 export { AccumulateGrad, GradNode, isParameter, markParameter } from '../autograd/node.js';
 export type {
   Edge,
