@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { createCpuBackend } from '../../runtime.js';
+import { firstDifference } from '../../testing/first-difference.js';
 import { seededValues } from '../../testing/reference.js';
 import type { KernelTensor } from '../backend.js';
 import type { CpuBackend } from './cpu-backend.js';
@@ -46,13 +47,6 @@ function bits(values: Float32Array): Uint32Array {
   );
   for (let i = 0; i < values.length; i++) if (Number.isNaN(values[i])) out[i] = 0x7fc00000;
   return out;
-}
-
-/** The first index where `a` and `b` differ, or -1 (vitest's deep equality is slow at millions). */
-function firstDifference(a: Uint32Array, b: Uint32Array): number {
-  if (a.length !== b.length) return Math.min(a.length, b.length);
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return i;
-  return -1;
 }
 
 /** gelu(x) and dy gelu'(x) on `backend`, the operands at `offset`. */

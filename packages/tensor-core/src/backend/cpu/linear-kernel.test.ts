@@ -2,6 +2,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { add, linear, matmul, mul, sum, tensor } from '../../ops/index.js';
 import { createCpuBackend } from '../../runtime.js';
 import type { Tensor } from '../../tensor.js';
+import { firstDifference } from '../../testing/first-difference.js';
 import { seededValues } from '../../testing/reference.js';
 import type { CpuBackend } from './cpu-backend.js';
 
@@ -40,13 +41,6 @@ function operand(backend: CpuBackend, shape: number[], seed: number, grad: boole
 async function bits(t: Tensor | null): Promise<Uint32Array> {
   const values = (await t!.read()) as Float32Array;
   return new Uint32Array(values.buffer, values.byteOffset, values.length);
-}
-
-/** The first index where `a` and `b` differ, or -1 (vitest's diff of large arrays takes minutes). */
-function firstDifference(a: Uint32Array, b: Uint32Array): number {
-  if (a.length !== b.length) return Math.min(a.length, b.length);
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return i;
-  return -1;
 }
 
 /** out, and the gradients of sum(out r) for x, weight and bias, by `linear` or by the two ops. */
