@@ -380,5 +380,5 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
       return [dLogits, null];
     },
   },
-  ...layoutGradients,
+  ...layoutGradients(),
 };
