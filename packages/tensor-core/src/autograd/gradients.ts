@@ -339,8 +339,8 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
       return [da && reduceTo(da, shapeOf(ctx, 0)), db && reduceTo(db, shapeOf(ctx, 1))];
     },
   },
-  linear: linearGradient,
-  matmulViews: matmulViewsGradient,
+  linear: linearGradient(),
+  matmulViews: matmulViewsGradient(),
   embedding: {
     // dWeight = scatterAdd(dy rows, ids, V)
     saveInputs: [1],
