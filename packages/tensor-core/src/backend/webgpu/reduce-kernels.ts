@@ -4,38 +4,48 @@ import { elementwiseProgram, input, type Launch } from './program.js';
 import { valueType } from './wgsl.js';
 
 /**
- * [Note: reductions in two passes]
+ * [Note: reductions in passes]
  * A reduction writes `outer * inner` outputs, each the fold of `length` elements `inner` apart,
  * one invocation an output folding its elements in order. That is right when there are several
  * outputs (a CPU adapter runs neighbouring invocations in the lanes of one SIMD register, so four
  * rows cost about what one does), and slow for one long output: the clip's partial norms sum each
  * gradient to one number (GPT-2's token embedding: 38.6 M floats), on one invocation, one lane of
  * one of a CPU adapter's threads, and on a GPU one of its thousands of threads. So a sum or a
- * mean with one output over at least `TWO_PASS_MIN` elements runs in two passes: `parts`
- * invocations each fold every `parts`-th element (invocation c the elements c, c + parts, ...:
- * neighbouring invocations read neighbouring elements) into a partial buffer, and one invocation
- * folds the `parts` partials in order. No barriers and no workgroup memory: a CPU adapter runs a
- * workgroup's barrier by switching between its invocations, and a tree in workgroup memory, one
- * workgroup an output, was 1.2-20x slower than the serial fold on lavapipe for several outputs;
- * for one it was about as fast as the two passes there, but one workgroup is one of a GPU's many
- * cores. Measured (2026-11-28, 30 calls each, 2-core EPYC): 2^18, 2^20 and 2^22
- * floats to one sum took 623, 881 and 4978 us against 1116, 3137 and 15 090 on lavapipe, and
- * 576, 2061 and 9813 against 2384, 7073 and 28 641 on SwiftShader; [4, 2^20] to 4 sums took
- * 4782 against 4065 and 10 699 against 7180, so several outputs stay serial. The order is fixed
- * by the shape, so the bits are the same on every call, every replay and every adapter that
- * rounds f32 adds as IEEE does; they differ from the serial fold's (as PyTorch's CUDA sums differ
- * from its CPU ones), and are nearer the exact sum (a partial folds 1/parts of the row). Max, min
- * and argmax keep the serial fold.
+ * mean with one output over at least `PASSES_MIN` elements runs in passes: the first has
+ * `ceil(length / FAN_IN)` invocations, invocation c folding the elements c, c + parts, ... (at
+ * most FAN_IN of them; neighbouring invocations read neighbouring elements) into partials; each
+ * next pass folds the partials the same way, FAN_IN to one, until one invocation folds the last
+ * ones in order. No barriers and no workgroup memory: a CPU adapter runs a workgroup's barrier by
+ * switching between its invocations, and a tree in workgroup memory, one workgroup an output, was
+ * 1.2-20x slower than the serial fold on lavapipe for several outputs. The order is fixed by the
+ * shape alone, so the bits are the same on every call, every replay and every adapter that rounds
+ * f32 adds as IEEE does (ranks on different GPUs clip with the same norm); they differ from the
+ * serial fold's (as PyTorch's CUDA sums differ from its CPU ones), and are nearer the exact sum.
+ * Max, min and argmax keep the serial fold.
+ *
+ * History: two passes first, the first of at most 4096 invocations folding 1024 elements or more
+ * each (2026-11-28: 2^20 floats to one sum 881 against 3137 us serial on lavapipe, 2061 against
+ * 7073 on SwiftShader). On a real GPU (an H200 through Dawn's Vulkan, 2026-11-30) 4096
+ * invocations are a few warps for 132 cores: the sums of GPT-2's clip took 93 ms of a 230 ms step
+ * (38.6 M floats to one sum 34 ms), which FAN_IN elements an invocation and more passes spread.
  */
-/** One output over at least this many elements goes in two passes. */
-const TWO_PASS_MIN = 1 << 18;
-/** The elements one invocation of the first pass folds, at least (with at most 4096 invocations). */
-const PER_PART = 1024;
+/** One output over at least this many elements goes in passes. */
+const PASSES_MIN = 1 << 18;
+/** The elements (or partials) one invocation of a pass folds, at most. */
+const FAN_IN = 256;
 
-/** The partials per output of a two-pass reduction; 1 where one pass is the better. */
-function reduceParts(op: ReductionOp, outputs: number, length: number): number {
-  if ((op !== 'sum' && op !== 'mean') || outputs !== 1 || length < TWO_PASS_MIN) return 1;
-  return Math.min(4096, Math.ceil(length / PER_PART));
+/**
+ * The partials each pass of a reduction to one output over `length` elements writes, the last
+ * pass's 1 included ([Note: reductions in passes]); `[1]` where one pass is the better.
+ */
+export function reducePasses(op: ReductionOp, outputs: number, length: number): number[] {
+  if ((op !== 'sum' && op !== 'mean') || outputs !== 1 || length < PASSES_MIN) return [1];
+  const passes: number[] = [];
+  for (let n = length; n > 1; ) {
+    n = n > FAN_IN ? Math.ceil(n / FAN_IN) : 1;
+    passes.push(n);
+  }
+  return passes;
 }
 
 /** What running a reduction needs of the backend (the partials' temporary, and `run`). */
@@ -46,8 +56,8 @@ export interface ReduceContext {
 }
 
 /**
- * `out` = `x` (of `shape`) reduced over `axis`: one pass, or two through a temporary of the
- * compute type ([Note: reductions in two passes]).
+ * `out` = `x` (of `shape`) reduced over `axis`: one pass, or several through a temporary of the
+ * compute type ([Note: reductions in passes]).
  */
 export function runReduce(
   ctx: ReduceContext,
@@ -60,21 +70,29 @@ export function runReduce(
   const outer = shapeSize(shape.slice(0, axis));
   const inner = shapeSize(shape.slice(axis + 1));
   const length = shape[axis] ?? 1;
-  const parts = reduceParts(op, outer * inner, length);
-  if (parts === 1 || (op !== 'sum' && op !== 'mean')) {
+  const passes = reducePasses(op, outer * inner, length);
+  if (passes.length === 1 || (op !== 'sum' && op !== 'mean')) {
     ctx.run(reduceLaunch(op, x, outer, length, inner, out));
     return;
   }
+  // One output: x's `length` elements lie contiguous from its offset (outer and inner are 1).
+  // The partials alternate between two temporaries: a dispatch that read and wrote one buffer
+  // would be given a copy of it (a buffer is not bound as input and output at once).
   const dtype = x.dtype === 'i32' ? 'i32' : 'f32';
-  const size = outer * inner * parts;
-  const storage = ctx.allocate(size * 4);
+  const partials = passes.slice(0, -1);
+  const largest = (parity: number) => Math.max(0, ...partials.filter((_, i) => i % 2 === parity));
+  const temps = [ctx.allocate(largest(0) * 4)];
   try {
-    const partial = { storage, offset: 0, dtype, size } as const;
-    for (const launch of twoPassReduceLaunches(op, x, length, inner, out, partial, parts)) {
-      ctx.run(launch);
-    }
+    if (partials.length > 1) temps.push(ctx.allocate(largest(1) * 4));
+    let from: Dense = { ...x, size: length };
+    partials.forEach((parts, i) => {
+      const to: Dense = { storage: temps[i % 2]!, offset: 0, dtype, size: parts };
+      ctx.run(foldLaunch(from, to));
+      from = to;
+    });
+    ctx.run(lastFoldLaunch(op, from, length, out));
   } finally {
-    ctx.release(storage);
+    for (const storage of temps) ctx.release(storage);
   }
 }
 
@@ -140,50 +158,51 @@ export function reduceLaunch(
 }
 
 /**
- * The two passes of [Note: reductions in two passes]: `partial` holds `parts` values of the
- * compute type per output.
+ * A pass of [Note: reductions in passes]: `to.size` invocations, invocation q folding `from`'s
+ * elements q, q + to.size, ... in order, in the compute type (`to`'s).
  */
-function twoPassReduceLaunches(
-  op: 'sum' | 'mean',
-  x: Dense,
-  length: number,
-  inner: number,
-  out: Dense,
-  partial: Dense,
-  parts: number,
-): [Launch, Launch] {
-  const t = valueType(x.dtype);
-  const zero = t === 'i32' ? '0' : '0.0';
-  const first = elementwiseProgram({
-    name: 'reduce_parts',
+function foldLaunch(from: Dense, to: Dense): Launch {
+  const t = valueType(to.dtype);
+  const program = elementwiseProgram({
+    name: 'reduce_fold',
     key: 'sum',
-    inputs: [{ name: 'x', dtype: x.dtype }],
-    out: partial.dtype,
+    inputs: [{ name: 'x', dtype: from.dtype }],
+    out: to.dtype,
     body: `fn outv(q: u32) -> ${t} {
-  let parts = prm[5];
-  let i = q / parts;
-  let inner = prm[4];
+  let parts = prm[1];
+  let base = prm[2];
   let len = prm[3];
-  let base = prm[2] + (i / inner) * len * inner + (i % inner);
-  var acc = ${zero};
-  for (var j = q % parts; j < len; j += parts) {
-    acc += ld_x(base + j * inner);
+  var acc = ${t === 'i32' ? '0' : '0.0'};
+  for (var j = q; j < len; j += parts) {
+    acc += ld_x(base + j);
   }
   return acc;
 }`,
   });
+  return ewLaunch(
+    program,
+    [from.dtype, to.dtype],
+    [input(from, from.size)],
+    to,
+    header(to).u(from.offset).u(from.size),
+  );
+}
+
+/** The last pass: one invocation folds the partials in order (and divides a mean by `length`). */
+function lastFoldLaunch(op: 'sum' | 'mean', from: Dense, length: number, out: Dense): Launch {
+  const zero = from.dtype === 'i32' ? '0' : '0.0';
   const result =
     op === 'mean'
       ? `${valueType(out.dtype)}(f32(acc) / f32(prm[4]))`
       : `${valueType(out.dtype)}(acc)`;
-  const second = elementwiseProgram({
+  const program = elementwiseProgram({
     name: `reduce_partials_${op}`,
     key: op,
-    inputs: [{ name: 'p', dtype: partial.dtype }],
+    inputs: [{ name: 'p', dtype: from.dtype }],
     out: out.dtype,
     body: `fn outv(i: u32) -> ${valueType(out.dtype)} {
+  let base = prm[2];
   let parts = prm[3];
-  let base = prm[2] + i * parts;
   var acc = ${zero};
   for (var c = 0u; c < parts; c++) {
     acc += ld_p(base + c);
@@ -191,20 +210,11 @@ function twoPassReduceLaunches(
   return ${result};
 }`,
   });
-  return [
-    ewLaunch(
-      first,
-      [x.dtype, partial.dtype],
-      [input(x, x.size)],
-      partial,
-      header(partial).u(x.offset).u(length).u(inner).u(parts),
-    ),
-    ewLaunch(
-      second,
-      [partial.dtype, out.dtype],
-      [input(partial, partial.size)],
-      out,
-      header(out).u(partial.offset).u(parts).u(length),
-    ),
-  ];
+  return ewLaunch(
+    program,
+    [from.dtype, out.dtype],
+    [input(from, from.size)],
+    out,
+    header(out).u(from.offset).u(from.size).u(length),
+  );
 }
