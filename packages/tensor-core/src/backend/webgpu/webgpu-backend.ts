@@ -39,6 +39,7 @@ import {
   whereLaunch,
 } from './kernels.js';
 import type { MatmulKernel, MatmulTuning } from './matmul.js';
+import { runWideCrossEntropy, WIDE_COLS } from './cross-entropy-wide.js';
 import { matmulStridedLaunch } from './matmul-strided.js';
 import { matmulKernelFromEnv, matmulTuningFor, usableTuning } from './matmul-tuning.js';
 import type { Launch } from './program.js';
@@ -85,6 +86,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   private readonly readbacks: Readbacks;
   /** What the staging and dispatch helpers use of this backend. */
   private readonly ctx: LaunchContext;
+  /** Rows this wide or wider take the segmented cross entropy: [Note: cross entropy over wide rows]. */
+  private readonly wideCrossEntropy: number;
 
   /** @internal Use `createWebGpuBackend`. */
   constructor(
@@ -111,6 +114,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     readbacks = new Readbacks(queue, allocator, (buffer) => queue.destroyLater(buffer));
     this.readbacks = readbacks;
     this.workRecorder = webGpuWorkRecorder(queue, readbacks, () => this.assertLive('replay'));
+    this.wideCrossEntropy = isCpuAdapter(adapter) ? Number.POSITIVE_INFINITY : WIDE_COLS;
     this.ctx = {
       queue,
       readbacks,
@@ -340,17 +344,10 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     ignoreIndex: number,
   ): void {
     const [rows = 0, cols = 1] = logits.shape;
-    this.run(
-      crossEntropyLaunch(
-        dense(logits),
-        dense(targets),
-        dense(losses),
-        ignoreIndex,
-        rows,
-        cols,
-        null,
-      ),
-    );
+    const [x, t, l] = [dense(logits), dense(targets), dense(losses)];
+    if (cols >= this.wideCrossEntropy)
+      runWideCrossEntropy(this.ctx, x, t, l, ignoreIndex, rows, cols, null);
+    else this.run(crossEntropyLaunch(x, t, l, ignoreIndex, rows, cols, null));
   }
 
   crossEntropyBackward(
@@ -361,12 +358,11 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     ignoreIndex: number,
   ): void {
     const [rows = 0, cols = 1] = logits.shape;
-    this.run(
-      crossEntropyLaunch(dense(logits), dense(targets), dense(dLosses), ignoreIndex, rows, cols, {
-        dLosses: dense(dLosses),
-        dLogits: dense(dLogits),
-      }),
-    );
+    const [x, t, dl] = [dense(logits), dense(targets), dense(dLosses)];
+    const backward = { dLosses: dl, dLogits: dense(dLogits) };
+    if (cols >= this.wideCrossEntropy) {
+      runWideCrossEntropy(this.ctx, x, t, dl, ignoreIndex, rows, cols, backward);
+    } else this.run(crossEntropyLaunch(x, t, dl, ignoreIndex, rows, cols, backward));
   }
 
   adam(
