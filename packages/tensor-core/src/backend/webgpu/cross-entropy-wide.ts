@@ -1,5 +1,5 @@
 import type { Dense } from './kernel-common.js';
-import { ERROR_CODE } from './index-kernels.js';
+import { checkedTarget, ERROR_CODE } from './index-kernels.js';
 import { type Launch, Params } from './program.js';
 import type { ReduceContext } from './reduce-kernels.js';
 import { type RowBinding, rowLaunch, rowProgram } from './row-kernels.js';
@@ -99,13 +99,7 @@ function rowsLaunch(
   const body = `let cols = prm[1];
   let segments = prm[7];
   let pb = prm[6] + row * segments * 2u;
-  let t = ld_t(prm[3] + row);
-  let ignored = t == pi(5u);
-  var tc = t;
-  if (!ignored && (t < 0 || u32(t) >= cols)) {
-    raise(${code}u, t, cols);
-    tc = 0;
-  }
+  ${checkedTarget(code)}
   var m = ld_part(pb);
   for (var k = 1u; k < segments; k++) { m = max(m, ld_part(pb + k * 2u)); }
   var s = 0.0;

@@ -24,6 +24,21 @@ import {
 
 export const ERROR_CODE = { gather: 1, scatterAdd: 2, crossEntropy: 3, crossEntropyBackward: 4 };
 
+/**
+ * WGSL for cross entropy's row `row`: its target `t` (targets at prm[3], the ignore index at
+ * prm[5]), whether it is ignored, and `tc`, the column to read, 0 after raising `code`'s error
+ * for a target outside [0, cols).
+ */
+export function checkedTarget(code: number): string {
+  return `let t = ld_t(prm[3] + row);
+  let ignored = t == pi(5u);
+  var tc = t;
+  if (!ignored && (t < 0 || u32(t) >= cols)) {
+    raise(${code}u, t, cols);
+    tc = 0;
+  }`;
+}
+
 export function crossEntropyLaunch(
   logits: Dense,
   targets: Dense,
@@ -69,13 +84,7 @@ export function crossEntropyLaunch(
   st_out(prm[4] + row, m + log(s) - ld_x(xb + u32(tc)));`;
   const body = `let cols = prm[1];
   let xb = prm[2] + row * cols;
-  let t = ld_t(prm[3] + row);
-  let ignored = t == pi(5u);
-  var tc = t;
-  if (!ignored && (t < 0 || u32(t) >= cols)) {
-    raise(${code}u, t, cols);
-    tc = 0;
-  }
+  ${checkedTarget(code)}
   var m = ld_x(xb);
   for (var c = 1u; c < cols; c++) { m = max(m, ld_x(xb + c)); }
   var s = 0.0;
