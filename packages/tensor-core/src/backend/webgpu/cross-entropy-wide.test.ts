@@ -84,7 +84,7 @@ async function commandsOf(record: () => void): Promise<number> {
 // error instead of a skip, so CI always runs these.
 describe.runIf(file.enabled)('cross entropy over wide rows (WebGPU)', () => {
   it('matches f64 forward and backward, ignored rows and segment edges included, the same bits every call', async () => {
-    const cols = WIDE_COLS + 257; // segments of 256 and a last one of 1
+    const cols = WIDE_COLS + 257; // 10 segments of interleaved columns, 231 in five and 230 in five
     expect(wideSegments(cols)).toBe(10);
     const rows = 4;
     const x = Float32Array.from(
