@@ -5,6 +5,7 @@
 // the CPU backend's and its step time; the CPU matmul's thread scaling on this many-core machine.
 import { appendFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
+import { gptTrainer, randomTokens } from './gpt-train.mjs';
 
 const OUT = process.env.OUT ?? '.';
 const t0 = performance.now();
@@ -84,38 +85,13 @@ if (section === 'all' || section === 'matmul') {
 }
 
 async function gpt(backend, config, batch, block, steps, capture, seed = 1, dataSeed = 7) {
-  const model = new tc.GPT(
-    { ...config, dropout: 0, bias: true },
-    { backend, generator: new tc.RandomGenerator(seed) },
-  );
-  const params = model.parameters();
-  const optimizer = new tc.AdamW(params, { lr: 3e-4, betas: [0.9, 0.95], weightDecay: 0.1 });
-  const train = async ([x, y]) => {
-    const loss = tc.tidy(() => {
-      const out = model.call(x, y);
-      out.logits.free();
-      return out.loss;
-    });
-    await loss.backward();
-    await tc.clipGradNorm(params, 1);
-    optimizer.step();
-    optimizer.zeroGrad();
-    return [loss];
-  };
+  const { params, train } = gptTrainer(tc, backend, config, seed);
   const captured = capture ? new tc.CapturedStep(train) : null;
   const random = tc.mulberry32(dataSeed);
   const losses = [];
   const times = [];
   for (let step = 0; step < steps; step++) {
-    const make = () =>
-      tc.tensor(
-        Int32Array.from({ length: batch * block }, () => Math.floor(random() * config.vocabSize)),
-        {
-          backend,
-          dtype: 'i32',
-          shape: [batch, block],
-        },
-      );
+    const make = () => randomTokens(tc, backend, random, batch, block, config.vocabSize);
     const [x, y] = [make(), make()];
     const start = performance.now();
     const [loss] = captured === null ? await train([x, y]) : await captured.run([x, y]);

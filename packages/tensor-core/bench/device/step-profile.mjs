@@ -4,6 +4,7 @@
 // R extra times each time it is called, and (that step's time - the plain step's) / R is the time
 // of that kind's calls in a step (its dispatch on the JS thread and its GPU time together).
 import { appendFileSync } from 'node:fs';
+import { gptTrainer, randomTokens } from './gpt-train.mjs';
 
 const OUT = process.env.OUT ?? '.';
 const t0 = performance.now();
@@ -54,34 +55,13 @@ const configs = {
   small: [{ blockSize: 32, nLayer: 2, nHead: 4, nEmbd: 64, vocabSize: 65 }, 16, 32],
 };
 const [config, batch, block] = configs[model];
-const net = new tc.GPT(
-  { ...config, dropout: 0, bias: true },
-  { backend: gpu, generator: new tc.RandomGenerator(1) },
-);
-const params = net.parameters();
-const optimizer = new tc.AdamW(params, { lr: 3e-4, betas: [0.9, 0.95], weightDecay: 0.1 });
+const { train } = gptTrainer(tc, gpu, config);
 const random = tc.mulberry32(7);
 async function step() {
-  const make = () =>
-    tc.tensor(
-      Int32Array.from({ length: batch * block }, () => Math.floor(random() * config.vocabSize)),
-      {
-        backend: gpu,
-        dtype: 'i32',
-        shape: [batch, block],
-      },
-    );
+  const make = () => randomTokens(tc, gpu, random, batch, block, config.vocabSize);
   const [x, y] = [make(), make()];
   const start = performance.now();
-  const loss = tc.tidy(() => {
-    const out = net.call(x, y);
-    out.logits.free();
-    return out.loss;
-  });
-  await loss.backward();
-  await tc.clipGradNorm(params, 1);
-  optimizer.step();
-  optimizer.zeroGrad();
+  const [loss] = await train([x, y]);
   await loss.item();
   const ms = performance.now() - start;
   loss.free();
