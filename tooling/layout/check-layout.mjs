@@ -42,9 +42,11 @@ const KNOWN_CYCLES = [
     'packages/tensor-core/src/autograd/folded-weight-grad.ts',
     'packages/tensor-core/src/autograd/layout-gradients.ts',
     'packages/tensor-core/src/autograd/linear-gradient.ts',
+    'packages/tensor-core/src/autograd/attention-gradient.ts',
     'packages/tensor-core/src/autograd/record.ts',
     // The autocast policy casts an op's inputs with the recorded `cast` op, inside each op.
     'packages/tensor-core/src/ops/autocast-policy.ts',
+    'packages/tensor-core/src/ops/attention-heads.ts',
     'packages/tensor-core/src/ops/cast.ts',
     'packages/tensor-core/src/ops/elementwise.ts',
     'packages/tensor-core/src/ops/index.ts',

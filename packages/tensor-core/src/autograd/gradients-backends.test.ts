@@ -2,6 +2,7 @@ import { expect, it } from 'vitest';
 import type { Backend } from '../backend/backend.js';
 import type { DType } from '../dtype.js';
 import * as ops from '../ops/index.js';
+import { attendHeads } from '../nn/attention.js';
 import { scaledMaskedSoftmax } from '../ops/masked-softmax.js';
 import { matmulViews } from '../ops/matmul-views.js';
 import { transposeView } from '../ops/matrix-views.js';
@@ -79,6 +80,15 @@ const cases: Record<string, Case> = {
     // On the CPU backend the `linear` kernel (f32, k within one gemm block); elsewhere the ops.
     inputs: [{ shape: [2, 3, 4] }, { shape: [5, 4] }, { shape: [5] }],
     fn: ([x, w, b]) => ops.linear(x!, w!, b!),
+  },
+  attention: {
+    // Causal attention over 2 heads of 4 (T 4): on the CPU backend its one-call kernel
+    // ([Note: attention's heads in one call]); elsewhere the strided products.
+    inputs: [{ shape: [2, 4, 24] }],
+    fn: ([qkv], make) => {
+      const mask = make([0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0], [4, 4]);
+      return attendHeads(qkv!, 2, mask);
+    },
   },
   matmulViews: {
     // Attention's shape: q k^T from one qkv [2, 3, 3 x 4] (2 heads of 2), then att v merged.

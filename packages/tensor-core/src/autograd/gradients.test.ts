@@ -42,9 +42,12 @@ import {
   tensor,
   where,
 } from '../ops/index.js';
+import { attendHeads } from '../nn/attention.js';
+import { headViews } from '../ops/attention-heads.js';
 import { scaledMaskedSoftmax } from '../ops/masked-softmax.js';
+import { type MatrixView, transposeView } from '../ops/matrix-views.js';
 import { matmulViews } from '../ops/matmul-views.js';
-import type { Backend } from '../backend/backend.js';
+import type { Backend, KernelTensor } from '../backend/backend.js';
 import { createCpuBackend } from '../runtime.js';
 import type { Tensor } from '../tensor.js';
 import { gradcheck } from './gradcheck.js';
@@ -255,6 +258,57 @@ const cases: Record<string, () => Promise<void>> = {
       );
     } finally {
       delete shadow.linear;
+    }
+  },
+  attention: async () => {
+    // The CPU backend's `attention` kernel takes f32 only; for this f64 check the backend gets
+    // one of its own strided products and masked softmax, so `attendHeads` records the primitive
+    // whose gradient is checked, and its `attentionBackward` declines (f64): the gradient's ops.
+    const shadow = backend as { attention?: Backend['attention'] };
+    shadow.attention = (qkv, mask, nHead, scale, y, att) => {
+      const [b, t, c3] = qkv.shape as [number, number, number];
+      const { head, square, merged } = headViews(b, t, c3 / 3, nHead);
+      const at = (k: KernelTensor, v: MatrixView) => ({
+        ...k,
+        offset: k.offset + v.offset,
+        strides: v.strides,
+      });
+      const hs = c3 / 3 / nHead;
+      const kT = transposeView(head(1));
+      backend.matmulStrided(
+        at(qkv, head(0)),
+        at(qkv, kT),
+        at(att, square),
+        [b, nHead],
+        t,
+        hs,
+        t,
+        false,
+      );
+      backend.scaledMaskedSoftmax(att, mask, scale, att);
+      backend.matmulStrided(
+        at(att, square),
+        at(qkv, head(2)),
+        at(y, merged),
+        [b, nHead],
+        t,
+        t,
+        hs,
+        false,
+      );
+      return true;
+    };
+    try {
+      const causal = tensor([0, 1, 1, 0, 0, 1, 0, 0, 0], { dtype: 'f64', backend, shape: [3, 3] });
+      const recorded = attendHeads(input([2, 3, 12], 105), 2, causal);
+      expect(recorded.gradFn?.name).toBe('attention');
+      recorded.free();
+      // B 2, T 3, 2 heads of 2; and one head of 3 with nothing masked.
+      await check((qkv) => attendHeads(qkv!, 2, causal), [input([2, 3, 12], 106, -2, 2)]);
+      const open = tensor(new Array<number>(4).fill(0), { dtype: 'f64', backend, shape: [2, 2] });
+      await check((qkv) => attendHeads(qkv!, 1, open), [input([1, 2, 9], 107, -2, 2)]);
+    } finally {
+      delete shadow.attention;
     }
   },
   embedding: () =>

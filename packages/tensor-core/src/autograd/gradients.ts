@@ -21,6 +21,7 @@ import {
   where,
 } from '../ops/index.js';
 import { shapeSize, Tensor } from '../tensor.js';
+import { attentionGradient } from './attention-gradient.js';
 import { foldedWeightGrad, foldsWeightGrad } from './folded-weight-grad.js';
 import { layoutGradients, reduceTo } from './layout-gradients.js';
 import { linearGradient } from './linear-gradient.js';
@@ -45,6 +46,17 @@ import type { GradContext, GradientDef } from './node.js';
  */
 export function softmaxGrad(y: Tensor, dy: Tensor): Tensor {
   return softmaxGradByKernel(y, dy) ?? mul(y, sub(dy, sum(mul(dy, y), -1, { keepDim: true })));
+}
+
+/**
+ * `scaledMaskedSoftmax`'s gradient dx = where(mask, 0, softmax's gradient) * scale from its output
+ * y: the backend's one kernel where it has it, else the ops ([Note: attention's softmax in one call]).
+ */
+function scaledMaskedSoftmaxGrad(y: Tensor, dy: Tensor, mask: Tensor, scale: number): Tensor {
+  return (
+    scaledMaskedSoftmaxGradByKernel(y, dy, mask, scale) ??
+    mul(where(mask, 0, softmaxGrad(y, dy)), scale)
+  );
 }
 
 function shapeOf(ctx: GradContext, i: number): readonly number[] {
@@ -266,13 +278,8 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
     saveInputs: [1],
     saveOutputs: [0],
     backward(ctx, [g]) {
-      const y = ctx.savedOutput(0);
-      const mask = ctx.savedInput(1);
       const scale = ctx.attrs.scale as number;
-      const dx =
-        scaledMaskedSoftmaxGradByKernel(y, g!, mask, scale) ??
-        mul(where(mask, 0, softmaxGrad(y, g!)), scale);
-      return [dx, null];
+      return [scaledMaskedSoftmaxGrad(ctx.savedOutput(0), g!, ctx.savedInput(1), scale), null];
     },
   },
   logSoftmax: {
@@ -340,6 +347,7 @@ export const gradients: Readonly<Record<string, GradientDef>> = {
     },
   },
   linear: linearGradient(),
+  attention: attentionGradient(scaledMaskedSoftmaxGrad),
   matmulViews: matmulViewsGradient(),
   embedding: {
     // dWeight = scatterAdd(dy rows, ids, V)

@@ -328,6 +328,35 @@ export interface Backend {
    * backend/cpu/matmul.ts).
    */
   linear?(x: KernelTensor, weight: KernelTensor, bias: KernelTensor, out: KernelTensor): boolean;
+  /**
+   * Optional: causal attention over the heads of qkv [B, T, 3C] (q, k and v side by side, `nHead`
+   * heads each) in one call: att [B, nHead, T, T] = softmax(maskedFill(q k^T * scale, mask, -inf))
+   * for a mask [T, T] (nonzero: masked), y [B, T, C] = att v with the heads merged; the bits of
+   * `matmulStrided` and `scaledMaskedSoftmax` computing the same. True where it ran, false,
+   * having done nothing, where it declines (the ops layer then runs those kernels): the CPU
+   * backend's [Note: attention's heads in one call] (backend/cpu/attention-kernel.ts).
+   */
+  attention?(
+    qkv: KernelTensor,
+    mask: KernelTensor,
+    nHead: number,
+    scale: number,
+    y: KernelTensor,
+    att: KernelTensor,
+  ): boolean;
+  /**
+   * Optional: `attention`'s gradient dqkv [B, T, 3C] from the forward's att, dy [B, T, C] and
+   * its operands, every element written; false, having done nothing, where it declines.
+   */
+  attentionBackward?(
+    qkv: KernelTensor,
+    att: KernelTensor,
+    dy: KernelTensor,
+    mask: KernelTensor,
+    nHead: number,
+    scale: number,
+    dqkv: KernelTensor,
+  ): boolean;
   /** out[n, :] = table[indices[n], :]. table [V, D], indices i32 [N], out [N, D]. Out-of-range ids are an IndexError (deferred on WebGPU to the next read/sync). */
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void;
   /** out[indices[n], :] += src[n, :], deterministically. src [N, D], indices i32 [N], out [V, D]. */

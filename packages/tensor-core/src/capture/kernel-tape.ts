@@ -21,6 +21,8 @@ const KERNELS = [
   'matmul',
   'matmulStrided',
   'linear',
+  'attention',
+  'attentionBackward',
   'gather',
   'scatterAdd',
   'crossEntropy',

@@ -99,12 +99,25 @@ describe('CausalSelfAttention heads as strided views', () => {
 describeBackends('CausalSelfAttention heads as strided views on', (ctx) => {
   const seed = 49;
   it('splits and merges heads with no copy kernel, forward and backward, in f32', async () => {
-    const { backend, calls } = counted(ctx.backend);
+    // Without the one-call attention kernel (the CPU backend's: [Note: attention's heads in one
+    // call]), so that the strided products run on every backend.
+    const { backend, calls } = counted(ctx.backend, ['attention', 'attentionBackward']);
     await runAttention(backend, [2, 8, 64], 4, seed);
     expect(calls.get('copyStrided') ?? 0).toBe(0);
     expect(calls.get('copy') ?? 0).toBe(0);
     // q k^T and att v forward; two products each for their gradients.
     expect(calls.get('matmulStrided')).toBe(6);
+  });
+  it('runs the one-call attention kernel where the backend has it, with the same bits', async () => {
+    const { backend, calls } = counted(ctx.backend);
+    const got = await runAttention(backend, [2, 8, 64], 4, seed);
+    if (ctx.backend.attention === undefined) expect(calls.get('matmulStrided')).toBe(6);
+    else {
+      expect([calls.get('attention'), calls.get('attentionBackward')]).toEqual([1, 1]);
+      expect(calls.get('matmulStrided') ?? 0).toBe(0);
+    }
+    const strided = counted(ctx.backend, ['attention', 'attentionBackward']).backend;
+    expect(got).toEqual(await runAttention(strided, [2, 8, 64], 4, seed));
   });
   it('gives the same bits on a backend without matmulStrided (copies, matmul, add)', async () => {
     const { backend, calls } = counted(ctx.backend, ['matmulStrided']);

@@ -4,7 +4,8 @@ import { ArgumentError, ShapeError } from '../errors.js';
 import { tensor } from '../ops/index.js';
 import { scaledMaskedSoftmax } from '../ops/masked-softmax.js';
 import { matmulViews } from '../ops/matmul-views.js';
-import { type MatrixView, transposeView } from '../ops/matrix-views.js';
+import { attentionInOneKernel, headViews } from '../ops/attention-heads.js';
+import { transposeView } from '../ops/matrix-views.js';
 import { keep } from '../scope.js';
 import type { Tensor } from '../tensor.js';
 import type { LayerOptions } from './init.js';
@@ -83,7 +84,12 @@ export class CausalSelfAttention extends Module<[Tensor], Tensor> {
     try {
       const qkv = track(this.cAttn.call(x));
       const mask = this.causalMask(x.shape[1]!, x.dtype, x.backend);
-      const flat = track(attendHeads(qkv, this.nHead, mask, (att) => this.attnDropout.call(att)));
+      // The weights' dropout only where it drops something: a step without it takes the one
+      // kernel where the backend has it ([Note: attention's heads in one call]).
+      const dropout = this.attnDropout.p > 0 && this.attnDropout.training;
+      const flat = track(
+        attendHeads(qkv, this.nHead, mask, dropout ? (att) => this.attnDropout.call(att) : null),
+      );
       const projected = track(this.cProj.call(flat));
       return this.residDropout.call(projected);
     } finally {
@@ -95,43 +101,40 @@ export class CausalSelfAttention extends Module<[Tensor], Tensor> {
 /**
  * Causal attention over the heads of `qkv` [B, T, 3C] (q, k and v side by side, nh heads each):
  * softmax(q k^T / sqrt(hs)) with `mask`'s 1s at -inf, `dropout` on the weights, times v, merged
- * to [B, T, C]. Heads are windows of qkv read through strides and y is written straight into
- * [B, T, C]'s layout: no head is copied ([Note: matmul over strided views]).
+ * to [B, T, C]. Without dropout, one backend kernel each way where the backend has it ([Note:
+ * attention's heads in one call]); else heads are windows of qkv read through strides and y is
+ * written straight into [B, T, C]'s layout: no head is copied ([Note: matmul over strided views]).
+ * Both give the same bits.
  */
 export function attendHeads(
   qkv: Tensor,
   nHead: number,
   mask: Tensor,
-  dropout: (att: Tensor) => Tensor = (att) => att,
+  dropout: ((att: Tensor) => Tensor) | null = null,
 ): Tensor {
   const [b, t, c3] = qkv.shape as [number, number, number];
   const c = c3 / 3;
-  const hs = c / nHead;
+  const scale = 1 / Math.sqrt(c / nHead);
+  if (dropout === null) {
+    const y = attentionInOneKernel(qkv, nHead, mask, scale);
+    if (y !== null) return y;
+  }
+  const { head, square, merged } = headViews(b, t, c, nHead);
   const temps: Tensor[] = [];
   const track = <T extends Tensor>(v: T): T => {
     temps.push(v);
     return v;
   };
-  // Head h of q is qkv[:, :, h*hs : (h+1)*hs]; k's and v's start C and 2C in.
-  const head = (part: number): MatrixView => ({
-    offset: part * c,
-    shape: [b, nHead, t, hs],
-    strides: [t * c3, hs, c3, 1],
-  });
-  const square = { offset: 0, shape: [b, nHead, t, t], strides: [nHead * t * t, t * t, t, 1] };
   try {
     const scores = track(
       matmulViews(qkv, head(0), qkv, transposeView(head(1)), square.shape, square),
     );
     // softmax(maskedFill(scores / sqrt(hs), mask, -inf)) in one kernel each way where the
     // backend has it ([Note: attention's softmax in one call]).
-    const att = track(scaledMaskedSoftmax(scores, mask, 1 / Math.sqrt(hs)));
-    const dropped = dropout(att);
+    const att = track(scaledMaskedSoftmax(scores, mask, scale));
+    const dropped = dropout === null ? att : dropout(att);
     if (dropped !== att) track(dropped);
-    return matmulViews(dropped, square, qkv, head(2), [b, t, c], {
-      offset: 0,
-      strides: [t * c, hs, c, 1],
-    });
+    return matmulViews(dropped, square, qkv, head(2), [b, t, c], merged);
   } finally {
     for (const temp of temps) temp.free();
   }

@@ -36,6 +36,7 @@ import { type CpuBackendOptions, chooseCpuKernels } from './cpu-backend-options.
 import type { WasmKernels } from './kernels-wasm.js';
 import { copyStridedKernel, reduceKernel } from './layout-kernels.js';
 import { geluOnThreads } from './gelu-threads.js';
+import { attentionBackward, attentionForward } from './attention-kernel.js';
 import { linearKernel, matmulKernel } from './matmul.js';
 import { matmulStridedKernel } from './matmul-strided.js';
 import type { WasmMatmul } from './matmul-wasm.js';
@@ -357,6 +358,34 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   linear(x: KernelTensor, weight: KernelTensor, bias: KernelTensor, out: KernelTensor): boolean {
     this.assertLive('linear');
     return linearKernel(x, weight, bias, out, this.wasmMatmul);
+  }
+
+  attention(
+    qkv: KernelTensor,
+    mask: KernelTensor,
+    nHead: number,
+    scale: number,
+    y: KernelTensor,
+    att: KernelTensor,
+  ): boolean {
+    this.assertLive('attention');
+    // The softmax's bits are the WASM kernels' ([Note: attention's heads in one call]).
+    if (this.wasmKernels === null || this.wasmMatmul === null) return false;
+    return attentionForward(this.wasmMatmul, qkv, mask, nHead, scale, y, att);
+  }
+
+  attentionBackward(
+    qkv: KernelTensor,
+    att: KernelTensor,
+    dy: KernelTensor,
+    mask: KernelTensor,
+    nHead: number,
+    scale: number,
+    dqkv: KernelTensor,
+  ): boolean {
+    this.assertLive('attentionBackward');
+    if (this.wasmKernels === null || this.wasmMatmul === null) return false;
+    return attentionBackward(this.wasmMatmul, qkv, att, dy, mask, nHead, scale, dqkv);
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {

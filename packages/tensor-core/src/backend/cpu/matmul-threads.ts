@@ -1,7 +1,14 @@
 import { BATCH_MAX_MACS, BATCH_MIN_MACS, type BatchCall } from './matmul-wasm-batch.js';
 import { MatmulPool } from './matmul-pool.js';
 import {
+  type AttentionBackward,
+  type AttentionForward,
+  attentionChunks,
+} from './attention-chunks.js';
+import {
   ARGS,
+  ATTENDED,
+  ATTENTION,
   BATCH,
   BATCHED,
   batchChunks,
@@ -291,6 +298,42 @@ export class MatmulThreads extends MatmulPool {
     ctl[KIND] = MAP;
     ctl.set([dy === null ? GELU_MAP : GELU_GRAD_MAP, x, dy ?? 0, o, n, chunk], ARGS);
     this.runChunks(() => mapChunks(gelu, geluGrad, ctl, ARGS, NEXT));
+  }
+
+  /**
+   * Threads an attention call of `pairs` (batch element, head) pairs and `macs` multiply-adds
+   * in all would use now ([Note: attention's heads in one call] in attention-kernel.ts): 1 for
+   * one pair or under BATCH_MIN_MACS, as a batch of small products. Where it splits, the workers
+   * are woken now, so that their wake-up overlaps the call's copies.
+   */
+  attentionThreads(pairs: number, macs: number): number {
+    if (pairs < 2 || macs < BATCH_MIN_MACS) return 1;
+    const threads = this.threadsNow();
+    if (threads > 1) this.wakeWorkers();
+    return threads;
+  }
+
+  /**
+   * Runs an attention call (its ATTENTION_WORDS words: attention-chunks.ts) over the threads, the
+   * calling thread as thread 0; `memory` is the module's memory.
+   */
+  attention(
+    forward: AttentionForward,
+    backward: AttentionBackward,
+    words: readonly number[],
+    memory: ArrayBuffer | SharedArrayBuffer,
+  ): void {
+    const ctl = this.control;
+    ctl[KIND] = ATTENTION;
+    ctl.set(words, ARGS);
+    this.runChunks(() => {
+      attentionChunks(forward, backward, ctl, memory, ARGS, NEXT, 0);
+    });
+  }
+
+  /** Attention chunks the workers have done since they started (the tests' check that they help). */
+  get attendedByWorkers(): number {
+    return Atomics.load(this.control, ATTENDED);
   }
 
   /** Map chunks the workers have done since they started (the tests' check that they help). */

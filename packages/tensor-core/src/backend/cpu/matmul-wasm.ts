@@ -1,5 +1,10 @@
 import { matmulKBlock, matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
 import type { GeluGradMap, GeluMap, Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
+import {
+  type AttentionBackward,
+  type AttentionForward,
+  attentionChunks,
+} from './attention-chunks.js';
 import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
 import { type BatchCall, runBatchOnThreads } from './matmul-wasm-batch.js';
 import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
@@ -90,6 +95,9 @@ export interface MatmulExports {
   /** The kernels module's GELU maps ([Note: GELU on the matmul's threads] in gelu-threads.ts). */
   readonly gelu: GeluMap;
   readonly gelu_grad: GeluGradMap;
+  /** Attention's heads in one call each way ([Note: attention's heads in one call]). */
+  readonly attention_forward: AttentionForward;
+  readonly attention_backward: AttentionBackward;
 }
 
 /**
@@ -351,6 +359,26 @@ export class WasmMatmul {
   runBatch(call: BatchCall, threads: number): void {
     const { gemm, pack } = this.exports;
     this.threads!.batch(gemm, pack, new Int32Array(this.memory.buffer), call, threads);
+  }
+
+  /** Threads an attention call would use now: see `attentionThreads` in matmul-threads.ts. */
+  attentionThreads(pairs: number, macs: number): number {
+    return this.threads?.attentionThreads(pairs, macs) ?? 1;
+  }
+
+  /**
+   * Runs an attention call laid out by attention-kernel.ts (its words: attention-chunks.ts) on
+   * `threads` threads (from `attentionThreads`), or all its pairs on this one.
+   */
+  attention(words: readonly number[], threads: number): void {
+    const { attention_forward: forward, attention_backward: backward } = this.exports;
+    const buffer = this.memory.buffer;
+    if (threads > 1 && this.threads !== null) {
+      this.threads.attention(forward, backward, words, buffer);
+      return;
+    }
+    const ctl = Int32Array.from([...words, 0]);
+    attentionChunks(forward, backward, ctl, buffer, 0, words.length, 0);
   }
 
   /** Threads a map of `n` elements would use now: see `geluOnThreads` (gelu-threads.ts). */

@@ -1,3 +1,4 @@
+import { attentionWat } from './attention-wat.mjs';
 import { geluMaps } from './kernels-wat-gelu.mjs';
 import { packWat } from './matmul-pack-wat.mjs';
 
@@ -68,6 +69,11 @@ export function matmulWat(options = {}) {
     relaxed
       ? `(local.set ${acc(r, h)} (f32x4.relaxed_madd ${a} (local.get $b${h}) (local.get ${acc(r, h)})))`
       : `(local.set ${acc(r, h)} (f32x4.add (local.get ${acc(r, h)}) (f32x4.mul ${a} (local.get $b${h}))))`;
+  // The same multiply-add, for attention's products (attention-wat.mjs): acc = acc + a b.
+  const attentionMadd = (accName, a, b) =>
+    relaxed
+      ? `(local.set ${accName} (f32x4.relaxed_madd ${a} ${b} (local.get ${accName})))`
+      : `(local.set ${accName} (f32x4.add (local.get ${accName}) (f32x4.mul ${a} ${b})))`;
   const laneSplat = (lane) =>
     Array.from({ length: 4 }, () => [0, 1, 2, 3].map((byte) => lane * 4 + byte).join(' ')).join(
       ' ',
@@ -229,12 +235,13 @@ ${forRows('add', '$ct', '$ldc')}))))
 ;; A ${MR}x${NR} register tile (${MR * NV} f32x4 accumulators), k blocks of ${KC}, row blocks of ${MC}.
 ;; Every pointer is a byte offset into the memory; bytes 0..${SCRATCH_BYTES - 1} hold the edge tiles, ${MR * NR * 4} bytes per thread.
 ;; gelu and gelu_grad are the kernels module's (kernels-wat-gelu.mjs), run on the threads in chunks; their tails use bytes 0..31.
+;; attention_forward and attention_backward: attention's heads in one call each way (attention-wat.mjs), with the same multiply-add as gemm.
 (module
   ${memory}
   (global (export "scratchBytes") i32 (i32.const ${SCRATCH_BYTES}))
   (global (export "mr") i32 (i32.const ${MR}))
   (global (export "nr") i32 (i32.const ${NR}))
-${packWat({ simd: simdPack })}${gemm}${geluMaps()})
+${packWat({ simd: simdPack })}${gemm}${geluMaps()}${attentionWat(attentionMadd)})
 `;
   return { wat, scratchBytes: SCRATCH_BYTES, mr: MR, nr: NR };
 }

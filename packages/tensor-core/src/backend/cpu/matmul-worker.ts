@@ -4,13 +4,15 @@
  * every thread runs, and the report a worker leaves when a call fails in it.
  */
 
+import { attentionChunks } from './attention-chunks.js';
+
 export const GENERATION = 0;
 export const DONE = 1;
 export const STOP = 2;
 /** 0, or 1 + the index of the first worker whose call failed (its report is in the report block). */
 export const FAILED = 3;
-export const KIND = 4; // GEMM, PACK, BATCH or MAP: what the call's chunks are
-export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk, acc; PACK: PACK_WORDS per job, 2 jobs; BATCH: BATCH_WORDS; MAP: MAP_WORDS
+export const KIND = 4; // GEMM, PACK, BATCH, MAP or ATTENTION: what the call's chunks are
+export const ARGS = 5; // GEMM: ap, bp, c, k, n, m, rows per chunk, acc; PACK: PACK_WORDS per job, 2 jobs; BATCH: BATCH_WORDS; MAP: MAP_WORDS; ATTENTION: ATTENTION_WORDS
 export const NEXT = 21; // the next chunk to claim
 export const ONLINE = 22; // workers in their loop
 export const PACKED = 23; // pack chunks the workers have done, ever
@@ -25,7 +27,8 @@ export const BATCHED = 26; // batch chunks the workers have done, ever
  */
 export const SPIN_US = 27;
 export const MAPPED = 28; // map chunks the workers have done, ever
-export const CONTROL_WORDS = 29;
+export const ATTENDED = 29; // attention chunks the workers have done, ever
+export const CONTROL_WORDS = 30;
 /** The door of a call the calling thread has closed: no worker joins it any more. */
 export const CLOSED = -1;
 /**
@@ -37,6 +40,7 @@ export const GEMM = 0;
 export const PACK = 1;
 export const BATCH = 2;
 export const MAP = 3;
+export const ATTENTION = 4;
 /**
  * A map call's words ([Note: GELU on the matmul's threads] in gelu-threads.ts), ARGS on: the map
  * (GELU_MAP or GELU_GRAD_MAP), the byte addresses of x, of dy (GELU's gradient only) and of the
@@ -95,12 +99,13 @@ export type Pack = (
  * long run lost a worker at step 999 of 1000 with no message to read).
  */
 export const WORKER_LOOP = `(function run({ module, memory, control, report, index, tileBytes }) {
-  const { gemm, pack, gelu, gelu_grad } = new WebAssembly.Instance(module, { env: { memory } }).exports;
+  const { gemm, pack, gelu, gelu_grad, attention_forward, attention_backward } = new WebAssembly.Instance(module, { env: { memory } }).exports;
   const ctl = new Int32Array(control);
   const text = new Uint16Array(report);
   const packChunks = ${packChunks.toString()};
   const batchChunks = ${batchChunks.toString()};
   const mapChunks = ${mapChunks.toString()};
+  const attentionChunks = ${attentionChunks.toString()};
   const joinCall = ${joinCall.toString()};
   let seen = 0;
   Atomics.add(ctl, ${ONLINE}, 1);
@@ -114,6 +119,7 @@ export const WORKER_LOOP = `(function run({ module, memory, control, report, ind
     try {
       if (ctl[${KIND}] === ${PACK}) Atomics.add(ctl, ${PACKED}, packChunks(pack, ctl, ${ARGS}, ${NEXT}, ${PACK_WORDS}));
       else if (ctl[${KIND}] === ${MAP}) Atomics.add(ctl, ${MAPPED}, mapChunks(gelu, gelu_grad, ctl, ${ARGS}, ${NEXT}));
+      else if (ctl[${KIND}] === ${ATTENTION}) Atomics.add(ctl, ${ATTENDED}, attentionChunks(attention_forward, attention_backward, ctl, memory.buffer, ${ARGS}, ${NEXT}, index + 1));
       else if (ctl[${KIND}] === ${BATCH}) Atomics.add(ctl, ${BATCHED}, batchChunks(gemm, pack, ctl, new Int32Array(memory.buffer), ${ARGS}, ${NEXT}, index + 1, tileBytes));
       else {
         const ap = ctl[${ARGS}], bp = ctl[${ARGS + 1}], c = ctl[${ARGS + 2}], k = ctl[${ARGS + 3}], n = ctl[${ARGS + 4}];
@@ -157,6 +163,9 @@ export function describeCall(ctl: Int32Array): string {
   if (ctl[KIND] === MAP) {
     const what = a(0) === GELU_MAP ? 'GELU' : "GELU's gradient";
     return `a map (${what}) of ${a(4)} elements (x at byte ${a(1)}${a(0) === GELU_MAP ? '' : `, dy at ${a(2)}`}, the output at ${a(3)}, ${a(5)} a chunk)`;
+  }
+  if (ctl[KIND] === ATTENTION) {
+    return `attention's ${a(0) === 0 ? 'forward' : 'gradient'} over ${a(8)} pairs of ${a(10)} x ${a(11)} heads (qkv at byte ${a(1)}, att at ${a(3)}, ${a(13)} pairs a chunk)`;
   }
   if (ctl[KIND] === BATCH) {
     return `a batch of ${a(7)} products of ${a(4)} x ${a(5)} x ${a(6)} (their table at byte ${a(0)}, C at ${a(3)}, panels from ${a(1)} and ${a(2)}, ${a(8)} bytes a thread, ${a(9)} products a chunk)`;
