@@ -2,6 +2,17 @@
 // one call] in attention-kernel.ts): their types, a call's words in the control block, and the
 // loop each thread runs over the call's chunks of pairs.
 
+/** Both functions' last arguments: the pairs [p0, p1), heads, T, head size and the scale. */
+type Pairs = [
+  p0: number,
+  p1: number,
+  nh: number,
+  t: number,
+  hs: number,
+  scale: number,
+  f32Scale: number,
+];
+
 /**
  * The module's `attention_forward` export: for the pairs (batch element, head) p0 <= p < p1 of
  * qkv, att's blocks and y's heads; byte addresses, `work` the calling thread's own (k^T).
@@ -12,13 +23,7 @@ export type AttentionForward = (
   att: number,
   y: number,
   work: number,
-  p0: number,
-  p1: number,
-  nh: number,
-  t: number,
-  hs: number,
-  scale: number,
-  f32Scale: number,
+  ...pairs: Pairs
 ) => void;
 
 /**
@@ -32,13 +37,7 @@ export type AttentionBackward = (
   dy: number,
   dqkv: number,
   work: number,
-  p0: number,
-  p1: number,
-  nh: number,
-  t: number,
-  hs: number,
-  scale: number,
-  f32Scale: number,
+  ...pairs: Pairs
 ) => void;
 
 /**
