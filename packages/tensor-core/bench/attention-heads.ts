@@ -1,9 +1,11 @@
 /**
- * The attention's heads read through strides (`attendHeads`, [Note: matmul over strided views])
- * against the same attention with its heads split and merged by copies (as before: the tests'
+ * The attention's heads in one call each way (`attendHeads` on the CPU backend, [Note:
+ * attention's heads in one call]) against the heads read through strides by the strided matmuls
+ * (the same backend without its `attention` kernels, [Note: matmul over strided views]), and
+ * those against the heads split and merged by copies (as before them: the tests'
  * `attendHeadsWithCopies`), forward and backward from qkv [B, T, 3C] to y [B, T, C], at the
  * default GPT's size and GPT-2's, calls alternating in one process, medians. The linear layers
- * around them are left out (the same in both). Called by `bench/index.ts`; alone:
+ * around them are left out (the same in all). Called by `bench/index.ts`; alone:
  * `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source bench/attention-heads.ts`.
  */
 import { loadavg } from 'node:os';
@@ -38,40 +40,77 @@ async function timeOne(
   return ms;
 }
 
+/** `backend` without its one-call attention kernels: `attendHeads` runs the strided products. */
+function stridedOnly(backend: Backend): Backend {
+  return new Proxy(backend, {
+    get(target, name) {
+      if (name === 'attention' || name === 'attentionBackward') return undefined;
+      const value = Reflect.get(target, name, target) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
 export async function attentionHeadRows(): Promise<BenchRow[]> {
   const backend = createCpuBackend();
   const rows: BenchRow[] = [];
   for (const { b, t, c, heads, calls } of SIZES) {
-    const qkv = randn([b, t, 3 * c], { backend, generator: new RandomGenerator(1) });
-    qkv.requiresGrad = true;
-    const g = randn([b, t, c], { backend, generator: new RandomGenerator(2) });
-    const above = Array.from({ length: t * t }, (_, i) => (i % t > Math.floor(i / t) ? 1 : 0));
-    const mask = tensor(above, { backend, shape: [t, t] });
-    const strided = (x: Tensor) => attendHeads(x, heads, mask);
-    const copied = (x: Tensor) => attendHeadsWithCopies(x, heads, mask);
-    const ours: number[] = [];
-    const peer: number[] = [];
-    for (let i = 0; i < 3; i++) {
-      await timeOne(backend, qkv, g, strided);
-      await timeOne(backend, qkv, g, copied);
+    // Each variant's operands on its own backend (the strided one's through the proxy).
+    const variants = [
+      { on: backend, attend: attendHeads },
+      { on: stridedOnly(backend), attend: attendHeads },
+      { on: backend, attend: attendHeadsWithCopies },
+    ].map(({ on, attend }) => {
+      const qkv = randn([b, t, 3 * c], { backend: on, generator: new RandomGenerator(1) });
+      qkv.requiresGrad = true;
+      const g = randn([b, t, c], { backend: on, generator: new RandomGenerator(2) });
+      const above = Array.from({ length: t * t }, (_, i) => (i % t > Math.floor(i / t) ? 1 : 0));
+      const mask = tensor(above, { backend: on, shape: [t, t] });
+      return {
+        on,
+        qkv,
+        g,
+        mask,
+        run: (x: Tensor) => attend(x, heads, mask),
+        times: [] as number[],
+      };
+    });
+    for (let i = 0; i < 3 + calls; i++) {
+      for (const v of variants) {
+        const ms = await timeOne(v.on, v.qkv, v.g, v.run);
+        if (i >= 3) v.times.push(ms);
+      }
     }
-    for (let i = 0; i < calls; i++) {
-      ours.push(await timeOne(backend, qkv, g, strided));
-      peer.push(await timeOne(backend, qkv, g, copied));
+    const [oneCall, strided, copied] = variants.map((v) => median(v.times)) as [
+      number,
+      number,
+      number,
+    ];
+    const shape = `[${b}, ${t}, ${c}], ${heads} heads`;
+    for (const row of [
+      {
+        name: `attention heads forward + backward ${shape} (one call vs strided views)`,
+        metric: 'time',
+        value: oneCall,
+        unit: 'ms',
+        peer: 'strided views (before)',
+        peerValue: strided,
+      },
+      {
+        name: `attention heads forward + backward ${shape} (strided views vs head copies)`,
+        metric: 'time',
+        value: strided,
+        unit: 'ms',
+        peer: 'head copies (before them)',
+        peerValue: copied,
+      },
+    ] satisfies BenchRow[]) {
+      console.log(
+        `${row.name}: ${row.value.toFixed(3)} ms vs ${row.peerValue.toFixed(3)} ms, ratio ${(row.value / row.peerValue).toFixed(3)}, load ${loadavg()[0]!.toFixed(1)}`,
+      );
+      rows.push(row);
     }
-    const row: BenchRow = {
-      name: `attention heads forward + backward [${b}, ${t}, ${c}], ${heads} heads (strided views vs head copies)`,
-      metric: 'time',
-      value: median(ours),
-      unit: 'ms',
-      peer: 'head copies (before)',
-      peerValue: median(peer),
-    };
-    console.log(
-      `${row.name}: ${row.value.toFixed(3)} ms vs ${row.peerValue!.toFixed(3)} ms, ratio ${(row.value / row.peerValue!).toFixed(3)}, load ${loadavg()[0]!.toFixed(1)}`,
-    );
-    rows.push(row);
-    for (const x of [qkv, g, mask]) x.free();
+    for (const v of variants) for (const x of [v.qkv, v.g, v.mask]) x.free();
   }
   backend.dispose();
   return rows;
