@@ -7,6 +7,7 @@ import {
 } from './attention-chunks.js';
 import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
 import { type BatchCall, runBatchOnThreads } from './matmul-wasm-batch.js';
+import { runInBlocks } from './matmul-wasm-blocks.js';
 import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
 
 export type { MatmulShape } from './matmul-layout.js';
@@ -190,7 +191,7 @@ export class WasmMatmul {
     if (need > this.maxScratchBytes) {
       const kc = sliceOfK(s, this.maxScratchBytes);
       if (kc > 0) runInSlicesOfK(this, a, b, out, s, kc);
-      else this.runInBlocks(a, b, out, s);
+      else runInBlocks(this, a, b, out, s, this.maxScratchBytes);
       return;
     }
     const byBatch = this.threads?.batchThreads(s.batch, s.m * s.k * s.n) ?? 1;
@@ -230,16 +231,13 @@ export class WasmMatmul {
   ): void {
     const { batch, batchA, batchB, m, k, n } = s;
     this.threads?.wake(m, m * k * n);
-    const memory = this.memory;
-    if (memory.buffer.byteLength < need) {
-      memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
-    }
+    this.grow(need);
     const aRaw = SCRATCH_BYTES;
     const bRaw = aRaw + align16(batchA * m * k * 4);
     const aPack = bRaw + align16(batchB * k * n * 4);
     const bPack = aPack + roundUp(m, MR) * k * 4;
     const c = bPack + roundUp(n, NR) * k * 4;
-    const buffer = memory.buffer;
+    const buffer = this.memory.buffer;
     new Float32Array(buffer, aRaw, batchA * m * k).set(a.subarray(0, batchA * m * k));
     new Float32Array(buffer, bRaw, batchB * k * n).set(b.subarray(0, batchB * k * n));
     // Element (i, t) of A and (t, j) of B, as (outer, inner) strides in elements.
@@ -259,92 +257,6 @@ export class WasmMatmul {
       this.gemm(aPack, bPack, c + p * m * n * 4, m, k, n, bias !== null);
     }
     out.set(new Float32Array(buffer, c, batch * m * n));
-  }
-
-  /**
-   * [Note: the WASM matmul in blocks]
-   * A call whose operands, panels and result would pass `maxScratchBytes` (128 MiB), and whose
-   * result is too large for slices of k ([Note: the WASM matmul in slices of k]), runs in blocks
-   * of C: columns in blocks as wide as half the budget holds B's panels for, rows in blocks that
-   * fill the rest, each block's A rows and B columns copied in and packed, its result copied out.
-   * Every element of C is still one sum over all of k in k order, so the bits are those of one
-   * call ([Note: the WASM SIMD matmul]); the module's memory, which never shrinks, stays at the
-   * budget instead of growing to the largest call's operands (GPT-2's output layer: 720 MB for
-   * the gradient of its input, which then stayed with every rank). The cost is repacking: A once
-   * per column block (GPT-2's largest call, 1024 x 50304 x 768, packs A five times).
-   */
-  private runInBlocks(a: Float32Array, b: Float32Array, out: Float32Array, s: MatmulShape): void {
-    const { batch, batchA, batchB, m, k, n, transposeA, transposeB } = s;
-    const budget = this.maxScratchBytes - SCRATCH_BYTES;
-    // Columns: as many as half the budget holds (raw and packed), a multiple of the tile's.
-    const columns = Math.min(
-      roundUp(n, NR),
-      Math.max(NR, Math.floor(budget / 2 / (8 * k) / NR) * NR),
-    );
-    // Rows: what is left, beside their slice of C.
-    const left = budget - columns * k * 8;
-    const rows = Math.min(
-      roundUp(m, MR),
-      Math.max(MR, Math.floor(left / (8 * k + 4 * columns) / MR) * MR),
-    );
-    const aRaw = SCRATCH_BYTES;
-    const aPack = aRaw + align16(rows * k * 4);
-    const bRaw = aPack + rows * k * 4;
-    const bPack = bRaw + align16(columns * k * 4);
-    const c = bPack + columns * k * 4;
-    const need = c + rows * columns * 4;
-    const memory = this.memory;
-    if (memory.buffer.byteLength < need) {
-      memory.grow(Math.ceil((need - memory.buffer.byteLength) / PAGE));
-    }
-    const heap = new Float32Array(memory.buffer);
-    for (let p = 0; p < batch; p++) {
-      const aBase = (batchA === 1 ? 0 : p) * m * k;
-      const bBase = (batchB === 1 ? 0 : p) * k * n;
-      for (let j0 = 0; j0 < n; j0 += columns) {
-        const nc = Math.min(columns, n - j0);
-        // B's columns [j0, j0 + nc): stored [n, k] they are one run, else a run per row of k.
-        if (transposeB) heap.set(b.subarray(bBase + j0 * k, bBase + (j0 + nc) * k), bRaw / 4);
-        else copyRuns(heap, bRaw / 4, b, bBase + j0, k, n, nc);
-        const macs = Math.min(rows, m) * k * nc;
-        this.packAll(
-          [
-            packJob(
-              bRaw,
-              bPack,
-              nc,
-              k,
-              NR,
-              ...((transposeB ? [k, 1] : [1, nc]) as [number, number]),
-            ),
-          ],
-          macs,
-        );
-        for (let i0 = 0; i0 < m; i0 += rows) {
-          const mc = Math.min(rows, m - i0);
-          if (!transposeA) heap.set(a.subarray(aBase + i0 * k, aBase + (i0 + mc) * k), aRaw / 4);
-          else copyRuns(heap, aRaw / 4, a, aBase + i0, k, m, mc);
-          this.packAll(
-            [
-              packJob(
-                aRaw,
-                aPack,
-                mc,
-                k,
-                MR,
-                ...((transposeA ? [1, mc] : [k, 1]) as [number, number]),
-              ),
-            ],
-            mc * k * nc,
-          );
-          this.gemm(aPack, bPack, c, mc, k, nc);
-          for (let i = 0; i < mc; i++) {
-            const row = c / 4 + i * nc;
-            out.set(heap.subarray(row, row + nc), (p * m + i0 + i) * n + j0);
-          }
-        }
-      }
-    }
   }
 
   /**
@@ -406,6 +318,14 @@ export class WasmMatmul {
    */
   reserve(bytes: number): Float32Array | null {
     if (bytes > this.maxScratchBytes || bytes > MAX_BYTES) return null;
+    return this.grow(bytes);
+  }
+
+  /**
+   * The module's memory as floats from byte 0, grown to at least `bytes` whatever the budget (a
+   * call in blocks whose one row and one column block pass it: [Note: the WASM matmul in blocks]).
+   */
+  grow(bytes: number): Float32Array {
     const memory = this.memory;
     if (memory.buffer.byteLength < bytes) {
       memory.grow(Math.ceil((bytes - memory.buffer.byteLength) / PAGE));
