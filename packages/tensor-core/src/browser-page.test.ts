@@ -44,6 +44,33 @@ window.runThreads = async () => {
   one.dispose();
   return { isolated: self.crossOriginIsolated, threads, same: x.every((v, i) => Object.is(v, y[i])), first: x[0] };
 };
+// Attention's heads in one call ([Note: attention's heads in one call]) on the worker threads
+// against the same layer on one thread, forward and backward, until a worker has done a chunk.
+window.runAttention = async () => {
+  const layer = async (backend) => {
+    const generator = new tc.RandomGenerator(3);
+    const attn = new tc.CausalSelfAttention({ nEmbd: 64, nHead: 4, backend, generator });
+    const x = tc.randn([16, 32, 64], { backend, generator });
+    x.requiresGrad = true;
+    const y = attn.call(x);
+    await y.backward(tc.randn([16, 32, 64], { backend, generator }));
+    return [...(await y.read()), ...(await x.grad.read())];
+  };
+  const many = tc.createCpuBackend();
+  const threads = await many.startMatmulThreads();
+  const one = tc.createCpuBackend({ matmulThreads: 1 });
+  const expected = await layer(one);
+  const pool = many.wasmMatmul.threads;
+  let same = true;
+  for (let call = 0; call < 100 && pool.attendedByWorkers === 0; call++) {
+    const got = await layer(many);
+    same &&= got.every((v, i) => Object.is(v, expected[i]));
+  }
+  const byWorkers = pool.attendedByWorkers;
+  many.dispose();
+  one.dispose();
+  return { threads, same, byWorkers };
+};
 window.ready = true;
 </script>`;
 const EXPECTED = [4, -1, 10, -1];
@@ -139,6 +166,26 @@ describe.skipIf(skipWithoutChromium('browser-page.test.ts'))(
       // Not isolated (the page opened in beforeAll): no shared memory, one thread, same numbers.
       const plain = await run(opened!);
       expect(plain).toMatchObject({ isolated: false, threads: 1, same: true });
+    }, 120_000);
+
+    it("runs attention's heads in one call on the Web Workers, with the bits of one thread", async () => {
+      interface Attention {
+        threads: number;
+        same: boolean;
+        byWorkers: number;
+      }
+      const isolated = await open(code, undefined, ISOLATED);
+      try {
+        const result = await isolated.page.evaluate(() =>
+          (window as unknown as { runAttention(): Promise<Attention> }).runAttention(),
+        );
+        expect(result.same).toBe(true);
+        // The attention calls' chunks on a worker (a 1-core machine has none to take one).
+        if (result.threads > 1) expect(result.byWorkers).toBeGreaterThan(0);
+        expect(isolated.errors).toEqual([]);
+      } finally {
+        await isolated.close();
+      }
     }, 120_000);
 
     it('a page whose navigator.gpu gives no adapter gets NoAdapterError saying how to enable WebGPU', async () => {
