@@ -5,7 +5,7 @@ import {
   type AttentionForward,
   attentionChunks,
 } from './attention-chunks.js';
-import { align16, copyRuns, type MatmulShape, roundUp } from './matmul-layout.js';
+import { align16, type MatmulShape, roundUp } from './matmul-layout.js';
 import { type BatchCall, runBatchOnThreads } from './matmul-wasm-batch.js';
 import { runInBlocks } from './matmul-wasm-blocks.js';
 import { runInSlicesOfK, sliceOfK } from './matmul-wasm-slices.js';
