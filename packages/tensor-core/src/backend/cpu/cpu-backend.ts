@@ -14,7 +14,8 @@ import type {
   UnaryOp,
 } from '../backend.js';
 import { checkReadTarget, PooledBackend } from '../pooled-backend.js';
-import { type CpuStorage, outputValues, rawView } from './cpu-storage.js';
+import { outputValues, rawView } from './cpu-storage.js';
+import { ExternalStorage } from './external-storage.js';
 import {
   axpyKernel,
   binaryKernel,
@@ -111,9 +112,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   }
 
   // ---- external memory --------------------------------------------------------------------
-  private readonly external = new WeakMap<RawStorage, { bytes: number; onRelease?: () => void }>();
-  private externalBytes = 0;
-  private peakExternalBytes = 0;
+  private readonly external = new ExternalStorage((bytes) => this.allocator.chargeOutside(bytes));
 
   /**
    * Storage over `bytes` bytes of memory the caller owns, from the start of `buffer` (an
@@ -127,39 +126,25 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     onRelease?: () => void,
   ): RawStorage {
     this.assertLive('wrapExternal');
-    // Under the emulated limit like any block: [Note: the limit covers external memory].
-    this.allocator.chargeOutside(ownedBytes);
-    const raw: CpuStorage = { buffer: buffer as ArrayBuffer, byteSize };
-    this.external.set(raw, { bytes: ownedBytes, onRelease });
-    this.externalBytes += ownedBytes;
-    this.peakExternalBytes = Math.max(this.peakExternalBytes, this.externalBytes);
-    return raw;
+    return this.external.wrap(buffer, byteSize, ownedBytes, onRelease);
   }
 
   override release(storage: RawStorage): void {
-    const entry = this.external.get(storage);
-    if (entry !== undefined) {
-      this.external.delete(storage);
-      this.externalBytes -= entry.bytes;
-      this.allocator.chargeOutside(-entry.bytes);
-      entry.onRelease?.();
-      return;
-    }
-    super.release(storage);
+    if (!this.external.release(storage)) super.release(storage);
   }
 
   override memoryStats(): MemoryStats {
     return {
       ...super.memoryStats(),
-      externalBytes: this.externalBytes,
-      peakExternalBytes: this.peakExternalBytes,
+      externalBytes: this.external.bytes,
+      peakExternalBytes: this.external.peakBytes,
       scratchBytes: (this.wasmKernels?.scratchBytes ?? 0) + (this.wasmMatmul?.scratchBytes ?? 0),
     };
   }
 
   override resetPeakMemoryStats(): void {
     super.resetPeakMemoryStats();
-    this.peakExternalBytes = this.externalBytes;
+    this.external.resetPeak();
   }
 
   // ---- transfers --------------------------------------------------------------------------
@@ -231,11 +216,18 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     binaryKernel(op, a, b, out);
   }
 
+  /**
+   * The WASM matmul where the WASM kernels run too: the kernels' maps it carries (GELU, attention's
+   * softmax) then give the bits those kernels give.
+   */
+  private get matmulWithKernels(): WasmMatmul | null {
+    return this.wasmKernels === null ? null : this.wasmMatmul;
+  }
+
   /** A large GELU map on the matmul's threads: [Note: GELU on the matmul's threads]. */
   private geluOnThreads(x: KernelTensor, dy: KernelTensor | null, out: KernelTensor): boolean {
-    return this.wasmKernels !== null && this.wasmMatmul !== null
-      ? geluOnThreads(this.wasmMatmul, x, dy, out)
-      : false;
+    const matmul = this.matmulWithKernels;
+    return matmul !== null && geluOnThreads(matmul, x, dy, out);
   }
 
   where(
@@ -370,8 +362,8 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   ): boolean {
     this.assertLive('attention');
     // The softmax's bits are the WASM kernels' ([Note: attention's heads in one call]).
-    if (this.wasmKernels === null || this.wasmMatmul === null) return false;
-    return attentionForward(this.wasmMatmul, qkv, mask, nHead, scale, y, att);
+    const matmul = this.matmulWithKernels;
+    return matmul !== null && attentionForward(matmul, qkv, mask, nHead, scale, y, att);
   }
 
   attentionBackward(
@@ -384,8 +376,8 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     dqkv: KernelTensor,
   ): boolean {
     this.assertLive('attentionBackward');
-    if (this.wasmKernels === null || this.wasmMatmul === null) return false;
-    return attentionBackward(this.wasmMatmul, qkv, att, dy, mask, nHead, scale, dqkv);
+    const matmul = this.matmulWithKernels;
+    return matmul !== null && attentionBackward(matmul, qkv, att, dy, mask, nHead, scale, dqkv);
   }
 
   gather(table: KernelTensor, indices: KernelTensor, out: KernelTensor): void {
