@@ -1,6 +1,7 @@
 import { matmulKBlock, matmulScratchBytes, matmulTile } from './matmul-wasm.generated.js';
 import type { GeluGradMap, GeluMap, Gemm, MatmulThreads, Pack, PackJob } from './matmul-threads.js';
 import {
+  ATTENTION_WORDS,
   type AttentionBackward,
   type AttentionForward,
   attentionChunks,
@@ -289,8 +290,9 @@ export class WasmMatmul {
       this.threads.attention(forward, backward, words, buffer);
       return;
     }
+    // The words, then the chunk counter.
     const ctl = Int32Array.from([...words, 0]);
-    attentionChunks(forward, backward, ctl, buffer, 0, words.length, 0);
+    attentionChunks(forward, backward, ctl, buffer, 0, ATTENTION_WORDS, 0);
   }
 
   /** Threads a map of `n` elements would use now: see `geluOnThreads` (gelu-threads.ts). */

@@ -79,9 +79,9 @@ async function commandsOf(record: () => void): Promise<number> {
   return commands;
 }
 
-// Skipped where WebGPU cannot run (no `webgpu` package or no adapter: lavapipe or SwiftShader);
-// `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run sets) that is an
-// error instead of a skip, so CI always runs these.
+// Issue 49's kernel. Skipped where WebGPU cannot run (no `webgpu` package or no adapter: lavapipe
+// or SwiftShader); `webGpuTestsEnabled` prints why, and with WEBSHARD_REQUIRE_WEBGPU=1 (as .ci/run
+// sets) that is an error instead of a skip, so CI always runs these.
 describe.runIf(file.enabled)('cross entropy over wide rows (WebGPU)', () => {
   it('matches f64 forward and backward, ignored rows and segment edges included, the same bits every call', async () => {
     const cols = WIDE_COLS + 257; // 10 segments of interleaved columns, 231 in five and 230 in five
