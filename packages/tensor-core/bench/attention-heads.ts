@@ -6,7 +6,9 @@
  * `attendHeadsWithCopies`), forward and backward from qkv [B, T, 3C] to y [B, T, C], at the
  * default GPT's size and GPT-2's, calls alternating in one process, medians. The linear layers
  * around them are left out (the same in all). Called by `bench/index.ts`; alone:
- * `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source bench/attention-heads.ts`.
+ * `pnpm --filter @webshard/tensor-core exec tsx --conditions=@webshard/source bench/attention-heads.ts`,
+ * and with `long` after it the longer sequences the one-call kernel takes (T = 128 to 1024, the
+ * measurements behind its MAX_T), which `pnpm bench` leaves out (a minute more).
  */
 import { loadavg } from 'node:os';
 import { type BenchRow, median } from '@webshard/bench';
@@ -17,10 +19,16 @@ import { RandomGenerator } from '../src/random/generator.js';
 import { createCpuBackend } from '../src/runtime.js';
 import type { Tensor } from '../src/tensor.js';
 import { attendHeadsWithCopies } from '../src/testing/head-copies.js';
+import { withoutKernels } from '../src/testing/without-kernels.js';
 
 const SIZES: { b: number; t: number; c: number; heads: number; calls: number }[] = [
   { b: 16, t: 32, c: 64, heads: 4, calls: 200 },
   { b: 4, t: 256, c: 768, heads: 12, calls: 8 },
+];
+const LONG: typeof SIZES = [
+  { b: 4, t: 128, c: 768, heads: 12, calls: 8 },
+  { b: 2, t: 512, c: 768, heads: 12, calls: 4 },
+  { b: 1, t: 1024, c: 768, heads: 12, calls: 4 },
 ];
 
 async function timeOne(
@@ -40,25 +48,15 @@ async function timeOne(
   return ms;
 }
 
-/** `backend` without its one-call attention kernels: `attendHeads` runs the strided products. */
-function stridedOnly(backend: Backend): Backend {
-  return new Proxy(backend, {
-    get(target, name) {
-      if (name === 'attention' || name === 'attentionBackward') return undefined;
-      const value = Reflect.get(target, name, target) as unknown;
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
-  });
-}
-
-export async function attentionHeadRows(): Promise<BenchRow[]> {
+export async function attentionHeadRows(sizes = SIZES): Promise<BenchRow[]> {
   const backend = createCpuBackend();
   const rows: BenchRow[] = [];
-  for (const { b, t, c, heads, calls } of SIZES) {
+  for (const { b, t, c, heads, calls } of sizes) {
     // Each variant's operands on its own backend (the strided one's through the proxy).
     const variants = [
       { on: backend, attend: attendHeads },
-      { on: stridedOnly(backend), attend: attendHeads },
+      // Without its one-call kernels: `attendHeads` runs the strided products.
+      { on: withoutKernels(backend, ['attention', 'attentionBackward']), attend: attendHeads },
       { on: backend, attend: attendHeadsWithCopies },
     ].map(({ on, attend }) => {
       const qkv = randn([b, t, 3 * c], { backend: on, generator: new RandomGenerator(1) });
@@ -116,4 +114,6 @@ export async function attentionHeadRows(): Promise<BenchRow[]> {
   return rows;
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) await attentionHeadRows();
+if (import.meta.url === `file://${process.argv[1]}`) {
+  await attentionHeadRows(process.argv[2] === 'long' ? [...SIZES, ...LONG] : SIZES);
+}

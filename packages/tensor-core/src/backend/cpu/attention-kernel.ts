@@ -34,8 +34,9 @@ import type { WasmMatmul } from './matmul-wasm.js';
  * budget; elsewhere the kernel declines and the ops run as before. Per pair the products are
  * plain loops over 4 x 8 register tiles with no packing, so long heads read k^T and the weights
  * from the second level of cache; measured against the strided path (2 threads, forward and
- * backward a layer): 2.6-2.9x at T = 32, 2x at T = 128, 1.4x at GPT-2's T = 256, 1.9x at 512,
- * 1.1x at 1024; past that it is not measured, so not taken.
+ * backward a layer, `bench/attention-heads.ts long`): 0.43-0.47 of its time at T = 32, 0.64 at
+ * T = 128, 0.72-0.74 at GPT-2's T = 256, 0.69 at 512 and at 1024; past that it is not measured,
+ * so not taken.
  */
 
 /** The longest sequence the kernel takes: see the note. */
